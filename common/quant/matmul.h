@@ -1,0 +1,33 @@
+// Matrix products of quantised weights with f32 activations.
+//
+//   y[t, r] = sum_i W[r, i] * x[t, i]     t < n_tokens, r < n_rows, i < n_cols
+//
+// W: n_rows rows of n_cols elements of `type` (row stride `row_bytes`), in
+// ggml order (one row = one output feature). x: n_tokens x n_cols f32,
+// y: n_tokens x n_rows f32, both dense row-major. Each activation row is
+// converted once to the weight's vec_dot_type, then rows are split over the
+// pool's threads.
+//
+// Thread-safe: reentrant; `pool` may be nullptr (single-threaded).
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "common/base/thread_pool.h"
+#include "common/gguf/types.h"
+
+namespace moesplit::quant {
+
+struct WeightView {
+  GgmlType type = GgmlType::kF32;
+  const uint8_t* data = nullptr;
+  int64_t n_rows = 0;
+  int64_t n_cols = 0;
+  uint64_t row_bytes = 0;
+};
+
+absl::Status MatMul(const WeightView& w, const float* x, int64_t n_tokens,
+                    float* y, ThreadPool* pool);
+
+}  // namespace moesplit::quant
