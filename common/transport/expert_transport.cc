@@ -1,0 +1,34 @@
+#include "common/transport/expert_transport.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/base/status.h"
+#include "common/transport/grpc_transport.h"
+#include "common/transport/shm_transport.h"
+
+namespace moesplit::transport {
+
+absl::Status ExpertClient::Compute(const model::ExpertCall& call, model::ExpertResult* result) {
+  ASSIGN_OR_RETURN(const uint64_t ticket, Submit(call));
+  return Wait(ticket, result);
+}
+
+absl::StatusOr<std::unique_ptr<ExpertClient>> OpenExpertClient(const std::string& address,
+                                                               const ClientOptions& options) {
+  static constexpr std::string_view kShm = "shm://";
+  static constexpr std::string_view kGrpc = "grpc://";
+  if (address.rfind(kShm, 0) == 0) {
+    const std::string name = address.substr(kShm.size());
+    if (!ValidShmName(name)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bad expert address '", address, "': shm name must be [A-Za-z0-9_.-]{1,64}"));
+    }
+    return NewShmExpertClient(name, options);
+  }
+  if (address.rfind(kGrpc, 0) == 0 && address.size() > kGrpc.size()) {
+    return NewGrpcExpertClient(address.substr(kGrpc.size()), options);
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "bad expert address '", address, "': expected shm://NAME or grpc://HOST:PORT"));
+}
+
+}  // namespace moesplit::transport

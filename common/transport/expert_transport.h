@@ -1,0 +1,124 @@
+// Transports between the dense service and expert-workers.
+//
+// The dense side holds one ExpertClient per worker connection. A client is an
+// ExpertBackend (Compute = Submit + Wait), so the forward pass cannot tell an
+// in-process store from a worker in another process or on another host. All
+// transports carry ExpertCall/ExpertResult unchanged (f32 hidden states pass
+// through bit for bit), so results are bit-identical across them.
+//
+// The worker side serves an ExpertBackend (its ExpertStore's compute) behind
+// an ExpertServer: shared memory (ShmExpertServer) or gRPC (GrpcExpertServer).
+//
+// Errors: a worker that is gone, does not answer within the client's timeout,
+// or serves another model gives UNAVAILABLE / FAILED_PRECONDITION naming the
+// worker; a broken connection is re-established on a later call (with
+// backoff), so the dense service serves again once the worker is back.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/model/expert.h"
+
+namespace moesplit::transport {
+
+struct NumaNodeUse {
+  int node = 0;
+  uint64_t resident_bytes = 0;
+  int threads = 0;
+};
+
+// What a worker says about itself (ExpertWorker.Describe).
+struct WorkerDescription {
+  std::string model_identity;  // GgufFile::Identity()
+  std::string model_name;
+  std::string architecture;
+  int n_layer = 0;
+  int n_expert = 0;
+  int d = 0;
+  int n_ff = 0;
+  int layer_begin = 0, layer_end = 0;    // owned layers [begin, end)
+  int expert_begin = 0, expert_end = 0;  // owned expert ids [begin, end)
+  std::vector<std::string> formats;
+  std::vector<NumaNodeUse> numa_nodes;
+  int threads = 0;
+  uint64_t resident_bytes = 0;
+  std::string worker_id;
+  int max_tokens = 0;  // largest n_tokens one call may carry
+
+  bool Owns(int layer, int expert) const {
+    return layer >= layer_begin && layer < layer_end && expert >= expert_begin &&
+           expert < expert_end;
+  }
+};
+
+struct ClientOptions {
+  std::string model_identity;  // the dense side's model; refused on mismatch
+  std::chrono::milliseconds timeout{10000};  // per call (--expert-timeout)
+  std::chrono::milliseconds backoff_min{100};
+  std::chrono::milliseconds backoff_max{5000};
+  int max_tokens = 512;  // largest call this client will send
+};
+
+// Byte and call counters of one client, for metrics.
+struct TransportCounters {
+  uint64_t calls = 0;
+  uint64_t failures = 0;
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_received = 0;
+};
+
+// One dense->worker connection. Thread-compatible: one caller at a time
+// (the dense service serialises per connection).
+class ExpertClient : public model::ExpertBackend {
+ public:
+  // Sends a call; the result is collected by Wait(ticket). At most
+  // `kMaxInFlight` calls may be outstanding.
+  virtual absl::StatusOr<uint64_t> Submit(const model::ExpertCall& call) = 0;
+  virtual absl::Status Wait(uint64_t ticket, model::ExpertResult* result) = 0;
+  // The worker's description (connects if needed).
+  virtual absl::StatusOr<WorkerDescription> Describe() = 0;
+  // "shm://NAME" or "grpc://HOST:PORT".
+  virtual const std::string& address() const = 0;
+  // Whether the last call or connection attempt succeeded.
+  virtual bool healthy() const = 0;
+  virtual TransportCounters counters() const = 0;
+
+  absl::Status Compute(const model::ExpertCall& call, model::ExpertResult* result) override;
+
+  static constexpr int kMaxInFlight = 4;
+};
+
+// A serving endpoint of an expert-worker.
+class ExpertServer {
+ public:
+  virtual ~ExpertServer() = default;
+  virtual const std::string& address() const = 0;
+  // Stops accepting, ends connections, joins threads. Idempotent.
+  virtual void Shutdown() = 0;
+};
+
+// Opens a client for "shm://NAME" or "grpc://HOST:PORT". Connection happens
+// lazily (first Describe/Submit). InvalidArgument for another scheme.
+absl::StatusOr<std::unique_ptr<ExpertClient>> OpenExpertClient(
+    const std::string& address, const ClientOptions& options);
+
+}  // namespace moesplit::transport
+
+namespace moesplit::transport {
+
+// Told about every call a server answers (metrics). Must be thread-safe:
+// connections call it concurrently.
+class CallObserver {
+ public:
+  virtual ~CallObserver() = default;
+  virtual void OnCall(const char* transport, const model::ExpertCall& call,
+                      uint64_t bytes_in, uint64_t bytes_out, double seconds,
+                      const absl::Status& status) = 0;
+};
+
+}  // namespace moesplit::transport

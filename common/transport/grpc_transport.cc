@@ -1,0 +1,460 @@
+#include "common/transport/grpc_transport.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/base/fp16.h"
+#include "common/base/status.h"
+#include "common/transport/describe_codec.h"
+#include "common/transport/grpc_status.h"
+#include "moesplit/v1/expert.grpc.pb.h"
+
+namespace moesplit::transport {
+namespace {
+
+constexpr char kIdentityHeader[] = "moesplit-model-identity";
+constexpr int kMaxMessageBytes = 256 << 20;
+
+// Decodes a proto call into the domain type (bf16 hidden states widened).
+absl::Status CallFromProto(const v1::ExpertCall& p, model::ExpertCall* call) {
+  const size_t n = static_cast<size_t>(std::max(0, p.n_tokens())) * std::max(0, p.d());
+  const size_t elem = p.dtype() == v1::HIDDEN_DTYPE_BF16 ? 2 : 4;
+  if (p.n_tokens() < 0 || p.d() <= 0 || p.hidden().size() != n * elem) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "call %d: hidden holds %d bytes, n_tokens %d x d %d needs %d", p.call_id(),
+        p.hidden().size(), p.n_tokens(), p.d(), n * elem));
+  }
+  call->call_id = p.call_id();
+  call->layer = p.layer();
+  call->n_tokens = p.n_tokens();
+  call->d = p.d();
+  call->hidden.resize(n);
+  if (elem == 4) {
+    std::memcpy(call->hidden.data(), p.hidden().data(), 4 * n);
+  } else {
+    const auto* src = reinterpret_cast<const uint8_t*>(p.hidden().data());
+    for (size_t i = 0; i < n; ++i) {
+      uint16_t h;
+      std::memcpy(&h, src + 2 * i, 2);
+      call->hidden[i] = Bf16ToFp32(h);
+    }
+  }
+  call->token_offsets.assign(p.token_offsets().begin(), p.token_offsets().end());
+  call->expert_ids.assign(p.expert_ids().begin(), p.expert_ids().end());
+  call->weights.assign(p.weights().begin(), p.weights().end());
+  return absl::OkStatus();
+}
+
+void CallToProto(const model::ExpertCall& c, bool bf16, v1::ExpertCall* p) {
+  p->set_call_id(c.call_id);
+  p->set_layer(c.layer);
+  p->set_n_tokens(c.n_tokens);
+  p->set_d(c.d);
+  if (bf16) {
+    p->set_dtype(v1::HIDDEN_DTYPE_BF16);
+    std::string* h = p->mutable_hidden();
+    h->resize(2 * c.hidden.size());
+    for (size_t i = 0; i < c.hidden.size(); ++i) {
+      const uint16_t v = Fp32ToBf16(c.hidden[i]);
+      std::memcpy(h->data() + 2 * i, &v, 2);
+    }
+  } else {
+    p->set_dtype(v1::HIDDEN_DTYPE_F32);
+    p->set_hidden(c.hidden.data(), 4 * c.hidden.size());
+  }
+  *p->mutable_token_offsets() = {c.token_offsets.begin(), c.token_offsets.end()};
+  *p->mutable_expert_ids() = {c.expert_ids.begin(), c.expert_ids.end()};
+  *p->mutable_weights() = {c.weights.begin(), c.weights.end()};
+}
+
+// A fixed set of threads running posted tasks in order of arrival.
+class Executor {
+ public:
+  explicit Executor(int n) {
+    for (int i = 0; i < n; ++i) threads_.emplace_back([this] { Loop(); });
+  }
+  ~Executor() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+  void Post(std::function<void()> task) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      tasks_.push_back(std::move(task));
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  void Loop() {
+    for (;;) {
+      std::function<void()> task;
+      {
+        std::unique_lock<std::mutex> l(mu_);
+        cv_.wait(l, [&] { return stop_ || !tasks_.empty(); });
+        if (tasks_.empty()) return;
+        task = std::move(tasks_.front());
+        tasks_.pop_front();
+      }
+      task();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> tasks_;
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace
+
+// ------------------------------------------------------------------ server
+
+class GrpcExpertServer::Service final : public v1::ExpertWorker::CallbackService {
+ public:
+  Service(const WorkerDescription& d, model::ExpertBackend* backend, int threads,
+          CallObserver* observer)
+      : identity_(d.model_identity), backend_(backend), observer_(observer), executor_(threads) {
+    ToProto(d, &describe_);
+  }
+
+  grpc::ServerUnaryReactor* Describe(grpc::CallbackServerContext* ctx,
+                                     const v1::DescribeRequest*,
+                                     v1::DescribeResponse* response) override {
+    *response = describe_;
+    auto* reactor = ctx->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+
+  grpc::ServerBidiReactor<v1::ExpertCall, v1::ExpertResult>* Compute(
+      grpc::CallbackServerContext* ctx) override {
+    return new ComputeReactor(this, ctx);
+  }
+
+ private:
+  class ComputeReactor final : public grpc::ServerBidiReactor<v1::ExpertCall, v1::ExpertResult> {
+   public:
+    ComputeReactor(Service* s, grpc::CallbackServerContext* ctx) : s_(s) {
+      const auto& md = ctx->client_metadata();
+      auto it = md.find(kIdentityHeader);
+      const std::string identity =
+          it == md.end() ? std::string() : std::string(it->second.data(), it->second.size());
+      if (!s_->identity_.empty() && identity != s_->identity_) {
+        const std::string msg = absl::StrCat(
+            "model identity mismatch: the dense service runs model '", identity,
+            "', this worker serves model ", s_->identity_);
+        std::fprintf(stderr, "moesplit-expert-worker: refused a Compute stream: %s\n", msg.c_str());
+        Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, msg));
+        return;
+      }
+      StartRead(&request_);
+    }
+    void OnReadDone(bool ok) override {
+      if (!ok) {
+        Finish(grpc::Status::OK);
+        return;
+      }
+      s_->executor_.Post([this] { RunCall(); });
+    }
+    void OnWriteDone(bool ok) override {
+      if (!ok) {
+        Finish(grpc::Status(grpc::StatusCode::CANCELLED, "write failed"));
+        return;
+      }
+      StartRead(&request_);
+    }
+    void OnDone() override { delete this; }
+
+   private:
+    void RunCall() {
+      const auto start = std::chrono::steady_clock::now();
+      absl::Status status = CallFromProto(request_, &call_);
+      if (status.ok()) status = s_->backend_->Compute(call_, &result_);
+      response_.Clear();
+      response_.set_call_id(request_.call_id());
+      response_.set_code(static_cast<int>(status.code()));
+      if (status.ok()) {
+        response_.set_partial(result_.partial.data(), 4 * result_.partial.size());
+      } else {
+        response_.set_message(std::string(status.message()));
+      }
+      if (s_->observer_ != nullptr) {
+        const double secs =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        s_->observer_->OnCall("grpc", call_, request_.ByteSizeLong(), response_.ByteSizeLong(),
+                              secs, status);
+      }
+      StartWrite(&response_);
+    }
+    Service* s_;
+    v1::ExpertCall request_;
+    v1::ExpertResult response_;
+    model::ExpertCall call_;
+    model::ExpertResult result_;
+  };
+
+  const std::string identity_;
+  model::ExpertBackend* const backend_;
+  CallObserver* const observer_;
+  v1::DescribeResponse describe_;
+  Executor executor_;
+};
+
+absl::StatusOr<std::unique_ptr<GrpcExpertServer>> GrpcExpertServer::Start(
+    const GrpcServerOptions& options, const WorkerDescription& description,
+    model::ExpertBackend* backend) {
+  std::unique_ptr<GrpcExpertServer> server(new GrpcExpertServer());
+  server->service_ = std::make_unique<Service>(description, backend,
+                                               std::max(1, options.executor_threads),
+                                               options.observer);
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &server->port_);
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  builder.RegisterService(server->service_.get());
+  server->server_ = builder.BuildAndStart();
+  if (server->server_ == nullptr || server->port_ == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen for gRPC on ", options.listen, " (address in use or invalid)"));
+  }
+  const auto colon = options.listen.rfind(':');
+  server->address_ = absl::StrCat("grpc://", options.listen.substr(0, colon), ":", server->port_);
+  return server;
+}
+
+GrpcExpertServer::~GrpcExpertServer() { Shutdown(); }
+
+void GrpcExpertServer::Shutdown() {
+  if (stopped_ || server_ == nullptr) return;
+  stopped_ = true;
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  server_->Wait();
+}
+
+// ------------------------------------------------------------------ client
+
+namespace {
+
+class GrpcExpertClient final : public ExpertClient {
+ public:
+  GrpcExpertClient(std::string target, ClientOptions options)
+      : target_(std::move(target)), address_("grpc://" + target_), options_(std::move(options)),
+        backoff_(options_.backoff_min) {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+    args.SetMaxSendMessageSize(kMaxMessageBytes);
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+    channel_ = grpc::CreateCustomChannel(target_, grpc::InsecureChannelCredentials(), args);
+    stub_ = v1::ExpertWorker::NewStub(channel_);
+  }
+  ~GrpcExpertClient() override { Disconnect(); }
+
+  absl::StatusOr<uint64_t> Submit(const model::ExpertCall& call) override;
+  absl::Status Wait(uint64_t ticket, model::ExpertResult* result) override;
+  absl::StatusOr<WorkerDescription> Describe() override {
+    RETURN_IF_ERROR(EnsureConnected());
+    return description_;
+  }
+  const std::string& address() const override { return address_; }
+  bool healthy() const override { return healthy_; }
+  TransportCounters counters() const override { return counters_; }
+
+ private:
+  absl::Status EnsureConnected();
+  absl::Status Connect();
+  absl::Status Fail(absl::Status status);
+  void Disconnect();
+  void ReadLoop();
+
+  const std::string target_;
+  const std::string address_;
+  const ClientOptions options_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::ExpertWorker::Stub> stub_;
+  std::unique_ptr<grpc::ClientContext> ctx_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::ExpertCall, v1::ExpertResult>> stream_;
+  std::thread reader_;
+  WorkerDescription description_;
+  bool healthy_ = false;
+  absl::Status last_error_;
+  std::chrono::steady_clock::time_point next_attempt_{};
+  std::chrono::milliseconds backoff_;
+  TransportCounters counters_;
+  uint64_t next_ticket_ = 0;
+  uint64_t next_result_ = 0;
+  v1::ExpertCall request_;  // reused: no allocation growth per call
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<v1::ExpertResult> results_;  // guarded by mu_
+  bool stream_done_ = false;              // guarded by mu_
+  grpc::Status stream_status_;            // guarded by mu_
+};
+
+absl::Status GrpcExpertClient::EnsureConnected() {
+  if (stream_ != nullptr) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!stream_done_) return absl::OkStatus();
+  }
+  if (stream_ != nullptr) {
+    return Fail(absl::UnavailableError(
+        absl::StrCat("expert worker ", address_, " closed the stream")));
+  }
+  const auto now = std::chrono::steady_clock::now();
+  if (now < next_attempt_) {
+    return absl::UnavailableError(absl::StrCat(last_error_.message(), " (reconnecting in ",
+        std::chrono::duration_cast<std::chrono::milliseconds>(next_attempt_ - now).count(),
+        " ms)"));
+  }
+  absl::Status s = Connect();
+  if (!s.ok()) return Fail(s);
+  healthy_ = true;
+  backoff_ = options_.backoff_min;
+  return absl::OkStatus();
+}
+
+absl::Status GrpcExpertClient::Connect() {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1::DescribeResponse resp;
+  grpc::Status s = stub_->Describe(&ctx, v1::DescribeRequest(), &resp);
+  if (!s.ok()) {
+    return absl::UnavailableError(absl::StrCat("expert worker ", address_,
+                                               " is unreachable: ", s.error_message()));
+  }
+  WorkerDescription desc = FromProto(resp);
+  RETURN_IF_ERROR(CheckIdentity(address_, desc, options_.model_identity));
+  ctx_ = std::make_unique<grpc::ClientContext>();
+  ctx_->AddMetadata(kIdentityHeader, options_.model_identity);
+  stream_ = stub_->Compute(ctx_.get());
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    results_.clear();
+    stream_done_ = false;
+  }
+  next_ticket_ = next_result_ = 0;
+  reader_ = std::thread([this] { ReadLoop(); });
+  description_ = std::move(desc);
+  return absl::OkStatus();
+}
+
+void GrpcExpertClient::ReadLoop() {
+  v1::ExpertResult r;
+  while (stream_->Read(&r)) {
+    std::lock_guard<std::mutex> l(mu_);
+    results_.push_back(std::move(r));
+    cv_.notify_all();
+  }
+  grpc::Status s = stream_->Finish();
+  std::lock_guard<std::mutex> l(mu_);
+  stream_done_ = true;
+  stream_status_ = s;
+  cv_.notify_all();
+}
+
+absl::Status GrpcExpertClient::Fail(absl::Status status) {
+  Disconnect();
+  healthy_ = false;
+  ++counters_.failures;
+  last_error_ = status;
+  next_attempt_ = std::chrono::steady_clock::now() + backoff_;
+  backoff_ = std::min(options_.backoff_max, backoff_ * 2);
+  return status;
+}
+
+void GrpcExpertClient::Disconnect() {
+  if (stream_ == nullptr) return;
+  ctx_->TryCancel();
+  if (reader_.joinable()) reader_.join();
+  stream_.reset();
+  ctx_.reset();
+}
+
+absl::StatusOr<uint64_t> GrpcExpertClient::Submit(const model::ExpertCall& call) {
+  RETURN_IF_ERROR(EnsureConnected());
+  if (next_ticket_ - next_result_ >= static_cast<uint64_t>(kMaxInFlight)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("more than ", kMaxInFlight, " calls in flight on ", address_));
+  }
+  request_.Clear();
+  CallToProto(call, /*bf16=*/false, &request_);
+  if (!stream_->Write(request_)) {
+    return Fail(absl::UnavailableError(
+        absl::StrCat("expert worker ", address_, ": the stream broke while sending")));
+  }
+  ++counters_.calls;
+  counters_.bytes_sent += request_.ByteSizeLong();
+  return next_ticket_++;
+}
+
+absl::Status GrpcExpertClient::Wait(uint64_t ticket, model::ExpertResult* result) {
+  if (stream_ == nullptr) {
+    return absl::UnavailableError(absl::StrCat("expert worker ", address_, " connection lost"));
+  }
+  if (ticket != next_result_) {
+    return absl::FailedPreconditionError("expert results must be collected in call order");
+  }
+  v1::ExpertResult r;
+  {
+    std::unique_lock<std::mutex> l(mu_);
+    const bool ready = cv_.wait_for(l, options_.timeout,
+                                    [&] { return !results_.empty() || stream_done_; });
+    if (!ready) {
+      l.unlock();
+      return Fail(absl::UnavailableError(absl::StrCat(
+          "expert worker ", address_, " did not answer within ", options_.timeout.count(),
+          " ms")));
+    }
+    if (results_.empty()) {
+      const std::string why = stream_status_.error_message();
+      const auto code = stream_status_.error_code();
+      l.unlock();
+      if (code == grpc::StatusCode::FAILED_PRECONDITION) {
+        return Fail(absl::FailedPreconditionError(
+            absl::StrCat("expert worker ", address_, " refused the connection: ", why)));
+      }
+      return Fail(absl::UnavailableError(
+          absl::StrCat("expert worker ", address_, " closed the stream: ", why)));
+    }
+    r = std::move(results_.front());
+    results_.pop_front();
+  }
+  ++next_result_;
+  counters_.bytes_received += r.ByteSizeLong();
+  if (r.code() != 0) {
+    return absl::Status(static_cast<absl::StatusCode>(r.code()),
+                        absl::StrCat(address_, ": ", r.message()));
+  }
+  result->call_id = r.call_id();
+  result->partial.resize(r.partial().size() / 4);
+  std::memcpy(result->partial.data(), r.partial().data(), 4 * result->partial.size());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::unique_ptr<ExpertClient> NewGrpcExpertClient(const std::string& target,
+                                                  const ClientOptions& options) {
+  return std::make_unique<GrpcExpertClient>(target, options);
+}
+
+}  // namespace moesplit::transport

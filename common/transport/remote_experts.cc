@@ -1,0 +1,148 @@
+#include "common/transport/remote_experts.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/status.h"
+
+namespace moesplit::transport {
+
+std::string DescribeRange(int layer_begin, int layer_end, int expert_begin, int expert_end) {
+  auto range = [](int b, int e) {
+    return e - b == 1 ? absl::StrCat(b) : absl::StrCat(b, "-", e - 1);
+  };
+  return absl::StrCat("experts ", range(expert_begin, expert_end), " of layer",
+                      layer_end - layer_begin == 1 ? " " : "s ", range(layer_begin, layer_end));
+}
+
+absl::StatusOr<std::unique_ptr<RemoteExperts>> RemoteExperts::Connect(
+    std::vector<std::unique_ptr<ExpertClient>> clients, int n_layer, int n_expert) {
+  if (clients.empty()) return absl::InvalidArgumentError("no expert workers given");
+  std::unique_ptr<RemoteExperts> r(new RemoteExperts());
+  r->n_layer_ = n_layer;
+  r->n_expert_ = n_expert;
+  r->owner_.assign(static_cast<size_t>(n_layer) * n_expert, -1);
+  for (size_t w = 0; w < clients.size(); ++w) {
+    ASSIGN_OR_RETURN(WorkerDescription d, clients[w]->Describe());
+    if (d.n_layer != n_layer || d.n_expert != n_expert) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "expert worker ", clients[w]->address(), " has ", d.n_layer, " layers x ", d.n_expert,
+          " experts, the model has ", n_layer, " x ", n_expert));
+    }
+    if (d.layer_begin < 0 || d.layer_end > n_layer || d.expert_begin < 0 ||
+        d.expert_end > n_expert || d.layer_begin >= d.layer_end ||
+        d.expert_begin >= d.expert_end) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "expert worker ", clients[w]->address(), " describes an invalid shard: ",
+          DescribeRange(d.layer_begin, d.layer_end, d.expert_begin, d.expert_end)));
+    }
+    for (int l = d.layer_begin; l < d.layer_end; ++l) {
+      for (int e = d.expert_begin; e < d.expert_end; ++e) {
+        int& o = r->owner_[static_cast<size_t>(l) * n_expert + e];
+        if (o >= 0) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "expert shards overlap: expert ", e, " of layer ", l, " is owned by both ",
+              clients[o]->address(), " (",
+              DescribeRange(r->workers_[o].layer_begin, r->workers_[o].layer_end,
+                            r->workers_[o].expert_begin, r->workers_[o].expert_end),
+              ") and ", clients[w]->address(), " (",
+              DescribeRange(d.layer_begin, d.layer_end, d.expert_begin, d.expert_end), ")"));
+        }
+        o = static_cast<int>(w);
+      }
+    }
+    r->workers_.push_back(std::move(d));
+  }
+  for (int l = 0; l < n_layer; ++l) {
+    for (int e = 0; e < n_expert; ++e) {
+      if (r->owner_[static_cast<size_t>(l) * n_expert + e] >= 0) continue;
+      int e_end = e;
+      while (e_end < n_expert && r->owner_[static_cast<size_t>(l) * n_expert + e_end] < 0) ++e_end;
+      return absl::FailedPreconditionError(absl::StrCat(
+          "no expert worker owns ", DescribeRange(l, l + 1, e, e_end),
+          " (the workers' shards must cover every layer and expert)"));
+    }
+  }
+  r->clients_ = std::move(clients);
+  return r;
+}
+
+bool RemoteExperts::BuildSubCall(const model::ExpertCall& call, int w, int t0, int t1,
+                                 model::ExpertCall* sub) const {
+  const int d = call.d;
+  sub->call_id = call.call_id;
+  sub->layer = call.layer;
+  sub->n_tokens = t1 - t0;
+  sub->d = d;
+  sub->hidden.assign(call.hidden.begin() + static_cast<size_t>(t0) * d,
+                     call.hidden.begin() + static_cast<size_t>(t1) * d);
+  sub->token_offsets.assign(1, 0);
+  sub->expert_ids.clear();
+  sub->weights.clear();
+  const int* owner = owner_.data() + static_cast<size_t>(call.layer) * n_expert_;
+  for (int t = t0; t < t1; ++t) {
+    for (uint32_t k = call.token_offsets[t]; k < call.token_offsets[t + 1]; ++k) {
+      const int e = call.expert_ids[k];
+      if (owner[e] != w) continue;
+      sub->expert_ids.push_back(e);
+      sub->weights.push_back(call.weights[k]);
+    }
+    sub->token_offsets.push_back(static_cast<uint32_t>(sub->expert_ids.size()));
+  }
+  return !sub->expert_ids.empty();
+}
+
+absl::Status RemoteExperts::Compute(const model::ExpertCall& call, model::ExpertResult* result) {
+  if (call.layer < 0 || call.layer >= n_layer_) {
+    return absl::InvalidArgumentError(absl::StrCat("expert call layer ", call.layer,
+                                                   " out of range [0, ", n_layer_, ")"));
+  }
+  if (call.token_offsets.size() != static_cast<size_t>(call.n_tokens) + 1 ||
+      call.hidden.size() != static_cast<size_t>(call.n_tokens) * call.d) {
+    return absl::InvalidArgumentError("malformed expert call (sizes)");
+  }
+  for (int32_t e : call.expert_ids) {
+    if (e < 0 || e >= n_expert_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("expert id ", e, " out of range [0, ", n_expert_, ")"));
+    }
+  }
+  result->call_id = call.call_id;
+  result->partial.assign(call.hidden.size(), 0.0f);
+  // Token chunks: the smallest max_tokens among the workers.
+  int chunk = call.n_tokens > 0 ? call.n_tokens : 1;
+  for (const auto& d : workers_) chunk = std::min(chunk, std::max(1, d.max_tokens));
+  const int n_workers = static_cast<int>(clients_.size());
+  subs_.resize(n_workers);
+  results_.resize(n_workers);
+  for (int t0 = 0; t0 < call.n_tokens; t0 += chunk) {
+    const int t1 = std::min(call.n_tokens, t0 + chunk);
+    std::vector<int64_t> tickets(n_workers, -1);
+    absl::Status first_error;
+    for (int w = 0; w < n_workers; ++w) {
+      if (!BuildSubCall(call, w, t0, t1, &subs_[w])) continue;
+      auto ticket = clients_[w]->Submit(subs_[w]);
+      if (!ticket.ok()) {
+        if (first_error.ok()) first_error = ticket.status();
+        continue;
+      }
+      tickets[w] = static_cast<int64_t>(*ticket);
+    }
+    for (int w = 0; w < n_workers; ++w) {
+      if (tickets[w] < 0) continue;
+      absl::Status s = clients_[w]->Wait(static_cast<uint64_t>(tickets[w]), &results_[w]);
+      if (!s.ok()) {
+        if (first_error.ok()) first_error = s;
+        continue;
+      }
+      if (!first_error.ok()) continue;
+      float* dst = result->partial.data() + static_cast<size_t>(t0) * call.d;
+      const std::vector<float>& p = results_[w].partial;
+      for (size_t i = 0; i < p.size(); ++i) dst[i] += p[i];
+    }
+    RETURN_IF_ERROR(first_error);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace moesplit::transport

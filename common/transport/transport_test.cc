@@ -1,0 +1,368 @@
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/transport/expert_transport.h"
+#include "common/transport/grpc_transport.h"
+#include "common/transport/remote_experts.h"
+#include "common/transport/shm_transport.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace moesplit::transport {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int kD = 64;
+
+// A deterministic stand-in for an expert store: expert e maps h to
+// h * (e + 1) + layer, weighted and summed over the token's experts.
+class FakeExperts : public model::ExpertBackend {
+ public:
+  absl::Status Compute(const model::ExpertCall& call, model::ExpertResult* result) override {
+    if (call.layer < 0 || call.layer >= 4) {
+      return absl::InvalidArgumentError(absl::StrCat("layer ", call.layer, " out of range"));
+    }
+    result->call_id = call.call_id;
+    result->partial.assign(static_cast<size_t>(call.n_tokens) * call.d, 0.0f);
+    for (int t = 0; t < call.n_tokens; ++t) {
+      for (uint32_t k = call.token_offsets[t]; k < call.token_offsets[t + 1]; ++k) {
+        for (int i = 0; i < call.d; ++i) {
+          result->partial[t * call.d + i] +=
+              call.weights[k] * (call.hidden[t * call.d + i] * (call.expert_ids[k] + 1) + call.layer);
+        }
+      }
+    }
+    if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    return absl::OkStatus();
+  }
+  int delay_ms = 0;
+};
+
+WorkerDescription Description(std::string identity = "model-a") {
+  WorkerDescription d;
+  d.model_identity = std::move(identity);
+  d.model_name = "fake";
+  d.architecture = "qwen3moe";
+  d.n_layer = 4;
+  d.n_expert = 8;
+  d.d = kD;
+  d.n_ff = 16;
+  d.layer_end = 4;
+  d.expert_end = 8;
+  d.max_tokens = 32;
+  d.worker_id = "w0";
+  return d;
+}
+
+model::ExpertCall MakeCall(int n_tokens, int layer, uint64_t id) {
+  model::ExpertCall c;
+  c.call_id = id;
+  c.layer = layer;
+  c.n_tokens = n_tokens;
+  c.d = kD;
+  for (int i = 0; i < n_tokens * kD; ++i) c.hidden.push_back(std::sin(0.37f * i + id));
+  c.token_offsets.push_back(0);
+  for (int t = 0; t < n_tokens; ++t) {
+    for (int k = 0; k < 2; ++k) {
+      c.expert_ids.push_back((t + 3 * k) % 8);
+      c.weights.push_back(0.25f + 0.5f * k + 0.01f * t);
+    }
+    c.token_offsets.push_back(c.expert_ids.size());
+  }
+  return c;
+}
+
+std::string UniqueName(const char* what) {
+  return absl::StrCat("moesplit-test-", what, "-", getpid());
+}
+
+ClientOptions Options(std::string identity = "model-a") {
+  ClientOptions o;
+  o.model_identity = std::move(identity);
+  o.timeout = std::chrono::milliseconds(2000);
+  o.backoff_min = std::chrono::milliseconds(10);
+  o.backoff_max = std::chrono::milliseconds(50);
+  return o;
+}
+
+TEST(TransportTest, AllTransportsAreBitIdentical) {
+  FakeExperts backend;
+  auto shm = ShmExpertServer::Start({UniqueName("same")}, Description(), &backend);
+  ASSERT_TRUE(shm.ok()) << shm.status();
+  auto grpc = GrpcExpertServer::Start({"127.0.0.1:0"}, Description(), &backend);
+  ASSERT_TRUE(grpc.ok()) << grpc.status();
+  auto shm_client = OpenExpertClient((*shm)->address(), Options());
+  auto grpc_client = OpenExpertClient((*grpc)->address(), Options());
+  ASSERT_TRUE(shm_client.ok() && grpc_client.ok());
+  for (int n : {1, 7, 32}) {
+    for (int layer : {0, 3}) {
+      const model::ExpertCall call = MakeCall(n, layer, 100 + n);
+      model::ExpertResult local, via_shm, via_grpc;
+      ASSERT_TRUE(backend.Compute(call, &local).ok());
+      ASSERT_TRUE((*shm_client)->Compute(call, &via_shm).ok());
+      auto s = (*grpc_client)->Compute(call, &via_grpc);
+      ASSERT_TRUE(s.ok()) << s;
+      ASSERT_EQ(local.partial.size(), via_shm.partial.size());
+      EXPECT_EQ(0, std::memcmp(local.partial.data(), via_shm.partial.data(), 4 * local.partial.size()))
+          << "shm n=" << n;
+      ASSERT_EQ(local.partial.size(), via_grpc.partial.size());
+      EXPECT_EQ(0, std::memcmp(local.partial.data(), via_grpc.partial.data(), 4 * local.partial.size()))
+          << "grpc n=" << n;
+      EXPECT_EQ(via_shm.call_id, call.call_id);
+      EXPECT_EQ(via_grpc.call_id, call.call_id);
+    }
+  }
+  auto desc = (*shm_client)->Describe();
+  ASSERT_TRUE(desc.ok());
+  EXPECT_EQ(desc->worker_id, "w0");
+  EXPECT_EQ(desc->n_expert, 8);
+  EXPECT_EQ((*shm_client)->counters().calls, 6u);
+  EXPECT_GT((*grpc_client)->counters().bytes_received, 0u);
+}
+
+TEST(TransportTest, PipelinedCallsComeBackInOrder) {
+  FakeExperts backend;
+  auto shm = ShmExpertServer::Start({UniqueName("pipe")}, Description(), &backend);
+  ASSERT_TRUE(shm.ok());
+  auto grpc = GrpcExpertServer::Start({"127.0.0.1:0"}, Description(), &backend);
+  ASSERT_TRUE(grpc.ok());
+  for (const std::string& addr : {(*shm)->address(), (*grpc)->address()}) {
+    auto client = OpenExpertClient(addr, Options());
+    ASSERT_TRUE(client.ok());
+    std::vector<uint64_t> tickets;
+    for (int i = 0; i < ExpertClient::kMaxInFlight; ++i) {
+      auto t = (*client)->Submit(MakeCall(2, i % 4, i));
+      ASSERT_TRUE(t.ok()) << addr << " " << t.status();
+      tickets.push_back(*t);
+    }
+    EXPECT_FALSE((*client)->Submit(MakeCall(1, 0, 99)).ok()) << addr << ": ring overflow accepted";
+    for (int i = 0; i < ExpertClient::kMaxInFlight; ++i) {
+      model::ExpertResult r;
+      ASSERT_TRUE((*client)->Wait(tickets[i], &r).ok()) << addr;
+      EXPECT_EQ(r.call_id, static_cast<uint64_t>(i)) << addr;
+    }
+  }
+}
+
+TEST(TransportTest, WorkerErrorsReachTheCaller) {
+  FakeExperts backend;
+  auto shm = ShmExpertServer::Start({UniqueName("err")}, Description(), &backend);
+  auto grpc = GrpcExpertServer::Start({"127.0.0.1:0"}, Description(), &backend);
+  ASSERT_TRUE(shm.ok() && grpc.ok());
+  for (const std::string& addr : {(*shm)->address(), (*grpc)->address()}) {
+    auto client = OpenExpertClient(addr, Options());
+    model::ExpertResult r;
+    absl::Status s = (*client)->Compute(MakeCall(1, 9, 1), &r);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << addr << " " << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("layer 9 out of range")) << addr;
+    // The connection stays usable.
+    EXPECT_TRUE((*client)->Compute(MakeCall(1, 1, 2), &r).ok()) << addr;
+  }
+}
+
+TEST(TransportTest, OversizedCallIsRefusedBeforeSending) {
+  FakeExperts backend;
+  auto shm = ShmExpertServer::Start({UniqueName("big")}, Description(), &backend);
+  ASSERT_TRUE(shm.ok());
+  auto client = OpenExpertClient((*shm)->address(), Options());
+  model::ExpertResult r;
+  absl::Status s = (*client)->Compute(MakeCall(33, 0, 1), &r);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("n_tokens 33 (max 32)"));
+}
+
+TEST(TransportTest, MismatchedModelIsRefusedOnBothTransports) {
+  FakeExperts backend;
+  auto shm = ShmExpertServer::Start({UniqueName("ident")}, Description("model-a"), &backend);
+  auto grpc = GrpcExpertServer::Start({"127.0.0.1:0"}, Description("model-a"), &backend);
+  ASSERT_TRUE(shm.ok() && grpc.ok());
+  for (const std::string& addr : {(*shm)->address(), (*grpc)->address()}) {
+    auto client = OpenExpertClient(addr, Options("model-b"));
+    model::ExpertResult r;
+    absl::Status s = (*client)->Compute(MakeCall(1, 0, 1), &r);
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << addr << " " << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("model-a")) << addr;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("model-b")) << addr;
+  }
+}
+
+TEST(TransportTest, DeadWorkerGivesUnavailableThenRecovers) {
+  const std::string name = UniqueName("dead");
+  FakeExperts backend;
+  auto server = ShmExpertServer::Start({name}, Description(), &backend);
+  ASSERT_TRUE(server.ok());
+  auto client = OpenExpertClient("shm://" + name, Options());
+  model::ExpertResult r;
+  ASSERT_TRUE((*client)->Compute(MakeCall(1, 0, 1), &r).ok());
+  (*server)->Shutdown();
+  server->reset();
+  absl::Status s = (*client)->Compute(MakeCall(1, 0, 2), &r);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("shm://" + name));
+  EXPECT_FALSE((*client)->healthy());
+  auto again = ShmExpertServer::Start({name}, Description(), &backend);
+  ASSERT_TRUE(again.ok()) << again.status();
+  absl::Status last;
+  for (int i = 0; i < 100; ++i) {
+    last = (*client)->Compute(MakeCall(1, 0, 3), &r);
+    if (last.ok()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(last.ok()) << last;
+  EXPECT_TRUE((*client)->healthy());
+}
+
+TEST(TransportTest, StalledWorkerTimesOut) {
+  FakeExperts backend;
+  backend.delay_ms = 600;
+  auto shm = ShmExpertServer::Start({UniqueName("slow")}, Description(), &backend);
+  auto grpc = GrpcExpertServer::Start({"127.0.0.1:0"}, Description(), &backend);
+  ASSERT_TRUE(shm.ok() && grpc.ok());
+  for (const std::string& addr : {(*shm)->address(), (*grpc)->address()}) {
+    ClientOptions o = Options();
+    o.timeout = std::chrono::milliseconds(200);
+    auto client = OpenExpertClient(addr, o);
+    ASSERT_TRUE((*client)->Describe().ok());
+    model::ExpertResult r;
+    const auto start = std::chrono::steady_clock::now();
+    absl::Status s = (*client)->Compute(MakeCall(1, 0, 1), &r);
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - start).count();
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << addr << " " << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("did not answer within 200 ms")) << addr;
+    EXPECT_LT(ms, 590) << addr;
+  }
+}
+
+TEST(TransportTest, SecondWorkerOnTheSameNameIsRefused) {
+  FakeExperts backend;
+  const std::string name = UniqueName("twice");
+  auto first = ShmExpertServer::Start({name}, Description(), &backend);
+  ASSERT_TRUE(first.ok());
+  auto second = ShmExpertServer::Start({name}, Description(), &backend);
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kAlreadyExists);
+}
+
+TEST(TransportTest, BadAddressesAreRejected) {
+  for (const char* bad : {"tcp://x", "shm://", "shm://a/b", "grpc://", "experts"}) {
+    auto c = OpenExpertClient(bad, Options());
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+  auto missing = OpenExpertClient("shm://" + UniqueName("nobody"), Options());
+  ASSERT_TRUE(missing.ok());
+  model::ExpertResult r;
+  absl::Status s = (*missing)->Compute(MakeCall(1, 0, 1), &r);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("is not running"));
+}
+
+
+WorkerDescription Shard(int lb, int le, int eb, int ee, std::string id) {
+  WorkerDescription d = Description();
+  d.layer_begin = lb;
+  d.layer_end = le;
+  d.expert_begin = eb;
+  d.expert_end = ee;
+  d.worker_id = std::move(id);
+  return d;
+}
+
+struct ShardedWorkers {
+  FakeExperts backend;
+  std::vector<std::unique_ptr<ShmExpertServer>> servers;
+  std::vector<std::unique_ptr<ExpertClient>> Clients() {
+    std::vector<std::unique_ptr<ExpertClient>> clients;
+    for (auto& s : servers) clients.push_back(*OpenExpertClient(s->address(), Options()));
+    return clients;
+  }
+};
+
+void StartShards(ShardedWorkers& w, const std::vector<WorkerDescription>& shards,
+                 const char* tag) {
+  for (size_t i = 0; i < shards.size(); ++i) {
+    auto s = ShmExpertServer::Start({UniqueName(tag) + std::to_string(i)}, shards[i], &w.backend);
+    ASSERT_TRUE(s.ok()) << s.status();
+    w.servers.push_back(std::move(*s));
+  }
+}
+
+TEST(RemoteExpertsTest, LayerShardsAreBitIdenticalToOneWorker) {
+  ShardedWorkers w;
+  StartShards(w, {Shard(0, 2, 0, 8, "a"), Shard(2, 4, 0, 8, "b")}, "layers");
+  auto remote = RemoteExperts::Connect(w.Clients(), 4, 8);
+  ASSERT_TRUE(remote.ok()) << remote.status();
+  for (int layer = 0; layer < 4; ++layer) {
+    const auto call = MakeCall(5, layer, 7);
+    model::ExpertResult local, split;
+    ASSERT_TRUE(w.backend.Compute(call, &local).ok());
+    ASSERT_TRUE((*remote)->Compute(call, &split).ok());
+    ASSERT_EQ(local.partial.size(), split.partial.size());
+    EXPECT_EQ(0, std::memcmp(local.partial.data(), split.partial.data(), 4 * local.partial.size()))
+        << "layer " << layer;
+  }
+}
+
+TEST(RemoteExpertsTest, ExpertShardsSumToTheSameResult) {
+  ShardedWorkers w;
+  StartShards(w, {Shard(0, 4, 0, 4, "a"), Shard(0, 4, 4, 8, "b")}, "experts");
+  auto remote = RemoteExperts::Connect(w.Clients(), 4, 8);
+  ASSERT_TRUE(remote.ok()) << remote.status();
+  const auto call = MakeCall(9, 1, 3);
+  model::ExpertResult local, split;
+  ASSERT_TRUE(w.backend.Compute(call, &local).ok());
+  ASSERT_TRUE((*remote)->Compute(call, &split).ok());
+  for (size_t i = 0; i < local.partial.size(); ++i) {
+    EXPECT_NEAR(local.partial[i], split.partial[i], 1e-5f * (1 + std::fabs(local.partial[i])));
+  }
+  EXPECT_GT((*remote)->clients()[0]->counters().calls, 0u);
+  EXPECT_GT((*remote)->clients()[1]->counters().calls, 0u);
+}
+
+TEST(RemoteExpertsTest, GapsAndOverlapsAreRefused) {
+  {
+    ShardedWorkers w;
+    StartShards(w, {Shard(0, 4, 0, 4, "a"), Shard(0, 3, 4, 8, "b")}, "gap");
+    auto remote = RemoteExperts::Connect(w.Clients(), 4, 8);
+    EXPECT_EQ(remote.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(std::string(remote.status().message()),
+                HasSubstr("no expert worker owns experts 4-7 of layer 3"));
+  }
+  {
+    ShardedWorkers w;
+    StartShards(w, {Shard(0, 4, 0, 5, "a"), Shard(0, 4, 4, 8, "b")}, "overlap");
+    auto remote = RemoteExperts::Connect(w.Clients(), 4, 8);
+    EXPECT_EQ(remote.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(std::string(remote.status().message()),
+                HasSubstr("expert shards overlap: expert 4 of layer 0"));
+  }
+  {
+    ShardedWorkers w;
+    StartShards(w, {Shard(0, 4, 0, 8, "a")}, "shape");
+    auto remote = RemoteExperts::Connect(w.Clients(), 5, 8);
+    EXPECT_EQ(remote.status().code(), absl::StatusCode::kFailedPrecondition);
+  }
+}
+
+TEST(RemoteExpertsTest, DeadShardFailsOnlyTheCallsThatNeedIt) {
+  ShardedWorkers w;
+  StartShards(w, {Shard(0, 2, 0, 8, "a"), Shard(2, 4, 0, 8, "b")}, "partial");
+  auto remote = RemoteExperts::Connect(w.Clients(), 4, 8);
+  ASSERT_TRUE(remote.ok());
+  const std::string dead = w.servers[1]->address();
+  w.servers[1]->Shutdown();
+  model::ExpertResult r;
+  EXPECT_TRUE((*remote)->Compute(MakeCall(2, 0, 1), &r).ok());
+  absl::Status s = (*remote)->Compute(MakeCall(2, 3, 2), &r);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr(dead));
+  EXPECT_TRUE((*remote)->Compute(MakeCall(2, 1, 3), &r).ok());
+}
+
+}  // namespace
+}  // namespace moesplit::transport
