@@ -1,0 +1,107 @@
+// Prometheus metrics of moesplit's services (prometheus-cpp).
+//
+// Names carry the `moesplit_` prefix and base units (seconds, bytes).
+// MetricsServer serves /metrics on HOST:PORT (port 0 picks one). The metric
+// sets below register themselves on a registry; they are thread-safe (the
+// counters are atomics, the activation heat map an array of atomics that is
+// turned into series only at scrape time).
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/transport/expert_transport.h"
+#include "prometheus/collectable.h"
+#include "prometheus/counter.h"
+#include "prometheus/exposer.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace moesplit::telemetry {
+
+class MetricsServer {
+ public:
+  // Unavailable when the address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(const std::string& host_port);
+  ~MetricsServer();
+
+  prometheus::Registry& registry() { return *registry_; }
+  void Register(const std::weak_ptr<prometheus::Collectable>& c) {
+    exposer_->RegisterCollectable(c);
+  }
+  int port() const { return port_; }
+
+ private:
+  MetricsServer() = default;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::shared_ptr<prometheus::Registry> registry_;
+  int port_ = 0;
+};
+
+// Per-(layer, expert) activation counts, exported as
+// moesplit_expert_activations_total{layer,expert} (series with a count > 0).
+class ActivationHeatMap final : public prometheus::Collectable {
+ public:
+  ActivationHeatMap(int n_layer, int n_expert);
+  void Record(int layer, int expert);
+  uint64_t count(int layer, int expert) const;
+  std::vector<prometheus::MetricFamily> Collect() const override;
+
+ private:
+  const int n_layer_, n_expert_;
+  std::unique_ptr<std::atomic<uint64_t>[]> counts_;
+};
+
+// The expert-worker's metrics; a CallObserver of its servers.
+class WorkerMetrics final : public transport::CallObserver {
+ public:
+  WorkerMetrics(prometheus::Registry& registry, int n_layer, int n_expert);
+
+  void OnCall(const char* transport, const model::ExpertCall& call, uint64_t bytes_in,
+              uint64_t bytes_out, double seconds, const absl::Status& status) override;
+  void SetResidentBytes(int node, uint64_t bytes);
+  void SetThreads(int threads);
+  std::shared_ptr<ActivationHeatMap> heat_map() const { return heat_map_; }
+
+ private:
+  prometheus::Registry& registry_;
+  prometheus::Family<prometheus::Counter>& calls_;
+  prometheus::Family<prometheus::Counter>& bytes_received_;
+  prometheus::Family<prometheus::Counter>& bytes_sent_;
+  prometheus::Family<prometheus::Histogram>& latency_;
+  prometheus::Histogram& tokens_;
+  prometheus::Family<prometheus::Gauge>& resident_;
+  prometheus::Gauge& threads_;
+  std::shared_ptr<ActivationHeatMap> heat_map_;
+};
+
+// The dense service's view of its expert-workers.
+class DenseExpertMetrics {
+ public:
+  explicit DenseExpertMetrics(prometheus::Registry& registry);
+  // Called after each step with the clients' cumulative counters.
+  void Update(const std::vector<std::unique_ptr<transport::ExpertClient>>& clients);
+  void ObserveRoundTrip(double seconds) { round_trip_.Observe(seconds); }
+  void CountCall(const model::ExpertCall& call);
+
+ private:
+  prometheus::Family<prometheus::Gauge>& up_;
+  prometheus::Family<prometheus::Counter>& calls_;
+  prometheus::Family<prometheus::Counter>& failures_;
+  prometheus::Family<prometheus::Counter>& sent_;
+  prometheus::Family<prometheus::Counter>& received_;
+  prometheus::Histogram& round_trip_;
+  prometheus::Histogram& tokens_;
+  std::vector<transport::TransportCounters> last_;  // per client, for deltas
+};
+
+// Histogram buckets shared by both services.
+prometheus::Histogram::BucketBoundaries LatencyBuckets();
+prometheus::Histogram::BucketBoundaries TokenBuckets();
+
+}  // namespace moesplit::telemetry

@@ -1,0 +1,82 @@
+#include "common/telemetry/metrics.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace moesplit::telemetry {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// GET /metrics from 127.0.0.1:port; the body.
+std::string Scrape(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    close(fd);
+    return "";
+  }
+  const std::string req = "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n";
+  (void)!write(fd, req.data(), req.size());
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof buf)) > 0) out.append(buf, n);
+  close(fd);
+  return out;
+}
+
+model::ExpertCall Call(int layer, std::vector<int32_t> experts) {
+  model::ExpertCall c;
+  c.layer = layer;
+  c.n_tokens = 1;
+  c.d = 4;
+  c.hidden.assign(4, 1.0f);
+  c.token_offsets = {0, static_cast<uint32_t>(experts.size())};
+  c.weights.assign(experts.size(), 0.5f);
+  c.expert_ids = std::move(experts);
+  return c;
+}
+
+TEST(MetricsTest, WorkerMetricsAreServed) {
+  auto server = MetricsServer::Start("127.0.0.1:0");
+  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_GT((*server)->port(), 0);
+  WorkerMetrics m((*server)->registry(), 2, 4);
+  (*server)->Register(m.heat_map());
+  m.SetResidentBytes(0, 12345);
+  m.SetThreads(2);
+  m.OnCall("shm", Call(1, {3, 0}), 100, 40, 2e-5, absl::OkStatus());
+  m.OnCall("shm", Call(1, {3}), 100, 40, 3e-5, absl::OkStatus());
+  m.OnCall("grpc", Call(0, {2}), 10, 0, 1e-3, absl::InvalidArgumentError("bad"));
+  const std::string body = Scrape((*server)->port());
+  EXPECT_THAT(body, HasSubstr("moesplit_expert_calls_total{code=\"OK\",transport=\"shm\"} 2"));
+  EXPECT_THAT(body, HasSubstr("code=\"INVALID_ARGUMENT\",transport=\"grpc\"} 1"));
+  EXPECT_THAT(body, HasSubstr("moesplit_expert_activations_total{expert=\"3\",layer=\"1\"} 2"));
+  EXPECT_THAT(body, HasSubstr("moesplit_expert_activations_total{expert=\"0\",layer=\"1\"} 1"));
+  // A failed call activates nothing.
+  EXPECT_THAT(body, Not(HasSubstr("expert=\"2\",layer=\"0\"")));
+  EXPECT_THAT(body, HasSubstr("moesplit_worker_resident_bytes{node=\"0\"} 12345"));
+  EXPECT_THAT(body, HasSubstr("moesplit_transport_received_bytes_total{transport=\"shm\"} 200"));
+  EXPECT_THAT(body, HasSubstr("moesplit_expert_call_duration_seconds_bucket"));
+  EXPECT_EQ(m.heat_map()->count(1, 3), 2u);
+}
+
+TEST(MetricsTest, BadAddressIsUnavailable) {
+  auto server = MetricsServer::Start("256.1.1.1:notaport");
+  EXPECT_FALSE(server.ok());
+}
+
+}  // namespace
+}  // namespace moesplit::telemetry
