@@ -15,6 +15,7 @@
 // backoff), so the dense service serves again once the worker is back.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -72,6 +73,17 @@ struct TransportCounters {
   uint64_t bytes_received = 0;
 };
 
+// Counters a client updates on its calling thread and metrics read from
+// another: relaxed atomics.
+struct AtomicTransportCounters {
+  std::atomic<uint64_t> calls{0}, failures{0}, bytes_sent{0}, bytes_received{0};
+  TransportCounters Snapshot() const {
+    return {calls.load(std::memory_order_relaxed), failures.load(std::memory_order_relaxed),
+            bytes_sent.load(std::memory_order_relaxed),
+            bytes_received.load(std::memory_order_relaxed)};
+  }
+};
+
 // One dense->worker connection. Thread-compatible: one caller at a time
 // (the dense service serialises per connection).
 class ExpertClient : public model::ExpertBackend {
@@ -84,7 +96,8 @@ class ExpertClient : public model::ExpertBackend {
   virtual absl::StatusOr<WorkerDescription> Describe() = 0;
   // "shm://NAME" or "grpc://HOST:PORT".
   virtual const std::string& address() const = 0;
-  // Whether the last call or connection attempt succeeded.
+  // Whether the last call or connection attempt succeeded (safe to read from
+  // any thread, as are the counters).
   virtual bool healthy() const = 0;
   virtual TransportCounters counters() const = 0;
 

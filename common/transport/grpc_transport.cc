@@ -275,8 +275,8 @@ class GrpcExpertClient final : public ExpertClient {
     return description_;
   }
   const std::string& address() const override { return address_; }
-  bool healthy() const override { return healthy_; }
-  TransportCounters counters() const override { return counters_; }
+  bool healthy() const override { return healthy_.load(); }
+  TransportCounters counters() const override { return counters_.Snapshot(); }
 
  private:
   absl::Status EnsureConnected();
@@ -294,11 +294,11 @@ class GrpcExpertClient final : public ExpertClient {
   std::unique_ptr<grpc::ClientReaderWriter<v1::ExpertCall, v1::ExpertResult>> stream_;
   std::thread reader_;
   WorkerDescription description_;
-  bool healthy_ = false;
+  std::atomic<bool> healthy_{false};
   absl::Status last_error_;
   std::chrono::steady_clock::time_point next_attempt_{};
   std::chrono::milliseconds backoff_;
-  TransportCounters counters_;
+  AtomicTransportCounters counters_;
   uint64_t next_ticket_ = 0;
   uint64_t next_result_ = 0;
   v1::ExpertCall request_;  // reused: no allocation growth per call

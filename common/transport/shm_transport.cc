@@ -331,8 +331,8 @@ class ShmExpertClient final : public ExpertClient {
     return description_;
   }
   const std::string& address() const override { return address_; }
-  bool healthy() const override { return healthy_; }
-  TransportCounters counters() const override { return counters_; }
+  bool healthy() const override { return healthy_.load(); }
+  TransportCounters counters() const override { return counters_.Snapshot(); }
 
  private:
   struct Mapping {
@@ -355,11 +355,11 @@ class ShmExpertClient final : public ExpertClient {
   std::unique_ptr<Mapping> control_;
   std::unique_ptr<Mapping> conn_;
   WorkerDescription description_;
-  bool healthy_ = false;
+  std::atomic<bool> healthy_{false};
   absl::Status last_error_;
   std::chrono::steady_clock::time_point next_attempt_{};
   std::chrono::milliseconds backoff_;
-  TransportCounters counters_;
+  AtomicTransportCounters counters_;
   uint32_t max_pairs_ = 0;
   uint32_t max_tokens_ = 0;
 };
