@@ -8,6 +8,13 @@
 // converted once to the weight's vec_dot_type, then rows are split over the
 // pool's threads.
 //
+// Errors (InvalidArgument, y untouched): unsupported type or one without a
+// dot kernel (Q8_1, Q8_K), negative sizes, n_cols not whole blocks, row_bytes
+// smaller than one row, data or row_bytes not aligned for the block struct
+// (4 bytes for F32, 1 for MXFP4, 2 otherwise; GGUF tensors always are), null
+// buffers where there is work. n_cols == 0 gives
+// y = 0. Results do not depend on the pool size: each output is one vec_dot.
+//
 // Thread-safe: reentrant; `pool` may be nullptr (single-threaded).
 #pragma once
 

@@ -1,0 +1,119 @@
+#include "common/quant/matmul.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <limits>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/status.h"
+#include "common/quant/internal/blocks.h"
+#include "common/quant/quant.h"
+
+namespace moesplit::quant {
+namespace {
+
+constexpr int64_t kRowTile = 16;  // weight rows kept hot while tokens stream
+
+absl::Status ValidateMatMul(const WeightView& w, const float* x, int64_t n_tokens,
+                            const float* y) {
+  const TypeTraits* traits = GetTypeTraits(w.type);
+  if (traits == nullptr) return CheckSupported(w.type);
+  const std::string name(GgmlTypeName(w.type));
+  if (traits->vec_dot == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("MatMul: ", name, " has no dot kernel"));
+  }
+  if (w.n_rows < 0 || w.n_cols < 0 || n_tokens < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "MatMul: negative shape rows=", w.n_rows, " cols=", w.n_cols, " tokens=", n_tokens));
+  }
+  const std::optional<uint64_t> need = RowBytes(w.type, w.n_cols);
+  if (!need.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "MatMul: ", name, " row of ", w.n_cols, " elements is not whole blocks of ",
+        TypeInfo(w.type).block_size));
+  }
+  if (w.row_bytes < *need) {
+    return absl::InvalidArgumentError(absl::StrCat("MatMul: ", name, " row_bytes ",
+                                                   w.row_bytes, " < ", *need));
+  }
+  const uint64_t align = internal::BlockAlignment(w.type);
+  if (w.row_bytes % align != 0 || reinterpret_cast<uintptr_t>(w.data) % align != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("MatMul: ", name,
+                                                   " weights need ", align, "-byte alignment"));
+  }
+  const bool has_work = w.n_cols > 0 && w.n_rows > 0 && n_tokens > 0;
+  if (has_work && (w.data == nullptr || x == nullptr)) {
+    return absl::InvalidArgumentError("MatMul: null weight or activation buffer");
+  }
+  if (w.n_rows > 0 && n_tokens > 0 && y == nullptr) {
+    return absl::InvalidArgumentError("MatMul: null output buffer");
+  }
+  const std::optional<uint64_t> act = RowBytes(traits->vec_dot_type, w.n_cols);
+  if (!act.has_value() ||
+      (n_tokens > 0 && *act > std::numeric_limits<uint64_t>::max() / 2 / n_tokens)) {
+    return absl::InvalidArgumentError("MatMul: activation buffer size overflows");
+  }
+  return absl::OkStatus();
+}
+
+void Parallel(ThreadPool* pool, int64_t n, int64_t min_chunk,
+              const std::function<void(int64_t, int64_t)>& fn) {
+  if (pool == nullptr) {
+    fn(0, n);
+  } else {
+    pool->ParallelFor(n, fn, min_chunk);
+  }
+}
+
+}  // namespace
+
+absl::Status MatMul(const WeightView& w, const float* x, int64_t n_tokens, float* y,
+                    ThreadPool* pool) {
+  RETURN_IF_ERROR(ValidateMatMul(w, x, n_tokens, y));
+  if (w.n_rows == 0 || n_tokens == 0) return absl::OkStatus();
+  if (w.n_cols == 0) {
+    std::fill(y, y + n_tokens * w.n_rows, 0.0f);
+    return absl::OkStatus();
+  }
+  const TypeTraits* traits = GetTypeTraits(w.type);
+  const GgmlType act_type = traits->vec_dot_type;
+  const uint64_t act_row_bytes = *RowBytes(act_type, w.n_cols);
+  const int64_t n_cols = w.n_cols;
+
+  // Activation rows in the weight's vec_dot_type (f32 is used in place).
+  std::vector<uint8_t> act_buf;
+  const uint8_t* act = reinterpret_cast<const uint8_t*>(x);
+  if (act_type != GgmlType::kF32) {
+    const QuantRowFn quantize = GetTypeTraits(act_type)->quantize;
+    act_buf.resize(act_row_bytes * static_cast<uint64_t>(n_tokens));
+    uint8_t* dst = act_buf.data();
+    const int64_t min_tokens = std::max<int64_t>(1, 16384 / n_cols);
+    Parallel(pool, n_tokens, min_tokens, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) quantize(x + t * n_cols, dst + t * act_row_bytes, n_cols);
+    });
+    act = act_buf.data();
+  }
+
+  const VecDotFn dot = traits->vec_dot;
+  const int64_t n_rows = w.n_rows;
+  const int64_t work_per_row = std::max<int64_t>(1, n_cols * n_tokens);
+  const int64_t min_rows = std::max<int64_t>(1, 65536 / work_per_row);
+  Parallel(pool, n_rows, min_rows, [&](int64_t r0, int64_t r1) {
+    for (int64_t rt = r0; rt < r1; rt += kRowTile) {
+      const int64_t rt_end = std::min(r1, rt + kRowTile);
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        const uint8_t* a = act + t * act_row_bytes;
+        float* yt = y + t * n_rows;
+        for (int64_t r = rt; r < rt_end; ++r) {
+          yt[r] = dot(n_cols, w.data + r * w.row_bytes, a);
+        }
+      }
+    }
+  });
+  return absl::OkStatus();
+}
+
+}  // namespace moesplit::quant

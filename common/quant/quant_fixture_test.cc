@@ -1,0 +1,107 @@
+// Dequantisers against llama.cpp's own outputs (gguf-py dequantisation of
+// llama.cpp-quantised tensors): every value within 1e-6 * max(1, |ref|).
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "common/gguf/gguf.h"
+#include "common/quant/internal/test_util.h"
+#include "common/quant/quant.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace moesplit::quant {
+namespace {
+
+using testing::FixturePath;
+using testing::ReadF32File;
+
+nlohmann::json ReadJson(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return nlohmann::json();
+  return nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+}
+
+struct Mismatch {
+  int64_t count = 0;
+  int64_t first = -1;
+  float got = 0, want = 0;
+};
+
+Mismatch Compare(const std::vector<float>& got, const std::vector<float>& want) {
+  Mismatch m;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const float tol = 1e-6f * std::max(1.0f, std::fabs(want[i]));
+    if (!(std::fabs(got[i] - want[i]) <= tol)) {
+      if (m.count++ == 0) {
+        m.first = static_cast<int64_t>(i);
+        m.got = got[i];
+        m.want = want[i];
+      }
+    }
+  }
+  return m;
+}
+
+// Dequantises the first n values of `t` and compares them with `want`.
+void ExpectTensorMatches(const GgufTensor& t, const std::string& type_name,
+                         const std::vector<float>& want, const std::string& what) {
+  ASSERT_EQ(std::string(GgmlTypeName(t.type)), type_name) << what;
+  const int64_t n = static_cast<int64_t>(want.size());
+  ASSERT_GT(n, 0) << what << ": empty reference";
+  ASSERT_LE(n, t.n_elements()) << what;
+  std::vector<float> got(n);
+  const absl::Status s = DequantizeRow(t.type, t.data, got.data(), n);
+  ASSERT_TRUE(s.ok()) << what << " " << type_name << ": " << s;
+  const Mismatch m = Compare(got, want);
+  EXPECT_EQ(m.count, 0) << what << " (" << type_name << "): " << m.count << " of " << n
+                        << " values differ; first at " << m.first << ": got " << m.got
+                        << " want " << m.want;
+}
+
+TEST(QuantFixtureTest, FormatsGgufMatchesGgufPy) {
+  const nlohmann::json index = ReadJson(FixturePath("models/formats.json"));
+  ASSERT_TRUE(index.is_object()) << "cannot read formats.json";
+  auto file = GgufFile::Open(FixturePath("models/formats.gguf"));
+  ASSERT_TRUE(file.ok()) << file.status();
+  int checked = 0;
+  for (const auto& [name, entry] : index.items()) {
+    const std::string type = entry.at("type").get<std::string>();
+    const GgufTensor* t = (*file)->FindTensor(name);
+    ASSERT_NE(t, nullptr) << name << " (" << type << ") missing from formats.gguf";
+    const auto want = ReadF32File(FixturePath("models/" + entry.at("reference").get<std::string>()));
+    ASSERT_EQ(static_cast<int64_t>(want.size()), t->n_elements()) << name << " (" << type << ")";
+    ExpectTensorMatches(*t, type, want, name);
+    ++checked;
+  }
+  EXPECT_EQ(checked, 16);
+}
+
+TEST(QuantFixtureTest, DequantReferenceMatchesGgufPy) {
+  const nlohmann::json index = ReadJson(FixturePath("models/dequant_reference.json"));
+  ASSERT_TRUE(index.is_object()) << "cannot read dequant_reference.json";
+  int checked = 0;
+  for (const auto& [model, tensors] : index.items()) {
+    auto file = GgufFile::Open(FixturePath("models/" + model + ".gguf"));
+    ASSERT_TRUE(file.ok()) << model << ": " << file.status();
+    for (const auto& [name, entry] : tensors.items()) {
+      const std::string type = entry.at("type").get<std::string>();
+      const std::string what = model + "/" + name;
+      const GgufTensor* t = (*file)->FindTensor(name);
+      ASSERT_NE(t, nullptr) << what << " (" << type << ") missing";
+      auto want = ReadF32File(FixturePath("models/" + entry.at("file").get<std::string>()));
+      const int64_t n_values = entry.at("n_values").get<int64_t>();
+      ASSERT_GE(static_cast<int64_t>(want.size()), n_values) << what;
+      want.resize(n_values);
+      ExpectTensorMatches(*t, type, want, what);
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 60);
+}
+
+}  // namespace
+}  // namespace moesplit::quant
