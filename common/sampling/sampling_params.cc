@@ -1,0 +1,57 @@
+#include "common/sampling/sampling_params.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace moesplit {
+namespace {
+
+// "<name> must be in <range>, got <value>".
+absl::Status OutOfRange(const char* name, const char* range, double value) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(name, " must be ", range, ", got ", value));
+}
+
+bool InClosed(float v, float lo, float hi) { return v >= lo && v <= hi; }
+
+}  // namespace
+
+absl::Status Validate(const SamplingParams& p, int n_vocab) {
+  if (n_vocab <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("n_vocab must be > 0, got ", n_vocab));
+  }
+  if (!InClosed(p.temperature, 0.0f, 2.0f)) {
+    return OutOfRange("temperature", "in [0, 2]", p.temperature);
+  }
+  if (p.top_k < 0) {
+    return OutOfRange("top_k", ">= 0 (0 disables it)", p.top_k);
+  }
+  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) {
+    return OutOfRange("top_p", "in (0, 1]", p.top_p);
+  }
+  if (!InClosed(p.min_p, 0.0f, 1.0f)) {
+    return OutOfRange("min_p", "in [0, 1]", p.min_p);
+  }
+  if (!(p.repetition_penalty > 0.0f && std::isfinite(p.repetition_penalty))) {
+    return OutOfRange("repetition_penalty", "a finite number > 0",
+                      p.repetition_penalty);
+  }
+  if (!InClosed(p.presence_penalty, -2.0f, 2.0f)) {
+    return OutOfRange("presence_penalty", "in [-2, 2]", p.presence_penalty);
+  }
+  if (!InClosed(p.frequency_penalty, -2.0f, 2.0f)) {
+    return OutOfRange("frequency_penalty", "in [-2, 2]", p.frequency_penalty);
+  }
+  if (p.penalty_last_n < -1) {
+    return OutOfRange("penalty_last_n", ">= -1 (-1: whole history, 0: off)",
+                      p.penalty_last_n);
+  }
+  if (p.logprobs < 0 || p.logprobs > kMaxTopLogprobs) {
+    return OutOfRange("logprobs", "in [0, 20]", p.logprobs);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace moesplit
