@@ -1,0 +1,133 @@
+// The f16 attention kernels: values against direct formulas, ggml's
+// summation order, and bit-identity of the vector and scalar forms.
+#include "common/model/internal/attention.h"
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "common/base/fp16.h"
+
+namespace moesplit::model::internal {
+namespace {
+
+std::vector<uint16_t> RandomF16(int64_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-scale, scale);
+  std::vector<uint16_t> v(n);
+  for (auto& x : v) x = Fp32ToFp16(u(rng));
+  return v;
+}
+
+class DotF16Test : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(DotF16Test, MatchesExactSumAndScalarForm) {
+  const int64_t n = GetParam();
+  const auto x = RandomF16(n, 1), y = RandomF16(n, 2);
+  double exact = 0, mag = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    exact += double(Fp16ToFp32(x[i])) * Fp16ToFp32(y[i]);
+    mag += std::abs(double(Fp16ToFp32(x[i])) * Fp16ToFp32(y[i]));
+  }
+  const float fast = DotF16(n, x.data(), y.data());
+  const float scalar = DotF16(n, x.data(), y.data(), F16Kernels::kScalar);
+  EXPECT_NEAR(fast, exact, 1e-6 * mag + 1e-30) << "n=" << n;
+  EXPECT_EQ(Fp32ToBits(fast), Fp32ToBits(scalar)) << "n=" << n;
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, DotF16Test, ::testing::Values(1, 7, 63, 64, 100, 128, 200, 256));
+
+// (a0 + a2) + (a1 + a3) lane-wise: 2^24 + 1 rounds back to 2^24 before the
+// -2^24 arrives, so the result is 0 where a sequential or double sum gives 1.
+TEST(DotF16OrderTest, FollowsGgmlAvx512Reduction) {
+  std::vector<uint16_t> x(64, 0), y(64, 0);
+  x[0] = Fp32ToFp16(4096.0f);   // accumulator 0, lane 0
+  y[0] = Fp32ToFp16(4096.0f);
+  x[16] = Fp32ToFp16(-4096.0f); // accumulator 1, lane 0
+  y[16] = Fp32ToFp16(4096.0f);
+  x[32] = Fp32ToFp16(1.0f);     // accumulator 2, lane 0
+  y[32] = Fp32ToFp16(1.0f);
+  EXPECT_EQ(DotF16(64, x.data(), y.data()), 0.0f);
+  EXPECT_EQ(DotF16(64, x.data(), y.data(), F16Kernels::kScalar), 0.0f);
+  // Past the last block of 64 the tail is summed in double.
+  std::vector<uint16_t> xt(65, 0), yt(65, 0);
+  xt[64] = Fp32ToFp16(3.0f);
+  yt[64] = Fp32ToFp16(0.5f);
+  EXPECT_EQ(DotF16(65, xt.data(), yt.data()), 1.5f);
+}
+
+TEST(MadScaleF16Test, VectorEqualsScalarAndFormula) {
+  for (int64_t n : {1, 7, 8, 64, 130}) {
+    const auto x = RandomF16(n, 3), y0 = RandomF16(n, 4);
+    std::vector<uint16_t> a = y0, b = y0;
+    MadF16(n, a.data(), x.data(), 0.37f);
+    MadF16(n, b.data(), x.data(), 0.37f, F16Kernels::kScalar);
+    EXPECT_EQ(a, b) << "n=" << n;
+    for (int64_t i = 0; i < n; ++i) {
+      const float want = std::fma(Fp16ToFp32(x[i]), 0.37f, Fp16ToFp32(y0[i]));
+      EXPECT_EQ(a[i], Fp32ToFp16(want)) << i;
+    }
+    ScaleF16(n, a.data(), 0.81f);
+    ScaleF16(n, b.data(), 0.81f, F16Kernels::kScalar);
+    EXPECT_EQ(a, b) << "n=" << n;
+  }
+}
+
+struct AttendCase {
+  int64_t n_kv, dk, dv;
+};
+
+class AttendHeadTest : public ::testing::TestWithParam<AttendCase> {};
+
+TEST_P(AttendHeadTest, MatchesSoftmaxFormula) {
+  const AttendCase c = GetParam();
+  const int64_t stride_k = 2 * c.dk, stride_v = 2 * c.dv;  // two KV heads interleaved
+  const auto q16 = RandomF16(c.dk, 5, 2.0f);
+  const auto k = RandomF16(c.n_kv * stride_k, 6, 2.0f);
+  const auto v = RandomF16(c.n_kv * stride_v, 7);
+  HeadAttention a;
+  a.q16 = q16.data();
+  a.k = k.data() + c.dk;  // the second head
+  a.v = v.data() + c.dv;
+  a.k_stride = stride_k;
+  a.v_stride = stride_v;
+  a.n_kv = c.n_kv;
+  a.dk = c.dk;
+  a.dv = c.dv;
+  a.scale = 1.0f / std::sqrt(float(c.dk));
+  std::vector<uint16_t> acc(c.dv);
+  std::vector<float> out(c.dv), out_scalar(c.dv);
+  AttendHead(a, acc.data(), out.data());
+  AttendHead(a, acc.data(), out_scalar.data(), F16Kernels::kScalar);
+  EXPECT_EQ(out, out_scalar);
+
+  std::vector<double> s(c.n_kv);
+  double mx = -INFINITY;
+  for (int64_t j = 0; j < c.n_kv; ++j) {
+    for (int64_t i = 0; i < c.dk; ++i) {
+      s[j] += double(Fp16ToFp32(q16[i])) * Fp16ToFp32(a.k[j * stride_k + i]);
+    }
+    s[j] *= a.scale;
+    mx = std::max(mx, s[j]);
+  }
+  double sum = 0;
+  for (double& e : s) sum += (e = std::exp(e - mx));
+  for (int64_t d = 0; d < c.dv; ++d) {
+    double want = 0;
+    for (int64_t j = 0; j < c.n_kv; ++j) want += s[j] / sum * Fp16ToFp32(a.v[j * stride_v + d]);
+    // The f16 accumulator rounds once per position.
+    EXPECT_NEAR(out[d], want, 2e-3 + 1e-3 * std::sqrt(double(c.n_kv))) << "d=" << d;
+  }
+  if (c.n_kv == 1) {
+    for (int64_t d = 0; d < c.dv; ++d) EXPECT_EQ(out[d], Fp16ToFp32(a.v[d])) << d;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, AttendHeadTest,
+                         ::testing::Values(AttendCase{1, 64, 64}, AttendCase{2, 64, 64},
+                                           AttendCase{17, 128, 128}, AttendCase{300, 64, 64},
+                                           AttendCase{9, 40, 24}));
+
+}  // namespace
+}  // namespace moesplit::model::internal

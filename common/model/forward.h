@@ -1,0 +1,138 @@
+// CPU reference forward pass of an MoE transformer (qwen3moe / qwen2moe
+// family) and its KV cache.
+//
+// Per block, for a batch of n tokens at positions n_past .. n_past + n - 1:
+//   h   = RMSNorm(x) * attn_norm
+//   q,k,v = Wq h (+bq), Wk h (+bk), Wv h (+bv)
+//   q,k = per-head RMSNorm * q_norm / k_norm        (when present)
+//   q,k = NEOX RoPE(pos)                            (theta, scaling: RopeParams)
+//   K,V cache[pos] = f16(k), f16(v)
+//   a   = softmax(q . K^T / sqrt(head_dim_k), causal) . V   per head, GQA,
+//         as llama.cpp's CPU flash-attention kernel computes it (f16 query,
+//         online softmax, f16 accumulator; internal/attention.h)
+//   x  += Wo a
+//   h   = RMSNorm(x) * ffn_norm
+//   p   = softmax(W_router h); top-k (ties -> lower id); renormalise when
+//         hparams.norm_topk
+//   x  += ExpertBackend(h, top-k ids, weights)
+//         + sigmoid(w_shexp_gate . h) * SharedExpert(h)   (when present)
+// then logits = W_out (RMSNorm(x) * output_norm).
+//
+// Arithmetic follows llama.cpp's CPU backend (AVX-512 build) so that the
+// oracle fixtures match to the bit where the kernels allow: matrix products
+// go through quant::MatMul (activations converted to the weight's
+// vec_dot_type); RMSNorm sums squares in double; SwiGLU and the router
+// softmax use ggml's vectorised exp in blocks of 16 (internal/ops.h);
+// attention is ggml's flash-attention kernel (internal/attention.h).
+//
+// Thread-safety: KvCache is not thread-safe. Forward holds no per-call state;
+// Eval() calls on distinct caches may run concurrently (they share the pool
+// and the expert backend, which must then be thread-safe).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/base/thread_pool.h"
+#include "common/model/expert.h"
+#include "common/model/model.h"
+
+namespace moesplit::model {
+
+// Keys and values of every layer for up to n_ctx positions, stored as IEEE
+// f16 (like llama.cpp's default cache), position-major:
+//   K of layer l, position p: n_head_kv * head_dim_k values at k(l, p);
+//   V of layer l, position p: n_head_kv * head_dim_v values at v(l, p).
+class KvCache {
+ public:
+  // InvalidArgument for n_ctx < 1; ResourceExhausted when the allocation fails.
+  static absl::StatusOr<std::unique_ptr<KvCache>> Create(const HyperParams& hp,
+                                                         int64_t n_ctx);
+
+  int64_t n_ctx() const { return n_ctx_; }
+  int64_t n_past() const { return n_past_; }
+  int n_layer() const { return static_cast<int>(k_.size()); }
+  uint64_t bytes() const;
+  // Whether the layout fits a model with these hyper-parameters.
+  bool Matches(const HyperParams& hp) const;
+
+  // Forgets every position (contents are overwritten by later Evals).
+  void Clear() { n_past_ = 0; }
+  // Keeps the first n positions. InvalidArgument when n > n_past().
+  absl::Status Truncate(int64_t n);
+  // OkStatus when n_new more positions fit; OutOfRange naming n_past, n_new
+  // and n_ctx otherwise.
+  absl::Status CheckRoom(int64_t n_new) const;
+
+  // Raw storage (the forward pass writes positions >= n_past, then Commit).
+  uint16_t* k(int layer, int64_t pos) { return k_[layer].data() + pos * k_row_; }
+  const uint16_t* k(int layer, int64_t pos) const { return k_[layer].data() + pos * k_row_; }
+  uint16_t* v(int layer, int64_t pos) { return v_[layer].data() + pos * v_row_; }
+  const uint16_t* v(int layer, int64_t pos) const { return v_[layer].data() + pos * v_row_; }
+  // REQUIRES: CheckRoom(n_new).ok().
+  void Commit(int64_t n_new) { n_past_ += n_new; }
+
+ private:
+  KvCache() = default;
+  int64_t n_ctx_ = 0;
+  int64_t n_past_ = 0;
+  int64_t k_row_ = 0;  // n_head_kv * head_dim_k
+  int64_t v_row_ = 0;  // n_head_kv * head_dim_v
+  std::vector<std::vector<uint16_t>> k_, v_;
+};
+
+enum class LogitsMode { kNone, kLast, kAll };
+
+class Forward {
+ public:
+  // `experts` computes the routed experts (e.g. an InProcessExperts over the
+  // same model); `pool` may be nullptr. Both must outlive this object.
+  Forward(std::shared_ptr<const Model> model, ExpertBackend* experts, ThreadPool* pool);
+
+  const Model& model() const { return *model_; }
+
+  // Runs `tokens` at positions cache->n_past() .. and appends them to the
+  // cache. *logits receives n_vocab floats per requested position (all
+  // tokens, the last, or none), row-major.
+  // Errors, checked before any work, leave the cache unchanged:
+  //   InvalidArgument: empty batch, a token id outside [0, n_vocab), a cache
+  //     made for other hyper-parameters;
+  //   OutOfRange: the batch does not fit in the cache.
+  // An error from the expert backend or a kernel also leaves n_past unchanged
+  // (positions past n_past may have been overwritten).
+  absl::Status Eval(absl::Span<const int32_t> tokens, KvCache* cache, LogitsMode mode,
+                    std::vector<float>* logits) const;
+
+ private:
+  struct Batch;
+  absl::Status Embed(absl::Span<const int32_t> tokens, std::vector<float>* x) const;
+  absl::Status Attention(int il, Batch& b, KvCache* cache) const;
+  void AttendHeads(int il, const Batch& b, const float* q, const KvCache& cache,
+                   float* out) const;
+  absl::Status MoeFfn(int il, Batch& b) const;
+  absl::Status SharedExpert(int il, const std::vector<float>& h, int64_t n,
+                            std::vector<float>* out) const;
+  absl::Status Head(const Batch& b, LogitsMode mode, std::vector<float>* logits) const;
+
+  std::shared_ptr<const Model> model_;
+  ExpertBackend* experts_;
+  ThreadPool* pool_;
+  mutable std::atomic<uint64_t> next_call_id_{1};
+};
+
+// Greedy decoding: evaluates `prompt` (non-empty; InvalidArgument otherwise)
+// at the cache's n_past, then n_predict times picks argmax (ties -> lower id) of the
+// last logits, reports it to `on_token` (return false to stop early) and
+// feeds it back. Returns the generated ids. Stops early at a token in
+// `stop_ids` (which is included in the result). Errors as Forward::Eval.
+absl::StatusOr<std::vector<int32_t>> GreedyGenerate(
+    const Forward& forward, KvCache* cache, absl::Span<const int32_t> prompt,
+    int n_predict, absl::Span<const int32_t> stop_ids = {},
+    const std::function<bool(int32_t)>& on_token = nullptr);
+
+}  // namespace moesplit::model

@@ -1,0 +1,121 @@
+// Benchmark: prompt and generation speed of the CPU reference forward pass
+// on a synthetic random-weight model (written once, then reused).
+//
+//   model_bench [layers=2] [embd=2048] [heads=32] [kv_heads=4] [head_dim=128]
+//               [experts=128] [used=8] [ff=768] [vocab=151936] [type=Q4_K]
+//               [threads=0] [prompt=32] [tokens=16] [path=/tmp/...gguf]
+//
+// Not a test (timing belongs in benchmarks); prints tokens/s.
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/model/forward.h"
+#include "common/model/testing/tiny_model.h"
+
+namespace moesplit::model {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+// Prompt and generation speed of the model at `path`.
+int Measure(const std::string& path, int64_t n_vocab, const std::string& type_name, int threads,
+            int64_t n_prompt, int64_t n_gen) {
+  auto model = Model::Open(path);
+  if (!model.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(model.status().message()).c_str());
+    return 1;
+  }
+  ThreadPool pool(threads);
+  InProcessExperts experts(ExpertStore(*model), &pool);
+  Forward forward(*model, &experts, &pool);
+  auto cache = KvCache::Create((*model)->hparams(), n_prompt + n_gen + 1);
+  if (!cache.ok()) return 1;
+  std::vector<int32_t> prompt(n_prompt);
+  for (int64_t i = 0; i < n_prompt; ++i) prompt[i] = static_cast<int32_t>((i * 7919) % n_vocab);
+  std::vector<float> logits;
+  auto t0 = Clock::now();
+  absl::Status st = forward.Eval(prompt, cache->get(), LogitsMode::kLast, &logits);
+  const double prompt_s = Seconds(t0);
+  if (!st.ok()) return 1;
+  t0 = Clock::now();
+  for (int64_t i = 0; i < n_gen; ++i) {
+    const int32_t tok[1] = {static_cast<int32_t>((i * 31) % n_vocab)};
+    st = forward.Eval(tok, cache->get(), LogitsMode::kLast, &logits);
+    if (!st.ok()) return 1;
+  }
+  const double gen_s = Seconds(t0);
+  std::printf("%s, %d threads: prompt %lld tokens %.2f tok/s; generation %lld tokens %.2f tok/s\n",
+              type_name.c_str(), pool.size(), static_cast<long long>(n_prompt), n_prompt / prompt_s,
+              static_cast<long long>(n_gen), n_gen / gen_s);
+  return 0;
+}
+
+int Run(std::map<std::string, std::string> args) {
+  auto num = [&](const char* key, int64_t def) {
+    int64_t v = def;
+    if (args.count(key) && !absl::SimpleAtoi(args[key], &v)) {
+      std::fprintf(stderr, "bad %s\n", key);
+      std::exit(2);
+    }
+    return v;
+  };
+  testing::TinyModelOptions o;
+  o.n_layer = num("layers", 2);
+  o.n_embd = num("embd", 2048);
+  o.n_head = num("heads", 32);
+  o.n_head_kv = num("kv_heads", 4);
+  o.head_dim = num("head_dim", 128);
+  o.n_expert = num("experts", 128);
+  o.n_expert_used = num("used", 8);
+  o.n_ff_exp = num("ff", 768);
+  o.n_vocab = num("vocab", 151936);
+  o.n_ctx_train = 4096;
+  const std::string type_name = args.count("type") ? args["type"] : "Q4_K";
+  const auto type = GgmlTypeFromName(type_name);
+  if (!type) {
+    std::fprintf(stderr, "unknown type %s\n", type_name.c_str());
+    return 2;
+  }
+  o.matrix_type = *type;
+  const std::string path =
+      args.count("path") ? args["path"]
+                         : absl::StrCat("/tmp/moesplit_bench_", o.n_layer, "l_", o.n_embd, "d_",
+                                        o.n_expert, "e_", o.n_vocab, "v_", type_name, ".gguf");
+  if (!std::filesystem::exists(path)) {
+    const auto t0 = Clock::now();
+    const absl::Status st = testing::WriteTinyModel(o, path);
+    if (!st.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(st.message()).c_str());
+      return 1;
+    }
+    std::printf("wrote %s in %.1f s\n", path.c_str(), Seconds(t0));
+  }
+  return Measure(path, o.n_vocab, type_name, static_cast<int>(num("threads", 0)),
+                 num("prompt", 32), num("tokens", 16));
+}
+
+}  // namespace
+}  // namespace moesplit::model
+
+int main(int argc, char** argv) {
+  std::map<std::string, std::string> args;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const size_t eq = a.find('=');
+    if (eq == std::string::npos) {
+      std::fprintf(stderr, "arguments are key=value\n");
+      return 2;
+    }
+    args[a.substr(0, eq)] = a.substr(eq + 1);
+  }
+  return moesplit::model::Run(std::move(args));
+}

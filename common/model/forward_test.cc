@@ -1,0 +1,430 @@
+// The forward pass against an independent naive double-precision
+// implementation, KV-cache behaviour and incremental decoding.
+#include "common/model/forward.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "common/model/testing/tiny_model.h"
+#include "common/quant/quant.h"
+
+namespace moesplit::model {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::MakeTinyModel;
+using testing::TinyModelOptions;
+using Vec = std::vector<double>;
+
+// ----------------------------------------------------------- naive reference
+
+std::vector<float> Dequant(const quant::WeightView& w) {
+  std::vector<float> out(w.n_rows * w.n_cols);
+  for (int64_t r = 0; r < w.n_rows; ++r) {
+    EXPECT_TRUE(quant::DequantizeRow(w.type, w.data + r * w.row_bytes,
+                                     out.data() + r * w.n_cols, w.n_cols)
+                    .ok());
+  }
+  return out;
+}
+
+Vec MatVec(const quant::WeightView& w, const Vec& x) {
+  const std::vector<float> m = Dequant(w);
+  Vec y(w.n_rows, 0.0);
+  for (int64_t r = 0; r < w.n_rows; ++r) {
+    for (int64_t i = 0; i < w.n_cols; ++i) y[r] += double(m[r * w.n_cols + i]) * x[i];
+  }
+  return y;
+}
+
+Vec Norm(const Vec& x, const std::vector<float>& w, double eps) {
+  double ms = 0;
+  for (double v : x) ms += v * v;
+  ms /= x.size();
+  Vec y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] / std::sqrt(ms + eps) * w[i];
+  return y;
+}
+
+void Rope(double* v, int64_t n_rot, double base, int64_t pos) {
+  for (int64_t i = 0; i < n_rot / 2; ++i) {
+    const double th = pos * std::pow(base, -2.0 * i / n_rot);
+    const double a = v[i], b = v[i + n_rot / 2];
+    v[i] = a * std::cos(th) - b * std::sin(th);
+    v[i + n_rot / 2] = a * std::sin(th) + b * std::cos(th);
+  }
+}
+
+Vec Ffn(const quant::WeightView& gate, const quant::WeightView& up,
+        const quant::WeightView& down, const Vec& h) {
+  Vec g = MatVec(gate, h), u = MatVec(up, h);
+  for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1 + std::exp(-g[i])) * u[i];
+  return MatVec(down, g);
+}
+
+Vec NaiveMoe(const Model& m, int il, const Vec& h) {
+  const HyperParams& hp = m.hparams();
+  const LayerWeights& L = m.layer(il);
+  Vec p = MatVec(L.router, h);
+  const double mx = *std::max_element(p.begin(), p.end());
+  double sum = 0;
+  for (double& v : p) sum += (v = std::exp(v - mx));
+  for (double& v : p) v /= sum;
+  std::vector<int> ids(hp.n_expert);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::stable_sort(ids.begin(), ids.end(), [&](int a, int b) { return p[a] > p[b]; });
+  double sel = 0;
+  for (int k = 0; k < hp.n_expert_used; ++k) sel += p[ids[k]];
+  Vec out(hp.n_embd, 0.0);
+  for (int k = 0; k < hp.n_expert_used; ++k) {
+    const double w = hp.norm_topk ? p[ids[k]] / sel : p[ids[k]];
+    const Vec y = Ffn(L.gate_exps.Expert(ids[k]), L.up_exps.Expert(ids[k]),
+                      L.down_exps.Expert(ids[k]), h);
+    for (int64_t i = 0; i < hp.n_embd; ++i) out[i] += w * y[i];
+  }
+  if (L.has_shared_expert()) {
+    const Vec y = Ffn(L.shexp_gate, L.shexp_up, L.shexp_down, h);
+    const double g = 1 / (1 + std::exp(-MatVec(L.shexp_gate_inp, h)[0]));
+    for (int64_t i = 0; i < hp.n_embd; ++i) out[i] += g * y[i];
+  }
+  return out;
+}
+
+void AddBias(Vec* y, const std::vector<float>& b) {
+  for (size_t i = 0; i < b.size(); ++i) (*y)[i] += b[i];
+}
+
+// Per-head QK-norm then RoPE.
+void HeadsNormRope(Vec* v, int64_t heads, const HyperParams& hp, const std::vector<float>& nw,
+                   int64_t pos) {
+  for (int64_t h = 0; h < heads; ++h) {
+    double* x = v->data() + h * hp.head_dim_k;
+    if (!nw.empty()) {
+      const Vec n = Norm(Vec(x, x + hp.head_dim_k), nw, hp.rms_eps);
+      std::copy(n.begin(), n.end(), x);
+    }
+    Rope(x, hp.rope.n_rot, hp.rope.freq_base, pos);
+  }
+}
+
+// Logits of every position, n x n_vocab.
+std::vector<Vec> NaiveForward(const Model& m, const std::vector<int32_t>& tokens) {
+  const HyperParams& hp = m.hparams();
+  const int64_t n = tokens.size(), d = hp.n_embd, hk = hp.head_dim_k, hv = hp.head_dim_v;
+  const std::vector<float> embd = Dequant(m.token_embd());
+  std::vector<Vec> x(n);
+  for (int64_t t = 0; t < n; ++t) x[t].assign(&embd[tokens[t] * d], &embd[tokens[t] * d] + d);
+  for (int il = 0; il < m.n_layer(); ++il) {
+    const LayerWeights& L = m.layer(il);
+    std::vector<Vec> q(n), k(n), v(n);
+    for (int64_t t = 0; t < n; ++t) {
+      const Vec h = Norm(x[t], L.attn_norm, hp.rms_eps);
+      q[t] = MatVec(L.wq, h);
+      k[t] = MatVec(L.wk, h);
+      v[t] = MatVec(L.wv, h);
+      AddBias(&q[t], L.bq);
+      AddBias(&k[t], L.bk);
+      AddBias(&v[t], L.bv);
+      HeadsNormRope(&q[t], hp.n_head, hp, L.q_norm, t);
+      HeadsNormRope(&k[t], hp.n_head_kv, hp, L.k_norm, t);
+    }
+    for (int64_t t = 0; t < n; ++t) {
+      Vec a(hp.n_head * hv, 0.0);
+      for (int64_t h = 0; h < hp.n_head; ++h) {
+        const int64_t kvh = h / (hp.n_head / hp.n_head_kv);
+        Vec s(t + 1);
+        for (int64_t j = 0; j <= t; ++j) {
+          for (int64_t i = 0; i < hk; ++i) s[j] += q[t][h * hk + i] * k[j][kvh * hk + i];
+          s[j] /= std::sqrt(double(hk));
+        }
+        const double mx = *std::max_element(s.begin(), s.end());
+        double sum = 0;
+        for (double& e : s) sum += (e = std::exp(e - mx));
+        for (int64_t j = 0; j <= t; ++j) {
+          for (int64_t c = 0; c < hv; ++c) a[h * hv + c] += s[j] / sum * v[j][kvh * hv + c];
+        }
+      }
+      const Vec o = MatVec(L.wo, a);
+      for (int64_t i = 0; i < d; ++i) x[t][i] += o[i];
+      const Vec moe = NaiveMoe(m, il, Norm(x[t], L.ffn_norm, hp.rms_eps));
+      for (int64_t i = 0; i < d; ++i) x[t][i] += moe[i];
+    }
+  }
+  std::vector<Vec> logits(n);
+  for (int64_t t = 0; t < n; ++t) {
+    logits[t] = MatVec(m.output(), Norm(x[t], m.output_norm(), hp.rms_eps));
+  }
+  return logits;
+}
+
+double Nmse(const float* ours, const Vec& ref) {
+  double e = 0, r = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    e += (ours[i] - ref[i]) * (ours[i] - ref[i]);
+    r += ref[i] * ref[i];
+  }
+  return e / r;
+}
+
+// ------------------------------------------------------------------ fixture
+
+struct Engine {
+  std::shared_ptr<const Model> model;
+  std::unique_ptr<ThreadPool> pool;
+  std::unique_ptr<InProcessExperts> experts;
+  std::unique_ptr<Forward> forward;
+};
+
+Engine MakeEngine(const TinyModelOptions& o, int threads = 2) {
+  Engine e;
+  auto m = MakeTinyModel(o);
+  EXPECT_TRUE(m.ok()) << m.status();
+  if (!m.ok()) return e;
+  e.model = *m;
+  e.pool = std::make_unique<ThreadPool>(threads);
+  e.experts = std::make_unique<InProcessExperts>(ExpertStore(e.model), e.pool.get());
+  e.forward = std::make_unique<Forward>(e.model, e.experts.get(), e.pool.get());
+  return e;
+}
+
+std::unique_ptr<KvCache> Cache(const Engine& e, int64_t n_ctx) {
+  auto c = KvCache::Create(e.model->hparams(), n_ctx);
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? std::move(*c) : nullptr;
+}
+
+const std::vector<int32_t> kTokens = {3, 17, 5, 39, 0, 22, 22, 8, 11, 30, 2, 19};
+
+class ForwardArchTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ForwardArchTest, MatchesNaiveDoublePrecisionForward) {
+  TinyModelOptions o;
+  o.arch = GetParam();
+  Engine e = MakeEngine(o);
+  ASSERT_NE(e.forward, nullptr);
+  auto cache = Cache(e, 32);
+  std::vector<float> logits;
+  ASSERT_TRUE(e.forward->Eval(kTokens, cache.get(), LogitsMode::kAll, &logits).ok());
+  const int64_t nv = e.model->hparams().n_vocab;
+  ASSERT_EQ(logits.size(), kTokens.size() * nv);
+  const std::vector<Vec> ref = NaiveForward(*e.model, kTokens);
+  for (size_t t = 0; t < kTokens.size(); ++t) {
+    // f16 K/V and f16-rounded queries/probabilities bound the agreement.
+    EXPECT_LT(Nmse(logits.data() + t * nv, ref[t]), 1e-5) << GetParam() << " position " << t;
+  }
+  EXPECT_EQ(cache->n_past(), static_cast<int64_t>(kTokens.size()));
+}
+
+TEST_P(ForwardArchTest, IncrementalDecodeMatchesOneBatch) {
+  TinyModelOptions o;
+  o.arch = GetParam();
+  o.matrix_type = GgmlType::kQ8_0;
+  Engine e = MakeEngine(o);
+  ASSERT_NE(e.forward, nullptr);
+  const int64_t nv = e.model->hparams().n_vocab;
+  auto batch_cache = Cache(e, 16);
+  std::vector<float> all;
+  ASSERT_TRUE(e.forward->Eval(kTokens, batch_cache.get(), LogitsMode::kAll, &all).ok());
+
+  auto cache = Cache(e, 16);
+  std::vector<float> inc, chunk;
+  // A prefix of 5, then a chunk of 3, then one token at a time.
+  ASSERT_TRUE(e.forward->Eval(absl::MakeSpan(kTokens).subspan(0, 5), cache.get(),
+                              LogitsMode::kAll, &chunk).ok());
+  inc.insert(inc.end(), chunk.begin(), chunk.end());
+  ASSERT_TRUE(e.forward->Eval(absl::MakeSpan(kTokens).subspan(5, 3), cache.get(),
+                              LogitsMode::kAll, &chunk).ok());
+  inc.insert(inc.end(), chunk.begin(), chunk.end());
+  for (size_t t = 8; t < kTokens.size(); ++t) {
+    ASSERT_TRUE(e.forward->Eval(absl::MakeSpan(kTokens).subspan(t, 1), cache.get(),
+                                LogitsMode::kLast, &chunk).ok());
+    inc.insert(inc.end(), chunk.begin(), chunk.end());
+  }
+  ASSERT_EQ(inc.size(), all.size());
+  for (size_t t = 0; t < kTokens.size(); ++t) {
+    for (int64_t i = 0; i < nv; ++i) {
+      ASSERT_NEAR(inc[t * nv + i], all[t * nv + i], 1e-5 * (1 + std::abs(all[t * nv + i])))
+          << GetParam() << " position " << t << " vocab " << i;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, ForwardArchTest, ::testing::Values("qwen3moe", "qwen2moe"));
+
+TEST(ForwardTest, LastLogitsEqualLastRowAndThreadsDoNotMatter) {
+  TinyModelOptions o;
+  o.matrix_type = GgmlType::kQ8_0;
+  Engine two = MakeEngine(o, 2), one = MakeEngine(o, 1);
+  ASSERT_NE(two.forward, nullptr);
+  ASSERT_NE(one.forward, nullptr);
+  auto c1 = Cache(two, 16), c2 = Cache(one, 16);
+  std::vector<float> all, last;
+  ASSERT_TRUE(two.forward->Eval(kTokens, c1.get(), LogitsMode::kAll, &all).ok());
+  ASSERT_TRUE(one.forward->Eval(kTokens, c2.get(), LogitsMode::kLast, &last).ok());
+  const int64_t nv = two.model->hparams().n_vocab;
+  ASSERT_EQ(last.size(), static_cast<size_t>(nv));
+  EXPECT_EQ(last, std::vector<float>(all.end() - nv, all.end()));
+}
+
+TEST(ForwardTest, CausalPrefixIsUnaffectedByLaterTokens) {
+  Engine e = MakeEngine(TinyModelOptions());
+  ASSERT_NE(e.forward, nullptr);
+  std::vector<int32_t> other = kTokens;
+  other[6] = 1;
+  auto c1 = Cache(e, 16), c2 = Cache(e, 16);
+  std::vector<float> a, b;
+  ASSERT_TRUE(e.forward->Eval(kTokens, c1.get(), LogitsMode::kAll, &a).ok());
+  ASSERT_TRUE(e.forward->Eval(other, c2.get(), LogitsMode::kAll, &b).ok());
+  const int64_t nv = e.model->hparams().n_vocab;
+  EXPECT_EQ(std::vector<float>(a.begin(), a.begin() + 6 * nv),
+            std::vector<float>(b.begin(), b.begin() + 6 * nv));
+  EXPECT_NE(std::vector<float>(a.begin() + 6 * nv, a.begin() + 7 * nv),
+            std::vector<float>(b.begin() + 6 * nv, b.begin() + 7 * nv));
+}
+
+TEST(KvCacheTest, RefusesOverflowNamingBothNumbers) {
+  Engine e = MakeEngine(TinyModelOptions());
+  ASSERT_NE(e.forward, nullptr);
+  auto cache = Cache(e, 8);
+  std::vector<float> logits;
+  ASSERT_TRUE(e.forward->Eval(absl::MakeSpan(kTokens).subspan(0, 6), cache.get(),
+                              LogitsMode::kLast, &logits).ok());
+  const absl::Status st = e.forward->Eval(absl::MakeSpan(kTokens).subspan(6, 3), cache.get(),
+                                          LogitsMode::kLast, &logits);
+  EXPECT_EQ(st.code(), absl::StatusCode::kOutOfRange) << st;
+  EXPECT_THAT(std::string(st.message()), HasSubstr("6 positions used + 3 new"));
+  EXPECT_THAT(std::string(st.message()), HasSubstr("n_ctx 8"));
+  EXPECT_EQ(cache->n_past(), 6);
+  EXPECT_TRUE(e.forward->Eval(absl::MakeSpan(kTokens).subspan(6, 2), cache.get(),
+                              LogitsMode::kLast, &logits).ok());
+  EXPECT_EQ(cache->n_past(), 8);
+  cache->Clear();
+  EXPECT_EQ(cache->n_past(), 0);
+  EXPECT_TRUE(cache->CheckRoom(8).ok());
+  EXPECT_FALSE(cache->CheckRoom(9).ok());
+  EXPECT_EQ(cache->Truncate(1).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(KvCache::Create(e.model->hparams(), 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(KvCacheTest, TruncateThenReplayGivesSameLogits) {
+  Engine e = MakeEngine(TinyModelOptions());
+  ASSERT_NE(e.forward, nullptr);
+  auto cache = Cache(e, 16);
+  std::vector<float> first, second;
+  ASSERT_TRUE(e.forward->Eval(kTokens, cache.get(), LogitsMode::kLast, &first).ok());
+  ASSERT_TRUE(cache->Truncate(static_cast<int64_t>(kTokens.size()) - 1).ok());
+  ASSERT_TRUE(e.forward->Eval(absl::MakeSpan(kTokens).subspan(kTokens.size() - 1),
+                              cache.get(), LogitsMode::kLast, &second).ok());
+  EXPECT_EQ(first, second);
+}
+
+TEST(ForwardTest, RejectsBadInputWithoutTouchingTheCache) {
+  Engine e = MakeEngine(TinyModelOptions());
+  ASSERT_NE(e.forward, nullptr);
+  auto cache = Cache(e, 16);
+  std::vector<float> logits;
+  ASSERT_TRUE(e.forward->Eval({1, 2}, cache.get(), LogitsMode::kLast, &logits).ok());
+  for (const std::vector<int32_t>& bad :
+       {std::vector<int32_t>{1, 40}, std::vector<int32_t>{-1}, std::vector<int32_t>{}}) {
+    const absl::Status st = e.forward->Eval(bad, cache.get(), LogitsMode::kLast, &logits);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+    EXPECT_EQ(cache->n_past(), 2);
+  }
+  EXPECT_THAT(std::string(e.forward->Eval({40}, cache.get(), LogitsMode::kLast, &logits)
+                              .message()),
+              HasSubstr("id 40, outside [0, 40)"));
+  TinyModelOptions wide;
+  wide.n_head_kv = 4;
+  Engine other = MakeEngine(wide);
+  ASSERT_NE(other.forward, nullptr);
+  auto foreign = Cache(other, 16);
+  EXPECT_EQ(e.forward->Eval({1}, foreign.get(), LogitsMode::kLast, &logits).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// Records the calls and answers zeros: checks what the forward pass routes.
+class RecordingExperts : public ExpertBackend {
+ public:
+  absl::Status Compute(const ExpertCall& call, ExpertResult* result) override {
+    calls.push_back(call);
+    result->call_id = call.call_id;
+    result->partial.assign(call.hidden.size(), 0.0f);
+    return absl::OkStatus();
+  }
+  std::vector<ExpertCall> calls;
+};
+
+TEST(ForwardTest, RoutesTopKWithArchitectureNormalisation) {
+  for (const char* arch : {"qwen3moe", "qwen2moe"}) {
+    TinyModelOptions o;
+    o.arch = arch;
+    auto m = MakeTinyModel(o);
+    ASSERT_TRUE(m.ok()) << m.status();
+    RecordingExperts rec;
+    Forward f(*m, &rec, nullptr);
+    auto cache = KvCache::Create((*m)->hparams(), 8);
+    ASSERT_TRUE(cache.ok());
+    ASSERT_TRUE(f.Eval({4, 5, 6}, cache->get(), LogitsMode::kNone, nullptr).ok());
+    ASSERT_EQ(rec.calls.size(), 2u) << arch;
+    for (size_t i = 0; i < rec.calls.size(); ++i) {
+      const ExpertCall& c = rec.calls[i];
+      EXPECT_EQ(c.layer, static_cast<int>(i));
+      EXPECT_EQ(c.n_tokens, 3);
+      EXPECT_EQ(c.token_offsets, (std::vector<uint32_t>{0, 2, 4, 6}));
+      for (int t = 0; t < 3; ++t) {
+        const float sum = c.weights[2 * t] + c.weights[2 * t + 1];
+        EXPECT_GE(c.weights[2 * t], c.weights[2 * t + 1]) << arch;
+        EXPECT_NE(c.expert_ids[2 * t], c.expert_ids[2 * t + 1]) << arch;
+        if (std::string(arch) == "qwen3moe") {
+          EXPECT_NEAR(sum, 1.0f, 1e-6) << arch;
+        } else {
+          EXPECT_LT(sum, 0.999f) << arch;  // plain softmax probabilities of 4 experts
+        }
+      }
+    }
+    EXPECT_NE(rec.calls[0].call_id, rec.calls[1].call_id);
+  }
+}
+
+TEST(GreedyGenerateTest, MatchesArgmaxOfFullEvaluationAndStops) {
+  TinyModelOptions o;
+  o.matrix_type = GgmlType::kF16;
+  Engine e = MakeEngine(o);
+  ASSERT_NE(e.forward, nullptr);
+  const std::vector<int32_t> prompt = {7, 8, 9};
+  auto cache = Cache(e, 32);
+  auto gen = GreedyGenerate(*e.forward, cache.get(), prompt, 6);
+  ASSERT_TRUE(gen.ok()) << gen.status();
+  ASSERT_EQ(gen->size(), 6u);
+  EXPECT_EQ(cache->n_past(), 3 + 5);
+  // Re-derive each token from a fresh full evaluation of the sequence so far.
+  std::vector<int32_t> seq = prompt;
+  const int64_t nv = e.model->hparams().n_vocab;
+  for (int32_t tok : *gen) {
+    auto c = Cache(e, 32);
+    std::vector<float> logits;
+    ASSERT_TRUE(e.forward->Eval(seq, c.get(), LogitsMode::kLast, &logits).ok());
+    const int32_t want = static_cast<int32_t>(
+        std::max_element(logits.begin(), logits.begin() + nv) - logits.begin());
+    EXPECT_EQ(tok, want);
+    seq.push_back(tok);
+  }
+  auto c2 = Cache(e, 32);
+  auto stopped = GreedyGenerate(*e.forward, c2.get(), prompt, 6, {(*gen)[1]});
+  ASSERT_TRUE(stopped.ok());
+  EXPECT_EQ(stopped->size(), (*gen)[0] == (*gen)[1] ? 1u : 2u);
+  int seen = 0;
+  auto c3 = Cache(e, 32);
+  auto cb = GreedyGenerate(*e.forward, c3.get(), prompt, 6, {}, [&](int32_t) {
+    return ++seen < 3;
+  });
+  ASSERT_TRUE(cb.ok());
+  EXPECT_EQ(cb->size(), 3u);
+}
+
+}  // namespace
+}  // namespace moesplit::model

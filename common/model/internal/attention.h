@@ -1,0 +1,63 @@
+// Attention of one query head over an f16 KV cache, computed the way
+// llama.cpp's CPU flash-attention kernel does it for prompt batches
+// (ggml-cpu ops.cpp, ggml_compute_forward_flash_attn_ext_f16_one_chunk, with
+// F16 K/V; llama.cpp uses it for batches of fewer than 64 queries):
+//
+//   q16 = f16(q)                               (round to nearest even)
+//   M = -inf, S = 0, acc16[0..dv) = 0          (acc16: an f16 accumulator)
+//   for j in 0 .. n_kv-1 (position order):
+//     s = DotF16(K[j], q16) * scale
+//     if s > M: ms = exp(M - s); M = s; acc16 = f16(acc16 * ms); vs = 1
+//     else:     ms = 1;          vs = exp(s - M)
+//     acc16 = f16(fma(V[j], vs, acc16))
+//     S = fma(S, ms, vs)                      (the build contracts S*ms + vs)
+//   out = f32(acc16) * (1 / S)
+//
+// DotF16 sums like ggml_vec_dot_f16 compiled for AVX-512: 4 x 16 lanes of
+// FMA accumulators over blocks of 64, reduced as
+// ((a0+a2)+(a1+a3)), then 16 -> 8 -> 4 lanes (upper + lower halves), then
+// (l0+l2)+(l1+l3); the tail past a multiple of 64 is added in double.
+//
+// Every kernel has a portable scalar form and, on x86 CPUs with AVX2, FMA
+// and F16C, a vector form chosen at run time; both give bit-identical results
+// (element-wise operations in the same order, IEEE round-to-nearest-even
+// conversions).
+//
+// Thread-safe: pure functions.
+#pragma once
+
+#include <cstdint>
+
+namespace moesplit::model::internal {
+
+enum class F16Kernels { kAuto, kScalar };
+
+// sum_i x[i] * y[i] over f16 vectors, in ggml's AVX-512 order (see above).
+float DotF16(int64_t n, const uint16_t* x, const uint16_t* y,
+             F16Kernels k = F16Kernels::kAuto);
+// y[i] = f16(fma(x[i], v, y[i])).
+void MadF16(int64_t n, uint16_t* y, const uint16_t* x, float v,
+            F16Kernels k = F16Kernels::kAuto);
+// y[i] = f16(y[i] * v).
+void ScaleF16(int64_t n, uint16_t* y, float v, F16Kernels k = F16Kernels::kAuto);
+// dst[i] = f16(src[i]).
+void ToF16(int64_t n, const float* src, uint16_t* dst);
+
+struct HeadAttention {
+  const uint16_t* q16 = nullptr;  // dk f16 query values
+  const uint16_t* k = nullptr;    // key of position 0 (this KV head)
+  const uint16_t* v = nullptr;    // value of position 0 (this KV head)
+  int64_t k_stride = 0;           // elements from one position's key to the next
+  int64_t v_stride = 0;
+  int64_t n_kv = 0;               // positions attended: 0 .. n_kv-1
+  int64_t dk = 0;
+  int64_t dv = 0;
+  float scale = 1.0f;
+};
+
+// out[0..dv) = attention of `a` (see the file comment). `acc16` is dv
+// elements of scratch. REQUIRES: n_kv >= 1.
+void AttendHead(const HeadAttention& a, uint16_t* acc16, float* out,
+                F16Kernels k = F16Kernels::kAuto);
+
+}  // namespace moesplit::model::internal

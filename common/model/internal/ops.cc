@@ -1,0 +1,157 @@
+#include "common/model/internal/ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace moesplit::model::internal {
+
+void RmsNorm(const float* x, const float* w, int64_t n, float eps, float* y) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
+  const float mean = static_cast<float>(sum / static_cast<double>(n));
+  const float scale = 1.0f / std::sqrt(mean + eps);
+  if (w == nullptr) {
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i] * scale;
+  } else {
+    for (int64_t i = 0; i < n; ++i) y[i] = (x[i] * scale) * w[i];
+  }
+}
+
+float GgmlVExpf(float x) {
+  const float r = 0x1.8p23f;
+  const float z = std::fma(x, 0x1.715476p+0f, r);
+  const float n = z - r;
+  const float b = std::fma(-n, 0x1.7f7d1cp-20f, std::fma(-n, 0x1.62e4p-1f, x));
+  if (std::fabs(n) > 192.0f) return n <= 0.0f ? 0.0f : INFINITY;
+  const float u = b * b;
+  const float j = std::fma(
+      std::fma(std::fma(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u,
+               std::fma(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
+      u, std::fma(0x1.ffffecp-1f, b, 1.0f));
+  return std::ldexp(j, static_cast<int>(n));
+}
+
+void SwiGlu(const float* gate, const float* up, int64_t rows, int64_t cols, float* out) {
+  const int64_t vectorised = cols - cols % kGgmlVectorWidth;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* g = gate + r * cols;
+    const float* u = up + r * cols;
+    float* o = out + r * cols;
+    for (int64_t i = 0; i < vectorised; ++i) o[i] = g[i] / (1.0f + GgmlVExpf(0.0f - g[i])) * u[i];
+    for (int64_t i = vectorised; i < cols; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+  }
+}
+
+namespace {
+
+// _mm512_reduce_add_ps as GCC expands it: halves added pairwise down to 4
+// lanes, then (l0 + l2) + (l1 + l3).
+float ReduceAdd16(const float* v) {
+  float t8[8], t4[4];
+  for (int l = 0; l < 8; ++l) t8[l] = v[l + 8] + v[l];
+  for (int l = 0; l < 4; ++l) t4[l] = t8[l + 4] + t8[l];
+  return (t4[0] + t4[2]) + (t4[1] + t4[3]);
+}
+
+}  // namespace
+
+void Softmax(float* x, int64_t n) {
+  float max = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) max = std::max(max, x[i]);
+  double sum = 0.0;
+  int64_t i = 0;
+  for (; i + kGgmlVectorWidth <= n; i += kGgmlVectorWidth) {
+    for (int64_t l = 0; l < kGgmlVectorWidth; ++l) x[i + l] = GgmlVExpf(x[i + l] - max);
+    sum += ReduceAdd16(x + i);
+  }
+  for (; i < n; ++i) {
+    x[i] = std::exp(x[i] - max);
+    sum += x[i];
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int64_t k = 0; k < n; ++k) x[k] *= inv;
+}
+
+void SelectExperts(float* logits, int n_expert, int k, bool normalize, int32_t* ids,
+                   float* weights) {
+  Softmax(logits, n_expert);
+  // Partial selection: k passes of an argmax that prefers the lower id on
+  // ties; n_expert is small (<= a few hundred) and k smaller still.
+  std::vector<int32_t> order(n_expert);
+  std::iota(order.begin(), order.end(), 0);
+  std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                    [logits](int32_t a, int32_t b) {
+                      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+                    });
+  float sum = 0.0f;
+  for (int i = 0; i < k; ++i) {
+    ids[i] = order[i];
+    weights[i] = logits[order[i]];
+    sum += weights[i];
+  }
+  if (normalize) {
+    for (int i = 0; i < k; ++i) weights[i] /= sum;
+  }
+}
+
+void RopeYarnCorrDims(int64_t n_rot, int64_t n_ctx_orig, float freq_base, float beta_fast,
+                      float beta_slow, float dims[2]) {
+  auto corr_dim = [&](float n_rotations) {
+    return static_cast<float>(n_rot) *
+           std::log(static_cast<float>(n_ctx_orig) / (n_rotations * 2 * static_cast<float>(M_PI))) /
+           (2 * std::log(freq_base));
+  };
+  const float start = std::floor(corr_dim(beta_fast));
+  const float end = std::ceil(corr_dim(beta_slow));
+  dims[0] = std::max(0.0f, start);
+  dims[1] = std::min(static_cast<float>(n_rot - 1), end);
+}
+
+void ComputeRopeAngles(const RopeParams& p, int64_t pos, RopeAngles* out) {
+  const int64_t half = p.n_rot / 2;
+  out->cos.resize(half);
+  out->sin.resize(half);
+  const float theta_scale = std::pow(p.freq_base, -2.0f / static_cast<float>(p.n_rot));
+  float corr[2] = {0, 0};
+  if (p.ext_factor != 0.0f) {
+    RopeYarnCorrDims(p.n_rot, p.n_ctx_orig, p.freq_base, p.beta_fast, p.beta_slow, corr);
+  }
+  float theta_extrap = static_cast<float>(pos);
+  for (int64_t i = 0; i < half; ++i) {
+    const float theta_interp = p.freq_scale * theta_extrap;
+    float theta = theta_interp;
+    float mscale = p.attn_factor;
+    if (p.ext_factor != 0.0f) {
+      // ggml's rope_yarn_ramp, evaluated at i0 / 2 = i.
+      const float y = (static_cast<float>(i) - corr[0]) / std::max(0.001f, corr[1] - corr[0]);
+      const float ramp = 1.0f - std::min(1.0f, std::max(0.0f, y));
+      const float mix = ramp * p.ext_factor;
+      theta = theta_interp * (1 - mix) + theta_extrap * mix;
+      mscale *= 1.0f + 0.1f * std::log(1.0f / p.freq_scale);
+    }
+    out->cos[i] = std::cos(theta) * mscale;
+    out->sin[i] = std::sin(theta) * mscale;
+    theta_extrap *= theta_scale;
+  }
+}
+
+void ApplyRopeNeox(const RopeAngles& a, int64_t n_rot, float* x) {
+  const int64_t half = n_rot / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    const float x0 = x[i];
+    const float x1 = x[i + half];
+    x[i] = x0 * a.cos[i] - x1 * a.sin[i];
+    x[i + half] = x0 * a.sin[i] + x1 * a.cos[i];
+  }
+}
+
+int64_t Argmax(const float* x, int64_t n) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < n; ++i) {
+    if (x[i] > x[best]) best = i;
+  }
+  return best;
+}
+
+}  // namespace moesplit::model::internal

@@ -1,0 +1,64 @@
+// Element-wise and small vector ops of the CPU reference forward pass,
+// written to follow ggml's CPU arithmetic (sums of squares and softmax
+// denominators in double, as ggml_float).
+//
+// Thread-safe: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/model/arch.h"
+
+namespace moesplit::model::internal {
+
+// y[i] = x[i] / sqrt(mean(x^2) + eps) * w[i]   (n elements; y may alias x;
+// w == nullptr means no weight).
+void RmsNorm(const float* x, const float* w, int64_t n, float eps, float* y);
+
+// ggml's AVX-512 exp approximation (ggml_v_expf, "max error 1.45358 plus
+// 0.5 ulps"), evaluated one lane at a time with the same fused operations.
+float GgmlVExpf(float x);
+inline constexpr int64_t kGgmlVectorWidth = 16;
+
+// out[i] = SiLU(gate[i]) * up[i] over `rows` rows of `cols`, SiLU(x) =
+// x / (1 + exp(-x)), as ggml_vec_swiglu_f32 on AVX-512: the first
+// cols - cols % 16 elements of each row with GgmlVExpf, the rest with expf.
+// out may alias gate or up.
+void SwiGlu(const float* gate, const float* up, int64_t rows, int64_t cols, float* out);
+
+inline float Sigmoid(float x) { return 1.0f / (1.0f + __builtin_expf(-x)); }
+
+// In-place softmax over n values, as ggml's soft_max on AVX-512: blocks of
+// 16 through GgmlVExpf, each block summed as _mm512_reduce_add_ps into a
+// double total, the tail through expf; then x *= float(1 / total).
+void Softmax(float* x, int64_t n);
+
+// Router: probabilities = softmax(logits[0..n_expert)); picks the k largest
+// (ties -> lower id) in descending order into ids[0..k), their probabilities
+// into weights[0..k), renormalised to sum 1 when `normalize`.
+// REQUIRES: 1 <= k <= n_expert. `logits` is overwritten with the probabilities.
+void SelectExperts(float* logits, int n_expert, int k, bool normalize, int32_t* ids,
+                   float* weights);
+
+// RoPE angles for one position: cos/sin of theta_i for i in [0, n_rot/2),
+// following ggml's rope_yarn (theta_i = pos * base^(-2i/n_rot), computed by
+// repeated multiplication in float as ggml does; YaRN / linear scaling from
+// RopeParams).
+struct RopeAngles {
+  std::vector<float> cos, sin;  // n_rot / 2 each
+};
+void ComputeRopeAngles(const RopeParams& p, int64_t pos, RopeAngles* out);
+
+// NEOX rotation of one head vector of `head_dim` elements in place: pairs
+// (x[i], x[i + n_rot/2]) for i < n_rot/2; dimensions >= n_rot unchanged.
+void ApplyRopeNeox(const RopeAngles& a, int64_t n_rot, float* x);
+
+// YaRN correction dims (ggml_rope_yarn_corr_dims).
+void RopeYarnCorrDims(int64_t n_rot, int64_t n_ctx_orig, float freq_base, float beta_fast,
+                      float beta_slow, float dims[2]);
+
+// Index of the largest value (ties -> lower index). REQUIRES: n >= 1.
+int64_t Argmax(const float* x, int64_t n);
+
+}  // namespace moesplit::model::internal

@@ -1,0 +1,246 @@
+#include "common/model/model.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/base/status.h"
+#include "common/model/internal/str.h"
+#include "common/quant/quant.h"
+
+namespace moesplit::model {
+namespace {
+
+std::string ShapeString(const std::array<int64_t, 4>& ne, int n_dims) {
+  std::vector<int64_t> v(ne.begin(), ne.begin() + std::max(n_dims, 1));
+  return absl::StrCat("[", absl::StrJoin(v, ", "), "]");
+}
+
+// Checks presence, shape and type of one tensor. Sets *out (nullptr when an
+// optional tensor is absent).
+absl::Status CheckTensor(const GgufFile& file, const HyperParams& hp,
+                         const TensorSpec& spec, int layer, const GgufTensor** out) {
+  const std::string name = TensorName(spec, layer);
+  const GgufTensor* t = file.FindTensor(name);
+  *out = t;
+  if (t == nullptr) {
+    if (!spec.required) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrCat(file.path(), ": missing tensor '", name, "' required by ", hp.arch));
+  }
+  std::array<int64_t, 4> want = {1, 1, 1, 1};
+  for (int i = 0; i < spec.n_dims; ++i) want[i] = ResolveDim(hp, spec.shape[i]);
+  if (want != t->ne) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        file.path(), ": tensor '", name, "' has shape ", ShapeString(t->ne, t->n_dims),
+        ", expected ", ShapeString(want, spec.n_dims)));
+  }
+  absl::Status st = quant::CheckSupported(t->type);
+  if (!st.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(file.path(), ": tensor '", name, "': ", st.message()));
+  }
+  if (!RowBytes(t->type, t->ne[0]).has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        file.path(), ": tensor '", name, "': row of ", t->ne[0],
+        " elements is not a multiple of the ", internal::Sv(GgmlTypeName(t->type)), " block size"));
+  }
+  return absl::OkStatus();
+}
+
+quant::WeightView Matrix(const GgufTensor* t) {
+  if (t == nullptr) return {};
+  return {t->type, t->data, t->ne[1] * t->ne[2] * t->ne[3], t->ne[0],
+          *RowBytes(t->type, t->ne[0])};
+}
+
+ExpertTensorView Experts(const GgufTensor* t) {
+  ExpertTensorView v;
+  v.type = t->type;
+  v.data = t->data;
+  v.n_in = t->ne[0];
+  v.n_out = t->ne[1];
+  v.n_expert = t->ne[2];
+  v.row_bytes = *RowBytes(t->type, t->ne[0]);
+  v.expert_bytes = v.row_bytes * static_cast<uint64_t>(v.n_out);
+  return v;
+}
+
+absl::StatusOr<std::vector<float>> Vector(const GgufFile& file, const GgufTensor* t) {
+  if (t == nullptr) return std::vector<float>();
+  std::vector<float> v(t->n_elements());
+  absl::Status st = quant::DequantizeRow(t->type, t->data, v.data(), t->n_elements());
+  if (!st.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(file.path(), ": tensor '", t->name, "': ", st.message()));
+  }
+  return v;
+}
+
+// Optional tensors that only make sense together.
+absl::Status CheckGroup(const GgufFile& file, int layer,
+                        std::initializer_list<std::pair<const GgufTensor*, const char*>> g) {
+  int present = 0;
+  for (const auto& [t, name] : g) present += t != nullptr;
+  if (present == 0 || present == static_cast<int>(g.size())) return absl::OkStatus();
+  for (const auto& [t, name] : g) {
+    if (t == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          file.path(), ": tensor 'blk.", layer, ".", name,
+          "' is missing while the rest of its group is present"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string_view SummaryRole(TensorRole role) {
+  switch (role) {
+    case TensorRole::kEmbeddings: return "embeddings";
+    case TensorRole::kOutput: return "output";
+    case TensorRole::kRoutedExpert: return "routed_experts";
+    case TensorRole::kSharedExpert: return "shared_experts";
+    default: return "dense";
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<const Model>> Model::Open(const std::string& path) {
+  ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::Open(path));
+  return Load(std::shared_ptr<const GgufFile>(std::move(file)));
+}
+
+absl::StatusOr<std::shared_ptr<const Model>> Model::Load(
+    std::shared_ptr<const GgufFile> file) {
+  if (file == nullptr) return absl::InvalidArgumentError("Model::Load: null file");
+  std::shared_ptr<Model> m(new Model());
+  m->file_ = std::move(file);
+  const GgufFile& f = *m->file_;
+  auto arch_name = f.GetString("general.architecture");
+  if (!arch_name.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        f.path(), ": no usable general.architecture: ", arch_name.status().message()));
+  }
+  m->arch_ = FindArch(*arch_name);
+  if (m->arch_ == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        f.path(), ": unsupported architecture '", *arch_name,
+        "' (supported: ", SupportedArchNames(), ")"));
+  }
+  ASSIGN_OR_RETURN(m->hparams_, ParseHyperParams(f, *m->arch_));
+  RETURN_IF_ERROR(m->BindTensors());
+  return std::shared_ptr<const Model>(std::move(m));
+}
+
+absl::Status Model::BindTensors() {
+  const GgufFile& f = *file_;
+  const GgufTensor* embd = f.FindTensor("token_embd.weight");
+  if (embd == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(f.path(), ": missing tensor 'token_embd.weight'"));
+  }
+  hparams_.n_vocab = embd->ne[1];
+  if (hparams_.n_vocab <= 0 || hparams_.n_vocab > (int64_t{1} << 31) - 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(f.path(), ": bad vocabulary size ", hparams_.n_vocab));
+  }
+  global_.assign(kTensorIdCount, nullptr);
+  per_layer_.assign(hparams_.n_layer, {});
+  for (const TensorSpec& spec : arch_->tensors) {
+    const int id = static_cast<int>(spec.id);
+    if (!IsLayerTensor(spec.id)) {
+      RETURN_IF_ERROR(CheckTensor(f, hparams_, spec, -1, &global_[id]));
+      continue;
+    }
+    for (int il = 0; il < hparams_.n_layer; ++il) {
+      RETURN_IF_ERROR(CheckTensor(f, hparams_, spec, il, &per_layer_[il][id]));
+    }
+  }
+  token_embd_ = Matrix(global_[static_cast<int>(TensorId::kTokenEmbd)]);
+  const GgufTensor* out = global_[static_cast<int>(TensorId::kOutput)];
+  tied_output_ = out == nullptr;
+  output_ = tied_output_ ? token_embd_ : Matrix(out);
+  ASSIGN_OR_RETURN(output_norm_,
+                   Vector(f, global_[static_cast<int>(TensorId::kOutputNorm)]));
+  layers_.resize(hparams_.n_layer);
+  for (int il = 0; il < hparams_.n_layer; ++il) RETURN_IF_ERROR(BindLayer(il));
+  return absl::OkStatus();
+}
+
+absl::Status Model::BindLayer(int il) {
+  const GgufFile& f = *file_;
+  const auto& t = per_layer_[il];
+  auto at = [&](TensorId id) { return t[static_cast<int>(id)]; };
+  RETURN_IF_ERROR(CheckGroup(f, il, {{at(TensorId::kAttnQNorm), "attn_q_norm.weight"},
+                                     {at(TensorId::kAttnKNorm), "attn_k_norm.weight"}}));
+  RETURN_IF_ERROR(CheckGroup(f, il, {{at(TensorId::kShexpGate), "ffn_gate_shexp.weight"},
+                                     {at(TensorId::kShexpUp), "ffn_up_shexp.weight"},
+                                     {at(TensorId::kShexpDown), "ffn_down_shexp.weight"}}));
+  if (at(TensorId::kShexpGateInp) != nullptr && at(TensorId::kShexpDown) == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        f.path(), ": tensor 'blk.", il,
+        ".ffn_gate_inp_shexp.weight' is present without a shared expert"));
+  }
+  LayerWeights& L = layers_[il];
+  ASSIGN_OR_RETURN(L.attn_norm, Vector(f, at(TensorId::kAttnNorm)));
+  L.wq = Matrix(at(TensorId::kAttnQ));
+  L.wk = Matrix(at(TensorId::kAttnK));
+  L.wv = Matrix(at(TensorId::kAttnV));
+  L.wo = Matrix(at(TensorId::kAttnOutput));
+  ASSIGN_OR_RETURN(L.bq, Vector(f, at(TensorId::kAttnQBias)));
+  ASSIGN_OR_RETURN(L.bk, Vector(f, at(TensorId::kAttnKBias)));
+  ASSIGN_OR_RETURN(L.bv, Vector(f, at(TensorId::kAttnVBias)));
+  ASSIGN_OR_RETURN(L.q_norm, Vector(f, at(TensorId::kAttnQNorm)));
+  ASSIGN_OR_RETURN(L.k_norm, Vector(f, at(TensorId::kAttnKNorm)));
+  ASSIGN_OR_RETURN(L.ffn_norm, Vector(f, at(TensorId::kFfnNorm)));
+  L.router = Matrix(at(TensorId::kRouter));
+  L.gate_exps = Experts(at(TensorId::kExpGate));
+  L.up_exps = Experts(at(TensorId::kExpUp));
+  L.down_exps = Experts(at(TensorId::kExpDown));
+  L.shexp_gate_inp = Matrix(at(TensorId::kShexpGateInp));
+  L.shexp_gate = Matrix(at(TensorId::kShexpGate));
+  L.shexp_up = Matrix(at(TensorId::kShexpUp));
+  L.shexp_down = Matrix(at(TensorId::kShexpDown));
+  return absl::OkStatus();
+}
+
+const GgufTensor* Model::tensor(TensorId id, int il) const {
+  const int i = static_cast<int>(id);
+  if (i < 0 || i >= kTensorIdCount) return nullptr;
+  if (!IsLayerTensor(id)) return global_[i];
+  if (il < 0 || il >= static_cast<int>(per_layer_.size())) return nullptr;
+  return per_layer_[il][i];
+}
+
+ModelSummary Model::Summary() const {
+  ModelSummary s;
+  s.architecture = std::string(arch_->name);
+  s.name = file_->GetStringOr("general.name", "").value_or("");
+  s.hparams = hparams_;
+  s.n_tensors = static_cast<int64_t>(file_->tensors().size());
+  s.file_bytes = file_->file_bytes();
+  for (const GgufTensor& t : file_->tensors()) {
+    ++s.tensors_by_type[std::string(GgmlTypeName(t.type))];
+  }
+  for (const char* role :
+       {"dense", "routed_experts", "shared_experts", "embeddings", "output"}) {
+    s.bytes_by_role[role] = 0;
+  }
+  auto add = [&](const GgufTensor* t, TensorRole role) {
+    if (t == nullptr) return;
+    s.bytes_by_role[std::string(SummaryRole(role))] += t->n_bytes;
+    s.n_params += t->n_elements();
+  };
+  for (const TensorSpec& spec : arch_->tensors) {
+    const int id = static_cast<int>(spec.id);
+    if (!IsLayerTensor(spec.id)) {
+      add(global_[id], spec.role);
+      continue;
+    }
+    for (const auto& layer : per_layer_) add(layer[id], spec.role);
+  }
+  return s;
+}
+
+}  // namespace moesplit::model

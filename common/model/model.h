@@ -1,0 +1,121 @@
+// Model: a validated MoE transformer loaded from a GgufFile.
+//
+// Load() finds the ArchDescription of `general.architecture`, parses the
+// hyper-parameters and checks every tensor the description lists: presence
+// of the required ones, the shape of each against the hyper-parameters, and
+// that common/quant supports its type. Failures are InvalidArgument naming
+// the architecture, key or tensor. Norm weights and biases (small vectors) are
+// dequantised to f32 at load; matrices stay in the file's mapping and are
+// exposed as quant::WeightView (2-D) or ExpertTensorView (3-D experts).
+//
+// Ownership: a Model shares ownership of its GgufFile, so every view stays
+// valid while the Model lives. Thread-safe: immutable after Load.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/gguf/gguf.h"
+#include "common/model/arch.h"
+#include "common/quant/matmul.h"
+
+namespace moesplit::model {
+
+// A 3-D routed-expert tensor, ggml ne = [n_in, n_out, n_expert]: expert e is
+// an n_out x n_in matrix (rows of n_in elements) at data + e * expert_bytes.
+struct ExpertTensorView {
+  GgmlType type = GgmlType::kF32;
+  const uint8_t* data = nullptr;
+  int64_t n_in = 0;
+  int64_t n_out = 0;
+  int64_t n_expert = 0;
+  uint64_t row_bytes = 0;
+  uint64_t expert_bytes = 0;
+
+  // REQUIRES: 0 <= e < n_expert.
+  quant::WeightView Expert(int64_t e) const {
+    return {type, data + e * expert_bytes, n_out, n_in, row_bytes};
+  }
+};
+
+// Weights of one block. Optional tensors: a WeightView with data == nullptr,
+// an empty vector.
+struct LayerWeights {
+  std::vector<float> attn_norm;          // n_embd
+  quant::WeightView wq, wk, wv, wo;
+  std::vector<float> bq, bk, bv;         // optional biases
+  std::vector<float> q_norm, k_norm;     // optional QK-norm (head_dim_k)
+  std::vector<float> ffn_norm;           // n_embd
+  quant::WeightView router;              // n_expert x n_embd
+  ExpertTensorView gate_exps, up_exps, down_exps;
+  quant::WeightView shexp_gate_inp;      // optional, 1 x n_embd
+  quant::WeightView shexp_gate, shexp_up, shexp_down;  // optional
+
+  bool has_shared_expert() const { return shexp_down.data != nullptr; }
+};
+
+// What `moesplit inspect` prints.
+struct ModelSummary {
+  std::string architecture;
+  std::string name;            // general.name, may be empty
+  HyperParams hparams;
+  int64_t n_tensors = 0;       // in the file
+  int64_t n_params = 0;        // elements of the tensors the model uses
+  std::map<std::string, int64_t> tensors_by_type;  // "Q4_K" -> count
+  // Bytes by role: dense (attention, norms, router), routed_experts,
+  // shared_experts, embeddings, output (0 when tied to the embeddings).
+  std::map<std::string, uint64_t> bytes_by_role;
+  uint64_t file_bytes = 0;
+};
+
+class Model {
+ public:
+  // Validates and wraps `file`. See the file comment for the errors.
+  static absl::StatusOr<std::shared_ptr<const Model>> Load(
+      std::shared_ptr<const GgufFile> file);
+  // Convenience: GgufFile::Open + Load.
+  static absl::StatusOr<std::shared_ptr<const Model>> Open(const std::string& path);
+
+  const ArchDescription& arch() const { return *arch_; }
+  const HyperParams& hparams() const { return hparams_; }
+  const GgufFile& file() const { return *file_; }
+
+  // Token embeddings: n_vocab rows of n_embd elements in the file's type.
+  const quant::WeightView& token_embd() const { return token_embd_; }
+  const std::vector<float>& output_norm() const { return output_norm_; }
+  // The output head (the embeddings when tied).
+  const quant::WeightView& output() const { return output_; }
+  bool tied_output() const { return tied_output_; }
+  // REQUIRES: 0 <= il < n_layer().
+  const LayerWeights& layer(int il) const { return layers_[il]; }
+  int n_layer() const { return static_cast<int>(layers_.size()); }
+  // The file tensor behind `id` (of layer `il` for a per-layer id), or
+  // nullptr when an optional tensor is absent or il is out of range.
+  const GgufTensor* tensor(TensorId id, int il = -1) const;
+
+  ModelSummary Summary() const;
+
+ private:
+  Model() = default;
+  absl::Status BindTensors();
+  absl::Status BindLayer(int il);
+
+  std::shared_ptr<const GgufFile> file_;
+  const ArchDescription* arch_ = nullptr;
+  HyperParams hparams_;
+  // Resolved file tensors by TensorId: global ones, then one table per layer.
+  std::vector<const GgufTensor*> global_;  // kTensorIdCount entries
+  std::vector<std::array<const GgufTensor*, kTensorIdCount>> per_layer_;
+  quant::WeightView token_embd_;
+  quant::WeightView output_;
+  bool tied_output_ = false;
+  std::vector<float> output_norm_;
+  std::vector<LayerWeights> layers_;
+};
+
+}  // namespace moesplit::model

@@ -1,0 +1,297 @@
+// Architecture descriptions, hyper-parameter parsing and load-time
+// validation, on hand-written models (GgufWriter) and the fixture models.
+#include "common/model/model.h"
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "common/model/arch.h"
+#include "common/model/testing/tiny_model.h"
+
+namespace moesplit::model {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::MakeTinyModel;
+using testing::TinyModelOptions;
+
+std::string Fixture(const std::string& name) {
+  return std::string(MOESPLIT_FIXTURES_DIR) + "/models/" + name;
+}
+
+TEST(ArchTest, DescriptionsExist) {
+  ASSERT_NE(FindArch("qwen3moe"), nullptr);
+  ASSERT_NE(FindArch("qwen2moe"), nullptr);
+  EXPECT_EQ(FindArch("llama"), nullptr);
+  EXPECT_TRUE(FindArch("qwen3moe")->default_norm_topk);
+  EXPECT_FALSE(FindArch("qwen2moe")->default_norm_topk);
+  EXPECT_THAT(SupportedArchNames(), HasSubstr("qwen2moe"));
+}
+
+TEST(ModelTest, ParsesFixtureQwen3Moe) {
+  auto m = Model::Open(Fixture("qwen3moe-tiny-f16.gguf"));
+  ASSERT_TRUE(m.ok()) << m.status();
+  const HyperParams& hp = (*m)->hparams();
+  EXPECT_EQ(hp.arch, "qwen3moe");
+  EXPECT_EQ(hp.n_embd, 256);
+  EXPECT_EQ(hp.n_layer, 4);
+  EXPECT_EQ(hp.n_head, 4);
+  EXPECT_EQ(hp.n_head_kv, 2);
+  EXPECT_EQ(hp.head_dim_k, 64);
+  EXPECT_EQ(hp.head_dim_v, 64);
+  EXPECT_EQ(hp.n_expert, 8);
+  EXPECT_EQ(hp.n_expert_used, 2);
+  EXPECT_EQ(hp.n_ff_exp, 256);
+  EXPECT_EQ(hp.n_vocab, 499);
+  EXPECT_EQ(hp.n_ctx_train, 4096);
+  EXPECT_TRUE(hp.norm_topk);
+  EXPECT_EQ(hp.rope.n_rot, 64);
+  EXPECT_FLOAT_EQ(hp.rope.freq_base, 1e6f);
+  EXPECT_EQ(hp.rope.scaling, RopeScaling::kNone);
+  EXPECT_NEAR(hp.rms_eps, 1e-6f, 1e-12);
+  const LayerWeights& l = (*m)->layer(3);
+  EXPECT_EQ(l.q_norm.size(), 64u);
+  EXPECT_TRUE(l.bq.empty());
+  EXPECT_FALSE(l.has_shared_expert());
+  EXPECT_EQ(l.gate_exps.n_expert, 8);
+  EXPECT_EQ(l.gate_exps.n_in, 256);
+  EXPECT_EQ(l.down_exps.n_in, 256);
+  EXPECT_EQ(l.gate_exps.type, GgmlType::kF16);
+  EXPECT_FALSE((*m)->tied_output());
+  const GgufTensor* q = (*m)->tensor(TensorId::kAttnQ, 2);
+  ASSERT_NE(q, nullptr);
+  EXPECT_EQ(q->name, "blk.2.attn_q.weight");
+  EXPECT_EQ((*m)->tensor(TensorId::kAttnQBias, 2), nullptr);
+  EXPECT_EQ((*m)->tensor(TensorId::kAttnQ, 4), nullptr);
+  ASSERT_NE((*m)->tensor(TensorId::kOutput), nullptr);
+  EXPECT_EQ((*m)->tensor(TensorId::kOutput)->name, "output.weight");
+}
+
+TEST(ModelTest, ParsesFixtureQwen2MoeAndSummarises) {
+  auto m = Model::Open(Fixture("qwen2moe-tiny-q8_0.gguf"));
+  ASSERT_TRUE(m.ok()) << m.status();
+  const HyperParams& hp = (*m)->hparams();
+  EXPECT_EQ(hp.arch, "qwen2moe");
+  EXPECT_FALSE(hp.norm_topk);
+  EXPECT_EQ(hp.n_ff_shexp, 512);
+  const LayerWeights& l = (*m)->layer(0);
+  EXPECT_EQ(l.bq.size(), 256u);
+  EXPECT_EQ(l.bk.size(), 128u);
+  EXPECT_TRUE(l.has_shared_expert());
+  EXPECT_EQ(l.shexp_gate_inp.n_rows, 1);
+  EXPECT_EQ(l.shexp_down.n_cols, 512);
+
+  const ModelSummary s = (*m)->Summary();
+  EXPECT_EQ(s.architecture, "qwen2moe");
+  EXPECT_EQ(s.n_tensors, 3 + 4 * 17);
+  EXPECT_EQ(s.tensors_by_type.at("Q8_0"), 2 + 4 * 10);
+  EXPECT_EQ(s.tensors_by_type.at("F32"), 1 + 4 * 7);
+  // 3 expert tensors of 8 x 256 rows of 256 Q8_0 values (8 blocks of 34 bytes).
+  EXPECT_EQ(s.bytes_by_role.at("routed_experts"), 4u * 3 * 8 * 256 * 8 * 34);
+  // output.weight: 499 rows of 8 blocks.
+  EXPECT_EQ(s.bytes_by_role.at("output"), 499u * 8 * 34);
+  EXPECT_EQ(s.bytes_by_role.at("embeddings"), 499u * 8 * 34);
+  uint64_t total = 0;
+  for (const auto& [role, bytes] : s.bytes_by_role) total += bytes;
+  uint64_t tensors = 0;
+  for (const GgufTensor& t : (*m)->file().tensors()) tensors += t.n_bytes;
+  EXPECT_EQ(total, tensors);
+}
+
+TEST(ModelTest, TiedOutputUsesEmbeddings) {
+  TinyModelOptions o;
+  o.tied_output = true;
+  auto m = MakeTinyModel(o);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_TRUE((*m)->tied_output());
+  EXPECT_EQ((*m)->output().data, (*m)->token_embd().data);
+  EXPECT_EQ((*m)->Summary().bytes_by_role.at("output"), 0u);
+}
+
+struct BadModelCase {
+  std::string label;
+  TinyModelOptions options;
+  absl::StatusCode code;
+  std::string message;  // substring of the error
+};
+
+using AddCase = std::function<void(std::string, std::function<void(TinyModelOptions*)>,
+                                    std::string)>;
+
+// Tensors missing, misshapen or of an unsupported type.
+void AddTensorCases(const AddCase& add) {
+  add("unsupported_arch", [](auto* o) { o->arch = "llama"; },
+      "unsupported architecture 'llama'");
+  add("q_shape", [](auto* o) { o->shape_overrides["blk.1.attn_q.weight"] = {64, 32}; },
+      "'blk.1.attn_q.weight' has shape [64, 32], expected [64, 64]");
+  add("expert_count_in_tensor",
+      [](auto* o) { o->shape_overrides["blk.0.ffn_down_exps.weight"] = {32, 64, 3}; },
+      "blk.0.ffn_down_exps.weight");
+  add("router_shape", [](auto* o) { o->shape_overrides["blk.1.ffn_gate_inp.weight"] = {64, 5}; },
+      "blk.1.ffn_gate_inp.weight");
+  add("embd_width", [](auto* o) { o->shape_overrides["output.weight"] = {32, 40}; },
+      "output.weight");
+  add("missing_k_norm", [](auto* o) { o->drop_tensors.insert("blk.1.attn_k_norm.weight"); },
+      "missing tensor 'blk.1.attn_k_norm.weight'");
+  add("missing_embd", [](auto* o) { o->drop_tensors.insert("token_embd.weight"); },
+      "token_embd.weight");
+  add("unsupported_type",
+      [](auto* o) { o->type_overrides["blk.0.attn_v.weight"] = GgmlType::kIQ2_XXS; },
+      "blk.0.attn_v.weight");
+  add("qwen2_missing_bias",
+      [](auto* o) {
+        o->arch = "qwen2moe";
+        o->drop_tensors.insert("blk.0.attn_v.bias");
+      },
+      "blk.0.attn_v.bias");
+  add("qwen2_shexp_shape",
+      [](auto* o) {
+        o->arch = "qwen2moe";
+        o->shape_overrides["blk.1.ffn_up_shexp.weight"] = {64, 32};
+      },
+      "blk.1.ffn_up_shexp.weight");
+}
+
+// Hyper-parameters missing, of the wrong type or inconsistent.
+void AddMetadataCases(const AddCase& add) {
+  add("missing_key", [](auto* o) { o->drop_keys.insert("qwen3moe.expert_count"); },
+      "qwen3moe.expert_count");
+  add("missing_arch", [](auto* o) { o->drop_keys.insert("general.architecture"); },
+      "general.architecture");
+  add("heads_not_multiple", [](auto* o) { o->n_head_kv = 3; }, "head_count_kv 3");
+  add("used_gt_experts",
+      [](auto* o) {
+        o->edit_metadata = [](GgufWriter* w) { w->SetU32("qwen3moe.expert_used_count", 9); };
+      },
+      "expert_used_count");
+  add("zero_layers",
+      [](auto* o) { o->edit_metadata = [](GgufWriter* w) { w->SetU32("qwen3moe.block_count", 0); }; },
+      "block_count");
+  add("odd_rope_dims",
+      [](auto* o) {
+        o->edit_metadata = [](GgufWriter* w) { w->SetU32("qwen3moe.rope.dimension_count", 7); };
+      },
+      "rope.dimension_count");
+  add("bad_rope_scaling",
+      [](auto* o) {
+        o->edit_metadata = [](GgufWriter* w) {
+          w->SetString("qwen3moe.rope.scaling.type", "longrope");
+        };
+      },
+      "unsupported rope.scaling.type 'longrope'");
+  add("string_for_int",
+      [](auto* o) {
+        o->edit_metadata = [](GgufWriter* w) { w->SetString("qwen3moe.embedding_length", "64"); };
+      },
+      "embedding_length");
+}
+
+std::vector<BadModelCase> BadModelCases() {
+  std::vector<BadModelCase> cases;
+  const AddCase add = [&](std::string label, std::function<void(TinyModelOptions*)> edit,
+                          std::string message) {
+    TinyModelOptions o;
+    edit(&o);
+    cases.push_back({std::move(label), std::move(o), absl::StatusCode::kInvalidArgument,
+                     std::move(message)});
+  };
+  AddTensorCases(add);
+  AddMetadataCases(add);
+  return cases;
+}
+
+class BadModelTest : public ::testing::TestWithParam<BadModelCase> {};
+
+TEST_P(BadModelTest, LoadFailsNamingTheProblem) {
+  const BadModelCase& c = GetParam();
+  auto m = MakeTinyModel(c.options);
+  ASSERT_FALSE(m.ok()) << c.label;
+  EXPECT_EQ(m.status().code(), c.code) << c.label << ": " << m.status();
+  EXPECT_THAT(std::string(m.status().message()), HasSubstr(c.message)) << c.label;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, BadModelTest, ::testing::ValuesIn(BadModelCases()),
+                         [](const auto& info) { return info.param.label; });
+
+TEST(HyperParamsTest, GoodTinyModelsLoad) {
+  for (const char* arch : {"qwen3moe", "qwen2moe"}) {
+    TinyModelOptions o;
+    o.arch = arch;
+    auto m = MakeTinyModel(o);
+    ASSERT_TRUE(m.ok()) << arch << ": " << m.status();
+    EXPECT_EQ((*m)->hparams().n_vocab, o.n_vocab) << arch;
+    EXPECT_EQ((*m)->n_layer(), o.n_layer) << arch;
+  }
+}
+
+TEST(HyperParamsTest, DefaultsAndOverrides) {
+  TinyModelOptions o;
+  o.drop_keys = {"qwen3moe.attention.key_length", "qwen3moe.attention.value_length",
+                 "qwen3moe.attention.head_count_kv", "qwen3moe.rope.freq_base",
+                 "qwen3moe.expert_feed_forward_length"};
+  o.n_head_kv = 4;  // the default when head_count_kv is absent
+  o.edit_metadata = [](GgufWriter* w) {
+    w->SetBool("qwen3moe.expert_weights_norm", false);
+    // feed_forward_length / expert_used_count = 64 / 2 -> n_ff_exp 32
+    w->SetU32("qwen3moe.feed_forward_length", 64);
+  };
+  auto m = MakeTinyModel(o);
+  ASSERT_TRUE(m.ok()) << m.status();
+  const HyperParams& hp = (*m)->hparams();
+  EXPECT_EQ(hp.head_dim_k, 16);  // 64 / 4 heads
+  EXPECT_EQ(hp.n_head_kv, 4);
+  EXPECT_FLOAT_EQ(hp.rope.freq_base, 10000.0f);
+  EXPECT_EQ(hp.n_ff_exp, 32);
+  EXPECT_FALSE(hp.norm_topk);
+}
+
+TEST(HyperParamsTest, RopeScaling) {
+  struct Case {
+    std::string type;
+    float factor;
+    RopeScaling want;
+    float freq_scale;
+    float ext_factor;
+  };
+  for (const Case& c : {Case{"yarn", 4.0f, RopeScaling::kYarn, 0.25f, 1.0f},
+                        Case{"linear", 2.0f, RopeScaling::kLinear, 0.5f, 0.0f},
+                        Case{"none", 8.0f, RopeScaling::kNone, 1.0f, 0.0f}}) {
+    TinyModelOptions o;
+    o.edit_metadata = [&](GgufWriter* w) {
+      w->SetString("qwen3moe.rope.scaling.type", c.type);
+      w->SetF32("qwen3moe.rope.scaling.factor", c.factor);
+      w->SetU32("qwen3moe.rope.scaling.original_context_length", 128);
+    };
+    auto m = MakeTinyModel(o);
+    ASSERT_TRUE(m.ok()) << c.type << ": " << m.status();
+    const RopeParams& r = (*m)->hparams().rope;
+    EXPECT_EQ(r.scaling, c.want) << c.type;
+    EXPECT_FLOAT_EQ(r.freq_scale, c.freq_scale) << c.type;
+    EXPECT_FLOAT_EQ(r.ext_factor, c.ext_factor) << c.type;
+    EXPECT_EQ(r.n_ctx_orig, 128) << c.type;
+  }
+}
+
+TEST(HyperParamsTest, PerLayerArrays) {
+  TinyModelOptions o;
+  o.edit_metadata = [](GgufWriter* w) {
+    w->Set("qwen3moe.attention.head_count_kv",
+           GgufValue::IntArray(GgufValueType::kInt32, {2, 2}));
+  };
+  auto m = MakeTinyModel(o);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ((*m)->hparams().n_head_kv, 2);
+
+  o.edit_metadata = [](GgufWriter* w) {
+    w->Set("qwen3moe.attention.head_count_kv",
+           GgufValue::IntArray(GgufValueType::kInt32, {2, 4}));
+  };
+  m = MakeTinyModel(o);
+  ASSERT_FALSE(m.ok());
+  EXPECT_THAT(std::string(m.status().message()), HasSubstr("per-layer values differ"));
+}
+
+}  // namespace
+}  // namespace moesplit::model

@@ -1,0 +1,218 @@
+// Tests of the forward pass's small ops against direct formulas.
+#include "common/model/internal/ops.h"
+
+#include <cmath>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace moesplit::model::internal {
+namespace {
+
+TEST(RmsNormTest, MatchesFormula) {
+  const std::vector<float> x = {1.0f, -2.0f, 3.0f, 0.5f};
+  const std::vector<float> w = {1.0f, 2.0f, 0.5f, -1.0f};
+  std::vector<float> y(4);
+  RmsNorm(x.data(), w.data(), 4, 1e-6f, y.data());
+  double ms = 0;
+  for (float v : x) ms += v * v;
+  ms /= 4;
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_NEAR(y[i], x[i] / std::sqrt(ms + 1e-6) * w[i], 1e-6) << i;
+  }
+  RmsNorm(x.data(), nullptr, 4, 1e-6f, y.data());
+  EXPECT_NEAR(y[2], 3.0 / std::sqrt(ms + 1e-6), 1e-6);
+}
+
+TEST(SoftmaxTest, LongRowsMatchFormula) {
+  // 40 values: two blocks of 16 through GgmlVExpf, a tail of 8 through expf.
+  std::vector<float> x(40);
+  for (int i = 0; i < 40; ++i) x[i] = std::sin(0.7f * i) * 3.0f;
+  std::vector<float> y = x;
+  Softmax(y.data(), 40);
+  double mx = -INFINITY, sum = 0;
+  for (float v : x) mx = std::max<double>(mx, v);
+  for (float v : x) sum += std::exp(v - mx);
+  double total = 0;
+  for (int i = 0; i < 40; ++i) {
+    EXPECT_NEAR(y[i], std::exp(x[i] - mx) / sum, 1e-6) << i;
+    total += y[i];
+  }
+  EXPECT_NEAR(total, 1.0, 1e-6);
+}
+
+TEST(SoftmaxTest, SumsToOneAndIsShiftInvariant) {
+  std::vector<float> a = {1.0f, 2.0f, 3.0f, -100.0f};
+  std::vector<float> b = {1001.0f, 1002.0f, 1003.0f, 900.0f};
+  Softmax(a.data(), 4);
+  Softmax(b.data(), 4);
+  float sum = 0;
+  for (int i = 0; i < 4; ++i) {
+    sum += a[i];
+    EXPECT_NEAR(a[i], b[i], 1e-6) << i;
+  }
+  EXPECT_NEAR(sum, 1.0f, 1e-6);
+  EXPECT_NEAR(a[2] / a[1], std::exp(1.0), 1e-5);
+}
+
+struct TopKCase {
+  std::vector<float> logits;
+  int k;
+  bool normalize;
+  std::vector<int32_t> ids;
+};
+
+class SelectExpertsTest : public ::testing::TestWithParam<TopKCase> {};
+
+TEST_P(SelectExpertsTest, PicksLargestWithLowerIdOnTies) {
+  const TopKCase& c = GetParam();
+  std::vector<float> probs = c.logits;
+  Softmax(probs.data(), static_cast<int64_t>(probs.size()));
+  std::vector<float> logits = c.logits;
+  std::vector<int32_t> ids(c.k);
+  std::vector<float> w(c.k);
+  SelectExperts(logits.data(), static_cast<int>(logits.size()), c.k, c.normalize, ids.data(),
+                w.data());
+  EXPECT_EQ(ids, c.ids) << "k=" << c.k;
+  float sel_sum = 0;
+  for (int i = 0; i < c.k; ++i) sel_sum += probs[c.ids[i]];
+  for (int i = 0; i < c.k; ++i) {
+    const float want = c.normalize ? probs[c.ids[i]] / sel_sum : probs[c.ids[i]];
+    EXPECT_NEAR(w[i], want, 1e-6) << "entry " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, SelectExpertsTest,
+    ::testing::Values(TopKCase{{0.1f, 2.0f, -1.0f, 1.5f}, 2, true, {1, 3}},
+                      TopKCase{{0.1f, 2.0f, -1.0f, 1.5f}, 2, false, {1, 3}},
+                      TopKCase{{1.0f, 1.0f, 1.0f, 1.0f}, 2, false, {0, 1}},
+                      TopKCase{{0.0f, 3.0f, 3.0f, 5.0f, 3.0f}, 3, true, {3, 1, 2}},
+                      TopKCase{{-5.0f, -1.0f, -3.0f}, 1, true, {1}},
+                      TopKCase{{0.5f, 0.25f, 0.125f}, 3, false, {0, 1, 2}}));
+
+TEST(SelectExpertsTest, NormalizedWeightsSumToOne) {
+  std::vector<float> logits = {0.3f, -0.2f, 0.9f, 0.1f, 0.0f, 0.8f, -1.0f, 0.4f};
+  int32_t ids[4];
+  float w[4];
+  SelectExperts(logits.data(), 8, 4, true, ids, w);
+  EXPECT_NEAR(w[0] + w[1] + w[2] + w[3], 1.0f, 1e-6);
+  EXPECT_THAT(ids, ::testing::ElementsAre(2, 5, 7, 0));
+}
+
+// Direct RoPE formula in double: theta_i = pos * base^(-2i/n_rot).
+TEST(RopeTest, NeoxMatchesDirectFormula) {
+  RopeParams p;
+  p.n_rot = 16;
+  p.freq_base = 1e6f;
+  const int64_t head_dim = 20;  // last 4 dims not rotated
+  for (int64_t pos : {0, 1, 7, 100, 1000}) {
+    std::vector<float> x(head_dim);
+    for (int64_t i = 0; i < head_dim; ++i) x[i] = std::sin(0.37 * (i + 1)) + 0.1 * i;
+    std::vector<float> y = x;
+    RopeAngles a;
+    ComputeRopeAngles(p, pos, &a);
+    ApplyRopeNeox(a, p.n_rot, y.data());
+    const int64_t half = p.n_rot / 2;
+    for (int64_t i = 0; i < half; ++i) {
+      const double theta = pos * std::pow(1e6, -2.0 * i / p.n_rot);
+      const double y0 = x[i] * std::cos(theta) - x[i + half] * std::sin(theta);
+      const double y1 = x[i] * std::sin(theta) + x[i + half] * std::cos(theta);
+      const double tol = 2e-6 * (1 + pos);
+      EXPECT_NEAR(y[i], y0, tol) << "pos " << pos << " i " << i;
+      EXPECT_NEAR(y[i + half], y1, tol) << "pos " << pos << " i " << i;
+    }
+    for (int64_t i = p.n_rot; i < head_dim; ++i) EXPECT_EQ(y[i], x[i]) << i;
+  }
+}
+
+TEST(RopeTest, LinearScalingDividesPositions) {
+  RopeParams p;
+  p.n_rot = 8;
+  p.freq_base = 10000.0f;
+  p.scaling = RopeScaling::kLinear;
+  p.freq_scale = 0.25f;
+  RopeAngles a;
+  ComputeRopeAngles(p, 40, &a);
+  for (int64_t i = 0; i < 4; ++i) {
+    const double theta = 10.0 * std::pow(10000.0, -2.0 * i / 8);
+    EXPECT_NEAR(a.cos[i], std::cos(theta), 1e-5) << i;
+    EXPECT_NEAR(a.sin[i], std::sin(theta), 1e-5) << i;
+  }
+}
+
+// YaRN: dims below corr[0] keep the extrapolated angle, dims above corr[1]
+// the interpolated one; both scaled by mscale = 1 + 0.1 ln(1/freq_scale).
+TEST(RopeTest, YarnMixesInterpolationAndExtrapolation) {
+  RopeParams p;
+  p.n_rot = 64;
+  p.freq_base = 10000.0f;
+  p.scaling = RopeScaling::kYarn;
+  p.freq_scale = 0.25f;
+  p.ext_factor = 1.0f;
+  p.n_ctx_orig = 4096;
+  float corr[2];
+  RopeYarnCorrDims(p.n_rot, p.n_ctx_orig, p.freq_base, p.beta_fast, p.beta_slow, corr);
+  // corr_dim(b) = n_rot * ln(n_ctx / (b * 2pi)) / (2 ln base)
+  auto dim = [&](double b) {
+    return 64 * std::log(4096 / (b * 2 * M_PI)) / (2 * std::log(10000.0));
+  };
+  EXPECT_EQ(corr[0], std::floor(dim(32)));
+  EXPECT_EQ(corr[1], std::ceil(dim(1)));
+  ASSERT_LT(corr[1], 31);
+  RopeAngles a;
+  const int64_t pos = 50;
+  ComputeRopeAngles(p, pos, &a);
+  const double mscale = 1 + 0.1 * std::log(4.0);
+  for (int64_t i : {0, 1, 31}) {
+    const double extrap = pos * std::pow(10000.0, -2.0 * i / 64);
+    const double theta = i <= corr[0] ? extrap : (i >= corr[1] ? extrap * 0.25 : -1);
+    ASSERT_GE(theta, 0) << i;
+    EXPECT_NEAR(a.cos[i], std::cos(theta) * mscale, 1e-4) << i;
+    EXPECT_NEAR(a.sin[i], std::sin(theta) * mscale, 1e-4) << i;
+  }
+}
+
+TEST(ArgmaxTest, TiesPickLowerIndex) {
+  const std::vector<float> x = {1.0f, 3.0f, 2.0f, 3.0f};
+  EXPECT_EQ(Argmax(x.data(), 4), 1);
+  EXPECT_EQ(Argmax(x.data(), 1), 0);
+}
+
+TEST(GgmlVExpfTest, WithinTwoUlpOfExpAndSaturates) {
+  for (float x = -87.0f; x < 88.0f; x += 0.173f) {  // normal results
+    const double want = std::exp(double(x));
+    EXPECT_NEAR(GgmlVExpf(x), want, 2.5 * std::abs(want) * 0x1p-23) << x;
+  }
+  EXPECT_EQ(GgmlVExpf(0.0f), 1.0f);
+  EXPECT_EQ(GgmlVExpf(-200.0f), 0.0f);
+  EXPECT_EQ(GgmlVExpf(200.0f), INFINITY);
+}
+
+TEST(SwiGluTest, MatchesFormulaInVectorBodyAndTail) {
+  // Rows of 19: 16 elements through GgmlVExpf, 3 through expf.
+  const int64_t rows = 2, cols = 19;
+  std::vector<float> g(rows * cols), u(rows * cols), out(rows * cols);
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    g[i] = -6.0f + 0.33f * i;
+    u[i] = 1.0f - 0.05f * i;
+  }
+  SwiGlu(g.data(), u.data(), rows, cols, out.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const int64_t i = r * cols + c;
+      const double want = g[i] / (1 + std::exp(-double(g[i]))) * u[i];
+      EXPECT_NEAR(out[i], want, 1e-6 * (1 + std::abs(want))) << i;
+      if (c >= 16) {
+        EXPECT_EQ(out[i], g[i] / (1.0f + std::exp(-g[i])) * u[i]) << "tail " << i;
+      } else {
+        EXPECT_EQ(out[i], g[i] / (1.0f + GgmlVExpf(-g[i])) * u[i]) << "body " << i;
+      }
+    }
+  }
+  EXPECT_NEAR(Sigmoid(0.0f), 0.5f, 1e-7);
+}
+
+}  // namespace
+}  // namespace moesplit::model::internal

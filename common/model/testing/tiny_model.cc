@@ -1,0 +1,130 @@
+#include "common/model/testing/tiny_model.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/status.h"
+#include "common/model/arch.h"
+#include "common/quant/quant.h"
+
+namespace moesplit::model::testing {
+namespace {
+
+HyperParams ShapesOf(const TinyModelOptions& o) {
+  HyperParams hp;
+  hp.n_embd = o.n_embd;
+  hp.n_head = o.n_head;
+  hp.n_head_kv = o.n_head_kv;
+  hp.head_dim_k = o.head_dim;
+  hp.head_dim_v = o.head_dim;
+  hp.n_expert = o.n_expert;
+  hp.n_ff_exp = o.n_ff_exp;
+  hp.n_ff_shexp = o.n_ff_shexp;
+  hp.n_vocab = o.n_vocab;
+  return hp;
+}
+
+void SetMetadata(const TinyModelOptions& o, GgufWriter* w) {
+  const std::string p = o.arch;
+  auto u32 = [&](const std::string& key, int64_t v) {
+    if (!o.drop_keys.count(key)) w->SetU32(key, static_cast<uint32_t>(v));
+  };
+  auto f32 = [&](const std::string& key, float v) {
+    if (!o.drop_keys.count(key)) w->SetF32(key, v);
+  };
+  if (!o.drop_keys.count("general.architecture")) w->SetString("general.architecture", o.arch);
+  w->SetString("general.name", "tiny-test-" + o.arch);
+  u32(p + ".context_length", o.n_ctx_train);
+  u32(p + ".embedding_length", o.n_embd);
+  u32(p + ".block_count", o.n_layer);
+  u32(p + ".feed_forward_length", o.n_ff_exp * o.n_expert_used);
+  u32(p + ".expert_feed_forward_length", o.n_ff_exp);
+  u32(p + ".attention.head_count", o.n_head);
+  u32(p + ".attention.head_count_kv", o.n_head_kv);
+  u32(p + ".attention.key_length", o.head_dim);
+  u32(p + ".attention.value_length", o.head_dim);
+  f32(p + ".rope.freq_base", o.rope_base);
+  f32(p + ".attention.layer_norm_rms_epsilon", 1e-6f);
+  u32(p + ".expert_count", o.n_expert);
+  u32(p + ".expert_used_count", o.n_expert_used);
+  if (o.arch == "qwen2moe") u32(p + ".expert_shared_feed_forward_length", o.n_ff_shexp);
+  if (o.edit_metadata) o.edit_metadata(w);
+}
+
+// Fills `dst` with random rows of `type` (zeros for a type without a
+// quantiser). Each tensor has its own seed, so a model is reproducible.
+void FillTensor(const TensorSpec& spec, GgmlType type, const std::vector<int64_t>& ne,
+                uint32_t seed, uint8_t* dst, uint64_t n_bytes) {
+  const int64_t n_in = ne[0];
+  const auto row_bytes = RowBytes(type, n_in);
+  const quant::TypeTraits* traits = quant::GetTypeTraits(type);
+  if (!row_bytes || *row_bytes == 0 || traits == nullptr || traits->quantize == nullptr) {
+    std::memset(dst, 0, n_bytes);
+    return;
+  }
+  const bool is_norm = spec.role == TensorRole::kNorm;
+  const float scale = is_norm ? 0.1f : (spec.n_dims == 1 ? 0.1f : 1.0f / std::sqrt(n_in));
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-scale, scale);
+  std::vector<float> row(n_in);
+  for (uint64_t off = 0; off + *row_bytes <= n_bytes; off += *row_bytes) {
+    for (float& v : row) v = (is_norm ? 1.0f : 0.0f) + u(rng);
+    traits->quantize(row.data(), dst + off, n_in);
+  }
+}
+
+GgmlType DefaultType(const TinyModelOptions& o, const TensorSpec& spec) {
+  if (spec.n_dims == 1 || spec.role == TensorRole::kRouter) return GgmlType::kF32;
+  return o.matrix_type;
+}
+
+}  // namespace
+
+absl::Status WriteTinyModel(const TinyModelOptions& o, const std::string& path) {
+  const ArchDescription* arch = FindArch(o.arch);
+  if (arch == nullptr) arch = FindArch("qwen3moe");  // an unknown name keeps some tensors
+  GgufWriter w;
+  SetMetadata(o, &w);
+  const HyperParams hp = ShapesOf(o);
+  uint32_t tensor_index = 0;
+  for (const TensorSpec& spec : arch->tensors) {
+    if (spec.id == TensorId::kOutput && o.tied_output) continue;
+    const int n_layers = IsLayerTensor(spec.id) ? static_cast<int>(o.n_layer) : 1;
+    for (int il = 0; il < n_layers; ++il) {
+      const std::string name = TensorName(spec, il);
+      if (o.drop_tensors.count(name)) continue;
+      std::vector<int64_t> ne;
+      for (int i = 0; i < spec.n_dims; ++i) ne.push_back(ResolveDim(hp, spec.shape[i]));
+      if (auto it = o.shape_overrides.find(name); it != o.shape_overrides.end()) ne = it->second;
+      GgmlType type = DefaultType(o, spec);
+      if (auto it = o.type_overrides.find(name); it != o.type_overrides.end()) type = it->second;
+      const uint32_t seed = o.seed * 1000003u + tensor_index++;
+      RETURN_IF_ERROR(w.AddTensor(
+          name, type, ne, [spec, type, ne, seed](uint8_t* dst, uint64_t n_bytes) {
+            FillTensor(spec, type, ne, seed, dst, n_bytes);
+          }));
+    }
+  }
+  return w.Write(path);
+}
+
+absl::StatusOr<std::shared_ptr<const Model>> MakeTinyModel(const TinyModelOptions& o) {
+  static std::atomic<int> counter{0};
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = tmp ? tmp : std::filesystem::temp_directory_path().string();
+  const std::string path = absl::StrCat(dir, "/moesplit_tiny_", getpid(), "_",
+                                        counter.fetch_add(1), "_", o.arch, ".gguf");
+  RETURN_IF_ERROR(WriteTinyModel(o, path));
+  auto model = Model::Open(path);
+  std::error_code ec;
+  std::filesystem::remove(path, ec);  // the mapping keeps the data alive
+  return model;
+}
+
+}  // namespace moesplit::model::testing

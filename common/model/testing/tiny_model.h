@@ -1,0 +1,56 @@
+// Test support: writes small random-weight GGUF models of a described
+// architecture with moesplit::GgufWriter, optionally broken on purpose
+// (a tensor's shape changed, a tensor or key dropped, a key overridden).
+//
+// Weights are uniform in +-1/sqrt(fan_in) (norm weights 1 +- 0.1) from a
+// seeded std::mt19937, so a model is reproducible from its options.
+// Thread-safe: pure functions (each call writes its own file).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/gguf/gguf_writer.h"
+#include "common/gguf/types.h"
+#include "common/model/model.h"
+
+namespace moesplit::model::testing {
+
+struct TinyModelOptions {
+  std::string arch = "qwen3moe";
+  int64_t n_embd = 64;
+  int64_t n_layer = 2;
+  int64_t n_head = 4;
+  int64_t n_head_kv = 2;
+  int64_t head_dim = 16;
+  int64_t n_expert = 4;
+  int64_t n_expert_used = 2;
+  int64_t n_ff_exp = 32;
+  int64_t n_ff_shexp = 64;  // qwen2moe only
+  int64_t n_vocab = 40;
+  int64_t n_ctx_train = 256;
+  float rope_base = 10000.0f;
+  GgmlType matrix_type = GgmlType::kF32;  // attention, experts, embeddings, output
+  bool tied_output = false;
+  uint32_t seed = 1;
+  // Breakage for negative tests.
+  std::map<std::string, std::vector<int64_t>> shape_overrides;  // tensor -> ne
+  std::map<std::string, GgmlType> type_overrides;               // tensor -> type
+  std::set<std::string> drop_tensors;
+  std::set<std::string> drop_keys;  // full key names
+  std::function<void(GgufWriter*)> edit_metadata;  // runs after the defaults
+};
+
+// Writes the model to `path`.
+absl::Status WriteTinyModel(const TinyModelOptions& o, const std::string& path);
+
+// Writes to a fresh file under the test temp dir and loads it.
+absl::StatusOr<std::shared_ptr<const Model>> MakeTinyModel(const TinyModelOptions& o);
+
+}  // namespace moesplit::model::testing
