@@ -9,15 +9,40 @@
 
 namespace moesplit::model {
 
-ExpertStore::ExpertStore(std::shared_ptr<const Model> model) : model_(std::move(model)) {}
+ExpertStore::ExpertStore(std::shared_ptr<const Model> model)
+    : n_layer_total_(model->n_layer()),
+      n_expert_total_(model->hparams().n_expert),
+      expert_end_(static_cast<int>(model->hparams().n_expert)),
+      d_(model->hparams().n_embd),
+      n_ff_(model->hparams().n_ff_exp) {
+  for (int l = 0; l < model->n_layer(); ++l) {
+    const LayerWeights& lw = model->layer(l);
+    layers_.push_back({lw.gate_exps, lw.up_exps, lw.down_exps});
+  }
+  owner_ = std::move(model);
+}
+
+ExpertStore::ExpertStore(std::vector<LayerExperts> layers, int n_layer_total, int n_expert_total,
+                         int layer_begin, int expert_begin, int64_t d, int64_t n_ff,
+                         std::shared_ptr<const void> owner)
+    : layers_(std::move(layers)),
+      n_layer_total_(n_layer_total),
+      n_expert_total_(n_expert_total),
+      layer_begin_(layer_begin),
+      expert_begin_(expert_begin),
+      expert_end_(expert_begin + (layers_.empty() ? 0 : static_cast<int>(layers_[0].gate.n_expert))),
+      d_(d),
+      n_ff_(n_ff),
+      owner_(std::move(owner)) {}
 
 absl::Status ValidateExpertCall(const ExpertCall& call, const ExpertStore& store) {
   auto bad = [&](auto&&... parts) {
     return absl::InvalidArgumentError(
         absl::StrCat("expert call ", call.call_id, ": ", parts...));
   };
-  if (call.layer < 0 || call.layer >= store.n_layer()) {
-    return bad("layer ", call.layer, " out of range [0, ", store.n_layer(), ")");
+  if (call.layer < store.layer_begin() || call.layer >= store.layer_end()) {
+    return bad("layer ", call.layer, " out of range [", store.layer_begin(), ", ",
+               store.layer_end(), ")");
   }
   if (call.d != store.d()) return bad("d = ", call.d, ", the model's is ", store.d());
   if (call.n_tokens < 0) return bad("negative n_tokens ", call.n_tokens);
@@ -42,8 +67,9 @@ absl::Status ValidateExpertCall(const ExpertCall& call, const ExpertStore& store
                call.expert_ids.size(), " expert ids and ", call.weights.size(), " weights");
   }
   for (uint64_t k = 0; k < n_entries; ++k) {
-    if (call.expert_ids[k] < 0 || call.expert_ids[k] >= store.n_expert()) {
-      return bad("expert id ", call.expert_ids[k], " out of range [0, ", store.n_expert(),
+    if (call.expert_ids[k] < store.expert_begin() || call.expert_ids[k] >= store.expert_end()) {
+      return bad("expert id ", call.expert_ids[k], " out of range [", store.expert_begin(),
+                 ", ", store.expert_end(),
                  ")");
     }
     if (!std::isfinite(call.weights[k])) return bad("weight ", k, " is not finite");
@@ -94,12 +120,12 @@ absl::Status InProcessExperts::RunExpert(const ExpertCall& call, int32_t expert,
     std::copy_n(call.hidden.data() + t * d, d, x.data() + r * d);
   }
   std::vector<float> gate(n * ff), up(n * ff), y(n * d);
-  RETURN_IF_ERROR(quant::MatMul(store_.gate(call.layer).Expert(expert), x.data(), n,
+  RETURN_IF_ERROR(quant::MatMul(store_.Gate(call.layer, expert), x.data(), n,
                                 gate.data(), pool_));
-  RETURN_IF_ERROR(quant::MatMul(store_.up(call.layer).Expert(expert), x.data(), n,
+  RETURN_IF_ERROR(quant::MatMul(store_.Up(call.layer, expert), x.data(), n,
                                 up.data(), pool_));
   internal::SwiGlu(gate.data(), up.data(), n, ff, gate.data());
-  RETURN_IF_ERROR(quant::MatMul(store_.down(call.layer).Expert(expert), gate.data(), n,
+  RETURN_IF_ERROR(quant::MatMul(store_.Down(call.layer, expert), gate.data(), n,
                                 y.data(), pool_));
   for (int64_t r = 0; r < n; ++r) {
     std::copy_n(y.data() + r * d, d, out->data() + static_cast<size_t>(entries[r]) * d);

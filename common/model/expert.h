@@ -63,26 +63,60 @@ class ExpertBackend {
   virtual absl::Status Compute(const ExpertCall& call, ExpertResult* result) = 0;
 };
 
-// The routed-expert tensors of every layer of a Model, with their shapes.
-// Shares ownership of the Model. Thread-safe: immutable.
-class ExpertStore {
- public:
-  explicit ExpertStore(std::shared_ptr<const Model> model);
-
-  int n_layer() const { return model_->n_layer(); }
-  int64_t n_expert() const { return model_->hparams().n_expert; }
-  int64_t d() const { return model_->hparams().n_embd; }
-  int64_t n_ff() const { return model_->hparams().n_ff_exp; }
-  const ExpertTensorView& gate(int layer) const { return model_->layer(layer).gate_exps; }
-  const ExpertTensorView& up(int layer) const { return model_->layer(layer).up_exps; }
-  const ExpertTensorView& down(int layer) const { return model_->layer(layer).down_exps; }
-
- private:
-  std::shared_ptr<const Model> model_;
+// The gate, up and down tensors of one layer's routed experts.
+struct LayerExperts {
+  ExpertTensorView gate, up, down;
 };
 
-// Checks `call` against the store's shapes (layer, expert id range, sizes,
-// CSR offsets, finite weights). InvalidArgument naming the problem.
+// Routed-expert tensors of a block of layers [layer_begin, layer_end) and
+// experts [expert_begin, expert_end): the whole model (views into its
+// mapping), or a shard copied into memory the caller owns (an expert-worker).
+// Expert e of layer l is gate(l).Expert(e - expert_begin()), and so on.
+// Thread-safe: immutable.
+class ExpertStore {
+ public:
+  // Every layer and expert of `model`; shares ownership of it.
+  explicit ExpertStore(std::shared_ptr<const Model> model);
+  // A shard. `layers[i]` holds layer layer_begin + i with n_expert() ==
+  // expert_end - expert_begin experts each; `owner` keeps their memory alive.
+  ExpertStore(std::vector<LayerExperts> layers, int n_layer_total, int n_expert_total,
+              int layer_begin, int expert_begin, int64_t d, int64_t n_ff,
+              std::shared_ptr<const void> owner = nullptr);
+
+  int n_layer() const { return n_layer_total_; }       // the model's
+  int64_t n_expert() const { return n_expert_total_; }  // the model's
+  int layer_begin() const { return layer_begin_; }
+  int layer_end() const { return layer_begin_ + static_cast<int>(layers_.size()); }
+  int expert_begin() const { return expert_begin_; }
+  int expert_end() const { return expert_end_; }
+  bool Owns(int layer, int expert) const {
+    return layer >= layer_begin() && layer < layer_end() && expert >= expert_begin_ &&
+           expert < expert_end_;
+  }
+  int64_t d() const { return d_; }
+  int64_t n_ff() const { return n_ff_; }
+  // REQUIRES: Owns(layer, expert).
+  quant::WeightView Gate(int layer, int expert) const { return At(layer).gate.Expert(expert - expert_begin_); }
+  quant::WeightView Up(int layer, int expert) const { return At(layer).up.Expert(expert - expert_begin_); }
+  quant::WeightView Down(int layer, int expert) const { return At(layer).down.Expert(expert - expert_begin_); }
+
+ private:
+  const LayerExperts& At(int layer) const { return layers_[layer - layer_begin_]; }
+
+  std::vector<LayerExperts> layers_;
+  int n_layer_total_ = 0;
+  int64_t n_expert_total_ = 0;
+  int layer_begin_ = 0;
+  int expert_begin_ = 0;
+  int expert_end_ = 0;
+  int64_t d_ = 0;
+  int64_t n_ff_ = 0;
+  std::shared_ptr<const void> owner_;
+};
+
+// Checks `call` against the store's shapes (layer and expert id within the
+// store's ranges, sizes, CSR offsets, finite weights). InvalidArgument naming
+// the problem.
 absl::Status ValidateExpertCall(const ExpertCall& call, const ExpertStore& store);
 
 // Thread-safety: Compute() keeps no state between calls; concurrent calls

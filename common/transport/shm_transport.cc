@@ -86,14 +86,20 @@ absl::StatusOr<std::unique_ptr<ShmExpertServer>> ShmExpertServer::Start(
   server->identity_ = description.model_identity;
   server->max_tokens_ = description.max_tokens;
   try {
-    // A segment of this name whose worker still beats belongs to a live worker.
+    // A segment of this name whose worker still beats belongs to a live
+    // worker; one that stopped beating (a killed worker's) is replaced. A
+    // worker killed just now still looks alive: wait out the stale period.
     try {
       bip::shared_memory_object old(bip::open_only, options.name.c_str(), bip::read_only);
       bip::mapped_region r(old, bip::read_only);
       const auto* c = static_cast<const ControlBlock*>(r.get_address());
-      if (r.get_size() >= sizeof(ControlBlock) && c->magic == kControlMagic && HeartbeatFresh(c)) {
-        return absl::AlreadyExistsError(absl::StrCat(
-            "another expert worker is serving shm://", options.name));
+      if (r.get_size() >= sizeof(ControlBlock) && c->magic == kControlMagic) {
+        const uint64_t give_up = MonotonicNs() + kHeartbeatStaleNs + kHeartbeatStaleNs / 2;
+        while (HeartbeatFresh(c) && MonotonicNs() < give_up) usleep(20000);
+        if (HeartbeatFresh(c)) {
+          return absl::AlreadyExistsError(absl::StrCat(
+              "another expert worker is serving shm://", options.name));
+        }
       }
     } catch (const bip::interprocess_exception&) {
       // no such segment

@@ -1,0 +1,122 @@
+// moesplit-dense: the dense service. Runs embeddings, attention, routers,
+// shared experts, sampling and the public gRPC API; routed experts are
+// computed by the expert-workers named with --experts (repeatable).
+//
+// Prints "moesplit-dense: ready ..." on stderr once it serves; SIGINT/SIGTERM
+// stop it. Bad flags or a model/worker problem at start: one line on stderr,
+// exit status 2 (bad input) or 1.
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/base/status.h"
+#include "common/telemetry/metrics.h"
+#include "services/cli/flags.h"
+#include "services/dense/dense_engine.h"
+#include "services/dense/inference_service.h"
+
+namespace moesplit::dense {
+namespace {
+
+volatile std::sig_atomic_t g_stop = 0;
+void OnSignal(int) { g_stop = 1; }
+
+int Fail(const absl::Status& s) {
+  std::fprintf(stderr, "moesplit-dense: %s\n", std::string(s.message()).c_str());
+  return s.code() == absl::StatusCode::kInvalidArgument ||
+                 s.code() == absl::StatusCode::kNotFound
+             ? 2
+             : 1;
+}
+
+int Run(int argc, char** argv) {
+  EngineOptions opt;
+  std::string grpc_addr = "127.0.0.1:50051", metrics_addr, experts_csv;
+  int64_t threads = 0, ctx = 4096, timeout_ms = 10000, connect_ms = 60000;
+  cli::FlagParser p;
+  p.AddString("model", &opt.model_path, "GGUF model file");
+  p.AddString("experts", &experts_csv,
+              "expert workers: shm://NAME or grpc://HOST:PORT, comma-separated (or repeat); "
+              "empty: in-process");
+  p.AddString("grpc", &grpc_addr, "serve the Inference API on HOST:PORT");
+  p.AddString("metrics", &metrics_addr, "serve Prometheus /metrics on HOST:PORT");
+  p.AddInt("threads", &threads, "CPU threads (default: all)");
+  p.AddInt("ctx", &ctx, "context length");
+  p.AddInt("expert-timeout", &timeout_ms, "ms before an unanswered expert call fails");
+  p.AddInt("connect-timeout", &connect_ms, "ms to wait for the workers at start");
+  std::vector<std::string> args(argv + 1, argv + argc);
+  // --experts may repeat: join the values.
+  std::vector<std::string> rest;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--experts" && i + 1 < args.size()) {
+      experts_csv += (experts_csv.empty() ? "" : ",") + args[++i];
+    } else if (args[i].rfind("--experts=", 0) == 0) {
+      experts_csv += (experts_csv.empty() ? "" : ",") + args[i].substr(10);
+    } else {
+      rest.push_back(args[i]);
+    }
+  }
+  if (absl::Status s = p.Parse(rest); !s.ok()) return Fail(s);
+  if (opt.model_path.empty()) return Fail(absl::InvalidArgumentError("--model is required"));
+  if (ctx < 16 || timeout_ms < 1 || connect_ms < 0) {
+    return Fail(absl::InvalidArgumentError("--ctx >= 16, --expert-timeout >= 1 required"));
+  }
+  for (absl::string_view a : absl::StrSplit(experts_csv, ',', absl::SkipEmpty())) {
+    opt.experts.emplace_back(a);
+  }
+  opt.threads = static_cast<int>(threads);
+  opt.n_ctx = static_cast<int>(ctx);
+  opt.expert_timeout = std::chrono::milliseconds(timeout_ms);
+  opt.connect_timeout = std::chrono::milliseconds(connect_ms);
+  auto engine = DenseEngine::Create(opt);
+  if (!engine.ok()) return Fail(engine.status());
+
+  std::unique_ptr<telemetry::MetricsServer> metrics;
+  std::unique_ptr<telemetry::DenseExpertMetrics> expert_metrics;
+  if (!metrics_addr.empty()) {
+    auto m = telemetry::MetricsServer::Start(metrics_addr);
+    if (!m.ok()) return Fail(m.status());
+    metrics = std::move(*m);
+    expert_metrics = std::make_unique<telemetry::DenseExpertMetrics>(metrics->registry());
+  }
+  InferenceService service(engine->get());
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(grpc_addr, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    return Fail(absl::UnavailableError(absl::StrCat("cannot listen on ", grpc_addr)));
+  }
+  std::fprintf(stderr, "moesplit-dense: ready on grpc port %d: %s, %d layers, experts %s%s\n",
+               port, (*engine)->model().hparams().arch.c_str(), (*engine)->model().n_layer(),
+               opt.experts.empty() ? "in-process" : absl::StrJoin(opt.experts, " ").c_str(),
+               metrics ? absl::StrCat(", metrics on port ", metrics->port()).c_str() : "");
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+  // Refresh the worker metrics (and notice outages) while serving.
+  while (!g_stop) {
+    if (expert_metrics && (*engine)->remote() != nullptr) {
+      expert_metrics->Update((*engine)->remote()->clients());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  std::fprintf(stderr, "moesplit-dense: stopped\n");
+  return 0;
+}
+
+}  // namespace
+}  // namespace moesplit::dense
+
+int main(int argc, char** argv) { return moesplit::dense::Run(argc, argv); }

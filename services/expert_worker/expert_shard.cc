@@ -1,0 +1,192 @@
+#include "services/expert_worker/expert_shard.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/status.h"
+#include "common/gguf/gguf.h"
+#include "common/model/model.h"
+
+namespace moesplit::worker {
+
+struct ExpertShard::NodePart {
+  int node = -1;
+  int expert_begin = 0, expert_end = 0;
+  std::unique_ptr<ThreadPool> pool;
+  std::unique_ptr<model::InProcessExperts> experts;
+  model::ExpertCall sub;
+  model::ExpertResult result;
+  absl::Status status;
+};
+
+namespace {
+
+// Bytes of experts [eb, ee) of one 3-D tensor.
+uint64_t SliceBytes(const model::ExpertTensorView& v, int eb, int ee) {
+  return v.expert_bytes * static_cast<uint64_t>(ee - eb);
+}
+
+// Copies experts [eb, ee) of `src` to `dst`; returns the view over the copy.
+model::ExpertTensorView CopySlice(const model::ExpertTensorView& src, int eb, int ee,
+                                  uint8_t* dst) {
+  const uint64_t n = SliceBytes(src, eb, ee);
+  std::memcpy(dst, src.data + static_cast<uint64_t>(eb) * src.expert_bytes, n);
+  model::ExpertTensorView v = src;
+  v.data = dst;
+  v.n_expert = ee - eb;
+  return v;
+}
+
+// Keeps only the entries of `call` whose expert is in [eb, ee).
+void SubCall(const model::ExpertCall& call, int eb, int ee, model::ExpertCall* sub) {
+  sub->call_id = call.call_id;
+  sub->layer = call.layer;
+  sub->n_tokens = call.n_tokens;
+  sub->d = call.d;
+  sub->hidden = call.hidden;
+  sub->token_offsets.assign(1, 0);
+  sub->expert_ids.clear();
+  sub->weights.clear();
+  for (int t = 0; t < call.n_tokens; ++t) {
+    for (uint32_t k = call.token_offsets[t]; k < call.token_offsets[t + 1]; ++k) {
+      if (call.expert_ids[k] < eb || call.expert_ids[k] >= ee) continue;
+      sub->expert_ids.push_back(call.expert_ids[k]);
+      sub->weights.push_back(call.weights[k]);
+    }
+    sub->token_offsets.push_back(static_cast<uint32_t>(sub->expert_ids.size()));
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ExpertShard>> ExpertShard::Load(const ShardOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  ASSIGN_OR_RETURN(std::shared_ptr<const model::Model> m, model::Model::Open(options.model_path));
+  const auto& hp = m->hparams();
+  ASSIGN_OR_RETURN(ShardSpec shard,
+                   ResolveShard(options.shard, m->n_layer(), static_cast<int>(hp.n_expert)));
+  std::unique_ptr<ExpertShard> s(new ExpertShard());
+  // Nodes and their contiguous expert ranges.
+  std::vector<int> nodes = NumaNodesFor(options.numa);
+  const int n_local = shard.expert_end - shard.expert_begin;
+  if (static_cast<int>(nodes.size()) > n_local) nodes.resize(n_local);
+  const int n_nodes = static_cast<int>(nodes.size());
+  std::vector<uint64_t> sizes(n_nodes, 0);
+  for (int i = 0; i < n_nodes; ++i) {
+    auto part = std::make_unique<NodePart>();
+    part->node = nodes[i];
+    part->expert_begin = shard.expert_begin + n_local * i / n_nodes;
+    part->expert_end = shard.expert_begin + n_local * (i + 1) / n_nodes;
+    for (int l = shard.layer_begin; l < shard.layer_end; ++l) {
+      const auto& lw = m->layer(l);
+      for (const auto* v : {&lw.gate_exps, &lw.up_exps, &lw.down_exps}) {
+        sizes[i] += SliceBytes(*v, part->expert_begin, part->expert_end) + 64;
+      }
+    }
+    s->parts_.push_back(std::move(part));
+  }
+  ASSIGN_OR_RETURN(s->arena_, ExpertArena::Create(nodes, sizes, options.shm_prefix));
+  const int total_threads = options.threads > 0
+                                ? options.threads
+                                : static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  std::set<std::string> formats;
+  for (int i = 0; i < n_nodes; ++i) {
+    NodePart& part = *s->parts_[i];
+    const std::vector<int> cpus = CpusOfNode(part.node);
+    // Copy from a thread on the node, so first touch places pages there too.
+    std::vector<model::LayerExperts> layers;
+    std::thread copier([&] {
+      if (part.node >= 0) PinCurrentThread(cpus);
+      uint8_t* dst = s->arena_->region(i).data;
+      for (int l = shard.layer_begin; l < shard.layer_end; ++l) {
+        const auto& lw = m->layer(l);
+        model::LayerExperts le;
+        model::ExpertTensorView* out[3] = {&le.gate, &le.up, &le.down};
+        const model::ExpertTensorView* in[3] = {&lw.gate_exps, &lw.up_exps, &lw.down_exps};
+        for (int k = 0; k < 3; ++k) {
+          *out[k] = CopySlice(*in[k], part.expert_begin, part.expert_end, dst);
+          dst += (SliceBytes(*in[k], part.expert_begin, part.expert_end) + 63) / 64 * 64;
+        }
+        layers.push_back(le);
+      }
+    });
+    copier.join();
+    for (const auto& le : layers) {
+      for (const auto* v : {&le.gate, &le.up, &le.down}) formats.insert(std::string(GgmlTypeName(v->type)));
+    }
+    const int threads = std::max(1, total_threads / n_nodes);
+    part.pool = std::make_unique<ThreadPool>(threads);
+    if (part.node >= 0 && n_nodes > 1) {
+      part.pool->RunOnAll([&](int t) { if (t > 0) PinCurrentThread(cpus); });
+    }
+    model::ExpertStore store(std::move(layers), m->n_layer(), static_cast<int>(hp.n_expert),
+                             shard.layer_begin, part.expert_begin, hp.n_embd, hp.n_ff_exp);
+    part.experts = std::make_unique<model::InProcessExperts>(std::move(store), part.pool.get());
+  }
+  if (n_nodes > 1) s->drivers_ = std::make_unique<ThreadPool>(n_nodes);
+  s->lock_warning_ = s->arena_->LockAll();
+  // Describe.
+  transport::WorkerDescription& d = s->description_;
+  d.model_identity = m->file().Identity();
+  d.model_name = m->file().GetStringOr("general.name", "").value_or("");
+  d.architecture = m->arch().name;
+  d.n_layer = m->n_layer();
+  d.n_expert = static_cast<int>(hp.n_expert);
+  d.d = static_cast<int>(hp.n_embd);
+  d.n_ff = static_cast<int>(hp.n_ff_exp);
+  d.layer_begin = shard.layer_begin;
+  d.layer_end = shard.layer_end;
+  d.expert_begin = shard.expert_begin;
+  d.expert_end = shard.expert_end;
+  d.formats.assign(formats.begin(), formats.end());
+  for (int i = 0; i < n_nodes; ++i) {
+    d.numa_nodes.push_back({nodes[i], s->arena_->regions()[i].size,
+                            s->parts_[i]->pool->size()});
+    d.resident_bytes += s->arena_->regions()[i].size;
+    d.threads += s->parts_[i]->pool->size();
+  }
+  d.worker_id = options.worker_id;
+  d.max_tokens = options.max_tokens;
+  // The worker computes from its own copy: drop the file's pages it read.
+  const std::string path = options.model_path;
+  m.reset();
+  if (const int fd = open(path.c_str(), O_RDONLY); fd >= 0) {
+    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    close(fd);
+  }
+  s->load_seconds_ =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return s;
+}
+
+ExpertShard::~ExpertShard() = default;
+
+absl::Status ExpertShard::Compute(const model::ExpertCall& call, model::ExpertResult* result) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (call.layer < description_.layer_begin || call.layer >= description_.layer_end) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "layer ", call.layer, " is not in this worker's shard (layers ",
+        description_.layer_begin, "-", description_.layer_end - 1, ")"));
+  }
+  if (parts_.size() == 1) return parts_[0]->experts->Compute(call, result);
+  drivers_->RunOnAll([&](int i) {
+    NodePart& p = *parts_[i];
+    SubCall(call, p.expert_begin, p.expert_end, &p.sub);
+    p.status = p.experts->Compute(p.sub, &p.result);
+  });
+  result->call_id = call.call_id;
+  result->partial.assign(call.hidden.size(), 0.0f);
+  for (auto& p : parts_) {
+    RETURN_IF_ERROR(p->status);
+    for (size_t i = 0; i < p->result.partial.size(); ++i) result->partial[i] += p->result.partial[i];
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace moesplit::worker

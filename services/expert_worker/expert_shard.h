@@ -1,0 +1,67 @@
+// ExpertShard: the routed experts an expert-worker owns, copied out of the
+// GGUF into memory the worker allocates itself (an ExpertArena: NUMA-bound,
+// mlock'ed, huge pages; a shared segment when serving shared memory), and
+// the compute over them.
+//
+// The shard's experts are split contiguously over the NUMA nodes in use;
+// each node has its own thread pool pinned to that node's CPUs and computes
+// only its experts, so weights are read by threads of their own node. A call
+// is split by node, the parts run concurrently and their partials are summed
+// in node order (with one node the call goes straight through, bit-identical
+// to the in-process reference).
+//
+// Thread-safety: Compute() may be called from several connection threads;
+// calls are serialised internally (the pools are shared).
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/base/thread_pool.h"
+#include "common/model/expert.h"
+#include "common/transport/expert_transport.h"
+#include "services/expert_worker/numa_arena.h"
+#include "services/expert_worker/shard_spec.h"
+
+namespace moesplit::worker {
+
+struct ShardOptions {
+  std::string model_path;
+  ShardSpec shard;
+  int threads = 0;          // 0: all online CPUs
+  NumaPolicy numa;
+  std::string shm_prefix;   // non-empty: expert memory as shared segments
+  int max_tokens = 512;     // largest call accepted
+  std::string worker_id;
+};
+
+class ExpertShard final : public model::ExpertBackend {
+ public:
+  static absl::StatusOr<std::unique_ptr<ExpertShard>> Load(const ShardOptions& options);
+  ~ExpertShard() override;
+
+  absl::Status Compute(const model::ExpertCall& call, model::ExpertResult* result) override;
+
+  const transport::WorkerDescription& description() const { return description_; }
+  const ExpertArena& arena() const { return *arena_; }
+  // Non-empty when the expert memory could not be locked.
+  const std::string& lock_warning() const { return lock_warning_; }
+  double load_seconds() const { return load_seconds_; }
+
+ private:
+  struct NodePart;
+  ExpertShard() = default;
+
+  transport::WorkerDescription description_;
+  std::unique_ptr<ExpertArena> arena_;
+  std::vector<std::unique_ptr<NodePart>> parts_;
+  std::unique_ptr<ThreadPool> drivers_;  // one thread per node part (> 1 node)
+  std::mutex mu_;                        // serialises Compute
+  std::string lock_warning_;
+  double load_seconds_ = 0;
+};
+
+}  // namespace moesplit::worker

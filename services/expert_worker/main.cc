@@ -1,0 +1,153 @@
+// moesplit-expert-worker: holds a shard of a model's routed experts in pinned
+// RAM and computes expert calls for dense services, over shared memory
+// (--listen-shm NAME) and/or gRPC (--listen-grpc HOST:PORT).
+//
+// Prints "moesplit-expert-worker: ready ..." on stderr once it serves;
+// SIGINT/SIGTERM stop it cleanly (segments removed). Bad flags: one line on
+// stderr, exit status 2.
+#include <csignal>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/base/status.h"
+#include "common/telemetry/metrics.h"
+#include "common/transport/grpc_transport.h"
+#include "common/transport/shm_transport.h"
+#include "services/cli/flags.h"
+#include "services/expert_worker/expert_shard.h"
+
+namespace moesplit::worker {
+namespace {
+
+volatile std::sig_atomic_t g_stop = 0;
+void OnSignal(int) { g_stop = 1; }
+
+struct WorkerFlags {
+  std::string model, shard, listen_shm, listen_grpc, numa = "auto", metrics, worker_id;
+  int64_t threads = 0, max_tokens = 512, idle_timeout_s = 600;
+};
+
+absl::Status ParseFlags(int argc, char** argv, WorkerFlags* f) {
+  cli::FlagParser p;
+  p.AddString("model", &f->model, "GGUF model file (first part of a split model)");
+  p.AddString("shard", &f->shard, "layers=A-B and/or experts=A-B (default: all)");
+  p.AddString("listen-shm", &f->listen_shm, "serve shared memory under this name");
+  p.AddString("listen-grpc", &f->listen_grpc, "serve gRPC on HOST:PORT");
+  p.AddInt("threads", &f->threads, "compute threads (default: all CPUs)");
+  p.AddString("numa", &f->numa, "auto | off | NODE");
+  p.AddString("metrics", &f->metrics, "serve Prometheus /metrics on HOST:PORT");
+  p.AddInt("max-tokens", &f->max_tokens, "largest call accepted, in tokens");
+  p.AddString("worker-id", &f->worker_id, "name reported by Describe");
+  p.AddInt("idle-timeout", &f->idle_timeout_s, "seconds before an idle shm connection closes");
+  RETURN_IF_ERROR(p.Parse(std::vector<std::string>(argv + 1, argv + argc)));
+  if (f->model.empty()) return absl::InvalidArgumentError("--model is required");
+  if (f->listen_shm.empty() && f->listen_grpc.empty()) {
+    return absl::InvalidArgumentError("give --listen-shm NAME and/or --listen-grpc HOST:PORT");
+  }
+  if (f->max_tokens < 1 || f->max_tokens > 65536) {
+    return absl::InvalidArgumentError("--max-tokens must be in 1..65536");
+  }
+  if (!f->listen_shm.empty() && !transport::ValidShmName(f->listen_shm)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--listen-shm '", f->listen_shm, "': use 1-64 characters of [A-Za-z0-9_.-]"));
+  }
+  return absl::OkStatus();
+}
+
+int Run(int argc, char** argv) {
+  WorkerFlags f;
+  ShardOptions opt;
+  absl::Status s = ParseFlags(argc, argv, &f);
+  absl::StatusOr<ShardSpec> spec = s.ok() ? ParseShardSpec(f.shard) : absl::StatusOr<ShardSpec>(s);
+  absl::StatusOr<NumaPolicy> numa = ParseNumaPolicy(f.numa);
+  if (!spec.ok() || !numa.ok()) {
+    const absl::Status& bad = !spec.ok() ? spec.status() : numa.status();
+    std::fprintf(stderr, "moesplit-expert-worker: %s\n", std::string(bad.message()).c_str());
+    return 2;
+  }
+  opt.model_path = f.model;
+  opt.shard = *spec;
+  opt.threads = static_cast<int>(f.threads);
+  opt.numa = *numa;
+  opt.shm_prefix = f.listen_shm;
+  opt.max_tokens = static_cast<int>(f.max_tokens);
+  opt.worker_id = f.worker_id.empty() ? (f.listen_shm.empty() ? f.listen_grpc : f.listen_shm)
+                                      : f.worker_id;
+  auto shard = ExpertShard::Load(opt);
+  if (!shard.ok()) {
+    std::fprintf(stderr, "moesplit-expert-worker: %s\n",
+                 std::string(shard.status().message()).c_str());
+    return shard.status().code() == absl::StatusCode::kInvalidArgument ||
+                   shard.status().code() == absl::StatusCode::kNotFound
+               ? 2
+               : 1;
+  }
+  const transport::WorkerDescription& d = (*shard)->description();
+  if (!(*shard)->lock_warning().empty()) {
+    std::fprintf(stderr, "moesplit-expert-worker: warning: %s\n",
+                 (*shard)->lock_warning().c_str());
+  }
+  std::unique_ptr<telemetry::MetricsServer> metrics;
+  std::unique_ptr<telemetry::WorkerMetrics> worker_metrics;
+  if (!f.metrics.empty()) {
+    auto m = telemetry::MetricsServer::Start(f.metrics);
+    if (!m.ok()) {
+      std::fprintf(stderr, "moesplit-expert-worker: %s\n", std::string(m.status().message()).c_str());
+      return 1;
+    }
+    metrics = std::move(*m);
+    worker_metrics = std::make_unique<telemetry::WorkerMetrics>(metrics->registry(), d.n_layer,
+                                                                d.n_expert);
+    metrics->Register(worker_metrics->heat_map());
+    for (const auto& n : d.numa_nodes) worker_metrics->SetResidentBytes(n.node, n.resident_bytes);
+    worker_metrics->SetThreads(d.threads);
+  }
+  std::vector<std::unique_ptr<transport::ExpertServer>> servers;
+  if (!f.listen_shm.empty()) {
+    transport::ShmServerOptions so;
+    so.name = f.listen_shm;
+    so.idle_timeout = std::chrono::seconds(f.idle_timeout_s);
+    so.observer = worker_metrics.get();
+    auto srv = transport::ShmExpertServer::Start(so, d, shard->get());
+    if (!srv.ok()) {
+      std::fprintf(stderr, "moesplit-expert-worker: %s\n", std::string(srv.status().message()).c_str());
+      return 1;
+    }
+    servers.push_back(std::move(*srv));
+  }
+  if (!f.listen_grpc.empty()) {
+    transport::GrpcServerOptions go;
+    go.listen = f.listen_grpc;
+    go.observer = worker_metrics.get();
+    auto srv = transport::GrpcExpertServer::Start(go, d, shard->get());
+    if (!srv.ok()) {
+      std::fprintf(stderr, "moesplit-expert-worker: %s\n", std::string(srv.status().message()).c_str());
+      return 1;
+    }
+    servers.push_back(std::move(*srv));
+  }
+  std::vector<std::string> addrs;
+  for (const auto& srv : servers) addrs.push_back(srv->address());
+  std::fprintf(stderr,
+               "moesplit-expert-worker: ready on %s: %s, layers %d-%d, experts %d-%d, %.2f GB in %zu "
+               "NUMA region(s), %d threads, loaded in %.1f s%s\n",
+               absl::StrJoin(addrs, " ").c_str(), d.model_name.c_str(), d.layer_begin,
+               d.layer_end - 1, d.expert_begin, d.expert_end - 1, d.resident_bytes / 1e9,
+               d.numa_nodes.size(), d.threads, (*shard)->load_seconds(),
+               metrics ? absl::StrCat(", metrics on port ", metrics->port()).c_str() : "");
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+  while (!g_stop) pause();
+  for (auto& srv : servers) srv->Shutdown();
+  std::fprintf(stderr, "moesplit-expert-worker: stopped\n");
+  return 0;
+}
+
+}  // namespace
+}  // namespace moesplit::worker
+
+int main(int argc, char** argv) { return moesplit::worker::Run(argc, argv); }

@@ -1,0 +1,259 @@
+// The two services as real processes on loopback: an expert-worker (or two)
+// and the dense service, checked against the in-process reference.
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "common/model/forward.h"
+#include "common/model/model.h"
+#include "common/transport/remote_experts.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "moesplit/v1/inference.grpc.pb.h"
+#include "nlohmann/json.hpp"
+#include "common/base/subprocess.h"
+
+namespace moesplit {
+namespace {
+
+using ::testing::HasSubstr;
+using ChildProcess = ::moesplit::Subprocess;
+using namespace std::chrono_literals;
+
+const std::string kFixtures = MOESPLIT_FIXTURES_DIR;
+const std::string kWorker = MOESPLIT_WORKER_BIN;
+const std::string kDense = MOESPLIT_DENSE_BIN;
+
+std::string Model(const std::string& name) { return kFixtures + "/models/" + name + ".gguf"; }
+
+std::string Name(const std::string& tag) { return absl::StrCat("mst-", tag, "-", getpid()); }
+
+int FreePort() {
+  static int next = 20000 + (getpid() % 2000) * 10;
+  return next++;
+}
+
+std::unique_ptr<ChildProcess> StartWorker(const std::vector<std::string>& args) {
+  auto p = std::make_unique<ChildProcess>(kWorker, args);
+  absl::Status s = p->WaitFor("ready", 30s);
+  EXPECT_TRUE(s.ok()) << s;
+  return p;
+}
+
+std::vector<std::vector<int32_t>> FixturePrompts(const std::string& model) {
+  std::ifstream in(kFixtures + "/models/" + model + ".json");
+  nlohmann::json j = nlohmann::json::parse(in);
+  std::vector<std::vector<int32_t>> out;
+  for (const auto& c : j["cases"]) out.push_back(c["tokens"].get<std::vector<int32_t>>());
+  return out;
+}
+
+// All-position logits of every fixture prompt through `experts`.
+std::vector<std::vector<float>> AllLogits(const std::string& model_name,
+                                          model::ExpertBackend* experts,
+                                          std::shared_ptr<const model::Model> m, ThreadPool* pool) {
+  model::Forward forward(m, experts, pool);
+  std::vector<std::vector<float>> out;
+  for (const auto& prompt : FixturePrompts(model_name)) {
+    auto cache = model::KvCache::Create(m->hparams(), 256);
+    EXPECT_TRUE(cache.ok());
+    std::vector<float> logits;
+    absl::Status s = forward.Eval(prompt, cache->get(), model::LogitsMode::kAll, &logits);
+    EXPECT_TRUE(s.ok()) << s;
+    out.push_back(std::move(logits));
+  }
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<transport::RemoteExperts>> Connect(
+    const std::vector<std::string>& addrs, const model::Model& m) {
+  std::vector<std::unique_ptr<transport::ExpertClient>> clients;
+  transport::ClientOptions o;
+  o.model_identity = m.file().Identity();
+  for (const auto& a : addrs) clients.push_back(*transport::OpenExpertClient(a, o));
+  return transport::RemoteExperts::Connect(std::move(clients), m.n_layer(),
+                                           static_cast<int>(m.hparams().n_expert));
+}
+
+bool SameBits(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].size() != b[i].size() ||
+        std::memcmp(a[i].data(), b[i].data(), 4 * a[i].size()) != 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
+class FixtureLogitsTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(FixtureLogitsTest, IdenticalAcrossLocalShmGrpcAndTwoWorkers) {
+  const std::string name = GetParam();
+  auto m = model::Model::Open(Model(name));
+  ASSERT_TRUE(m.ok()) << m.status();
+  ThreadPool pool(2);
+  model::InProcessExperts local(model::ExpertStore(*m), &pool);
+  const auto want = AllLogits(name, &local, *m, &pool);
+
+  const std::string shm = Name("one-" + name);
+  const int port = FreePort();
+  auto w = StartWorker({"--model", Model(name), "--listen-shm", shm, "--listen-grpc",
+                        absl::StrCat("127.0.0.1:", port), "--threads", "2"});
+  for (const std::string& addr : {"shm://" + shm, absl::StrCat("grpc://127.0.0.1:", port)}) {
+    auto remote = Connect({addr}, **m);
+    ASSERT_TRUE(remote.ok()) << remote.status();
+    EXPECT_TRUE(SameBits(want, AllLogits(name, remote->get(), *m, &pool))) << addr;
+  }
+  // Two workers, split by layers: each layer's experts live on one worker.
+  const int n_layer = (*m)->n_layer();
+  const std::string a = Name("half-a-" + name), b = Name("half-b-" + name);
+  auto wa = StartWorker({"--model", Model(name), "--listen-shm", a, "--shard",
+                         absl::StrCat("layers=0-", n_layer / 2 - 1), "--threads", "1"});
+  auto wb = StartWorker({"--model", Model(name), "--listen-shm", b, "--shard",
+                         absl::StrCat("layers=", n_layer / 2, "-", n_layer - 1), "--threads", "1"});
+  auto split = Connect({"shm://" + a, "shm://" + b}, **m);
+  ASSERT_TRUE(split.ok()) << split.status();
+  EXPECT_TRUE(SameBits(want, AllLogits(name, split->get(), *m, &pool)));
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureLogitsTest,
+                         ::testing::Values("qwen3moe-tiny-q4_k_m", "qwen2moe-tiny-q8_0"));
+
+TEST(SplitServicesTest, ExpertShardsSplitByIdAgreeClosely) {
+  const std::string name = "qwen3moe-tiny-q8_0";
+  auto m = model::Model::Open(Model(name));
+  ASSERT_TRUE(m.ok());
+  ThreadPool pool(2);
+  model::InProcessExperts local(model::ExpertStore(*m), &pool);
+  const auto want = AllLogits(name, &local, *m, &pool);
+  const std::string a = Name("ids-a"), b = Name("ids-b");
+  auto wa = StartWorker({"--model", Model(name), "--listen-shm", a, "--shard", "experts=0-3"});
+  auto wb = StartWorker({"--model", Model(name), "--listen-shm", b, "--shard", "experts=4-7"});
+  auto split = Connect({"shm://" + a, "shm://" + b}, **m);
+  ASSERT_TRUE(split.ok()) << split.status();
+  const auto got = AllLogits(name, split->get(), *m, &pool);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t c = 0; c < want.size(); ++c) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < want[c].size(); ++i) {
+      num += (got[c][i] - want[c][i]) * (got[c][i] - want[c][i]);
+      den += want[c][i] * want[c][i];
+    }
+    EXPECT_LT(num / den, 1e-8) << "case " << c;
+  }
+}
+
+TEST(SplitServicesTest, OverlappingAndMissingShardsAreRefused) {
+  const std::string model = Model("qwen3moe-tiny-q8_0");
+  const std::string a = Name("ov-a"), b = Name("ov-b");
+  auto wa = StartWorker({"--model", model, "--listen-shm", a, "--shard", "layers=0-2"});
+  auto wb = StartWorker({"--model", model, "--listen-shm", b, "--shard", "layers=2-3"});
+  ChildProcess overlap(kDense, {"--model", model, "--experts", "shm://" + a, "--experts",
+                                "shm://" + b, "--grpc", absl::StrCat("127.0.0.1:", FreePort())});
+  EXPECT_EQ(overlap.Wait(30s), 1);
+  EXPECT_THAT(overlap.stderr_text(), HasSubstr("expert shards overlap: expert 0 of layer 2"));
+  ChildProcess missing(kDense, {"--model", model, "--experts", "shm://" + a, "--grpc",
+                                absl::StrCat("127.0.0.1:", FreePort())});
+  EXPECT_EQ(missing.Wait(30s), 1);
+  EXPECT_THAT(missing.stderr_text(), HasSubstr("no expert worker owns experts 0-7 of layer 3"));
+}
+
+TEST(SplitServicesTest, MismatchedModelIsRefusedOnBothSides) {
+  const std::string w = Name("mismatch");
+  auto worker = StartWorker({"--model", Model("qwen3moe-tiny-q8_0"), "--listen-shm", w});
+  ChildProcess dense(kDense, {"--model", Model("qwen3moe-tiny-q4_0"), "--experts", "shm://" + w,
+                              "--grpc", absl::StrCat("127.0.0.1:", FreePort())});
+  EXPECT_EQ(dense.Wait(30s), 1);
+  EXPECT_THAT(dense.stderr_text(), HasSubstr("serves model"));
+  EXPECT_THAT(dense.stderr_text(), HasSubstr("but this dense service runs model"));
+  // The worker refuses a connection that skips the Describe check, too.
+  auto m = model::Model::Open(Model("qwen3moe-tiny-q4_0"));
+  transport::ClientOptions o;
+  o.model_identity = (*m)->file().Identity();
+  auto client = transport::OpenExpertClient("shm://" + w, o);
+  model::ExpertResult r;
+  model::ExpertCall call;
+  call.d = 256;
+  call.token_offsets = {0};
+  EXPECT_EQ((*client)->Compute(call, &r).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// A Generate stream to the dense service at 127.0.0.1:port.
+struct GenerateResult {
+  grpc::Status status;
+  std::string text;
+  int tokens = 0;
+  std::chrono::milliseconds after_first{0};
+};
+
+GenerateResult Generate(int port, const std::string& prompt, int max_tokens,
+                        const std::function<void()>& after_first_delta = nullptr) {
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = moesplit::v1::Inference::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 60s);
+  moesplit::v1::GenerateRequest req;
+  req.set_prompt(prompt);
+  req.set_max_tokens(max_tokens);
+  auto reader = stub->Generate(&ctx, req);
+  GenerateResult out;
+  moesplit::v1::GenerateResponse resp;
+  std::chrono::steady_clock::time_point first;
+  while (reader->Read(&resp)) {
+    out.text += resp.text();
+    out.tokens += resp.token_ids_size();
+    if (out.tokens == 1 && after_first_delta) {
+      after_first_delta();
+      first = std::chrono::steady_clock::now();
+    }
+  }
+  out.status = reader->Finish();
+  if (after_first_delta) {
+    out.after_first = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - first);
+  }
+  return out;
+}
+
+TEST(SplitServicesTest, KilledWorkerFailsRequestsThenServiceRecovers) {
+  const std::string model = Model("qwen3moe-tiny-q8_0");
+  const std::string w = Name("kill");
+  auto worker = StartWorker({"--model", model, "--listen-shm", w});
+  const int port = FreePort();
+  ChildProcess dense(kDense, {"--model", model, "--experts", "shm://" + w, "--grpc",
+                              absl::StrCat("127.0.0.1:", port), "--expert-timeout", "2000"});
+  absl::Status ready = dense.WaitFor("ready", 60s);
+  ASSERT_TRUE(ready.ok()) << ready;
+  const GenerateResult ok = Generate(port, "The quick brown fox", 8);
+  ASSERT_TRUE(ok.status.ok()) << ok.status.error_message();
+  EXPECT_EQ(ok.tokens, 8);
+  // Kill the worker after the first token of a long generation.
+  const GenerateResult broken =
+      Generate(port, "The quick brown fox", 10000, [&] { worker->Kill(SIGKILL); });
+  EXPECT_EQ(broken.status.error_code(), grpc::StatusCode::UNAVAILABLE)
+      << broken.status.error_message();
+  EXPECT_THAT(broken.status.error_message(), HasSubstr("shm://" + w));
+  EXPECT_LT(broken.after_first.count(), 4000);
+  // Restart it: the dense service reconnects and serves again.
+  worker = StartWorker({"--model", model, "--listen-shm", w});
+  GenerateResult again;
+  for (int i = 0; i < 50; ++i) {
+    again = Generate(port, "The quick brown fox", 8);
+    if (again.status.ok()) break;
+    std::this_thread::sleep_for(200ms);
+  }
+  EXPECT_TRUE(again.status.ok()) << again.status.error_message();
+  EXPECT_EQ(again.text, ok.text);
+  dense.Signal(SIGTERM);
+  EXPECT_EQ(dense.Wait(10s), 0) << dense.stderr_text();
+}
+
+}  // namespace
+}  // namespace moesplit
