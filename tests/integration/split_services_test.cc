@@ -1,6 +1,9 @@
 // The two services as real processes on loopback: an expert-worker (or two)
 // and the dense service, checked against the in-process reference.
+#include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -253,6 +256,80 @@ TEST(SplitServicesTest, KilledWorkerFailsRequestsThenServiceRecovers) {
   EXPECT_EQ(again.text, ok.text);
   dense.Signal(SIGTERM);
   EXPECT_EQ(dense.Wait(10s), 0) << dense.stderr_text();
+}
+
+
+// GET /metrics from 127.0.0.1:port.
+std::string Scrape(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string out;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+    const std::string req = "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n";
+    (void)!write(fd, req.data(), req.size());
+    char buf[8192];
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof buf)) > 0) out.append(buf, n);
+  }
+  close(fd);
+  const size_t body = out.find("\r\n\r\n");
+  return body == std::string::npos ? out : out.substr(body + 4);
+}
+
+// The port after "metrics on port " in a service's ready line.
+int MetricsPort(Subprocess& p) {
+  const std::string& err = p.stderr_text();
+  const size_t at = err.find("metrics on port ");
+  return at == std::string::npos ? 0 : std::atoi(err.c_str() + at + 16);
+}
+
+// Runs `promtool check metrics` on `text`; its output, and whether it passed.
+std::pair<bool, std::string> Promtool(const std::string& text) {
+  const std::string path = absl::StrCat(::testing::TempDir(), "/metrics-", getpid(), ".txt");
+  std::ofstream(path) << text;
+  std::string out;
+  FILE* f = popen(absl::StrCat("promtool check metrics < ", path, " 2>&1").c_str(), "r");
+  if (f == nullptr) return {false, "cannot run promtool"};
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  const int rc = pclose(f);
+  return {rc == 0, out};
+}
+
+TEST(SplitServicesTest, BothServicesExportMetricsThatPromtoolAccepts) {
+  const std::string model = Model("qwen3moe-tiny-q8_0");
+  const std::string w = Name("metrics");
+  auto worker = StartWorker({"--model", model, "--listen-shm", w, "--metrics", "127.0.0.1:0"});
+  const int port = FreePort();
+  ChildProcess dense(kDense, {"--model", model, "--experts", "shm://" + w, "--grpc",
+                              absl::StrCat("127.0.0.1:", port), "--metrics", "127.0.0.1:0"});
+  absl::Status ready = dense.WaitFor("ready", 60s);
+  ASSERT_TRUE(ready.ok()) << ready;
+  ASSERT_TRUE(Generate(port, "The quick brown fox", 4).status.ok());
+  std::this_thread::sleep_for(500ms);  // the dense side refreshes client metrics every 200 ms
+  const std::string wm = Scrape(MetricsPort(*worker));
+  const std::string dm = Scrape(MetricsPort(dense));
+  for (const char* name : {"moesplit_expert_calls_total{code=\"OK\",transport=\"shm\"}",
+                           "moesplit_expert_call_tokens_bucket", "moesplit_transport_sent_bytes_total",
+                           "moesplit_transport_received_bytes_total",
+                           "moesplit_expert_call_duration_seconds_bucket",
+                           "moesplit_expert_activations_total{expert=",
+                           "moesplit_worker_resident_bytes{node="}) {
+    EXPECT_THAT(wm, HasSubstr(name)) << "worker metrics lack " << name;
+  }
+  for (const char* name : {"moesplit_worker_up{worker=\"shm://", "moesplit_expert_client_calls_total",
+                           "moesplit_transport_sent_bytes_total{transport=\"shm\"",
+                           "moesplit_transport_received_bytes_total"}) {
+    EXPECT_THAT(dm, HasSubstr(name)) << "dense metrics lack " << name;
+  }
+  for (const std::string* text : {&wm, &dm}) {
+    auto [ok, out] = Promtool(*text);
+    EXPECT_TRUE(ok) << out << "\n" << *text;
+  }
 }
 
 }  // namespace
