@@ -1,0 +1,131 @@
+#include "common/chat/chat_template.h"
+
+#include <cstdio>
+#include <ctime>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/status.h"
+
+namespace moesplit::chat {
+namespace {
+
+// Parses "YYYY-MM-DD" or "YYYY-MM-DD HH:MM:SS" (also with 'T') into a
+// normalised struct tm (weekday and day of year filled in).
+absl::StatusOr<std::tm> ParseDate(const std::string& s) {
+  int y = 0, mo = 0, d = 0, h = 0, mi = 0, sec = 0;
+  char sep = 0;
+  int n = std::sscanf(s.c_str(), "%4d-%2d-%2d%c%2d:%2d:%2d", &y, &mo, &d, &sep, &h, &mi, &sec);
+  const bool date_only = n == 3 && s.size() == 10;
+  const bool full = n == 7 && (sep == ' ' || sep == 'T') && s.size() == 19;
+  if ((!date_only && !full) || mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 60) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "date_override must be \"YYYY-MM-DD\" or \"YYYY-MM-DD HH:MM:SS\", got \"", s, "\""));
+  }
+  std::tm tm{};
+  tm.tm_year = y - 1900;
+  tm.tm_mon = mo - 1;
+  tm.tm_mday = d;
+  tm.tm_hour = h;
+  tm.tm_min = mi;
+  tm.tm_sec = sec;
+  const time_t t = timegm(&tm);  // normalises and fills tm_wday / tm_yday
+  std::tm out{};
+  gmtime_r(&t, &out);
+  return out;
+}
+
+absl::StatusOr<Value> StrftimeNow(const std::optional<std::tm>& fixed, CallArgs& args) {
+  if (args.positional.size() != 1 || !args.positional[0].is_string()) {
+    return absl::InvalidArgumentError("strftime_now(format) expects one string argument");
+  }
+  std::tm tm{};
+  if (fixed) {
+    tm = *fixed;
+  } else {
+    const time_t now = std::time(nullptr);
+    localtime_r(&now, &tm);
+  }
+  const std::string& fmt = args.positional[0].as_string();
+  if (fmt.empty()) return Value("");
+  for (size_t cap = 256; cap <= (1u << 16); cap *= 4) {
+    std::string buf(cap + fmt.size() * 8, '\0');
+    const size_t n = std::strftime(buf.data(), buf.size(), fmt.c_str(), &tm);
+    if (n > 0) {
+      buf.resize(n);
+      return Value(std::move(buf));
+    }
+  }
+  return Value("");  // every conversion produced nothing (e.g. "%p" in some locales)
+}
+
+absl::StatusOr<ValueDict> BuildVariables(const nlohmann::ordered_json& messages,
+                                         const ChatTemplateOptions& options) {
+  if (!messages.is_array()) {
+    return absl::InvalidArgumentError("chat template: messages must be a JSON array");
+  }
+  std::optional<std::tm> fixed;
+  if (!options.date_override.empty()) {
+    ASSIGN_OR_RETURN(fixed, ParseDate(options.date_override));
+  }
+  ValueDict vars;
+  ASSIGN_OR_RETURN(Value msgs, Value::FromJson(messages));
+  vars.Put("messages", std::move(msgs));
+  vars.Put("bos_token", Value(options.bos_token));
+  vars.Put("eos_token", Value(options.eos_token));
+  vars.Put("enable_thinking", Value(options.enable_thinking));
+  if (options.add_generation_prompt) vars.Put("add_generation_prompt", Value(*options.add_generation_prompt));
+  if (options.tools.is_array() && !options.tools.empty()) {
+    ASSIGN_OR_RETURN(Value tools, Value::FromJson(options.tools));
+    vars.Put("tools", std::move(tools));
+  }
+  vars.Put("raise_exception", Value::Function("raise_exception", [](CallArgs& a) -> absl::StatusOr<Value> {
+             std::string msg = a.positional.empty() ? "raise_exception() called" : a.positional[0].Str();
+             return absl::InvalidArgumentError(msg);
+           }));
+  vars.Put("strftime_now", Value::Function("strftime_now", [fixed](CallArgs& a) {
+             return StrftimeNow(fixed, a);
+           }));
+  if (options.extra_context.is_object()) {
+    for (auto it = options.extra_context.begin(); it != options.extra_context.end(); ++it) {
+      ASSIGN_OR_RETURN(Value v, Value::FromJson(it.value()));
+      vars.Put(it.key(), std::move(v));
+    }
+  } else if (!options.extra_context.is_null()) {
+    return absl::InvalidArgumentError("chat template: extra_context must be a JSON object");
+  }
+  return vars;
+}
+
+}  // namespace
+
+absl::StatusOr<ChatTemplate> ChatTemplate::Parse(std::string source) {
+  ASSIGN_OR_RETURN(JinjaTemplate t, JinjaTemplate::Parse(source));
+  return ChatTemplate(std::make_shared<const std::string>(std::move(source)), std::move(t));
+}
+
+absl::StatusOr<std::string> ChatTemplate::Render(const nlohmann::ordered_json& messages,
+                                                 const ChatTemplateOptions& options) const {
+  ASSIGN_OR_RETURN(ValueDict vars, BuildVariables(messages, options));
+  return template_.Render(vars, options.limits);
+}
+
+const std::string& ChatMLFallbackTemplate() {
+  static const std::string* const kTemplate = new std::string(
+      "{%- for message in messages -%}\n"
+      "{{- '<|im_start|>' + message['role'] + '\\n' -}}\n"
+      "{%- if message['content'] is string -%}\n"
+      "{{- message['content'] -}}\n"
+      "{%- elif message['content'] is iterable -%}\n"
+      "{%- for part in message['content'] -%}\n"
+      "{%- if part is mapping and part['text'] is string -%}{{- part['text'] -}}{%- endif -%}\n"
+      "{%- endfor -%}\n"
+      "{%- endif -%}\n"
+      "{{- '<|im_end|>\\n' -}}\n"
+      "{%- endfor -%}\n"
+      "{%- if add_generation_prompt -%}\n"
+      "{{- '<|im_start|>assistant\\n' -}}\n"
+      "{%- endif -%}\n");
+  return *kTemplate;
+}
+
+}  // namespace moesplit::chat

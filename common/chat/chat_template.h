@@ -1,0 +1,74 @@
+// ChatTemplate: renders a conversation into a prompt with a model's Jinja
+// chat template (GGUF `tokenizer.chat_template`), the way llama.cpp and HF
+// transformers do.
+//
+// Template variables (as llama.cpp passes them):
+//   messages               the `messages` array, keys in the caller's order
+//   add_generation_prompt  true/false when set in the options; when the
+//                          option is nullopt the name is UNDEFINED in the
+//                          template (`is defined` is false), not false
+//   bos_token, eos_token   strings from the options
+//   enable_thinking        bool (default true)
+//   tools                  only when options.tools is a non-empty array
+//   raise_exception(msg)   fails the render with InvalidArgument(msg)
+//   strftime_now(fmt)      C strftime of the current local time, or of
+//                          options.date_override ("YYYY-MM-DD" or
+//                          "YYYY-MM-DD HH:MM:SS"), so tests are reproducible
+//   + every key of options.extra_context (overrides the above)
+// The engine is configured like HF's: trim_blocks, lstrip_blocks, and one
+// trailing newline of the template dropped.
+//
+// Errors: Parse → InvalidArgument with line/column; Render →
+// InvalidArgument (template runtime error, raise_exception, malformed
+// messages/date) or ResourceExhausted (RenderLimits exceeded).
+// Thread-safety: immutable after Parse; Render is safe to call concurrently.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/chat/jinja.h"
+#include "nlohmann/json.hpp"
+
+namespace moesplit::chat {
+
+struct ChatTemplateOptions {
+  std::optional<bool> add_generation_prompt;  // nullopt → undefined in the template
+  std::string bos_token;
+  std::string eos_token;
+  bool enable_thinking = true;
+  // Fixed date for strftime_now ("YYYY-MM-DD" or "YYYY-MM-DD HH:MM:SS");
+  // empty → the real local clock.
+  std::string date_override;
+  nlohmann::ordered_json tools;          // array of tool definitions, or null
+  nlohmann::ordered_json extra_context;  // object of extra variables, or null
+  RenderLimits limits;
+};
+
+class ChatTemplate {
+ public:
+  // InvalidArgument with "template syntax error at line L, column C: ...".
+  static absl::StatusOr<ChatTemplate> Parse(std::string source);
+
+  // REQUIRES: messages is a JSON array (InvalidArgument otherwise).
+  absl::StatusOr<std::string> Render(const nlohmann::ordered_json& messages,
+                                     const ChatTemplateOptions& options) const;
+
+  const std::string& source() const { return *source_; }
+
+ private:
+  ChatTemplate(std::shared_ptr<const std::string> source, JinjaTemplate tmpl)
+      : source_(std::move(source)), template_(std::move(tmpl)) {}
+
+  std::shared_ptr<const std::string> source_;
+  JinjaTemplate template_;
+};
+
+// The ChatML template used when a model has no tokenizer.chat_template:
+// "<|im_start|>{role}\n{content}<|im_end|>\n" per message (string content, or
+// the `text` parts of a content list), then "<|im_start|>assistant\n" when
+// add_generation_prompt.
+const std::string& ChatMLFallbackTemplate();
+
+}  // namespace moesplit::chat

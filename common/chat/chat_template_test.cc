@@ -1,0 +1,258 @@
+// ChatTemplate against the oracle: every <name>.jinja under
+// $MOESPLIT_FIXTURES_DIR/templates must render each case of
+// <name>.expected.json byte-identically to llama.cpp's prompt. The fixtures
+// were rendered on 2026-11-29, so strftime_now gets that date as an override.
+#include "common/chat/chat_template.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace moesplit::chat {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+constexpr char kFixtureDate[] = "2026-11-29";
+
+fs::path TemplatesDir() {
+  const char* env = std::getenv("MOESPLIT_FIXTURES_DIR");
+  return fs::path(env != nullptr ? env : MOESPLIT_FIXTURES_DIR) / "templates";
+}
+
+std::string ReadFile(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct Fixture {
+  std::string name;
+  std::string source;
+  nlohmann::ordered_json cases;
+};
+
+std::vector<Fixture> LoadFixtures() {
+  std::vector<Fixture> out;
+  if (!fs::exists(TemplatesDir())) return out;
+  for (const auto& entry : fs::directory_iterator(TemplatesDir())) {
+    if (entry.path().extension() != ".jinja") continue;
+    Fixture f;
+    f.name = entry.path().stem().string();
+    f.source = ReadFile(entry.path());
+    const fs::path expected = TemplatesDir() / (f.name + ".expected.json");
+    f.cases = nlohmann::ordered_json::parse(ReadFile(expected))["cases"];
+    out.push_back(std::move(f));
+  }
+  std::sort(out.begin(), out.end(), [](const Fixture& a, const Fixture& b) { return a.name < b.name; });
+  return out;
+}
+
+// The variables llama.cpp rendered the fixtures with (fixtures/README.md).
+ChatTemplateOptions FixtureOptions(const nlohmann::ordered_json& request) {
+  ChatTemplateOptions o;
+  o.bos_token = "<|endoftext|>";
+  o.eos_token = "<|im_end|>";
+  o.enable_thinking = true;
+  o.date_override = kFixtureDate;
+  if (request.contains("add_generation_prompt")) {
+    o.add_generation_prompt = request["add_generation_prompt"].get<bool>();
+  }
+  return o;
+}
+
+TEST(ChatTemplateFixtureTest, EveryTemplateMatchesLlamaCpp) {
+  const std::vector<Fixture> fixtures = LoadFixtures();
+  ASSERT_GE(fixtures.size(), 5u) << "no templates under " << TemplatesDir();
+  size_t total = 0, passed = 0;
+  for (const Fixture& f : fixtures) {
+    SCOPED_TRACE(f.name);
+    absl::StatusOr<ChatTemplate> t = ChatTemplate::Parse(f.source);
+    ASSERT_TRUE(t.ok()) << t.status();
+    size_t ok = 0;
+    for (size_t i = 0; i < f.cases.size(); ++i) {
+      const auto& c = f.cases[i];
+      absl::StatusOr<std::string> prompt = t->Render(c["request"]["messages"], FixtureOptions(c["request"]));
+      ASSERT_TRUE(prompt.ok()) << "case " << i << ": " << prompt.status();
+      const std::string expected = c["prompt"].get<std::string>();
+      EXPECT_EQ(*prompt, expected) << "case " << i;
+      ok += *prompt == expected;
+    }
+    std::printf("%-40s %zu/%zu cases match\n", f.name.c_str(), ok, f.cases.size());
+    total += f.cases.size();
+    passed += ok;
+  }
+  EXPECT_EQ(passed, total);
+  EXPECT_GE(total, 20u);
+}
+
+// add_generation_prompt absent from the request is undefined, which these
+// templates treat like false (DeepSeek even checks `is defined`).
+TEST(ChatTemplateFixtureTest, AbsentGenerationPromptRendersLikeFalse) {
+  for (const Fixture& f : LoadFixtures()) {
+    SCOPED_TRACE(f.name);
+    absl::StatusOr<ChatTemplate> t = ChatTemplate::Parse(f.source);
+    ASSERT_TRUE(t.ok()) << t.status();
+    for (const auto& c : f.cases) {
+      if (c["request"].value("add_generation_prompt", true)) continue;
+      ChatTemplateOptions o = FixtureOptions(c["request"]);
+      o.add_generation_prompt.reset();
+      absl::StatusOr<std::string> prompt = t->Render(c["request"]["messages"], o);
+      ASSERT_TRUE(prompt.ok()) << prompt.status();
+      EXPECT_EQ(*prompt, c["prompt"].get<std::string>());
+    }
+  }
+}
+
+absl::StatusOr<std::string> RenderWith(std::string_view source, const nlohmann::ordered_json& messages,
+                                       const ChatTemplateOptions& options) {
+  absl::StatusOr<ChatTemplate> t = ChatTemplate::Parse(std::string(source));
+  if (!t.ok()) return t.status();
+  return t->Render(messages, options);
+}
+
+TEST(ChatTemplateTest, VariablesAreDefinedAsLlamaCppDoes) {
+  const auto messages = nlohmann::ordered_json::parse(R"([{"role": "user", "content": "hi"}])");
+  const char* src =
+      "{{ add_generation_prompt is defined }}|{{ add_generation_prompt }}|{{ bos_token }}|{{ eos_token }}|"
+      "{{ enable_thinking }}|{{ tools is defined }}|{{ extra }}|{{ strftime_now('%d %b %Y %A') }}";
+  ChatTemplateOptions o;
+  o.bos_token = "<s>";
+  o.eos_token = "</s>";
+  o.date_override = "2026-11-29";
+  o.extra_context = nlohmann::ordered_json::parse(R"({"extra": "X"})");
+  EXPECT_EQ(*RenderWith(src, messages, o), "False||<s>|</s>|True|False|X|29 Nov 2026 Sunday");
+  o.add_generation_prompt = false;
+  o.enable_thinking = false;
+  o.tools = nlohmann::ordered_json::parse(R"([{"type": "function"}])");
+  EXPECT_EQ(*RenderWith(src, messages, o), "True|False|<s>|</s>|False|True|X|29 Nov 2026 Sunday");
+  o.extra_context = nlohmann::ordered_json::parse(R"({"enable_thinking": "overridden"})");
+  EXPECT_THAT(*RenderWith("{{ enable_thinking }}", messages, o), "overridden");
+}
+
+TEST(ChatTemplateTest, ToolsKeepTheirKeyOrderInTojson) {
+  ChatTemplateOptions o;
+  o.tools = nlohmann::ordered_json::parse(
+      R"([{"type": "function", "function": {"name": "f", "parameters": {"z": 1, "a": "é"}}}])");
+  absl::StatusOr<std::string> out =
+      RenderWith("{% for t in tools %}{{ t | tojson }}{% endfor %}", nlohmann::ordered_json::array(), o);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(*out, R"({"type": "function", "function": {"name": "f", "parameters": {"z": 1, "a": "é"}}})");
+}
+
+TEST(ChatTemplateTest, RealClockWithoutOverride) {
+  absl::StatusOr<std::string> year = RenderWith("{{ strftime_now('%Y') }}", nlohmann::ordered_json::array(), {});
+  ASSERT_TRUE(year.ok()) << year.status();
+  EXPECT_EQ(year->size(), 4u);
+  EXPECT_GE(std::atoi(year->c_str()), 2025);
+}
+
+TEST(ChatTemplateTest, ErrorsAreInvalidArgument) {
+  const auto messages = nlohmann::ordered_json::parse(R"([{"role": "user", "content": "hi"}])");
+  ChatTemplateOptions o;
+  absl::StatusOr<std::string> raised = RenderWith("{{ raise_exception('No messages provided.') }}", messages, o);
+  EXPECT_EQ(raised.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::string(raised.status().message()), "template error at line 1, column 4: No messages provided.");
+  EXPECT_EQ(RenderWith("x", nlohmann::ordered_json::object(), o).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  o.date_override = "29/11/2026";
+  EXPECT_THAT(std::string(RenderWith("x", messages, o).status().message()), HasSubstr("date_override"));
+  EXPECT_THAT(std::string(ChatTemplate::Parse("{% if %}").status().message()),
+              HasSubstr("template syntax error at line 1, column 7"));
+}
+
+// Qwen3.5 raises when there is no user query; the message must come through.
+TEST(ChatTemplateTest, FixtureTemplateRaiseExceptionPropagates) {
+  for (const Fixture& f : LoadFixtures()) {
+    if (f.name != "Qwen3.5-4B") continue;
+    absl::StatusOr<ChatTemplate> t = ChatTemplate::Parse(f.source);
+    ASSERT_TRUE(t.ok());
+    absl::StatusOr<std::string> out = t->Render(
+        nlohmann::ordered_json::parse(R"([{"role": "system", "content": "s"}])"), FixtureOptions({}));
+    EXPECT_THAT(std::string(out.status().message()), HasSubstr("No user query found in messages."));
+    return;
+  }
+  GTEST_SKIP() << "Qwen3.5-4B fixture missing";
+}
+
+TEST(ChatTemplateTest, ChatMLFallback) {
+  const auto messages = nlohmann::ordered_json::parse(R"([
+      {"role": "system", "content": "sys"},
+      {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "image"}, {"type": "text", "text": "b"}]},
+      {"role": "assistant", "content": null}])");
+  ChatTemplateOptions o;
+  o.add_generation_prompt = true;
+  absl::StatusOr<std::string> out = RenderWith(ChatMLFallbackTemplate(), messages, o);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(*out,
+            "<|im_start|>system\nsys<|im_end|>\n<|im_start|>user\nab<|im_end|>\n"
+            "<|im_start|>assistant\n<|im_end|>\n<|im_start|>assistant\n");
+  o.add_generation_prompt.reset();
+  EXPECT_EQ(*RenderWith(ChatMLFallbackTemplate(), nlohmann::ordered_json::parse(R"([{"role":"user","content":"x"}])"), o),
+            "<|im_start|>user\nx<|im_end|>\n");
+}
+
+// Random byte mutations of the real templates never crash the engine: each
+// either fails with a Status or renders within the limits. 200 mutations per
+// template by default; MOESPLIT_CHAT_FUZZ_ITERATIONS / _SEED run more.
+TEST(ChatTemplateFuzzTest, MutatedFixtureTemplatesNeverCrash) {
+  const std::vector<Fixture> fixtures = LoadFixtures();
+  ASSERT_FALSE(fixtures.empty());
+  const char* iters_env = std::getenv("MOESPLIT_CHAT_FUZZ_ITERATIONS");
+  const char* seed_env = std::getenv("MOESPLIT_CHAT_FUZZ_SEED");
+  const int iterations = iters_env != nullptr ? std::max(1, std::atoi(iters_env)) : 200;
+  std::mt19937 rng(seed_env != nullptr ? static_cast<uint32_t>(std::atoi(seed_env)) : 20261129u);
+  const std::string interesting = "{}%#-+()[]'\"|.,:=~*/ \n\\0aZ_";
+  ChatTemplateOptions o = FixtureOptions(nlohmann::ordered_json::parse(R"({"add_generation_prompt": true})"));
+  o.limits.max_steps = 2'000'000;
+  o.limits.max_output_bytes = 1 << 20;
+  const auto messages = fixtures[0].cases[2]["request"]["messages"];
+  int mutations = 0, parsed = 0, rendered = 0;
+  for (const Fixture& f : fixtures) {
+    for (int i = 0; i < iterations; ++i) {
+      std::string src = f.source;
+      const int edits = 1 + static_cast<int>(rng() % 4);
+      for (int e = 0; e < edits && !src.empty(); ++e) {
+        const size_t pos = rng() % src.size();
+        switch (rng() % 4) {
+          case 0: src[pos] = interesting[rng() % interesting.size()]; break;
+          case 1: src[pos] = static_cast<char>(rng() & 0xFF); break;
+          case 2: src.erase(pos, 1 + rng() % 8); break;
+          default: src.insert(pos, src.substr(rng() % src.size(), 1 + rng() % 16)); break;
+        }
+      }
+      ++mutations;
+      absl::StatusOr<ChatTemplate> t = ChatTemplate::Parse(src);
+      if (!t.ok()) {
+        EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << t.status();
+        continue;
+      }
+      ++parsed;
+      absl::StatusOr<std::string> out = t->Render(messages, o);
+      if (out.ok()) {
+        ++rendered;
+      } else {
+        EXPECT_THAT(out.status().code(), testing::AnyOf(absl::StatusCode::kInvalidArgument,
+                                                        absl::StatusCode::kResourceExhausted))
+            << out.status();
+      }
+    }
+  }
+  std::printf("mutations: %d, parsed: %d, rendered: %d\n", mutations, parsed, rendered);
+  EXPECT_EQ(mutations, iterations * static_cast<int>(fixtures.size()));
+}
+
+}  // namespace
+}  // namespace moesplit::chat
