@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs every Debian 12 package the build and the tests need.
+# Idempotent and quiet when everything is present: packages are checked with
+# dpkg-query first; apt-get update runs only when something is missing; sudo
+# is used only when not running as root.
+set -euo pipefail
+
+PACKAGES=(
+  cmake ninja-build g++ clang pkg-config
+  libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
+  nlohmann-json3-dev libpcre2-dev
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libboost-dev prometheus-cpp-dev libnuma-dev
+)
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)
+  if [[ "$status" != "install ok installed" ]]; then
+    missing+=("$pkg")
+  fi
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  exit 0
+fi
+
+SUDO=()
+if [[ $(id -u) -ne 0 ]]; then
+  if ! command -v sudo >/dev/null 2>&1; then
+    echo "install-deps: missing packages (${missing[*]}) and no sudo; run as root" >&2
+    exit 1
+  fi
+  SUDO=(sudo)
+fi
+
+echo "install-deps: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+"${SUDO[@]}" apt-get update -qq
+"${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"

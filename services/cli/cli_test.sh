@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# End-to-end checks of the real `moesplit` binary (run by ctest):
+#   1. make-test-model writes a Qwen3-30B-A3B-shaped 2-layer Q4_K_M model;
+#      inspect describes it; generate runs on it (exit 0, non-empty text,
+#      speeds on stderr; seeded sampling reproducible); tokenize and logits
+#      produce what their contracts say.
+#   2. the error table: each bad input exits 2 with ONE stderr line
+#      "moesplit: <message>" containing the expected text.
+# Usage: cli_test.sh MOESPLIT_BINARY WORK_DIR FIXTURES_DIR
+set -uo pipefail
+
+BIN=$1
+WORK=$2
+FIXTURES=$3
+rm -rf "$WORK"
+mkdir -p "$WORK"
+[[ -n "${KEEP_WORK:-}" ]] || trap 'rm -rf "$WORK"' EXIT
+
+failures=0
+pass() { echo "ok   $1"; }
+fail() { echo "FAIL $1"; failures=$((failures + 1)); }
+
+# run NAME -- ARGS...: runs the binary, keeps stdout/stderr/status.
+run() {
+  local name=$1
+  shift
+  [[ ${1:-} == "--" ]] && shift
+  "$BIN" "$@" >"$WORK/$name.out" 2>"$WORK/$name.err"
+  echo $? >"$WORK/$name.rc"
+}
+rc() { cat "$WORK/$1.rc"; }
+
+# ---- 1. a Qwen3-30B-A3B-shaped 2-layer Q4_K_M model -----------------------
+MODEL=$WORK/qwen3-30b-a3b-2l.gguf
+run make -- make-test-model --arch qwen3moe --preset qwen3-30b-a3b --layers 2 \
+  --type Q4_K_M --out "$MODEL"
+# Every shape flag, as the README spells them (qwen2moe, with a shared expert).
+SMALL=$WORK/small-qwen2moe.gguf
+run make2 -- make-test-model --arch qwen2moe --layers 3 --d 128 --heads 4 --kv-heads 2 \
+  --head-dim 32 --experts 6 --top-k 3 --expert-ffn 96 --shared-ffn 160 --vocab 400 \
+  --ctx 512 --type Q8_0 --seed 9 --out "$SMALL"
+run inspect2 -- inspect "$SMALL"
+if [[ $(rc make2) == 0 && $(rc inspect2) == 0 ]] &&
+   grep -Eq "n_embd +128" "$WORK/inspect2.out" && grep -Eq "n_layer +3" "$WORK/inspect2.out" &&
+   grep -Eq "^  expert_ffn +96" "$WORK/inspect2.out" &&
+   grep -Eq "n_expert +6" "$WORK/inspect2.out" && grep -Eq "n_expert_used +3" "$WORK/inspect2.out" &&
+   grep -Eq "head_dim k/v +32 / 32" "$WORK/inspect2.out" && grep -Eq "n_vocab +400" "$WORK/inspect2.out" &&
+   grep -Eq "shared_expert_ffn +160" "$WORK/inspect2.out" && grep -Eq "n_ctx_train +512" "$WORK/inspect2.out"; then
+  pass "make-test-model with every shape flag"; else
+  fail "make-test-model shape flags: $(cat "$WORK/make2.err" "$WORK/inspect2.out" "$WORK/inspect2.err")"; fi
+if [[ $(rc make) == 0 && -s "$MODEL" ]]; then pass "make-test-model"; else
+  fail "make-test-model: $(cat "$WORK/make.err")"; fi
+
+run inspect -- inspect "$MODEL"
+if [[ $(rc inspect) == 0 ]] && grep -q "architecture:  qwen3moe" "$WORK/inspect.out" &&
+   grep -q "routed_experts" "$WORK/inspect.out" && grep -q "Q6_K" "$WORK/inspect.out" &&
+   grep -q "n_expert .*128" "$WORK/inspect.out"; then pass "inspect"; else
+  fail "inspect: $(cat "$WORK/inspect.out" "$WORK/inspect.err")"; fi
+
+run gen -- generate --model "$MODEL" --prompt "The quick brown fox" -n 12 --temp 0
+if [[ $(rc gen) == 0 ]] && grep -q '[^[:space:]]' "$WORK/gen.out" &&
+   grep -q "generation: .* tok/s" "$WORK/gen.err" &&
+   grep -q "prompt: .* tok/s" "$WORK/gen.err"; then pass "generate (greedy)"; else
+  fail "generate: rc=$(rc gen) out=[$(cat "$WORK/gen.out")] err=[$(cat "$WORK/gen.err")]"; fi
+
+run s1 -- generate --model "$MODEL" --prompt "Hello" -n 10 --temp 0.9 --seed 7
+run s2 -- generate --model "$MODEL" --prompt "Hello" -n 10 --temp 0.9 --seed 7
+if [[ $(rc s1) == 0 && $(rc s2) == 0 ]] && cmp -s "$WORK/s1.out" "$WORK/s2.out" &&
+   grep -q '[^[:space:]]' "$WORK/s1.out"; then pass "generate (seeded, reproducible)"; else
+  fail "seeded generate differs or failed: [$(cat "$WORK/s1.out")] [$(cat "$WORK/s2.out")] $(cat "$WORK/s1.err")"; fi
+
+run tok -- tokenize --model "$MODEL" --text "Hello world, hello!"
+if [[ $(rc tok) == 0 ]] && grep -Eq '^[0-9]+( [0-9]+)*$' "$WORK/tok.out" &&
+   [[ $(wc -l <"$WORK/tok.out") == 1 ]]; then pass "tokenize"; else
+  fail "tokenize: $(cat "$WORK/tok.out" "$WORK/tok.err")"; fi
+
+# The real Qwen2 vocabulary: llama.cpp's expected ids for the first test text.
+VOCAB=$FIXTURES/vocab/ggml-vocab-qwen2.gguf
+if [[ -f "$VOCAB" ]]; then
+  printf 'Hello world' >"$WORK/hello.txt"
+  run tokq -- tokenize --model "$VOCAB" --text-file "$WORK/hello.txt"
+  if [[ $(rc tokq) == 0 && "$(cat "$WORK/tokq.out")" == "9707 1879" ]]; then
+    pass "tokenize (qwen2 vocabulary)"; else
+    fail "tokenize qwen2: $(cat "$WORK/tokq.out" "$WORK/tokq.err")"; fi
+  run toks -- tokenize --model "$VOCAB" --text "<|im_start|>hi" --special
+  if [[ $(rc toks) == 0 && "$(cut -d' ' -f1 "$WORK/toks.out")" == "151644" ]]; then
+    pass "tokenize --special"; else
+    fail "tokenize --special: $(cat "$WORK/toks.out" "$WORK/toks.err")"; fi
+fi
+
+run logits -- logits --model "$MODEL" --tokens 1,2,3 --out "$WORK/l.f32"
+if [[ $(rc logits) == 0 && $(stat -c %s "$WORK/l.f32") == $((3 * 1024 * 4)) ]]; then
+  pass "logits size"; else fail "logits: $(cat "$WORK/logits.err")"; fi
+printf 'Hello there' >"$WORK/text.txt"
+run tokt -- tokenize --model "$MODEL" --text-file "$WORK/text.txt"
+n_text=$(wc -w <"$WORK/tokt.out")
+run logt -- logits --model "$MODEL" --text-file "$WORK/text.txt" --out "$WORK/t.f32"
+if [[ $(rc logt) == 0 && $(stat -c %s "$WORK/t.f32") == $((n_text * 1024 * 4)) ]]; then
+  pass "logits --text-file"; else fail "logits --text-file: $(cat "$WORK/logt.err")"; fi
+
+# Without --model: a test model is written to the cache once, then reused.
+export MOESPLIT_CACHE_DIR=$WORK/cache
+run def1 -- generate --prompt "Once upon a time" -n 6
+run def2 -- generate --prompt "Once upon a time" -n 6
+if [[ $(rc def1) == 0 && $(rc def2) == 0 ]] && grep -q '[^[:space:]]' "$WORK/def1.out" &&
+   grep -q "writing a random-weight test model" "$WORK/def1.err" &&
+   ! grep -q "writing" "$WORK/def2.err" && cmp -s "$WORK/def1.out" "$WORK/def2.out" &&
+   ls "$WORK/cache"/*.gguf >/dev/null 2>&1 && ! ls "$WORK/cache"/*.tmp-* >/dev/null 2>&1; then
+  pass "generate without --model (cached test model)"; else
+  fail "generate without --model: $(cat "$WORK/def1.err" "$WORK/def2.err")"; fi
+rm -rf "$WORK/cache"
+unset MOESPLIT_CACHE_DIR
+
+# ---- 2. the error table ---------------------------------------------------
+# A GGUF whose architecture nobody supports, and a truncated model.
+printf 'GGUF\x03\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00\x14\x00\x00\x00\x00\x00\x00\x00general.architecture\x08\x00\x00\x00\x05\x00\x00\x00\x00\x00\x00\x00gptxx' \
+  >"$WORK/unknown-arch.gguf"
+head -c 64 /dev/zero >>"$WORK/unknown-arch.gguf"  # padding to the data section
+head -c 4096 "$MODEL" >"$WORK/truncated.gguf"
+printf '' >"$WORK/empty.txt"
+
+# expect_error NAME "EXPECTED TEXT" ARGS...
+expect_error() {
+  local name=$1 expected=$2
+  shift 2
+  run "$name" -- "$@"
+  local lines
+  lines=$(wc -l <"$WORK/$name.err")
+  if [[ $(rc "$name") == 2 && $lines == 1 ]] &&
+     grep -q '^moesplit: ' "$WORK/$name.err" &&
+     grep -qF -- "$expected" "$WORK/$name.err"; then
+    pass "error: $name"
+  else
+    fail "error: $name: rc=$(rc "$name") stderr=[$(cat "$WORK/$name.err")] want [$expected]"
+  fi
+}
+
+expect_error no-command "missing command"
+expect_error unknown-command "unknown command 'frobnicate'" frobnicate
+expect_error unknown-flag "unknown flag --bogus" generate --bogus 1 --prompt hi
+expect_error unknown-top-level-flag "unknown flag --verbose" --verbose inspect "$MODEL"
+expect_error unknown-flag-inspect "unknown flag --verbose" inspect --verbose "$MODEL"
+expect_error missing-file "no-such-model.gguf" inspect "$WORK/no-such-model.gguf"
+expect_error missing-model-generate "no-such-model.gguf" generate --model "$WORK/no-such-model.gguf" --prompt hi
+expect_error unsupported-arch "gptxx" inspect "$WORK/unknown-arch.gguf"
+expect_error unsupported-arch-logits "gptxx" logits --model "$WORK/unknown-arch.gguf" --tokens 1 --out "$WORK/x.f32"
+expect_error truncated-file "truncated.gguf" inspect "$WORK/truncated.gguf"
+expect_error make-unsupported-arch "unsupported architecture 'llama'" make-test-model --arch llama --out "$WORK/x.gguf"
+expect_error make-unsupported-type "unsupported type 'Q9_9'" make-test-model --type Q9_9 --out "$WORK/x.gguf"
+expect_error make-no-out "missing --out" make-test-model
+expect_error make-bad-shape "not a multiple of --kv-heads" make-test-model --heads 6 --kv-heads 4 --out "$WORK/x.gguf"
+expect_error token-out-of-range "token id 1024 out of range [0, 1024)" logits --model "$MODEL" --tokens 1,1024 --out "$WORK/x.f32"
+expect_error token-negative "token id -1 out of range" logits --model "$MODEL" --tokens=-1 --out "$WORK/x.f32"
+expect_error token-not-a-number "bad token id 'abc'" logits --model "$MODEL" --tokens 1,abc --out "$WORK/x.f32"
+expect_error logits-no-out "missing --out" logits --model "$MODEL" --tokens 1
+expect_error logits-empty-text "no tokens" logits --model "$MODEL" --text-file "$WORK/empty.txt" --out "$WORK/x.f32"
+expect_error empty-prompt "empty prompt" generate --model "$MODEL" --prompt ""
+expect_error missing-prompt "empty prompt" generate --model "$MODEL"
+expect_error bad-int "flag -n expects an integer, got 'many'" generate --model "$MODEL" --prompt hi -n many
+expect_error bad-temp "temperature must be in [0, 2], got -1" generate --model "$MODEL" --prompt hi --temp -1
+expect_error tokenize-two-texts "exactly one of --text and --text-file" tokenize --model "$MODEL" --text a --text-file "$WORK/text.txt"
+expect_error tokenize-missing-text-file "no-such.txt" tokenize --model "$MODEL" --text-file "$WORK/no-such.txt"
+expect_error flag-needs-value "flag --model needs a value" tokenize --text hi --model
+
+[[ -f "$WORK/x.gguf" ]] && fail "a failed make-test-model left $WORK/x.gguf"
+[[ -f "$WORK/x.f32" ]] && fail "a failed logits left $WORK/x.f32"
+
+echo "----"
+if [[ $failures -ne 0 ]]; then
+  echo "$failures check(s) failed"
+  exit 1
+fi
+echo "all checks passed"

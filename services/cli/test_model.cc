@@ -1,0 +1,379 @@
+#include "services/cli/test_model.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "common/base/status.h"
+#include "common/base/thread_pool.h"
+#include "common/quant/quant.h"
+#include "common/quant/random_blocks.h"
+#include "common/tokenizer/vocab_spec.h"
+#include "services/cli/type_mix.h"
+
+namespace moesplit::cli {
+namespace {
+
+constexpr int64_t kChunkElements = int64_t{1} << 20;
+constexpr int64_t kMaxExperts = 512;  // llama.cpp's LLAMA_MAX_EXPERTS
+
+constexpr char kChatTemplate[] =
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' "
+    "+ message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if "
+    "add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+uint64_t Mix64(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+uint64_t TensorSeed(uint64_t seed, absl::string_view name) {
+  uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a
+  for (char c : name) h = (h ^ static_cast<uint8_t>(c)) * 0x100000001b3ULL;
+  return Mix64(seed ^ Mix64(h));
+}
+
+model::HyperParams ToHyperParams(const TestModelSpec& s) {
+  model::HyperParams hp;
+  hp.arch = s.arch;
+  hp.n_embd = s.n_embd;
+  hp.n_layer = s.n_layer;
+  hp.n_ctx_train = s.n_ctx;
+  hp.n_head = s.n_head;
+  hp.n_head_kv = s.n_head_kv;
+  hp.head_dim_k = hp.head_dim_v = s.head_dim;
+  hp.n_vocab = s.n_vocab;
+  hp.n_expert = s.n_expert;
+  hp.n_expert_used = s.n_expert_used;
+  hp.n_ff = s.n_ff;
+  hp.n_ff_exp = s.n_ff_exp;
+  hp.n_ff_shexp = s.n_ff_shexp;
+  return hp;
+}
+
+bool HasSharedExpert(const model::ArchDescription& arch) {
+  for (const model::TensorSpec& t : arch.tensors) {
+    if (t.role == model::TensorRole::kSharedExpert) return true;
+  }
+  return false;
+}
+
+absl::Status CheckShape(const TestModelSpec& s) {
+  struct Field {
+    const char* name;
+    int64_t value;
+    int64_t max;
+  };
+  const Field fields[] = {
+      {"layers", s.n_layer, 4096},      {"d", s.n_embd, 1 << 16},
+      {"heads", s.n_head, 4096},        {"kv-heads", s.n_head_kv, 4096},
+      {"head-dim", s.head_dim, 4096},   {"experts", s.n_expert, kMaxExperts},
+      {"top-k", s.n_expert_used, kMaxExperts},
+      {"expert-ffn", s.n_ff_exp, 1 << 18},
+      {"ffn", s.n_ff, 1 << 20},         {"vocab", s.n_vocab, 1 << 22},
+      {"ctx", s.n_ctx, 1 << 24},
+  };
+  for (const Field& f : fields) {
+    if (f.value < 1 || f.value > f.max) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", f.name, " = ", f.value, " out of range [1, ", f.max, "]"));
+    }
+  }
+  if (s.n_head % s.n_head_kv != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--heads ", s.n_head, " is not a multiple of --kv-heads ", s.n_head_kv));
+  }
+  if (s.head_dim % 2 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--head-dim ", s.head_dim, " must be even (RoPE)"));
+  }
+  if (s.n_expert_used > s.n_expert) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--top-k ", s.n_expert_used, " exceeds --experts ", s.n_expert));
+  }
+  if (s.n_vocab < 259) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--vocab ", s.n_vocab, " is below 259 (256 bytes + 3 specials)"));
+  }
+  if (!(s.rope_freq_base > 1) || !(s.rms_eps > 0)) {
+    return absl::InvalidArgumentError("rope base must be > 1, rms eps > 0");
+  }
+  return absl::OkStatus();
+}
+
+float ScaleFor(const model::TensorSpec& t, const std::vector<int64_t>& ne,
+               const TestModelSpec& s) {
+  switch (t.role) {
+    case model::TensorRole::kEmbeddings: return 1.0f;
+    case model::TensorRole::kOutput:
+      return 2.0f / std::sqrt(static_cast<float>(s.n_embd));
+    default: break;
+  }
+  if (t.n_dims == 1) return 0.02f;  // biases (norms are ones)
+  return 1.0f / std::sqrt(static_cast<float>(ne[0]));
+}
+
+// Whether a random model should rarely emit `id`: unused padding, and the
+// byte tokens (MakeTestVocab: id = byte) that alone are not printable text.
+bool Discouraged(const VocabSpec& vocab, int64_t id) {
+  if (!vocab.types.empty() && vocab.types[id] == TokenType::kUnused) {
+    return true;
+  }
+  const bool printable = id == '\n' || (id >= 0x20 && id < 0x7f);
+  return id < 256 && !printable;
+}
+
+// Output rows: discouraged tokens at 1/20 of the scale, runs merged.
+std::vector<RowSegment> OutputSegments(const VocabSpec& vocab, float scale) {
+  std::vector<RowSegment> out;
+  const int64_t n = static_cast<int64_t>(vocab.tokens.size());
+  for (int64_t i = 0; i < n; ++i) {
+    const float s = Discouraged(vocab, i) ? scale / 20 : scale;
+    if (!out.empty() && out.back().scale == s) {
+      ++out.back().n_rows;
+    } else {
+      out.push_back({i, 1, s});
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<TestModelSpec> PresetSpec(absl::string_view preset) {
+  TestModelSpec s;
+  const std::string p = absl::AsciiStrToLower(preset);
+  if (p == "tiny") return s;
+  if (p == "qwen3-30b-a3b") {
+    s.arch = "qwen3moe";
+    s.n_layer = 48;
+    s.n_embd = 2048;
+    s.n_head = 32;
+    s.n_head_kv = 4;
+    s.head_dim = 128;
+    s.n_expert = 128;
+    s.n_expert_used = 8;
+    s.n_ff_exp = 768;
+    s.n_ff = 6144;
+    return s;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown preset '", preset, "' (supported: qwen3-30b-a3b, tiny)"));
+}
+
+absl::StatusOr<std::vector<PlannedTensor>> PlanTensors(
+    const TestModelSpec& spec, const VocabSpec* vocab) {
+  const model::ArchDescription* arch = model::FindArch(spec.arch);
+  if (arch == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unsupported architecture '", spec.arch,
+                     "' (supported: ", model::SupportedArchNames(), ")"));
+  }
+  RETURN_IF_ERROR(CheckShape(spec));
+  ASSIGN_OR_RETURN(FileTypeMix mix, LookupFileTypeMix(spec.type));
+  const model::HyperParams hp = ToHyperParams(spec);
+  const bool shared = HasSharedExpert(*arch);
+  if (shared && (spec.n_ff_shexp < 1 || spec.n_ff_shexp > (1 << 20))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--shared-ffn = ", spec.n_ff_shexp, " out of range [1, 1048576]"));
+  }
+  std::vector<PlannedTensor> out;
+  auto add = [&](const model::TensorSpec& t, int layer) {
+    PlannedTensor p;
+    p.name = model::TensorName(t, layer);
+    for (int i = 0; i < t.n_dims; ++i) {
+      p.ne.push_back(model::ResolveDim(hp, t.shape[i]));
+    }
+    p.role = t.role;
+    p.ones = t.role == model::TensorRole::kNorm;
+    int64_t rows = 1;
+    for (size_t i = 1; i < p.ne.size(); ++i) rows *= p.ne[i];
+    const float scale = p.ones ? 1.0f : ScaleFor(t, p.ne, spec);
+    p.segments = t.role == model::TensorRole::kOutput && vocab != nullptr
+                     ? OutputSegments(*vocab, scale)
+                     : std::vector<RowSegment>{{0, rows, scale}};
+    p.type = PickTensorType(
+        mix, {p.name, t.n_dims, p.ne[0], static_cast<int>(spec.n_layer),
+              static_cast<int>(spec.n_expert),
+              static_cast<int>(spec.n_head / spec.n_head_kv)});
+    out.push_back(std::move(p));
+  };
+  for (const model::TensorSpec& t : arch->tensors) {
+    if (!model::IsLayerTensor(t.id)) add(t, 0);
+  }
+  for (int il = 0; il < spec.n_layer; ++il) {
+    for (const model::TensorSpec& t : arch->tensors) {
+      if (model::IsLayerTensor(t.id)) add(t, il);
+    }
+  }
+  for (const PlannedTensor& p : out) {
+    if (!quant::CheckSupported(p.type).ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("type ", spec.type, ": ", p.name, " would be ",
+                       std::string(GgmlTypeName(p.type)),
+                       ", which moesplit cannot compute"));
+    }
+  }
+  return out;
+}
+
+absl::Status ValidateSpec(const TestModelSpec& spec) {
+  ASSIGN_OR_RETURN(std::vector<PlannedTensor> plan, PlanTensors(spec));
+  // Every (type, scale) must be fillable; try one block of each.
+  std::vector<uint8_t> block(1024);
+  for (const PlannedTensor& p : plan) {
+    if (p.ones) continue;
+    const GgmlTypeInfo& info = TypeInfo(p.type);
+    for (float scale : {p.segments[0].scale, p.segments[0].scale / 20}) {
+      RETURN_IF_ERROR(quant::FillRandomBlocks(p.type, 0, scale, block.data(),
+                                              info.block_size));
+    }
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// Fill errors cannot happen after ValidateSpec (same types, scales and whole
+// blocks); one would be a broken invariant, so it aborts.
+void FillChunk(const PlannedTensor& p, uint64_t seed, float scale,
+               uint8_t* dst, int64_t n) {
+  absl::Status s = quant::FillRandomBlocks(p.type, seed, scale, dst, n);
+  if (!s.ok()) {
+    std::fprintf(stderr, "moesplit: internal error filling %s: %s\n",
+                 p.name.c_str(), std::string(s.message()).c_str());
+    std::abort();
+  }
+}
+
+// One piece of work: elements [begin, begin + n) of a segment.
+struct FillJob {
+  uint64_t seed;
+  float scale;
+  uint64_t byte_offset;
+  int64_t n;
+};
+
+void FillTensor(const PlannedTensor& p, uint64_t seed, ThreadPool* pool,
+                uint8_t* dst) {
+  const int64_t row = p.ne[0];
+  if (p.ones) {
+    int64_t n = 0;
+    for (const RowSegment& g : p.segments) n += g.n_rows * row;
+    const float one = 1.0f;
+    for (int64_t i = 0; i < n; ++i) std::memcpy(dst + 4 * i, &one, 4);
+    return;
+  }
+  const uint64_t row_bytes = *RowBytes(p.type, row);
+  const uint64_t chunk_bytes = *RowBytes(p.type, kChunkElements);
+  std::vector<FillJob> jobs;
+  for (size_t gi = 0; gi < p.segments.size(); ++gi) {
+    const RowSegment& g = p.segments[gi];
+    const int64_t n = g.n_rows * row;
+    for (int64_t c = 0; c * kChunkElements < n; ++c) {
+      jobs.push_back({Mix64(seed + (static_cast<uint64_t>(gi) << 32) +
+                            static_cast<uint64_t>(c)),
+                      g.scale, g.first_row * row_bytes + c * chunk_bytes,
+                      std::min(kChunkElements, n - c * kChunkElements)});
+    }
+  }
+  auto fill = [&](int64_t begin, int64_t end) {
+    for (int64_t j = begin; j < end; ++j) {
+      FillChunk(p, jobs[j].seed, jobs[j].scale, dst + jobs[j].byte_offset,
+                jobs[j].n);
+    }
+  };
+  if (pool == nullptr) {
+    fill(0, static_cast<int64_t>(jobs.size()));
+  } else {
+    pool->ParallelFor(static_cast<int64_t>(jobs.size()), fill);
+  }
+}
+
+}  // namespace
+
+absl::Status AddTestModel(const TestModelSpec& spec, GgufWriter* writer,
+                          ThreadPool* pool) {
+  RETURN_IF_ERROR(ValidateSpec(spec));
+  ASSIGN_OR_RETURN(FileTypeMix mix, LookupFileTypeMix(spec.type));
+  ASSIGN_OR_RETURN(VocabSpec vocab,
+                   MakeTestVocab(static_cast<int32_t>(spec.n_vocab)));
+  ASSIGN_OR_RETURN(std::vector<PlannedTensor> plan, PlanTensors(spec, &vocab));
+
+  const std::string& a = spec.arch;
+  writer->SetString("general.architecture", a);
+  writer->SetString("general.type", "model");
+  writer->SetString("general.name", spec.name.empty()
+                                        ? absl::StrCat("moesplit-test-", a)
+                                        : spec.name);
+  auto u32 = [&](const char* key, int64_t v) {
+    writer->SetU32(absl::StrCat(a, ".", key), static_cast<uint32_t>(v));
+  };
+  u32("context_length", spec.n_ctx);
+  u32("embedding_length", spec.n_embd);
+  u32("block_count", spec.n_layer);
+  u32("feed_forward_length", spec.n_ff);
+  u32("expert_feed_forward_length", spec.n_ff_exp);
+  if (HasSharedExpert(*model::FindArch(a))) {
+    u32("expert_shared_feed_forward_length", spec.n_ff_shexp);
+  }
+  u32("attention.head_count", spec.n_head);
+  u32("attention.head_count_kv", spec.n_head_kv);
+  u32("attention.key_length", spec.head_dim);
+  u32("attention.value_length", spec.head_dim);
+  writer->SetF32(absl::StrCat(a, ".rope.freq_base"),
+                 static_cast<float>(spec.rope_freq_base));
+  writer->SetF32(absl::StrCat(a, ".attention.layer_norm_rms_epsilon"),
+                 static_cast<float>(spec.rms_eps));
+  u32("expert_count", spec.n_expert);
+  u32("expert_used_count", spec.n_expert_used);
+  RETURN_IF_ERROR(WriteVocabSpec(vocab, writer));
+  // Qwen's files say it explicitly (llama.cpp's BPE default would add BOS).
+  if (!vocab.add_bos) writer->SetBool("tokenizer.ggml.add_bos_token", false);
+  writer->SetString("tokenizer.chat_template", kChatTemplate);
+  writer->SetU32("general.quantization_version", 2);
+  writer->SetU32("general.file_type", mix.llama_ftype);
+
+  for (PlannedTensor& p : plan) {
+    const uint64_t seed = TensorSeed(spec.seed, p.name);
+    std::string name = p.name;
+    GgmlType type = p.type;
+    std::vector<int64_t> ne = p.ne;
+    RETURN_IF_ERROR(writer->AddTensor(
+        std::move(name), type, std::move(ne),
+        [p = std::move(p), seed, pool](uint8_t* dst, uint64_t) {
+          FillTensor(p, seed, pool, dst);
+        }));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteTestModel(const TestModelSpec& spec,
+                            const std::string& path) {
+  const int threads =
+      spec.threads > 0
+          ? spec.threads
+          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  ThreadPool pool(threads);
+  GgufWriter writer;
+  RETURN_IF_ERROR(AddTestModel(spec, &writer, &pool));
+  const std::string tmp = absl::StrCat(path, ".tmp-", getpid());
+  RETURN_IF_ERROR(writer.Write(tmp));
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    std::remove(tmp.c_str());
+    return absl::PermissionDeniedError(absl::StrCat(
+        "cannot rename ", tmp, " to ", path, ": ", std::strerror(err)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace moesplit::cli

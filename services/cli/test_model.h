@@ -1,0 +1,116 @@
+// Synthetic test models: random-weight GGUF files of any qwen3moe / qwen2moe
+// shape that llama.cpp and moesplit load.
+//
+// A TestModelSpec gives the architecture, the shape, the file type (a
+// llama.cpp type mix such as Q4_K_M, see type_mix.h) and a seed. The file
+// holds:
+//   1. metadata: general.architecture / type / name / file_type /
+//      quantization_version, every {arch}.* hyper-parameter llama.cpp reads
+//      (context_length, embedding_length, block_count, feed_forward_length,
+//      expert_feed_forward_length, [expert_shared_feed_forward_length],
+//      attention.head_count / head_count_kv / key_length / value_length /
+//      layer_norm_rms_epsilon, rope.freq_base, expert_count,
+//      expert_used_count), and a small byte-level BPE vocabulary
+//      (MakeTestVocab: tokenizer.ggml.*) plus a ChatML chat template;
+//   2. the tensors of common/model's ArchDescription, each in the type the
+//      mix picks, filled with FillRandomBlocks: standard deviation
+//      1/sqrt(fan_in) for projections, routers and experts (fan_in = ne[0]),
+//      2/sqrt(n_embd) for the output head, 1 for the token embeddings,
+//      0.02 for biases; every RMSNorm weight is exactly 1. The output rows
+//      of the vocabulary's <|unused_N|> padding tokens and of the byte
+//      tokens other than printable ASCII and '\n' get 1/20 of the output
+//      scale, so that sampled text is made of real, printable tokens.
+// The bytes depend only on the spec (not on the thread count): each tensor is
+// filled in fixed 1 Mi-element chunks seeded from (seed, tensor name, chunk).
+// Tensors are produced one at a time through GgufWriter's fill callback, so
+// memory stays at one tensor (the largest, for Qwen3-30B-A3B Q6_K
+// ffn_down_exps, is ~165 MB) whatever the model size.
+//
+// Thread-safe: functions are reentrant.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "common/base/thread_pool.h"
+#include "common/gguf/gguf_writer.h"
+#include "common/gguf/types.h"
+#include "common/model/arch.h"
+#include "common/tokenizer/vocab_spec.h"
+
+namespace moesplit::cli {
+
+struct TestModelSpec {
+  std::string arch = "qwen3moe";
+  std::string name;  // general.name; empty -> "moesplit-test-<arch>"
+  int64_t n_layer = 4;
+  int64_t n_embd = 256;
+  int64_t n_head = 4;
+  int64_t n_head_kv = 2;
+  int64_t head_dim = 64;
+  int64_t n_expert = 8;
+  int64_t n_expert_used = 2;
+  int64_t n_ff_exp = 256;
+  int64_t n_ff_shexp = 512;  // qwen2moe only
+  int64_t n_ff = 512;        // feed_forward_length (metadata only)
+  int64_t n_vocab = 1024;
+  int64_t n_ctx = 4096;
+  double rope_freq_base = 1e6;
+  double rms_eps = 1e-6;
+  std::string type = "Q4_K_M";
+  uint64_t seed = 1;
+  int threads = 0;  // fill threads; 0 = all cores
+};
+
+// Named shapes. "qwen3-30b-a3b": 48 layers, n_embd 2048, 32 query / 4 KV
+// heads of 128, 128 experts top-8, expert FFN 768, FFN 6144; "tiny" (the
+// defaults above, the oracle fixtures' shape). The vocabulary stays small
+// (n_vocab 1024) and the context 4096 in both. InvalidArgument otherwise.
+absl::StatusOr<TestModelSpec> PresetSpec(absl::string_view preset);
+
+// InvalidArgument naming the field: unsupported architecture or type,
+// non-positive sizes, n_head not a multiple of n_head_kv, odd head_dim,
+// n_expert_used > n_expert, n_expert > 512, a shared expert on qwen3moe
+// (n_ff_shexp is ignored there), n_vocab < 259, or a tensor type that
+// common/quant cannot compute.
+absl::Status ValidateSpec(const TestModelSpec& spec);
+
+// Rows [first_row, first_row + n_rows) of a tensor filled with one scale.
+struct RowSegment {
+  int64_t first_row = 0;
+  int64_t n_rows = 0;
+  float scale = 0;  // standard deviation of the random weights
+};
+
+// One tensor of the planned file.
+struct PlannedTensor {
+  std::string name;
+  GgmlType type;
+  std::vector<int64_t> ne;  // ggml order
+  model::TensorRole role;
+  bool ones = false;        // RMSNorm weight: every element 1
+  // Cover every row, in order; one segment unless rows differ in scale.
+  std::vector<RowSegment> segments;
+};
+
+// The tensors of the model, in file order (globals, then layer by layer).
+// With `vocab` (of spec.n_vocab tokens), output.weight rows of unused and
+// unprintable byte tokens get their smaller scale.
+absl::StatusOr<std::vector<PlannedTensor>> PlanTensors(
+    const TestModelSpec& spec, const VocabSpec* vocab = nullptr);
+
+// Adds the metadata, vocabulary and tensors to `writer`; the tensors are
+// filled when the writer writes, on `pool` (nullptr: the writing thread),
+// which must outlive that. Errors as ValidateSpec.
+absl::Status AddTestModel(const TestModelSpec& spec, GgufWriter* writer,
+                          ThreadPool* pool = nullptr);
+
+// Validates, then writes the model to `path` (through `path`.tmp-<pid>,
+// renamed when complete, so a reader never sees a partial file).
+absl::Status WriteTestModel(const TestModelSpec& spec, const std::string& path);
+
+}  // namespace moesplit::cli

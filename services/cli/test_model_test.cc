@@ -1,0 +1,304 @@
+#include "services/cli/test_model.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/gguf/gguf.h"
+#include "common/model/expert.h"
+#include "common/model/forward.h"
+#include "common/model/model.h"
+#include "common/quant/quant.h"
+#include "gtest/gtest.h"
+
+namespace moesplit::cli {
+namespace {
+
+class TestModelTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           absl::StrCat("moesplit_test_model_", getpid(), "_",
+                        testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string Path(const std::string& name) { return (dir_ / name).string(); }
+
+  std::filesystem::path dir_;
+};
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST_F(TestModelTest, Qwen3_30B_PresetPlan) {
+  auto spec = PresetSpec("qwen3-30b-a3b");
+  ASSERT_TRUE(spec.ok());
+  auto plan = PlanTensors(*spec);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->size(), 3u + 48u * 12u);
+  uint64_t bytes = 0;
+  for (const PlannedTensor& p : *plan) {
+    int64_t n = 1;
+    for (int64_t x : p.ne) n *= x;
+    bytes += *RowBytes(p.type, n);
+    if (p.name == "blk.7.ffn_gate_exps.weight") {
+      EXPECT_EQ(p.ne, (std::vector<int64_t>{2048, 768, 128}));
+      EXPECT_EQ(p.type, GgmlType::kQ4_K);
+    }
+    if (p.name == "blk.8.ffn_down_exps.weight") {
+      EXPECT_EQ(p.ne, (std::vector<int64_t>{768, 2048, 128}));
+      EXPECT_EQ(p.type, GgmlType::kQ6_K);
+    }
+    if (p.name == "blk.0.attn_q.weight") {
+      EXPECT_EQ(p.ne, (std::vector<int64_t>{2048, 4096}));
+    }
+    if (p.name == "blk.0.attn_k.weight") {
+      EXPECT_EQ(p.ne, (std::vector<int64_t>{2048, 512}));
+    }
+    if (p.name == "blk.0.attn_output.weight") {
+      EXPECT_EQ(p.ne, (std::vector<int64_t>{4096, 2048}));
+    }
+    if (p.name == "blk.0.attn_k_norm.weight") {
+      EXPECT_EQ(p.ne, (std::vector<int64_t>{128}));
+      EXPECT_TRUE(p.ones);
+      EXPECT_EQ(p.type, GgmlType::kF32);
+    }
+    if (p.name == "output.weight") {
+      EXPECT_EQ(p.type, GgmlType::kQ6_K);
+    }
+  }
+  // Qwen3-30B-A3B's routed experts alone are ~16.5 GiB in Q4_K_M.
+  EXPECT_GT(bytes, 16.0 * (1 << 30));
+  EXPECT_LT(bytes, 18.5 * (1 << 30));
+}
+
+// Same shape and mix as llama.cpp's fixture -> same names, shapes, types and
+// metadata keys.
+TEST_F(TestModelTest, MatchesTheLlamaCppFixtures) {
+  for (const std::string arch : {"qwen3moe", "qwen2moe"}) {
+    const std::string fixture = absl::StrCat(MOESPLIT_FIXTURES_DIR, "/models/",
+                                             arch, "-tiny-q4_k_m.gguf");
+    auto ref = GgufFile::Open(fixture);
+    ASSERT_TRUE(ref.ok()) << ref.status();
+    TestModelSpec spec;
+    spec.arch = arch;
+    spec.n_vocab = 499;
+    spec.threads = 2;
+    const std::string path = Path(arch + ".gguf");
+    ASSERT_TRUE(WriteTestModel(spec, path).ok());
+    auto ours = GgufFile::Open(path);
+    ASSERT_TRUE(ours.ok()) << ours.status();
+    ASSERT_EQ((*ours)->tensors().size(), (*ref)->tensors().size()) << arch;
+    for (const GgufTensor& r : (*ref)->tensors()) {
+      const GgufTensor* t = (*ours)->FindTensor(r.name);
+      ASSERT_NE(t, nullptr) << r.name;
+      EXPECT_EQ(t->ne, r.ne) << r.name;
+      EXPECT_EQ(t->n_dims, r.n_dims) << r.name;
+      EXPECT_EQ(GgmlTypeName(t->type), GgmlTypeName(r.type)) << r.name;
+    }
+    for (const auto& [key, value] : (*ref)->metadata()) {
+      const GgufValue* v = (*ours)->Find(key);
+      ASSERT_NE(v, nullptr) << key;
+      EXPECT_EQ(v->type(), value.type()) << key;
+      EXPECT_EQ(v->element_type(), value.element_type()) << key;
+      if (key == "general.name" || value.type() == GgufValueType::kArray) {
+        continue;
+      }
+      if (value.is_float()) {
+        EXPECT_DOUBLE_EQ(*v->AsFloat(), *value.AsFloat()) << key;
+      } else if (value.type() == GgufValueType::kString) {
+        EXPECT_EQ(*v->AsString(), *value.AsString()) << key;
+      } else if (key.find("token_id") == std::string::npos) {
+        EXPECT_EQ(*v->AsInt(), *value.AsInt()) << key;
+      }
+    }
+    EXPECT_EQ((*(*ours)->GetArray("tokenizer.ggml.tokens"))->strings().size(),
+              499u);
+  }
+}
+
+TEST_F(TestModelTest, BytesDependOnSeedNotThreads) {
+  TestModelSpec spec;
+  spec.n_layer = 1;
+  spec.n_vocab = 300;
+  spec.n_ff_exp = 1024;
+  spec.n_expert = 32;  // 8 Mi elements per expert tensor: several chunks
+  spec.threads = 1;
+  ASSERT_TRUE(WriteTestModel(spec, Path("a.gguf")).ok());
+  spec.threads = 3;
+  ASSERT_TRUE(WriteTestModel(spec, Path("b.gguf")).ok());
+  spec.seed = 2;
+  ASSERT_TRUE(WriteTestModel(spec, Path("c.gguf")).ok());
+  const std::string a = ReadAll(Path("a.gguf"));
+  EXPECT_GT(a.size(), 8u << 20);
+  EXPECT_EQ(a, ReadAll(Path("b.gguf")));
+  EXPECT_NE(a, ReadAll(Path("c.gguf")));
+  EXPECT_FALSE(std::filesystem::exists(Path("a.gguf") + ".tmp-" +
+                                       std::to_string(getpid())));
+}
+
+// Weights have the documented statistics; norms are exactly 1.
+TEST_F(TestModelTest, WeightStatistics) {
+  TestModelSpec spec;
+  spec.n_layer = 2;
+  spec.n_vocab = 300;
+  ASSERT_TRUE(WriteTestModel(spec, Path("m.gguf")).ok());
+  auto f = GgufFile::Open(Path("m.gguf"));
+  ASSERT_TRUE(f.ok());
+  struct Want {
+    const char* name;
+    double std;
+  };
+  for (const Want& w : {Want{"blk.1.attn_q.weight", 1 / 16.0},
+                        Want{"blk.0.ffn_down_exps.weight", 1 / 16.0},
+                        Want{"token_embd.weight", 1.0},
+                        Want{"blk.1.ffn_gate_inp.weight", 1 / 16.0},
+                        Want{"blk.0.attn_norm.weight", -1},
+                        Want{"blk.1.attn_k_norm.weight", -1}}) {
+    const GgufTensor* t = (*f)->FindTensor(w.name);
+    ASSERT_NE(t, nullptr) << w.name;
+    std::vector<float> v(t->n_elements());
+    ASSERT_TRUE(quant::DequantizeRow(t->type, t->data, v.data(), v.size()).ok());
+    double sum = 0, sq = 0;
+    for (float x : v) {
+      sum += x;
+      sq += static_cast<double>(x) * x;
+    }
+    const double mean = sum / v.size();
+    const double sd = std::sqrt(sq / v.size() - mean * mean);
+    if (w.std < 0) {
+      for (float x : v) ASSERT_EQ(x, 1.0f) << w.name;
+    } else {
+      EXPECT_NEAR(sd, w.std, 0.25 * w.std) << w.name;
+      EXPECT_NEAR(mean, 0, 0.1 * w.std) << w.name;
+    }
+  }
+}
+
+// Output rows of unused and unprintable byte tokens are 20x smaller.
+TEST_F(TestModelTest, UnusedTokensGetSmallOutputRows) {
+  TestModelSpec spec;
+  spec.n_layer = 1;
+  spec.n_vocab = 1024;
+  ASSERT_TRUE(WriteTestModel(spec, Path("m.gguf")).ok());
+  auto vocab = MakeTestVocab(1024);
+  ASSERT_TRUE(vocab.ok());
+  auto f = GgufFile::Open(Path("m.gguf"));
+  ASSERT_TRUE(f.ok());
+  const GgufTensor* out = (*f)->FindTensor("output.weight");
+  ASSERT_NE(out, nullptr);
+  std::vector<float> row(out->ne[0]);
+  int unused = 0;
+  for (int64_t r = 0; r < out->ne[1]; ++r) {
+    ASSERT_TRUE(quant::DequantizeRow(out->type, out->data + r * out->row_bytes(),
+                                     row.data(), row.size())
+                    .ok());
+    double sq = 0;
+    for (float x : row) sq += static_cast<double>(x) * x;
+    const double sd = std::sqrt(sq / row.size());
+    const bool printable_byte = r == '\n' || (r >= 0x20 && r < 0x7f);
+    if (vocab->types[r] == TokenType::kUnused || (r < 256 && !printable_byte)) {
+      ++unused;
+      EXPECT_LT(sd, 0.125 / 8) << "row " << r;
+    } else {
+      EXPECT_GT(sd, 0.125 / 4) << "row " << r;  // block scales vary 0.5-1.5x
+    }
+  }
+  EXPECT_GT(unused, 10 + 256 - 96);
+}
+
+// The engine loads every supported file type and its logits are finite and
+// not constant.
+TEST_F(TestModelTest, EngineRunsEveryFileType) {
+  for (const std::string type :
+       {"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K",
+        "Q3_K_S", "Q3_K_M", "Q3_K_L", "Q4_K_S", "Q4_K_M", "Q5_K_S", "Q5_K_M",
+        "Q6_K", "IQ4_NL", "IQ4_XS", "MXFP4_MOE", "Q3_K", "Q4_K", "Q5_K"}) {
+    for (const std::string arch : {"qwen3moe", "qwen2moe"}) {
+      TestModelSpec spec;
+      spec.arch = arch;
+      spec.type = type;
+      spec.n_layer = 2;
+      spec.n_vocab = 320;
+      const std::string path = Path(arch + "-" + type + ".gguf");
+      absl::Status s = WriteTestModel(spec, path);
+      ASSERT_TRUE(s.ok()) << type << " " << s;
+      auto m = model::Model::Open(path);
+      ASSERT_TRUE(m.ok()) << type << " " << m.status();
+      model::InProcessExperts experts(model::ExpertStore(*m), nullptr);
+      model::Forward fwd(*m, &experts, nullptr);
+      auto cache = model::KvCache::Create((*m)->hparams(), 8);
+      ASSERT_TRUE(cache.ok());
+      const std::vector<int32_t> tokens = {5, 100, 7, 250, 31, 31, 2, 200};
+      std::vector<float> logits;
+      ASSERT_TRUE(fwd.Eval(tokens, cache->get(), model::LogitsMode::kAll,
+                           &logits)
+                      .ok())
+          << type;
+      ASSERT_EQ(logits.size(), tokens.size() * 320);
+      std::vector<int> argmax;
+      for (size_t t = 0; t < tokens.size(); ++t) {
+        const float* row = logits.data() + t * 320;
+        int best = 0;
+        for (int i = 0; i < 320; ++i) {
+          ASSERT_TRUE(std::isfinite(row[i])) << type << " " << t << " " << i;
+          if (row[i] > row[best]) best = i;
+        }
+        argmax.push_back(best);
+      }
+      std::sort(argmax.begin(), argmax.end());
+      EXPECT_GE(std::unique(argmax.begin(), argmax.end()) - argmax.begin(), 3)
+          << arch << " " << type << ": argmax barely varies";
+      std::filesystem::remove(path);
+    }
+  }
+}
+
+struct BadSpec {
+  std::string what;
+  std::function<void(TestModelSpec&)> change;
+  std::string message;
+};
+
+TEST(TestModelSpecTest, RejectsBadSpecs) {
+  const std::vector<BadSpec> cases = {
+      {"arch", [](TestModelSpec& s) { s.arch = "llama"; },
+       "unsupported architecture 'llama'"},
+      {"type", [](TestModelSpec& s) { s.type = "IQ2_XXS"; },
+       "unsupported type 'IQ2_XXS'"},
+      {"heads", [](TestModelSpec& s) { s.n_head = 6; s.n_head_kv = 4; },
+       "--heads 6 is not a multiple of --kv-heads 4"},
+      {"head-dim", [](TestModelSpec& s) { s.head_dim = 63; }, "must be even"},
+      {"top-k", [](TestModelSpec& s) { s.n_expert_used = 9; },
+       "--top-k 9 exceeds --experts 8"},
+      {"experts", [](TestModelSpec& s) { s.n_expert = 513; },
+       "--experts = 513 out of range"},
+      {"vocab", [](TestModelSpec& s) { s.n_vocab = 100; }, "below 259"},
+      {"layers", [](TestModelSpec& s) { s.n_layer = 0; },
+       "--layers = 0 out of range"},
+      {"shared", [](TestModelSpec& s) { s.arch = "qwen2moe"; s.n_ff_shexp = 0; },
+       "--shared-ffn = 0 out of range"},
+  };
+  for (const BadSpec& c : cases) {
+    TestModelSpec spec;
+    c.change(spec);
+    absl::Status s = ValidateSpec(spec);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.what;
+    EXPECT_NE(std::string(s.message()).find(c.message), std::string::npos)
+        << c.what << ": " << s.message();
+  }
+  EXPECT_FALSE(PresetSpec("llama-7b").ok());
+  EXPECT_TRUE(ValidateSpec(TestModelSpec{}).ok());
+}
+
+}  // namespace
+}  // namespace moesplit::cli

@@ -1,0 +1,218 @@
+#include "services/cli/type_mix.h"
+
+#include <array>
+#include <cstdio>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace moesplit::cli {
+namespace {
+
+// llama_ftype values (llama.h).
+constexpr uint32_t kFtypeF32 = 0, kFtypeF16 = 1, kFtypeQ4_0 = 2,
+                   kFtypeQ4_1 = 3, kFtypeQ8_0 = 7, kFtypeQ5_0 = 8,
+                   kFtypeQ5_1 = 9, kFtypeQ2_K = 10, kFtypeQ3_K_S = 11,
+                   kFtypeQ3_K_M = 12, kFtypeQ3_K_L = 13, kFtypeQ4_K_S = 14,
+                   kFtypeQ4_K_M = 15, kFtypeQ5_K_S = 16, kFtypeQ5_K_M = 17,
+                   kFtypeQ6_K = 18, kFtypeIQ4_NL = 25, kFtypeIQ4_XS = 30,
+                   kFtypeBF16 = 32, kFtypeMXFP4_MOE = 38;
+
+constexpr std::array kMixes = {
+    FileTypeMix{"F32", kFtypeF32, GgmlType::kF32, MixKind::kFloat},
+    FileTypeMix{"F16", kFtypeF16, GgmlType::kF16, MixKind::kFloat},
+    FileTypeMix{"BF16", kFtypeBF16, GgmlType::kBF16, MixKind::kFloat},
+    FileTypeMix{"Q4_0", kFtypeQ4_0, GgmlType::kQ4_0, MixKind::kLlamaMix},
+    FileTypeMix{"Q4_1", kFtypeQ4_1, GgmlType::kQ4_1, MixKind::kLlamaMix},
+    FileTypeMix{"Q5_0", kFtypeQ5_0, GgmlType::kQ5_0, MixKind::kLlamaMix},
+    FileTypeMix{"Q5_1", kFtypeQ5_1, GgmlType::kQ5_1, MixKind::kLlamaMix},
+    FileTypeMix{"Q8_0", kFtypeQ8_0, GgmlType::kQ8_0, MixKind::kLlamaMix},
+    FileTypeMix{"Q2_K", kFtypeQ2_K, GgmlType::kQ2_K, MixKind::kLlamaMix},
+    FileTypeMix{"Q3_K_S", kFtypeQ3_K_S, GgmlType::kQ3_K, MixKind::kLlamaMix},
+    FileTypeMix{"Q3_K_M", kFtypeQ3_K_M, GgmlType::kQ3_K, MixKind::kLlamaMix},
+    FileTypeMix{"Q3_K_L", kFtypeQ3_K_L, GgmlType::kQ3_K, MixKind::kLlamaMix},
+    FileTypeMix{"Q4_K_S", kFtypeQ4_K_S, GgmlType::kQ4_K, MixKind::kLlamaMix},
+    FileTypeMix{"Q4_K_M", kFtypeQ4_K_M, GgmlType::kQ4_K, MixKind::kLlamaMix},
+    FileTypeMix{"Q5_K_S", kFtypeQ5_K_S, GgmlType::kQ5_K, MixKind::kLlamaMix},
+    FileTypeMix{"Q5_K_M", kFtypeQ5_K_M, GgmlType::kQ5_K, MixKind::kLlamaMix},
+    FileTypeMix{"Q6_K", kFtypeQ6_K, GgmlType::kQ6_K, MixKind::kLlamaMix},
+    FileTypeMix{"IQ4_NL", kFtypeIQ4_NL, GgmlType::kIQ4_NL, MixKind::kLlamaMix},
+    FileTypeMix{"IQ4_XS", kFtypeIQ4_XS, GgmlType::kIQ4_XS, MixKind::kLlamaMix},
+    FileTypeMix{"MXFP4_MOE", kFtypeMXFP4_MOE, GgmlType::kMXFP4,
+                MixKind::kMxfp4Moe},
+    // Pure: not llama.cpp file types; general.file_type says the _S variant.
+    FileTypeMix{"Q3_K", kFtypeQ3_K_S, GgmlType::kQ3_K, MixKind::kPure},
+    FileTypeMix{"Q4_K", kFtypeQ4_K_S, GgmlType::kQ4_K, MixKind::kPure},
+    FileTypeMix{"Q5_K", kFtypeQ5_K_S, GgmlType::kQ5_K, MixKind::kPure},
+};
+
+enum class Category {
+  kTokenEmbd, kOutput, kAttnQ, kAttnK, kAttnV, kAttnOutput,
+  kFfnUp, kFfnGate, kFfnDown, kOther,
+};
+
+Category CategoryOf(absl::string_view name) {
+  if (name == "output.weight") return Category::kOutput;
+  if (name == "token_embd.weight") return Category::kTokenEmbd;
+  if (absl::StrContains(name, "attn_v.weight")) return Category::kAttnV;
+  if (absl::StrContains(name, "attn_k.weight")) return Category::kAttnK;
+  if (absl::StrContains(name, "attn_q.weight")) return Category::kAttnQ;
+  if (absl::StrContains(name, "attn_output.weight")) {
+    return Category::kAttnOutput;
+  }
+  if (absl::StrContains(name, "ffn_up")) return Category::kFfnUp;
+  if (absl::StrContains(name, "ffn_gate")) return Category::kFfnGate;
+  if (absl::StrContains(name, "ffn_down")) return Category::kFfnDown;
+  return Category::kOther;
+}
+
+// llama.cpp's tensor_allows_quantization, for the tensors our models have.
+bool Quantisable(const TensorTypeQuery& q) {
+  if (q.n_dims < 2) return false;
+  if (!absl::EndsWith(q.name, "weight")) return false;
+  if (absl::StrContains(q.name, "_norm.weight")) return false;
+  if (absl::StrContains(q.name, "ffn_gate_inp.weight")) return false;
+  return true;
+}
+
+int LayerOf(absl::string_view name) {
+  int layer = 0;
+  const std::string s(name);
+  if (std::sscanf(s.c_str(), "blk.%d.", &layer) != 1) return 0;
+  return layer;
+}
+
+bool UseMoreBits(int i, int n) {
+  return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
+}
+
+bool Is(const FileTypeMix& mix, uint32_t ftype) {
+  return mix.llama_ftype == ftype && mix.kind == MixKind::kLlamaMix;
+}
+
+GgmlType AttnVType(const FileTypeMix& m, const TensorTypeQuery& q, int i,
+                   GgmlType t) {
+  if (Is(m, kFtypeQ2_K)) {
+    t = q.n_gqa >= 4 ? GgmlType::kQ4_K : GgmlType::kQ3_K;
+  } else if (Is(m, kFtypeQ3_K_M)) {
+    t = i < 2 ? GgmlType::kQ5_K : GgmlType::kQ4_K;
+  } else if (Is(m, kFtypeQ3_K_L)) {
+    t = GgmlType::kQ5_K;
+  } else if ((Is(m, kFtypeIQ4_NL) || Is(m, kFtypeIQ4_XS)) && q.n_gqa >= 4) {
+    t = GgmlType::kQ5_K;
+  } else if ((Is(m, kFtypeQ4_K_M) || Is(m, kFtypeQ5_K_M)) &&
+             UseMoreBits(i, q.n_layer)) {
+    t = GgmlType::kQ6_K;
+  } else if (Is(m, kFtypeQ4_K_S) && i < 4) {
+    t = GgmlType::kQ5_K;
+  }
+  if (q.n_expert == 8) t = GgmlType::kQ8_0;
+  return t;
+}
+
+GgmlType FfnDownType(const FileTypeMix& m, const TensorTypeQuery& q, int i,
+                     GgmlType t) {
+  const int n = q.n_layer;
+  if (Is(m, kFtypeQ2_K)) return GgmlType::kQ3_K;
+  if (Is(m, kFtypeQ3_K_M)) {
+    return i < n / 16 ? GgmlType::kQ5_K : GgmlType::kQ4_K;
+  }
+  if (Is(m, kFtypeQ3_K_L)) return GgmlType::kQ5_K;
+  if (Is(m, kFtypeQ4_K_M) || Is(m, kFtypeQ5_K_M)) {
+    return UseMoreBits(i, n) ? GgmlType::kQ6_K : t;
+  }
+  if ((Is(m, kFtypeIQ4_NL) || Is(m, kFtypeIQ4_XS)) && i < n / 8) {
+    return GgmlType::kQ5_K;
+  }
+  if (Is(m, kFtypeQ4_K_S) && i < n / 8) return GgmlType::kQ5_K;
+  return t;
+}
+
+GgmlType AttnOutputType(const FileTypeMix& m, const TensorTypeQuery& q,
+                        GgmlType t) {
+  if (q.n_expert == 8) {
+    for (uint32_t f : {kFtypeQ2_K, kFtypeQ3_K_S, kFtypeQ3_K_M, kFtypeIQ4_NL,
+                       kFtypeQ4_K_S, kFtypeQ4_K_M, kFtypeIQ4_XS}) {
+      if (Is(m, f)) return GgmlType::kQ5_K;
+    }
+    return t;
+  }
+  if (Is(m, kFtypeQ2_K)) return GgmlType::kQ3_K;
+  if (Is(m, kFtypeQ3_K_M)) return GgmlType::kQ4_K;
+  if (Is(m, kFtypeQ3_K_L)) return GgmlType::kQ5_K;
+  return t;
+}
+
+// llama.cpp's tensor_type_fallback, extended to F16 for the 32-blocks.
+GgmlType Fallback(GgmlType t, int64_t ne0) {
+  if (ne0 % TypeInfo(t).block_size == 0) return t;
+  GgmlType next = GgmlType::kF16;
+  switch (t) {
+    case GgmlType::kIQ4_XS: next = GgmlType::kIQ4_NL; break;
+    case GgmlType::kQ2_K:
+    case GgmlType::kQ3_K: next = GgmlType::kQ4_0; break;
+    case GgmlType::kQ4_K: next = GgmlType::kQ5_0; break;
+    case GgmlType::kQ5_K: next = GgmlType::kQ5_1; break;
+    case GgmlType::kQ6_K: next = GgmlType::kQ8_0; break;
+    default: break;
+  }
+  return ne0 % TypeInfo(next).block_size == 0 ? next : GgmlType::kF16;
+}
+
+GgmlType MixType(const FileTypeMix& m, const TensorTypeQuery& q) {
+  const Category cat = CategoryOf(q.name);
+  const int layer = LayerOf(q.name);
+  GgmlType t = m.base;
+  if (cat == Category::kOutput) {
+    if (m.kind == MixKind::kMxfp4Moe) return GgmlType::kQ8_0;
+    if (q.ne0 % TypeInfo(t).block_size != 0) return GgmlType::kQ8_0;
+    return t == GgmlType::kQ8_0 ? t : GgmlType::kQ6_K;
+  }
+  if (m.kind == MixKind::kMxfp4Moe) {
+    return q.n_dims >= 3 ? GgmlType::kMXFP4 : GgmlType::kQ8_0;
+  }
+  switch (cat) {
+    case Category::kAttnV: return AttnVType(m, q, layer, t);
+    case Category::kAttnK:
+      return q.n_expert == 8 ? GgmlType::kQ8_0 : t;
+    case Category::kFfnDown: return FfnDownType(m, q, layer, t);
+    case Category::kAttnOutput: return AttnOutputType(m, q, t);
+    default: return t;
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<FileTypeMix> LookupFileTypeMix(absl::string_view name) {
+  for (const FileTypeMix& m : kMixes) {
+    if (absl::EqualsIgnoreCase(m.name, name)) return m;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unsupported type '", name, "' (supported: ",
+                   absl::StrJoin(FileTypeMixNames(), ", "), ")"));
+}
+
+std::string FileTypeName(uint32_t llama_ftype) {
+  for (const FileTypeMix& m : kMixes) {  // llama.cpp names come first
+    if (m.llama_ftype == llama_ftype) return std::string(m.name);
+  }
+  return absl::StrCat("ftype ", llama_ftype);
+}
+
+std::vector<absl::string_view> FileTypeMixNames() {
+  std::vector<absl::string_view> names;
+  for (const FileTypeMix& m : kMixes) names.push_back(m.name);
+  return names;
+}
+
+GgmlType PickTensorType(const FileTypeMix& mix, const TensorTypeQuery& q) {
+  if (!Quantisable(q)) return GgmlType::kF32;
+  if (mix.kind == MixKind::kFloat) return mix.base;
+  const GgmlType t =
+      mix.kind == MixKind::kPure ? mix.base : MixType(mix, q);
+  return Fallback(t, q.ne0);
+}
+
+}  // namespace moesplit::cli
