@@ -10,7 +10,8 @@ PACKAGES=(
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libpcre2-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libboost-dev prometheus-cpp-dev libnuma-dev
+  libboost-dev prometheus-cpp-dev libnuma-dev libcpp-httplib-dev
+  prometheus
 )
 
 missing=()

@@ -43,7 +43,11 @@ Subprocess::Subprocess(std::string binary, std::vector<std::string> args, bool e
 }
 
 Subprocess::~Subprocess() {
-  Kill(SIGKILL);
+  // A service cleans up (shared segments) on SIGTERM; give it a moment.
+  if (pid_ > 0) {
+    Signal(SIGTERM);
+    if (Wait(std::chrono::seconds(5)) < 0) Kill(SIGKILL);
+  }
   if (err_fd_ >= 0) close(err_fd_);
 }
 

@@ -2,8 +2,8 @@
 // for `moesplit up`, `moesplit logits --experts shm` and the process tests.
 //
 // The child gets SIGTERM when the parent dies (PR_SET_PDEATHSIG), so services
-// started by a launcher never outlive it. The destructor kills (SIGKILL) and
-// reaps a child still running. Not thread-safe.
+// started by a launcher never outlive it. The destructor stops a child still
+// running (SIGTERM, then SIGKILL after 5 s) and reaps it. Not thread-safe.
 #pragma once
 
 #include <sys/types.h>

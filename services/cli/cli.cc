@@ -26,6 +26,7 @@ constexpr Command kCommands[] = {
     {"generate", "stream generated text", RunGenerate},
     {"make-test-model", "write a random-weight qwen3moe/qwen2moe GGUF",
      RunMakeTestModel},
+    {"up", "start expert-workers and the dense service on this host", RunUp},
 };
 
 void PrintUsage(std::FILE* f) {

@@ -17,15 +17,31 @@
 #include "common/model/forward.h"
 #include "common/model/model.h"
 #include "common/tokenizer/tokenizer.h"
+#include "services/cli/flags.h"
+#include "services/cli/local_workers.h"
 
 namespace moesplit::cli {
+
+// Where the routed experts are computed (`--experts`, `--workers`):
+//   "local"                 in this process (the default);
+//   "shm" | "grpc"          `workers` expert-workers started for this command
+//                           (layers split evenly), stopped when it ends;
+//   "shm://N,grpc://H:P"    running workers at these addresses.
+struct ExpertsFlag {
+  std::string experts = "local";
+  int64_t workers = 1;
+  int64_t timeout_ms = 10000;
+};
 
 class Engine {
  public:
   // Errors of Model::Open (NotFound for a missing file, InvalidArgument for
-  // an unsupported architecture or type) and Tokenizer::FromGguf.
+  // an unsupported architecture or type) and Tokenizer::FromGguf; those of
+  // starting or reaching the expert-workers (Unavailable, FailedPrecondition).
   static absl::StatusOr<std::unique_ptr<Engine>> Open(const std::string& path,
-                                                      int threads);
+                                                      int threads,
+                                                      const ExpertsFlag& experts = {});
+  ~Engine();
 
   const model::Model& model() const { return *model_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
@@ -40,9 +56,13 @@ class Engine {
   std::shared_ptr<const model::Model> model_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<ThreadPool> pool_;
-  std::unique_ptr<model::InProcessExperts> experts_;
+  std::unique_ptr<LocalWorkers> workers_;  // started for this command
+  std::unique_ptr<model::ExpertBackend> experts_;
   std::unique_ptr<model::Forward> forward_;
 };
+
+// Registers --experts, --workers and --expert-timeout on `flags`.
+void AddExpertsFlags(FlagParser& flags, ExpertsFlag* dst);
 
 // Parses "1,2,3" (commas and/or whitespace between ids). InvalidArgument for
 // an empty list or a token that is not a non-negative 32-bit integer.

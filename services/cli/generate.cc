@@ -117,6 +117,8 @@ absl::Status RunGenerate(const Args& args, const CommandIo& io) {
               "repetition penalty over the last 64 tokens, 1 = off (default 1)");
   f.AddInt("seed|s", &seed, "sampling seed (default 42)");
   f.AddInt("threads|t", &threads, "threads (default: all cores)");
+  ExpertsFlag experts;
+  AddExpertsFlags(f, &experts);
   f.AddBool("special", &o.special,
             "parse special tokens in the prompt (default true)");
   ASSIGN_OR_RETURN(bool go, ParseFlags(f, args,
@@ -151,7 +153,7 @@ absl::Status RunGenerate(const Args& args, const CommandIo& io) {
     ASSIGN_OR_RETURN(model_path, EnsureDefaultTestModel(n_threads, io.err));
   }
   ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
-                   Engine::Open(model_path, n_threads));
+                   Engine::Open(model_path, n_threads, experts));
   return Generate(*engine, prompt, o, io);
 }
 

@@ -70,6 +70,8 @@ absl::Status RunLogits(const Args& args, const CommandIo& io) {
   f.AddBool("special", &special, "with --text-file: parse special tokens");
   f.AddString("out|o", &out_path, "output file (required)");
   f.AddInt("threads|t", &threads, "threads (default: all cores)");
+  ExpertsFlag experts;
+  AddExpertsFlags(f, &experts);
   ASSIGN_OR_RETURN(bool go, ParseFlags(f, args,
                                        "logits --model M (--tokens 1,2,3 | "
                                        "--text-file F [--special]) --out FILE",
@@ -89,7 +91,7 @@ absl::Status RunLogits(const Args& args, const CommandIo& io) {
   }
   if (f.WasSet("tokens")) RETURN_IF_ERROR(ParseTokenList(tokens_flag).status());
   ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
-                   Engine::Open(model_path, ThreadCount(threads)));
+                   Engine::Open(model_path, ThreadCount(threads), experts));
   ASSIGN_OR_RETURN(std::vector<int32_t> tokens,
                    InputTokens(f, tokens_flag, text_file, special, *engine));
   ASSIGN_OR_RETURN(std::unique_ptr<model::KvCache> cache,

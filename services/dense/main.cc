@@ -9,6 +9,8 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include <pthread.h>
+
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -26,8 +28,11 @@
 namespace moesplit::dense {
 namespace {
 
-volatile std::sig_atomic_t g_stop = 0;
-void OnSignal(int) { g_stop = 1; }
+// SIGINT/SIGTERM are blocked in every thread and polled by the main loop.
+bool StopRequested(const sigset_t& set) {
+  timespec zero{0, 0};
+  return sigtimedwait(&set, nullptr, &zero) > 0;
+}
 
 int Fail(const absl::Status& s) {
   std::fprintf(stderr, "moesplit-dense: %s\n", std::string(s.message()).c_str());
@@ -38,6 +43,11 @@ int Fail(const absl::Status& s) {
 }
 
 int Run(int argc, char** argv) {
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   EngineOptions opt;
   std::string grpc_addr = "127.0.0.1:50051", metrics_addr, experts_csv;
   int64_t threads = 0, ctx = 4096, timeout_ms = 10000, connect_ms = 60000;
@@ -102,10 +112,8 @@ int Run(int argc, char** argv) {
                port, (*engine)->model().hparams().arch.c_str(), (*engine)->model().n_layer(),
                opt.experts.empty() ? "in-process" : absl::StrJoin(opt.experts, " ").c_str(),
                metrics ? absl::StrCat(", metrics on port ", metrics->port()).c_str() : "");
-  std::signal(SIGINT, OnSignal);
-  std::signal(SIGTERM, OnSignal);
   // Refresh the worker metrics (and notice outages) while serving.
-  while (!g_stop) {
+  while (!StopRequested(stop_signals)) {
     if (expert_metrics && (*engine)->remote() != nullptr) {
       expert_metrics->Update((*engine)->remote()->clients());
     }

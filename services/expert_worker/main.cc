@@ -5,6 +5,8 @@
 // Prints "moesplit-expert-worker: ready ..." on stderr once it serves;
 // SIGINT/SIGTERM stop it cleanly (segments removed). Bad flags: one line on
 // stderr, exit status 2.
+#include <pthread.h>
+
 #include <csignal>
 #include <cstdio>
 #include <memory>
@@ -22,9 +24,6 @@
 
 namespace moesplit::worker {
 namespace {
-
-volatile std::sig_atomic_t g_stop = 0;
-void OnSignal(int) { g_stop = 1; }
 
 struct WorkerFlags {
   std::string model, shard, listen_shm, listen_grpc, numa = "auto", metrics, worker_id;
@@ -59,6 +58,13 @@ absl::Status ParseFlags(int argc, char** argv, WorkerFlags* f) {
 }
 
 int Run(int argc, char** argv) {
+  // SIGINT/SIGTERM are taken by sigwait() below: block them before any thread
+  // starts, so every thread inherits the mask and none runs a handler.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   WorkerFlags f;
   ShardOptions opt;
   absl::Status s = ParseFlags(argc, argv, &f);
@@ -139,9 +145,8 @@ int Run(int argc, char** argv) {
                d.layer_end - 1, d.expert_begin, d.expert_end - 1, d.resident_bytes / 1e9,
                d.numa_nodes.size(), d.threads, (*shard)->load_seconds(),
                metrics ? absl::StrCat(", metrics on port ", metrics->port()).c_str() : "");
-  std::signal(SIGINT, OnSignal);
-  std::signal(SIGTERM, OnSignal);
-  while (!g_stop) pause();
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
   for (auto& srv : servers) srv->Shutdown();
   std::fprintf(stderr, "moesplit-expert-worker: stopped\n");
   return 0;

@@ -1,0 +1,62 @@
+#include "services/cli/local_workers.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/status.h"
+#include "services/expert_worker/shard_spec.h"
+
+namespace moesplit::cli {
+
+absl::StatusOr<std::unique_ptr<LocalWorkers>> LocalWorkers::Start(const LocalWorkerOptions& o) {
+  if (o.n_workers < 1 || o.n_workers > 64 || o.n_workers > o.n_layer) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the number of workers must be in 1..", std::min(64, o.n_layer), ", got ", o.n_workers));
+  }
+  if (o.transport != "shm" && o.transport != "grpc") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("local workers serve shm or grpc, not '", o.transport, "'"));
+  }
+  std::unique_ptr<LocalWorkers> w(new LocalWorkers());
+  const std::string prefix =
+      o.name_prefix.empty() ? absl::StrCat("moesplit-", getpid()) : o.name_prefix;
+  const std::string binary = SelfDirectory() + "/moesplit-expert-worker";
+  for (int i = 0; i < o.n_workers; ++i) {
+    std::vector<std::string> args = {"--model", o.model, "--shard",
+                                     worker::LayerShardText(i, o.n_workers, o.n_layer)};
+    const std::string name = absl::StrCat(prefix, "-w", i);
+    if (o.transport == "shm") {
+      args.insert(args.end(), {"--listen-shm", name});
+    } else {
+      args.insert(args.end(), {"--listen-grpc", "127.0.0.1:0", "--worker-id", name});
+    }
+    if (o.threads > 0) args.insert(args.end(), {"--threads", std::to_string(o.threads)});
+    if (!o.metrics_host.empty()) {
+      args.insert(args.end(), {"--metrics", absl::StrCat(o.metrics_host, ":", o.metrics_port + i)});
+    }
+    w->processes_.push_back(std::make_unique<Subprocess>(binary, args, o.echo_stderr));
+  }
+  for (auto& p : w->processes_) {
+    RETURN_IF_ERROR(p->WaitFor("ready on ", o.ready_timeout));
+    // "ready on <address> <address>...: ..." — take the first address.
+    const std::string& err = p->stderr_text();
+    const size_t at = err.find("ready on ") + 9;
+    std::string addr = err.substr(at, err.find_first_of(" \n", at) - at);
+    if (!addr.empty() && addr.back() == ':') addr.pop_back();
+    w->addresses_.push_back(addr);
+  }
+  return w;
+}
+
+void LocalWorkers::Stop() {
+  for (auto& p : processes_) p->Signal(SIGTERM);
+  for (auto& p : processes_) {
+    if (p->Wait(std::chrono::seconds(10)) < 0) p->Kill(SIGKILL);
+  }
+  processes_.clear();
+}
+
+LocalWorkers::~LocalWorkers() { Stop(); }
+
+}  // namespace moesplit::cli

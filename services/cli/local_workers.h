@@ -1,0 +1,49 @@
+// LocalWorkers: expert-workers started by a moesplit command on this host
+// (`moesplit up`, `logits/generate --experts shm|grpc`), one per layer shard,
+// and stopped (SIGTERM, then waited for, so their segments are removed) when
+// the object goes away.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/base/subprocess.h"
+
+namespace moesplit::cli {
+
+struct LocalWorkerOptions {
+  std::string model;
+  int n_workers = 1;
+  int n_layer = 0;               // the model's, for the layer shards
+  std::string transport = "shm";  // "shm" or "grpc" (on 127.0.0.1, a free port)
+  std::string name_prefix;       // shm names: <prefix>-w<i>
+  int threads = 0;               // per worker; 0 = all CPUs
+  std::string metrics_host;      // non-empty: worker i serves /metrics on port metrics_port+i
+  int metrics_port = 0;
+  bool echo_stderr = false;
+  std::chrono::seconds ready_timeout{600};
+};
+
+class LocalWorkers {
+ public:
+  // Starts the workers and waits until each is ready. Errors: InvalidArgument
+  // for bad options, Unavailable with the worker's own message when one exits.
+  static absl::StatusOr<std::unique_ptr<LocalWorkers>> Start(const LocalWorkerOptions& options);
+  ~LocalWorkers();
+
+  // shm://NAME or grpc://127.0.0.1:PORT, one per worker.
+  const std::vector<std::string>& addresses() const { return addresses_; }
+  std::vector<std::unique_ptr<Subprocess>>& processes() { return processes_; }
+  // SIGTERM to every worker and wait for them (idempotent).
+  void Stop();
+
+ private:
+  LocalWorkers() = default;
+  std::vector<std::unique_ptr<Subprocess>> processes_;
+  std::vector<std::string> addresses_;
+};
+
+}  // namespace moesplit::cli

@@ -1,0 +1,163 @@
+// `moesplit up`: the two services on this host. Starts N expert-workers (the
+// model's layers split evenly, shared-memory transport) and the dense service
+// with --experts pointing at them, waits until each says it is ready, then
+// either serves until Ctrl-C (SIGINT/SIGTERM stop every child) or, with
+// --prompt, streams one completion through the dense service's gRPC API and
+// stops everything.
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <memory>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/base/status.h"
+#include "common/base/subprocess.h"
+#include "common/gguf/gguf.h"
+#include "moesplit/v1/inference.grpc.pb.h"
+#include "services/cli/commands.h"
+#include "services/cli/model_cache.h"
+#include "services/cli/local_workers.h"
+
+namespace moesplit::cli {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::atomic<bool> g_stop{false};
+void OnStopSignal(int) { g_stop = true; }
+
+struct UpFlags {
+  std::string model, grpc = "127.0.0.1:50051", metrics, prompt, name;
+  int64_t workers = 1, threads = 0, n = 64, ctx = 4096, seed = 42, timeout_ms = 10000;
+  double temp = 0;
+};
+
+// Streams one completion from the dense service; prints text to io.out.
+absl::Status RunPrompt(const UpFlags& f, const CommandIo& io) {
+  auto channel = grpc::CreateChannel(f.grpc, grpc::InsecureChannelCredentials());
+  auto stub = moesplit::v1::Inference::NewStub(channel);
+  grpc::ClientContext ctx;
+  moesplit::v1::GenerateRequest req;
+  req.set_prompt(f.prompt);
+  req.set_max_tokens(static_cast<int>(f.n));
+  req.mutable_sampling()->set_temperature(static_cast<float>(f.temp));
+  req.mutable_sampling()->set_seed(static_cast<uint64_t>(f.seed));
+  const auto start = std::chrono::steady_clock::now();
+  auto reader = stub->Generate(&ctx, req);
+  moesplit::v1::GenerateResponse resp;
+  int tokens = 0;
+  std::chrono::steady_clock::time_point first;
+  while (reader->Read(&resp)) {
+    if (tokens == 0 && resp.token_ids_size() > 0) first = std::chrono::steady_clock::now();
+    tokens += resp.token_ids_size();
+    std::fwrite(resp.text().data(), 1, resp.text().size(), io.out);
+    std::fflush(io.out);
+  }
+  grpc::Status s = reader->Finish();
+  std::fprintf(io.out, "\n");
+  if (!s.ok()) {
+    return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+  }
+  const auto end = std::chrono::steady_clock::now();
+  const double ttft = std::chrono::duration<double>(first - start).count();
+  const double gen = std::chrono::duration<double>(end - first).count();
+  std::fprintf(io.err,
+               "moesplit up: %d tokens, time to first token %.3f s, %.2f tok/s after it "
+               "(%s, %lld expert worker(s) over shared memory)\n",
+               tokens, ttft, tokens > 1 && gen > 0 ? (tokens - 1) / gen : 0.0,
+               resp.finish_reason().c_str(), static_cast<long long>(f.workers));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status RunUp(const Args& args, const CommandIo& io) {
+  UpFlags f;
+  FlagParser p;
+  p.AddString("model|m", &f.model, "GGUF model (default: a generated Qwen3-30B-A3B-shaped test model)");
+  p.AddInt("workers", &f.workers, "expert-workers to start (layers split evenly)");
+  p.AddString("grpc", &f.grpc, "the dense service's Inference API address");
+  p.AddString("metrics", &f.metrics,
+              "HOST:PORT for the dense service's /metrics; worker i uses PORT+1+i");
+  p.AddString("prompt|p", &f.prompt, "run this prompt through the services, print, and stop");
+  p.AddInt("n", &f.n, "tokens to generate for --prompt");
+  p.AddDouble("temp", &f.temp, "sampling temperature for --prompt (0 = greedy)");
+  p.AddInt("seed", &f.seed, "sampling seed for --prompt");
+  p.AddInt("threads", &f.threads, "threads per worker (default: all)");
+  p.AddInt("ctx", &f.ctx, "context length of the dense service");
+  p.AddInt("expert-timeout", &f.timeout_ms, "ms before an unanswered expert call fails");
+  p.AddString("name", &f.name, "shared-memory name prefix (default: moesplit-<pid>)");
+  ASSIGN_OR_RETURN(const bool go,
+                   ParseFlags(p, args, "up [--model M] [--workers N] [--prompt S] [flags]", io));
+  if (!go) return absl::OkStatus();
+  if (f.workers < 1 || f.workers > 64) {
+    return absl::InvalidArgumentError("--workers must be in 1..64");
+  }
+  if (p.WasSet("prompt") && f.prompt.empty()) {
+    return absl::InvalidArgumentError("--prompt is empty");
+  }
+  if (f.model.empty()) {
+    ASSIGN_OR_RETURN(f.model, EnsureDefaultTestModel(ThreadCount(f.threads), io.err));
+  }
+  // Validate the model here, so a bad path is one clear error, not N.
+  ASSIGN_OR_RETURN(auto file, GgufFile::Open(f.model));
+  ASSIGN_OR_RETURN(const std::string arch, file->GetString("general.architecture"));
+  ASSIGN_OR_RETURN(const uint64_t n_layer, file->GetUint(arch + ".block_count"));
+  file.reset();
+  const std::string dir = SelfDirectory();
+  const std::string prefix = f.name.empty() ? absl::StrCat("moesplit-", getpid()) : f.name;
+  std::string metrics_host;
+  int metrics_port = 0;
+  if (!f.metrics.empty()) {
+    const size_t colon = f.metrics.rfind(':');
+    metrics_host = f.metrics.substr(0, colon);
+    metrics_port = colon == std::string::npos ? 0 : std::atoi(f.metrics.c_str() + colon + 1);
+  }
+  std::signal(SIGINT, OnStopSignal);
+  std::signal(SIGTERM, OnStopSignal);
+  LocalWorkerOptions wo;
+  wo.model = f.model;
+  wo.n_workers = static_cast<int>(f.workers);
+  wo.n_layer = static_cast<int>(n_layer);
+  wo.name_prefix = prefix;
+  wo.threads = static_cast<int>(f.threads);
+  wo.metrics_host = metrics_host;
+  wo.metrics_port = metrics_port > 0 ? metrics_port + 1 : 0;
+  if (metrics_port == 0) wo.metrics_host.clear();
+  wo.echo_stderr = true;
+  ASSIGN_OR_RETURN(std::unique_ptr<LocalWorkers> workers, LocalWorkers::Start(wo));
+  const std::vector<std::string>& addrs = workers->addresses();
+  std::vector<std::string> dargs = {"--model", f.model, "--grpc", f.grpc, "--ctx",
+                                    std::to_string(f.ctx), "--expert-timeout",
+                                    std::to_string(f.timeout_ms), "--experts",
+                                    absl::StrJoin(addrs, ",")};
+  if (!f.metrics.empty()) dargs.insert(dargs.end(), {"--metrics", f.metrics});
+  Subprocess dense(dir + "/moesplit-dense", dargs, /*echo_stderr=*/true);
+  RETURN_IF_ERROR(dense.WaitFor("ready", 600s));
+  absl::Status result;
+  if (!f.prompt.empty()) {
+    result = RunPrompt(f, io);
+  } else {
+    std::fprintf(io.err, "moesplit up: serving on %s (Ctrl-C stops)\n", f.grpc.c_str());
+    while (!g_stop) {
+      if (dense.Wait(200ms) >= 0) {
+        result = absl::InternalError("the dense service exited");
+        break;
+      }
+    }
+  }
+  dense.Signal(SIGTERM);
+  dense.Wait(10s);
+  workers->Stop();
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+  return result;
+}
+
+}  // namespace moesplit::cli
