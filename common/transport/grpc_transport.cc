@@ -265,8 +265,17 @@ class GrpcExpertClient final : public ExpertClient {
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
     channel_ = grpc::CreateCustomChannel(target_, grpc::InsecureChannelCredentials(), args);
     stub_ = v1::ExpertWorker::NewStub(channel_);
+    watchdog_ = std::thread([this] { WatchdogLoop(); });
   }
-  ~GrpcExpertClient() override { Disconnect(); }
+  ~GrpcExpertClient() override {
+    Disconnect();
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stop_watchdog_ = true;
+    }
+    watchdog_cv_.notify_all();
+    watchdog_.join();
+  }
 
   absl::StatusOr<uint64_t> Submit(const model::ExpertCall& call) override;
   absl::Status Wait(uint64_t ticket, model::ExpertResult* result) override;
@@ -283,7 +292,9 @@ class GrpcExpertClient final : public ExpertClient {
   absl::Status Connect();
   absl::Status Fail(absl::Status status);
   void Disconnect();
-  void ReadLoop();
+  // Cancels the stream when a Wait outlives its deadline (the Read itself
+  // runs on the caller's thread: no hand-off on the hot path).
+  void WatchdogLoop();
 
   const std::string target_;
   const std::string address_;
@@ -292,7 +303,6 @@ class GrpcExpertClient final : public ExpertClient {
   std::unique_ptr<v1::ExpertWorker::Stub> stub_;
   std::unique_ptr<grpc::ClientContext> ctx_;
   std::unique_ptr<grpc::ClientReaderWriter<v1::ExpertCall, v1::ExpertResult>> stream_;
-  std::thread reader_;
   WorkerDescription description_;
   std::atomic<bool> healthy_{false};
   absl::Status last_error_;
@@ -301,20 +311,21 @@ class GrpcExpertClient final : public ExpertClient {
   AtomicTransportCounters counters_;
   uint64_t next_ticket_ = 0;
   uint64_t next_result_ = 0;
+  bool stream_broken_ = false;
   v1::ExpertCall request_;  // reused: no allocation growth per call
+  v1::ExpertResult response_;
 
+  std::thread watchdog_;
   std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<v1::ExpertResult> results_;  // guarded by mu_
-  bool stream_done_ = false;              // guarded by mu_
-  grpc::Status stream_status_;            // guarded by mu_
+  std::condition_variable watchdog_cv_;
+  // Deadline of the Wait in progress (0: none); set by the caller.
+  std::atomic<int64_t> deadline_ns_{0};
+  std::atomic<bool> timed_out_{false};
+  bool stop_watchdog_ = false;  // guarded by mu_
 };
 
 absl::Status GrpcExpertClient::EnsureConnected() {
-  if (stream_ != nullptr) {
-    std::lock_guard<std::mutex> l(mu_);
-    if (!stream_done_) return absl::OkStatus();
-  }
+  if (stream_ != nullptr && !stream_broken_) return absl::OkStatus();
   if (stream_ != nullptr) {
     return Fail(absl::UnavailableError(
         absl::StrCat("expert worker ", address_, " closed the stream")));
@@ -343,32 +354,30 @@ absl::Status GrpcExpertClient::Connect() {
   }
   WorkerDescription desc = FromProto(resp);
   RETURN_IF_ERROR(CheckIdentity(address_, desc, options_.model_identity));
-  ctx_ = std::make_unique<grpc::ClientContext>();
-  ctx_->AddMetadata(kIdentityHeader, options_.model_identity);
-  stream_ = stub_->Compute(ctx_.get());
   {
     std::lock_guard<std::mutex> l(mu_);
-    results_.clear();
-    stream_done_ = false;
+    ctx_ = std::make_unique<grpc::ClientContext>();
+    ctx_->AddMetadata(kIdentityHeader, options_.model_identity);
   }
+  stream_ = stub_->Compute(ctx_.get());
+  stream_broken_ = false;
   next_ticket_ = next_result_ = 0;
-  reader_ = std::thread([this] { ReadLoop(); });
   description_ = std::move(desc);
   return absl::OkStatus();
 }
 
-void GrpcExpertClient::ReadLoop() {
-  v1::ExpertResult r;
-  while (stream_->Read(&r)) {
-    std::lock_guard<std::mutex> l(mu_);
-    results_.push_back(std::move(r));
-    cv_.notify_all();
+void GrpcExpertClient::WatchdogLoop() {
+  std::unique_lock<std::mutex> l(mu_);
+  while (!stop_watchdog_) {
+    watchdog_cv_.wait_for(l, std::chrono::milliseconds(5));
+    const int64_t deadline = deadline_ns_.load();
+    const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            std::chrono::steady_clock::now().time_since_epoch())
+                            .count();
+    if (deadline != 0 && now > deadline && ctx_ != nullptr && !timed_out_.exchange(true)) {
+      ctx_->TryCancel();
+    }
   }
-  grpc::Status s = stream_->Finish();
-  std::lock_guard<std::mutex> l(mu_);
-  stream_done_ = true;
-  stream_status_ = s;
-  cv_.notify_all();
 }
 
 absl::Status GrpcExpertClient::Fail(absl::Status status) {
@@ -383,8 +392,9 @@ absl::Status GrpcExpertClient::Fail(absl::Status status) {
 
 void GrpcExpertClient::Disconnect() {
   if (stream_ == nullptr) return;
+  std::lock_guard<std::mutex> l(mu_);
   ctx_->TryCancel();
-  if (reader_.joinable()) reader_.join();
+  stream_->Finish();
   stream_.reset();
   ctx_.reset();
 }
@@ -413,40 +423,41 @@ absl::Status GrpcExpertClient::Wait(uint64_t ticket, model::ExpertResult* result
   if (ticket != next_result_) {
     return absl::FailedPreconditionError("expert results must be collected in call order");
   }
-  v1::ExpertResult r;
-  {
-    std::unique_lock<std::mutex> l(mu_);
-    const bool ready = cv_.wait_for(l, options_.timeout,
-                                    [&] { return !results_.empty() || stream_done_; });
-    if (!ready) {
-      l.unlock();
+  timed_out_ = false;
+  deadline_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                     (std::chrono::steady_clock::now() + options_.timeout).time_since_epoch())
+                     .count();
+  const bool ok = stream_->Read(&response_);
+  deadline_ns_ = 0;
+  if (!ok) {
+    stream_broken_ = true;
+    if (timed_out_) {
       return Fail(absl::UnavailableError(absl::StrCat(
           "expert worker ", address_, " did not answer within ", options_.timeout.count(),
           " ms")));
     }
-    if (results_.empty()) {
-      const std::string why = stream_status_.error_message();
-      const auto code = stream_status_.error_code();
-      l.unlock();
-      if (code == grpc::StatusCode::FAILED_PRECONDITION) {
-        return Fail(absl::FailedPreconditionError(
-            absl::StrCat("expert worker ", address_, " refused the connection: ", why)));
-      }
-      return Fail(absl::UnavailableError(
-          absl::StrCat("expert worker ", address_, " closed the stream: ", why)));
+    const grpc::Status s = stream_->Finish();
+    stream_.reset();
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      ctx_.reset();
     }
-    r = std::move(results_.front());
-    results_.pop_front();
+    if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
+      return Fail(absl::FailedPreconditionError(absl::StrCat(
+          "expert worker ", address_, " refused the connection: ", s.error_message())));
+    }
+    return Fail(absl::UnavailableError(
+        absl::StrCat("expert worker ", address_, " closed the stream: ", s.error_message())));
   }
   ++next_result_;
-  counters_.bytes_received += r.ByteSizeLong();
-  if (r.code() != 0) {
-    return absl::Status(static_cast<absl::StatusCode>(r.code()),
-                        absl::StrCat(address_, ": ", r.message()));
+  counters_.bytes_received += response_.ByteSizeLong();
+  if (response_.code() != 0) {
+    return absl::Status(static_cast<absl::StatusCode>(response_.code()),
+                        absl::StrCat(address_, ": ", response_.message()));
   }
-  result->call_id = r.call_id();
-  result->partial.resize(r.partial().size() / 4);
-  std::memcpy(result->partial.data(), r.partial().data(), 4 * result->partial.size());
+  result->call_id = response_.call_id();
+  result->partial.resize(response_.partial().size() / 4);
+  std::memcpy(result->partial.data(), response_.partial().data(), 4 * result->partial.size());
   return absl::OkStatus();
 }
 

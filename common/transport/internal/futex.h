@@ -2,6 +2,7 @@
 #pragma once
 
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -58,6 +59,9 @@ inline bool WaitForChange(std::atomic<uint32_t>* counter, uint32_t value,
       return counter->load(std::memory_order_acquire) != value;
     }
     for (int i = 0; i < 16; ++i) CpuRelax();
+    // When the peer shares this core (more runnable threads than cores),
+    // pausing only burns its time slice: let it run.
+    sched_yield();
   }
   return true;
 }
