@@ -7,6 +7,28 @@
 
 namespace moesplit::transport {
 
+absl::Status ReconnectBackoff::MayAttempt() const {
+  const auto now = std::chrono::steady_clock::now();
+  if (now >= next_attempt_) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat(
+      last_error_.message(), " (reconnecting in ",
+      std::chrono::duration_cast<std::chrono::milliseconds>(next_attempt_ - now).count(),
+      " ms)"));
+}
+
+void ReconnectBackoff::Succeeded() {
+  healthy_ = true;
+  backoff_ = min_;
+}
+
+absl::Status ReconnectBackoff::Failed(absl::Status status) {
+  healthy_ = false;
+  last_error_ = status;
+  next_attempt_ = std::chrono::steady_clock::now() + backoff_;
+  backoff_ = std::min(max_, backoff_ * 2);
+  return status;
+}
+
 absl::Status ExpertClient::Compute(const model::ExpertCall& call, model::ExpertResult* result) {
   ASSIGN_OR_RETURN(const uint64_t ticket, Submit(call));
   return Wait(ticket, result);

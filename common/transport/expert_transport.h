@@ -84,6 +84,29 @@ struct AtomicTransportCounters {
   }
 };
 
+// Backoff between a client's connection attempts, and its health as metrics
+// see it. Thread-compatible, but healthy() may be read from any thread.
+class ReconnectBackoff {
+ public:
+  explicit ReconnectBackoff(const ClientOptions& options)
+      : min_(options.backoff_min), max_(options.backoff_max), backoff_(min_) {}
+  // OkStatus when a connection may be attempted now; otherwise the last
+  // failure with the time left (UNAVAILABLE).
+  absl::Status MayAttempt() const;
+  void Succeeded();
+  // Records a failure (unhealthy, next attempt after the doubled backoff);
+  // returns it.
+  absl::Status Failed(absl::Status status);
+  bool healthy() const { return healthy_.load(); }
+
+ private:
+  const std::chrono::milliseconds min_, max_;
+  std::chrono::milliseconds backoff_;
+  std::chrono::steady_clock::time_point next_attempt_{};
+  absl::Status last_error_;
+  std::atomic<bool> healthy_{false};
+};
+
 // One dense->worker connection. Thread-compatible: one caller at a time
 // (the dense service serialises per connection).
 class ExpertClient : public model::ExpertBackend {

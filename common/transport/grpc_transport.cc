@@ -257,7 +257,7 @@ class GrpcExpertClient final : public ExpertClient {
  public:
   GrpcExpertClient(std::string target, ClientOptions options)
       : target_(std::move(target)), address_("grpc://" + target_), options_(std::move(options)),
-        backoff_(options_.backoff_min) {
+        backoff_(options_) {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(kMaxMessageBytes);
     args.SetMaxSendMessageSize(kMaxMessageBytes);
@@ -284,7 +284,7 @@ class GrpcExpertClient final : public ExpertClient {
     return description_;
   }
   const std::string& address() const override { return address_; }
-  bool healthy() const override { return healthy_.load(); }
+  bool healthy() const override { return backoff_.healthy(); }
   TransportCounters counters() const override { return counters_.Snapshot(); }
 
  private:
@@ -304,10 +304,7 @@ class GrpcExpertClient final : public ExpertClient {
   std::unique_ptr<grpc::ClientContext> ctx_;
   std::unique_ptr<grpc::ClientReaderWriter<v1::ExpertCall, v1::ExpertResult>> stream_;
   WorkerDescription description_;
-  std::atomic<bool> healthy_{false};
-  absl::Status last_error_;
-  std::chrono::steady_clock::time_point next_attempt_{};
-  std::chrono::milliseconds backoff_;
+  ReconnectBackoff backoff_;
   AtomicTransportCounters counters_;
   uint64_t next_ticket_ = 0;
   uint64_t next_result_ = 0;
@@ -330,16 +327,10 @@ absl::Status GrpcExpertClient::EnsureConnected() {
     return Fail(absl::UnavailableError(
         absl::StrCat("expert worker ", address_, " closed the stream")));
   }
-  const auto now = std::chrono::steady_clock::now();
-  if (now < next_attempt_) {
-    return absl::UnavailableError(absl::StrCat(last_error_.message(), " (reconnecting in ",
-        std::chrono::duration_cast<std::chrono::milliseconds>(next_attempt_ - now).count(),
-        " ms)"));
-  }
+  RETURN_IF_ERROR(backoff_.MayAttempt());
   absl::Status s = Connect();
   if (!s.ok()) return Fail(s);
-  healthy_ = true;
-  backoff_ = options_.backoff_min;
+  backoff_.Succeeded();
   return absl::OkStatus();
 }
 
@@ -382,12 +373,8 @@ void GrpcExpertClient::WatchdogLoop() {
 
 absl::Status GrpcExpertClient::Fail(absl::Status status) {
   Disconnect();
-  healthy_ = false;
   ++counters_.failures;
-  last_error_ = status;
-  next_attempt_ = std::chrono::steady_clock::now() + backoff_;
-  backoff_ = std::min(options_.backoff_max, backoff_ * 2);
-  return status;
+  return backoff_.Failed(std::move(status));
 }
 
 void GrpcExpertClient::Disconnect() {

@@ -327,7 +327,7 @@ class ShmExpertClient final : public ExpertClient {
  public:
   ShmExpertClient(std::string name, ClientOptions options)
       : name_(std::move(name)), address_("shm://" + name_), options_(std::move(options)),
-        backoff_(options_.backoff_min) {}
+        backoff_(options_) {}
   ~ShmExpertClient() override { Disconnect(); }
 
   absl::StatusOr<uint64_t> Submit(const model::ExpertCall& call) override;
@@ -337,7 +337,7 @@ class ShmExpertClient final : public ExpertClient {
     return description_;
   }
   const std::string& address() const override { return address_; }
-  bool healthy() const override { return healthy_.load(); }
+  bool healthy() const override { return backoff_.healthy(); }
   TransportCounters counters() const override { return counters_.Snapshot(); }
 
  private:
@@ -361,10 +361,7 @@ class ShmExpertClient final : public ExpertClient {
   std::unique_ptr<Mapping> control_;
   std::unique_ptr<Mapping> conn_;
   WorkerDescription description_;
-  std::atomic<bool> healthy_{false};
-  absl::Status last_error_;
-  std::chrono::steady_clock::time_point next_attempt_{};
-  std::chrono::milliseconds backoff_;
+  ReconnectBackoff backoff_;
   AtomicTransportCounters counters_;
   uint32_t max_pairs_ = 0;
   uint32_t max_tokens_ = 0;
@@ -378,16 +375,10 @@ absl::Status ShmExpertClient::EnsureConnected() {
     return Fail(absl::UnavailableError(
         absl::StrCat("expert worker ", address_, " closed the connection or stopped")));
   }
-  const auto now = std::chrono::steady_clock::now();
-  if (now < next_attempt_) {
-    return absl::UnavailableError(absl::StrCat(last_error_.message(), " (reconnecting in ",
-        std::chrono::duration_cast<std::chrono::milliseconds>(next_attempt_ - now).count(),
-        " ms)"));
-  }
+  RETURN_IF_ERROR(backoff_.MayAttempt());
   absl::Status s = Connect();
   if (!s.ok()) return Fail(s);
-  healthy_ = true;
-  backoff_ = options_.backoff_min;
+  backoff_.Succeeded();
   return absl::OkStatus();
 }
 
@@ -507,12 +498,8 @@ absl::Status ShmExpertClient::Connect() {
 
 absl::Status ShmExpertClient::Fail(absl::Status status) {
   Disconnect();
-  healthy_ = false;
   ++counters_.failures;
-  last_error_ = status;
-  next_attempt_ = std::chrono::steady_clock::now() + backoff_;
-  backoff_ = std::min(options_.backoff_max, backoff_ * 2);
-  return status;
+  return backoff_.Failed(std::move(status));
 }
 
 void ShmExpertClient::Disconnect() {
