@@ -1,11 +1,22 @@
 #include "common/model/expert.h"
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status.h"
 #include "common/model/internal/ops.h"
+#include "common/quant/gemm.h"
+#include "common/quant/quant.h"
 
 namespace moesplit::model {
 
@@ -77,59 +88,607 @@ absl::Status ValidateExpertCall(const ExpertCall& call, const ExpertStore& store
   return absl::OkStatus();
 }
 
-absl::Status InProcessExperts::Compute(const ExpertCall& call, ExpertResult* result) {
-  RETURN_IF_ERROR(ValidateExpertCall(call, store_));
-  const int64_t d = call.d;
-  const size_t n_entries = call.expert_ids.size();
-  // Entries grouped by expert; outputs kept per entry so that each token sums
-  // its experts in its own (top-k) order, independent of the grouping.
-  std::vector<std::vector<int32_t>> by_expert(store_.n_expert());
-  for (size_t k = 0; k < n_entries; ++k) {
-    by_expert[call.expert_ids[k]].push_back(static_cast<int32_t>(k));
+
+// ---- fused expert FFN ---------------------------------------------------------
+
+namespace {
+
+constexpr int64_t kSmallBlock = 64;  // rows of the small work items (a multiple of 16)
+constexpr int kCallerConverts = 4;  // calls up to this many tokens: the caller converts
+
+// y[i] = vec_dot of rows r0 + i (i < nr) of w with activation row a.
+inline void DotRows(quant::VecDotFn dot, quant::VecDotRowsFn rows, int64_t n, const quant::WeightView& w,
+                    int64_t r0, int64_t nr, const uint8_t* a, float* y) {
+  const uint8_t* base = w.data + r0 * w.row_bytes;
+  if (rows != nullptr) {
+    rows(n, base, w.row_bytes, nr, a, y);
+    return;
   }
-  std::vector<float> out(n_entries * d);
-  for (int32_t e = 0; e < static_cast<int32_t>(by_expert.size()); ++e) {
-    if (by_expert[e].empty()) continue;
-    RETURN_IF_ERROR(RunExpert(call, e, by_expert[e], &out));
-  }
-  result->call_id = call.call_id;
-  result->partial.assign(static_cast<size_t>(call.n_tokens) * d, 0.0f);
-  for (int32_t t = 0; t < call.n_tokens; ++t) {
-    float* dst = result->partial.data() + static_cast<size_t>(t) * d;
-    for (uint32_t k = call.token_offsets[t]; k < call.token_offsets[t + 1]; ++k) {
-      const float w = call.weights[k];
-      const float* src = out.data() + static_cast<size_t>(k) * d;
-      for (int64_t i = 0; i < d; ++i) dst[i] += src[i] * w;
+  for (int64_t i = 0; i < nr; ++i) y[i] = dot(n, base + i * w.row_bytes, a);
+}
+
+// Growable 64-byte aligned buffer; only ever grows.
+class AlignedBytes {
+ public:
+  uint8_t* Get(uint64_t n) {
+    if (n > cap_ || data_ == nullptr) {
+      buf_.reset(new uint8_t[n + 64]);
+      cap_ = n;
+      data_ = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(buf_.get()) + 63) &
+                                         ~uintptr_t{63});
     }
+    return data_;
+  }
+  uint8_t* data() const { return data_; }
+
+ private:
+  std::unique_ptr<uint8_t[]> buf_;
+  uint64_t cap_ = 0;
+  uint8_t* data_ = nullptr;
+};
+
+// Barrier for the threads of one RunOnAll: spins briefly, then yields (the
+// machine may be oversubscribed).
+class SpinBarrier {
+ public:
+  void Reset(int n) {
+    n_ = n;
+    count_.store(0, std::memory_order_relaxed);
+  }
+  void Wait() {
+    if (n_ == 1) return;
+    const uint32_t gen = gen_.load(std::memory_order_acquire);
+    if (count_.fetch_add(1, std::memory_order_acq_rel) + 1 == n_) {
+      count_.store(0, std::memory_order_relaxed);
+      gen_.fetch_add(1, std::memory_order_acq_rel);
+      return;
+    }
+    for (int spins = 0; gen_.load(std::memory_order_acquire) == gen; ++spins) {
+      if (spins < 4000) {
+#if defined(__x86_64__)
+        __builtin_ia32_pause();
+#endif
+      } else {
+        std::this_thread::yield();
+      }
+    }
+  }
+
+ private:
+  std::atomic<int> count_{0};
+  std::atomic<uint32_t> gen_{0};
+  int n_ = 1;
+};
+
+// ---- SiLU(gate) * up, bit-identical to internal::SwiGlu ------------------------
+// (ggml_vec_swiglu_f32 on AVX-512: ggml_v_expf on whole 16-lane blocks,
+// expf on the last n_ff % 16 columns).
+
+#if defined(__x86_64__)
+// GCC 12 warns about the undefined pass-through operand of the unmasked
+// AVX-512 intrinsics (GCC bug 105593).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+__attribute__((target("avx512f,avx512dq,fma"))) void SwiGlu16Avx512(const float* g, const float* u,
+                                                                     int64_t n, float* out) {
+  const __m512 r = _mm512_set1_ps(0x1.8p23f);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __m512 gv = _mm512_loadu_ps(g + i);
+    const __m512 x = _mm512_sub_ps(_mm512_setzero_ps(), gv);
+    const __m512 z = _mm512_fmadd_ps(x, _mm512_set1_ps(0x1.715476p+0f), r);
+    const __m512 nn = _mm512_sub_ps(z, r);
+    const __m512 b = _mm512_fnmadd_ps(nn, _mm512_set1_ps(0x1.7f7d1cp-20f),
+                                      _mm512_fnmadd_ps(nn, _mm512_set1_ps(0x1.62e4p-1f), x));
+    const __mmask16 d = _mm512_cmp_ps_mask(_mm512_abs_ps(nn), _mm512_set1_ps(192), _CMP_GT_OQ);
+    const __m512 uu = _mm512_mul_ps(b, b);
+    const __m512 j = _mm512_fmadd_ps(
+        _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_set1_ps(0x1.0e4020p-7f), b, _mm512_set1_ps(0x1.573e2ep-5f)),
+                        uu, _mm512_fmadd_ps(_mm512_set1_ps(0x1.555e66p-3f), b, _mm512_set1_ps(0x1.fffdb6p-2f))),
+        uu, _mm512_fmadd_ps(_mm512_set1_ps(0x1.ffffecp-1f), b, _mm512_set1_ps(1.0f)));
+    __m512 e = _mm512_scalef_ps(j, nn);
+    if (d != 0) {
+      const __m512 alt = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(nn, _mm512_setzero_ps(), _CMP_LE_OQ),
+                                              _mm512_set1_ps(INFINITY), _mm512_setzero_ps());
+      e = _mm512_mask_blend_ps(d, e, alt);
+    }
+    const __m512 silu = _mm512_div_ps(gv, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
+    _mm512_storeu_ps(out + i, _mm512_mul_ps(silu, _mm512_loadu_ps(u + i)));
+  }
+}
+#pragma GCC diagnostic pop
+
+// The same with 8 lanes; ldexp(j, n) as (j * 2^(n/2)) * 2^(n - n/2), which is
+// exact whenever exp(-g) is normal or overflows, and otherwise (exp(-g) <
+// 2^-126) does not change 1 + exp(-g).
+__attribute__((target("avx2,fma"))) void SwiGlu8Avx2(const float* g, const float* u, int64_t n,
+                                                      float* out) {
+  const __m256 r = _mm256_set1_ps(0x1.8p23f);
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  for (int64_t i = 0; i < n; i += 8) {
+    const __m256 gv = _mm256_loadu_ps(g + i);
+    const __m256 x = _mm256_sub_ps(_mm256_setzero_ps(), gv);
+    const __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), r);
+    const __m256 nn = _mm256_sub_ps(z, r);
+    const __m256 b = _mm256_fnmadd_ps(nn, _mm256_set1_ps(0x1.7f7d1cp-20f),
+                                      _mm256_fnmadd_ps(nn, _mm256_set1_ps(0x1.62e4p-1f), x));
+    const __m256 big = _mm256_cmp_ps(_mm256_andnot_ps(sign, nn), _mm256_set1_ps(192), _CMP_GT_OQ);
+    const __m256 uu = _mm256_mul_ps(b, b);
+    const __m256 j = _mm256_fmadd_ps(
+        _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b, _mm256_set1_ps(0x1.573e2ep-5f)),
+                        uu, _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b, _mm256_set1_ps(0x1.fffdb6p-2f))),
+        uu, _mm256_fmadd_ps(_mm256_set1_ps(0x1.ffffecp-1f), b, _mm256_set1_ps(1.0f)));
+    const __m256i ni = _mm256_cvttps_epi32(_mm256_blendv_ps(nn, _mm256_setzero_ps(), big));
+    const __m256i n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
+    const __m256 p1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, _mm256_set1_epi32(127)), 23));
+    const __m256 p2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, _mm256_set1_epi32(127)), 23));
+    __m256 e = _mm256_mul_ps(_mm256_mul_ps(j, p1), p2);
+    const __m256 alt = _mm256_blendv_ps(_mm256_set1_ps(INFINITY), _mm256_setzero_ps(),
+                                        _mm256_cmp_ps(nn, _mm256_setzero_ps(), _CMP_LE_OQ));
+    e = _mm256_blendv_ps(e, alt, big);
+    e = _mm256_blendv_ps(e, j, _mm256_cmp_ps(nn, nn, _CMP_UNORD_Q));  // NaN stays NaN
+    const __m256 silu = _mm256_div_ps(gv, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(silu, _mm256_loadu_ps(u + i)));
+  }
+}
+#endif
+
+enum class SwiGluPath { kScalar, kAvx2, kAvx512 };
+
+SwiGluPath DetectSwiGluPath() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq")) return SwiGluPath::kAvx512;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return SwiGluPath::kAvx2;
+#endif
+  return SwiGluPath::kScalar;
+}
+
+// out[i] = SiLU(g[i]) * u[i] for columns col0 .. col0 + n of rows n_ff wide,
+// exactly as internal::SwiGlu on the whole row. REQUIRES: col0 % 16 == 0.
+void SwiGluSpan(const float* g, const float* u, int64_t col0, int64_t n, int64_t n_ff, float* out) {
+  static const SwiGluPath path = DetectSwiGluPath();
+  const int64_t vec_end = n_ff - n_ff % internal::kGgmlVectorWidth;
+  int64_t vec = std::max<int64_t>(0, std::min(n, vec_end - col0));
+  int64_t i = 0;
+#if defined(__x86_64__)
+  if (path == SwiGluPath::kAvx512) {
+    SwiGlu16Avx512(g, u, vec, out);
+    i = vec;
+  } else if (path == SwiGluPath::kAvx2) {
+    SwiGlu8Avx2(g, u, vec, out);
+    i = vec;
+  }
+#endif
+  for (; i < vec; ++i) out[i] = g[i] / (1.0f + internal::GgmlVExpf(0.0f - g[i])) * u[i];
+  for (; i < n; ++i) out[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+}
+
+// Rows [r0, r0 + nr) of a matrix; `owner`: the used expert (gate/up items).
+struct RowBlock {
+  int32_t owner, r0, nr;
+};
+
+// Guided split of [0, rows) for dynamically claimed work items: about 3/4 of
+// the rows in blocks of `big` (long weight streams), the rest in blocks of
+// kSmallBlock (to even out the threads' finishing times). Appends big blocks
+// to *big_out and small ones to *small_out. Block edges are multiples of 16.
+void GuidedSplit(int32_t owner, int64_t rows, int64_t big, std::vector<RowBlock>* big_out,
+                 std::vector<RowBlock>* small_out) {
+  big = std::max<int64_t>(16, big / 16 * 16);
+  const int64_t big_rows = std::min(rows, (rows * 3 / 4) / big * big);
+  for (int64_t r = 0; r < big_rows; r += big) big_out->push_back({owner, int32_t(r), int32_t(big)});
+  for (int64_t r = big_rows; r < rows; r += kSmallBlock) {
+    small_out->push_back({owner, int32_t(r), int32_t(std::min(kSmallBlock, rows - r))});
+  }
+}
+
+struct UsedExpert {
+  int32_t expert = 0;
+  int32_t slot_begin = 0, slot_end = 0;
+  bool tiled_gu = false, tiled_down = false;
+  uint64_t tiles_gu = 0, tiles_down = 0;  // byte offsets into the tile buffers
+};
+
+struct ThreadScratch {
+  AlignedBytes panel;     // quant::TileGemm scratch
+  std::vector<float> g, u;  // tokens x gate/up block rows
+  std::vector<float> out;   // slots x down row block
+  std::vector<const uint8_t*> rows;
+};
+
+// Activation rows in one format: row i at base + i * row_bytes.
+struct ActRows {
+  GgmlType type = GgmlType::kF32;
+  uint64_t row_bytes = 0;
+  const uint8_t* base = nullptr;
+  const uint8_t* Row(int64_t i) const { return base + i * row_bytes; }
+};
+
+}  // namespace
+
+struct InProcessExperts::Scratch {
+  // Plan: entries grouped by expert ("slots"), in entry order per expert.
+  std::vector<int32_t> slot_token, entry_slot, count;
+  std::vector<UsedExpert> used;
+  AlignedBytes xg, xu, hq;       // converted hidden (per token) and intermediate (per slot) rows
+  AlignedBytes tiles_g, tiles_u, tiles_d;
+  std::vector<float> h;          // slots x n_ff: SiLU(gate) * up
+  std::unique_ptr<std::atomic<int>[]> remaining;  // per used expert: gate/up blocks left
+  size_t remaining_cap = 0;
+  std::vector<ThreadScratch> threads;
+  std::vector<RowBlock> gate_up_items, down_items, small_items;
+  std::atomic<int64_t> next[4];
+  SpinBarrier barrier;
+};
+
+namespace {
+
+// Weight checks the kernels rely on (the model loader's tensors pass them).
+absl::Status CheckExpertWeights(const char* what, const quant::WeightView& w, int64_t n_rows,
+                                int64_t n_cols) {
+  const quant::TypeTraits* t = quant::GetTypeTraits(w.type);
+  if (t == nullptr || t->vec_dot == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": no dot kernel for ", std::string(GgmlTypeName(w.type))));
+  }
+  const std::optional<uint64_t> need = RowBytes(w.type, n_cols);
+  if (w.n_rows != n_rows || w.n_cols != n_cols || !need.has_value() || w.row_bytes < *need ||
+      w.data == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": expert tensor shape ", w.n_rows, "x",
+                                                   w.n_cols, ", expected ", n_rows, "x", n_cols));
   }
   return absl::OkStatus();
 }
 
-absl::Status InProcessExperts::RunExpert(const ExpertCall& call, int32_t expert,
-                                         const std::vector<int32_t>& entries,
-                                         std::vector<float>* out) const {
-  const int64_t d = call.d;
-  const int64_t ff = store_.n_ff();
-  const int64_t n = static_cast<int64_t>(entries.size());
-  // Token of each entry: the CSR is sorted, so a binary search per entry.
-  std::vector<float> x(n * d);
-  for (int64_t r = 0; r < n; ++r) {
-    const auto it = std::upper_bound(call.token_offsets.begin(), call.token_offsets.end(),
-                                     static_cast<uint32_t>(entries[r]));
-    const int64_t t = (it - call.token_offsets.begin()) - 1;
-    std::copy_n(call.hidden.data() + t * d, d, x.data() + r * d);
+}  // namespace
+
+// One call's state; Run() executes it on the pool.
+class FusedExpertCall {
+ public:
+  FusedExpertCall(const ExpertStore& store, const ExpertCall& call, ThreadPool* pool,
+                  InProcessExperts::Scratch* s, float* partial);
+  void Run();
+
+ private:
+  void Plan();
+  void Prepare();
+  void PrepareTiles();
+  void PrepareItems();
+  void PrepareThreads();
+  void ConvertTokens(int64_t t0, int64_t t1);
+  void PackGateUpTiles(const UsedExpert& u, ThreadScratch* ts);
+  void GateUp(int64_t item, ThreadScratch* ts);
+  void FinishExpert(const UsedExpert& u, ThreadScratch* ts);
+  void Down(int64_t item, ThreadScratch* ts);
+  template <typename Fn>
+  void RunItems(int phase, int64_t n, Fn&& fn);
+
+  const ExpertStore& store_;
+  const ExpertCall& call_;
+  ThreadPool* const pool_;
+  InProcessExperts::Scratch& s_;
+  float* const partial_;
+  const int64_t d_, ff_;
+  const int n_threads_;
+  GgmlType tg_, tu_, td_;  // weight types
+  quant::VecDotFn gdot_ = nullptr, udot_ = nullptr, ddot_ = nullptr;
+  quant::VecDotRowsFn gdot_rows_ = nullptr, udot_rows_ = nullptr, ddot_rows_ = nullptr;
+  quant::QuantRowFn qg_ = nullptr, qu_ = nullptr, qd_ = nullptr;  // nullptr: rows used as f32
+  ActRows xg_, xu_, hq_;   // converted rows
+  int64_t n_slots_ = 0, max_tokens_ = 1, max_gate_up_rows_ = 0, max_down_rows_ = 0;
+  bool any_tiled_gu_ = false, any_tiled_down_ = false;
+};
+
+FusedExpertCall::FusedExpertCall(const ExpertStore& store, const ExpertCall& call, ThreadPool* pool,
+                                 InProcessExperts::Scratch* s, float* partial)
+    : store_(store),
+      call_(call),
+      pool_(pool),
+      s_(*s),
+      partial_(partial),
+      d_(call.d),
+      ff_(store.n_ff()),
+      n_threads_(pool != nullptr ? pool->size() : 1) {
+  const int e0 = store.expert_begin();
+  tg_ = store.Gate(call.layer, e0).type;
+  tu_ = store.Up(call.layer, e0).type;
+  td_ = store.Down(call.layer, e0).type;
+  Plan();
+  Prepare();
+}
+
+// Entries grouped by expert into slots (entry order within an expert).
+void FusedExpertCall::Plan() {
+  const int eb = store_.expert_begin(), ee = store_.expert_end();
+  const size_t n_entries = call_.expert_ids.size();
+  s_.count.assign(ee - eb, 0);
+  for (int32_t id : call_.expert_ids) ++s_.count[id - eb];
+  s_.used.clear();
+  const bool tile_gu = quant::TileGemmAvailable(tg_) && quant::TileGemmAvailable(tu_);
+  const bool tile_d = quant::TileGemmAvailable(td_);
+  int32_t slot = 0;
+  for (int e = eb; e < ee; ++e) {
+    const int32_t n = s_.count[e - eb];
+    if (n == 0) continue;
+    UsedExpert u;
+    u.expert = e;
+    u.slot_begin = slot;
+    u.slot_end = slot + n;
+    u.tiled_gu = tile_gu && n >= InProcessExperts::kMinTiledTokens;
+    u.tiled_down = tile_d && n >= InProcessExperts::kMinTiledTokens;
+    any_tiled_gu_ |= u.tiled_gu;
+    s_.count[e - eb] = slot;  // now the next free slot of e
+    slot += n;
+    s_.used.push_back(u);
   }
-  std::vector<float> gate(n * ff), up(n * ff), y(n * d);
-  RETURN_IF_ERROR(quant::MatMul(store_.Gate(call.layer, expert), x.data(), n,
-                                gate.data(), pool_));
-  RETURN_IF_ERROR(quant::MatMul(store_.Up(call.layer, expert), x.data(), n,
-                                up.data(), pool_));
-  internal::SwiGlu(gate.data(), up.data(), n, ff, gate.data());
-  RETURN_IF_ERROR(quant::MatMul(store_.Down(call.layer, expert), gate.data(), n,
-                                y.data(), pool_));
-  for (int64_t r = 0; r < n; ++r) {
-    std::copy_n(y.data() + r * d, d, out->data() + static_cast<size_t>(entries[r]) * d);
+  n_slots_ = slot;
+  s_.slot_token.resize(n_slots_);
+  s_.entry_slot.resize(n_entries);
+  for (int32_t t = 0; t < call_.n_tokens; ++t) {
+    for (uint32_t k = call_.token_offsets[t]; k < call_.token_offsets[t + 1]; ++k) {
+      const int32_t sl = s_.count[call_.expert_ids[k] - eb]++;
+      s_.entry_slot[k] = sl;
+      s_.slot_token[sl] = t;
+    }
   }
+}
+
+void FusedExpertCall::Prepare() {
+  const quant::TypeTraits* g = quant::GetTypeTraits(tg_);
+  const quant::TypeTraits* u = quant::GetTypeTraits(tu_);
+  const quant::TypeTraits* dn = quant::GetTypeTraits(td_);
+  gdot_ = g->vec_dot;
+  udot_ = u->vec_dot;
+  ddot_ = dn->vec_dot;
+  gdot_rows_ = g->vec_dot_rows;
+  udot_rows_ = u->vec_dot_rows;
+  ddot_rows_ = dn->vec_dot_rows;
+  const int64_t n_tokens = call_.n_tokens;
+  const auto* hidden = reinterpret_cast<const uint8_t*>(call_.hidden.data());
+  // Hidden rows in the gate's and the up's vec_dot_type (shared when equal).
+  auto setup = [&](const quant::TypeTraits* t, AlignedBytes* buf, ActRows* rows, quant::QuantRowFn* q) {
+    rows->type = t->vec_dot_type;
+    if (rows->type == GgmlType::kF32) {
+      *rows = {GgmlType::kF32, static_cast<uint64_t>(4 * d_), hidden};
+      return;
+    }
+    rows->row_bytes = *RowBytes(rows->type, d_);
+    rows->base = buf->Get(rows->row_bytes * std::max<int64_t>(1, n_tokens));
+    *q = quant::GetTypeTraits(rows->type)->quantize;
+  };
+  setup(g, &s_.xg, &xg_, &qg_);
+  if (u->vec_dot_type == g->vec_dot_type) {
+    xu_ = xg_;
+  } else {
+    setup(u, &s_.xu, &xu_, &qu_);
+  }
+  s_.h.resize(std::max<int64_t>(1, n_slots_ * ff_));
+  hq_.type = dn->vec_dot_type;
+  if (hq_.type == GgmlType::kF32) {
+    hq_ = {GgmlType::kF32, static_cast<uint64_t>(4 * ff_), reinterpret_cast<const uint8_t*>(s_.h.data())};
+  } else {
+    hq_.row_bytes = *RowBytes(hq_.type, ff_);
+    hq_.base = s_.hq.Get(hq_.row_bytes * std::max<int64_t>(1, n_slots_));
+    qd_ = quant::GetTypeTraits(hq_.type)->quantize;
+  }
+  PrepareTiles();
+  PrepareItems();
+  PrepareThreads();
+}
+
+// Tile buffers of the tiled experts.
+void FusedExpertCall::PrepareTiles() {
+  uint64_t gu_bytes = 0, d_bytes = 0;
+  max_tokens_ = 1;
+  for (UsedExpert& ue : s_.used) {
+    const int64_t n = ue.slot_end - ue.slot_begin;
+    max_tokens_ = std::max(max_tokens_, n);
+    if (ue.tiled_gu) {
+      ue.tiles_gu = gu_bytes;
+      gu_bytes += quant::ActTileBytes(d_, n);
+    }
+    if (ue.tiled_down) {
+      ue.tiles_down = d_bytes;
+      d_bytes += quant::ActTileBytes(ff_, n);
+    }
+  }
+  if (gu_bytes > 0) {
+    s_.tiles_g.Get(gu_bytes);
+    if (xu_.type != xg_.type) s_.tiles_u.Get(gu_bytes);
+  }
+  if (d_bytes > 0) s_.tiles_d.Get(d_bytes);
+  any_tiled_down_ = d_bytes > 0;
+}
+
+// Work split: gate/up items (expert, row block), then down items (row block
+// over all experts), each list big blocks first.
+void FusedExpertCall::PrepareItems() {
+  s_.gate_up_items.clear();
+  s_.small_items.clear();
+  for (size_t ui = 0; ui < s_.used.size(); ++ui) {
+    GuidedSplit(static_cast<int32_t>(ui), ff_, ff_, &s_.gate_up_items, &s_.small_items);
+  }
+  s_.gate_up_items.insert(s_.gate_up_items.end(), s_.small_items.begin(), s_.small_items.end());
+  s_.down_items.clear();
+  s_.small_items.clear();
+  GuidedSplit(-1, d_, d_ * 3 / 4 / n_threads_, &s_.down_items, &s_.small_items);
+  s_.down_items.insert(s_.down_items.end(), s_.small_items.begin(), s_.small_items.end());
+  max_gate_up_rows_ = max_down_rows_ = 0;
+  if (s_.remaining_cap < s_.used.size()) {
+    s_.remaining.reset(new std::atomic<int>[s_.used.size()]);
+    s_.remaining_cap = s_.used.size();
+  }
+  for (size_t i = 0; i < s_.used.size(); ++i) s_.remaining[i].store(0, std::memory_order_relaxed);
+  for (const RowBlock& b : s_.gate_up_items) {
+    max_gate_up_rows_ = std::max<int64_t>(max_gate_up_rows_, b.nr);
+    s_.remaining[b.owner].fetch_add(1, std::memory_order_relaxed);
+  }
+  for (const RowBlock& b : s_.down_items) max_down_rows_ = std::max<int64_t>(max_down_rows_, b.nr);
+}
+
+void FusedExpertCall::PrepareThreads() {
+  const int64_t max_n = max_tokens_;
+  uint64_t panel = 1;
+  if (any_tiled_gu_) {
+    panel = std::max({panel, quant::TileGemmScratchBytes(tg_, d_), quant::TileGemmScratchBytes(tu_, d_)});
+  }
+  if (any_tiled_down_) panel = std::max(panel, quant::TileGemmScratchBytes(td_, ff_));
+  if (s_.threads.size() < static_cast<size_t>(n_threads_)) s_.threads.resize(n_threads_);
+  for (int t = 0; t < n_threads_; ++t) {
+    ThreadScratch& ts = s_.threads[t];
+    ts.panel.Get(panel);
+    if (ts.g.size() < static_cast<size_t>(max_n * max_gate_up_rows_)) {
+      ts.g.resize(max_n * max_gate_up_rows_);
+      ts.u.resize(max_n * max_gate_up_rows_);
+    }
+    if (ts.out.size() < static_cast<size_t>(std::max<int64_t>(1, n_slots_) * max_down_rows_)) {
+      ts.out.resize(std::max<int64_t>(1, n_slots_) * max_down_rows_);
+    }
+    if (ts.rows.size() < static_cast<size_t>(max_n)) ts.rows.resize(max_n);
+  }
+}
+
+void FusedExpertCall::ConvertTokens(int64_t t0, int64_t t1) {
+  for (int64_t t = t0; t < t1; ++t) {
+    const float* x = call_.hidden.data() + t * d_;
+    if (qg_ != nullptr) qg_(x, const_cast<uint8_t*>(xg_.Row(t)), d_);
+    if (qu_ != nullptr) qu_(x, const_cast<uint8_t*>(xu_.Row(t)), d_);
+  }
+}
+
+void FusedExpertCall::PackGateUpTiles(const UsedExpert& u, ThreadScratch* ts) {
+  const int64_t n = u.slot_end - u.slot_begin;
+  for (int64_t i = 0; i < n; ++i) ts->rows[i] = xg_.Row(s_.slot_token[u.slot_begin + i]);
+  quant::PackActTiles(xg_.type, ts->rows.data(), n, d_, s_.tiles_g.data() + u.tiles_gu);
+  if (xu_.type != xg_.type) {
+    for (int64_t i = 0; i < n; ++i) ts->rows[i] = xu_.Row(s_.slot_token[u.slot_begin + i]);
+    quant::PackActTiles(xu_.type, ts->rows.data(), n, d_, s_.tiles_u.data() + u.tiles_gu);
+  }
+}
+
+void FusedExpertCall::GateUp(int64_t item, ThreadScratch* ts) {
+  const RowBlock& block = s_.gate_up_items[item];
+  const int64_t ui = block.owner;
+  const UsedExpert& u = s_.used[ui];
+  const int64_t r0 = block.r0, nr = block.nr;
+  const int64_t n = u.slot_end - u.slot_begin;
+  const quant::WeightView gate = store_.Gate(call_.layer, u.expert);
+  const quant::WeightView up = store_.Up(call_.layer, u.expert);
+  float* g = ts->g.data();
+  float* uu = ts->u.data();
+  if (u.tiled_gu) {
+    const uint8_t* tu = (xu_.type != xg_.type ? s_.tiles_u.data() : s_.tiles_g.data()) + u.tiles_gu;
+    quant::TileGemm(gate, r0, nr, s_.tiles_g.data() + u.tiles_gu, n, g, nr, ts->panel.data());
+    quant::TileGemm(up, r0, nr, tu, n, uu, nr, ts->panel.data());
+  } else {
+    for (int64_t i = 0; i < n; ++i) {
+      const int32_t t = s_.slot_token[u.slot_begin + i];
+      DotRows(gdot_, gdot_rows_, d_, gate, r0, nr, xg_.Row(t), g + i * nr);
+      DotRows(udot_, udot_rows_, d_, up, r0, nr, xu_.Row(t), uu + i * nr);
+    }
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    SwiGluSpan(g + i * nr, uu + i * nr, r0, nr, ff_, s_.h.data() + (u.slot_begin + i) * ff_ + r0);
+  }
+  if (s_.remaining[ui].fetch_sub(1, std::memory_order_acq_rel) == 1) FinishExpert(u, ts);
+}
+
+// The expert's intermediate rows are complete: convert them for the down
+// weights (and tile them for the tiled path).
+void FusedExpertCall::FinishExpert(const UsedExpert& u, ThreadScratch* ts) {
+  const int64_t n = u.slot_end - u.slot_begin;
+  if (qd_ != nullptr) {
+    for (int64_t sl = u.slot_begin; sl < u.slot_end; ++sl) {
+      qd_(s_.h.data() + sl * ff_, const_cast<uint8_t*>(hq_.Row(sl)), ff_);
+    }
+  }
+  if (u.tiled_down) {
+    for (int64_t i = 0; i < n; ++i) ts->rows[i] = hq_.Row(u.slot_begin + i);
+    quant::PackActTiles(hq_.type, ts->rows.data(), n, ff_, s_.tiles_d.data() + u.tiles_down);
+  }
+}
+
+// Down rows [r0, r0 + nr) of every routed expert, then the weighted sums.
+void FusedExpertCall::Down(int64_t item, ThreadScratch* ts) {
+  const int64_t r0 = s_.down_items[item].r0, nr = s_.down_items[item].nr;
+  float* out = ts->out.data();
+  for (const UsedExpert& u : s_.used) {
+    const quant::WeightView w = store_.Down(call_.layer, u.expert);
+    const int64_t n = u.slot_end - u.slot_begin;
+    if (u.tiled_down) {
+      quant::TileGemm(w, r0, nr, s_.tiles_d.data() + u.tiles_down, n, out + u.slot_begin * nr, nr,
+                      ts->panel.data());
+      continue;
+    }
+    for (int64_t sl = u.slot_begin; sl < u.slot_end; ++sl) {
+      DotRows(ddot_, ddot_rows_, ff_, w, r0, nr, hq_.Row(sl), out + sl * nr);
+    }
+  }
+  for (int32_t t = 0; t < call_.n_tokens; ++t) {
+    float* dst = partial_ + static_cast<int64_t>(t) * d_ + r0;
+    std::fill_n(dst, nr, 0.0f);
+    for (uint32_t k = call_.token_offsets[t]; k < call_.token_offsets[t + 1]; ++k) {
+      const float w = call_.weights[k];
+      const float* src = out + static_cast<int64_t>(s_.entry_slot[k]) * nr;
+      for (int64_t j = 0; j < nr; ++j) dst[j] += src[j] * w;
+    }
+  }
+}
+
+template <typename Fn>
+void FusedExpertCall::RunItems(int phase, int64_t n, Fn&& fn) {
+  for (int64_t i; (i = s_.next[phase].fetch_add(1, std::memory_order_relaxed)) < n;) fn(i);
+}
+
+void FusedExpertCall::Run() {
+  const int64_t n_tokens = call_.n_tokens;
+  const bool convert_here = n_tokens <= kCallerConverts;
+  if (convert_here) ConvertTokens(0, n_tokens);
+  for (auto& n : s_.next) n.store(0, std::memory_order_relaxed);
+  s_.barrier.Reset(n_threads_);
+  const int64_t n_used = static_cast<int64_t>(s_.used.size());
+  auto body = [&](int tid) {
+    ThreadScratch* ts = &s_.threads[tid];
+    if (!convert_here) {
+      RunItems(0, (n_tokens + 7) / 8, [&](int64_t i) { ConvertTokens(8 * i, std::min(n_tokens, 8 * i + 8)); });
+      s_.barrier.Wait();
+    }
+    if (any_tiled_gu_) {
+      RunItems(1, n_used, [&](int64_t i) {
+        if (s_.used[i].tiled_gu) PackGateUpTiles(s_.used[i], ts);
+      });
+      s_.barrier.Wait();
+    }
+    RunItems(2, static_cast<int64_t>(s_.gate_up_items.size()), [&](int64_t i) { GateUp(i, ts); });
+    s_.barrier.Wait();
+    RunItems(3, static_cast<int64_t>(s_.down_items.size()), [&](int64_t i) { Down(i, ts); });
+  };
+  if (pool_ != nullptr && n_threads_ > 1) {
+    pool_->RunOnAll(body);
+  } else {
+    body(0);
+  }
+}
+
+InProcessExperts::InProcessExperts(ExpertStore store, ThreadPool* pool)
+    : store_(std::move(store)), pool_(pool), scratch_(std::make_unique<Scratch>()) {}
+
+InProcessExperts::~InProcessExperts() = default;
+
+absl::Status InProcessExperts::Compute(const ExpertCall& call, ExpertResult* result) {
+  RETURN_IF_ERROR(ValidateExpertCall(call, store_));
+  const int e0 = store_.expert_begin();
+  const int64_t d = call.d, ff = store_.n_ff();
+  RETURN_IF_ERROR(CheckExpertWeights("gate", store_.Gate(call.layer, e0), ff, d));
+  RETURN_IF_ERROR(CheckExpertWeights("up", store_.Up(call.layer, e0), ff, d));
+  RETURN_IF_ERROR(CheckExpertWeights("down", store_.Down(call.layer, e0), d, ff));
+  std::lock_guard<std::mutex> lock(mu_);
+  result->call_id = call.call_id;
+  result->partial.resize(static_cast<size_t>(call.n_tokens) * d);
+  if (call.n_tokens == 0) return absl::OkStatus();
+  FusedExpertCall fused(store_, call, pool_, scratch_.get(), result->partial.data());
+  fused.Run();
   return absl::OkStatus();
 }
 

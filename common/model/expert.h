@@ -22,14 +22,15 @@
 //                     E(h) = W_down . (SiLU(W_gate . h) * (W_up . h)),
 //                     summed per token in its entries' order.
 //
-// InProcessExperts computes the call from the Model's routed-expert tensors:
-// tokens are grouped by expert, each expert's gate/up/down products run
-// through quant::MatMul (activations converted to the weight's vec_dot_type,
-// as llama.cpp does), rows split over the ThreadPool.
+// InProcessExperts computes the call from the Model's routed-expert tensors
+// as one fused pass (see the class comment): activations are converted to
+// the weights' vec_dot_type once per call (as llama.cpp does), gate/up
+// rows of all routed experts are spread over the ThreadPool, then down rows.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -119,23 +120,49 @@ class ExpertStore {
 // the problem.
 absl::Status ValidateExpertCall(const ExpertCall& call, const ExpertStore& store);
 
-// Thread-safety: Compute() keeps no state between calls; concurrent calls
-// are safe (they serialise on the pool's ParallelFor). `pool` may be nullptr
-// (single-threaded) and must outlive this object; the caller must not be
-// running inside a ParallelFor of the same pool.
+class FusedExpertCall;
+
+// Fused expert FFN. Per call:
+//   1. each token's hidden row is converted once per activation format the
+//      gate/up weights need (not once per expert);
+//   2. work items (expert, block of n_ff rows) are spread over all pool
+//      threads: gate and up rows for all of that expert's tokens, then
+//      SiLU(gate) * up; the thread finishing an expert's last block converts
+//      its intermediate rows (once per expert) for the down weights;
+//   3. after one barrier, work items (block of n_embd rows) run the down
+//      rows of every routed expert and add the weighted results per token
+//      in its entries' order.
+// An expert with few tokens runs one vec_dot per (row, token); one with
+// kMinTiledTokens or more runs quant::TileGemm, which unpacks each weight
+// row block once and multiplies it against 16-token tiles (AVX2 / AVX-512
+// VNNI / AMX-INT8). Both paths give the same bits (gemm.h), so results do
+// not depend on the batch, the routing of other tokens, or the thread count;
+// at a given kernel level they equal the previous one-MatMul-per-expert
+// implementation bit for bit.
+//
+// Thread-safety: concurrent Compute() calls are safe; they serialise on an
+// internal mutex (the scratch buffers, sized on first use and kept, are
+// per object). `pool` may be nullptr (single-threaded) and must outlive this
+// object; the caller must not be running inside a ParallelFor of the same
+// pool.
 class InProcessExperts final : public ExpertBackend {
  public:
-  InProcessExperts(ExpertStore store, ThreadPool* pool)
-      : store_(std::move(store)), pool_(pool) {}
+  // Experts with at least this many tokens in a call use the tiled GEMM.
+  static constexpr int kMinTiledTokens = 5;
+
+  InProcessExperts(ExpertStore store, ThreadPool* pool);
+  ~InProcessExperts() override;
 
   absl::Status Compute(const ExpertCall& call, ExpertResult* result) override;
 
  private:
-  absl::Status RunExpert(const ExpertCall& call, int32_t expert,
-                         const std::vector<int32_t>& rows, std::vector<float>* partial) const;
+  friend class FusedExpertCall;  // expert.cc: one call's execution
+  struct Scratch;
 
   const ExpertStore store_;
   ThreadPool* const pool_;
+  std::mutex mu_;
+  std::unique_ptr<Scratch> scratch_;  // guarded by mu_
 };
 
 }  // namespace moesplit::model

@@ -29,6 +29,7 @@ constexpr GgmlType kSupported[] = {
 struct Registry {
   std::mutex mu;  // serialises RegisterVecDot
   std::array<std::array<VecDotFn, kNumLevels>, kNumTypeIds> kernels{};
+  std::array<std::array<VecDotRowsFn, kNumLevels>, kNumTypeIds> rows{};
   std::array<std::array<TypeTraits, kNumTypeIds>, kNumLevels> tables{};
   std::array<bool, kNumTypeIds> supported{};
   std::atomic<int> active{0};
@@ -38,10 +39,15 @@ struct Registry {
   void Resolve(int id) {
     for (int level = 0; level < kNumLevels; ++level) {
       VecDotFn best = nullptr;
+      VecDotRowsFn best_rows = nullptr;
       for (int l = 0; l <= level; ++l) {
-        if (kernels[id][l] != nullptr) best = kernels[id][l];
+        if (kernels[id][l] != nullptr) {
+          best = kernels[id][l];
+          best_rows = rows[id][l];
+        }
       }
       tables[level][id].vec_dot = best;
+      tables[level][id].vec_dot_rows = best_rows;
     }
   }
 };
@@ -58,15 +64,26 @@ Registry* BuildRegistry() {
     GgmlType vdt = type;
     if (internal::VecDotTypeOf(type, &vdt)) t.vec_dot_type = vdt;
     for (auto& table : r->tables) table[id] = t;
-    r->kernels[id][static_cast<int>(KernelLevel::kScalar)] =
-        internal::ScalarVecDot(type);
+    r->kernels[id][static_cast<int>(KernelLevel::kScalar)] = internal::ScalarVecDot(type);
+    r->rows[id][static_cast<int>(KernelLevel::kScalar)] = internal::ScalarVecDotRows(type);
   }
-  std::vector<internal::SimdKernel> simd;
-  const KernelLevel best = internal::DetectX86Kernels(&simd);
-  for (const auto& k : simd) {
+  const internal::SimdKernels& simd = internal::CpuSimdKernels();
+  for (const auto& k : simd.dots) {
     const int id = static_cast<int>(k.type);
-    if (r->supported[id]) r->kernels[id][static_cast<int>(k.level)] = k.fn;
+    if (r->supported[id]) {
+      r->kernels[id][static_cast<int>(k.level)] = k.fn;
+      r->rows[id][static_cast<int>(k.level)] = k.rows;
+    }
   }
+  // Byte-identical SIMD quantisers replace the reference from their level up.
+  for (const auto& q : simd.quantizers) {
+    const int id = static_cast<int>(q.type);
+    if (!r->supported[id]) continue;
+    for (int level = static_cast<int>(q.level); level < kNumLevels; ++level) {
+      r->tables[level][id].quantize = q.fn;
+    }
+  }
+  const KernelLevel best = internal::CpuBestLevel();
   for (GgmlType type : kSupported) r->Resolve(static_cast<int>(type));
   r->active.store(static_cast<int>(best));
   return r;
@@ -145,6 +162,7 @@ void RegisterVecDot(GgmlType type, KernelLevel level, VecDotFn fn) {
   const int id = static_cast<int>(type);
   if (!r.supported[id]) return;
   r.kernels[id][lvl] = fn;
+  r.rows[id][lvl] = nullptr;
   r.Resolve(id);
 }
 

@@ -17,7 +17,23 @@
 //    / quantize_iq4_xs without an importance matrix), byte-exact: the output
 //    equals what llama-quantize writes without --imatrix.
 //  - vec_dot, scalar level: ggml's ggml_vec_dot_*_generic (f32/f16/bf16 sum in
-//    f64 as ggml's scalar path). SIMD levels agree to float rounding.
+//    f64 as ggml's scalar path).
+//  - vec_dot, AVX2 and AVX-512 levels (x86-64; every weight type): compiled
+//    per function with target attributes and picked at run time from CPUID,
+//    so the library needs no -m flags and runs on any x86-64 CPU. For the
+//    quantised types they compute the canonical order of internal/unpack.h
+//    (exact integer sums, then fixed float steps per block), identical bit
+//    for bit at both levels and in the tiled GEMM (gemm.h); that agrees with
+//    the scalar level to float rounding. F32/F16/BF16 use 4 x 8 / 4 x 16 lane
+//    FMA accumulators (float rounding of the f64 scalar sum).
+//  - quantize at the SIMD levels: AVX2 versions of the activation formats
+//    (F16, BF16, Q8_0, Q8_1, Q8_K), byte-identical to the reference.
+//  - vec_dot_rows: the same kernel over many rows (no call per row, the next
+//    rows prefetched), bit-identical to vec_dot.
+// Levels: kScalar; kAvx2 (AVX2 + FMA + F16C); kAvx512 (AVX-512 F/BW/VL/DQ +
+// VNNI; byte dots with vpdpbusd); kAmx (AVX-512 plus AMX-TILE/AMX-INT8 with
+// the tile state granted by Linux: the vec_dots are the AVX-512 ones, the
+// tiled GEMM uses tdpbusd). The default is the best the CPU supports.
 //
 // Thread-safe: the registry is built once on first use; GetTypeTraits and the
 // kernels may be used from any thread. RegisterVecDot and
@@ -37,6 +53,10 @@ namespace moesplit::quant {
 using DequantRowFn = void (*)(const void* src, float* dst, int64_t n);
 using QuantRowFn = void (*)(const float* src, void* dst, int64_t n);
 using VecDotFn = float (*)(int64_t n, const void* w, const void* a);
+// y[r] = vec_dot(n, w + r * row_bytes, a) for r < n_rows, bit for bit (one
+// call for many rows: no per-row call, the next rows prefetched).
+using VecDotRowsFn = void (*)(int64_t n, const void* w, uint64_t row_bytes, int64_t n_rows,
+                              const void* a, float* y);
 
 enum class KernelLevel { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAmx = 3 };
 
@@ -46,6 +66,9 @@ struct TypeTraits {
   QuantRowFn quantize = nullptr;  // nullptr where no quantiser is provided
   GgmlType vec_dot_type = GgmlType::kF32;
   VecDotFn vec_dot = nullptr;     // best registered level <= the active one
+  // The multi-row form of this vec_dot; nullptr when a kernel registered
+  // through RegisterVecDot is active (callers then loop over vec_dot).
+  VecDotRowsFn vec_dot_rows = nullptr;
 };
 
 // Traits of `type`, or nullptr when the format is not supported.
@@ -62,13 +85,16 @@ absl::Status DequantizeRow(GgmlType type, const void* src, float* dst, int64_t n
 absl::Status QuantizeRow(GgmlType type, const float* src, void* dst, int64_t n);
 
 // Registers a dot kernel for a SIMD level; the active level picks the highest
-// registered level not above it. fn == nullptr unregisters that level. Ignored
-// for unsupported types and out-of-range levels. The scalar level is
-// registered for every weight type at start-up; on x86-64 so are the AVX2
-// kernels the CPU can run (Q8_0, Q4_K, Q6_K; they also serve kAvx512/kAmx).
+// registered level not above it. fn == nullptr unregisters that level (and a
+// registered kernel has no vec_dot_rows). Ignored for unsupported types and
+// out-of-range levels. The scalar level is registered for every weight type
+// at start-up; on x86-64 so are the AVX2 and AVX-512 kernels of every weight
+// type the CPU can run (kAmx uses the AVX-512 ones).
 void RegisterVecDot(GgmlType type, KernelLevel level, VecDotFn fn);
-// Forces a level (tests); default is the best the CPU supports (kAvx512 needs
-// AVX-512 F/BW/VL/VNNI, kAvx2 needs AVX2+FMA+F16C; kAmx is never detected).
+// Forces a level (tests, benchmarks); default is the best the CPU supports
+// (kAmx needs AMX-INT8 and Linux's permission, kAvx512 AVX-512
+// F/BW/VL/DQ/VNNI, kAvx2 AVX2+FMA+F16C). A level above the CPU's runs the
+// best kernels the CPU has.
 void SetActiveKernelLevel(KernelLevel level);
 KernelLevel ActiveKernelLevel();
 

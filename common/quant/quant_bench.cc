@@ -1,5 +1,6 @@
-// Throughput of FillRandomBlocks, dequantisation and the dot kernels per
-// type and kernel level, in thread CPU time (a benchmark, not a test).
+// Throughput of FillRandomBlocks, dequantisation, the dot kernels (n = 4096,
+// data in L1/L2) per type and kernel level, and of the activation
+// quantisers, in thread CPU time (a benchmark, not a test).
 //
 //   quant_bench [seconds_per_case=0.2]
 
@@ -24,14 +25,17 @@ double CpuSeconds() {
   return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+// Calls fn in batches (the thread CPU clock is a system call, far slower
+// than one small kernel call) until `seconds` have passed.
 template <typename Fn>
 double Rate(double seconds, double units_per_call, Fn fn) {
   const double start = CpuSeconds();
-  int64_t calls = 0;
+  int64_t calls = 0, batch = 1;
   double elapsed = 0;
   do {
-    fn();
-    ++calls;
+    for (int64_t i = 0; i < batch; ++i) fn();
+    calls += batch;
+    batch *= 2;
     elapsed = CpuSeconds() - start;
   } while (elapsed < seconds);
   return units_per_call * calls / elapsed;
@@ -72,6 +76,23 @@ void BenchType(GgmlType type, double secs) {
   std::printf("\n");
 }
 
+// Activation conversion (the quantiser of each level) in Gelem/s.
+void BenchQuantizer(GgmlType type, double secs) {
+  const int64_t n = 4096;
+  const std::vector<float> x = testing::RandomActivations(n, 2);
+  std::vector<uint8_t> out = testing::Bytes(type, n);
+  std::printf("%-7s quantize(Gelem/s):", testing::Name(type).c_str());
+  const KernelLevel saved = ActiveKernelLevel();
+  for (KernelLevel level : {KernelLevel::kScalar, KernelLevel::kAvx2, KernelLevel::kAvx512}) {
+    if (static_cast<int>(level) > static_cast<int>(saved)) break;
+    SetActiveKernelLevel(level);
+    const QuantRowFn q = GetTypeTraits(type)->quantize;
+    std::printf("  L%d %6.2f", static_cast<int>(level), Rate(secs, n / 1e9, [&] { q(x.data(), out.data(), n); }));
+  }
+  SetActiveKernelLevel(saved);
+  std::printf("\n");
+}
+
 }  // namespace
 }  // namespace moesplit::quant
 
@@ -79,5 +100,9 @@ int main(int argc, char** argv) {
   const double secs = argc > 1 ? std::atof(argv[1]) : 0.2;
   std::printf("active kernel level %d\n", static_cast<int>(moesplit::quant::ActiveKernelLevel()));
   for (moesplit::GgmlType type : moesplit::quant::kTypes) moesplit::quant::BenchType(type, secs);
+  for (moesplit::GgmlType type : {moesplit::GgmlType::kQ8_0, moesplit::GgmlType::kQ8_1, moesplit::GgmlType::kQ8_K,
+                                  moesplit::GgmlType::kF16, moesplit::GgmlType::kBF16}) {
+    moesplit::quant::BenchQuantizer(type, secs);
+  }
   return 0;
 }

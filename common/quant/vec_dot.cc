@@ -385,7 +385,35 @@ float DotIq4Xs(int64_t n, const void* vx, const void* vy) {
   return sumf;
 }
 
+template <VecDotFn kDot>
+void DotRows(int64_t n, const void* w, uint64_t row_bytes, int64_t n_rows, const void* a, float* y) {
+  const uint8_t* p = static_cast<const uint8_t*>(w);
+  for (int64_t r = 0; r < n_rows; ++r) y[r] = kDot(n, p + r * row_bytes, a);
+}
+
 }  // namespace
+
+VecDotRowsFn ScalarVecDotRows(GgmlType type) {
+  switch (type) {
+    case GgmlType::kF32: return DotRows<DotF32>;
+    case GgmlType::kF16: return DotRows<DotF16>;
+    case GgmlType::kBF16: return DotRows<DotBf16>;
+    case GgmlType::kQ4_0: return DotRows<DotQ4_0>;
+    case GgmlType::kQ4_1: return DotRows<DotQ4_1>;
+    case GgmlType::kQ5_0: return DotRows<DotQ5_0>;
+    case GgmlType::kQ5_1: return DotRows<DotQ5_1>;
+    case GgmlType::kQ8_0: return DotRows<DotQ8_0>;
+    case GgmlType::kMXFP4: return DotRows<DotMxfp4>;
+    case GgmlType::kIQ4_NL: return DotRows<DotIq4Nl>;
+    case GgmlType::kQ2_K: return DotRows<DotQ2_K>;
+    case GgmlType::kQ3_K: return DotRows<DotQ3_K>;
+    case GgmlType::kQ4_K: return DotRows<DotQ4_K>;
+    case GgmlType::kQ5_K: return DotRows<DotQ5_K>;
+    case GgmlType::kQ6_K: return DotRows<DotQ6_K>;
+    case GgmlType::kIQ4_XS: return DotRows<DotIq4Xs>;
+    default: return nullptr;
+  }
+}
 
 VecDotFn ScalarVecDot(GgmlType type) {
   switch (type) {

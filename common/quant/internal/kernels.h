@@ -23,6 +23,7 @@ QuantRowFn ReferenceQuantizer(GgmlType type);
 // ggml_vec_dot_*_generic (ggml-cpu/quants.c, ggml-cpu/vec.cpp); the second
 // operand is a row of VecDotType(type).
 VecDotFn ScalarVecDot(GgmlType type);
+VecDotRowsFn ScalarVecDotRows(GgmlType type);
 // ggml's vec_dot_type for a weight type; false when it has no dot kernel.
 bool VecDotTypeOf(GgmlType type, GgmlType* out);
 
@@ -30,15 +31,41 @@ struct SimdKernel {
   GgmlType type;
   KernelLevel level;
   VecDotFn fn;
+  VecDotRowsFn rows;  // the same kernel over many rows
+};
+struct SimdQuantizer {
+  GgmlType type;
+  KernelLevel level;
+  QuantRowFn fn;  // byte-identical to ReferenceQuantizer(type)
+};
+struct SimdKernels {
+  std::vector<SimdKernel> dots;
+  std::vector<SimdQuantizer> quantizers;
 };
 
 // True when the CPU runs AVX2 + FMA + F16C code (x86-64 only).
 bool CpuHasAvx2();
-// True when it also has AVX-512 F/BW/VL/VNNI.
+// True when it also has AVX-512 F/BW/VL/DQ/VNNI.
 bool CpuHasAvx512Vnni();
+// True when it also has AMX-TILE and AMX-INT8 and Linux granted this process
+// the tile data state (arch_prctl ARCH_REQ_XCOMP_PERM, asked once).
+bool CpuHasAmxInt8();
+// Highest level the CPU runs: kAmx, kAvx512, kAvx2 or kScalar.
+KernelLevel CpuBestLevel();
 
-// Appends the AVX2 / AVX-512 dot kernels the running CPU supports (nothing on
-// other architectures) and returns the best level the CPU supports.
-KernelLevel DetectX86Kernels(std::vector<SimdKernel>* out);
+// The SIMD kernels the running CPU supports (none on other architectures),
+// collected once.
+const SimdKernels& CpuSimdKernels();
+
+// Per-level tables (vec_dot_avx2.cc, vec_dot_avx512.cc, quantize_x86.cc);
+// only called when the CPU has the level.
+void AppendAvx2Kernels(SimdKernels* out);
+void AppendAvx512Kernels(SimdKernels* out);
+void AppendSimdQuantizers(SimdKernels* out);
+
+// The SIMD dot registered for `type` at exactly `level` by the library
+// (nullptr when none): these all compute the canonical order of
+// internal/unpack.h for the quantised types.
+VecDotFn LibrarySimdVecDot(GgmlType type, KernelLevel level);
 
 }  // namespace moesplit::quant::internal

@@ -1,0 +1,273 @@
+// AVX-512 (F/BW/VL/DQ + VNNI) dot kernels for every weight format: the
+// 32-element formats run the bodies of internal/x86_dot.inc with VNNI
+// vpdpbusd as the byte dot; the K-quants and the float formats have 512-bit
+// kernels here. Same canonical order as every other SIMD kernel
+// (internal/unpack.h). Compiled with `#pragma GCC target` inside an
+// anonymous namespace; only called when CpuHasAvx512Vnni().
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "common/base/fp16.h"
+#include "common/quant/internal/blocks.h"
+#include "common/quant/internal/kernels.h"
+
+namespace moesplit::quant::internal {
+
+#if defined(__x86_64__)
+namespace {
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
+// GCC 12 warns about the deliberately undefined upper halves of the 512-bit
+// cast intrinsics (GCC bug 105593).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+inline __m256i DotAcc(__m256i acc, __m256i u8, __m256i s8) { return _mm256_dpbusd_epi32(acc, u8, s8); }
+inline __m256i BitsToBytes(uint32_t bits) { return _mm256_movm_epi8(bits); }
+
+#include "common/quant/internal/x86_dot.inc"
+
+inline __m512i Load512(const void* p) { return _mm512_loadu_si512(p); }
+
+// [a | b] from two 256-bit halves.
+inline __m512i Join(__m256i a, __m256i b) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
+}
+
+
+
+// Two Q4_K / Q5_K superblocks at a time. Codes in natural order against the
+// activation with VNNI; the 16 int32 lanes of each 64-element product are
+// reduced to the 8 group sums, multiplied by the sub-scales, and reduced
+// together with the mins term, giving [isum A, isum B, imin A, imin B]; then
+// the canonical float steps A (main, min), B (main, min).
+
+// Sub-scales and mins of two superblocks (ggml's utmp trick in 32-bit lanes):
+// per 128-bit lane (A low, B high) bytes 0..7 = scales, 8..15 = mins.
+__attribute__((always_inline)) inline __m256i K4ScalesPair(const uint8_t* a, const uint8_t* b) {
+  const __m256i v = _mm256_set_m128i(Load128(b), Load128(a));  // u0 u1 u2 (+4 bytes of qs)
+  const __m256i p = _mm256_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0));  // u0 u2 u1 u2
+  const __m256i q = _mm256_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0));  // u0 u0 u1 u1
+  const __m256i m1 = _mm256_set1_epi32(0x3f3f3f3f), m2 = _mm256_set1_epi32(0x0f0f0f0f);
+  const __m256i lo = _mm256_and_si256(_mm256_srlv_epi32(p, _mm256_setr_epi32(0, 0, 0, 4, 0, 0, 0, 4)),
+                                      _mm256_blend_epi32(m1, m2, 0xAA));
+  const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(q, _mm256_setr_epi32(0, 6, 0, 6, 0, 6, 0, 6)),
+                                      _mm256_setr_epi32(0, 0x03030303, 0, 0x03030303, 0, 0x03030303, 0,
+                                                        0x03030303));
+  return _mm256_or_si256(lo, _mm256_slli_epi32(hi, 4));
+}
+
+// Lane sums of a 64-element product D (lanes 0..7 group 2j, 8..15 group
+// 2j+1) for j = 0..3: returns per superblock [S0 S2 S4 S6 | x | S1 S3 S5 S7 | x].
+__attribute__((always_inline)) inline __m512i GroupSums4(__m512i d0, __m512i d1, __m512i d2, __m512i d3) {
+  const __m512i x01 = _mm512_add_epi32(_mm512_unpacklo_epi32(d0, d1), _mm512_unpackhi_epi32(d0, d1));
+  const __m512i x23 = _mm512_add_epi32(_mm512_unpacklo_epi32(d2, d3), _mm512_unpackhi_epi32(d2, d3));
+  const __m512i z = _mm512_add_epi32(_mm512_unpacklo_epi64(x01, x23), _mm512_unpackhi_epi64(x01, x23));
+  return _mm512_add_epi32(z, _mm512_shuffle_i32x4(z, z, _MM_SHUFFLE(2, 3, 0, 1)));
+}
+
+template <bool kFive>
+__attribute__((always_inline)) inline __m512i K45Codes(const uint8_t* qs, const uint8_t* qh, int half, int p, __m512i m4) {
+  const __m512i q = Load512(qs + 64 * p);
+  const __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+  __m512i c = half == 0 ? _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(1, 0, 1, 0))
+                        : _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(3, 2, 3, 2));
+  if constexpr (kFive) {
+    // Elements 128p + 64 half + 0..63 are chunks 4p + 2 half (+1): bits of qh.
+    const int b0 = 4 * p + 2 * half;
+    const __m512i h = _mm512_broadcast_i64x4(Load256(qh));
+    const __m512i bits = Join(_mm256_set1_epi8(static_cast<char>(1 << b0)), _mm256_set1_epi8(static_cast<char>(1 << (b0 + 1))));
+    c = _mm512_mask_add_epi8(c, _mm512_test_epi8_mask(h, bits), c, _mm512_set1_epi8(16));
+  }
+  return c;
+}
+
+// [isum A, isum B, imin A, imin B] of superblocks a, b (the same block may
+// be passed twice).
+template <bool kFive, typename Block>
+__attribute__((always_inline)) inline __m128i K45PairSums(const Block& a, const Block& b, const BlockQ8_K& ya, const BlockQ8_K& yb) {
+  const __m512i m4 = _mm512_set1_epi8(0xF);
+  const __m256i sc_order = _mm256_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 9, 10, 11, 12, 13, 14, 15, 0, 2, 4, 6, 1, 3,
+                                            5, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m128i min_order = _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15);
+  __m512i d[2][4];
+  const Block* blk[2] = {&a, &b};
+  const BlockQ8_K* act[2] = {&ya, &yb};
+#pragma GCC unroll 2
+  for (int s = 0; s < 2; ++s) {
+    const uint8_t* qh = nullptr;
+    if constexpr (kFive) qh = blk[s]->qh;
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+      d[s][c] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), K45Codes<kFive>(blk[s]->qs, qh, c % 2, c / 2, m4),
+                                    Load512(act[s]->qs + 64 * c));
+    }
+  }
+  const __m512i ga = GroupSums4(d[0][0], d[0][1], d[0][2], d[0][3]);
+  const __m512i gb = GroupSums4(d[1][0], d[1][1], d[1][2], d[1][3]);
+  // [A: S0 S2 S4 S6 S1 S3 S5 S7 | B: same] times the matching sub-scales.
+  const __m512i g = _mm512_shuffle_i32x4(ga, gb, _MM_SHUFFLE(2, 0, 2, 0));
+  const __m256i sm = _mm256_shuffle_epi8(K4ScalesPair(a.scales, b.scales), sc_order);
+  const __m128i sc8 = _mm256_castsi256_si128(_mm256_permute4x64_epi64(sm, _MM_SHUFFLE(3, 1, 2, 0)));
+  const __m512i prod = _mm512_mullo_epi32(g, _mm512_cvtepu8_epi32(sc8));
+  // Mins: [A m0..3, B m0..3 | A m4..7, B m4..7] against the group sums of q.
+  const __m128i mins8 =
+      _mm_shuffle_epi8(_mm256_castsi256_si128(_mm256_permute4x64_epi64(sm, _MM_SHUFFLE(3, 1, 3, 1))), min_order);
+  const __m256i qsum = _mm256_hadd_epi16(Load256(ya.bsums), Load256(yb.bsums));
+  const __m256i mins = _mm256_madd_epi16(_mm256_cvtepu8_epi16(mins8), qsum);
+  const __m256i t = _mm256_hadd_epi32(_mm512_castsi512_si256(prod), _mm512_extracti64x4_epi64(prod, 1));
+  const __m256i u = _mm256_hadd_epi32(t, mins);
+  return _mm_add_epi32(_mm256_castsi256_si128(u), _mm256_extracti128_si256(u, 1));
+}
+
+// [dA, dB, -dminA, -dminB] times the activation scales.
+template <typename Block>
+__attribute__((always_inline)) inline __m128 K45PairScales(const Block& a, const Block& b, float da, float db) {
+  uint32_t ha, hb;
+  std::memcpy(&ha, &a.d, 4);  // d, dmin
+  std::memcpy(&hb, &b.d, 4);
+  const __m128i h = _mm_shufflelo_epi16(_mm_setr_epi32(static_cast<int>(ha), static_cast<int>(hb), 0, 0),
+                                        _MM_SHUFFLE(3, 1, 2, 0));
+  const __m128 neg_hi = _mm_castsi128_ps(_mm_setr_epi32(0, 0, INT32_MIN, INT32_MIN));
+  return _mm_xor_ps(_mm_mul_ps(_mm_cvtph_ps(h), _mm_setr_ps(da, db, da, db)), neg_hi);
+}
+
+template <bool kFive>
+float DotQ45K512x2(int64_t n, const void* vx, const void* vy) {
+  using Block = std::conditional_t<kFive, BlockQ5_K, BlockQ4_K>;
+  const Block* x = static_cast<const Block*>(vx);
+  const BlockQ8_K* y = static_cast<const BlockQ8_K*>(vy);
+  const int64_t nb = n / 256;
+  __m128 a = _mm_setzero_ps();
+  int64_t i = 0;
+  for (; i + 2 <= nb; i += 2) {
+    __m128 f = _mm_cvtepi32_ps(K45PairSums<kFive>(x[i], x[i + 1], y[i], y[i + 1]));
+    __m128 sc = K45PairScales(x[i], x[i + 1], y[i].d, y[i + 1].d);
+    // Canonical order: A main, A min, B main, B min.
+    a = _mm_fmadd_ss(f, sc, a);
+    a = _mm_fmadd_ss(_mm_movehl_ps(f, f), _mm_movehl_ps(sc, sc), a);
+    f = _mm_shuffle_ps(f, f, _MM_SHUFFLE(3, 3, 3, 1));
+    sc = _mm_shuffle_ps(sc, sc, _MM_SHUFFLE(3, 3, 3, 1));
+    a = _mm_fmadd_ss(f, sc, a);
+    a = _mm_fmadd_ss(_mm_movehl_ps(f, f), _mm_movehl_ps(sc, sc), a);
+  }
+  if (i < nb) {  // an odd last superblock: the pair code on (x[i], x[i]), A's steps only
+    const __m128 f = _mm_cvtepi32_ps(K45PairSums<kFive>(x[i], x[i], y[i], y[i]));
+    const __m128 sc = K45PairScales(x[i], x[i], y[i].d, y[i].d);
+    a = _mm_fmadd_ss(f, sc, a);
+    a = _mm_fmadd_ss(_mm_movehl_ps(f, f), _mm_movehl_ps(sc, sc), a);
+  }
+  return _mm_cvtss_f32(a);
+}
+
+float DotQ6K512(int64_t n, const void* vx, const void* vy) {
+  const BlockQ6_K* x = static_cast<const BlockQ6_K*>(vx);
+  const BlockQ8_K* y = static_cast<const BlockQ8_K*>(vy);
+  const __m512i m4 = _mm512_set1_epi8(0xF), m3 = _mm512_set1_epi8(3);
+  // int16 lane l of the scale vector for quarter pair p: group 4p + l / 8.
+  const __m512i idx_base = _mm512_srli_epi16(
+      _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13, 12,
+                       11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+      3);
+  float acc = 0;
+  for (int64_t i = 0; i < n / 256; ++i) {
+    const __m256i sc16y = _mm256_cvtepi8_epi16(Load128(x[i].scales));
+    const int corr = HsumI32(_mm256_madd_epi16(sc16y, Load256(y[i].bsums)));
+    const __m512i sc16 = _mm512_castsi256_si512(sc16y);
+    __m512i sumi = _mm512_setzero_si512();
+    #pragma GCC unroll 16
+    for (int h = 0; h < 2; ++h) {
+      const __m256i ql0 = Load256(x[i].ql + 64 * h), ql1 = Load256(x[i].ql + 64 * h + 32);
+      const __m256i qh = Load256(x[i].qh + 32 * h);
+      const __m512i ql = Join(ql0, ql1);
+      const __m512i h01 = Join(qh, _mm256_srli_epi16(qh, 2));
+      const __m512i h23 = Join(_mm256_srli_epi16(qh, 4), _mm256_srli_epi16(qh, 6));
+      const __m512i c01 = _mm512_or_si512(_mm512_and_si512(ql, m4),
+                                          _mm512_slli_epi16(_mm512_and_si512(h01, m3), 4));
+      const __m512i c23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
+                                          _mm512_slli_epi16(_mm512_and_si512(h23, m3), 4));
+      const int8_t* q8 = y[i].qs + 128 * h;
+      const __m512i p01 = _mm512_maddubs_epi16(c01, Load512(q8));
+      const __m512i p23 = _mm512_maddubs_epi16(c23, Load512(q8 + 64));
+      const __m512i s01 = _mm512_permutexvar_epi16(_mm512_add_epi16(idx_base, _mm512_set1_epi16(8 * h)), sc16);
+      const __m512i s23 =
+          _mm512_permutexvar_epi16(_mm512_add_epi16(idx_base, _mm512_set1_epi16(8 * h + 4)), sc16);
+      sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(p01, s01));
+      sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(p23, s23));
+    }
+    acc = FinishSuper(_mm512_reduce_add_epi32(sumi) - 32 * corr, _cvtsh_ss(x[i].d), y[i].d, acc);
+  }
+  return acc;
+}
+
+// ---- float formats -------------------------------------------------------------
+
+inline __m512 LoadF16x16(const uint16_t* p) { return _mm512_cvtph_ps(Load256(p)); }
+inline __m512 LoadBf16x16(const uint16_t* p) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(Load256(p)), 16));
+}
+inline __m512 LoadF32x16(const float* p) { return _mm512_loadu_ps(p); }
+
+template <typename T, __m512 (*kLoad)(const T*), float (*kScalar)(T)>
+float DotFloat512(int64_t n, const void* vx, const void* vy) {
+  const T* x = static_cast<const T*>(vx);
+  const T* y = static_cast<const T*>(vy);
+  __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    #pragma GCC unroll 16
+    for (int k = 0; k < 4; ++k) acc[k] = _mm512_fmadd_ps(kLoad(x + i + 16 * k), kLoad(y + i + 16 * k), acc[k]);
+  }
+  for (; i + 16 <= n; i += 16) acc[0] = _mm512_fmadd_ps(kLoad(x + i), kLoad(y + i), acc[0]);
+  float sum = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
+  for (; i < n; ++i) sum += kScalar(x[i]) * kScalar(y[i]);
+  return sum;
+}
+
+#pragma GCC pop_options
+
+// A table entry: the kernel and its many-rows form.
+template <VecDotFn kFn>
+SimdKernel Entry(GgmlType type, KernelLevel level) {
+  return {type, level, kFn, DotRows<kFn>};
+}
+
+}  // namespace
+
+void AppendAvx512Kernels(SimdKernels* out) {
+  const KernelLevel l = KernelLevel::kAvx512;
+  const SimdKernel kernels[] = {
+      Entry<DotFloat512<float, LoadF32x16, ScalarF32>>(GgmlType::kF32, l),
+      Entry<DotFloat512<uint16_t, LoadF16x16, ScalarF16>>(GgmlType::kF16, l),
+      Entry<DotFloat512<uint16_t, LoadBf16x16, ScalarBf16>>(GgmlType::kBF16, l),
+      Entry<DotBlock32<DecQ4_0>>(GgmlType::kQ4_0, l),
+      Entry<DotBlock32<DecQ4_1>>(GgmlType::kQ4_1, l),
+      Entry<DotBlock32<DecQ5_0>>(GgmlType::kQ5_0, l),
+      Entry<DotBlock32<DecQ5_1>>(GgmlType::kQ5_1, l),
+      Entry<DotBlock32<DecQ8_0>>(GgmlType::kQ8_0, l),
+      Entry<DotBlock32<DecIq4Nl>>(GgmlType::kIQ4_NL, l),
+      Entry<DotMxfp4Simd>(GgmlType::kMXFP4, l),
+      Entry<DotQ2KSimd>(GgmlType::kQ2_K, l),
+      Entry<DotQ3KSimd>(GgmlType::kQ3_K, l),
+      Entry<DotQ45K512x2<false>>(GgmlType::kQ4_K, l),
+      Entry<DotQ45K512x2<true>>(GgmlType::kQ5_K, l),
+      Entry<DotQ6K512>(GgmlType::kQ6_K, l),
+      Entry<DotIq4XsSimd>(GgmlType::kIQ4_XS, l),
+  };
+  out->dots.insert(out->dots.end(), std::begin(kernels), std::end(kernels));
+}
+
+#else
+
+void AppendAvx512Kernels(SimdKernels*) {}
+
+#endif
+
+}  // namespace moesplit::quant::internal

@@ -1,0 +1,371 @@
+// Routed-expert throughput on Qwen3-30B-A3B-shaped layers (a benchmark; its
+// numbers are printed, never asserted).
+//
+//   expert_bench [--threads N] [--seconds S] [--layers L] [--prefill-tokens T]
+//                [--scalar-prefill] [--no-previous] [--no-decode] [--level NAME]
+//
+// Builds L layers (default 4) of 128 experts, n_embd 2048, n_ff 768, in
+// memory with quant::FillRandomBlocks: gate/up Q4_K, down Q6_K on even
+// layers and Q4_K on odd ones (as Q4_K_M). Measures, in one run and with the
+// same thread count:
+//   - the machine's DRAM read bandwidth: a streaming read of a 1 GiB buffer;
+//   - decode: one token routed to 8 random experts per layer, all layers in
+//     turn; tokens/s of the expert part and the weight bytes it streams per
+//     second, also as a fraction of the DRAM bandwidth;
+//   - prefill: T (512) tokens, each routed to 8 random experts, all layers;
+// for every kernel level the CPU has (quant::SetActiveKernelLevel), and for
+// the previous one-MatMul-per-expert algorithm at the best level.
+
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "common/base/thread_pool.h"
+#include "common/model/expert.h"
+#include "common/model/internal/ops.h"
+#include "common/quant/matmul.h"
+#include "common/quant/quant.h"
+#include "common/quant/random_blocks.h"
+
+namespace moesplit {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using model::ExpertCall;
+using model::ExpertResult;
+using model::ExpertStore;
+
+constexpr int64_t kD = 2048, kFf = 768, kExperts = 128, kTopK = 8;
+
+double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+struct Options {
+  int threads = 2;
+  double seconds = 2.0;
+  int layers = 4;
+  int prefill_tokens = 512;
+  bool scalar_prefill = false;
+  bool previous = true;
+  bool decode = true;
+  std::string level;  // only this level ("scalar", "avx2", "avx512", "amx"); empty: all
+};
+
+Options Parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() { return i + 1 < argc ? argv[++i] : ""; };
+    if (a == "--threads") o.threads = std::atoi(next());
+    else if (a == "--seconds") o.seconds = std::atof(next());
+    else if (a == "--layers") o.layers = std::atoi(next());
+    else if (a == "--prefill-tokens") o.prefill_tokens = std::atoi(next());
+    else if (a == "--scalar-prefill") o.scalar_prefill = true;
+    else if (a == "--no-previous") o.previous = false;
+    else if (a == "--no-decode") o.decode = false;
+    else if (a == "--level") o.level = next();
+    else {
+      std::fprintf(stderr, "unknown flag %s\n", a.c_str());
+      std::exit(2);
+    }
+  }
+  return o;
+}
+
+// ---- weights ----------------------------------------------------------------
+
+struct Layers {
+  std::vector<std::unique_ptr<uint8_t[]>> buffers;
+  std::vector<std::unique_ptr<ExpertStore>> stores;  // one per layer (layer index 0 in each)
+  std::vector<uint64_t> expert_bytes;                // gate + up + down of one expert, per layer
+  std::vector<GgmlType> down_types;
+};
+
+model::ExpertTensorView MakeTensor(Layers* L, GgmlType type, int64_t n_in, int64_t n_out, uint64_t seed) {
+  const uint64_t row = *RowBytes(type, n_in);
+  const uint64_t bytes = row * n_out * kExperts;
+  L->buffers.emplace_back(new uint8_t[bytes]);
+  const absl::Status s = quant::FillRandomBlocks(type, seed, 0.02f, L->buffers.back().get(), n_in * n_out * kExperts);
+  if (!s.ok()) {
+    std::fprintf(stderr, "FillRandomBlocks: %s\n", std::string(s.message()).c_str());
+    std::exit(1);
+  }
+  return {type, L->buffers.back().get(), n_in, n_out, kExperts, row, row * n_out};
+}
+
+Layers MakeLayers(int n_layers) {
+  Layers L;
+  for (int l = 0; l < n_layers; ++l) {
+    const GgmlType down = l % 2 == 0 ? GgmlType::kQ6_K : GgmlType::kQ4_K;
+    model::LayerExperts le;
+    le.gate = MakeTensor(&L, GgmlType::kQ4_K, kD, kFf, 10 * l + 1);
+    le.up = MakeTensor(&L, GgmlType::kQ4_K, kD, kFf, 10 * l + 2);
+    le.down = MakeTensor(&L, down, kFf, kD, 10 * l + 3);
+    L.expert_bytes.push_back(le.gate.expert_bytes + le.up.expert_bytes + le.down.expert_bytes);
+    L.down_types.push_back(down);
+    L.stores.push_back(std::make_unique<ExpertStore>(std::vector<model::LayerExperts>{le}, 1,
+                                                     static_cast<int>(kExperts), 0, 0, kD, kFf));
+  }
+  return L;
+}
+
+ExpertCall RandomCall(int n_tokens, std::mt19937* rng) {
+  ExpertCall c;
+  c.n_tokens = n_tokens;
+  c.d = static_cast<int32_t>(kD);
+  c.hidden.resize(n_tokens * kD);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (float& v : c.hidden) v = normal(*rng);
+  c.token_offsets.push_back(0);
+  std::vector<int32_t> ids(kExperts);
+  for (int t = 0; t < n_tokens; ++t) {
+    for (int e = 0; e < kExperts; ++e) ids[e] = e;
+    for (int j = 0; j < kTopK; ++j) {
+      std::swap(ids[j], ids[j + (*rng)() % (kExperts - j)]);
+      c.expert_ids.push_back(ids[j]);
+      c.weights.push_back(1.0f / kTopK);
+    }
+    c.token_offsets.push_back(static_cast<uint32_t>(c.expert_ids.size()));
+  }
+  return c;
+}
+
+// ---- the previous algorithm: one MatMul per expert and matrix ----------------
+
+class PreviousExperts final : public model::ExpertBackend {
+ public:
+  PreviousExperts(const ExpertStore& store, ThreadPool* pool) : store_(store), pool_(pool) {}
+  absl::Status Compute(const ExpertCall& call, ExpertResult* result) override {
+    const int64_t d = call.d, ff = store_.n_ff();
+    std::vector<std::vector<int32_t>> by_expert(store_.n_expert());
+    for (size_t k = 0; k < call.expert_ids.size(); ++k) by_expert[call.expert_ids[k]].push_back(static_cast<int32_t>(k));
+    std::vector<float> out(call.expert_ids.size() * d);
+    for (int32_t e = 0; e < static_cast<int32_t>(by_expert.size()); ++e) {
+      const auto& entries = by_expert[e];
+      if (entries.empty()) continue;
+      const int64_t n = static_cast<int64_t>(entries.size());
+      std::vector<float> x(n * d), gate(n * ff), up(n * ff), y(n * d);
+      for (int64_t r = 0; r < n; ++r) {
+        const auto it = std::upper_bound(call.token_offsets.begin(), call.token_offsets.end(),
+                                         static_cast<uint32_t>(entries[r]));
+        std::copy_n(call.hidden.data() + ((it - call.token_offsets.begin()) - 1) * d, d, x.data() + r * d);
+      }
+      (void)quant::MatMul(store_.Gate(call.layer, e), x.data(), n, gate.data(), pool_);
+      (void)quant::MatMul(store_.Up(call.layer, e), x.data(), n, up.data(), pool_);
+      model::internal::SwiGlu(gate.data(), up.data(), n, ff, gate.data());
+      (void)quant::MatMul(store_.Down(call.layer, e), gate.data(), n, y.data(), pool_);
+      for (int64_t r = 0; r < n; ++r) std::copy_n(y.data() + r * d, d, out.data() + entries[r] * d);
+    }
+    result->call_id = call.call_id;
+    result->partial.assign(call.n_tokens * d, 0.0f);
+    for (int32_t t = 0; t < call.n_tokens; ++t) {
+      float* dst = result->partial.data() + t * d;
+      for (uint32_t k = call.token_offsets[t]; k < call.token_offsets[t + 1]; ++k) {
+        for (int64_t i = 0; i < d; ++i) dst[i] += out[k * d + i] * call.weights[k];
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  const ExpertStore& store_;
+  ThreadPool* pool_;
+};
+
+// ---- DRAM bandwidth ---------------------------------------------------------------
+
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) uint64_t SumAvx2(const uint8_t* p, uint64_t n) {
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+  for (uint64_t i = 0; i + 128 <= n; i += 128) {
+    a0 = _mm256_add_epi64(a0, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i)));
+    a1 = _mm256_add_epi64(a1, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 32)));
+    a2 = _mm256_add_epi64(a2, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 64)));
+    a3 = _mm256_add_epi64(a3, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 96)));
+  }
+  a0 = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
+  return static_cast<uint64_t>(_mm256_extract_epi64(a0, 0) + _mm256_extract_epi64(a0, 3));
+}
+#endif
+
+uint64_t SumBytes(const uint8_t* p, uint64_t n) {
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx2")) return SumAvx2(p, n);
+#endif
+  uint64_t s = 0;
+  for (uint64_t i = 0; i + 8 <= n; i += 8) {
+    uint64_t v;
+    std::memcpy(&v, p + i, 8);
+    s += v;
+  }
+  return s;
+}
+
+// Best of 5 streaming reads of a 1 GiB buffer, split over the pool's threads.
+double DramReadGbs(ThreadPool* pool) {
+  const uint64_t n = uint64_t{1} << 30;
+  std::unique_ptr<uint8_t[]> raw(new uint8_t[n + 64]);
+  uint8_t* buf = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw.get()) + 63) & ~uintptr_t{63});
+  std::memset(buf, 1, n);
+  const int nt = pool->size();
+  std::vector<uint64_t> sums(nt);
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto t0 = Clock::now();
+    pool->RunOnAll([&](int t) {
+      const uint64_t chunk = (n / nt) & ~uint64_t{127};
+      sums[t] += SumBytes(buf + t * chunk, chunk);
+    });
+    best = std::max(best, n / Seconds(t0, Clock::now()) / 1e9);
+  }
+  if (sums[0] == 42) std::printf(" ");
+  return best;
+}
+
+// ---- measurements ---------------------------------------------------------------
+
+struct Row {
+  std::string impl, level;
+  double decode_tps = 0, decode_gbs = 0, prefill_tps = -1;
+  double dram_gbs = 0;    // measured right before and after the decode run (mean)
+  double decode_cpu = 0;  // CPU time / (wall time x threads) during decode
+};
+
+// User + system CPU seconds of the whole process.
+double ProcessCpuSeconds() {
+  rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+template <typename MakeBackend>
+Row Measure(const Options& o, const Layers& L, ThreadPool* pool, MakeBackend make, bool prefill) {
+  Row row;
+  std::vector<std::unique_ptr<model::ExpertBackend>> backends;
+  for (int l = 0; l < o.layers; ++l) backends.push_back(make(*L.stores[l], pool));
+  std::mt19937 rng(1);
+  // Decode: pre-generated calls, one per layer per token.
+  std::vector<ExpertCall> calls;
+  for (int i = 0; i < 64; ++i) calls.push_back(RandomCall(1, &rng));
+  ExpertResult res;
+  for (int l = 0; l < o.layers; ++l) (void)backends[l]->Compute(calls[0], &res);  // warm-up
+  int64_t tokens = 0;
+  double bytes = 0;
+  const double dram_before = o.decode ? DramReadGbs(pool) : 0;
+  const double cpu0 = ProcessCpuSeconds();
+  const auto t0 = Clock::now();
+  double elapsed = 0;
+  while (o.decode && elapsed < o.seconds) {
+    for (int l = 0; l < o.layers; ++l) {
+      (void)backends[l]->Compute(calls[(tokens * o.layers + l) % calls.size()], &res);
+      bytes += static_cast<double>(L.expert_bytes[l]) * kTopK;
+    }
+    ++tokens;
+    elapsed = Seconds(t0, Clock::now());
+  }
+  row.decode_tps = elapsed > 0 ? tokens / elapsed : 0;
+  row.decode_gbs = elapsed > 0 ? bytes / elapsed / 1e9 : 0;
+  row.decode_cpu = elapsed > 0 ? (ProcessCpuSeconds() - cpu0) / (elapsed * pool->size()) : 0;
+  row.dram_gbs = o.decode ? 0.5 * (dram_before + DramReadGbs(pool)) : 0;
+  if (prefill) {
+    const ExpertCall call = RandomCall(o.prefill_tokens, &rng);
+    (void)backends[0]->Compute(call, &res);  // warm-up (sizes scratch)
+    int rounds = 0;
+    const auto p0 = Clock::now();
+    double pe = 0;
+    do {
+      for (int l = 0; l < o.layers; ++l) (void)backends[l]->Compute(call, &res);
+      ++rounds;
+      pe = Seconds(p0, Clock::now());
+    } while (pe < o.seconds && rounds < 20);
+    row.prefill_tps = static_cast<double>(o.prefill_tokens) * rounds / pe;
+  }
+  return row;
+}
+
+const char* LevelName(quant::KernelLevel l) {
+  switch (l) {
+    case quant::KernelLevel::kScalar: return "scalar";
+    case quant::KernelLevel::kAvx2: return "avx2";
+    case quant::KernelLevel::kAvx512: return "avx512";
+    case quant::KernelLevel::kAmx: return "amx";
+  }
+  return "?";
+}
+
+void Print(const Row& r) {
+  std::printf("%-22s %-7s %12.1f %11.2f %9.2f %8.1f%% %6.0f%%", r.impl.c_str(), r.level.c_str(), r.decode_tps,
+              r.decode_gbs, r.dram_gbs, r.dram_gbs > 0 ? 100 * r.decode_gbs / r.dram_gbs : 0.0,
+              100 * r.decode_cpu);
+  if (r.prefill_tps >= 0) {
+    std::printf(" %16.1f\n", r.prefill_tps);
+  } else {
+    std::printf(" %16s\n", "skipped");
+  }
+  std::fflush(stdout);
+}
+
+int Main(int argc, char** argv) {
+  const Options o = Parse(argc, argv);
+  ThreadPool pool(o.threads);
+  std::printf("expert_bench: %d layers x %lld experts, n_embd %lld, n_ff %lld, top-%lld; gate/up Q4_K, "
+              "down Q6_K (even layers) / Q4_K (odd); threads %d\n",
+              o.layers, (long long)kExperts, (long long)kD, (long long)kFf, (long long)kTopK, o.threads);
+  const auto tb = Clock::now();
+  const Layers L = MakeLayers(o.layers);
+  double total = 0;
+  for (int l = 0; l < o.layers; ++l) total += static_cast<double>(L.expert_bytes[l]) * kExperts;
+  std::printf("weights: %.2f GB in memory (built in %.1f s); one decode token streams %.1f MB\n", total / 1e9,
+              Seconds(tb, Clock::now()), [&] {
+                double b = 0;
+                for (int l = 0; l < o.layers; ++l) b += static_cast<double>(L.expert_bytes[l]) * kTopK;
+                return b / 1e6;
+              }());
+  const double dram = DramReadGbs(&pool);
+  std::printf("DRAM read bandwidth (%d threads, 1 GiB streaming read): %.2f GB/s\n\n", o.threads, dram);
+  std::printf("(DRAM GB/s: the same streaming read right before and after each decode run, averaged;\n"
+              " cpu: process CPU time / (wall time x threads) during decode, < 100%% when the machine is shared)\n");
+  std::printf("%-22s %-7s %12s %11s %9s %9s %7s %16s\n", "implementation", "level", "decode tok/s", "expert GB/s",
+              "DRAM GB/s", "of DRAM", "cpu", "prefill tok/s");
+  const quant::KernelLevel best = quant::ActiveKernelLevel();
+  auto fused = [](const ExpertStore& s, ThreadPool* p) -> std::unique_ptr<model::ExpertBackend> {
+    return std::make_unique<model::InProcessExperts>(s, p);
+  };
+  auto previous = [](const ExpertStore& s, ThreadPool* p) -> std::unique_ptr<model::ExpertBackend> {
+    return std::make_unique<PreviousExperts>(s, p);
+  };
+  for (quant::KernelLevel level : {quant::KernelLevel::kScalar, quant::KernelLevel::kAvx2,
+                                   quant::KernelLevel::kAvx512, quant::KernelLevel::kAmx}) {
+    if (level > best) break;
+    if (!o.level.empty() && o.level != LevelName(level)) continue;
+    quant::SetActiveKernelLevel(level);
+    const bool prefill = level != quant::KernelLevel::kScalar || o.scalar_prefill;
+    Row r = Measure(o, L, &pool, fused, prefill);
+    r.impl = "fused InProcessExperts";
+    r.level = LevelName(level);
+    Print(r);
+  }
+  quant::SetActiveKernelLevel(best);
+  if (o.previous) {
+    Row r = Measure(o, L, &pool, previous, true);
+    r.impl = "previous (MatMul/exp.)";
+    r.level = LevelName(best);
+    Print(r);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace moesplit
+
+int main(int argc, char** argv) { return moesplit::Main(argc, argv); }
