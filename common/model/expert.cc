@@ -351,6 +351,7 @@ class FusedExpertCall {
   void Run();
 
  private:
+  void RunThread(int tid);
   void Plan();
   void Prepare();
   void PrepareTiles();
@@ -641,33 +642,34 @@ void FusedExpertCall::RunItems(int phase, int64_t n, Fn&& fn) {
   for (int64_t i; (i = s_.next[phase].fetch_add(1, std::memory_order_relaxed)) < n;) fn(i);
 }
 
-void FusedExpertCall::Run() {
+// One thread's share of the phases (every pool thread runs this).
+void FusedExpertCall::RunThread(int tid) {
+  ThreadScratch* ts = &s_.threads[tid];
   const int64_t n_tokens = call_.n_tokens;
-  const bool convert_here = n_tokens <= kCallerConverts;
-  if (convert_here) ConvertTokens(0, n_tokens);
+  if (n_tokens > kCallerConverts) {
+    RunItems(0, (n_tokens + 7) / 8, [&](int64_t i) { ConvertTokens(8 * i, std::min(n_tokens, 8 * i + 8)); });
+    s_.barrier.Wait();
+  }
+  if (any_tiled_gu_) {
+    RunItems(1, static_cast<int64_t>(s_.used.size()), [&](int64_t i) {
+      if (s_.used[i].tiled_gu) PackGateUpTiles(s_.used[i], ts);
+    });
+    s_.barrier.Wait();
+  }
+  RunItems(2, static_cast<int64_t>(s_.gate_up_items.size()), [&](int64_t i) { GateUp(i, ts); });
+  s_.barrier.Wait();
+  RunItems(3, static_cast<int64_t>(s_.down_items.size()), [&](int64_t i) { Down(i, ts); });
+}
+
+void FusedExpertCall::Run() {
+  if (call_.n_tokens <= kCallerConverts) ConvertTokens(0, call_.n_tokens);
   for (auto& n : s_.next) n.store(0, std::memory_order_relaxed);
   s_.barrier.Reset(n_threads_);
-  const int64_t n_used = static_cast<int64_t>(s_.used.size());
-  auto body = [&](int tid) {
-    ThreadScratch* ts = &s_.threads[tid];
-    if (!convert_here) {
-      RunItems(0, (n_tokens + 7) / 8, [&](int64_t i) { ConvertTokens(8 * i, std::min(n_tokens, 8 * i + 8)); });
-      s_.barrier.Wait();
-    }
-    if (any_tiled_gu_) {
-      RunItems(1, n_used, [&](int64_t i) {
-        if (s_.used[i].tiled_gu) PackGateUpTiles(s_.used[i], ts);
-      });
-      s_.barrier.Wait();
-    }
-    RunItems(2, static_cast<int64_t>(s_.gate_up_items.size()), [&](int64_t i) { GateUp(i, ts); });
-    s_.barrier.Wait();
-    RunItems(3, static_cast<int64_t>(s_.down_items.size()), [&](int64_t i) { Down(i, ts); });
-  };
   if (pool_ != nullptr && n_threads_ > 1) {
-    pool_->RunOnAll(body);
+    // Captures only `this`: small enough for std::function's inline storage.
+    pool_->RunOnAll([this](int tid) { RunThread(tid); });
   } else {
-    body(0);
+    RunThread(0);
   }
 }
 

@@ -122,16 +122,21 @@ absl::Status ValidateExpertCall(const ExpertCall& call, const ExpertStore& store
 
 class FusedExpertCall;
 
-// Fused expert FFN. Per call:
+// Fused expert FFN. One ThreadPool::RunOnAll per call, in phases separated
+// by a spinning barrier:
 //   1. each token's hidden row is converted once per activation format the
-//      gate/up weights need (not once per expert);
-//   2. work items (expert, block of n_ff rows) are spread over all pool
-//      threads: gate and up rows for all of that expert's tokens, then
-//      SiLU(gate) * up; the thread finishing an expert's last block converts
-//      its intermediate rows (once per expert) for the down weights;
-//   3. after one barrier, work items (block of n_embd rows) run the down
-//      rows of every routed expert and add the weighted results per token
-//      in its entries' order.
+//      gate/up weights need (not once per expert) -- by the caller for up to
+//      4 tokens, else by all threads (+1 barrier); experts on the tiled path
+//      get their tokens packed into tiles (+1 barrier);
+//   2. work items (expert, block of n_ff rows; big blocks first, then small
+//      ones to even out the finish) are claimed by all threads: gate and up
+//      rows for all of that expert's tokens, then SiLU(gate) * up; the thread
+//      finishing an expert's last block converts its intermediate rows (once
+//      per expert) for the down weights;
+//   3. after one barrier, work items (block of n_embd rows over all routed
+//      experts) run the down rows and add the weighted results per token in
+//      its entries' order.
+// A decode call (one token, top-8) thus has one barrier in all.
 // An expert with few tokens runs one vec_dot per (row, token); one with
 // kMinTiledTokens or more runs quant::TileGemm, which unpacks each weight
 // row block once and multiplies it against 16-token tiles (AVX2 / AVX-512

@@ -9,8 +9,11 @@
 // (Lives in common/quant because it is the quant kernels' end-to-end check;
 // it links moesplit_model.)
 
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <random>
 #include <string>
 #include <vector>
@@ -23,6 +26,21 @@
 #include "common/quant/quant.h"
 #include "common/quant/random_blocks.h"
 #include "gtest/gtest.h"
+
+// Counts allocations (any thread) while g_counting is set. (GCC flags the
+// malloc/free pair inside the replaced operators as mismatched once they are
+// inlined into new/delete expressions; they are the matching pair.)
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+static std::atomic<bool> g_counting{false};
+static std::atomic<int64_t> g_allocations{0};
+
+void* operator new(std::size_t n) {
+  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1);
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 
 namespace moesplit::model {
 namespace {
@@ -202,6 +220,27 @@ TEST_P(FusedExpertsTest, TokenResultDoesNotDependOnTheBatch) {
     ExpertResult r;
     ASSERT_TRUE(experts.Compute(one, &r).ok());
     EXPECT_EQ(0, std::memcmp(r.partial.data(), all.partial.data() + t * d, 4 * d)) << f.name << " token " << t;
+  }
+}
+
+TEST(FusedExpertsAllocationTest, RepeatedCallsDoNotAllocate) {
+  Experts ex({"Q4_K_M", GgmlType::kQ4_K, GgmlType::kQ4_K, GgmlType::kQ6_K}, 512, 256);
+  ThreadPool pool(3);
+  InProcessExperts experts(*ex.store, &pool);
+  for (int n_tokens : {1, 40}) {
+    const ExpertCall call = RandomCall(512, n_tokens, 4, 3);
+    ExpertResult r;
+    g_allocations.store(0);
+    g_counting.store(true);
+    ASSERT_TRUE(experts.Compute(call, &r).ok());  // sizes the scratch
+    g_counting.store(false);
+    EXPECT_GT(g_allocations.load(), 0) << "the counter counts";
+    g_allocations.store(0);
+    g_counting.store(true);
+    const absl::Status st = experts.Compute(call, &r);
+    g_counting.store(false);
+    ASSERT_TRUE(st.ok());
+    EXPECT_EQ(g_allocations.load(), 0) << n_tokens << " tokens";
   }
 }
 

@@ -165,12 +165,13 @@ void TileKernelScalar(const UnpackLayout& L, const Panel& p, int n_rows, int lan
   for (int r = 0; r < n_rows; ++r) {
     const uint8_t* codes = p.codes + r * p.k;
     for (int l = 0; l < lanes; ++l) {
-      float acc = 0;
+      float acc = 0, pair[2] = {0, 0};  // 256-blocks; 32-blocks: even, odd
       for (int64_t b = 0; b < p.nb; ++b) {
         const float a_d = da[(b * L.block / 32) * 16 + l];
         if (!L.super) {
-          acc = Fma(static_cast<float>(code_dot(codes, l, 32 * b, 32)), p.scale[r * p.nb + b] * a_d, acc);
-          if (L.has_min) acc = Fma(p.min[r * p.nb + b], sa[b * 16 + l], acc);
+          float& a = pair[b & 1];
+          a = Fma(static_cast<float>(code_dot(codes, l, 32 * b, 32)), p.scale[r * p.nb + b] * a_d, a);
+          if (L.has_min) a = Fma(p.min[r * p.nb + b], sa[b * 16 + l], a);
           continue;
         }
         const int gpb = L.block / L.group;
@@ -184,7 +185,7 @@ void TileKernelScalar(const UnpackLayout& L, const Panel& p, int n_rows, int lan
         acc = Fma(static_cast<float>(isum), p.scale[r * p.nb + b] * a_d, acc);
         if (L.has_min) acc = Fma(static_cast<float>(imin), -(p.min[r * p.nb + b] * a_d), acc);
       }
-      out[r][l] = acc;
+      out[r][l] = L.super ? acc : pair[0] + pair[1];
     }
   }
 }

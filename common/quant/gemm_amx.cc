@@ -17,7 +17,9 @@
 // AVX-512 CPU. The tile configuration is loaded at the start of each kernel
 // call and released at its end.
 
+#if defined(__x86_64__)
 #include <immintrin.h>
+#endif
 
 #include <cstdint>
 #include <cstring>
@@ -119,8 +121,9 @@ void TileKernelAmxT(const UnpackLayout& L, const Panel& p, int n_rows, const uin
   const int gpb = L.super ? 256 / group : 1;
   const int32_t* qsg = group == 16 ? qs16 : qs32;
   alignas(64) int32_t c[16 * 16];
-  __m512 facc[16];
-  for (int r = 0; r < 16; ++r) facc[r] = _mm512_setzero_ps();
+  // 256-blocks: facc[0]; 32-blocks: facc[b & 1] (even and odd blocks).
+  __m512 facc[2][16];
+  for (int r = 0; r < 16; ++r) facc[0][r] = facc[1][r] = _mm512_setzero_ps();
   Ops::Begin(group);
   for (int64_t b = 0; b < p.nb; ++b) {
     __m512i isum[16];
@@ -139,12 +142,13 @@ void TileKernelAmxT(const UnpackLayout& L, const Panel& p, int n_rows, const uin
       }
     }
     const __m512 dav = _mm512_loadu_ps(da + 16 * (b * L.block / 32));
+    __m512* fa = facc[L.super ? 0 : (b & 1)];
     for (int r = 0; r < n_rows; ++r) {
       const __m512 s = _mm512_mul_ps(_mm512_set1_ps(p.scale[r * p.nb + b]), dav);
-      facc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r]), s, facc[r]);
+      fa[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r]), s, fa[r]);
       if (!L.has_min) continue;
       if (!L.super) {
-        facc[r] = _mm512_fmadd_ps(_mm512_set1_ps(p.min[r * p.nb + b]), _mm512_loadu_ps(sa + 16 * b), facc[r]);
+        fa[r] = _mm512_fmadd_ps(_mm512_set1_ps(p.min[r * p.nb + b]), _mm512_loadu_ps(sa + 16 * b), fa[r]);
         continue;
       }
       const int32_t* qpg = group == 16 ? qp16 : qp32;
@@ -154,11 +158,13 @@ void TileKernelAmxT(const UnpackLayout& L, const Panel& p, int n_rows, const uin
         imin = _mm512_dpwssd_epi32(imin, _mm512_set1_epi32(mn), _mm512_loadu_si512(qpg + 16 * (b * gpb / 2 + pp)));
       }
       const __m512 sm = _mm512_mul_ps(_mm512_set1_ps(p.min[r * p.nb + b]), dav);
-      facc[r] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(imin), sm, facc[r]);
+      fa[r] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(imin), sm, fa[r]);
     }
   }
   Ops::End();
-  for (int r = 0; r < n_rows; ++r) _mm512_storeu_ps(out[r], facc[r]);
+  for (int r = 0; r < n_rows; ++r) {
+    _mm512_storeu_ps(out[r], L.super ? facc[0][r] : _mm512_add_ps(facc[0][r], facc[1][r]));
+  }
 }
 
 void TileKernelAmx(const UnpackLayout& L, const Panel& p, int n_rows, int /*lanes*/, const uint8_t* tile,

@@ -6,7 +6,9 @@
 // results equal TileKernelScalar's and the SIMD vec_dot kernels' bit for
 // bit. Compiled with `#pragma GCC target` in anonymous namespaces.
 
+#if defined(__x86_64__)
 #include <immintrin.h>
+#endif
 
 #include <cstdint>
 #include <cstring>
@@ -396,39 +398,50 @@ inline __m512i ZeroInit512(const int32_t* qs, int zshift) {
 }
 
 template <bool kMin>
-void Block32Avx512(const Panel& p, int r0, const TileView& t, int zshift, float out[16][16]) {
+__attribute__((always_inline)) inline void Block32Avx512Step(const Panel& p, int r0, const TileView& t, int zshift,
+                                                             int64_t b, __m512 (&facc)[8]) {
   constexpr int R = 8;
-  __m512 facc[R];
-  #pragma GCC unroll 16
-  for (int r = 0; r < R; ++r) facc[r] = _mm512_setzero_ps();
   const uint8_t* codes = p.codes + r0 * p.k;
-  for (int64_t b = 0; b < p.nb; ++b) {
-    const __m512i init = ZeroInit512(t.qs32 + 16 * b, zshift);
-    __m512i iacc[R];
-    #pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) iacc[r] = init;
-    #pragma GCC unroll 16
-    for (int k4 = 0; k4 < 8; ++k4) {
-      const __m512i a = _mm512_loadu_si512(t.q + (8 * b + k4) * 64);
-      #pragma GCC unroll 16
-      for (int r = 0; r < R; ++r) {
-        iacc[r] = _mm512_dpbusd_epi32(iacc[r], _mm512_set1_epi32(Dword(codes + r * p.k + 32 * b + 4 * k4)), a);
-      }
-    }
-    const __m512 dav = _mm512_loadu_ps(t.da + 16 * b);
-    #pragma GCC unroll 16
+  const __m512i init = ZeroInit512(t.qs32 + 16 * b, zshift);
+  __m512i iacc[R];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) iacc[r] = init;
+#pragma GCC unroll 16
+  for (int k4 = 0; k4 < 8; ++k4) {
+    const __m512i a = _mm512_loadu_si512(t.q + (8 * b + k4) * 64);
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
-      const __m512 s = _mm512_mul_ps(_mm512_set1_ps(p.scale[(r0 + r) * p.nb + b]), dav);
-      facc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[r]), s, facc[r]);
-    }
-    if constexpr (kMin) {
-      const __m512 sav = _mm512_loadu_ps(t.sa + 16 * b);
-      #pragma GCC unroll 16
-      for (int r = 0; r < R; ++r) facc[r] = _mm512_fmadd_ps(_mm512_set1_ps(p.min[(r0 + r) * p.nb + b]), sav, facc[r]);
+      iacc[r] = _mm512_dpbusd_epi32(iacc[r], _mm512_set1_epi32(Dword(codes + r * p.k + 32 * b + 4 * k4)), a);
     }
   }
-  #pragma GCC unroll 16
-  for (int r = 0; r < R; ++r) _mm512_storeu_ps(out[r0 + r], facc[r]);
+  const __m512 dav = _mm512_loadu_ps(t.da + 16 * b);
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    const __m512 s = _mm512_mul_ps(_mm512_set1_ps(p.scale[(r0 + r) * p.nb + b]), dav);
+    facc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[r]), s, facc[r]);
+  }
+  if constexpr (kMin) {
+    const __m512 sav = _mm512_loadu_ps(t.sa + 16 * b);
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) facc[r] = _mm512_fmadd_ps(_mm512_set1_ps(p.min[(r0 + r) * p.nb + b]), sav, facc[r]);
+  }
+}
+
+// 32-element-block formats: two accumulators per output (even, odd blocks).
+template <bool kMin>
+void Block32Avx512(const Panel& p, int r0, const TileView& t, int zshift, float out[16][16]) {
+  constexpr int R = 8;
+  __m512 even[R], odd[R];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) even[r] = odd[r] = _mm512_setzero_ps();
+  int64_t b = 0;
+  for (; b + 2 <= p.nb; b += 2) {
+    Block32Avx512Step<kMin>(p, r0, t, zshift, b, even);
+    Block32Avx512Step<kMin>(p, r0, t, zshift, b + 1, odd);
+  }
+  if (b < p.nb) Block32Avx512Step<kMin>(p, r0, t, zshift, b, even);
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) _mm512_storeu_ps(out[r0 + r], _mm512_add_ps(even[r], odd[r]));
 }
 
 template <int G, bool kMin>

@@ -10,12 +10,14 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/status.h"
 #include "common/quant/internal/blocks.h"
+#include "common/quant/gemm.h"
 #include "common/quant/quant.h"
 
 namespace moesplit::quant {
 namespace {
 
 constexpr int64_t kRowTile = 16;  // weight rows kept hot while tokens stream
+constexpr int64_t kMinTiledTokens = 5;  // from here on the tiled GEMM is faster
 
 absl::Status ValidateMatMul(const WeightView& w, const float* x, int64_t n_tokens,
                             const float* y) {
@@ -68,6 +70,54 @@ void Parallel(ThreadPool* pool, int64_t n, int64_t min_chunk,
   }
 }
 
+// One vec_dot per (row, token): rows split over the threads, each row tile
+// run against every token while it is hot.
+void RowProduct(const TypeTraits& traits, const WeightView& w, const uint8_t* act, uint64_t act_row_bytes,
+                int64_t n_tokens, float* y, ThreadPool* pool) {
+  const int64_t n_rows = w.n_rows, n_cols = w.n_cols;
+  const int64_t work_per_row = std::max<int64_t>(1, n_cols * n_tokens);
+  const int64_t min_rows = std::max<int64_t>(1, 65536 / work_per_row);
+  Parallel(pool, n_rows, min_rows, [&](int64_t r0, int64_t r1) {
+    for (int64_t rt = r0; rt < r1; rt += kRowTile) {
+      const int64_t nr = std::min(r1, rt + kRowTile) - rt;
+      const uint8_t* wt = w.data + rt * w.row_bytes;
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        const uint8_t* a = act + t * act_row_bytes;
+        float* yt = y + t * n_rows + rt;
+        if (traits.vec_dot_rows != nullptr) {
+          traits.vec_dot_rows(n_cols, wt, w.row_bytes, nr, a, yt);
+        } else {
+          for (int64_t r = 0; r < nr; ++r) yt[r] = traits.vec_dot(n_cols, wt + r * w.row_bytes, a);
+        }
+      }
+    }
+  });
+}
+
+// 64-byte aligned thread-local scratch for TileGemm (grows, never shrinks).
+uint8_t* ThreadScratch(uint64_t bytes) {
+  thread_local std::vector<uint8_t> buf;
+  if (buf.size() < bytes + 64) buf.resize(bytes + 64);
+  return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(buf.data()) + 63) & ~uintptr_t{63});
+}
+
+// The tiled GEMM (gemm.h; bit-identical to RowProduct): tokens packed into
+// tiles once, blocks of kPanelRows rows split over the threads.
+void TiledProduct(const WeightView& w, const uint8_t* act, GgmlType act_type, uint64_t act_row_bytes,
+                  int64_t n_tokens, float* y, ThreadPool* pool) {
+  std::vector<const uint8_t*> rows(n_tokens);
+  for (int64_t t = 0; t < n_tokens; ++t) rows[t] = act + t * act_row_bytes;
+  std::vector<uint8_t> tile_buf(ActTileBytes(w.n_cols, n_tokens) + 64);
+  uint8_t* tiles = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(tile_buf.data()) + 63) & ~uintptr_t{63});
+  PackActTiles(act_type, rows.data(), n_tokens, w.n_cols, tiles);
+  const int64_t n_blocks = (w.n_rows + kPanelRows - 1) / kPanelRows;
+  const uint64_t scratch_bytes = TileGemmScratchBytes(w.type, w.n_cols);
+  Parallel(pool, n_blocks, 1, [&](int64_t b0, int64_t b1) {
+    const int64_t r0 = b0 * kPanelRows, r1 = std::min(w.n_rows, b1 * kPanelRows);
+    TileGemm(w, r0, r1 - r0, tiles, n_tokens, y + r0, w.n_rows, ThreadScratch(scratch_bytes));
+  });
+}
+
 }  // namespace
 
 absl::Status MatMul(const WeightView& w, const float* x, int64_t n_tokens, float* y,
@@ -97,22 +147,11 @@ absl::Status MatMul(const WeightView& w, const float* x, int64_t n_tokens, float
     act = act_buf.data();
   }
 
-  const VecDotFn dot = traits->vec_dot;
-  const int64_t n_rows = w.n_rows;
-  const int64_t work_per_row = std::max<int64_t>(1, n_cols * n_tokens);
-  const int64_t min_rows = std::max<int64_t>(1, 65536 / work_per_row);
-  Parallel(pool, n_rows, min_rows, [&](int64_t r0, int64_t r1) {
-    for (int64_t rt = r0; rt < r1; rt += kRowTile) {
-      const int64_t rt_end = std::min(r1, rt + kRowTile);
-      for (int64_t t = 0; t < n_tokens; ++t) {
-        const uint8_t* a = act + t * act_row_bytes;
-        float* yt = y + t * n_rows;
-        for (int64_t r = rt; r < rt_end; ++r) {
-          yt[r] = dot(n_cols, w.data + r * w.row_bytes, a);
-        }
-      }
-    }
-  });
+  if (n_tokens >= kMinTiledTokens && TileGemmAvailable(w.type)) {
+    TiledProduct(w, act, act_type, act_row_bytes, n_tokens, y, pool);
+  } else {
+    RowProduct(*traits, w, act, act_row_bytes, n_tokens, y, pool);
+  }
   return absl::OkStatus();
 }
 

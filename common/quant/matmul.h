@@ -6,7 +6,8 @@
 // ggml order (one row = one output feature). x: n_tokens x n_cols f32,
 // y: n_tokens x n_rows f32, both dense row-major. Each activation row is
 // converted once to the weight's vec_dot_type, then rows are split over the
-// pool's threads.
+// pool's threads: one vec_dot_rows per (row tile, token) for few tokens, the
+// tiled GEMM of gemm.h (bit-identical to vec_dot) for 5 or more.
 //
 // Errors (InvalidArgument, y untouched): unsupported type or one without a
 // dot kernel (Q8_1, Q8_K), negative sizes, n_cols not whole blocks, row_bytes

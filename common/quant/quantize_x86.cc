@@ -5,7 +5,9 @@
 // remainder is >= 0.5), ggml's nearest_int through the same 1.5 * 2^23 trick.
 // Registered at the AVX2 level (they serve AVX-512 and AMX as well).
 
+#if defined(__x86_64__)
 #include <immintrin.h>
+#endif
 
 #include <cstdint>
 #include <cstring>

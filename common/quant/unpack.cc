@@ -128,7 +128,7 @@ float CanonicalBlock32(int64_t n, const void* vw, const void* va) {
   const bool q8_1 = L.has_min;
   uint8_t codes[32];
   float scale = 0, min = 0;
-  float acc = 0;
+  float acc[2] = {0, 0};  // even and odd blocks
   for (int64_t b = 0; b < n / 32; ++b) {
     UnpackBlock(kType, w + b * wbytes, {codes, nullptr, nullptr, &scale, &min});
     const int8_t* q;
@@ -145,10 +145,11 @@ float CanonicalBlock32(int64_t n, const void* vw, const void* va) {
     }
     int isum = 0;
     for (int k = 0; k < 32; ++k) isum += Code(L, codes[k]) * q[k];
-    acc = std::fma(static_cast<float>(isum), scale * da, acc);
-    if (L.has_min) acc = std::fma(min, sa, acc);
+    float& a = acc[b & 1];
+    a = std::fma(static_cast<float>(isum), scale * da, a);
+    if (L.has_min) a = std::fma(min, sa, a);
   }
-  return acc;
+  return acc[0] + acc[1];
 }
 
 template <GgmlType kType>

@@ -4,7 +4,9 @@
 // no AVX2 copy of an inline function can leak to other translation units);
 // only called when CpuHasAvx2().
 
+#if defined(__x86_64__)
 #include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <cstdint>

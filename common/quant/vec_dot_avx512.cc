@@ -5,7 +5,9 @@
 // (internal/unpack.h). Compiled with `#pragma GCC target` inside an
 // anonymous namespace; only called when CpuHasAvx512Vnni().
 
+#if defined(__x86_64__)
 #include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <cstdint>

@@ -211,16 +211,20 @@ uint64_t SumBytes(const uint8_t* p, uint64_t n) {
   return s;
 }
 
-// Best of 5 streaming reads of a 1 GiB buffer, split over the pool's threads.
-double DramReadGbs(ThreadPool* pool) {
+// Best of `reps` streaming reads of a 1 GiB buffer (allocated and touched on
+// the first call), split over the pool's threads.
+double DramReadGbs(ThreadPool* pool, int reps = 5) {
   const uint64_t n = uint64_t{1} << 30;
-  std::unique_ptr<uint8_t[]> raw(new uint8_t[n + 64]);
-  uint8_t* buf = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw.get()) + 63) & ~uintptr_t{63});
-  std::memset(buf, 1, n);
+  static uint8_t* const buf = [] {
+    uint8_t* raw = new uint8_t[(uint64_t{1} << 30) + 64];
+    uint8_t* b = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 63) & ~uintptr_t{63});
+    std::memset(b, 1, uint64_t{1} << 30);
+    return b;
+  }();
   const int nt = pool->size();
   std::vector<uint64_t> sums(nt);
   double best = 0;
-  for (int rep = 0; rep < 5; ++rep) {
+  for (int rep = 0; rep < reps; ++rep) {
     const auto t0 = Clock::now();
     pool->RunOnAll([&](int t) {
       const uint64_t chunk = (n / nt) & ~uint64_t{127};
@@ -237,7 +241,8 @@ double DramReadGbs(ThreadPool* pool) {
 struct Row {
   std::string impl, level;
   double decode_tps = 0, decode_gbs = 0, prefill_tps = -1;
-  double dram_gbs = 0;    // measured right before and after the decode run (mean)
+  double dram_gbs = 0;    // mean of the DRAM reads measured before each decode chunk
+  double ratio = 0, ratio_min = 0, ratio_max = 0;  // decode GB/s / DRAM GB/s per chunk
   double decode_cpu = 0;  // CPU time / (wall time x threads) during decode
 };
 
@@ -259,24 +264,41 @@ Row Measure(const Options& o, const Layers& L, ThreadPool* pool, MakeBackend mak
   for (int i = 0; i < 64; ++i) calls.push_back(RandomCall(1, &rng));
   ExpertResult res;
   for (int l = 0; l < o.layers; ++l) (void)backends[l]->Compute(calls[0], &res);  // warm-up
+  // The machine's memory bandwidth drifts (shared host): decode runs in
+  // chunks, each right after a DRAM read measurement, and the fraction is
+  // taken per chunk.
+  constexpr int kChunks = 6;
   int64_t tokens = 0;
-  double bytes = 0;
-  const double dram_before = o.decode ? DramReadGbs(pool) : 0;
-  const double cpu0 = ProcessCpuSeconds();
-  const auto t0 = Clock::now();
-  double elapsed = 0;
-  while (o.decode && elapsed < o.seconds) {
-    for (int l = 0; l < o.layers; ++l) {
-      (void)backends[l]->Compute(calls[(tokens * o.layers + l) % calls.size()], &res);
-      bytes += static_cast<double>(L.expert_bytes[l]) * kTopK;
-    }
-    ++tokens;
-    elapsed = Seconds(t0, Clock::now());
+  double bytes = 0, elapsed = 0, cpu = 0, ratio_sum = 0, dram_sum = 0;
+  row.ratio_min = 1e9;
+  row.ratio_max = 0;
+  for (int c = 0; o.decode && c < kChunks; ++c) {
+    const double dram = DramReadGbs(pool, 2);
+    const double cpu0 = ProcessCpuSeconds();
+    const auto t0 = Clock::now();
+    double chunk_bytes = 0, dt = 0;
+    do {
+      for (int l = 0; l < o.layers; ++l) {
+        (void)backends[l]->Compute(calls[(tokens * o.layers + l) % calls.size()], &res);
+        chunk_bytes += static_cast<double>(L.expert_bytes[l]) * kTopK;
+      }
+      ++tokens;
+      dt = Seconds(t0, Clock::now());
+    } while (dt < o.seconds / kChunks);
+    cpu += ProcessCpuSeconds() - cpu0;
+    elapsed += dt;
+    bytes += chunk_bytes;
+    const double ratio = chunk_bytes / dt / 1e9 / dram;
+    ratio_sum += ratio;
+    dram_sum += dram;
+    row.ratio_min = std::min(row.ratio_min, ratio);
+    row.ratio_max = std::max(row.ratio_max, ratio);
   }
   row.decode_tps = elapsed > 0 ? tokens / elapsed : 0;
   row.decode_gbs = elapsed > 0 ? bytes / elapsed / 1e9 : 0;
-  row.decode_cpu = elapsed > 0 ? (ProcessCpuSeconds() - cpu0) / (elapsed * pool->size()) : 0;
-  row.dram_gbs = o.decode ? 0.5 * (dram_before + DramReadGbs(pool)) : 0;
+  row.decode_cpu = elapsed > 0 ? cpu / (elapsed * pool->size()) : 0;
+  row.dram_gbs = o.decode ? dram_sum / kChunks : 0;
+  row.ratio = o.decode ? ratio_sum / kChunks : 0;
   if (prefill) {
     const ExpertCall call = RandomCall(o.prefill_tokens, &rng);
     (void)backends[0]->Compute(call, &res);  // warm-up (sizes scratch)
@@ -304,8 +326,8 @@ const char* LevelName(quant::KernelLevel l) {
 }
 
 void Print(const Row& r) {
-  std::printf("%-22s %-7s %12.1f %11.2f %9.2f %8.1f%% %6.0f%%", r.impl.c_str(), r.level.c_str(), r.decode_tps,
-              r.decode_gbs, r.dram_gbs, r.dram_gbs > 0 ? 100 * r.decode_gbs / r.dram_gbs : 0.0,
+  std::printf("%-22s %-7s %12.1f %11.2f %9.2f %6.1f%% (%2.0f-%2.0f) %5.0f%%", r.impl.c_str(), r.level.c_str(),
+              r.decode_tps, r.decode_gbs, r.dram_gbs, 100 * r.ratio, 100 * r.ratio_min, 100 * r.ratio_max,
               100 * r.decode_cpu);
   if (r.prefill_tps >= 0) {
     std::printf(" %16.1f\n", r.prefill_tps);
@@ -333,9 +355,10 @@ int Main(int argc, char** argv) {
               }());
   const double dram = DramReadGbs(&pool);
   std::printf("DRAM read bandwidth (%d threads, 1 GiB streaming read): %.2f GB/s\n\n", o.threads, dram);
-  std::printf("(DRAM GB/s: the same streaming read right before and after each decode run, averaged;\n"
-              " cpu: process CPU time / (wall time x threads) during decode, < 100%% when the machine is shared)\n");
-  std::printf("%-22s %-7s %12s %11s %9s %9s %7s %16s\n", "implementation", "level", "decode tok/s", "expert GB/s",
+  std::printf("(decode runs in 6 chunks, each right after a DRAM read with the same threads: DRAM GB/s is\n"
+              " their mean, 'of DRAM' the mean (min-max) of the per-chunk ratios; cpu: process CPU time /\n"
+              " (wall time x threads) during decode, below 100%% when other processes share the cores)\n");
+  std::printf("%-22s %-7s %12s %11s %9s %17s %6s %16s\n", "implementation", "level", "decode tok/s", "expert GB/s",
               "DRAM GB/s", "of DRAM", "cpu", "prefill tok/s");
   const quant::KernelLevel best = quant::ActiveKernelLevel();
   auto fused = [](const ExpertStore& s, ThreadPool* p) -> std::unique_ptr<model::ExpertBackend> {

@@ -11,14 +11,16 @@
 // codes are the table values. The canonical dot of a weight row with an
 // activation row of the type's vec_dot_type (Q8_0 / Q8_1 / Q8_K blocks q):
 //   32-blocks:  acc = fma(float(Σ_k (c_k - zero) q_k), scale * d_a, acc)
-//               then for Q4_1/Q5_1 acc = fma(min, s_a, acc)
+//               then for Q4_1/Q5_1 acc = fma(min, s_a, acc), with acc the
+//               even-block or the odd-block accumulator (two FMA chains);
+//               the dot is acc_even + acc_odd
 //   256-blocks: isum = Σ_g sub_g Σ_{k in g} (c_k - zero) q_k       (int32)
 //               acc  = fma(float(isum), d * d_a, acc)
 //               with mins: imin = Σ_g mn_g Σ_{k in g} q_k (from bsums)
 //                          acc  = fma(float(imin), -(dmin * d_a), acc)
-// block after block from acc = 0. Integer sums are exact (no saturation for
-// any input: activation codes are in [-127, 127]), so kernels may add them
-// in any order; the float steps are the ones above, in block order.
+// block after block from 0. Integer sums are exact (no saturation for any
+// input: activation codes are in [-127, 127]), so kernels may add them in
+// any order; the float steps are the ones above, in block order.
 //
 // Thread-safe: pure functions.
 #pragma once
