@@ -1,43 +1,85 @@
 #include "common/base/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace moesplit {
+namespace {
 
-ThreadPool::ThreadPool(int n_threads)
+inline void CpuRelax() {
+#if defined(__x86_64__)
+  _mm_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+// Waits until `a` holds a value other than `old`: spins for spin_us, then
+// sleeps on the futex. Returns the new value.
+template <typename T>
+T WaitForChange(const std::atomic<T>& a, T old, int spin_us) {
+  T v = a.load(std::memory_order_acquire);
+  if (v != old) return v;
+  if (spin_us > 0) {
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
+    for (int i = 0;; ++i) {
+      for (int k = 0; k < 64; ++k) {
+        CpuRelax();
+        v = a.load(std::memory_order_acquire);
+        if (v != old) return v;
+      }
+      if ((i & 7) == 7 && std::chrono::steady_clock::now() >= deadline) break;
+    }
+  }
+  for (;;) {
+    a.wait(old, std::memory_order_acquire);
+    v = a.load(std::memory_order_acquire);
+    if (v != old) return v;
+  }
+}
+
+}  // namespace
+
+int ThreadPool::DefaultSpinUs() {
+  static const int spin = [] {
+    const char* s = std::getenv("MOESPLIT_SPIN_US");
+    if (s == nullptr || *s == '\0') return 50;
+    const int v = std::atoi(s);
+    return std::clamp(v, 0, 100000);
+  }();
+  return spin;
+}
+
+ThreadPool::ThreadPool(int n_threads, int spin_us)
     : n_threads_(n_threads > 0
                      ? n_threads
-                     : std::max(1u, std::thread::hardware_concurrency())) {
+                     : std::max(1u, std::thread::hardware_concurrency())),
+      spin_us_(spin_us >= 0 ? spin_us : DefaultSpinUs()) {
   for (int i = 1; i < n_threads_; ++i) {
     workers_.emplace_back([this, i] { WorkerLoop(i); });
   }
 }
 
 ThreadPool::~ThreadPool() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
-  work_cv_.notify_all();
+  stop_.store(true, std::memory_order_release);
+  generation_.fetch_add(1, std::memory_order_acq_rel);
+  generation_.notify_all();
   for (auto& t : workers_) t.join();
 }
 
 void ThreadPool::WorkerLoop(int index) {
-  uint64_t seen = 0;
+  uint32_t seen = 0;
   for (;;) {
-    const std::function<void(int)>* job;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      work_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
-      job = job_;
-    }
-    (*job)(index);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (--pending_ == 0) done_cv_.notify_one();
-    }
+    seen = WaitForChange(generation_, seen, spin_us_);
+    if (stop_.load(std::memory_order_acquire)) return;
+    (*job_)(index);
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
   }
 }
 
@@ -47,16 +89,14 @@ void ThreadPool::RunOnAll(const std::function<void(int)>& fn) {
     fn(0);
     return;
   }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    job_ = &fn;
-    pending_ = n_threads_ - 1;
-    ++generation_;
-  }
-  work_cv_.notify_all();
+  job_ = &fn;
+  pending_.store(n_threads_ - 1, std::memory_order_relaxed);
+  generation_.fetch_add(1, std::memory_order_release);
+  generation_.notify_all();
   fn(0);
-  std::unique_lock<std::mutex> lock(mu_);
-  done_cv_.wait(lock, [&] { return pending_ == 0; });
+  for (int32_t p = pending_.load(std::memory_order_acquire); p != 0;) {
+    p = WaitForChange(pending_, p, spin_us_);
+  }
   job_ = nullptr;
 }
 

@@ -27,6 +27,7 @@ constexpr Command kCommands[] = {
     {"make-test-model", "write a random-weight qwen3moe/qwen2moe GGUF",
      RunMakeTestModel},
     {"up", "start expert-workers and the dense service on this host", RunUp},
+    {"bench", "prefill/decode speed, the worker alone and DRAM bandwidth", RunBench},
 };
 
 void PrintUsage(std::FILE* f) {

@@ -46,6 +46,10 @@ class Engine {
   const model::Model& model() const { return *model_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const model::Forward& forward() const { return *forward_; }
+  std::shared_ptr<const model::Model> shared_model() const { return model_; }
+  // The routed-expert backend --experts chose (in-process or the workers).
+  model::ExpertBackend* experts() const { return experts_.get(); }
+  ThreadPool* pool() const { return pool_.get(); }
   int64_t n_vocab() const { return model_->hparams().n_vocab; }
 
   // InvalidArgument naming the first id outside [0, n_vocab).

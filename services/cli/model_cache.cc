@@ -46,7 +46,20 @@ TestModelSpec DefaultTestModelSpec() {
 
 absl::StatusOr<std::string> EnsureDefaultTestModel(int threads,
                                                    std::FILE* log) {
-  TestModelSpec spec = DefaultTestModelSpec();
+  return EnsureTestModel(DefaultTestModelSpec(), threads, log);
+}
+
+TestModelSpec BenchTestModelSpec() {
+  TestModelSpec spec = *PresetSpec("qwen3-30b-a3b");
+  spec.n_layer = 4;
+  spec.type = "Q4_K_M";
+  spec.seed = 1;
+  spec.name = "moesplit-test-qwen3-30b-a3b-4layers";
+  return spec;
+}
+
+absl::StatusOr<std::string> EnsureTestModel(TestModelSpec spec, int threads,
+                                            std::FILE* log) {
   spec.threads = threads;
   const std::string dir = CacheDir();
   const std::string path = absl::StrCat(

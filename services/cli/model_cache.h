@@ -22,6 +22,15 @@ std::string CacheDir();
 // Qwen3-30B-A3B's shape with 2 layers, Q4_K_M, seed 1.
 TestModelSpec DefaultTestModelSpec();
 
+// Qwen3-30B-A3B's shape with 4 layers, Q4_K_M, seed 1: `moesplit bench`'s
+// default (the shape of the reference numbers in tests/bench/README.md).
+TestModelSpec BenchTestModelSpec();
+
+// The cached model of a Qwen3-30B-A3B-shaped `spec` (the file name encodes
+// its layers, type and seed); written first when absent.
+absl::StatusOr<std::string> EnsureTestModel(TestModelSpec spec, int threads,
+                                            std::FILE* log);
+
 // The cached default model's path; writes it first (with a note on `log`)
 // when absent. Errors: PermissionDenied when the directory cannot be made,
 // and those of WriteTestModel.

@@ -31,6 +31,7 @@
 #include <immintrin.h>
 #endif
 
+#include "common/base/memory_bandwidth.h"
 #include "common/base/thread_pool.h"
 #include "common/model/expert.h"
 #include "common/model/internal/ops.h"
@@ -182,60 +183,6 @@ class PreviousExperts final : public model::ExpertBackend {
   ThreadPool* pool_;
 };
 
-// ---- DRAM bandwidth ---------------------------------------------------------------
-
-#if defined(__x86_64__)
-__attribute__((target("avx2"))) uint64_t SumAvx2(const uint8_t* p, uint64_t n) {
-  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
-  for (uint64_t i = 0; i + 128 <= n; i += 128) {
-    a0 = _mm256_add_epi64(a0, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i)));
-    a1 = _mm256_add_epi64(a1, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 32)));
-    a2 = _mm256_add_epi64(a2, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 64)));
-    a3 = _mm256_add_epi64(a3, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 96)));
-  }
-  a0 = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
-  return static_cast<uint64_t>(_mm256_extract_epi64(a0, 0) + _mm256_extract_epi64(a0, 3));
-}
-#endif
-
-uint64_t SumBytes(const uint8_t* p, uint64_t n) {
-#if defined(__x86_64__)
-  if (__builtin_cpu_supports("avx2")) return SumAvx2(p, n);
-#endif
-  uint64_t s = 0;
-  for (uint64_t i = 0; i + 8 <= n; i += 8) {
-    uint64_t v;
-    std::memcpy(&v, p + i, 8);
-    s += v;
-  }
-  return s;
-}
-
-// Best of `reps` streaming reads of a 1 GiB buffer (allocated and touched on
-// the first call), split over the pool's threads.
-double DramReadGbs(ThreadPool* pool, int reps = 5) {
-  const uint64_t n = uint64_t{1} << 30;
-  static uint8_t* const buf = [] {
-    uint8_t* raw = new uint8_t[(uint64_t{1} << 30) + 64];
-    uint8_t* b = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 63) & ~uintptr_t{63});
-    std::memset(b, 1, uint64_t{1} << 30);
-    return b;
-  }();
-  const int nt = pool->size();
-  std::vector<uint64_t> sums(nt);
-  double best = 0;
-  for (int rep = 0; rep < reps; ++rep) {
-    const auto t0 = Clock::now();
-    pool->RunOnAll([&](int t) {
-      const uint64_t chunk = (n / nt) & ~uint64_t{127};
-      sums[t] += SumBytes(buf + t * chunk, chunk);
-    });
-    best = std::max(best, n / Seconds(t0, Clock::now()) / 1e9);
-  }
-  if (sums[0] == 42) std::printf(" ");
-  return best;
-}
-
 // ---- measurements ---------------------------------------------------------------
 
 struct Row {
@@ -273,7 +220,7 @@ Row Measure(const Options& o, const Layers& L, ThreadPool* pool, MakeBackend mak
   row.ratio_min = 1e9;
   row.ratio_max = 0;
   for (int c = 0; o.decode && c < kChunks; ++c) {
-    const double dram = DramReadGbs(pool, 2);
+    const double dram = MeasureDramReadGbps(pool, 2);
     const double cpu0 = ProcessCpuSeconds();
     const auto t0 = Clock::now();
     double chunk_bytes = 0, dt = 0;
@@ -353,7 +300,7 @@ int Main(int argc, char** argv) {
                 for (int l = 0; l < o.layers; ++l) b += static_cast<double>(L.expert_bytes[l]) * kTopK;
                 return b / 1e6;
               }());
-  const double dram = DramReadGbs(&pool);
+  const double dram = MeasureDramReadGbps(&pool);
   std::printf("DRAM read bandwidth (%d threads, 1 GiB streaming read): %.2f GB/s\n\n", o.threads, dram);
   std::printf("(decode runs in 6 chunks, each right after a DRAM read with the same threads: DRAM GB/s is\n"
               " their mean, 'of DRAM' the mean (min-max) of the per-chunk ratios; cpu: process CPU time /\n"

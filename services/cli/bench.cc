@@ -1,0 +1,324 @@
+// moesplit bench: prefill and decode speed of the whole system, the
+// expert-worker alone, and the machine's DRAM read bandwidth, in one run so
+// that their ratios are measured side by side.
+//
+//   moesplit bench [--model M] [--threads T] [--prompt 512] [--gen 128]
+//                  [--depth D[,D...]] [--experts shm|grpc|local|ADDRS]
+//                  [--json]
+//
+// End to end: this process runs the dense part on the CPU (the reference
+// backend) and the routed experts go to --experts (default: one worker
+// started for the run, over shared memory), exactly as `moesplit generate`.
+//   prefill: one --prompt-token prompt into an empty cache;
+//   decode:  for each depth D, D tokens are prefilled (untimed), then --gen
+//            tokens are generated greedily, one forward step per token.
+// The worker alone: every expert call the decode (and the prefill) sent is
+// recorded and replayed to the same backend with nothing else running; the
+// weight bytes those calls must read (the distinct experts of each call, all
+// three matrices) over that time is the worker's effective weight bandwidth.
+// DRAM: a streaming read over the same thread count (common/base), best of
+// 5, measured before and after the runs (the higher is reported).
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "common/base/memory_bandwidth.h"
+#include "common/base/status.h"
+#include "common/model/forward.h"
+#include "nlohmann/json.hpp"
+#include "services/cli/commands.h"
+#include "services/cli/engine.h"
+#include "services/cli/model_cache.h"
+
+namespace moesplit::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// Passes calls through to the real backend; while recording, keeps a copy
+// of each call and the time spent waiting for its result.
+class RecordingExperts final : public model::ExpertBackend {
+ public:
+  explicit RecordingExperts(model::ExpertBackend* inner) : inner_(inner) {}
+
+  absl::Status Compute(const model::ExpertCall& call, model::ExpertResult* result) override {
+    const auto t0 = Clock::now();
+    absl::Status s = inner_->Compute(call, result);
+    const double dt = Since(t0);
+    absl::MutexLock lock(&mu_);
+    seconds_ += dt;
+    if (recording_) calls_.push_back(call);
+    return s;
+  }
+
+  void Start() {
+    absl::MutexLock lock(&mu_);
+    recording_ = true;
+    calls_.clear();
+    seconds_ = 0;
+  }
+  // The calls since Start() and the seconds spent in them.
+  std::vector<model::ExpertCall> Stop(double* seconds) {
+    absl::MutexLock lock(&mu_);
+    recording_ = false;
+    *seconds = seconds_;
+    return std::move(calls_);
+  }
+
+ private:
+  model::ExpertBackend* const inner_;
+  absl::Mutex mu_;
+  bool recording_ = false;
+  double seconds_ = 0;
+  std::vector<model::ExpertCall> calls_;
+};
+
+// Bytes of gate + up + down of one expert of each layer.
+std::vector<uint64_t> ExpertBytesByLayer(const model::Model& m) {
+  std::vector<uint64_t> out;
+  for (int il = 0; il < m.n_layer(); ++il) {
+    const model::LayerWeights& L = m.layer(il);
+    out.push_back(L.gate_exps.expert_bytes + L.up_exps.expert_bytes +
+                  L.down_exps.expert_bytes);
+  }
+  return out;
+}
+
+// Weight bytes a call must read: every distinct expert it names, once.
+uint64_t CallWeightBytes(const model::ExpertCall& call, const std::vector<uint64_t>& by_layer,
+                         int n_expert) {
+  std::vector<uint8_t> seen(n_expert, 0);
+  uint64_t n = 0;
+  for (int32_t e : call.expert_ids) {
+    if (e >= 0 && e < n_expert && !seen[e]) {
+      seen[e] = 1;
+      ++n;
+    }
+  }
+  return n * by_layer[call.layer];
+}
+
+struct Replay {
+  double seconds = 0;
+  uint64_t weight_bytes = 0;
+};
+
+// Replays `calls` `reps` times (the best time is kept).
+absl::StatusOr<Replay> ReplayCalls(model::ExpertBackend* backend,
+                                   const std::vector<model::ExpertCall>& calls,
+                                   const std::vector<uint64_t>& by_layer, int n_expert,
+                                   int reps) {
+  Replay r;
+  for (const model::ExpertCall& c : calls) r.weight_bytes += CallWeightBytes(c, by_layer, n_expert);
+  model::ExpertResult result;
+  r.seconds = 1e30;
+  for (int rep = 0; rep < reps; ++rep) {
+    const auto t0 = Clock::now();
+    for (const model::ExpertCall& c : calls) RETURN_IF_ERROR(backend->Compute(c, &result));
+    r.seconds = std::min(r.seconds, Since(t0));
+  }
+  return r;
+}
+
+// Deterministic prompt tokens: ids drawn from the vocabulary's ordinary
+// (non-special) range.
+std::vector<int32_t> BenchTokens(int64_t n, int64_t n_vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const int64_t hi = std::max<int64_t>(2, std::min<int64_t>(n_vocab, 256));
+  std::vector<int32_t> out(n);
+  for (int32_t& t : out) t = static_cast<int32_t>(rng() % hi);
+  return out;
+}
+
+int32_t Argmax(const std::vector<float>& v) {
+  return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
+}
+
+struct DecodeResult {
+  int64_t depth = 0;
+  double tok_s = 0;
+  double expert_seconds = 0;  // time the dense side waited for experts
+  std::vector<model::ExpertCall> calls;
+};
+
+}  // namespace
+
+absl::Status RunBench(const Args& args, const CommandIo& io) {
+  std::string model_path, depths_flag = "0";
+  int64_t threads = 2, n_prompt = 512, n_gen = 128;
+  bool json = false;
+  ExpertsFlag experts;
+  experts.experts = "shm";
+  FlagParser f;
+  f.AddString("model|m", &model_path,
+              "GGUF model (default: a cached random-weight Qwen3-30B-A3B-shaped "
+              "model with 4 layers, Q4_K_M)");
+  f.AddInt("threads|t", &threads, "threads for the dense part and for each worker (default 2)");
+  f.AddInt("prompt", &n_prompt, "prefill prompt length in tokens (default 512)");
+  f.AddInt("gen", &n_gen, "tokens generated per decode run (default 128)");
+  f.AddString("depth", &depths_flag,
+              "context depth(s) before decoding, comma-separated (default 0)");
+  f.AddBool("json", &json, "print one JSON object instead of a table");
+  AddExpertsFlags(f, &experts);
+  ASSIGN_OR_RETURN(bool go, ParseFlags(f, args,
+                                       "bench [--model M] [--threads T] [--prompt 512] "
+                                       "[--gen 128] [--depth D[,D...]] [--json]",
+                                       io));
+  if (!go) return absl::OkStatus();
+  if (!f.positional().empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bench: unexpected argument '", f.positional()[0], "'"));
+  }
+  if (threads < 0) return absl::InvalidArgumentError(absl::StrCat("--threads must be >= 0, got ", threads));
+  if (n_prompt < 1) return absl::InvalidArgumentError(absl::StrCat("--prompt must be >= 1, got ", n_prompt));
+  if (n_gen < 1) return absl::InvalidArgumentError(absl::StrCat("--gen must be >= 1, got ", n_gen));
+  std::vector<int64_t> depths;
+  for (absl::string_view piece : absl::StrSplit(depths_flag, ',', absl::SkipEmpty())) {
+    int64_t d = 0;
+    if (!absl::SimpleAtoi(piece, &d) || d < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--depth: '", piece, "' is not a non-negative integer"));
+    }
+    depths.push_back(d);
+  }
+  if (depths.empty()) return absl::InvalidArgumentError("--depth is empty");
+
+  const int n_threads = ThreadCount(threads);
+  if (model_path.empty()) {
+    ASSIGN_OR_RETURN(model_path, EnsureTestModel(BenchTestModelSpec(), n_threads, io.err));
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Open(model_path, n_threads, experts));
+  const model::Model& m = engine->model();
+  const auto& hp = m.hparams();
+  const int64_t max_depth = *std::max_element(depths.begin(), depths.end());
+  const int64_t n_ctx = std::max(n_prompt, max_depth + n_gen);
+  if (n_ctx > hp.n_ctx_train) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bench needs ", n_ctx, " positions (max of --prompt and depth + --gen) but the model's "
+        "context length is ", hp.n_ctx_train));
+  }
+  RecordingExperts recorder(engine->experts());
+  model::Forward forward(engine->shared_model(), &recorder, engine->pool());
+  ASSIGN_OR_RETURN(std::unique_ptr<model::KvCache> cache, model::KvCache::Create(hp, n_ctx));
+  const std::vector<uint64_t> by_layer = ExpertBytesByLayer(m);
+  const int n_expert = static_cast<int>(hp.n_expert);
+  std::vector<float> logits;
+
+  std::fprintf(io.err, "bench: measuring DRAM read bandwidth (%d threads)\n", n_threads);
+  ThreadPool dram_pool(n_threads);
+  double dram_gbps = MeasureDramReadGbps(&dram_pool);
+
+  // Warm-up: pages of the weights, the workers' first calls.
+  {
+    const std::vector<int32_t> warm = BenchTokens(std::min<int64_t>(n_prompt, 64), hp.n_vocab, 7);
+    RETURN_IF_ERROR(forward.Eval(warm, cache.get(), model::LogitsMode::kLast, &logits));
+    for (int i = 0; i < 8; ++i) {
+      const int32_t next = Argmax(logits);
+      RETURN_IF_ERROR(forward.Eval({&next, 1}, cache.get(), model::LogitsMode::kLast, &logits));
+    }
+    cache->Clear();
+  }
+
+  // Prefill.
+  std::fprintf(io.err, "bench: prefill of %lld tokens\n", static_cast<long long>(n_prompt));
+  const std::vector<int32_t> prompt = BenchTokens(n_prompt, hp.n_vocab, 1);
+  recorder.Start();
+  auto t0 = Clock::now();
+  RETURN_IF_ERROR(forward.Eval(prompt, cache.get(), model::LogitsMode::kLast, &logits));
+  const double prefill_s = Since(t0);
+  double prefill_expert_s = 0;
+  std::vector<model::ExpertCall> prefill_calls = recorder.Stop(&prefill_expert_s);
+
+  // Decode at each depth.
+  std::vector<DecodeResult> decodes;
+  for (int64_t depth : depths) {
+    std::fprintf(io.err, "bench: decode of %lld tokens at depth %lld\n",
+                 static_cast<long long>(n_gen), static_cast<long long>(depth));
+    cache->Clear();
+    int32_t next = 1;
+    if (depth > 0) {
+      const std::vector<int32_t> ctx = BenchTokens(depth, hp.n_vocab, 2);
+      RETURN_IF_ERROR(forward.Eval(ctx, cache.get(), model::LogitsMode::kLast, &logits));
+      next = Argmax(logits);
+    }
+    DecodeResult d;
+    d.depth = depth;
+    recorder.Start();
+    t0 = Clock::now();
+    for (int64_t i = 0; i < n_gen; ++i) {
+      RETURN_IF_ERROR(forward.Eval({&next, 1}, cache.get(), model::LogitsMode::kLast, &logits));
+      next = Argmax(logits);
+    }
+    d.tok_s = n_gen / Since(t0);
+    d.calls = recorder.Stop(&d.expert_seconds);
+    decodes.push_back(std::move(d));
+  }
+
+  // The worker alone: the first depth's decode calls and the prefill calls,
+  // replayed with nothing else running.
+  std::fprintf(io.err, "bench: replaying the expert calls to the worker alone\n");
+  ASSIGN_OR_RETURN(Replay wd, ReplayCalls(engine->experts(), decodes[0].calls, by_layer, n_expert, 3));
+  ASSIGN_OR_RETURN(Replay wp, ReplayCalls(engine->experts(), prefill_calls, by_layer, n_expert, 1));
+  dram_gbps = std::max(dram_gbps, MeasureDramReadGbps(&dram_pool));
+
+  const double worker_decode_tok_s = n_gen / wd.seconds;
+  const double worker_gbps = wd.weight_bytes / wd.seconds / 1e9;
+  const double worker_prefill_tok_s = n_prompt / wp.seconds;
+  const double weight_bytes_per_token = static_cast<double>(wd.weight_bytes) / n_gen;
+
+  if (json) {
+    nlohmann::json j;
+    j["model"] = model_path;
+    j["threads"] = n_threads;
+    j["experts"] = experts.experts;
+    j["prompt"] = n_prompt;
+    j["gen"] = n_gen;
+    j["depth"] = depths[0];
+    j["prefill_tok_s"] = n_prompt / prefill_s;
+    j["decode_tok_s"] = decodes[0].tok_s;
+    nlohmann::json by_depth = nlohmann::json::object();
+    for (const DecodeResult& d : decodes) by_depth[std::to_string(d.depth)] = d.tok_s;
+    j["decode_tok_s_by_depth"] = by_depth;
+    j["worker_decode_tok_s"] = worker_decode_tok_s;
+    j["worker_prefill_tok_s"] = worker_prefill_tok_s;
+    j["worker_weight_gbps"] = worker_gbps;
+    j["dram_read_gbps"] = dram_gbps;
+    j["worker_weight_fraction_of_dram"] = worker_gbps / dram_gbps;
+    j["expert_weight_bytes_per_token"] = weight_bytes_per_token;
+    j["decode_expert_wait_fraction"] = decodes[0].expert_seconds * decodes[0].tok_s / n_gen;
+    j["prefill_expert_wait_fraction"] = prefill_expert_s / prefill_s;
+    std::fprintf(io.out, "%s\n", j.dump().c_str());
+    return absl::OkStatus();
+  }
+  std::fprintf(io.out, "model   %s\nthreads %d, experts %s\n", model_path.c_str(), n_threads,
+               experts.experts.c_str());
+  std::fprintf(io.out, "DRAM read bandwidth                %8.1f GB/s\n", dram_gbps);
+  std::fprintf(io.out, "prefill (%lld tokens)              %8.1f tok/s  (experts %4.1f%% of it)\n",
+               static_cast<long long>(n_prompt), n_prompt / prefill_s,
+               100 * prefill_expert_s / prefill_s);
+  for (const DecodeResult& d : decodes) {
+    std::fprintf(io.out, "decode (depth %5lld)               %8.1f tok/s  (experts %4.1f%% of it)\n",
+                 static_cast<long long>(d.depth), d.tok_s,
+                 100 * d.expert_seconds * d.tok_s / n_gen);
+  }
+  std::fprintf(io.out, "worker alone: decode               %8.1f tok/s\n", worker_decode_tok_s);
+  std::fprintf(io.out, "worker alone: prefill              %8.1f tok/s\n", worker_prefill_tok_s);
+  std::fprintf(io.out, "worker weight bandwidth            %8.1f GB/s  (%.1f%% of DRAM, %.1f MB/token)\n",
+               worker_gbps, 100 * worker_gbps / dram_gbps, weight_bytes_per_token / 1e6);
+  return absl::OkStatus();
+}
+
+}  // namespace moesplit::cli
