@@ -27,6 +27,8 @@ constexpr Command kCommands[] = {
     {"make-test-model", "write a random-weight qwen3moe/qwen2moe GGUF",
      RunMakeTestModel},
     {"up", "start expert-workers and the dense service on this host", RunUp},
+    {"plan", "GPU memory plan: dense weights, KV cache, workspace, expert cache",
+     RunPlan},
 };
 
 void PrintUsage(std::FILE* f) {
