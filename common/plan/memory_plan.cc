@@ -164,14 +164,16 @@ void MatrixExtents(const ModelShape& s, int64_t* widest_input, int64_t* largest_
   }
 }
 
-WorkspaceBytes Workspace(const ModelShape& s, const PlanOptions& o, int64_t* slice_rows) {
+WorkspaceBytes Workspace(const ModelShape& s, const PlanOptions& o, bool shared_expert,
+                         int64_t* slice_rows) {
   const model::HyperParams& hp = s.hp;
   const int64_t u = o.n_ubatch, d = hp.n_embd;
+  const int64_t ff_shexp = shared_expert ? hp.n_ff_shexp : 0;
   const int64_t kvd = hp.n_head_kv * (hp.head_dim_k + hp.head_dim_v);
   WorkspaceBytes w;
   const int64_t floats = 5 * d + hp.n_head * hp.head_dim_k + kvd + hp.n_head * hp.head_dim_v +
                          hp.n_expert + 2 * hp.n_expert_used * hp.n_ff_exp +
-                         2 * hp.n_ff_shexp;
+                         2 * ff_shexp;
   int64_t widest = 0, largest = 0;
   MatrixExtents(s, &widest, &largest);
   w.activations = static_cast<uint64_t>(u) * (4 * floats + 2 * widest);
@@ -231,7 +233,7 @@ MemoryPlan FixedPart(const ModelShape& s, const PlanOptions& o) {
   p.kv_bytes_per_position = static_cast<uint64_t>(s.hp.n_layer) * KvElementBytes(o.kv_type, kvd);
   p.kv_cache = p.kv_bytes_per_position * static_cast<uint64_t>(o.n_ctx) *
                static_cast<uint64_t>(o.n_parallel);
-  p.workspace = Workspace(s, o, &p.output_head_slice_rows);
+  p.workspace = Workspace(s, o, p.dense.shared_experts > 0, &p.output_head_slice_rows);
   p.margin = o.margin_bytes;
   return p;
 }

@@ -22,7 +22,7 @@
 //        attention output projection, routed sum, worker partials]
 //        + n_head hd_k [q] + n_head_kv (hd_k + hd_v) [k, v] + n_head hd_v
 //        [attention output] + n_expert [router logits] + 2 top_k ff_exp
-//        [gate/up of GPU-cached experts] + 2 ff_shexp [shared expert]),
+//        [gate/up of GPU-cached experts] + 2 ff_shexp [shared expert, if any]),
 //        plus n_ubatch x 2 bytes x the widest matrix input (f16 copy of the
 //        activations for cuBLAS);
 //      - logits: n_vocab x n_ubatch x 4 bytes;

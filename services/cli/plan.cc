@@ -2,6 +2,7 @@
 // model file, or for a named shape and file type without any file.
 #include <cinttypes>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -23,7 +24,7 @@ namespace {
 absl::StatusOr<plan::ModelShape> PresetShape(const std::string& preset,
                                              const std::string& type, int64_t vocab) {
   ASSIGN_OR_RETURN(TestModelSpec spec, PresetSpec(preset));
-  if (spec.n_layer == 48) {  // qwen3-30b-a3b
+  if (absl::AsciiStrToLower(preset) == "qwen3-30b-a3b") {
     spec.n_vocab = 151936;
     spec.n_ctx = 40960;
   }
@@ -31,20 +32,7 @@ absl::StatusOr<plan::ModelShape> PresetShape(const std::string& preset,
   spec.type = type;
   ASSIGN_OR_RETURN(std::vector<PlannedTensor> tensors, PlanTensors(spec));
   plan::ModelShape s;
-  model::HyperParams& hp = s.hp;
-  hp.arch = spec.arch;
-  hp.n_embd = spec.n_embd;
-  hp.n_layer = spec.n_layer;
-  hp.n_ctx_train = spec.n_ctx;
-  hp.n_head = spec.n_head;
-  hp.n_head_kv = spec.n_head_kv;
-  hp.head_dim_k = hp.head_dim_v = spec.head_dim;
-  hp.n_vocab = spec.n_vocab;
-  hp.n_expert = spec.n_expert;
-  hp.n_expert_used = spec.n_expert_used;
-  hp.n_ff = spec.n_ff;
-  hp.n_ff_exp = spec.n_ff_exp;
-  hp.n_ff_shexp = spec.arch == "qwen2moe" ? spec.n_ff_shexp : 0;
+  s.hp = ToHyperParams(spec);
   s.tied_output = true;
   for (PlannedTensor& t : tensors) {
     plan::ShapeTensor st;
