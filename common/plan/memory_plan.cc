@@ -238,17 +238,35 @@ MemoryPlan FixedPart(const ModelShape& s, const PlanOptions& o) {
   return p;
 }
 
-ExpertCachePlan CachePlan(const ModelShape& s, uint64_t bytes) {
-  ExpertCachePlan c;
-  c.bytes = bytes;
-  c.experts_per_layer = s.hp.n_expert;
-  std::vector<uint64_t> per_layer(s.hp.n_layer, 0);
+}  // namespace
+
+std::vector<uint64_t> ExpertBytesPerLayer(const ModelShape& s) {
+  std::vector<uint64_t> per_layer(std::max<int64_t>(s.hp.n_layer, 0), 0);
+  if (s.hp.n_expert <= 0) return per_layer;
   for (const ShapeTensor& t : s.tensors) {
     if (t.role == TensorRole::kRoutedExpert && t.layer >= 0 && t.layer < s.hp.n_layer) {
       per_layer[t.layer] += t.n_bytes / static_cast<uint64_t>(s.hp.n_expert);
     }
   }
-  for (uint64_t b : per_layer) {
+  return per_layer;
+}
+
+model::ExpertCacheOptions ExpertCacheOptionsFor(const ModelShape& shape, const MemoryPlan& plan) {
+  model::ExpertCacheOptions o;
+  o.n_layer = static_cast<int>(shape.hp.n_layer);
+  o.n_expert = static_cast<int>(shape.hp.n_expert);
+  o.n_slots = plan.expert_cache.slots;
+  o.expert_bytes = ExpertBytesPerLayer(shape);
+  return o;
+}
+
+namespace {
+
+ExpertCachePlan CachePlan(const ModelShape& s, uint64_t bytes) {
+  ExpertCachePlan c;
+  c.bytes = bytes;
+  c.experts_per_layer = s.hp.n_expert;
+  for (uint64_t b : ExpertBytesPerLayer(s)) {
     if (b > 0) ++c.moe_layers;
     c.slot_bytes = std::max(c.slot_bytes, b);
   }

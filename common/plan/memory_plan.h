@@ -56,6 +56,7 @@
 #include "absl/strings/string_view.h"
 #include "common/gguf/types.h"
 #include "common/model/arch.h"
+#include "common/model/expert_cache.h"
 #include "common/model/model.h"
 
 namespace moesplit::plan {
@@ -167,6 +168,14 @@ struct MemoryPlan {
 //    0.55 GiB + margin 0.25 GiB), budget 8.00 GiB: 1.30 GiB short; try --ctx
 //    32768 or --kv-type q4_0"
 absl::StatusOr<MemoryPlan> PlanMemory(const ModelShape& shape, const PlanOptions& options);
+
+// Bytes of one routed expert (gate + up + down) of each layer (0 for a layer
+// without routed experts), from the tensor types.
+std::vector<uint64_t> ExpertBytesPerLayer(const ModelShape& shape);
+
+// The hot-expert cache for a plan: the plan's slots, the shape's layers,
+// experts and per-layer expert bytes (the other options keep their defaults).
+model::ExpertCacheOptions ExpertCacheOptionsFor(const ModelShape& shape, const MemoryPlan& plan);
 
 // The plan as a table: one line per use with bytes and GiB, then the host
 // side (for `moesplit plan`).

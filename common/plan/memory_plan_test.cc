@@ -127,6 +127,21 @@ TEST(MemoryPlanTest, Qwen3_30B_A3B_Q4KM_64K_Q8_0_On8GiB) {
   EXPECT_GT(p->gpu_total() + p->expert_cache.slot_bytes, 8 * kGiB - 1);
 }
 
+TEST(MemoryPlanTest, ExpertCacheOptionsFromThePlan) {
+  const ModelShape shape = Qwen3Shape();
+  absl::StatusOr<MemoryPlan> p = PlanMemory(shape, Mission());
+  ASSERT_TRUE(p.ok());
+  const model::ExpertCacheOptions o = ExpertCacheOptionsFor(shape, *p);
+  EXPECT_EQ(o.n_layer, 48);
+  EXPECT_EQ(o.n_expert, 128);
+  EXPECT_EQ(o.n_slots, 1146);
+  ASSERT_EQ(o.expert_bytes.size(), 48u);
+  EXPECT_EQ(o.expert_bytes[0], 3059712u);  // "more bits" layer: down in Q6_K
+  EXPECT_EQ(o.expert_bytes[6], 2654208u);  // Q4_K throughout
+  EXPECT_EQ(o.expert_bytes[8], 3059712u);
+  EXPECT_TRUE(model::ExpertCache::Create(o).ok());
+}
+
 TEST(MemoryPlanTest, F16KvAt64KAlsoFitsButLeavesLessForExperts) {
   PlanOptions o = Mission();
   o.kv_type = KvType::kF16;

@@ -21,6 +21,14 @@ double ExpertFlopsPerToken(int64_t n_embd, int64_t n_ff_exp) {
   return 6.0 * static_cast<double>(n_embd) * static_cast<double>(n_ff_exp);
 }
 
+PrefillRates ModelPrefillRates(int64_t n_embd, int64_t n_ff_exp, uint64_t expert_bytes) {
+  PrefillRates r;
+  r.expert_bytes = expert_bytes;
+  r.flops_per_token = ExpertFlopsPerToken(n_embd, n_ff_exp);
+  r.activation_bytes_per_token = static_cast<uint64_t>(8 * n_embd);
+  return r;
+}
+
 absl::StatusOr<PrefillSwitch> ComputePrefillSwitch(const PrefillRates& r) {
   for (absl::Status s : {Positive(r.cpu_tokens_per_s, "cpu_tokens_per_s"),
                          Positive(r.gpu_flops_per_s, "gpu_flops_per_s"),

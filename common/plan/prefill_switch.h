@@ -49,6 +49,12 @@ struct PrefillSwitch {
 // 2 * 3 * n_embd * n_ff_exp: the gate, up and down products of one token.
 double ExpertFlopsPerToken(int64_t n_embd, int64_t n_ff_exp);
 
+// PrefillRates with the model's fields filled for one expert: expert_bytes,
+// flops_per_token = ExpertFlopsPerToken, activation_bytes_per_token = an f32
+// hidden row up and an f32 partial sum down (8 n_embd). The three measured
+// rates are left 0 for the caller.
+PrefillRates ModelPrefillRates(int64_t n_embd, int64_t n_ff_exp, uint64_t expert_bytes);
+
 // InvalidArgument naming the field for a rate or size that is not positive
 // and finite.
 absl::StatusOr<PrefillSwitch> ComputePrefillSwitch(const PrefillRates& rates);

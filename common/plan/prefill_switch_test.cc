@@ -12,13 +12,11 @@ using ::testing::HasSubstr;
 
 // A Qwen3-30B-A3B expert (d 2048, FFN 768, Q4_K/Q6_K: 3,059,712 bytes).
 PrefillRates Qwen3Rates() {
-  PrefillRates r;
+  PrefillRates r = ModelPrefillRates(2048, 768, 3059712);
+  EXPECT_EQ(r.activation_bytes_per_token, 2u * 2048 * 4);
   r.cpu_tokens_per_s = 2000;    // 0.5 ms per token
   r.gpu_flops_per_s = 100e12;
   r.h2d_bytes_per_s = 25e9;
-  r.expert_bytes = 3059712;
-  r.flops_per_token = ExpertFlopsPerToken(2048, 768);
-  r.activation_bytes_per_token = 2 * 2048 * 4;
   return r;
 }
 
