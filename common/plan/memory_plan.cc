@@ -211,6 +211,13 @@ absl::Status CheckOptions(const ModelShape& s, const PlanOptions& o) {
   if (o.n_ubatch <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("--ubatch must be > 0, got ", o.n_ubatch));
   }
+  // Keeps every product below in 64 bits.
+  if (o.n_ctx > (int64_t{1} << 32) || o.n_parallel > (int64_t{1} << 16) ||
+      o.n_ubatch > (int64_t{1} << 24)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--ctx ", o.n_ctx, ", --parallel ", o.n_parallel, " or --ubatch ", o.n_ubatch,
+        " is beyond what the planner handles (2^32, 2^16, 2^24)"));
+  }
   const model::HyperParams& hp = s.hp;
   if (o.kv_type != KvType::kF16 &&
       (hp.head_dim_k % kQuantBlock != 0 || hp.head_dim_v % kQuantBlock != 0)) {

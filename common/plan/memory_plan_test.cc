@@ -199,6 +199,9 @@ TEST(MemoryPlanTest, RejectsBadOptions) {
   o = Mission();
   o.n_parallel = 0;
   EXPECT_THAT(PlanMemory(Qwen3Shape(), o).status().message(), HasSubstr("--parallel"));
+  o = Mission();
+  o.n_ctx = int64_t{1} << 40;
+  EXPECT_THAT(PlanMemory(Qwen3Shape(), o).status().message(), HasSubstr("beyond"));
   // head_dim 48 is not whole q8_0 blocks.
   model::HyperParams hp = Qwen3_30B_A3B();
   hp.head_dim_k = hp.head_dim_v = 48;
