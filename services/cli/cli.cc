@@ -28,6 +28,8 @@ constexpr Command kCommands[] = {
      RunMakeTestModel},
     {"up", "start expert-workers and the dense service on this host", RunUp},
     {"bench", "prefill/decode speed, the worker alone and DRAM bandwidth", RunBench},
+    {"plan", "GPU memory plan: dense weights, KV cache, workspace, expert cache",
+     RunPlan},
 };
 
 void PrintUsage(std::FILE* f) {

@@ -41,24 +41,6 @@ uint64_t TensorSeed(uint64_t seed, absl::string_view name) {
   return Mix64(seed ^ Mix64(h));
 }
 
-model::HyperParams ToHyperParams(const TestModelSpec& s) {
-  model::HyperParams hp;
-  hp.arch = s.arch;
-  hp.n_embd = s.n_embd;
-  hp.n_layer = s.n_layer;
-  hp.n_ctx_train = s.n_ctx;
-  hp.n_head = s.n_head;
-  hp.n_head_kv = s.n_head_kv;
-  hp.head_dim_k = hp.head_dim_v = s.head_dim;
-  hp.n_vocab = s.n_vocab;
-  hp.n_expert = s.n_expert;
-  hp.n_expert_used = s.n_expert_used;
-  hp.n_ff = s.n_ff;
-  hp.n_ff_exp = s.n_ff_exp;
-  hp.n_ff_shexp = s.n_ff_shexp;
-  return hp;
-}
-
 bool HasSharedExpert(const model::ArchDescription& arch) {
   for (const model::TensorSpec& t : arch.tensors) {
     if (t.role == model::TensorRole::kSharedExpert) return true;
@@ -147,6 +129,24 @@ std::vector<RowSegment> OutputSegments(const VocabSpec& vocab, float scale) {
 }
 
 }  // namespace
+
+model::HyperParams ToHyperParams(const TestModelSpec& s) {
+  model::HyperParams hp;
+  hp.arch = s.arch;
+  hp.n_embd = s.n_embd;
+  hp.n_layer = s.n_layer;
+  hp.n_ctx_train = s.n_ctx;
+  hp.n_head = s.n_head;
+  hp.n_head_kv = s.n_head_kv;
+  hp.head_dim_k = hp.head_dim_v = s.head_dim;
+  hp.n_vocab = s.n_vocab;
+  hp.n_expert = s.n_expert;
+  hp.n_expert_used = s.n_expert_used;
+  hp.n_ff = s.n_ff;
+  hp.n_ff_exp = s.n_ff_exp;
+  hp.n_ff_shexp = s.n_ff_shexp;
+  return hp;
+}
 
 absl::StatusOr<TestModelSpec> PresetSpec(absl::string_view preset) {
   TestModelSpec s;

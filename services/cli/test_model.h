@@ -72,6 +72,10 @@ struct TestModelSpec {
 // (n_vocab 1024) and the context 4096 in both. InvalidArgument otherwise.
 absl::StatusOr<TestModelSpec> PresetSpec(absl::string_view preset);
 
+// The hyper-parameters the spec describes (n_ff_shexp as given, also for
+// qwen3moe, which has no shared expert).
+model::HyperParams ToHyperParams(const TestModelSpec& spec);
+
 // InvalidArgument naming the field: unsupported architecture or type,
 // non-positive sizes, n_head not a multiple of n_head_kv, odd head_dim,
 // n_expert_used > n_expert, n_expert > 512, a shared expert on qwen3moe

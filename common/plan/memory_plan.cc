@@ -1,0 +1,448 @@
+#include "common/plan/memory_plan.h"
+
+#include <algorithm>
+#include <cinttypes>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/base/status.h"
+#include "common/plan/byte_size.h"
+#include "nlohmann/json.hpp"
+
+namespace moesplit::plan {
+namespace {
+
+using model::TensorRole;
+
+constexpr int64_t kQuantBlock = 32;        // q8_0 / q4_0 elements per block
+constexpr int64_t kDecodeSplitLen = 512;   // positions per split-K partial
+constexpr int64_t kMinOutputSliceRows = 256;
+
+bool IsQuantized(GgmlType t) {
+  return t != GgmlType::kF32 && t != GgmlType::kF16 && t != GgmlType::kBF16;
+}
+
+uint64_t CeilDiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+std::string_view KvTypeName(KvType t) {
+  switch (t) {
+    case KvType::kF16: return "f16";
+    case KvType::kQ8_0: return "q8_0";
+    case KvType::kQ4_0: return "q4_0";
+  }
+  return "?";
+}
+
+absl::StatusOr<KvType> ParseKvType(absl::string_view name) {
+  const std::string n = absl::AsciiStrToLower(name);
+  for (KvType t : {KvType::kF16, KvType::kQ8_0, KvType::kQ4_0}) {
+    if (n == KvTypeName(t)) return t;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown KV type '", name, "' (supported: f16, q8_0, q4_0)"));
+}
+
+uint64_t KvElementBytes(KvType t, int64_t n) {
+  switch (t) {
+    case KvType::kF16: return static_cast<uint64_t>(n) * 2;
+    case KvType::kQ8_0: return static_cast<uint64_t>(n / kQuantBlock) * 34;
+    case KvType::kQ4_0: return static_cast<uint64_t>(n / kQuantBlock) * 18;
+  }
+  return 0;
+}
+
+absl::Status SetTensorBytes(ShapeTensor* t) {
+  if (t->ne.empty()) return absl::InvalidArgumentError(absl::StrCat(t->name, ": no shape"));
+  int64_t rows = 1;
+  for (size_t i = 1; i < t->ne.size(); ++i) rows *= t->ne[i];
+  const std::optional<uint64_t> row = RowBytes(t->type, t->ne[0]);
+  if (!row.has_value() || t->ne[0] <= 0 || rows <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        t->name, ": rows of ", t->ne[0], " elements are not whole ",
+        AbslView(GgmlTypeName(t->type)), " blocks"));
+  }
+  t->n_bytes = *row * static_cast<uint64_t>(rows);
+  return absl::OkStatus();
+}
+
+ModelShape ShapeOfModel(const model::Model& m) {
+  ModelShape s;
+  s.hp = m.hparams();
+  s.tied_output = m.tied_output();
+  auto add = [&](const GgufTensor* t, TensorRole role, int layer) {
+    if (t == nullptr) return;
+    ShapeTensor st{t->name, role, layer, t->type,
+                   std::vector<int64_t>(t->ne.begin(), t->ne.begin() + t->n_dims),
+                   t->n_bytes};
+    s.tensors.push_back(std::move(st));
+  };
+  for (const model::TensorSpec& spec : m.arch().tensors) {
+    if (!model::IsLayerTensor(spec.id)) {
+      add(m.tensor(spec.id), spec.role, -1);
+      continue;
+    }
+    for (int il = 0; il < m.n_layer(); ++il) add(m.tensor(spec.id, il), spec.role, il);
+  }
+  return s;
+}
+
+absl::StatusOr<ModelShape> ShapeFromTypes(
+    const model::HyperParams& hp,
+    GgmlType (*type_of)(const model::TensorSpec&, int, const model::HyperParams&),
+    bool (*include_optional)(const model::TensorSpec&)) {
+  const model::ArchDescription* arch = model::FindArch(hp.arch);
+  if (arch == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("unsupported architecture '", hp.arch,
+                                                   "' (supported: ",
+                                                   model::SupportedArchNames(), ")"));
+  }
+  if (hp.n_layer <= 0 || hp.n_embd <= 0 || hp.n_vocab <= 0 || hp.n_expert <= 0) {
+    return absl::InvalidArgumentError("n_layer, n_embd, n_vocab and n_expert must be positive");
+  }
+  ModelShape s;
+  s.hp = hp;
+  s.tied_output = true;
+  for (const model::TensorSpec& spec : arch->tensors) {
+    if (!spec.required && include_optional != nullptr && !include_optional(spec)) continue;
+    const bool per_layer = model::IsLayerTensor(spec.id);
+    for (int il = per_layer ? 0 : -1; il < (per_layer ? hp.n_layer : 0); ++il) {
+      ShapeTensor t;
+      t.name = model::TensorName(spec, il < 0 ? 0 : il);
+      t.role = spec.role;
+      t.layer = il;
+      t.type = type_of(spec, il, hp);
+      for (int d = 0; d < spec.n_dims; ++d) t.ne.push_back(model::ResolveDim(hp, spec.shape[d]));
+      RETURN_IF_ERROR(SetTensorBytes(&t));
+      if (spec.id == model::TensorId::kOutput) s.tied_output = false;
+      s.tensors.push_back(std::move(t));
+    }
+  }
+  return s;
+}
+
+namespace {
+
+DenseWeightBytes DenseBytes(const ModelShape& s, uint64_t* host_embd, uint64_t* host_experts) {
+  DenseWeightBytes d;
+  *host_embd = 0;
+  *host_experts = 0;
+  for (const ShapeTensor& t : s.tensors) {
+    switch (t.role) {
+      case TensorRole::kDense: d.attention += t.n_bytes; break;
+      case TensorRole::kNorm: d.norms += t.n_bytes; break;
+      case TensorRole::kRouter: d.routers += t.n_bytes; break;
+      case TensorRole::kSharedExpert: d.shared_experts += t.n_bytes; break;
+      case TensorRole::kOutput: d.output_head += t.n_bytes; break;
+      case TensorRole::kRoutedExpert: *host_experts += t.n_bytes; break;
+      case TensorRole::kEmbeddings:
+        if (s.tied_output) d.output_head += t.n_bytes; else *host_embd += t.n_bytes;
+        break;
+    }
+  }
+  return d;
+}
+
+// The widest input of a GPU matrix product (for the f16 activation copy) and
+// the largest quantised per-layer dense matrix, in elements.
+void MatrixExtents(const ModelShape& s, int64_t* widest_input, int64_t* largest_layer) {
+  *widest_input = s.hp.n_embd;
+  *largest_layer = 0;
+  for (const ShapeTensor& t : s.tensors) {
+    if (t.ne.size() != 2 || t.ne[1] == 1) continue;
+    const bool gpu = t.role == TensorRole::kDense || t.role == TensorRole::kSharedExpert ||
+                     t.role == TensorRole::kRouter || t.role == TensorRole::kOutput ||
+                     (t.role == TensorRole::kEmbeddings && s.tied_output);
+    if (!gpu) continue;
+    *widest_input = std::max(*widest_input, t.ne[0]);
+    if (t.layer >= 0 && IsQuantized(t.type)) {
+      *largest_layer = std::max(*largest_layer, t.ne[0] * t.ne[1]);
+    }
+  }
+}
+
+WorkspaceBytes Workspace(const ModelShape& s, const PlanOptions& o, bool shared_expert,
+                         int64_t* slice_rows) {
+  const model::HyperParams& hp = s.hp;
+  const int64_t u = o.n_ubatch, d = hp.n_embd;
+  const int64_t ff_shexp = shared_expert ? hp.n_ff_shexp : 0;
+  const int64_t kvd = hp.n_head_kv * (hp.head_dim_k + hp.head_dim_v);
+  WorkspaceBytes w;
+  const int64_t floats = 5 * d + hp.n_head * hp.head_dim_k + kvd + hp.n_head * hp.head_dim_v +
+                         hp.n_expert + 2 * hp.n_expert_used * hp.n_ff_exp +
+                         2 * ff_shexp;
+  int64_t widest = 0, largest = 0;
+  MatrixExtents(s, &widest, &largest);
+  w.activations = static_cast<uint64_t>(u) * (4 * floats + 2 * widest);
+  w.logits = static_cast<uint64_t>(hp.n_vocab) * u * 4;
+  const uint64_t f16_kv =
+      o.kv_type == KvType::kF16 ? 0 : static_cast<uint64_t>(o.n_ctx) * kvd * 2;
+  const uint64_t partials = static_cast<uint64_t>(o.n_parallel) * hp.n_head *
+                            CeilDiv(o.n_ctx, kDecodeSplitLen) * (hp.head_dim_v + 2) * 4;
+  w.attention = f16_kv + partials;
+  // The output head (when quantised) goes through the scratch in slices.
+  bool output_quantised = false;
+  for (const ShapeTensor& t : s.tensors) {
+    const bool head = t.role == TensorRole::kOutput ||
+                      (t.role == TensorRole::kEmbeddings && s.tied_output);
+    if (head && IsQuantized(t.type)) output_quantised = true;
+  }
+  int64_t scratch = largest;
+  *slice_rows = 0;
+  if (output_quantised) {
+    *slice_rows = std::max<int64_t>(kMinOutputSliceRows, largest / d);
+    *slice_rows = std::min(*slice_rows, hp.n_vocab);
+    scratch = std::max(scratch, *slice_rows * d);
+  }
+  w.dequant = static_cast<uint64_t>(scratch) * 2;
+  w.cublas = o.cublas_workspace_bytes;
+  return w;
+}
+
+absl::Status CheckOptions(const ModelShape& s, const PlanOptions& o) {
+  if (o.budget_bytes == 0) return absl::InvalidArgumentError("the GPU memory budget must be > 0");
+  if (o.n_ctx <= 0) return absl::InvalidArgumentError(absl::StrCat("--ctx must be > 0, got ", o.n_ctx));
+  if (o.n_parallel <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--parallel must be > 0, got ", o.n_parallel));
+  }
+  if (o.n_ubatch <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--ubatch must be > 0, got ", o.n_ubatch));
+  }
+  // Keeps every product below in 64 bits.
+  if (o.n_ctx > (int64_t{1} << 32) || o.n_parallel > (int64_t{1} << 16) ||
+      o.n_ubatch > (int64_t{1} << 24)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--ctx ", o.n_ctx, ", --parallel ", o.n_parallel, " or --ubatch ", o.n_ubatch,
+        " is beyond what the planner handles (2^32, 2^16, 2^24)"));
+  }
+  const model::HyperParams& hp = s.hp;
+  if (o.kv_type != KvType::kF16 &&
+      (hp.head_dim_k % kQuantBlock != 0 || hp.head_dim_v % kQuantBlock != 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KV type ", AbslView(KvTypeName(o.kv_type)), " needs head dims that are multiples of 32; this model has ",
+        hp.head_dim_k, " / ", hp.head_dim_v, " (use --kv-type f16)"));
+  }
+  if (hp.n_layer <= 0 || hp.n_embd <= 0 || hp.n_head_kv <= 0) {
+    return absl::InvalidArgumentError("the model shape has zero layers, width or KV heads");
+  }
+  return absl::OkStatus();
+}
+
+MemoryPlan FixedPart(const ModelShape& s, const PlanOptions& o) {
+  MemoryPlan p;
+  p.options = o;
+  p.hp = s.hp;
+  p.dense = DenseBytes(s, &p.host_token_embd, &p.host_routed_experts);
+  const int64_t kvd = s.hp.n_head_kv * (s.hp.head_dim_k + s.hp.head_dim_v);
+  p.kv_bytes_per_position = static_cast<uint64_t>(s.hp.n_layer) * KvElementBytes(o.kv_type, kvd);
+  p.kv_cache = p.kv_bytes_per_position * static_cast<uint64_t>(o.n_ctx) *
+               static_cast<uint64_t>(o.n_parallel);
+  p.workspace = Workspace(s, o, p.dense.shared_experts > 0, &p.output_head_slice_rows);
+  p.margin = o.margin_bytes;
+  return p;
+}
+
+}  // namespace
+
+std::vector<uint64_t> ExpertBytesPerLayer(const ModelShape& s) {
+  std::vector<uint64_t> per_layer(std::max<int64_t>(s.hp.n_layer, 0), 0);
+  if (s.hp.n_expert <= 0) return per_layer;
+  for (const ShapeTensor& t : s.tensors) {
+    if (t.role == TensorRole::kRoutedExpert && t.layer >= 0 && t.layer < s.hp.n_layer) {
+      per_layer[t.layer] += t.n_bytes / static_cast<uint64_t>(s.hp.n_expert);
+    }
+  }
+  return per_layer;
+}
+
+model::ExpertCacheOptions ExpertCacheOptionsFor(const ModelShape& shape, const MemoryPlan& plan) {
+  model::ExpertCacheOptions o;
+  o.n_layer = static_cast<int>(shape.hp.n_layer);
+  o.n_expert = static_cast<int>(shape.hp.n_expert);
+  o.n_slots = plan.expert_cache.slots;
+  o.expert_bytes = ExpertBytesPerLayer(shape);
+  return o;
+}
+
+namespace {
+
+ExpertCachePlan CachePlan(const ModelShape& s, uint64_t bytes) {
+  ExpertCachePlan c;
+  c.bytes = bytes;
+  c.experts_per_layer = s.hp.n_expert;
+  for (uint64_t b : ExpertBytesPerLayer(s)) {
+    if (b > 0) ++c.moe_layers;
+    c.slot_bytes = std::max(c.slot_bytes, b);
+  }
+  if (c.slot_bytes > 0) c.slots = static_cast<int64_t>(bytes / c.slot_bytes);
+  c.slots = std::min(c.slots, c.moe_layers * c.experts_per_layer);
+  if (c.moe_layers > 0) c.slots_per_layer = c.slots / c.moe_layers;
+  return c;
+}
+
+bool Fits(const ModelShape& s, const PlanOptions& o) {
+  return FixedPart(s, o).fixed_bytes() <= o.budget_bytes;
+}
+
+// "try --ctx 32768 or --kv-type q4_0", or "" when nothing helps.
+std::string Suggestion(const ModelShape& s, const PlanOptions& o) {
+  std::vector<std::string> tries;
+  // The largest multiple of 1024 below the requested context that fits.
+  PlanOptions c = o;
+  int64_t lo = 0, hi = o.n_ctx / 1024;
+  while (lo < hi) {  // largest k in [0, hi) with ctx = k * 1024 fitting
+    const int64_t mid = (lo + hi + 1) / 2;
+    c.n_ctx = mid * 1024;
+    if (mid * 1024 < o.n_ctx && Fits(s, c)) lo = mid; else hi = mid - 1;
+  }
+  if (lo > 0) tries.push_back(absl::StrCat("--ctx ", lo * 1024));
+  for (KvType t : {KvType::kQ8_0, KvType::kQ4_0}) {
+    if (KvElementBytes(t, 1024) >= KvElementBytes(o.kv_type, 1024)) continue;
+    PlanOptions k = o;
+    k.kv_type = t;
+    if (s.hp.head_dim_k % kQuantBlock == 0 && s.hp.head_dim_v % kQuantBlock == 0 && Fits(s, k)) {
+      tries.push_back(absl::StrCat("--kv-type ", AbslView(KvTypeName(t))));
+      break;
+    }
+  }
+  if (o.n_parallel > 1) {
+    PlanOptions p = o;
+    for (p.n_parallel = o.n_parallel - 1; p.n_parallel >= 1; --p.n_parallel) {
+      if (Fits(s, p)) {
+        tries.push_back(absl::StrCat("--parallel ", p.n_parallel));
+        break;
+      }
+    }
+  }
+  if (tries.empty()) return "";
+  return absl::StrCat("; try ", absl::StrJoin(tries, " or "));
+}
+
+std::string Gib(uint64_t b) { return absl::StrFormat("%.2f GiB", ToGiB(b)); }
+
+}  // namespace
+
+absl::StatusOr<MemoryPlan> PlanMemory(const ModelShape& shape, const PlanOptions& options) {
+  RETURN_IF_ERROR(CheckOptions(shape, options));
+  MemoryPlan p = FixedPart(shape, options);
+  if (p.host_routed_experts == 0) {
+    return absl::InvalidArgumentError("the model has no routed experts to plan for");
+  }
+  const uint64_t need = p.fixed_bytes();
+  if (need > options.budget_bytes) {
+    std::string hint = Suggestion(shape, options);
+    if (hint.empty()) {
+      hint = absl::StrCat("; the dense weights, a 1024-position KV cache and the workspace "
+                          "alone do not fit");
+    }
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "needs ", Gib(need), " (dense weights ", Gib(p.dense.total()), " + KV cache ",
+        Gib(p.kv_cache), " + workspace ", Gib(p.workspace.total()), " + margin ", Gib(p.margin),
+        "), budget ", Gib(options.budget_bytes), ": ", Gib(need - options.budget_bytes),
+        " short", hint));
+  }
+  p.expert_cache = CachePlan(shape, options.budget_bytes - need);
+  return p;
+}
+
+namespace {
+
+void Row(std::string* out, absl::string_view name, uint64_t bytes, absl::string_view note = "") {
+  absl::StrAppendFormat(out, "  %-24s %16s  %10s  %s\n", name, absl::StrCat(bytes),
+                        FormatBytes(bytes), note);
+}
+
+}  // namespace
+
+std::string FormatPlanTable(const MemoryPlan& p) {
+  const PlanOptions& o = p.options;
+  const model::HyperParams& hp = p.hp;
+  std::string out;
+  absl::StrAppendFormat(&out,
+                        "model:    %s, %d layers, d %d, %d/%d heads x %d, %d experts top-%d, "
+                        "expert FFN %d, vocab %d\n",
+                        hp.arch, hp.n_layer, hp.n_embd, hp.n_head, hp.n_head_kv, hp.head_dim_k,
+                        hp.n_expert, hp.n_expert_used, hp.n_ff_exp, hp.n_vocab);
+  absl::StrAppendFormat(&out, "options:  ctx %d x %d sequence%s, KV %s, micro-batch %d\n",
+                        o.n_ctx, o.n_parallel, o.n_parallel == 1 ? "" : "s",
+                        AbslView(KvTypeName(o.kv_type)), o.n_ubatch);
+  absl::StrAppendFormat(&out, "budget:   %d bytes (%s)\n\n", o.budget_bytes,
+                        FormatBytes(o.budget_bytes));
+  absl::StrAppendFormat(&out, "  %-24s %16s  %10s\n", "GPU", "bytes", "");
+  Row(&out, "dense weights", p.dense.total());
+  Row(&out, "  attention", p.dense.attention);
+  Row(&out, "  norms", p.dense.norms);
+  Row(&out, "  routers", p.dense.routers);
+  Row(&out, "  shared experts", p.dense.shared_experts);
+  Row(&out, "  output head", p.dense.output_head,
+      p.host_token_embd == 0 ? "(tied: the token embedding, on the GPU)" : "");
+  Row(&out, "KV cache", p.kv_cache,
+      absl::StrFormat("%d bytes/position x %d x %d", p.kv_bytes_per_position, o.n_ctx,
+                      o.n_parallel));
+  Row(&out, "workspace", p.workspace.total());
+  Row(&out, "  activations", p.workspace.activations);
+  Row(&out, "  logits", p.workspace.logits);
+  Row(&out, "  attention scratch", p.workspace.attention);
+  Row(&out, "  dequant scratch", p.workspace.dequant,
+      p.output_head_slice_rows > 0
+          ? absl::StrFormat("(output head in slices of %d rows)", p.output_head_slice_rows)
+          : "");
+  Row(&out, "  cuBLAS", p.workspace.cublas);
+  Row(&out, "margin", p.margin);
+  const ExpertCachePlan& c = p.expert_cache;
+  const int64_t all = c.moe_layers * c.experts_per_layer;
+  Row(&out, "expert cache", c.bytes,
+      absl::StrFormat("%d experts of %d bytes = %d per layer of %d (%.1f%%)", c.slots,
+                      c.slot_bytes, c.slots_per_layer, c.experts_per_layer,
+                      all ? 100.0 * c.slots / all : 0.0));
+  Row(&out, "total", p.gpu_total());
+  absl::StrAppendFormat(&out, "\n  %-24s\n", "host (CPU)");
+  Row(&out, "token embedding", p.host_token_embd,
+      p.host_token_embd ? "(rows gathered per step, copied up)" : "(tied: on the GPU)");
+  Row(&out, "routed experts", p.host_routed_experts, "(expert-workers)");
+  return out;
+}
+
+std::string FormatPlanJson(const MemoryPlan& p) {
+  const PlanOptions& o = p.options;
+  nlohmann::ordered_json j;
+  j["budget_bytes"] = o.budget_bytes;
+  j["options"] = {{"ctx", o.n_ctx},
+                  {"parallel", o.n_parallel},
+                  {"kv_type", std::string(KvTypeName(o.kv_type))},
+                  {"ubatch", o.n_ubatch},
+                  {"margin_bytes", o.margin_bytes}};
+  j["gpu"] = {
+      {"dense_weights",
+       {{"total", p.dense.total()},
+        {"attention", p.dense.attention},
+        {"norms", p.dense.norms},
+        {"routers", p.dense.routers},
+        {"shared_experts", p.dense.shared_experts},
+        {"output_head", p.dense.output_head}}},
+      {"kv_cache", {{"total", p.kv_cache}, {"bytes_per_position", p.kv_bytes_per_position}}},
+      {"workspace",
+       {{"total", p.workspace.total()},
+        {"activations", p.workspace.activations},
+        {"logits", p.workspace.logits},
+        {"attention", p.workspace.attention},
+        {"dequant", p.workspace.dequant},
+        {"cublas", p.workspace.cublas},
+        {"output_head_slice_rows", p.output_head_slice_rows}}},
+      {"margin", p.margin},
+      {"expert_cache",
+       {{"total", p.expert_cache.bytes},
+        {"slot_bytes", p.expert_cache.slot_bytes},
+        {"slots", p.expert_cache.slots},
+        {"slots_per_layer", p.expert_cache.slots_per_layer},
+        {"moe_layers", p.expert_cache.moe_layers},
+        {"experts_per_layer", p.expert_cache.experts_per_layer}}},
+      {"total", p.gpu_total()}};
+  j["host"] = {{"token_embd", p.host_token_embd}, {"routed_experts", p.host_routed_experts}};
+  return j.dump(2) + "\n";
+}
+
+}  // namespace moesplit::plan

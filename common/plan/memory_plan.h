@@ -1,0 +1,186 @@
+// GPU memory planner of the dense service: where every byte of a model goes
+// for a given GPU budget, context, parallel sequences and KV element type.
+// Pure arithmetic over hyper-parameters and tensor types, so it runs without
+// a GPU (`moesplit plan`) and the dense service uses the same numbers at
+// start-up (then exports them, common/telemetry/plan_metrics.h).
+//
+// Placement (in this order, each from the budget):
+//   1. dense weights on the GPU: attention projections and biases, every
+//      RMSNorm weight, the routers, the shared experts (and their gate), the
+//      output norm and the output head. The token embedding stays on the
+//      host (as llama.cpp keeps it: only n_tokens rows are gathered per
+//      step and copied up), unless the output head is tied to it, in which
+//      case the matrix lives on the GPU once and serves both.
+//      Routed experts stay on the host (expert-workers) except the copies in
+//      the hot-expert cache (5).
+//   2. KV cache: n_layer x n_ctx x n_parallel x per-position bytes, where one
+//      layer's position holds n_head_kv x (head_dim_k + head_dim_v) elements
+//      of the KV type: f16 2 bytes; q8_0 34 bytes per 32; q4_0 18 bytes per
+//      32 (ggml's block sizes; the head dims must then be multiples of 32).
+//   3. compute workspace, for the largest micro-batch (n_ubatch tokens):
+//      - activations: n_ubatch x 4 bytes x (5 d [residual, normed input,
+//        attention output projection, routed sum, worker partials]
+//        + n_head hd_k [q] + n_head_kv (hd_k + hd_v) [k, v] + n_head hd_v
+//        [attention output] + n_expert [router logits] + 2 top_k ff_exp
+//        [gate/up of GPU-cached experts] + 2 ff_shexp [shared expert, if any]),
+//        plus n_ubatch x 2 bytes x the widest matrix input (f16 copy of the
+//        activations for cuBLAS);
+//      - logits: n_vocab x n_ubatch x 4 bytes;
+//      - attention scratch: for a quantised KV type, one layer's K and V of
+//        one sequence's whole context converted to f16 (n_ctx x n_head_kv x
+//        (hd_k + hd_v) x 2 bytes), plus split-K decode partials
+//        (n_parallel x n_head x ceil(n_ctx / 512) x (hd_v + 2) x 4 bytes);
+//      - dequantise-to-f16 scratch for cuBLAS prefill: 2 bytes x the largest
+//        quantised per-layer dense matrix; the output head is dequantised in
+//        slices of `output_head_slice_rows` rows that fit the same scratch
+//        (at least 256 rows);
+//      - cuBLAS workspace (PlanOptions::cublas_workspace_bytes).
+//   4. a margin (PlanOptions::margin_bytes) for allocator rounding and small
+//      buffers.
+//   5. the hot-expert cache: everything left, in slots of the largest
+//      routed expert (gate + up + down of one expert of one layer, from the
+//      tensor types), reported in total and per MoE layer.
+// A configuration whose items 1-4 exceed the budget is refused with
+// ResourceExhausted saying by how much, and what would fit (a smaller
+// --ctx, a smaller --kv-type, fewer --parallel).
+//
+// Thread-safe: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "common/gguf/types.h"
+#include "common/model/arch.h"
+#include "common/model/expert_cache.h"
+#include "common/model/model.h"
+
+namespace moesplit::plan {
+
+enum class KvType { kF16, kQ8_0, kQ4_0 };
+std::string_view KvTypeName(KvType t);  // "f16", "q8_0", "q4_0"
+// Case-insensitive "f16" | "q8_0" | "q4_0"; InvalidArgument listing them.
+absl::StatusOr<KvType> ParseKvType(absl::string_view name);
+// Bytes of `n` elements of `t`. REQUIRES: n a multiple of 32 for q8_0/q4_0.
+uint64_t KvElementBytes(KvType t, int64_t n);
+
+// One tensor of a model as far as the planner cares.
+struct ShapeTensor {
+  std::string name;
+  model::TensorRole role = model::TensorRole::kDense;
+  int layer = -1;  // -1 for a global tensor
+  GgmlType type = GgmlType::kF32;
+  std::vector<int64_t> ne;  // ggml order
+  uint64_t n_bytes = 0;
+};
+
+// Hyper-parameters and tensor table: from a loaded Model, or built from
+// hyper-parameters and tensor types alone (no file needed).
+struct ModelShape {
+  model::HyperParams hp;
+  bool tied_output = false;
+  std::vector<ShapeTensor> tensors;
+};
+
+// The shape of a loaded model.
+ModelShape ShapeOfModel(const model::Model& m);
+
+// A shape from hyper-parameters (hp.n_vocab set) and a type per tensor:
+// every tensor of hp.arch's description, shapes resolved from `hp`, the type
+// `type_of(spec, layer)` returns (layer -1 for globals); optional tensors are
+// left out when `include_optional(spec)` is false. Without an output tensor
+// the shape is tied. InvalidArgument for an unknown architecture, zero
+// sizes, or a row that is not whole blocks of its type.
+absl::StatusOr<ModelShape> ShapeFromTypes(
+    const model::HyperParams& hp,
+    GgmlType (*type_of)(const model::TensorSpec& spec, int layer, const model::HyperParams& hp),
+    bool (*include_optional)(const model::TensorSpec& spec));
+
+// Computes n_bytes of `t` from its type and shape (InvalidArgument when a
+// row is not whole blocks).
+absl::Status SetTensorBytes(ShapeTensor* t);
+
+struct PlanOptions {
+  uint64_t budget_bytes = 0;   // GPU memory to plan for (> 0)
+  int64_t n_ctx = 0;           // positions per sequence (> 0)
+  int64_t n_parallel = 1;      // sequences
+  KvType kv_type = KvType::kF16;
+  int64_t n_ubatch = 512;      // largest micro-batch (tokens per forward step)
+  uint64_t margin_bytes = uint64_t{256} << 20;
+  uint64_t cublas_workspace_bytes = uint64_t{32} << 20;
+};
+
+struct DenseWeightBytes {
+  uint64_t attention = 0;       // q, k, v, o (+ biases)
+  uint64_t norms = 0;           // every RMSNorm weight incl. output_norm
+  uint64_t routers = 0;
+  uint64_t shared_experts = 0;  // incl. their sigmoid gate
+  uint64_t output_head = 0;     // output.weight, or the tied embedding
+  uint64_t total() const { return attention + norms + routers + shared_experts + output_head; }
+};
+
+struct WorkspaceBytes {
+  uint64_t activations = 0;
+  uint64_t logits = 0;
+  uint64_t attention = 0;
+  uint64_t dequant = 0;
+  uint64_t cublas = 0;
+  uint64_t total() const { return activations + logits + attention + dequant + cublas; }
+};
+
+struct ExpertCachePlan {
+  uint64_t bytes = 0;          // all that is left of the budget
+  uint64_t slot_bytes = 0;     // the largest routed expert (gate + up + down)
+  int64_t slots = 0;           // bytes / slot_bytes
+  int64_t moe_layers = 0;      // layers with routed experts
+  int64_t experts_per_layer = 0;
+  int64_t slots_per_layer = 0;  // slots / moe_layers (an even split)
+};
+
+struct MemoryPlan {
+  PlanOptions options;
+  model::HyperParams hp;
+  // GPU
+  DenseWeightBytes dense;
+  uint64_t kv_cache = 0;
+  uint64_t kv_bytes_per_position = 0;  // all layers, one sequence
+  WorkspaceBytes workspace;
+  int64_t output_head_slice_rows = 0;  // rows per dequantised output slice
+  uint64_t margin = 0;
+  ExpertCachePlan expert_cache;
+  // Host
+  uint64_t host_token_embd = 0;       // 0 when tied (then on the GPU)
+  uint64_t host_routed_experts = 0;   // all routed experts, on the workers
+
+  // dense + kv + workspace + margin (what must fit before the cache).
+  uint64_t fixed_bytes() const { return dense.total() + kv_cache + workspace.total() + margin; }
+  uint64_t gpu_total() const { return fixed_bytes() + expert_cache.bytes; }
+};
+
+// The plan, or InvalidArgument for bad options (zero budget, ctx, parallel
+// or ubatch; head dims not multiples of 32 with a quantised KV type; a shape
+// without routed experts) or ResourceExhausted when items 1-4 do not fit:
+//   "needs 9.30 GiB (dense weights 0.76 GiB + KV cache 6.00 GiB + workspace
+//    0.55 GiB + margin 0.25 GiB), budget 8.00 GiB: 1.30 GiB short; try --ctx
+//    32768 or --kv-type q4_0"
+absl::StatusOr<MemoryPlan> PlanMemory(const ModelShape& shape, const PlanOptions& options);
+
+// Bytes of one routed expert (gate + up + down) of each layer (0 for a layer
+// without routed experts), from the tensor types.
+std::vector<uint64_t> ExpertBytesPerLayer(const ModelShape& shape);
+
+// The hot-expert cache for a plan: the plan's slots, the shape's layers,
+// experts and per-layer expert bytes (the other options keep their defaults).
+model::ExpertCacheOptions ExpertCacheOptionsFor(const ModelShape& shape, const MemoryPlan& plan);
+
+// The plan as a table: one line per use with bytes and GiB, then the host
+// side (for `moesplit plan`).
+std::string FormatPlanTable(const MemoryPlan& plan);
+// The plan as a JSON object (bytes as integers; keys as in the table).
+std::string FormatPlanJson(const MemoryPlan& plan);
+
+}  // namespace moesplit::plan

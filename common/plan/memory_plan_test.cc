@@ -1,0 +1,268 @@
+#include "common/plan/memory_plan.h"
+
+#include "common/model/testing/tiny_model.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace moesplit::plan {
+namespace {
+
+using ::testing::HasSubstr;
+using model::TensorId;
+
+constexpr uint64_t kGiB = uint64_t{1} << 30;
+
+// llama.cpp's Q4_K_M choice for a 48-layer, 128-expert qwen3moe
+// (services/cli/type_mix.h): Q6_K for attn_v and ffn_down_exps in the
+// "more bits" layers and for output.weight, Q4_K for other matrices, F32
+// norms and routers.
+GgmlType Q4KM(const model::TensorSpec& spec, int il, const model::HyperParams& hp) {
+  const int64_t n = hp.n_layer;
+  const bool more_bits = il < n / 8 || il >= 7 * n / 8 || (il - n / 8) % 3 == 2;
+  switch (spec.id) {
+    case TensorId::kOutput: return GgmlType::kQ6_K;
+    case TensorId::kAttnV:
+    case TensorId::kExpDown: return more_bits ? GgmlType::kQ6_K : GgmlType::kQ4_K;
+    case TensorId::kTokenEmbd:
+    case TensorId::kAttnQ:
+    case TensorId::kAttnK:
+    case TensorId::kAttnOutput:
+    case TensorId::kExpGate:
+    case TensorId::kExpUp: return GgmlType::kQ4_K;
+    default: return GgmlType::kF32;
+  }
+}
+
+// Qwen3-30B-A3B has QK-norm, no biases, no shared expert.
+bool Qwen3Optional(const model::TensorSpec& spec) {
+  return spec.id == TensorId::kAttnQNorm || spec.id == TensorId::kAttnKNorm ||
+         spec.id == TensorId::kOutput;
+}
+
+model::HyperParams Qwen3_30B_A3B() {
+  model::HyperParams hp;
+  hp.arch = "qwen3moe";
+  hp.n_layer = 48;
+  hp.n_embd = 2048;
+  hp.n_ctx_train = 40960;
+  hp.n_head = 32;
+  hp.n_head_kv = 4;
+  hp.head_dim_k = hp.head_dim_v = 128;
+  hp.n_vocab = 151936;
+  hp.n_expert = 128;
+  hp.n_expert_used = 8;
+  hp.n_ff = 6144;
+  hp.n_ff_exp = 768;
+  hp.n_ff_shexp = 0;
+  return hp;
+}
+
+ModelShape Qwen3Shape() {
+  absl::StatusOr<ModelShape> s = ShapeFromTypes(Qwen3_30B_A3B(), Q4KM, Qwen3Optional);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return *s;
+}
+
+PlanOptions Mission() {
+  PlanOptions o;
+  o.budget_bytes = 8 * kGiB;
+  o.n_ctx = 65536;
+  o.kv_type = KvType::kQ8_0;
+  return o;
+}
+
+TEST(MemoryPlanTest, KvElementBytes) {
+  EXPECT_EQ(KvElementBytes(KvType::kF16, 1024), 2048u);
+  EXPECT_EQ(KvElementBytes(KvType::kQ8_0, 1024), 1088u);  // 32 blocks x 34
+  EXPECT_EQ(KvElementBytes(KvType::kQ4_0, 1024), 576u);   // 32 blocks x 18
+  EXPECT_EQ(*ParseKvType("Q8_0"), KvType::kQ8_0);
+  EXPECT_THAT(ParseKvType("q5_1").status().message(), HasSubstr("f16, q8_0, q4_0"));
+}
+
+// The mission: Qwen3-30B-A3B at Q4_K_M, 64K context, q8_0 KV, 8 GiB. Every
+// number below is worked out by hand from the shapes (Q4_K: 144 bytes per
+// 256 elements, Q6_K: 210 per 256).
+TEST(MemoryPlanTest, Qwen3_30B_A3B_Q4KM_64K_Q8_0_On8GiB) {
+  absl::StatusOr<MemoryPlan> p = PlanMemory(Qwen3Shape(), Mission());
+  ASSERT_TRUE(p.ok()) << p.status();
+  // Attention, 24 "more bits" layers (attn_v Q6_K) and 24 others:
+  //   q, o: 2048 x 4096 Q4_K = 4,718,592 each; k: 512 x 2048 Q4_K = 589,824;
+  //   v: 860,160 (Q6_K) or 589,824.
+  EXPECT_EQ(p->dense.attention, 24u * (2 * 4718592 + 589824 + 860160) +
+                                    24u * (2 * 4718592 + 2 * 589824));
+  EXPECT_EQ(p->dense.attention, 516096000u);
+  // attn_norm + ffn_norm (2048 f32) + q_norm + k_norm (128 f32) per layer,
+  // plus output_norm.
+  EXPECT_EQ(p->dense.norms, 48u * (2 * 8192 + 2 * 512) + 8192);
+  EXPECT_EQ(p->dense.routers, 48u * 128 * 2048 * 4);
+  EXPECT_EQ(p->dense.shared_experts, 0u);
+  EXPECT_EQ(p->dense.output_head, 151936u * 2048 / 256 * 210);  // Q6_K
+  EXPECT_EQ(p->dense.total(), 822523904u);
+  EXPECT_EQ(p->host_token_embd, 151936u * 2048 / 256 * 144);     // Q4_K, on the host
+  // KV: 4 heads x (128 + 128) = 1024 elements = 32 q8_0 blocks of 34 bytes.
+  EXPECT_EQ(p->kv_bytes_per_position, 48u * 1088);
+  EXPECT_EQ(p->kv_cache, uint64_t{48} * 1088 * 65536);
+  EXPECT_EQ(p->kv_cache, 3422552064u);
+  // Workspace for 512 tokens.
+  const uint64_t floats = 5 * 2048 + 4096 + 1024 + 4096 + 128 + 2 * 8 * 768;
+  EXPECT_EQ(p->workspace.activations, 512u * (4 * floats + 2 * 4096));
+  EXPECT_EQ(p->workspace.logits, 151936u * 512 * 4);
+  EXPECT_EQ(p->workspace.attention, uint64_t{65536} * 1024 * 2 + 32u * 128 * 130 * 4);
+  EXPECT_EQ(p->workspace.dequant, 2u * 4096 * 2048);
+  EXPECT_EQ(p->output_head_slice_rows, 4096);
+  EXPECT_EQ(p->workspace.cublas, 32u << 20);
+  EXPECT_EQ(p->workspace.total(), 567312384u);
+  EXPECT_EQ(p->margin, 256u << 20);
+  EXPECT_EQ(p->fixed_bytes(), 5080823808u);
+  // Experts: gate + up Q4_K (884,736 each) + down Q6_K (1,290,240) in the
+  // more-bits layers: the slot is 3,059,712 bytes.
+  EXPECT_EQ(p->expert_cache.bytes, 8 * kGiB - 5080823808u);
+  EXPECT_EQ(p->expert_cache.slot_bytes, 3059712u);
+  EXPECT_EQ(p->expert_cache.slots, 1146);
+  EXPECT_EQ(p->expert_cache.moe_layers, 48);
+  EXPECT_EQ(p->expert_cache.slots_per_layer, 23);
+  EXPECT_EQ(p->host_routed_experts, uint64_t{128} * 24 * (3059712 + 2654208));
+  EXPECT_LE(p->gpu_total(), 8 * kGiB);
+  EXPECT_GT(p->gpu_total() + p->expert_cache.slot_bytes, 8 * kGiB - 1);
+}
+
+TEST(MemoryPlanTest, ExpertCacheOptionsFromThePlan) {
+  const ModelShape shape = Qwen3Shape();
+  absl::StatusOr<MemoryPlan> p = PlanMemory(shape, Mission());
+  ASSERT_TRUE(p.ok());
+  const model::ExpertCacheOptions o = ExpertCacheOptionsFor(shape, *p);
+  EXPECT_EQ(o.n_layer, 48);
+  EXPECT_EQ(o.n_expert, 128);
+  EXPECT_EQ(o.n_slots, 1146);
+  ASSERT_EQ(o.expert_bytes.size(), 48u);
+  EXPECT_EQ(o.expert_bytes[0], 3059712u);  // "more bits" layer: down in Q6_K
+  EXPECT_EQ(o.expert_bytes[6], 2654208u);  // Q4_K throughout
+  EXPECT_EQ(o.expert_bytes[8], 3059712u);
+  EXPECT_TRUE(model::ExpertCache::Create(o).ok());
+}
+
+TEST(MemoryPlanTest, F16KvAt64KAlsoFitsButLeavesLessForExperts) {
+  PlanOptions o = Mission();
+  o.kv_type = KvType::kF16;
+  absl::StatusOr<MemoryPlan> p = PlanMemory(Qwen3Shape(), o);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->kv_cache, uint64_t{48} * 2048 * 65536);
+  EXPECT_EQ(p->workspace.attention, 32u * 128 * 130 * 4);  // no f16 conversion
+  EXPECT_EQ(p->fixed_bytes(), 7966504960u);
+  EXPECT_EQ(p->expert_cache.slots, (8 * kGiB - 7966504960u) / 3059712);
+}
+
+TEST(MemoryPlanTest, RefusesWhatDoesNotFitSayingByHowMuch) {
+  PlanOptions o = Mission();
+  o.kv_type = KvType::kF16;
+  o.budget_bytes = 6 * kGiB;
+  absl::StatusOr<MemoryPlan> p = PlanMemory(Qwen3Shape(), o);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kResourceExhausted);
+  // 7,966,504,960 bytes = 7.42 GiB; short by 1,524,054,016 = 1.42 GiB. The
+  // largest multiple of 1024 positions that fits is 48 x 1024.
+  EXPECT_THAT(p.status().message(), HasSubstr("needs 7.42 GiB"));
+  EXPECT_THAT(p.status().message(), HasSubstr("KV cache 6.00 GiB"));
+  EXPECT_THAT(p.status().message(), HasSubstr("budget 6.00 GiB: 1.42 GiB short"));
+  EXPECT_THAT(p.status().message(), HasSubstr("try --ctx 49152 or --kv-type q8_0"));
+  // The suggestions do fit.
+  o.n_ctx = 49152;
+  EXPECT_TRUE(PlanMemory(Qwen3Shape(), o).ok());
+  o.n_ctx = 50176;
+  EXPECT_FALSE(PlanMemory(Qwen3Shape(), o).ok());
+
+  // Parallel sequences multiply the KV cache.
+  o = Mission();
+  o.n_parallel = 3;
+  p = PlanMemory(Qwen3Shape(), o);
+  ASSERT_FALSE(p.ok());
+  EXPECT_THAT(p.status().message(), HasSubstr("KV cache 9.56 GiB"));
+  EXPECT_THAT(p.status().message(), HasSubstr("--parallel 2"));
+  EXPECT_THAT(p.status().message(), HasSubstr("--kv-type q4_0"));
+
+  // Nothing helps when the dense weights alone exceed the budget.
+  o = Mission();
+  o.budget_bytes = 512u << 20;
+  p = PlanMemory(Qwen3Shape(), o);
+  ASSERT_FALSE(p.ok());
+  EXPECT_THAT(p.status().message(), HasSubstr("alone do not fit"));
+}
+
+TEST(MemoryPlanTest, RejectsBadOptions) {
+  PlanOptions o = Mission();
+  o.n_ctx = 0;
+  EXPECT_THAT(PlanMemory(Qwen3Shape(), o).status().message(), HasSubstr("--ctx must be > 0"));
+  o = Mission();
+  o.budget_bytes = 0;
+  EXPECT_EQ(PlanMemory(Qwen3Shape(), o).status().code(), absl::StatusCode::kInvalidArgument);
+  o = Mission();
+  o.n_parallel = 0;
+  EXPECT_THAT(PlanMemory(Qwen3Shape(), o).status().message(), HasSubstr("--parallel"));
+  o = Mission();
+  o.n_ctx = int64_t{1} << 40;
+  EXPECT_THAT(PlanMemory(Qwen3Shape(), o).status().message(), HasSubstr("beyond"));
+  // head_dim 48 is not whole q8_0 blocks.
+  model::HyperParams hp = Qwen3_30B_A3B();
+  hp.head_dim_k = hp.head_dim_v = 48;
+  hp.n_layer = 2;
+  absl::StatusOr<ModelShape> s = ShapeFromTypes(hp, Q4KM, Qwen3Optional);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_THAT(PlanMemory(*s, Mission()).status().message(), HasSubstr("multiples of 32"));
+  o = Mission();
+  o.kv_type = KvType::kF16;
+  EXPECT_TRUE(PlanMemory(*s, o).ok());
+}
+
+// A loaded model gives the same bytes as its file's tensor table; the tied
+// embedding counts as the output head, on the GPU.
+TEST(MemoryPlanTest, ShapeOfALoadedModel) {
+  for (bool tied : {false, true}) {
+    model::testing::TinyModelOptions mo;
+    mo.arch = "qwen2moe";
+    mo.tied_output = tied;
+    mo.matrix_type = GgmlType::kQ8_0;
+    absl::StatusOr<std::shared_ptr<const model::Model>> m = model::testing::MakeTinyModel(mo);
+    ASSERT_TRUE(m.ok()) << m.status();
+    const ModelShape s = ShapeOfModel(**m);
+    EXPECT_EQ(s.tied_output, tied);
+    PlanOptions o;
+    o.budget_bytes = 64u << 20;
+    o.n_ctx = 256;
+    o.margin_bytes = 1 << 20;
+    absl::StatusOr<MemoryPlan> p = PlanMemory(s, o);
+    ASSERT_TRUE(p.ok()) << p.status();
+    const model::ModelSummary sum = (*m)->Summary();
+    EXPECT_EQ(p->host_routed_experts, sum.bytes_by_role.at("routed_experts"));
+    EXPECT_EQ(p->dense.shared_experts, sum.bytes_by_role.at("shared_experts"));
+    EXPECT_GT(p->dense.shared_experts, 0u);
+    EXPECT_EQ(p->host_token_embd, tied ? 0 : sum.bytes_by_role.at("embeddings"));
+    EXPECT_EQ(p->dense.output_head, tied ? sum.bytes_by_role.at("embeddings")
+                                         : sum.bytes_by_role.at("output"));
+    // Everything the file holds is placed once: GPU dense + host.
+    uint64_t total = 0;
+    for (const auto& [role, b] : sum.bytes_by_role) total += b;
+    EXPECT_EQ(p->dense.total() + p->host_token_embd + p->host_routed_experts, total);
+    // The tiny model's whole expert set fits in 64 MiB.
+    EXPECT_EQ(p->expert_cache.slots, 2 * 4);
+    EXPECT_EQ(p->kv_bytes_per_position, 2u * 2 * (2 * 16) * 2);  // layers x heads x dims x f16
+  }
+}
+
+TEST(MemoryPlanTest, TableAndJson) {
+  absl::StatusOr<MemoryPlan> p = PlanMemory(Qwen3Shape(), Mission());
+  ASSERT_TRUE(p.ok());
+  const std::string table = FormatPlanTable(*p);
+  EXPECT_THAT(table, HasSubstr("KV cache"));
+  EXPECT_THAT(table, HasSubstr("3422552064"));
+  EXPECT_THAT(table, HasSubstr("1146 experts of 3059712 bytes = 23 per layer of 128"));
+  const nlohmann::json j = nlohmann::json::parse(FormatPlanJson(*p));
+  EXPECT_EQ(j["budget_bytes"].get<uint64_t>(), 8 * kGiB);
+  EXPECT_EQ(j["gpu"]["kv_cache"]["total"].get<uint64_t>(), 3422552064u);
+  EXPECT_EQ(j["gpu"]["expert_cache"]["slots"].get<int64_t>(), 1146);
+  EXPECT_EQ(j["gpu"]["total"].get<uint64_t>(), p->gpu_total());
+  EXPECT_EQ(j["options"]["kv_type"], "q8_0");
+}
+
+}  // namespace
+}  // namespace moesplit::plan

@@ -1,0 +1,77 @@
+#include "common/telemetry/gpu_metrics.h"
+
+#include <string>
+
+namespace moesplit::telemetry {
+namespace {
+
+prometheus::Family<prometheus::Gauge>& GaugeFamily(prometheus::Registry& r, const char* name,
+                                                   const char* help) {
+  return prometheus::BuildGauge().Name(name).Help(help).Register(r);
+}
+
+prometheus::Family<prometheus::Counter>& CounterFamily(prometheus::Registry& r,
+                                                       const char* name, const char* help) {
+  return prometheus::BuildCounter().Name(name).Help(help).Register(r);
+}
+
+}  // namespace
+
+GpuMetrics::GpuMetrics(prometheus::Registry& r, int n_layer)
+    : plan_family_(GaugeFamily(r, "moesplit_gpu_memory_plan_bytes",
+                               "GPU memory planned per use")),
+      prefetch_family_(CounterFamily(r, "moesplit_expert_prefetch_total",
+                                     "Predicted experts by outcome (routed or not)")),
+      budget_(GaugeFamily(r, "moesplit_gpu_memory_budget_bytes",
+                          "GPU memory the plan was made for")
+                  .Add({})),
+      used_(GaugeFamily(r, "moesplit_gpu_memory_used_bytes",
+                        "GPU memory in use (device total - free)")
+                .Add({})),
+      plan_dense_(plan_family_.Add({{"use", "dense_weights"}})),
+      plan_kv_(plan_family_.Add({{"use", "kv_cache"}})),
+      plan_workspace_(plan_family_.Add({{"use", "workspace"}})),
+      plan_cache_(plan_family_.Add({{"use", "expert_cache"}})),
+      hits_(CounterFamily(r, "moesplit_expert_cache_hits_total",
+                          "Routed experts found in the GPU expert cache")
+                .Add({})),
+      misses_(CounterFamily(r, "moesplit_expert_cache_misses_total",
+                            "Routed experts not in the GPU expert cache")
+                  .Add({})),
+      h2d_(CounterFamily(r, "moesplit_expert_cache_h2d_bytes_total",
+                         "Expert weight bytes copied host to device")
+               .Add({})),
+      prefetch_hit_(prefetch_family_.Add({{"outcome", "hit"}})),
+      prefetch_miss_(prefetch_family_.Add({{"outcome", "miss"}})) {
+  auto& resident = GaugeFamily(r, "moesplit_expert_cache_resident_experts",
+                               "Experts resident in the GPU cache per layer");
+  for (int l = 0; l < n_layer; ++l) resident_.push_back(&resident.Add({{"layer", std::to_string(l)}}));
+}
+
+void GpuMetrics::SetPlan(const plan::MemoryPlan& p) {
+  budget_.Set(static_cast<double>(p.options.budget_bytes));
+  plan_dense_.Set(static_cast<double>(p.dense.total()));
+  plan_kv_.Set(static_cast<double>(p.kv_cache));
+  plan_workspace_.Set(static_cast<double>(p.workspace.total() + p.margin));
+  plan_cache_.Set(static_cast<double>(p.expert_cache.bytes));
+}
+
+void GpuMetrics::SetUsedBytes(uint64_t bytes) { used_.Set(static_cast<double>(bytes)); }
+
+void GpuMetrics::UpdateExpertCache(const model::ExpertCache& c) {
+  for (int l = 0; l < c.n_layer() && l < static_cast<int>(resident_.size()); ++l) {
+    resident_[l]->Set(static_cast<double>(c.resident_in_layer(l)));
+  }
+  const model::ExpertCacheStats& s = c.stats();
+  auto add = [](prometheus::Counter& counter, uint64_t now, uint64_t before) {
+    if (now > before) counter.Increment(static_cast<double>(now - before));
+  };
+  add(hits_, s.hits, last_.hits);
+  add(misses_, s.misses, last_.misses);
+  add(h2d_, s.h2d_bytes, last_.h2d_bytes);
+  add(prefetch_hit_, s.prefetch_hits, last_.prefetch_hits);
+  add(prefetch_miss_, s.prefetch_misses, last_.prefetch_misses);
+  last_ = s;
+}
+
+}  // namespace moesplit::telemetry

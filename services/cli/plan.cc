@@ -1,0 +1,131 @@
+// moesplit plan: the dense service's GPU memory plan (common/plan) for a
+// model file, or for a named shape and file type without any file.
+#include <cinttypes>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/base/status.h"
+#include "common/model/model.h"
+#include "common/plan/byte_size.h"
+#include "common/plan/memory_plan.h"
+#include "services/cli/commands.h"
+#include "services/cli/test_model.h"
+#include "services/cli/type_mix.h"
+
+namespace moesplit::cli {
+namespace {
+
+// The tensor table of a preset shape with a file type's mix (as
+// make-test-model would write it). "qwen3-30b-a3b" gets the real model's
+// vocabulary (151936) and training context (40960) unless --vocab is given.
+absl::StatusOr<plan::ModelShape> PresetShape(const std::string& preset,
+                                             const std::string& type, int64_t vocab) {
+  ASSIGN_OR_RETURN(TestModelSpec spec, PresetSpec(preset));
+  if (absl::AsciiStrToLower(preset) == "qwen3-30b-a3b") {
+    spec.n_vocab = 151936;
+    spec.n_ctx = 40960;
+  }
+  if (vocab > 0) spec.n_vocab = vocab;
+  spec.type = type;
+  ASSIGN_OR_RETURN(std::vector<PlannedTensor> tensors, PlanTensors(spec));
+  plan::ModelShape s;
+  s.hp = ToHyperParams(spec);
+  s.tied_output = true;
+  for (PlannedTensor& t : tensors) {
+    plan::ShapeTensor st;
+    int layer = -1;
+    if (absl::StartsWith(t.name, "blk.")) {
+      const size_t dot = t.name.find('.', 4);
+      if (!absl::SimpleAtoi(absl::string_view(t.name).substr(4, dot - 4), &layer)) layer = -1;
+    }
+    if (t.name == "output.weight") s.tied_output = false;
+    st.name = t.name;
+    st.role = t.role;
+    st.layer = layer;
+    st.type = t.type;
+    st.ne = t.ne;
+    RETURN_IF_ERROR(plan::SetTensorBytes(&st));
+    s.tensors.push_back(std::move(st));
+  }
+  return s;
+}
+
+}  // namespace
+
+absl::Status RunPlan(const Args& args, const CommandIo& io) {
+  std::string model_path, preset, type = "Q4_K_M", gpu_memory, kv_type = "f16";
+  std::string margin = "256MiB";
+  int64_t ctx = 0, parallel = 1, ubatch = 512, vocab = 0;
+  bool json = false;
+  FlagParser f;
+  f.AddString("model|m", &model_path, "GGUF model (or --preset)");
+  f.AddString("preset", &preset,
+              "plan for a shape without a file: qwen3-30b-a3b (vocab 151936) | tiny");
+  f.AddString("type", &type,
+              absl::StrCat("file type of --preset (default Q4_K_M): ",
+                           absl::StrJoin(FileTypeMixNames(), " ")));
+  f.AddInt("vocab", &vocab, "vocabulary size of --preset");
+  f.AddString("gpu-memory", &gpu_memory,
+              "GPU memory budget, e.g. 8GiB, 7.5G, 8000MiB, bytes (required)");
+  f.AddInt("ctx|c", &ctx, "context positions per sequence (default: the model's)");
+  f.AddString("kv-type", &kv_type, "KV cache element type: f16 | q8_0 | q4_0 (default f16)");
+  f.AddInt("parallel", &parallel, "sequences served at once (default 1)");
+  f.AddInt("ubatch", &ubatch, "largest micro-batch in tokens (default 512)");
+  f.AddString("margin", &margin, "memory kept free for rounding and small buffers (default 256MiB)");
+  f.AddBool("json", &json, "print the plan as JSON");
+  ASSIGN_OR_RETURN(bool go, ParseFlags(f, args,
+                                       "plan (--model M | --preset P) --gpu-memory SIZE "
+                                       "[--ctx N] [--kv-type f16|q8_0|q4_0] [--parallel N] [--json]",
+                                       io));
+  if (!go) return absl::OkStatus();
+  if (!f.positional().empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("plan: unexpected argument '", f.positional()[0], "'"));
+  }
+  if (model_path.empty() == preset.empty()) {
+    return absl::InvalidArgumentError("plan: give exactly one of --model and --preset");
+  }
+  if (!f.WasSet("gpu-memory")) {
+    return absl::InvalidArgumentError("plan: missing --gpu-memory (e.g. --gpu-memory 8GiB)");
+  }
+  plan::PlanOptions o;
+  absl::StatusOr<uint64_t> budget = plan::ParseByteSize(gpu_memory);
+  if (!budget.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--gpu-memory: ", budget.status().message()));
+  }
+  absl::StatusOr<uint64_t> margin_bytes = plan::ParseByteSize(margin);
+  if (!margin_bytes.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--margin: ", margin_bytes.status().message()));
+  }
+  o.budget_bytes = *budget;
+  o.margin_bytes = *margin_bytes;
+  ASSIGN_OR_RETURN(o.kv_type, plan::ParseKvType(kv_type));
+  o.n_parallel = parallel;
+  o.n_ubatch = ubatch;
+
+  plan::ModelShape shape;
+  if (!model_path.empty()) {
+    ASSIGN_OR_RETURN(std::shared_ptr<const model::Model> m, model::Model::Open(model_path));
+    shape = plan::ShapeOfModel(*m);
+  } else {
+    ASSIGN_OR_RETURN(shape, PresetShape(preset, type, vocab));
+  }
+  o.n_ctx = f.WasSet("ctx") ? ctx : shape.hp.n_ctx_train;
+  absl::StatusOr<plan::MemoryPlan> p = plan::PlanMemory(shape, o);
+  if (!p.ok()) {
+    // A configuration that does not fit is the caller's to change: exit 2.
+    if (p.status().code() == absl::StatusCode::kResourceExhausted) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("plan does not fit: ", p.status().message()));
+    }
+    return p.status();
+  }
+  const std::string text = json ? plan::FormatPlanJson(*p) : plan::FormatPlanTable(*p);
+  std::fputs(text.c_str(), io.out);
+  return absl::OkStatus();
+}
+
+}  // namespace moesplit::cli
