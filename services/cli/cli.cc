@@ -27,6 +27,8 @@ constexpr Command kCommands[] = {
     {"make-test-model", "write a random-weight qwen3moe/qwen2moe GGUF",
      RunMakeTestModel},
     {"up", "start expert-workers and the dense service on this host", RunUp},
+    {"health", "gRPC health check of a running service (exit 0 when SERVING)", RunHealth},
+    {"complete", "one streamed completion from a running dense service", RunComplete},
 };
 
 void PrintUsage(std::FILE* f) {
