@@ -12,7 +12,14 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libboost-dev prometheus-cpp-dev libnuma-dev libcpp-httplib-dev
   prometheus
+  docker-compose python3 python3-yaml curl
 )
+# The deployment tests install helm and the Kubernetes schemas with npm
+# (tests/deploy/tools.sh). A machine that has node and npm from elsewhere keeps
+# them; otherwise Debian's are installed.
+if ! command -v npm >/dev/null 2>&1; then
+  PACKAGES+=(nodejs npm)
+fi
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do
