@@ -12,7 +12,7 @@
 FROM debian:12 AS build
 WORKDIR /src
 COPY scripts/install-deps.sh scripts/install-deps.sh
-RUN bash scripts/install-deps.sh && rm -rf /var/lib/apt/lists/*
+RUN MOESPLIT_BUILD_ONLY=1 bash scripts/install-deps.sh && rm -rf /var/lib/apt/lists/*
 COPY . .
 RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOESPLIT_CUDA=OFF \
  && cmake --build /build --target moesplit-expert-worker moesplit \

@@ -29,8 +29,13 @@ if [[ $rc != 0 && $(wc -l <"$WORK/h.err") == 1 ]] && grep -q "^moesplit: 127.0.0
   pass "moesplit health on a closed port exits $rc"; else
   fail "moesplit health on a closed port: rc=$rc $(cat "$WORK/h.out" "$WORK/h.err")"; fi
 
+"$BIN/moesplit" complete --addr 127.0.0.1:1 --prompt hi --timeout-ms 500 >"$WORK/c.out" 2>"$WORK/c.err"
+rc=$?
+if [[ $rc != 0 ]] && grep -q "^moesplit: 127.0.0.1:1" "$WORK/c.err"; then
+  pass "moesplit complete against a closed port exits $rc"; else
+  fail "moesplit complete against a closed port: rc=$rc $(cat "$WORK/c.err")"; fi
 run_completion "$BIN" "$WORK" || exit 1
-pass "one completion through the dense service"
+pass "one completion through the dense service: $(tail -n 1 "$WORK/complete.err")"
 if python3 "$REPO/tests/deploy/promql_check.py" names "$REPO" \
      "http://$DENSE_METRICS/metrics" "http://$W0_METRICS/metrics" "http://$W1_METRICS/metrics"; then
   pass "metric names"; else fail "metric names (see the list above)"; fi

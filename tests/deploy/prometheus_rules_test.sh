@@ -20,6 +20,7 @@ check "promtool check rules" promtool check rules "$REPO"/deploy/prometheus/rule
 check "promtool test rules" bash -c "cd '$REPO/deploy/prometheus/tests' && promtool test rules *.test.yml"
 check "promtool check config" promtool check config --syntax-only "$REPO/deploy/prometheus/prometheus.yml"
 check "PromQL name extractor self-test" python3 "$REPO/tests/deploy/promql_check.py" selftest
+check "Grafana dashboards are well formed" python3 "$REPO/tests/deploy/promql_check.py" dashboards "$REPO"
 check "every rule and dashboard expression parses" python3 "$REPO/tests/deploy/promql_check.py" parse "$REPO" "$WORK"
 # A broken expression must be caught by the same path.
 mkdir -p "$WORK/broken/deploy/prometheus/rules" "$WORK/broken/deploy/grafana/dashboards"

@@ -197,7 +197,38 @@ def selftest():
     return 1 if bad else 0
 
 
+def dashboards(repo):
+    """Grafana JSON that provisioning accepts and that renders as a grid."""
+    bad, uids = [], {}
+    paths = sorted(glob.glob(os.path.join(repo, "deploy/grafana/dashboards/*.json")))
+    for path in paths:
+        rel = os.path.relpath(path, repo)
+        d = json.load(open(path))
+        for key in ("uid", "title", "panels", "schemaVersion"):
+            if key not in d:
+                bad.append(f"{rel}: no {key}")
+        if d.get("uid") in uids:
+            bad.append(f"{rel}: uid {d['uid']} also in {uids[d['uid']]}")
+        uids[d.get("uid")] = rel
+        ids = [p.get("id") for p in d.get("panels", [])]
+        if len(ids) != len(set(ids)) or None in ids:
+            bad.append(f"{rel}: panel ids not unique: {ids}")
+        for p in d.get("panels", []):
+            g = p.get("gridPos", {})
+            if not all(k in g for k in "hwxy") or g["x"] + g["w"] > 24:
+                bad.append(f"{rel}: panel {p.get('title')}: bad gridPos {g}")
+            for t in p.get("targets", []):
+                if t.get("datasource", {}).get("uid") != "${datasource}":
+                    bad.append(f"{rel}: panel {p.get('title')}: target not on the $datasource variable")
+    for b in bad:
+        print("FAIL", b)
+    print(f"{len(paths)} dashboards: {'ok' if not bad else f'{len(bad)} problem(s)'}")
+    return 1 if bad or not paths else 0
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "dashboards":
+        return dashboards(sys.argv[2])
     if len(sys.argv) >= 4 and sys.argv[1] == "parse":
         return parse(sys.argv[2], sys.argv[3])
     if len(sys.argv) >= 4 and sys.argv[1] == "names":
