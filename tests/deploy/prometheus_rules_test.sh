@@ -20,6 +20,9 @@ check "promtool check rules" promtool check rules "$REPO"/deploy/prometheus/rule
 check "promtool test rules" bash -c "cd '$REPO/deploy/prometheus/tests' && promtool test rules *.test.yml"
 check "promtool check config" promtool check config --syntax-only "$REPO/deploy/prometheus/prometheus.yml"
 check "PromQL name extractor self-test" python3 "$REPO/tests/deploy/promql_check.py" selftest
+mkdir -p "$WORK/dashboards"
+check "dashboards are what deploy/grafana/make_dashboards.py writes" bash -c \
+  "python3 '$REPO/deploy/grafana/make_dashboards.py' '$WORK/dashboards' && diff -r '$WORK/dashboards' '$REPO/deploy/grafana/dashboards'"
 check "Grafana dashboards are well formed" python3 "$REPO/tests/deploy/promql_check.py" dashboards "$REPO"
 check "every rule and dashboard expression parses" python3 "$REPO/tests/deploy/promql_check.py" parse "$REPO" "$WORK"
 # A broken expression must be caught by the same path.
