@@ -120,7 +120,11 @@ for x in pod["containers"]:
     assert {"name": "shm", "mountPath": "/dev/shm"} in x["volumeMounts"], x["name"]
 assert [arg(x, "--shard") for x in pod["containers"][1:]] == ["layers=0-15", "layers=16-31", "layers=32-47"]
 assert [arg(x, "--listen-shm") for x in pod["containers"][1:]] == ["moesplit-w0", "moesplit-w1", "moesplit-w2"]
+for docs in (d, c):
+    jobs = sorted(x["metadata"]["labels"]["moesplit.io/job"] for x in docs if x["kind"] == "Service")
+    assert jobs == ["moesplit-dense", "moesplit-expert-worker"], jobs
 cm = load("colocated-monitor")
+assert one(cm, "ServiceMonitor")["spec"]["jobLabel"] == "moesplit.io/job"
 assert [e["port"] for e in one(cm, "ServiceMonitor")["spec"]["endpoints"]] == ["metrics", "metrics-w0", "metrics-w1"]
 assert "nvidia.com/gpu" not in one(cm, "Deployment")["spec"]["template"]["spec"]["containers"][0]["resources"].get("limits", {})
 print("rendered objects are what the values ask for")
