@@ -131,6 +131,14 @@ print("rendered objects are what the values ask for")
 PY
 ); then pass "$out"; else fail "chart structure: $out"; fi
 
+# NOTES.txt renders (a client-side dry-run install needs no cluster).
+for extra in "" "--set coLocation.enabled=true --set serviceMonitor.enabled=true"; do
+  # shellcheck disable=SC2086
+  if "$HELM" install rel "$CHART" --dry-run=client --namespace ml $extra >"$WORK/notes.out" 2>&1 &&
+     grep -q "helm test rel -n ml" "$WORK/notes.out" && grep -q "moesplit complete --addr" "$WORK/notes.out"; then
+    pass "NOTES.txt renders${extra:+ ($extra)}"; else fail "NOTES.txt${extra:+ ($extra)}: $(tail -n 5 "$WORK/notes.out")"; fi
+done
+
 # Bad values are refused (values.schema.json, templates/validate.yaml).
 refuse() {
   local what=$1 want=$2
