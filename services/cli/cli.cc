@@ -30,6 +30,8 @@ constexpr Command kCommands[] = {
     {"bench", "prefill/decode speed, the worker alone and DRAM bandwidth", RunBench},
     {"plan", "GPU memory plan: dense weights, KV cache, workspace, expert cache",
      RunPlan},
+    {"health", "gRPC health check of a running service (exit 0 when SERVING)", RunHealth},
+    {"complete", "one streamed completion from a running dense service", RunComplete},
 };
 
 void PrintUsage(std::FILE* f) {

@@ -40,6 +40,8 @@ absl::Status RunMakeTestModel(const Args& args, const CommandIo& io);
 absl::Status RunUp(const Args& args, const CommandIo& io);
 absl::Status RunBench(const Args& args, const CommandIo& io);
 absl::Status RunPlan(const Args& args, const CommandIo& io);
+absl::Status RunHealth(const Args& args, const CommandIo& io);
+absl::Status RunComplete(const Args& args, const CommandIo& io);
 
 // argv without the program name. Returns the process exit status.
 int RunCli(const Args& args, const CommandIo& io);

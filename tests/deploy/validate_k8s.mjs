@@ -1,0 +1,113 @@
+// Validates rendered Kubernetes manifests (multi-document YAML on argv[2]):
+//  1. each object against its Kubernetes JSON schema (kubernetes-models,
+//     generated from the Kubernetes OpenAPI; ServiceMonitor from
+//     @kubernetes-models/prometheus-operator), duplicate YAML keys rejected;
+//  2. cross references: Service/PDB/ServiceMonitor selectors select a workload,
+//     Service targetPorts exist in the selected pods, a StatefulSet's
+//     serviceName is a headless Service, every long-running container has gRPC
+//     startup/readiness/liveness probes and runs as non-root.
+// Run from a folder whose node_modules holds js-yaml and those packages.
+import fs from "node:fs";
+import path from "node:path";
+import * as yaml from "js-yaml";
+
+const file = process.argv[2];
+const docs = yaml.loadAll(fs.readFileSync(file, "utf8")).filter((d) => d != null);
+const errors = [];
+const err = (obj, msg) => errors.push(`${obj?.kind ?? "?"}/${obj?.metadata?.name ?? "?"}: ${msg}`);
+
+async function modelFor(apiVersion, kind) {
+  const candidates = [
+    `kubernetes-models/${apiVersion}/${kind}`,
+    `@kubernetes-models/prometheus-operator/${apiVersion}/${kind}`,
+  ];
+  for (const c of candidates) {
+    const p = path.resolve("node_modules", c + ".js");
+    if (fs.existsSync(p)) return (await import(p))[kind];
+  }
+  return null;
+}
+
+for (const d of docs) {
+  if (!d.apiVersion || !d.kind || !d.metadata?.name) {
+    err(d, "missing apiVersion, kind or metadata.name");
+    continue;
+  }
+  const Model = await modelFor(d.apiVersion, d.kind);
+  if (!Model) {
+    err(d, `no schema for ${d.apiVersion} ${d.kind}`);
+    continue;
+  }
+  try {
+    new Model(d).validate();
+  } catch (e) {
+    err(d, `schema: ${e.message}`);
+  }
+}
+
+const matches = (selector, labels) =>
+  Object.entries(selector ?? {}).every(([k, v]) => labels?.[k] === v);
+const workloads = docs.filter((d) => ["Deployment", "StatefulSet"].includes(d.kind));
+const podsOf = (selector) => {
+  const pods = workloads.filter((w) => matches(selector, w.spec.template.metadata?.labels))
+    .map((w) => w.spec.template);
+  const bare = docs.filter((d) => d.kind === "Pod" && matches(selector, d.metadata.labels));
+  return pods.concat(bare.map((p) => ({ metadata: p.metadata, spec: p.spec })));
+};
+
+for (const w of workloads) {
+  if (!matches(w.spec.selector?.matchLabels, w.spec.template.metadata?.labels)) {
+    err(w, "selector does not match its pod template's labels");
+  }
+  const spec = w.spec.template.spec;
+  if (spec.securityContext?.runAsNonRoot !== true) err(w, "pod does not set runAsNonRoot: true");
+  for (const c of spec.containers) {
+    for (const probe of ["startupProbe", "readinessProbe", "livenessProbe"]) {
+      if (!c[probe]?.grpc?.port) err(w, `container ${c.name}: no gRPC ${probe}`);
+      else if (!c.ports?.some((p) => p.containerPort === c[probe].grpc.port)) {
+        err(w, `container ${c.name}: ${probe} port ${c[probe].grpc.port} is not a container port`);
+      }
+    }
+    for (const m of c.volumeMounts ?? []) {
+      if (!spec.volumes?.some((v) => v.name === m.name)) err(w, `container ${c.name}: no volume ${m.name}`);
+    }
+  }
+  if (w.kind === "StatefulSet") {
+    const svc = docs.find((d) => d.kind === "Service" && d.metadata.name === w.spec.serviceName);
+    if (!svc) err(w, `serviceName ${w.spec.serviceName} is not a Service of the chart`);
+    else if (svc.spec.clusterIP !== "None") err(w, `Service ${svc.metadata.name} is not headless`);
+  }
+}
+
+for (const s of docs.filter((d) => d.kind === "Service")) {
+  const pods = podsOf(s.spec.selector);
+  if (pods.length === 0) { err(s, "selects no pod of the chart"); continue; }
+  for (const p of s.spec.ports) {
+    if (typeof p.targetPort !== "string") continue;
+    const found = pods.some((pod) => pod.spec.containers.some((c) =>
+      (c.ports ?? []).some((cp) => cp.name === p.targetPort)));
+    if (!found) err(s, `targetPort ${p.targetPort} is no container port of the selected pods`);
+  }
+}
+
+for (const b of docs.filter((d) => d.kind === "PodDisruptionBudget")) {
+  if (podsOf(b.spec.selector?.matchLabels).length === 0) err(b, "selects no pod of the chart");
+}
+
+for (const m of docs.filter((d) => d.kind === "ServiceMonitor")) {
+  const svcs = docs.filter((d) => d.kind === "Service" && matches(m.spec.selector?.matchLabels, d.metadata.labels));
+  if (svcs.length === 0) err(m, "selects no Service of the chart");
+  for (const e of m.spec.endpoints) {
+    if (!svcs.some((s) => s.spec.ports.some((p) => p.name === e.port))) {
+      err(m, `endpoint port ${e.port} is on no selected Service`);
+    }
+  }
+}
+
+const kinds = docs.map((d) => d.kind).sort().join(", ");
+if (errors.length) {
+  console.log(`FAIL ${file}: ${errors.length} problem(s)`);
+  for (const e of errors) console.log("  " + e);
+  process.exit(1);
+}
+console.log(`${path.basename(file)}: ${docs.length} objects valid (${kinds})`);
