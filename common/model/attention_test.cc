@@ -32,8 +32,10 @@ TEST_P(DotF16Test, MatchesExactSumAndScalarForm) {
   }
   const float fast = DotF16(n, x.data(), y.data());
   const float scalar = DotF16(n, x.data(), y.data(), F16Kernels::kScalar);
+  const float avx2 = DotF16(n, x.data(), y.data(), F16Kernels::kAvx2);
   EXPECT_NEAR(fast, exact, 1e-6 * mag + 1e-30) << "n=" << n;
   EXPECT_EQ(Fp32ToBits(fast), Fp32ToBits(scalar)) << "n=" << n;
+  EXPECT_EQ(Fp32ToBits(avx2), Fp32ToBits(scalar)) << "n=" << n;
 }
 
 INSTANTIATE_TEST_SUITE_P(Sizes, DotF16Test, ::testing::Values(1, 7, 63, 64, 100, 128, 200, 256));
@@ -58,19 +60,23 @@ TEST(DotF16OrderTest, FollowsGgmlAvx512Reduction) {
 }
 
 TEST(MadScaleF16Test, VectorEqualsScalarAndFormula) {
-  for (int64_t n : {1, 7, 8, 64, 130}) {
+  for (int64_t n : {1, 7, 8, 16, 31, 64, 130}) {
     const auto x = RandomF16(n, 3), y0 = RandomF16(n, 4);
-    std::vector<uint16_t> a = y0, b = y0;
+    std::vector<uint16_t> a = y0, b = y0, c = y0;
     MadF16(n, a.data(), x.data(), 0.37f);
     MadF16(n, b.data(), x.data(), 0.37f, F16Kernels::kScalar);
+    MadF16(n, c.data(), x.data(), 0.37f, F16Kernels::kAvx2);
     EXPECT_EQ(a, b) << "n=" << n;
+    EXPECT_EQ(c, b) << "n=" << n;
     for (int64_t i = 0; i < n; ++i) {
       const float want = std::fma(Fp16ToFp32(x[i]), 0.37f, Fp16ToFp32(y0[i]));
       EXPECT_EQ(a[i], Fp32ToFp16(want)) << i;
     }
     ScaleF16(n, a.data(), 0.81f);
     ScaleF16(n, b.data(), 0.81f, F16Kernels::kScalar);
+    ScaleF16(n, c.data(), 0.81f, F16Kernels::kAvx2);
     EXPECT_EQ(a, b) << "n=" << n;
+    EXPECT_EQ(c, b) << "n=" << n;
   }
 }
 
@@ -101,6 +107,9 @@ TEST_P(AttendHeadTest, MatchesSoftmaxFormula) {
   AttendHead(a, acc.data(), out.data());
   AttendHead(a, acc.data(), out_scalar.data(), F16Kernels::kScalar);
   EXPECT_EQ(out, out_scalar);
+  std::vector<float> out_avx2(c.dv);
+  AttendHead(a, acc.data(), out_avx2.data(), F16Kernels::kAvx2);
+  EXPECT_EQ(out_avx2, out_scalar);
 
   std::vector<double> s(c.n_kv);
   double mx = -INFINITY;

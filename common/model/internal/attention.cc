@@ -112,34 +112,106 @@ MOESPLIT_TARGET void ScaleVector(int64_t n, uint16_t* y, float v) {
   ScaleScalar(n - i, y + i, v);
 }
 
-bool UseVector(F16Kernels k) {
-  static const bool kSupported = __builtin_cpu_supports("avx2") &&
-                                 __builtin_cpu_supports("fma") &&
-                                 __builtin_cpu_supports("f16c");
-  return k == F16Kernels::kAuto && kSupported;
+// The same operations with 16-lane registers: one accumulator per ggml
+// accumulator, the reduction as above.
+#define MOESPLIT_TARGET512 __attribute__((target("avx512f,avx512dq,avx2,fma,f16c")))
+
+MOESPLIT_TARGET512 inline __m512 Load16(const uint16_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+MOESPLIT_TARGET512 inline void Store16(uint16_t* p, __m512 v) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
+                      _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+}
+
+MOESPLIT_TARGET512 float DotVector512(int64_t n, const uint16_t* x, const uint16_t* y) {
+  const int64_t np = n & ~(kStep - 1);
+  if (np == 0) return DotTail(0, n, x, y, 0.0);
+  __m512 acc[4];
+  for (int j = 0; j < 4; ++j) acc[j] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < np; i += kStep) {
+    for (int j = 0; j < 4; ++j) {
+      const int64_t e = i + j * kLanes;
+      acc[j] = _mm512_fmadd_ps(Load16(x + e), Load16(y + e), acc[j]);
+    }
+  }
+  const __m512 v = _mm512_add_ps(_mm512_add_ps(acc[0], acc[2]), _mm512_add_ps(acc[1], acc[3]));
+  const __m256 t8 = _mm256_add_ps(_mm512_extractf32x8_ps(v, 1), _mm512_castps512_ps256(v));
+  const __m128 t4 = _mm_add_ps(_mm256_extractf128_ps(t8, 1), _mm256_castps256_ps128(t8));
+  float t[4];
+  _mm_storeu_ps(t, t4);
+  const float r0 = t[0] + t[2];
+  const float r1 = t[1] + t[3];
+  return DotTail(np, n, x, y, r0 + r1);
+}
+
+MOESPLIT_TARGET512 void MadVector512(int64_t n, uint16_t* y, const uint16_t* x, float v) {
+  const __m512 vv = _mm512_set1_ps(v);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) Store16(y + i, _mm512_fmadd_ps(Load16(x + i), vv, Load16(y + i)));
+  MadVector(n - i, y + i, x + i, v);
+}
+
+MOESPLIT_TARGET512 void ScaleVector512(int64_t n, uint16_t* y, float v) {
+  const __m512 vv = _mm512_set1_ps(v);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) Store16(y + i, _mm512_mul_ps(Load16(y + i), vv));
+  ScaleVector(n - i, y + i, v);
+}
+
+enum class Level { kScalar, kAvx2, kAvx512 };
+
+Level Pick(F16Kernels k) {
+  static const bool kAvx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                            __builtin_cpu_supports("f16c");
+  // _mm512_extractf32x8_ps needs AVX512DQ.
+  static const bool kAvx512 = kAvx2 && __builtin_cpu_supports("avx512f") &&
+                              __builtin_cpu_supports("avx512dq");
+  if (k == F16Kernels::kScalar || !kAvx2) return Level::kScalar;
+  if (k == F16Kernels::kAvx2 || !kAvx512) return Level::kAvx2;
+  return Level::kAvx512;
 }
 
 #else
 
-bool UseVector(F16Kernels) { return false; }
+enum class Level { kScalar, kAvx2, kAvx512 };
+Level Pick(F16Kernels) { return Level::kScalar; }
 float DotVector(int64_t n, const uint16_t* x, const uint16_t* y) { return DotScalar(n, x, y); }
 void MadVector(int64_t n, uint16_t* y, const uint16_t* x, float v) { MadScalar(n, y, x, v); }
 void ScaleVector(int64_t n, uint16_t* y, float v) { ScaleScalar(n, y, v); }
+float DotVector512(int64_t n, const uint16_t* x, const uint16_t* y) { return DotScalar(n, x, y); }
+void MadVector512(int64_t n, uint16_t* y, const uint16_t* x, float v) { MadScalar(n, y, x, v); }
+void ScaleVector512(int64_t n, uint16_t* y, float v) { ScaleScalar(n, y, v); }
 
 #endif
 
 }  // namespace
 
 float DotF16(int64_t n, const uint16_t* x, const uint16_t* y, F16Kernels k) {
-  return UseVector(k) ? DotVector(n, x, y) : DotScalar(n, x, y);
+  switch (Pick(k)) {
+    case Level::kAvx512: return DotVector512(n, x, y);
+    case Level::kAvx2: return DotVector(n, x, y);
+    case Level::kScalar: break;
+  }
+  return DotScalar(n, x, y);
 }
 
 void MadF16(int64_t n, uint16_t* y, const uint16_t* x, float v, F16Kernels k) {
-  UseVector(k) ? MadVector(n, y, x, v) : MadScalar(n, y, x, v);
+  switch (Pick(k)) {
+    case Level::kAvx512: return MadVector512(n, y, x, v);
+    case Level::kAvx2: return MadVector(n, y, x, v);
+    case Level::kScalar: break;
+  }
+  MadScalar(n, y, x, v);
 }
 
 void ScaleF16(int64_t n, uint16_t* y, float v, F16Kernels k) {
-  UseVector(k) ? ScaleVector(n, y, v) : ScaleScalar(n, y, v);
+  switch (Pick(k)) {
+    case Level::kAvx512: return ScaleVector512(n, y, v);
+    case Level::kAvx2: return ScaleVector(n, y, v);
+    case Level::kScalar: break;
+  }
+  ScaleScalar(n, y, v);
 }
 
 void ToF16(int64_t n, const float* src, uint16_t* dst) {

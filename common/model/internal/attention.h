@@ -18,10 +18,10 @@
 // ((a0+a2)+(a1+a3)), then 16 -> 8 -> 4 lanes (upper + lower halves), then
 // (l0+l2)+(l1+l3); the tail past a multiple of 64 is added in double.
 //
-// Every kernel has a portable scalar form and, on x86 CPUs with AVX2, FMA
-// and F16C, a vector form chosen at run time; both give bit-identical results
-// (element-wise operations in the same order, IEEE round-to-nearest-even
-// conversions).
+// Every kernel has a portable scalar form and, on x86 CPUs, AVX2 (+FMA, F16C)
+// and AVX-512 (F, DQ) forms chosen at run time; all give bit-identical
+// results (element-wise operations in the same order, IEEE
+// round-to-nearest-even conversions). kAvx2 / kScalar force a form (tests).
 //
 // Thread-safe: pure functions.
 #pragma once
@@ -30,7 +30,7 @@
 
 namespace moesplit::model::internal {
 
-enum class F16Kernels { kAuto, kScalar };
+enum class F16Kernels { kAuto, kAvx2, kScalar };
 
 // sum_i x[i] * y[i] over f16 vectors, in ggml's AVX-512 order (see above).
 float DotF16(int64_t n, const uint16_t* x, const uint16_t* y,
