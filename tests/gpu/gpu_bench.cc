@@ -88,6 +88,15 @@ void Line(const std::string& k, const std::string& v) {
 std::string GiB(uint64_t b) { return absl::StrCat(b / 1048576.0 / 1024.0, " GiB (", b, " bytes)"); }
 
 int Run(const Args& a) {
+  // The device first: without one there is nothing to measure (and no
+  // reason to write an 18 GB model).
+  auto dev = cuda::CreateCudaDevice(0);
+  if (!dev.ok()) {
+    std::fprintf(stderr, "no GPU: %s\n", std::string(dev.status().message()).c_str());
+    Line("status", "no CUDA device");
+    return 3;
+  }
+  Line("device", (*dev)->name());
   if (!std::filesystem::exists(a.model)) {
     if (!a.generate) {
       std::fprintf(stderr, "%s does not exist (use --generate)\n", a.model.c_str());
@@ -112,13 +121,6 @@ int Run(const Args& a) {
     std::fprintf(stderr, "open: %s\n", std::string(model.status().message()).c_str());
     return 1;
   }
-  auto dev = cuda::CreateCudaDevice(0);
-  if (!dev.ok()) {
-    std::fprintf(stderr, "no GPU: %s\n", std::string(dev.status().message()).c_str());
-    Line("status", "no CUDA device");
-    return 3;
-  }
-  Line("device", (*dev)->name());
   ThreadPool pool(a.threads);
   Line("cpu_threads", absl::StrCat(pool.size()));
   model::InProcessExperts experts(model::ExpertStore(*model), &pool);
