@@ -16,7 +16,7 @@ JOBS=${JOBS:-2}
 PKG=$ROOT/gpu-pack
 LIMIT_MIB=${LIMIT_MIB:-62}
 FIXTURES=${MOESPLIT_FIXTURES_DIR:-$ROOT/../shared/fixtures}
-BINARIES=(cuda_block_codec_test cuda_device_test cuda_ops_test cuda_forward_test gpu_bench)
+BINARIES=(cuda_block_codec_test cuda_device_test cuda_ops_test cuda_forward_test sequence_runner_test gpu_bench)
 
 if [ ! -x /usr/local/cuda/bin/nvcc ]; then
   echo "package.sh: /usr/local/cuda/bin/nvcc not found" >&2

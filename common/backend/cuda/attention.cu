@@ -79,9 +79,13 @@ __global__ void __launch_bounds__(kWarps * 32) AttentionKernel(AttentionParams p
     acc[j] = 0.0f;
   }
   const int64_t n_kv = p.pos0 + t + 1;
+  const int n_split = gridDim.z;
+  const int64_t chunk = (n_kv + n_split - 1) / n_split;
+  const int64_t begin = static_cast<int64_t>(blockIdx.z) * chunk;
+  const int64_t end = begin + chunk < n_kv ? begin + chunk : n_kv;
   const int64_t col0 = static_cast<int64_t>(kvh) * hd + lane;
   float m = -INFINITY, l = 0.0f;
-  for (int64_t pos = warp; pos < n_kv; pos += kWarps) {
+  for (int64_t pos = begin + warp; pos < end; pos += kWarps) {
     const uint8_t* krow = SlotRow(p.kv.k, p.kv, pos, p.kv.k_row_bytes);
     float s = 0.0f;
 #pragma unroll
@@ -116,17 +120,71 @@ __global__ void __launch_bounds__(kWarps * 32) AttentionKernel(AttentionParams p
     f[w] = sm_l[w] > 0.0f ? expf(sm_m[w] - big) : 0.0f;
     total += sm_l[w] * f[w];
   }
-  float* out = p.out + (t * p.n_head + h) * hd;
+  if (n_split == 1) {
+    float* out = p.out + (t * p.n_head + h) * hd;
+    for (int e = threadIdx.x; e < hd; e += blockDim.x) {
+      float o = 0.0f;
+      for (int w = 0; w < kWarps; ++w) o += sm_acc[w][e] * f[w];
+      out[e] = o / total;
+    }
+    return;
+  }
+  // Split-K partial: {max, sum, acc[hd]} relative to this block's max (an
+  // empty range leaves sum 0).
+  float* part = p.split_scratch + ((t * p.n_head + h) * n_split + blockIdx.z) * (hd + 2);
+  if (threadIdx.x == 0) {
+    part[0] = big;
+    part[1] = total;
+  }
   for (int e = threadIdx.x; e < hd; e += blockDim.x) {
     float o = 0.0f;
     for (int w = 0; w < kWarps; ++w) o += sm_acc[w][e] * f[w];
-    out[e] = o / total;
+    part[2 + e] = o;
   }
+}
+
+// Merges the n_split partials of each (head, token).
+__global__ void AttentionMergeKernel(const float* scratch, int n_head, int hd, int n_split,
+                                     float* out) {
+  const int h = blockIdx.x;
+  const int64_t t = blockIdx.y;
+  const float* part = scratch + (t * n_head + h) * n_split * (hd + 2);
+  float big = -INFINITY;
+  for (int z = 0; z < n_split; ++z) {
+    if (part[z * (hd + 2) + 1] > 0.0f) big = fmaxf(big, part[z * (hd + 2)]);
+  }
+  float total = 0.0f;
+  for (int z = 0; z < n_split; ++z) {
+    const float l = part[z * (hd + 2) + 1];
+    if (l > 0.0f) total += l * expf(part[z * (hd + 2)] - big);
+  }
+  for (int e = threadIdx.x; e < hd; e += blockDim.x) {
+    float o = 0.0f;
+    for (int z = 0; z < n_split; ++z) {
+      const float l = part[z * (hd + 2) + 1];
+      if (l > 0.0f) o += part[z * (hd + 2) + 2 + e] * expf(part[z * (hd + 2)] - big);
+    }
+    out[(t * n_head + h) * hd + e] = o / total;
+  }
+}
+
+// Blocks per (head, token): 1, or for a decode batch over a long context
+// enough to give each about kSplitChunk positions (at most kMaxSplits).
+int SplitCount(const AttentionParams& p) {
+  if (p.split_scratch == nullptr || p.n_tok > kMaxSplitTokens ||
+      p.split_scratch_elems < AttentionSplitElems(p.n_head, p.head_dim)) {
+    return 1;
+  }
+  const int64_t n_kv = p.pos0 + p.n_tok;
+  const int64_t want = (n_kv + kSplitChunk - 1) / kSplitChunk;
+  return static_cast<int>(want < kMaxSplits ? want : kMaxSplits);
 }
 
 template <GgmlType F>
 CallResult LaunchAttention(const AttentionParams& p, cudaStream_t s) {
-  const dim3 grid(static_cast<unsigned>(p.n_head), static_cast<unsigned>(p.n_tok));
+  const int n_split = SplitCount(p);
+  const dim3 grid(static_cast<unsigned>(p.n_head), static_cast<unsigned>(p.n_tok),
+                  static_cast<unsigned>(n_split));
   const int threads = kWarps * 32;
   switch (p.head_dim / 32) {
     case 1: AttentionKernel<F, 1><<<grid, threads, 0, s>>>(p); break;
@@ -139,7 +197,11 @@ CallResult LaunchAttention(const AttentionParams& p, cudaStream_t s) {
     case 8: AttentionKernel<F, 8><<<grid, threads, 0, s>>>(p); break;
     default: return {cudaErrorInvalidValue, "Attention: head_dim"};
   }
-  return {cudaGetLastError(), "AttentionKernel<<<>>>"};
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess || n_split == 1) return {e, "AttentionKernel<<<>>>"};
+  AttentionMergeKernel<<<dim3(static_cast<unsigned>(p.n_head), static_cast<unsigned>(p.n_tok)),
+                         128, 0, s>>>(p.split_scratch, p.n_head, p.head_dim, n_split, p.out);
+  return {cudaGetLastError(), "AttentionMergeKernel<<<>>>"};
 }
 
 }  // namespace

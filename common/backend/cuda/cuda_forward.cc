@@ -160,11 +160,11 @@ void ForEachLayerMatrix(const model::Model& m, Fn fn) {
 
 // Element counts of the workspace buffers for micro-batches of B tokens.
 struct WorkspaceSizes {
-  int64_t x, q, kv_k, kv_v, attn, router, topk, sh, rope, logits, scratch, head_rows;
+  int64_t x, q, kv_k, kv_v, attn, router, topk, sh, rope, logits, scratch, head_rows, split;
   uint64_t DeviceBytes() const {
     // x, h, o, part: B x d each.
     return sizeof(float) * (4 * x + q + kv_k + kv_v + attn + router + topk + 2 * sh + sh / 1 +
-                            rope + logits + scratch) +
+                            rope + logits + scratch + split) +
            sizeof(int32_t) * (topk + x) + (uint64_t{32} << 20);  // + cuBLAS's own workspace
   }
 };
@@ -191,6 +191,7 @@ WorkspaceSizes Sizes(const model::Model& m, int64_t B) {
     if (w.type != GgmlType::kF32) max_elems = std::max(max_elems, w.n_rows * w.n_cols);
   });
   s.scratch = std::max(max_cols, std::min<int64_t>(max_elems, int64_t{16} << 20));
+  s.split = raw::AttentionSplitElems(static_cast<int>(hp.n_head), static_cast<int>(hp.head_dim_v));
   return s;
 }
 
@@ -234,7 +235,7 @@ struct CudaForward::Workspace {
   float *x = nullptr, *h = nullptr, *o = nullptr, *part = nullptr, *q = nullptr, *k = nullptr,
         *v = nullptr, *attn = nullptr, *router = nullptr, *wts = nullptr, *sh_g = nullptr,
         *sh_u = nullptr, *sh_s = nullptr, *rope = nullptr, *logits = nullptr,
-        *scratch = nullptr;
+        *scratch = nullptr, *split = nullptr;
   int32_t *tokens = nullptr, *ids = nullptr;
   void* cublas = nullptr;
   std::unique_ptr<PinnedHostBuffer> pin_h, pin_ids, pin_wts, pin_part;
@@ -377,6 +378,7 @@ absl::StatusOr<std::unique_ptr<CudaForward>> CudaForward::Create(
   RETURN_IF_ERROR(alloc(z.rope, &ws.rope));
   RETURN_IF_ERROR(alloc(z.logits, &ws.logits));
   RETURN_IF_ERROR(alloc(z.scratch, &ws.scratch));
+  RETURN_IF_ERROR(alloc(z.split, &ws.split));
   RETURN_IF_ERROR(alloc(options.max_batch, &ws.tokens));
   RETURN_IF_CUDA_ERROR(raw::CublasCreate(&ws.cublas, s->native()));
   ASSIGN_OR_RETURN(ws.pin_h, PinnedHostBuffer::Create(z.x * sizeof(float)));
@@ -508,6 +510,8 @@ absl::Status CudaForward::Attention(int il, int64_t n, int64_t pos0, CudaKvCache
   ap.n_head_kv = static_cast<int>(hp.n_head_kv);
   ap.head_dim = static_cast<int>(hd);
   ap.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  ap.split_scratch = ws.split;
+  ap.split_scratch_elems = ws.sizes.split;
   RETURN_IF_CUDA_ERROR(raw::Attention(ap, s));
   RETURN_IF_CUDA_ERROR(raw::MatMul(L.wo.m, ws.attn, n, ws.o, g, s));
   RETURN_IF_CUDA_ERROR(raw::Add(ws.x, ws.o, n * d, s));

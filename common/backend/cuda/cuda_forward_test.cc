@@ -140,6 +140,26 @@ TEST_P(CudaOracleTest, MatchesLlamaCppLogits) {
       EXPECT_LE(s.median_nmse, 5e-3) << name << " case " << index << ": " << Describe(s);
       EXPECT_GE(s.top1, 0.80) << name << " case " << index << ": " << Describe(s);
     }
+    // Case 0 again one token at a time: the decode kernels (mat-vec per
+    // format, single-query attention) against the same reference.
+    if (index == 0) {
+      auto c2 = (*fwd)->CreateCache();
+      ASSERT_TRUE(c2.ok());
+      std::vector<float> seq, one;
+      for (int32_t t : tokens) {
+        const int32_t tok[1] = {t};
+        ASSERT_TRUE((*fwd)->Eval(tok, c2->get(), LogitsMode::kLast, &one).ok());
+        seq.insert(seq.end(), one.begin(), one.end());
+      }
+      const Score d = Compare(seq, ref, nv);
+      std::printf("%-28s case 0 decode      %s\n", name.c_str(), Describe(d).c_str());
+      if (float_model) {
+        EXPECT_GE(d.frac_ok, 0.95) << name << " decode: " << Describe(d);
+      } else {
+        EXPECT_LE(d.median_nmse, 5e-3) << name << " decode: " << Describe(d);
+      }
+      EXPECT_GE(d.top1, float_model ? 0.95 : 0.80) << name << " decode: " << Describe(d);
+    }
     ++index;
   }
 }
@@ -257,11 +277,13 @@ class CudaForwardTest : public ::testing::Test {
 
 TEST_F(CudaForwardTest, MicroBatchesAndSingleTokensGiveTheSameLogits) {
   const int64_t nv = model_->hparams().n_vocab;
-  const std::vector<int32_t> prompt = Prompt(11, static_cast<int>(nv));
+  // 300 positions: the single-token evaluations past 256 take the split-K
+  // attention path.
+  const std::vector<int32_t> prompt = Prompt(300, static_cast<int>(nv));
   CudaForwardOptions whole;
-  whole.n_ctx = 32;
+  whole.n_ctx = 320;
   CudaForwardOptions small = whole;
-  small.max_batch = 4;
+  small.max_batch = 7;
   small.kv_page_size = 3;  // pages smaller than a batch
   auto a = Make(whole), b = Make(small);
   ASSERT_TRUE(a && b);
@@ -270,7 +292,7 @@ TEST_F(CudaForwardTest, MicroBatchesAndSingleTokensGiveTheSameLogits) {
   std::vector<float> la, lb, one;
   ASSERT_TRUE(a->Eval(prompt, ca->get(), LogitsMode::kAll, &la).ok());
   ASSERT_TRUE(b->Eval(prompt, cb->get(), LogitsMode::kAll, &lb).ok());
-  EXPECT_LE(Compare(lb, la, nv).worst_nmse, 1e-6);
+  EXPECT_LE(Compare(lb, la, nv).worst_nmse, 1e-5);
   // One token at a time (the decode kernels) through a third cache.
   auto cc = a->CreateCache();
   ASSERT_TRUE(cc.ok());
@@ -280,7 +302,7 @@ TEST_F(CudaForwardTest, MicroBatchesAndSingleTokensGiveTheSameLogits) {
     ASSERT_TRUE(a->Eval(tok, cc->get(), LogitsMode::kLast, &one).ok());
     seq.insert(seq.end(), one.begin(), one.end());
   }
-  EXPECT_LE(Compare(seq, la, nv).worst_nmse, 1e-6);
+  EXPECT_LE(Compare(seq, la, nv).worst_nmse, 1e-5);
 }
 
 TEST_F(CudaForwardTest, QuantisedKvCachesStayClose) {
@@ -303,7 +325,8 @@ TEST_F(CudaForwardTest, QuantisedKvCachesStayClose) {
     }
     const Score s = Compare(l, ref, nv);
     std::printf("KV %s vs F16: %s\n", std::string(GgmlTypeName(kt)).c_str(), Describe(s).c_str());
-    EXPECT_LE(s.median_nmse, kt == GgmlType::kQ8_0 ? 1e-3 : 3e-2) << Describe(s);
+    // Garbage scores NMSE ~1; 4-bit keys move random-weight logits visibly.
+    EXPECT_LE(s.median_nmse, kt == GgmlType::kQ8_0 ? 1e-2 : 1e-1) << Describe(s);
   }
 }
 

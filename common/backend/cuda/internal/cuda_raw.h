@@ -151,10 +151,23 @@ struct AttentionParams {
   int64_t pos0 = 0;          // token t attends positions 0 .. pos0 + t
   int n_head = 0, n_head_kv = 0, head_dim = 0;  // head_dim % 32 == 0, <= 256
   float scale = 1.0f;
+  // Split-K scratch for decode: AttentionSplitElems(...) floats, or nullptr
+  // (no split across blocks).
+  float* split_scratch = nullptr;
+  int64_t split_scratch_elems = 0;
 };
 // Causal softmax(q . K^T * scale) . V per head, GQA (query head h reads KV
-// head h / (n_head / n_head_kv)); f32 math, online softmax, warps split the
-// positions and are merged at the end (split-K inside a block).
+// head h / (n_head / n_head_kv)); f32 math, online softmax. One block per
+// (head, token) whose warps split the positions; for small batches over
+// long contexts (<= kMaxSplitTokens tokens, > kSplitChunk positions) the
+// positions are also split across up to kMaxSplits blocks whose partial
+// (max, sum, accumulator) are merged by a second kernel (split-K).
+inline constexpr int kMaxSplitTokens = 8;
+inline constexpr int kMaxSplits = 32;
+inline constexpr int kSplitChunk = 256;
+inline int64_t AttentionSplitElems(int n_head, int head_dim) {
+  return static_cast<int64_t>(kMaxSplitTokens) * n_head * kMaxSplits * (head_dim + 2);
+}
 CallResult Attention(const AttentionParams& p, void* stream);
 
 }  // namespace moesplit::cuda::raw
