@@ -10,6 +10,7 @@
 // "key: value" lines: prefill and decode tokens/s, the share of time in the
 // CPU experts, the GPU memory plan and peak use. No expert cache is
 // integrated yet: the hit rate is reported as "no cache".
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -174,6 +175,7 @@ int Run(const Args& a) {
   const double prefill_expert_s = (*fwd)->stats().expert_seconds - e0;
   Line("prefill_tokens", absl::StrCat(a.prompt));
   Line("prefill_tok_per_s", absl::StrCat(a.prompt / prefill_s));
+  Line("prefill_seconds", absl::StrCat(prefill_s));
   Line("prefill_cpu_expert_share", absl::StrCat(prefill_expert_s / prefill_s));
 
   const double e1 = (*fwd)->stats().expert_seconds;
@@ -189,7 +191,11 @@ int Run(const Args& a) {
   const double decode_s = Since(t);
   Line("decode_tokens", absl::StrCat(a.decode));
   Line("decode_tok_per_s", absl::StrCat(a.decode / decode_s));
-  Line("decode_cpu_expert_share", absl::StrCat(((*fwd)->stats().expert_seconds - e1) / decode_s));
+  const double decode_expert_s = (*fwd)->stats().expert_seconds - e1;
+  Line("decode_cpu_expert_share", absl::StrCat(decode_expert_s / decode_s));
+  Line("decode_ms_per_token", absl::StrCat(1e3 * decode_s / std::max(1, a.decode)));
+  Line("decode_ms_per_token_outside_cpu_experts",
+       absl::StrCat(1e3 * (decode_s - decode_expert_s) / std::max(1, a.decode)));
   Line("gpu_peak_allocated", GiB((*dev)->peak_allocated_bytes()));
   auto mem = (*dev)->Memory();
   if (mem.ok()) Line("gpu_used_now_device_wide", GiB(mem->total_bytes - mem->free_bytes));
