@@ -233,7 +233,9 @@ TEST_P(CudaVsCpuTest, LogitsMatchTheCpuForward) {
   std::printf("%s %s prefill: %s\n", gc.arch.c_str(), std::string(GgmlTypeName(gc.type)).c_str(),
               Describe(s).c_str());
   EXPECT_LE(s.median_nmse, gc.max_median_nmse) << Describe(s);
-  EXPECT_GE(s.top1, 0.9) << Describe(s);
+  // The CPU quantises activations for quantised weights (as llama.cpp);
+  // the GPU does not: the oracle's quantised criteria apply there.
+  EXPECT_GE(s.top1, gc.type == GgmlType::kF32 ? 0.95 : 0.8) << Describe(s);
   // Decode: three more tokens one at a time, each against the CPU.
   for (int step = 0; step < 3; ++step) {
     const int32_t next[1] = {static_cast<int32_t>((step * 53 + 7) % nv)};
@@ -249,7 +251,7 @@ INSTANTIATE_TEST_SUITE_P(
     Models, CudaVsCpuTest,
     ::testing::Values(GpuCase{"qwen3moe", GgmlType::kF32, 1e-4},
                       GpuCase{"qwen2moe", GgmlType::kF32, 1e-4},
-                      GpuCase{"qwen3moe", GgmlType::kQ8_0, 1e-3},
+                      GpuCase{"qwen3moe", GgmlType::kQ8_0, 5e-3},
                       GpuCase{"qwen2moe", GgmlType::kQ4_K, 5e-3}),
     [](const ::testing::TestParamInfo<GpuCase>& i) {
       return i.param.arch + "_" + std::string(GgmlTypeName(i.param.type));
