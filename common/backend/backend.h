@@ -99,6 +99,9 @@ class Device {
 std::unique_ptr<Device> CreateCpuDevice();
 
 namespace internal {
+// OutOfRange unless [offset, offset + bytes) lies inside `b` (stream copies).
+absl::Status CheckCopyRange(const Buffer& b, uint64_t offset, uint64_t bytes);
+
 // Shared accounting of budget / allocated / peak bytes for implementations.
 class AllocationCounter {
  public:

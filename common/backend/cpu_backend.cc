@@ -34,6 +34,14 @@ void AllocationCounter::Release(uint64_t bytes) { state_->allocated.fetch_sub(by
 uint64_t AllocationCounter::allocated() const { return state_->allocated; }
 uint64_t AllocationCounter::peak() const { return state_->peak; }
 
+absl::Status CheckCopyRange(const Buffer& b, uint64_t offset, uint64_t bytes) {
+  if (offset > b.size() || bytes > b.size() - offset) {
+    return absl::OutOfRangeError(absl::StrCat("copy of ", bytes, " bytes at offset ", offset,
+                                              " exceeds a buffer of ", b.size()));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace internal
 
 namespace {
@@ -61,26 +69,18 @@ class CpuEvent final : public Event {
   void* native() const override { return nullptr; }
 };
 
-absl::Status CheckRange(const Buffer& b, uint64_t offset, uint64_t bytes) {
-  if (offset > b.size() || bytes > b.size() - offset) {
-    return absl::OutOfRangeError(absl::StrCat("copy of ", bytes, " bytes at offset ", offset,
-                                              " exceeds a buffer of ", b.size()));
-  }
-  return absl::OkStatus();
-}
-
 // Copies run synchronously: the CPU stream is always idle.
 class CpuStream final : public Stream {
  public:
   absl::Status CopyToDevice(Buffer& dst, uint64_t offset, const void* host,
                             uint64_t bytes) override {
-    absl::Status s = CheckRange(dst, offset, bytes);
+    absl::Status s = internal::CheckCopyRange(dst, offset, bytes);
     if (s.ok() && bytes > 0) std::memcpy(static_cast<char*>(dst.data()) + offset, host, bytes);
     return s;
   }
   absl::Status CopyToHost(void* host, const Buffer& src, uint64_t offset,
                           uint64_t bytes) override {
-    absl::Status s = CheckRange(src, offset, bytes);
+    absl::Status s = internal::CheckCopyRange(src, offset, bytes);
     if (s.ok() && bytes > 0) std::memcpy(host, static_cast<const char*>(src.data()) + offset, bytes);
     return s;
   }

@@ -18,7 +18,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/backend/cuda/cuda_backend.h"
 #include "common/backend/cuda/cuda_forward.h"
@@ -26,30 +25,13 @@
 #include "common/model/expert.h"
 #include "common/model/internal/ops.h"
 #include "services/cli/test_model.h"
+#include "services/dense/sequence_runner.h"
 
 namespace moesplit {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-bool ParseBytes(const std::string& s, uint64_t* out) {
-  double mult = 1;
-  std::string num = s;
-  for (auto [suffix, m] : {std::pair<const char*, double>{"GiB", 1073741824.0}, {"MiB", 1048576.0},
-                           {"GB", 1e9}, {"MB", 1e6}}) {
-    const std::string suf = suffix;
-    if (s.size() > suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0) {
-      num = s.substr(0, s.size() - suf.size());
-      mult = m;
-      break;
-    }
-  }
-  double v = 0;
-  if (!absl::SimpleAtod(num, &v) || v < 0) return false;
-  *out = static_cast<uint64_t>(v * mult);
-  return true;
-}
 
 struct Args {
   std::string model;
@@ -68,7 +50,11 @@ bool Parse(int argc, char** argv, Args* a) {
     auto val = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
     if (k == "--model") a->model = val();
     else if (k == "--generate") a->generate = true;
-    else if (k == "--gpu-memory") { if (!ParseBytes(val(), &a->gpu_memory)) return false; }
+    else if (k == "--gpu-memory") {
+      auto bytes = dense::ParseByteSize(val());
+      if (!bytes.ok()) return false;
+      a->gpu_memory = *bytes;
+    }
     else if (k == "--ctx") a->ctx = std::atoll(val().c_str());
     else if (k == "--kv-type") {
       auto t = GgmlTypeFromName(val());

@@ -42,14 +42,6 @@ class CudaEvent final : public backend::Event {
   void* e_;
 };
 
-absl::Status CheckRange(const backend::Buffer& b, uint64_t offset, uint64_t bytes) {
-  if (offset > b.size() || bytes > b.size() - offset) {
-    return absl::OutOfRangeError(absl::StrCat("copy of ", bytes, " bytes at offset ", offset,
-                                              " exceeds a buffer of ", b.size()));
-  }
-  return absl::OkStatus();
-}
-
 class CudaStream final : public backend::Stream {
  public:
   explicit CudaStream(void* s) : s_(s) {}
@@ -59,14 +51,14 @@ class CudaStream final : public backend::Stream {
   }
   absl::Status CopyToDevice(backend::Buffer& dst, uint64_t offset, const void* host,
                             uint64_t bytes) override {
-    absl::Status st = CheckRange(dst, offset, bytes);
+    absl::Status st = backend::internal::CheckCopyRange(dst, offset, bytes);
     if (!st.ok()) return st;
     return ToStatus(
         raw::MemcpyAsync(static_cast<char*>(dst.data()) + offset, host, bytes, 0, s_));
   }
   absl::Status CopyToHost(void* host, const backend::Buffer& src, uint64_t offset,
                           uint64_t bytes) override {
-    absl::Status st = CheckRange(src, offset, bytes);
+    absl::Status st = backend::internal::CheckCopyRange(src, offset, bytes);
     if (!st.ok()) return st;
     return ToStatus(
         raw::MemcpyAsync(host, static_cast<const char*>(src.data()) + offset, bytes, 1, s_));
