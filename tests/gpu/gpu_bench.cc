@@ -21,6 +21,9 @@
 #include "absl/strings/str_cat.h"
 #include "common/backend/cuda/cuda_backend.h"
 #include "common/backend/cuda/cuda_forward.h"
+#include "common/backend/cuda/cuda_status.h"
+#include "common/backend/cuda/internal/cuda_raw.h"
+#include "common/base/status.h"
 #include "common/base/thread_pool.h"
 #include "common/model/expert.h"
 #include "common/model/internal/ops.h"
@@ -73,6 +76,79 @@ void Line(const std::string& k, const std::string& v) {
   std::fflush(stdout);
 }
 std::string GiB(uint64_t b) { return absl::StrCat(b / 1048576.0 / 1024.0, " GiB (", b, " bytes)"); }
+
+// Decode attention alone at the full context: one layer's paged KV cache of
+// a.ctx positions (a.kv type) filled with random keys and values, one query
+// token at the last position; the split-K kernel's time x n_layer.
+absl::Status AttentionAtFullContext(backend::Device* dev, const model::HyperParams& hp,
+                                    const Args& a) {
+  const int64_t kd = hp.n_head_kv * hp.head_dim_k, page = 256;
+  const int64_t n_pages = (a.ctx + page - 1) / page;
+  const auto rb = RowBytes(a.kv, kd);
+  if (!rb) return absl::InvalidArgumentError("KV row size");
+  ASSIGN_OR_RETURN(auto stream, dev->CreateStream());
+  ASSIGN_OR_RETURN(auto kbuf, dev->Allocate(n_pages * page * *rb));
+  ASSIGN_OR_RETURN(auto vbuf, dev->Allocate(n_pages * page * *rb));
+  ASSIGN_OR_RETURN(auto table, dev->Allocate(n_pages * sizeof(int32_t)));
+  const int64_t chunk = 4096;
+  ASSIGN_OR_RETURN(auto src, dev->Allocate(chunk * kd * sizeof(float)));
+  const int64_t qn = hp.n_head * hp.head_dim_k;
+  ASSIGN_OR_RETURN(auto q, dev->Allocate(qn * sizeof(float)));
+  ASSIGN_OR_RETURN(auto out, dev->Allocate(qn * sizeof(float)));
+  const int64_t split_elems = cuda::raw::AttentionSplitElems(static_cast<int>(hp.n_head),
+                                                             static_cast<int>(hp.head_dim_k));
+  ASSIGN_OR_RETURN(auto split, dev->Allocate(split_elems * sizeof(float)));
+  std::vector<int32_t> ids(n_pages);
+  for (int64_t i = 0; i < n_pages; ++i) ids[i] = static_cast<int32_t>(i);
+  RETURN_IF_ERROR(stream->CopyToDevice(*table, 0, ids.data(), ids.size() * sizeof(int32_t)));
+  std::vector<float> host(chunk * kd);
+  uint64_t x = 88172645463325252ull;
+  for (float& f : host) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    f = static_cast<float>(static_cast<int64_t>(x % 2001) - 1000) / 1000.0f;
+  }
+  RETURN_IF_ERROR(stream->CopyToDevice(*src, 0, host.data(), host.size() * sizeof(float)));
+  RETURN_IF_ERROR(stream->CopyToDevice(*q, 0, host.data(), qn * sizeof(float)));
+  cuda::raw::PagedKv kv;
+  kv.type = a.kv;
+  kv.k = static_cast<uint8_t*>(kbuf->data());
+  kv.v = static_cast<uint8_t*>(vbuf->data());
+  kv.k_row_bytes = kv.v_row_bytes = *rb;
+  kv.page_size = static_cast<int>(page);
+  kv.block_table = static_cast<const int32_t*>(table->data());
+  const float* s = static_cast<const float*>(src->data());
+  for (int64_t p0 = 0; p0 < a.ctx; p0 += chunk) {
+    const int64_t n = std::min(chunk, a.ctx - p0);
+    RETURN_IF_ERROR(cuda::ToStatus(
+        cuda::raw::KvWrite(kv, s, s, n, p0, kd, kd, stream->native())));
+  }
+  cuda::raw::AttentionParams p;
+  p.q = static_cast<const float*>(q->data());
+  p.out = static_cast<float*>(out->data());
+  p.kv = kv;
+  p.n_tok = 1;
+  p.pos0 = a.ctx - 1;
+  p.n_head = static_cast<int>(hp.n_head);
+  p.n_head_kv = static_cast<int>(hp.n_head_kv);
+  p.head_dim = static_cast<int>(hp.head_dim_k);
+  p.scale = 0.088f;
+  p.split_scratch = static_cast<float*>(split->data());
+  p.split_scratch_elems = split_elems;
+  RETURN_IF_ERROR(cuda::ToStatus(cuda::raw::Attention(p, stream->native())));
+  RETURN_IF_ERROR(stream->Synchronize());
+  const int reps = 20;
+  const auto t = Clock::now();
+  for (int i = 0; i < reps; ++i) {
+    RETURN_IF_ERROR(cuda::ToStatus(cuda::raw::Attention(p, stream->native())));
+  }
+  RETURN_IF_ERROR(stream->Synchronize());
+  const double per_layer = Since(t) / reps;
+  Line("decode_attention_ms_per_token_at_full_ctx",
+       absl::StrCat(1e3 * per_layer * hp.n_layer, " (ctx ", a.ctx, ", ",
+                    std::string(GgmlTypeName(a.kv)), " KV, ", hp.n_layer, " layers x ",
+                    1e3 * per_layer, " ms)"));
+  return absl::OkStatus();
+}
 
 int Run(const Args& a) {
   // The device first: without one there is nothing to measure (and no
@@ -182,6 +258,9 @@ int Run(const Args& a) {
   Line("decode_ms_per_token", absl::StrCat(1e3 * decode_s / std::max(1, a.decode)));
   Line("decode_ms_per_token_outside_cpu_experts",
        absl::StrCat(1e3 * (decode_s - decode_expert_s) / std::max(1, a.decode)));
+  if (absl::Status st = AttentionAtFullContext(dev->get(), (*model)->hparams(), a); !st.ok()) {
+    std::fprintf(stderr, "attention at full context: %s\n", std::string(st.message()).c_str());
+  }
   Line("gpu_peak_allocated", GiB((*dev)->peak_allocated_bytes()));
   auto mem = (*dev)->Memory();
   if (mem.ok()) Line("gpu_used_now_device_wide", GiB(mem->total_bytes - mem->free_bytes));
