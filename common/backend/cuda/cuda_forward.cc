@@ -160,12 +160,15 @@ void ForEachLayerMatrix(const model::Model& m, Fn fn) {
 
 // Element counts of the workspace buffers for micro-batches of B tokens.
 struct WorkspaceSizes {
-  int64_t x, q, kv_k, kv_v, attn, router, topk, sh, rope, logits, scratch, head_rows, split;
+  int64_t x, q, kv_k, kv_v, attn, router, topk, sh, rope, logits, scratch, head_rows, split,
+      ex_ff;
   uint64_t DeviceBytes() const {
     // x, h, o, part: B x d each.
-    return sizeof(float) * (4 * x + q + kv_k + kv_v + attn + router + topk + 2 * sh + sh / 1 +
-                            rope + logits + scratch + split) +
-           sizeof(int32_t) * (topk + x) + (uint64_t{32} << 20);  // + cuBLAS's own workspace
+    // x, h, o, part, ex_in, ex_out: B x d each; sh_g, sh_u, sh_s; ex_g, ex_u;
+    // ex_w + wts; ids, ex_idx, tokens.
+    return sizeof(float) * (6 * x + q + kv_k + kv_v + attn + router + 2 * topk + 3 * sh +
+                            2 * ex_ff + rope + logits + scratch + split) +
+           sizeof(int32_t) * (2 * topk + x) + (uint64_t{32} << 20);  // + cuBLAS's own workspace
   }
 };
 
@@ -191,6 +194,7 @@ WorkspaceSizes Sizes(const model::Model& m, int64_t B) {
     if (w.type != GgmlType::kF32) max_elems = std::max(max_elems, w.n_rows * w.n_cols);
   });
   s.scratch = std::max(max_cols, std::min<int64_t>(max_elems, int64_t{16} << 20));
+  s.ex_ff = B * hp.n_ff_exp;
   s.split = raw::AttentionSplitElems(static_cast<int>(hp.n_head), static_cast<int>(hp.head_dim_v));
   return s;
 }
@@ -235,10 +239,11 @@ struct CudaForward::Workspace {
   float *x = nullptr, *h = nullptr, *o = nullptr, *part = nullptr, *q = nullptr, *k = nullptr,
         *v = nullptr, *attn = nullptr, *router = nullptr, *wts = nullptr, *sh_g = nullptr,
         *sh_u = nullptr, *sh_s = nullptr, *rope = nullptr, *logits = nullptr,
-        *scratch = nullptr, *split = nullptr;
-  int32_t *tokens = nullptr, *ids = nullptr;
+        *scratch = nullptr, *split = nullptr, *ex_in = nullptr, *ex_out = nullptr,
+        *ex_g = nullptr, *ex_u = nullptr, *ex_w = nullptr;
+  int32_t *tokens = nullptr, *ids = nullptr, *ex_idx = nullptr;
   void* cublas = nullptr;
-  std::unique_ptr<PinnedHostBuffer> pin_h, pin_ids, pin_wts, pin_part;
+  std::unique_ptr<PinnedHostBuffer> pin_h, pin_ids, pin_wts, pin_part, pin_ex_idx, pin_ex_w;
   std::vector<float> rope_host;
   ~Workspace() { raw::CublasDestroy(cublas); }
 };
@@ -379,12 +384,20 @@ absl::StatusOr<std::unique_ptr<CudaForward>> CudaForward::Create(
   RETURN_IF_ERROR(alloc(z.logits, &ws.logits));
   RETURN_IF_ERROR(alloc(z.scratch, &ws.scratch));
   RETURN_IF_ERROR(alloc(z.split, &ws.split));
+  RETURN_IF_ERROR(alloc(z.x, &ws.ex_in));
+  RETURN_IF_ERROR(alloc(z.x, &ws.ex_out));
+  RETURN_IF_ERROR(alloc(z.ex_ff, &ws.ex_g));
+  RETURN_IF_ERROR(alloc(z.ex_ff, &ws.ex_u));
+  RETURN_IF_ERROR(alloc(z.topk, &ws.ex_w));
+  RETURN_IF_ERROR(alloc(z.topk, &ws.ex_idx));
   RETURN_IF_ERROR(alloc(options.max_batch, &ws.tokens));
   RETURN_IF_CUDA_ERROR(raw::CublasCreate(&ws.cublas, s->native()));
   ASSIGN_OR_RETURN(ws.pin_h, PinnedHostBuffer::Create(z.x * sizeof(float)));
   ASSIGN_OR_RETURN(ws.pin_part, PinnedHostBuffer::Create(z.x * sizeof(float)));
   ASSIGN_OR_RETURN(ws.pin_ids, PinnedHostBuffer::Create(z.topk * sizeof(int32_t)));
   ASSIGN_OR_RETURN(ws.pin_wts, PinnedHostBuffer::Create(z.topk * sizeof(float)));
+  ASSIGN_OR_RETURN(ws.pin_ex_idx, PinnedHostBuffer::Create(z.topk * sizeof(int32_t)));
+  ASSIGN_OR_RETURN(ws.pin_ex_w, PinnedHostBuffer::Create(z.topk * sizeof(float)));
   return f;
 }
 
@@ -569,6 +582,9 @@ absl::Status CudaForward::MoeFfn(int il, int64_t n) {
                                               call.weights[i]));
     }
   }
+  if (expert_cache_ != nullptr) RETURN_IF_ERROR(CachedExperts(il, &call));
+  stats_.expert_cache_misses += call.expert_ids.size();
+  if (call.expert_ids.empty()) return absl::OkStatus();  // every pair hit the cache
   model::ExpertResult res;
   const auto t0 = std::chrono::steady_clock::now();
   RETURN_IF_ERROR(experts_->Compute(call, &res));
@@ -583,6 +599,65 @@ absl::Status CudaForward::MoeFfn(int il, int64_t n) {
   std::memcpy(ws.pin_part->data(), res.partial.data(), n * d * sizeof(float));
   RETURN_IF_CUDA_ERROR(raw::MemcpyAsync(ws.part, ws.pin_part->data(), n * d * sizeof(float), 0, s));
   RETURN_IF_CUDA_ERROR(raw::Add(ws.x, ws.part, n * d, s));
+  return absl::OkStatus();
+}
+
+absl::Status CudaForward::CachedExperts(int il, model::ExpertCall* call) {
+  const GpuExpertCache& cache = *expert_cache_;
+  if (cache.n_resident(il) == 0) return absl::OkStatus();
+  Workspace& ws = *ws_;
+  void* s = stream_->native();
+  const raw::GemmContext g{ws.cublas, ws.scratch, ws.sizes.scratch};
+  const int64_t n = call->n_tokens, d = call->d;
+  // Hits grouped by expert (ascending id), tokens in order; misses stay.
+  std::vector<std::vector<std::pair<int32_t, float>>> hits(model_->hparams().n_expert);
+  std::vector<uint32_t> offsets(n + 1, 0);
+  std::vector<int32_t> ids;
+  std::vector<float> weights;
+  for (int64_t t = 0; t < n; ++t) {
+    for (uint32_t i = call->token_offsets[t]; i < call->token_offsets[t + 1]; ++i) {
+      const int32_t e = call->expert_ids[i];
+      if (cache.Resident(il, e)) {
+        hits[e].push_back({static_cast<int32_t>(t), call->weights[i]});
+      } else {
+        ids.push_back(e);
+        weights.push_back(call->weights[i]);
+      }
+    }
+    offsets[t + 1] = static_cast<uint32_t>(ids.size());
+  }
+  const uint64_t n_hits = call->expert_ids.size() - ids.size();
+  if (n_hits == 0) return absl::OkStatus();
+  int32_t* pin_idx = static_cast<int32_t*>(ws.pin_ex_idx->data());
+  float* pin_w = static_cast<float*>(ws.pin_ex_w->data());
+  int64_t k = 0;
+  for (const auto& list : hits) {
+    for (const auto& [t, w] : list) {
+      pin_idx[k] = t;
+      pin_w[k++] = w;
+    }
+  }
+  RETURN_IF_CUDA_ERROR(raw::MemcpyAsync(ws.ex_idx, pin_idx, k * sizeof(int32_t), 0, s));
+  RETURN_IF_CUDA_ERROR(raw::MemcpyAsync(ws.ex_w, pin_w, k * sizeof(float), 0, s));
+  int64_t off = 0;
+  for (size_t e = 0; e < hits.size(); ++e) {
+    const int64_t cnt = static_cast<int64_t>(hits[e].size());
+    if (cnt == 0) continue;
+    const GpuExpertCache::Weights& w = cache.weights(il, static_cast<int>(e));
+    const int64_t ff = w.up.n_rows;
+    RETURN_IF_CUDA_ERROR(raw::GatherRows(ws.h, ws.ex_idx + off, cnt, d, ws.ex_in, s));
+    RETURN_IF_CUDA_ERROR(raw::MatMul(w.gate, ws.ex_in, cnt, ws.ex_g, g, s));
+    RETURN_IF_CUDA_ERROR(raw::MatMul(w.up, ws.ex_in, cnt, ws.ex_u, g, s));
+    RETURN_IF_CUDA_ERROR(raw::SwiGlu(ws.ex_g, ws.ex_u, cnt * ff, ws.ex_g, s));
+    RETURN_IF_CUDA_ERROR(raw::MatMul(w.down, ws.ex_g, cnt, ws.ex_out, g, s));
+    RETURN_IF_CUDA_ERROR(
+        raw::ScatterAddScaled(ws.x, ws.ex_out, ws.ex_idx + off, ws.ex_w + off, cnt, d, s));
+    off += cnt;
+  }
+  stats_.expert_cache_hits += n_hits;
+  call->token_offsets = std::move(offsets);
+  call->expert_ids = std::move(ids);
+  call->weights = std::move(weights);
   return absl::OkStatus();
 }
 

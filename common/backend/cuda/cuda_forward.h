@@ -29,6 +29,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "common/backend/backend.h"
+#include "common/backend/cuda/expert_cache.h"
 #include "common/model/expert.h"
 #include "common/model/forward.h"
 #include "common/model/model.h"
@@ -108,6 +109,8 @@ struct CudaForwardStats {
   uint64_t tokens = 0;
   uint64_t expert_calls = 0;
   double expert_seconds = 0;  // host time inside ExpertBackend::Compute
+  uint64_t expert_cache_hits = 0;    // (token, expert) pairs computed on the GPU
+  uint64_t expert_cache_misses = 0;  // pairs sent to the ExpertBackend
 };
 
 class CudaForward {
@@ -129,6 +132,12 @@ class CudaForward {
   const GpuMemoryPlan& plan() const { return plan_; }
   const CudaForwardStats& stats() const { return stats_; }
 
+  // Routed experts resident in `cache` (made for this model on this device)
+  // are computed on the GPU from now on; nullptr detaches.
+  void AttachExpertCache(std::shared_ptr<const GpuExpertCache> cache) {
+    expert_cache_ = std::move(cache);
+  }
+
   // A KV cache of options.n_ctx positions on this forward's device.
   absl::StatusOr<std::unique_ptr<CudaKvCache>> CreateCache() const;
 
@@ -145,6 +154,9 @@ class CudaForward {
   absl::Status EvalChunk(absl::Span<const int32_t> tokens, int64_t pos0, CudaKvCache* cache);
   absl::Status Attention(int il, int64_t n, int64_t pos0, CudaKvCache* cache);
   absl::Status MoeFfn(int il, int64_t n);
+  // Computes the entries of `call` whose expert is resident in the cache on
+  // the GPU (x += w * E(h)) and removes them from `call`.
+  absl::Status CachedExperts(int il, model::ExpertCall* call);
   absl::Status Head(int64_t first, int64_t rows, float* out);
 
   std::shared_ptr<const model::Model> model_;
@@ -156,6 +168,7 @@ class CudaForward {
   std::unique_ptr<backend::Event> copied_;
   std::unique_ptr<Weights> w_;
   std::unique_ptr<Workspace> ws_;
+  std::shared_ptr<const GpuExpertCache> expert_cache_;
   CudaForwardStats stats_;
   uint64_t next_call_id_ = 1;
 };

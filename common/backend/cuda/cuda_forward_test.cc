@@ -361,6 +361,58 @@ TEST_F(CudaForwardTest, RefusesOverBudgetAndBadInput) {
   EXPECT_EQ((*c)->SetBlockTable(table).code(), absl::StatusCode::kInvalidArgument);
 }
 
+// Experts resident in the GPU cache are computed on the GPU, the rest by the
+// backend; with F32 weights both give the CPU's numbers.
+TEST(CudaExpertCacheTest, HitsMatchTheCpuExperts) {
+  auto gpu = Gpu();
+  if (gpu == nullptr) GTEST_SKIP() << "no CUDA device";
+  auto m = model::testing::MakeTinyModel(Tiny("qwen2moe", GgmlType::kF32));
+  ASSERT_TRUE(m.ok()) << m.status();
+  const auto& hp = (*m)->hparams();
+  model::InProcessExperts experts(model::ExpertStore(*m), nullptr);
+  CudaForwardOptions o;
+  o.n_ctx = 64;
+  auto plain = CudaForward::Create(*m, &experts, gpu.get(), o);
+  auto cached = CudaForward::Create(*m, &experts, gpu.get(), o);
+  ASSERT_TRUE(plain.ok() && cached.ok());
+  // Half the experts of every layer; then all of them.
+  for (int64_t per_layer : {hp.n_expert / 2, hp.n_expert}) {
+    std::vector<ExpertKey> keys;
+    for (int l = 0; l < (*m)->n_layer(); ++l) {
+      for (int e = 0; e < per_layer; ++e) keys.push_back({l, static_cast<int>(hp.n_expert - 1 - e)});
+    }
+    auto cache = GpuExpertCache::Create(gpu.get(), **m, keys);
+    ASSERT_TRUE(cache.ok()) << cache.status();
+    EXPECT_EQ((*cache)->n_resident(), static_cast<int64_t>(keys.size()));
+    (*cached)->AttachExpertCache(std::move(*cache));
+    const CudaForwardStats before = (*cached)->stats();
+    const std::vector<int32_t> prompt = Prompt(13, static_cast<int>(hp.n_vocab));
+    auto ca = (*plain)->CreateCache(), cb = (*cached)->CreateCache();
+    ASSERT_TRUE(ca.ok() && cb.ok());
+    std::vector<float> la, lb;
+    ASSERT_TRUE((*plain)->Eval(prompt, ca->get(), LogitsMode::kAll, &la).ok());
+    ASSERT_TRUE((*cached)->Eval(prompt, cb->get(), LogitsMode::kAll, &lb).ok());
+    // And one decode token (the mat-vec path for the cached experts).
+    const int32_t next[1] = {5};
+    std::vector<float> da, db;
+    ASSERT_TRUE((*plain)->Eval(next, ca->get(), LogitsMode::kLast, &da).ok());
+    ASSERT_TRUE((*cached)->Eval(next, cb->get(), LogitsMode::kLast, &db).ok());
+    const Score s = Compare(lb, la, hp.n_vocab), sd = Compare(db, da, hp.n_vocab);
+    std::printf("expert cache %ld/%ld per layer: %s; decode %s\n", static_cast<long>(per_layer),
+                static_cast<long>(hp.n_expert), Describe(s).c_str(), Describe(sd).c_str());
+    EXPECT_LE(s.worst_nmse, 1e-6) << Describe(s);
+    EXPECT_LE(sd.worst_nmse, 1e-6) << Describe(sd);
+    const uint64_t hits = (*cached)->stats().expert_cache_hits - before.expert_cache_hits;
+    const uint64_t misses = (*cached)->stats().expert_cache_misses - before.expert_cache_misses;
+    EXPECT_EQ(hits + misses, static_cast<uint64_t>(14 * hp.n_expert_used * (*m)->n_layer()));
+    EXPECT_GT(hits, 0u);
+    if (per_layer == hp.n_expert) EXPECT_EQ(misses, 0u);
+  }
+  const ExpertKey bad[1] = {{0, static_cast<int>(hp.n_expert)}};
+  EXPECT_EQ(GpuExpertCache::Create(gpu.get(), **m, bad).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(CudaForwardNoDeviceTest, CreateCudaDeviceIsUnavailableWithoutAGpu) {
   auto d = CreateCudaDevice(0);
   if (d.ok()) GTEST_SKIP() << "a CUDA device is present";

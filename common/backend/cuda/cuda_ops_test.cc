@@ -209,6 +209,28 @@ TEST_F(CudaOpsTest, RmsNormRopeAndElementwiseMatchTheCpu) {
   }
 }
 
+TEST_F(CudaOpsTest, GatherAndScatterAddRows) {
+  const int64_t rows = 9, d = 70;
+  std::vector<float> src = RandomVector(rows * d, 51), dst = RandomVector(rows * d, 52);
+  const std::vector<int32_t> idx = {4, 0, 8};
+  const std::vector<float> w = {0.5f, -2.0f, 3.0f};
+  float* dsrc = Upload(src);
+  float* gathered = Zeros<float>(idx.size() * d);
+  ASSERT_TRUE(ToStatus(raw::GatherRows(dsrc, Upload(idx), 3, d, gathered, s())).ok());
+  const std::vector<float> g = Download(gathered, idx.size() * d);
+  float* ddst = Upload(dst);
+  ASSERT_TRUE(ToStatus(raw::ScatterAddScaled(ddst, gathered, Upload(idx), Upload(w), 3, d, s())).ok());
+  const std::vector<float> got = Download(ddst, rows * d);
+  std::vector<float> want = dst;
+  for (size_t i = 0; i < idx.size(); ++i) {
+    for (int64_t c = 0; c < d; ++c) {
+      ASSERT_EQ(g[i * d + c], src[idx[i] * d + c]);
+      want[idx[i] * d + c] += w[i] * src[idx[i] * d + c];
+    }
+  }
+  for (int64_t i = 0; i < rows * d; ++i) ASSERT_FLOAT_EQ(got[i], want[i]) << i;
+}
+
 TEST_F(CudaOpsTest, RouterTopKMatchesTheCpu) {
   for (bool normalize : {false, true}) {
     const int rows = 33, ne = 128, k = 8;

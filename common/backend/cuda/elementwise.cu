@@ -34,6 +34,15 @@ __global__ void ScaleRowsBySigmoidKernel(float* y, const float* g, int64_t rows,
   MS_GRID_LOOP(i, rows * cols) y[i] *= 1.0f / (1.0f + expf(-g[i / cols]));
 }
 
+__global__ void GatherRowsKernel(const float* src, const int32_t* rows, int64_t n, int64_t d,
+                                 float* dst) {
+  MS_GRID_LOOP(i, n * d) dst[i] = src[static_cast<int64_t>(rows[i / d]) * d + i % d];
+}
+__global__ void ScatterAddScaledKernel(float* dst, const float* src, const int32_t* rows,
+                                       const float* w, int64_t n, int64_t d) {
+  MS_GRID_LOOP(i, n * d) dst[static_cast<int64_t>(rows[i / d]) * d + i % d] += w[i / d] * src[i];
+}
+
 CallResult Launched(const char* name) { return {cudaGetLastError(), name}; }
 
 }  // namespace
@@ -60,6 +69,21 @@ CallResult ScaleRowsBySigmoid(float* y, const float* g, int64_t rows, int64_t co
   ScaleRowsBySigmoidKernel<<<Blocks(rows * cols), kThreads, 0,
                              static_cast<cudaStream_t>(stream)>>>(y, g, rows, cols);
   return Launched("ScaleRowsBySigmoidKernel<<<>>>");
+}
+
+CallResult GatherRows(const float* src, const int32_t* rows, int64_t n, int64_t d, float* dst,
+                      void* stream) {
+  if (n * d <= 0) return {};
+  GatherRowsKernel<<<Blocks(n * d), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      src, rows, n, d, dst);
+  return Launched("GatherRowsKernel<<<>>>");
+}
+CallResult ScatterAddScaled(float* dst, const float* src, const int32_t* rows, const float* w,
+                            int64_t n, int64_t d, void* stream) {
+  if (n * d <= 0) return {};
+  ScatterAddScaledKernel<<<Blocks(n * d), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      dst, src, rows, w, n, d);
+  return Launched("ScatterAddScaledKernel<<<>>>");
 }
 
 }  // namespace moesplit::cuda::raw

@@ -115,6 +115,14 @@ CallResult SwiGlu(const float* gate, const float* up, int64_t n, float* out, voi
 CallResult ScaleRowsBySigmoid(float* y, const float* g, int64_t rows, int64_t cols,
                               void* stream);
 
+// dst[i][:] = src[rows[i]][:] for i < n (rows of d; rows on the device).
+CallResult GatherRows(const float* src, const int32_t* rows, int64_t n, int64_t d, float* dst,
+                      void* stream);
+// dst[rows[i]][:] += w[i] * src[i][:] for i < n, in order of i (one launch
+// per call; rows may repeat only across calls).
+CallResult ScatterAddScaled(float* dst, const float* src, const int32_t* rows, const float* w,
+                            int64_t n, int64_t d, void* stream);
+
 // ------------------------------------------------------------ router (router.cu)
 // Per row of n_expert logits (overwritten by the softmax probabilities):
 // top-k (descending, ties -> lower id) into ids / weights (rows x k),
