@@ -214,7 +214,7 @@ int Run(const Args& a) {
   std::vector<int32_t> prompt(a.prompt);
   for (int i = 0; i < a.prompt; ++i) prompt[i] = static_cast<int32_t>((i * 7919 + 13) % nv);
   std::vector<float> logits;
-  // Warm-up (cuBLAS init, page faults of the mapping), then reset.
+  // Warm-up (CUDA module loading, page faults of the mapping), then reset.
   absl::Status s = (*fwd)->Eval(absl::MakeSpan(prompt).subspan(0, 16), cache->get(),
                                 model::LogitsMode::kLast, &logits);
   if (s.ok()) {

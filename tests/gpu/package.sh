@@ -36,7 +36,7 @@ for b in "${BINARIES[@]}"; do
 done
 
 # Shared libraries: everything ldd names except glibc, the dynamic loader and
-# the CUDA driver/runtime/cuBLAS (the device has those).
+# the CUDA driver and runtime (the device has those).
 skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|libresolv|libutil|libcuda\.so|libcudart|libcublas|libcublasLt)'
 for b in "${BINARIES[@]}"; do
   ldd "$PKG/bin/$b" | awk '/=> \//{print $1, $3}'

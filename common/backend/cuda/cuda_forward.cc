@@ -168,7 +168,7 @@ struct WorkspaceSizes {
     // ex_w + wts; ids, ex_idx, tokens.
     return sizeof(float) * (6 * x + q + kv_k + kv_v + attn + router + 2 * topk + 3 * sh +
                             2 * ex_ff + rope + logits + scratch + split) +
-           sizeof(int32_t) * (2 * topk + x) + (uint64_t{32} << 20);  // + cuBLAS's own workspace
+           sizeof(int32_t) * (2 * topk + x);
   }
 };
 
@@ -242,10 +242,8 @@ struct CudaForward::Workspace {
         *scratch = nullptr, *split = nullptr, *ex_in = nullptr, *ex_out = nullptr,
         *ex_g = nullptr, *ex_u = nullptr, *ex_w = nullptr;
   int32_t *tokens = nullptr, *ids = nullptr, *ex_idx = nullptr;
-  void* cublas = nullptr;
   std::unique_ptr<PinnedHostBuffer> pin_h, pin_ids, pin_wts, pin_part, pin_ex_idx, pin_ex_w;
   std::vector<float> rope_host;
-  ~Workspace() { raw::CublasDestroy(cublas); }
 };
 
 absl::StatusOr<GpuMemoryPlan> CudaForward::Plan(const model::Model& m,
@@ -391,7 +389,6 @@ absl::StatusOr<std::unique_ptr<CudaForward>> CudaForward::Create(
   RETURN_IF_ERROR(alloc(z.topk, &ws.ex_w));
   RETURN_IF_ERROR(alloc(z.topk, &ws.ex_idx));
   RETURN_IF_ERROR(alloc(options.max_batch, &ws.tokens));
-  RETURN_IF_CUDA_ERROR(raw::CublasCreate(&ws.cublas, s->native()));
   ASSIGN_OR_RETURN(ws.pin_h, PinnedHostBuffer::Create(z.x * sizeof(float)));
   ASSIGN_OR_RETURN(ws.pin_part, PinnedHostBuffer::Create(z.x * sizeof(float)));
   ASSIGN_OR_RETURN(ws.pin_ids, PinnedHostBuffer::Create(z.topk * sizeof(int32_t)));
@@ -485,7 +482,7 @@ absl::Status CudaForward::Attention(int il, int64_t n, int64_t pos0, CudaKvCache
   const LayerW& L = w_->layers[il];
   Workspace& ws = *ws_;
   void* s = stream_->native();
-  const raw::GemmContext g{ws.cublas, ws.scratch, ws.sizes.scratch};
+  const raw::GemmContext g{ws.scratch, ws.sizes.scratch};
   const int64_t d = hp.n_embd, hd = hp.head_dim_k;
   RETURN_IF_CUDA_ERROR(raw::RmsNorm(ws.x, L.attn_norm.p, n, d, hp.rms_eps, ws.h, s));
   RETURN_IF_CUDA_ERROR(raw::MatMul(L.wq.m, ws.h, n, ws.q, g, s));
@@ -536,7 +533,7 @@ absl::Status CudaForward::MoeFfn(int il, int64_t n) {
   const LayerW& L = w_->layers[il];
   Workspace& ws = *ws_;
   void* s = stream_->native();
-  const raw::GemmContext g{ws.cublas, ws.scratch, ws.sizes.scratch};
+  const raw::GemmContext g{ws.scratch, ws.sizes.scratch};
   const int64_t d = hp.n_embd, k = hp.n_expert_used;
   RETURN_IF_CUDA_ERROR(raw::RmsNorm(ws.x, L.ffn_norm.p, n, d, hp.rms_eps, ws.h, s));
   RETURN_IF_CUDA_ERROR(raw::MatMul(L.router.m, ws.h, n, ws.router, g, s));
@@ -607,7 +604,7 @@ absl::Status CudaForward::CachedExperts(int il, model::ExpertCall* call) {
   if (cache.n_resident(il) == 0) return absl::OkStatus();
   Workspace& ws = *ws_;
   void* s = stream_->native();
-  const raw::GemmContext g{ws.cublas, ws.scratch, ws.sizes.scratch};
+  const raw::GemmContext g{ws.scratch, ws.sizes.scratch};
   const int64_t n = call->n_tokens, d = call->d;
   // Hits grouped by expert (ascending id), tokens in order; misses stay.
   std::vector<std::vector<std::pair<int32_t, float>>> hits(model_->hparams().n_expert);
@@ -665,7 +662,7 @@ absl::Status CudaForward::Head(int64_t first, int64_t rows, float* out) {
   const HyperParams& hp = model_->hparams();
   Workspace& ws = *ws_;
   void* s = stream_->native();
-  const raw::GemmContext g{ws.cublas, ws.scratch, ws.sizes.scratch};
+  const raw::GemmContext g{ws.scratch, ws.sizes.scratch};
   const int64_t d = hp.n_embd, nv = hp.n_vocab;
   for (int64_t r0 = 0; r0 < rows; r0 += ws.sizes.head_rows) {
     const int64_t rc = std::min(ws.sizes.head_rows, rows - r0);

@@ -9,7 +9,7 @@
 //   host -> GPU: x += partial
 // Weights stay in their GGUF formats on the device: decode batches (<= 8
 // tokens) run an in-kernel-dequantising matrix-vector kernel, prefill
-// dequantises row chunks to f32 and runs cuBLAS SGEMM. Attention reads a
+// dequantises row chunks to f32 and runs a tiled SGEMM kernel. Attention reads a
 // paged KV cache (f16, q8_0 or q4_0; CudaKvCache) through a block table.
 //
 // Memory: Plan() gives the bytes of dense weights, one KV cache of n_ctx and

@@ -1,4 +1,4 @@
-// The one place CUDA / cuBLAS errors become absl::Status: out of memory ->
+// The one place CUDA errors become absl::Status: out of memory ->
 // RESOURCE_EXHAUSTED, no device / driver -> UNAVAILABLE, anything else ->
 // INTERNAL, the message naming the failing call. RETURN_IF_CUDA_ERROR adds
 // the calling statement's file and line.
@@ -14,13 +14,6 @@ inline absl::Status ToStatus(const raw::CallResult& r, const char* file = nullpt
                              int line = 0) {
   if (r.code == 0) return absl::OkStatus();
   const std::string where = file != nullptr ? absl::StrCat(" (", file, ":", line, ")") : "";
-  if (r.cublas) {
-    const std::string msg = absl::StrCat(r.call, ": cuBLAS status ", r.code, where);
-    // CUBLAS_STATUS_ALLOC_FAILED = 3, CUBLAS_STATUS_NOT_INITIALIZED = 1.
-    if (r.code == 3) return absl::ResourceExhaustedError(msg);
-    if (r.code == 1) return absl::UnavailableError(msg);
-    return absl::InternalError(msg);
-  }
   const std::string msg = absl::StrCat(r.call, ": ", raw::ErrorString(r.code), where);
   if (raw::IsOutOfMemory(r.code)) return absl::ResourceExhaustedError(msg);
   if (raw::IsNoDevice(r.code)) return absl::UnavailableError(msg);

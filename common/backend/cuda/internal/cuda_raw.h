@@ -1,8 +1,8 @@
 // Plain-C++ surface of the .cu files (compiled by nvcc without Abseil);
 // common/backend/cuda/*.cc turn CallResult into absl::Status (ToStatus in
-// cuda_status.h). Every function returns the first failing CUDA / cuBLAS call
+// cuda_status.h). Every function returns the first failing CUDA call
 // (code 0 = success); launches are checked with cudaGetLastError. Streams and
-// other handles are passed as void* (cudaStream_t, cublasHandle_t, ...).
+// other handles are passed as void* (cudaStream_t, cudaEvent_t).
 #pragma once
 
 #include <cstddef>
@@ -13,9 +13,8 @@
 namespace moesplit::cuda::raw {
 
 struct CallResult {
-  int code = 0;            // cudaError_t, or cublasStatus_t when `cublas`
+  int code = 0;            // cudaError_t
   const char* call = "";   // the call that returned it
-  bool cublas = false;
   bool ok() const { return code == 0; }
 };
 
@@ -80,18 +79,15 @@ CallResult DequantRows(const DeviceMatrix& w, const int32_t* row_ids, int64_t fi
 inline constexpr int kMaxMatVecTokens = 8;
 CallResult MatVec(const DeviceMatrix& w, const float* x, int64_t n_tok, float* y, void* stream);
 
-// The GEMM context: a cuBLAS handle bound to `stream` and an f32 scratch for
-// dequantised weight rows.
+// The GEMM context: an f32 scratch for dequantised weight rows.
 struct GemmContext {
-  void* cublas = nullptr;
   float* scratch = nullptr;
   int64_t scratch_elems = 0;  // >= n_cols of every matrix (one row)
 };
-CallResult CublasCreate(void** handle, void* stream);
-void CublasDestroy(void* handle);
-// y = x . w^T as MatVec, for any n_tok >= 1: MatVec up to kMaxMatVecTokens,
-// else F32 weights straight through cublasSgemm and other formats
-// dequantised in chunks of scratch_elems / n_cols rows, then cublasSgemm.
+// y = x . w^T as MatVec, for any n_tok >= 1 (<= 64 x 65535): MatVec up to
+// kMaxMatVecTokens, else F32 weights straight through a tiled SGEMM kernel
+// and other formats dequantised in chunks of scratch_elems / n_cols rows,
+// then the SGEMM (f32 accumulation in k order).
 CallResult MatMul(const DeviceMatrix& w, const float* x, int64_t n_tok, float* y,
                   const GemmContext& ctx, void* stream);
 
