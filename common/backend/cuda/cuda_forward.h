@@ -5,7 +5,9 @@
 //   GPU: h = ffn_norm(x); router logits -> softmax top-k (ties -> lower id)
 //   GPU -> host: h, ids, weights (pinned, async; an event marks them)
 //   GPU: shared expert (+ sigmoid gate) queued, x += shared   (overlaps)
-//   host: ExpertBackend::Compute(ExpertCall) -> partial
+//   GPU: pairs whose expert is resident in an attached GpuExpertCache:
+//        x[t] += w * E(h[t])   (gather rows, mat-mul per expert, scatter-add)
+//   host: ExpertBackend::Compute(ExpertCall of the remaining pairs) -> partial
 //   host -> GPU: x += partial
 // Weights stay in their GGUF formats on the device: decode batches (<= 8
 // tokens) run an in-kernel-dequantising matrix-vector kernel, prefill
