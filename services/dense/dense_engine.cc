@@ -48,9 +48,13 @@ absl::StatusOr<std::unique_ptr<DenseEngine>> DenseEngine::Create(const EngineOpt
     backend = e->remote_.get();
     e->expert_addresses_ = options.experts;
   }
-  e->forward_ = std::make_unique<model::Forward>(e->model_, backend, e->pool_.get());
   e->n_ctx_ = static_cast<int>(std::min<int64_t>(options.n_ctx, hp.n_ctx_train));
-  ASSIGN_OR_RETURN(e->cache_, model::KvCache::Create(hp, e->n_ctx_));
+  RunnerOptions ro;
+  ro.backend = options.backend;
+  ro.n_ctx = e->n_ctx_;
+  ro.gpu_memory = options.gpu_memory;
+  ro.kv_type = options.kv_type;
+  ASSIGN_OR_RETURN(e->runner_, CreateSequenceRunner(e->model_, backend, e->pool_.get(), ro));
   return e;
 }
 
@@ -80,11 +84,11 @@ absl::StatusOr<GenerateOutcome> DenseEngine::Generate(
   ASSIGN_OR_RETURN(StopMatcher stops, StopMatcher::Create(params.stop));
   RETURN_IF_ERROR(sampler.Accept(params.prompt));
   std::lock_guard<std::mutex> lock(mu_);
-  cache_->Clear();
+  runner_->Clear();
   GenerateOutcome out;
   out.prompt_tokens = static_cast<int>(params.prompt.size());
   std::vector<float> logits;
-  RETURN_IF_ERROR(forward_->Eval(params.prompt, cache_.get(), model::LogitsMode::kLast, &logits));
+  RETURN_IF_ERROR(runner_->Eval(params.prompt, model::LogitsMode::kLast, &logits));
   StreamDecoder decoder(tokenizer_.get(), /*render_special=*/false);
   const int limit = params.max_tokens > 0 ? params.max_tokens : n_ctx_;
   GenerateDelta delta;
@@ -100,7 +104,7 @@ absl::StatusOr<GenerateOutcome> DenseEngine::Generate(
       ASSIGN_OR_RETURN(piece, decoder.Push(delta.token));
     }
     StopMatcher::Result r = stops.Feed(piece);
-    const bool full = out.completion_tokens >= limit || cache_->n_past() + 1 >= n_ctx_;
+    const bool full = out.completion_tokens >= limit || runner_->n_past() + 1 >= n_ctx_;
     delta.text = std::move(r.text);
     if (eog || (full && !r.stopped)) delta.text += stops.Flush();
     if (!on_delta(delta)) {
@@ -116,7 +120,7 @@ absl::StatusOr<GenerateOutcome> DenseEngine::Generate(
       return out;
     }
     const int32_t next[1] = {delta.token};
-    RETURN_IF_ERROR(forward_->Eval(next, cache_.get(), model::LogitsMode::kLast, &logits));
+    RETURN_IF_ERROR(runner_->Eval(next, model::LogitsMode::kLast, &logits));
   }
 }
 

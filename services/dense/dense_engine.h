@@ -24,6 +24,7 @@
 #include "common/sampling/stop_matcher.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/transport/remote_experts.h"
+#include "services/dense/sequence_runner.h"
 
 namespace moesplit::dense {
 
@@ -36,6 +37,11 @@ struct EngineOptions {
   std::chrono::milliseconds connect_timeout{60000};  // waiting for workers at start
   int threads = 0;
   int n_ctx = 4096;
+  // Where the dense part runs: auto | cpu | cuda, the GPU memory budget
+  // (0 = free memory) and the GPU KV cache type (sequence_runner.h).
+  std::string backend = "auto";
+  uint64_t gpu_memory = 0;
+  std::string kv_type = "f16";
 };
 
 struct GenerateParams {
@@ -78,6 +84,8 @@ class DenseEngine {
   // The remote experts, or nullptr when computing in-process.
   transport::RemoteExperts* remote() const { return remote_.get(); }
   const std::vector<std::string>& expert_addresses() const { return expert_addresses_; }
+  // "cpu" or "cuda:<device>": where the dense forward runs.
+  std::string backend_name() const { return runner_->name(); }
 
  private:
   DenseEngine() = default;
@@ -88,12 +96,11 @@ class DenseEngine {
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<transport::RemoteExperts> remote_;
   std::unique_ptr<model::ExpertBackend> local_;
-  std::unique_ptr<model::Forward> forward_;
   std::vector<std::string> expert_addresses_;
   int n_ctx_ = 0;
 
   std::mutex mu_;  // one sequence at a time
-  std::unique_ptr<model::KvCache> cache_;  // guarded by mu_
+  std::unique_ptr<SequenceRunner> runner_;  // forward + KV cache; guarded by mu_
 };
 
 // Connects to every address, waiting up to `timeout` for workers that are not

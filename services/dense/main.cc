@@ -51,6 +51,7 @@ int Run(int argc, char** argv) {
   EngineOptions opt;
   std::string grpc_addr = "127.0.0.1:50051", metrics_addr, experts_csv;
   int64_t threads = 0, ctx = 4096, timeout_ms = 10000, connect_ms = 60000;
+  std::string gpu_memory;
   cli::FlagParser p;
   p.AddString("model", &opt.model_path, "GGUF model file");
   p.AddString("experts", &experts_csv,
@@ -62,6 +63,9 @@ int Run(int argc, char** argv) {
   p.AddInt("ctx", &ctx, "context length");
   p.AddInt("expert-timeout", &timeout_ms, "ms before an unanswered expert call fails");
   p.AddInt("connect-timeout", &connect_ms, "ms to wait for the workers at start");
+  p.AddString("backend", &opt.backend, "dense forward on: auto (GPU when present), cpu, cuda");
+  p.AddString("gpu-memory", &gpu_memory, "GPU memory budget, e.g. 8GiB (default: free memory)");
+  p.AddString("kv-type", &opt.kv_type, "GPU KV cache type: f16, q8_0, q4_0");
   std::vector<std::string> args(argv + 1, argv + argc);
   // --experts may repeat: join the values.
   std::vector<std::string> rest;
@@ -82,12 +86,18 @@ int Run(int argc, char** argv) {
   for (absl::string_view a : absl::StrSplit(experts_csv, ',', absl::SkipEmpty())) {
     opt.experts.emplace_back(a);
   }
+  if (!gpu_memory.empty()) {
+    auto bytes = ParseByteSize(gpu_memory);
+    if (!bytes.ok()) return Fail(bytes.status());
+    opt.gpu_memory = *bytes;
+  }
   opt.threads = static_cast<int>(threads);
   opt.n_ctx = static_cast<int>(ctx);
   opt.expert_timeout = std::chrono::milliseconds(timeout_ms);
   opt.connect_timeout = std::chrono::milliseconds(connect_ms);
   auto engine = DenseEngine::Create(opt);
   if (!engine.ok()) return Fail(engine.status());
+  std::fprintf(stderr, "moesplit-dense: dense forward on %s\n", (*engine)->backend_name().c_str());
 
   std::unique_ptr<telemetry::MetricsServer> metrics;
   std::unique_ptr<telemetry::DenseExpertMetrics> expert_metrics;

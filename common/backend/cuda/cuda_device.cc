@@ -1,21 +1,10 @@
 #include "common/backend/cuda/cuda_device.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/backend/cuda/cuda_status.h"
 #include "common/backend/cuda/internal/cuda_raw.h"
 
 namespace moesplit::cuda {
-namespace {
-
-// The one place CUDA errors become Status (out of memory -> RESOURCE_EXHAUSTED).
-absl::Status ToStatus(const raw::CallResult& r) {
-  if (r.code == 0) return absl::OkStatus();
-  const std::string msg = absl::StrCat(r.call, ": ", raw::ErrorString(r.code));
-  if (raw::IsOutOfMemory(r.code)) return absl::ResourceExhaustedError(msg);
-  if (raw::IsNoDevice(r.code)) return absl::UnavailableError(msg);
-  return absl::InternalError(msg);
-}
-
-}  // namespace
 
 std::vector<DeviceInfo> ListDevices() {
   std::vector<DeviceInfo> out;

@@ -54,6 +54,89 @@ CallResult Saxpy(float a, const float* x, float* y, int64_t n) {
   return r;
 }
 
+CallResult SetDevice(int index) { return {cudaSetDevice(index), "cudaSetDevice"}; }
+CallResult MemGetInfo(uint64_t* free_bytes, uint64_t* total_bytes) {
+  size_t f = 0, t = 0;
+  cudaError_t e = cudaMemGetInfo(&f, &t);
+  *free_bytes = f;
+  *total_bytes = t;
+  return {e, "cudaMemGetInfo"};
+}
+CallResult Malloc(void** p, size_t bytes) {
+  *p = nullptr;
+  cudaError_t e = cudaMalloc(p, bytes);
+  if (e != cudaSuccess) {
+    *p = nullptr;
+    cudaGetLastError();  // clear the sticky-free error state of the runtime
+  }
+  return {e, "cudaMalloc"};
+}
+void Free(void* p) {
+  if (p != nullptr) cudaFree(p);
+}
+CallResult MallocHost(void** p, size_t bytes) {
+  *p = nullptr;
+  cudaError_t e = cudaMallocHost(p, bytes);
+  if (e != cudaSuccess) {
+    *p = nullptr;
+    cudaGetLastError();
+  }
+  return {e, "cudaMallocHost"};
+}
+void FreeHost(void* p) {
+  if (p != nullptr) cudaFreeHost(p);
+}
+CallResult Memset(void* p, int value, size_t bytes, void* stream) {
+  return {cudaMemsetAsync(p, value, bytes, static_cast<cudaStream_t>(stream)), "cudaMemsetAsync"};
+}
+CallResult MemcpyAsync(void* dst, const void* src, size_t bytes, int kind, void* stream) {
+  const cudaMemcpyKind k = kind == 0   ? cudaMemcpyHostToDevice
+                           : kind == 1 ? cudaMemcpyDeviceToHost
+                                       : cudaMemcpyDeviceToDevice;
+  if (bytes == 0) return {};
+  return {cudaMemcpyAsync(dst, src, bytes, k, static_cast<cudaStream_t>(stream)),
+          "cudaMemcpyAsync"};
+}
+CallResult StreamCreate(void** stream) {
+  cudaStream_t s = nullptr;
+  cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  *stream = s;
+  return {e, "cudaStreamCreateWithFlags"};
+}
+void StreamDestroy(void* stream) {
+  if (stream != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(stream));
+}
+CallResult StreamSynchronize(void* stream) {
+  return {cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "cudaStreamSynchronize"};
+}
+CallResult StreamWaitEvent(void* stream, void* event) {
+  return {cudaStreamWaitEvent(static_cast<cudaStream_t>(stream),
+                              static_cast<cudaEvent_t>(event), 0),
+          "cudaStreamWaitEvent"};
+}
+CallResult EventCreate(void** event) {
+  cudaEvent_t ev = nullptr;
+  cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+  *event = ev;
+  return {e, "cudaEventCreateWithFlags"};
+}
+void EventDestroy(void* event) {
+  if (event != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(event));
+}
+CallResult EventRecord(void* event, void* stream) {
+  return {cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream)),
+          "cudaEventRecord"};
+}
+CallResult EventSynchronize(void* event) {
+  return {cudaEventSynchronize(static_cast<cudaEvent_t>(event)), "cudaEventSynchronize"};
+}
+CallResult EventQuery(void* event, bool* done) {
+  cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(event));
+  *done = e == cudaSuccess;
+  if (e == cudaErrorNotReady) e = cudaSuccess;
+  return {e, "cudaEventQuery"};
+}
+
 const char* ErrorString(int code) { return cudaGetErrorString(static_cast<cudaError_t>(code)); }
 bool IsOutOfMemory(int code) { return code == cudaErrorMemoryAllocation; }
 bool IsNoDevice(int code) {

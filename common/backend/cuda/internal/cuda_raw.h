@@ -1,14 +1,21 @@
-// Plain-C++ surface of cuda_kernels.cu (compiled by nvcc without Abseil);
-// cuda_device.cc turns its results into absl::Status.
+// Plain-C++ surface of the .cu files (compiled by nvcc without Abseil);
+// common/backend/cuda/*.cc turn CallResult into absl::Status (ToStatus in
+// cuda_status.h). Every function returns the first failing CUDA call
+// (code 0 = success); launches are checked with cudaGetLastError. Streams and
+// other handles are passed as void* (cudaStream_t, cudaEvent_t).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+
+#include "common/gguf/types.h"
 
 namespace moesplit::cuda::raw {
 
 struct CallResult {
   int code = 0;            // cudaError_t
-  const char* call = "";   // the CUDA call that returned it
+  const char* call = "";   // the call that returned it
+  bool ok() const { return code == 0; }
 };
 
 struct RawDeviceInfo {
@@ -17,11 +24,154 @@ struct RawDeviceInfo {
   uint64_t free_bytes = 0, total_bytes = 0;
 };
 
+// ----------------------------------------------------------- runtime (cuda_kernels.cu)
 int DeviceCount();
 CallResult DeviceProperties(int index, RawDeviceInfo* info);
 CallResult Saxpy(float a, const float* x, float* y, int64_t n);
 const char* ErrorString(int code);
 bool IsOutOfMemory(int code);
 bool IsNoDevice(int code);
+
+CallResult SetDevice(int index);
+CallResult MemGetInfo(uint64_t* free_bytes, uint64_t* total_bytes);
+CallResult Malloc(void** p, size_t bytes);
+void Free(void* p);
+CallResult MallocHost(void** p, size_t bytes);
+void FreeHost(void* p);
+CallResult Memset(void* p, int value, size_t bytes, void* stream);
+// kind: 0 host->device, 1 device->host, 2 device->device.
+CallResult MemcpyAsync(void* dst, const void* src, size_t bytes, int kind, void* stream);
+CallResult StreamCreate(void** stream);
+void StreamDestroy(void* stream);
+CallResult StreamSynchronize(void* stream);
+CallResult StreamWaitEvent(void* stream, void* event);
+CallResult EventCreate(void** event);
+void EventDestroy(void* event);
+CallResult EventRecord(void* event, void* stream);
+CallResult EventSynchronize(void* event);
+CallResult EventQuery(void* event, bool* done);
+
+// ------------------------------------------------------------ matrices (dequant.cu, gemm.cu)
+// A weight matrix in a ggml format, resident on the device: n_rows rows of
+// n_cols elements, row r at data + r * row_bytes.
+struct DeviceMatrix {
+  GgmlType type = GgmlType::kF32;
+  const void* data = nullptr;
+  int64_t n_rows = 0;
+  int64_t n_cols = 0;
+  uint64_t row_bytes = 0;
+};
+
+// Whether the kernels decode `type` (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1,
+// Q8_0, Q8_1, Q2_K..Q6_K, Q8_K, IQ4_NL, IQ4_XS, MXFP4).
+bool DeviceSupports(GgmlType type);
+
+// out[i][c] = w[row(i)][c] as f32, row(i) = row_ids[i] when row_ids (device
+// int32) is given, else first_row + i; i < n_out. Rows must be < n_rows
+// (row_ids are trusted: validate them before). Embedding get_rows and the
+// dequantise-then-GEMM path.
+CallResult DequantRows(const DeviceMatrix& w, const int32_t* row_ids, int64_t first_row,
+                       int64_t n_out, float* out, void* stream);
+
+// y[t][r] = sum_c w[r][c] * x[t][c] for t < n_tok <= kMaxMatVecTokens, r <
+// n_rows; x: n_tok x n_cols f32, y: n_tok x n_rows f32 (row-major). The
+// weight is decoded in the kernel (no scratch).
+inline constexpr int kMaxMatVecTokens = 8;
+CallResult MatVec(const DeviceMatrix& w, const float* x, int64_t n_tok, float* y, void* stream);
+
+// The GEMM context: an f32 scratch for dequantised weight rows.
+struct GemmContext {
+  float* scratch = nullptr;
+  int64_t scratch_elems = 0;  // >= n_cols of every matrix (one row)
+};
+// y = x . w^T as MatVec, for any n_tok >= 1 (<= 64 x 65535): MatVec up to
+// kMaxMatVecTokens, else F32 weights straight through a tiled SGEMM kernel
+// and other formats dequantised in chunks of scratch_elems / n_cols rows,
+// then the SGEMM (f32 accumulation in k order).
+CallResult MatMul(const DeviceMatrix& w, const float* x, int64_t n_tok, float* y,
+                  const GemmContext& ctx, void* stream);
+
+// ------------------------------------------------------------ element-wise (norm.cu, elementwise.cu, rope.cu)
+// y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w, rows of d (w nullable; y may
+// alias x). Sum of squares in double, as the CPU reference.
+CallResult RmsNorm(const float* x, const float* w, int64_t rows, int64_t d, float eps,
+                   float* y, void* stream);
+// NEOX RoPE in place on n_tok x n_heads heads of head_dim: pairs (i, i +
+// n_rot/2), i < n_rot/2, rotated by cos_sin[t][i] = {cos, sin} (device,
+// n_tok x n_rot/2 x 2, computed on the host by the CPU reference code).
+CallResult RopeNeox(float* x, int64_t n_tok, int64_t n_heads, int64_t head_dim, int64_t n_rot,
+                    const float* cos_sin, void* stream);
+// y[r][c] += b[c]
+CallResult AddBias(float* y, const float* b, int64_t rows, int64_t cols, void* stream);
+// x[i] += y[i]
+CallResult Add(float* x, const float* y, int64_t n, void* stream);
+// out[i] = SiLU(gate[i]) * up[i]; out may alias gate.
+CallResult SwiGlu(const float* gate, const float* up, int64_t n, float* out, void* stream);
+// y[r][c] *= sigmoid(g[r])
+CallResult ScaleRowsBySigmoid(float* y, const float* g, int64_t rows, int64_t cols,
+                              void* stream);
+
+// dst[i][:] = src[rows[i]][:] for i < n (rows of d; rows on the device).
+CallResult GatherRows(const float* src, const int32_t* rows, int64_t n, int64_t d, float* dst,
+                      void* stream);
+// dst[rows[i]][:] += w[i] * src[i][:] for i < n, in order of i (one launch
+// per call; rows may repeat only across calls).
+CallResult ScatterAddScaled(float* dst, const float* src, const int32_t* rows, const float* w,
+                            int64_t n, int64_t d, void* stream);
+
+// ------------------------------------------------------------ router (router.cu)
+// Per row of n_expert logits (overwritten by the softmax probabilities):
+// top-k (descending, ties -> lower id) into ids / weights (rows x k),
+// weights renormalised to sum 1 when `normalize`. REQUIRES: 1 <= k <=
+// n_expert <= 1024.
+CallResult SelectExperts(float* logits, int64_t rows, int n_expert, int k, bool normalize,
+                         int32_t* ids, float* weights, void* stream);
+
+// ------------------------------------------------------------ paged KV + attention (attention.cu)
+// One layer's paged K and V: position p of a sequence lives in page
+// block_table[p / page_size], slot p % page_size; the row of that slot is
+// n_head_kv * head_dim elements of `type` (F16, Q8_0 or Q4_0) at
+// base + (page * page_size + slot) * row_bytes.
+struct PagedKv {
+  GgmlType type = GgmlType::kF16;
+  uint8_t* k = nullptr;
+  uint8_t* v = nullptr;
+  uint64_t k_row_bytes = 0, v_row_bytes = 0;
+  int page_size = 0;
+  const int32_t* block_table = nullptr;  // device
+};
+bool KvTypeSupported(GgmlType type);
+
+// Stores k (n_tok x kd) and v (n_tok x vd) f32 at positions pos0 .. pos0 + n_tok - 1
+// (quantised per 32-block with ggml's reference quantisers for Q8_0/Q4_0).
+CallResult KvWrite(const PagedKv& kv, const float* k, const float* v, int64_t n_tok,
+                   int64_t pos0, int64_t kd, int64_t vd, void* stream);
+
+struct AttentionParams {
+  const float* q = nullptr;  // n_tok x n_head x head_dim
+  float* out = nullptr;      // n_tok x n_head x head_dim
+  PagedKv kv;
+  int64_t n_tok = 0;
+  int64_t pos0 = 0;          // token t attends positions 0 .. pos0 + t
+  int n_head = 0, n_head_kv = 0, head_dim = 0;  // head_dim % 32 == 0, <= 256
+  float scale = 1.0f;
+  // Split-K scratch for decode: AttentionSplitElems(...) floats, or nullptr
+  // (no split across blocks).
+  float* split_scratch = nullptr;
+  int64_t split_scratch_elems = 0;
+};
+// Causal softmax(q . K^T * scale) . V per head, GQA (query head h reads KV
+// head h / (n_head / n_head_kv)); f32 math, online softmax. One block per
+// (head, token) whose warps split the positions; for small batches over
+// long contexts (<= kMaxSplitTokens tokens, > kSplitChunk positions) the
+// positions are also split across up to kMaxSplits blocks whose partial
+// (max, sum, accumulator) are merged by a second kernel (split-K).
+inline constexpr int kMaxSplitTokens = 8;
+inline constexpr int kMaxSplits = 32;
+inline constexpr int kSplitChunk = 256;
+inline int64_t AttentionSplitElems(int n_head, int head_dim) {
+  return static_cast<int64_t>(kMaxSplitTokens) * n_head * kMaxSplits * (head_dim + 2);
+}
+CallResult Attention(const AttentionParams& p, void* stream);
 
 }  // namespace moesplit::cuda::raw

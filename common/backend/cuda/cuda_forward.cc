@@ -1,0 +1,679 @@
+#include "common/backend/cuda/cuda_forward.h"
+
+#include <chrono>
+#include <climits>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/backend/cuda/cuda_backend.h"
+#include "common/backend/cuda/cuda_status.h"
+#include "common/backend/cuda/internal/cuda_raw.h"
+#include "common/base/status.h"
+#include "common/model/internal/ops.h"
+
+namespace moesplit::cuda {
+
+using model::HyperParams;
+using model::LogitsMode;
+
+// ------------------------------------------------------------------ CudaKvCache
+
+absl::StatusOr<uint64_t> CudaKvCache::Bytes(const HyperParams& hp, int64_t n_ctx, GgmlType type,
+                                            int page_size) {
+  if (n_ctx < 1 || page_size < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV cache: n_ctx = ", n_ctx, ", page size = ", page_size));
+  }
+  if (!raw::KvTypeSupported(type)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV cache type ", std::string(GgmlTypeName(type)), " (supported: F16, Q8_0, Q4_0)"));
+  }
+  const auto kr = RowBytes(type, hp.n_head_kv * hp.head_dim_k);
+  const auto vr = RowBytes(type, hp.n_head_kv * hp.head_dim_v);
+  if (!kr || !vr) {
+    return absl::InvalidArgumentError(absl::StrCat("KV rows of ", hp.n_head_kv * hp.head_dim_k,
+                                                   " elements do not fit ", std::string(GgmlTypeName(type)),
+                                                   " blocks"));
+  }
+  const int64_t pages = (n_ctx + page_size - 1) / page_size;
+  const long double total = static_cast<long double>(pages) * page_size * (*kr + *vr) * hp.n_layer;
+  if (total > static_cast<long double>(uint64_t{1} << 50)) {
+    return absl::ResourceExhaustedError(absl::StrCat("KV cache of ", n_ctx, " positions is too large"));
+  }
+  return static_cast<uint64_t>(pages) * page_size * (*kr + *vr) * hp.n_layer +
+         static_cast<uint64_t>(pages) * sizeof(int32_t);
+}
+
+absl::StatusOr<std::unique_ptr<CudaKvCache>> CudaKvCache::Create(backend::Device* device,
+                                                                 const HyperParams& hp,
+                                                                 int64_t n_ctx, GgmlType type,
+                                                                 int page_size) {
+  ASSIGN_OR_RETURN(const uint64_t bytes, Bytes(hp, n_ctx, type, page_size));
+  std::unique_ptr<CudaKvCache> c(new CudaKvCache());
+  c->device_ = device;
+  c->n_ctx_ = n_ctx;
+  c->page_size_ = page_size;
+  c->type_ = type;
+  c->n_pages_ = (n_ctx + page_size - 1) / page_size;
+  c->k_row_bytes_ = *RowBytes(type, hp.n_head_kv * hp.head_dim_k);
+  c->v_row_bytes_ = *RowBytes(type, hp.n_head_kv * hp.head_dim_v);
+  c->bytes_ = bytes;
+  const uint64_t slots = static_cast<uint64_t>(c->n_pages_) * page_size;
+  for (int64_t l = 0; l < hp.n_layer; ++l) {
+    ASSIGN_OR_RETURN(auto kb, device->Allocate(slots * c->k_row_bytes_));
+    ASSIGN_OR_RETURN(auto vb, device->Allocate(slots * c->v_row_bytes_));
+    c->k_.push_back(std::move(kb));
+    c->v_.push_back(std::move(vb));
+  }
+  ASSIGN_OR_RETURN(c->table_, device->Allocate(c->n_pages_ * sizeof(int32_t)));
+  std::vector<int32_t> identity(c->n_pages_);
+  for (int64_t i = 0; i < c->n_pages_; ++i) identity[i] = static_cast<int32_t>(i);
+  RETURN_IF_ERROR(c->SetBlockTable(identity));
+  return c;
+}
+
+bool CudaKvCache::Matches(const HyperParams& hp) const {
+  const auto kr = RowBytes(type_, hp.n_head_kv * hp.head_dim_k);
+  const auto vr = RowBytes(type_, hp.n_head_kv * hp.head_dim_v);
+  return static_cast<int64_t>(k_.size()) == hp.n_layer && kr && vr && *kr == k_row_bytes_ &&
+         *vr == v_row_bytes_;
+}
+
+absl::Status CudaKvCache::Truncate(int64_t n) {
+  if (n < 0 || n > n_past_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot truncate the KV cache to ", n, " positions; it holds ", n_past_));
+  }
+  n_past_ = n;
+  return absl::OkStatus();
+}
+
+absl::Status CudaKvCache::CheckRoom(int64_t n_new) const {
+  if (n_new < 0 || n_new > n_ctx_ - n_past_) {
+    return absl::OutOfRangeError(absl::StrCat("KV cache full: ", n_past_, " positions used + ",
+                                              n_new, " new > capacity n_ctx ", n_ctx_));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaKvCache::SetBlockTable(absl::Span<const int32_t> pages) {
+  if (static_cast<int64_t>(pages.size()) != n_pages_) {
+    return absl::InvalidArgumentError(absl::StrCat("block table of ", pages.size(),
+                                                   " pages; the cache needs ", n_pages_));
+  }
+  std::vector<bool> seen(n_pages_, false);
+  for (size_t i = 0; i < pages.size(); ++i) {
+    if (pages[i] < 0 || pages[i] >= n_pages_ || seen[pages[i]]) {
+      return absl::InvalidArgumentError(absl::StrCat("block table entry ", i, " = ", pages[i],
+                                                     " is out of range or repeated"));
+    }
+    seen[pages[i]] = true;
+  }
+  RETURN_IF_CUDA_ERROR(raw::MemcpyAsync(table_->data(), pages.data(),
+                                        pages.size() * sizeof(int32_t), 0, nullptr));
+  RETURN_IF_CUDA_ERROR(raw::StreamSynchronize(nullptr));
+  return absl::OkStatus();
+}
+
+uint8_t* CudaKvCache::k(int layer) const { return static_cast<uint8_t*>(k_[layer]->data()); }
+uint8_t* CudaKvCache::v(int layer) const { return static_cast<uint8_t*>(v_[layer]->data()); }
+const int32_t* CudaKvCache::block_table() const {
+  return static_cast<const int32_t*>(table_->data());
+}
+
+// ------------------------------------------------------------------ weights
+
+namespace {
+
+struct DeviceMatrixBuf {
+  std::unique_ptr<backend::Buffer> buf;
+  raw::DeviceMatrix m;
+  bool present() const { return m.data != nullptr; }
+};
+struct DeviceVec {
+  std::unique_ptr<backend::Buffer> buf;
+  const float* p = nullptr;
+};
+struct LayerW {
+  DeviceVec attn_norm, bq, bk, bv, q_norm, k_norm, ffn_norm;
+  DeviceMatrixBuf wq, wk, wv, wo, router, sh_gate_inp, sh_gate, sh_up, sh_down;
+};
+
+uint64_t MatrixBytes(const quant::WeightView& w) {
+  return w.data == nullptr ? 0 : static_cast<uint64_t>(w.n_rows) * w.row_bytes;
+}
+uint64_t VecBytes(const std::vector<float>& v) { return v.size() * sizeof(float); }
+
+// Calls fn(view) for every dense matrix of the model (not the embeddings).
+template <typename Fn>
+void ForEachLayerMatrix(const model::Model& m, Fn fn) {
+  for (int il = 0; il < m.n_layer(); ++il) {
+    const model::LayerWeights& L = m.layer(il);
+    for (const quant::WeightView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.router,
+                                       &L.shexp_gate_inp, &L.shexp_gate, &L.shexp_up,
+                                       &L.shexp_down}) {
+      if (w->data != nullptr) fn(*w);
+    }
+  }
+}
+
+// Element counts of the workspace buffers for micro-batches of B tokens.
+struct WorkspaceSizes {
+  int64_t x, q, kv_k, kv_v, attn, router, topk, sh, rope, logits, scratch, head_rows, split,
+      ex_ff;
+  uint64_t DeviceBytes() const {
+    // x, h, o, part: B x d each.
+    // x, h, o, part, ex_in, ex_out: B x d each; sh_g, sh_u, sh_s; ex_g, ex_u;
+    // ex_w + wts; ids, ex_idx, tokens.
+    return sizeof(float) * (6 * x + q + kv_k + kv_v + attn + router + 2 * topk + 3 * sh +
+                            2 * ex_ff + rope + logits + scratch + split) +
+           sizeof(int32_t) * (2 * topk + x);
+  }
+};
+
+WorkspaceSizes Sizes(const model::Model& m, int64_t B) {
+  const HyperParams& hp = m.hparams();
+  WorkspaceSizes s;
+  s.x = B * hp.n_embd;
+  s.q = B * hp.n_head * hp.head_dim_k;
+  s.kv_k = B * hp.n_head_kv * hp.head_dim_k;
+  s.kv_v = B * hp.n_head_kv * hp.head_dim_v;
+  s.attn = B * hp.n_head * hp.head_dim_v;
+  s.router = B * hp.n_expert;
+  s.topk = B * hp.n_expert_used;
+  int64_t ff = 0;
+  for (int il = 0; il < m.n_layer(); ++il) ff = std::max(ff, m.layer(il).shexp_up.n_rows);
+  s.sh = B * ff;
+  s.rope = B * hp.rope.n_rot;
+  s.head_rows = std::min<int64_t>(B, 32);
+  s.logits = s.head_rows * hp.n_vocab;
+  int64_t max_cols = m.output().n_cols, max_elems = m.output().n_rows * m.output().n_cols;
+  ForEachLayerMatrix(m, [&](const quant::WeightView& w) {
+    max_cols = std::max(max_cols, w.n_cols);
+    if (w.type != GgmlType::kF32) max_elems = std::max(max_elems, w.n_rows * w.n_cols);
+  });
+  s.scratch = std::max(max_cols, std::min<int64_t>(max_elems, int64_t{16} << 20));
+  s.ex_ff = B * hp.n_ff_exp;
+  s.split = raw::AttentionSplitElems(static_cast<int>(hp.n_head), static_cast<int>(hp.head_dim_v));
+  return s;
+}
+
+absl::Status CheckSupported(const model::Model& m) {
+  const HyperParams& hp = m.hparams();
+  if (hp.head_dim_k != hp.head_dim_v || hp.head_dim_k % 32 != 0 || hp.head_dim_k > 256) {
+    return absl::UnimplementedError(absl::StrCat("CUDA attention needs head_dim_k == head_dim_v, "
+                                                 "a multiple of 32 up to 256; the model has ",
+                                                 hp.head_dim_k, " / ", hp.head_dim_v));
+  }
+  if (hp.rope.type != model::RopeType::kNeox || hp.rope.n_rot > hp.head_dim_k) {
+    return absl::UnimplementedError("CUDA forward: only NEOX RoPE with n_rot <= head_dim");
+  }
+  if (hp.n_expert > 1024 || hp.n_expert_used < 1) {
+    return absl::UnimplementedError(absl::StrCat("CUDA router: n_expert ", hp.n_expert));
+  }
+  absl::Status st;
+  auto check = [&](const quant::WeightView& w) {
+    if (st.ok() && !raw::DeviceSupports(w.type)) {
+      st = absl::UnimplementedError(
+          absl::StrCat("CUDA kernels do not decode ", std::string(GgmlTypeName(w.type))));
+    }
+  };
+  ForEachLayerMatrix(m, check);
+  check(m.token_embd());
+  check(m.output());
+  return st;
+}
+
+}  // namespace
+
+struct CudaForward::Weights {
+  DeviceMatrixBuf embd, output;
+  DeviceVec output_norm;
+  std::vector<LayerW> layers;
+};
+
+struct CudaForward::Workspace {
+  WorkspaceSizes sizes;
+  std::vector<std::unique_ptr<backend::Buffer>> bufs;
+  float *x = nullptr, *h = nullptr, *o = nullptr, *part = nullptr, *q = nullptr, *k = nullptr,
+        *v = nullptr, *attn = nullptr, *router = nullptr, *wts = nullptr, *sh_g = nullptr,
+        *sh_u = nullptr, *sh_s = nullptr, *rope = nullptr, *logits = nullptr,
+        *scratch = nullptr, *split = nullptr, *ex_in = nullptr, *ex_out = nullptr,
+        *ex_g = nullptr, *ex_u = nullptr, *ex_w = nullptr;
+  int32_t *tokens = nullptr, *ids = nullptr, *ex_idx = nullptr;
+  std::unique_ptr<PinnedHostBuffer> pin_h, pin_ids, pin_wts, pin_part, pin_ex_idx, pin_ex_w;
+  std::vector<float> rope_host;
+};
+
+absl::StatusOr<GpuMemoryPlan> CudaForward::Plan(const model::Model& m,
+                                                const CudaForwardOptions& o) {
+  if (o.max_batch < 1 || o.max_batch > 4096) {
+    return absl::InvalidArgumentError(absl::StrCat("max_batch ", o.max_batch, " not in [1, 4096]"));
+  }
+  GpuMemoryPlan p;
+  p.dense_weights = MatrixBytes(m.token_embd()) + VecBytes(m.output_norm()) +
+                    (m.tied_output() ? 0 : MatrixBytes(m.output()));
+  ForEachLayerMatrix(m, [&](const quant::WeightView& w) { p.dense_weights += MatrixBytes(w); });
+  for (int il = 0; il < m.n_layer(); ++il) {
+    const model::LayerWeights& L = m.layer(il);
+    for (const auto* v : {&L.attn_norm, &L.bq, &L.bk, &L.bv, &L.q_norm, &L.k_norm, &L.ffn_norm}) {
+      p.dense_weights += VecBytes(*v);
+    }
+  }
+  ASSIGN_OR_RETURN(p.kv_cache, CudaKvCache::Bytes(m.hparams(), o.n_ctx, o.kv_type, o.kv_page_size));
+  p.workspace = Sizes(m, o.max_batch).DeviceBytes();
+  return p;
+}
+
+namespace {
+
+absl::Status UploadMatrix(backend::Device* dev, backend::Stream* s, const quant::WeightView& w,
+                          DeviceMatrixBuf* out) {
+  if (w.data == nullptr) return absl::OkStatus();
+  const uint64_t bytes = MatrixBytes(w);
+  ASSIGN_OR_RETURN(out->buf, dev->Allocate(bytes));
+  RETURN_IF_ERROR(s->CopyToDevice(*out->buf, 0, w.data, bytes));
+  out->m = {w.type, out->buf->data(), w.n_rows, w.n_cols, w.row_bytes};
+  return absl::OkStatus();
+}
+
+absl::Status UploadVec(backend::Device* dev, backend::Stream* s, const std::vector<float>& v,
+                       DeviceVec* out) {
+  if (v.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(out->buf, dev->Allocate(VecBytes(v)));
+  RETURN_IF_ERROR(s->CopyToDevice(*out->buf, 0, v.data(), VecBytes(v)));
+  out->p = static_cast<const float*>(out->buf->data());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CudaForward>> CudaForward::Create(
+    std::shared_ptr<const model::Model> model, model::ExpertBackend* experts,
+    backend::Device* device, const CudaForwardOptions& options) {
+  if (device == nullptr || device->kind() != backend::DeviceKind::kCuda || experts == nullptr) {
+    return absl::InvalidArgumentError("CudaForward: needs a CUDA device and an expert backend");
+  }
+  RETURN_IF_ERROR(CheckSupported(*model));
+  ASSIGN_OR_RETURN(const GpuMemoryPlan plan, Plan(*model, options));
+  uint64_t budget = options.gpu_memory_budget;
+  if (budget == 0) {
+    ASSIGN_OR_RETURN(const backend::MemoryInfo mem, device->Memory());
+    budget = mem.free_bytes + device->allocated_bytes();
+  }
+  if (plan.total() + device->allocated_bytes() > budget) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "GPU memory plan of ", plan.total(), " bytes (dense weights ", plan.dense_weights,
+        ", KV cache ", plan.kv_cache, ", workspace ", plan.workspace, ") exceeds the budget of ",
+        budget, " bytes (", device->allocated_bytes(), " already in use)"));
+  }
+  if (device->budget() == 0 || device->budget() > budget) device->set_budget(budget);
+
+  std::unique_ptr<CudaForward> f(new CudaForward());
+  f->model_ = std::move(model);
+  f->experts_ = experts;
+  f->device_ = device;
+  f->options_ = options;
+  f->plan_ = plan;
+  ASSIGN_OR_RETURN(f->stream_, device->CreateStream());
+  ASSIGN_OR_RETURN(f->copied_, device->CreateEvent());
+  const model::Model& m = *f->model_;
+  backend::Stream* s = f->stream_.get();
+  f->w_ = std::make_unique<Weights>();
+  Weights& W = *f->w_;
+  RETURN_IF_ERROR(UploadMatrix(device, s, m.token_embd(), &W.embd));
+  if (m.tied_output()) {
+    W.output.m = W.embd.m;
+  } else {
+    RETURN_IF_ERROR(UploadMatrix(device, s, m.output(), &W.output));
+  }
+  RETURN_IF_ERROR(UploadVec(device, s, m.output_norm(), &W.output_norm));
+  W.layers.resize(m.n_layer());
+  for (int il = 0; il < m.n_layer(); ++il) {
+    const model::LayerWeights& L = m.layer(il);
+    LayerW& D = W.layers[il];
+    RETURN_IF_ERROR(UploadVec(device, s, L.attn_norm, &D.attn_norm));
+    RETURN_IF_ERROR(UploadVec(device, s, L.bq, &D.bq));
+    RETURN_IF_ERROR(UploadVec(device, s, L.bk, &D.bk));
+    RETURN_IF_ERROR(UploadVec(device, s, L.bv, &D.bv));
+    RETURN_IF_ERROR(UploadVec(device, s, L.q_norm, &D.q_norm));
+    RETURN_IF_ERROR(UploadVec(device, s, L.k_norm, &D.k_norm));
+    RETURN_IF_ERROR(UploadVec(device, s, L.ffn_norm, &D.ffn_norm));
+    RETURN_IF_ERROR(UploadMatrix(device, s, L.wq, &D.wq));
+    RETURN_IF_ERROR(UploadMatrix(device, s, L.wk, &D.wk));
+    RETURN_IF_ERROR(UploadMatrix(device, s, L.wv, &D.wv));
+    RETURN_IF_ERROR(UploadMatrix(device, s, L.wo, &D.wo));
+    RETURN_IF_ERROR(UploadMatrix(device, s, L.router, &D.router));
+    RETURN_IF_ERROR(UploadMatrix(device, s, L.shexp_gate_inp, &D.sh_gate_inp));
+    RETURN_IF_ERROR(UploadMatrix(device, s, L.shexp_gate, &D.sh_gate));
+    RETURN_IF_ERROR(UploadMatrix(device, s, L.shexp_up, &D.sh_up));
+    RETURN_IF_ERROR(UploadMatrix(device, s, L.shexp_down, &D.sh_down));
+  }
+  RETURN_IF_ERROR(s->Synchronize());
+
+  // Workspace.
+  f->ws_ = std::make_unique<Workspace>();
+  Workspace& ws = *f->ws_;
+  ws.sizes = Sizes(m, options.max_batch);
+  const WorkspaceSizes& z = ws.sizes;
+  auto alloc = [&](int64_t elems, auto** p) -> absl::Status {
+    if (elems <= 0) return absl::OkStatus();
+    ASSIGN_OR_RETURN(auto b, device->Allocate(static_cast<uint64_t>(elems) * sizeof(**p)));
+    *p = static_cast<std::remove_reference_t<decltype(*p)>>(b->data());
+    ws.bufs.push_back(std::move(b));
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(alloc(z.x, &ws.x));
+  RETURN_IF_ERROR(alloc(z.x, &ws.h));
+  RETURN_IF_ERROR(alloc(z.x, &ws.o));
+  RETURN_IF_ERROR(alloc(z.x, &ws.part));
+  RETURN_IF_ERROR(alloc(z.q, &ws.q));
+  RETURN_IF_ERROR(alloc(z.kv_k, &ws.k));
+  RETURN_IF_ERROR(alloc(z.kv_v, &ws.v));
+  RETURN_IF_ERROR(alloc(z.attn, &ws.attn));
+  RETURN_IF_ERROR(alloc(z.router, &ws.router));
+  RETURN_IF_ERROR(alloc(z.topk, &ws.wts));
+  RETURN_IF_ERROR(alloc(z.topk, &ws.ids));
+  RETURN_IF_ERROR(alloc(z.sh, &ws.sh_g));
+  RETURN_IF_ERROR(alloc(z.sh, &ws.sh_u));
+  RETURN_IF_ERROR(alloc(options.max_batch, &ws.sh_s));
+  RETURN_IF_ERROR(alloc(z.rope, &ws.rope));
+  RETURN_IF_ERROR(alloc(z.logits, &ws.logits));
+  RETURN_IF_ERROR(alloc(z.scratch, &ws.scratch));
+  RETURN_IF_ERROR(alloc(z.split, &ws.split));
+  RETURN_IF_ERROR(alloc(z.x, &ws.ex_in));
+  RETURN_IF_ERROR(alloc(z.x, &ws.ex_out));
+  RETURN_IF_ERROR(alloc(z.ex_ff, &ws.ex_g));
+  RETURN_IF_ERROR(alloc(z.ex_ff, &ws.ex_u));
+  RETURN_IF_ERROR(alloc(z.topk, &ws.ex_w));
+  RETURN_IF_ERROR(alloc(z.topk, &ws.ex_idx));
+  RETURN_IF_ERROR(alloc(options.max_batch, &ws.tokens));
+  ASSIGN_OR_RETURN(ws.pin_h, PinnedHostBuffer::Create(z.x * sizeof(float)));
+  ASSIGN_OR_RETURN(ws.pin_part, PinnedHostBuffer::Create(z.x * sizeof(float)));
+  ASSIGN_OR_RETURN(ws.pin_ids, PinnedHostBuffer::Create(z.topk * sizeof(int32_t)));
+  ASSIGN_OR_RETURN(ws.pin_wts, PinnedHostBuffer::Create(z.topk * sizeof(float)));
+  ASSIGN_OR_RETURN(ws.pin_ex_idx, PinnedHostBuffer::Create(z.topk * sizeof(int32_t)));
+  ASSIGN_OR_RETURN(ws.pin_ex_w, PinnedHostBuffer::Create(z.topk * sizeof(float)));
+  return f;
+}
+
+CudaForward::~CudaForward() {
+  if (stream_ != nullptr) stream_->Synchronize().IgnoreError();
+}
+
+absl::StatusOr<std::unique_ptr<CudaKvCache>> CudaForward::CreateCache() const {
+  return CudaKvCache::Create(device_, model_->hparams(), options_.n_ctx, options_.kv_type,
+                             options_.kv_page_size);
+}
+
+// ------------------------------------------------------------------ Eval
+
+absl::Status CudaForward::Eval(absl::Span<const int32_t> tokens, CudaKvCache* cache,
+                               LogitsMode mode, std::vector<float>* logits) {
+  const HyperParams& hp = model_->hparams();
+  if (tokens.empty()) return absl::InvalidArgumentError("Eval: empty batch");
+  if (cache == nullptr || !cache->Matches(hp)) {
+    return absl::InvalidArgumentError("Eval: KV cache missing or made for another model");
+  }
+  if (mode != LogitsMode::kNone && logits == nullptr) {
+    return absl::InvalidArgumentError("Eval: logits requested without an output vector");
+  }
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || tokens[i] >= hp.n_vocab) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Eval: token ", i, " has id ", tokens[i], ", outside [0, ", hp.n_vocab, ")"));
+    }
+  }
+  RETURN_IF_ERROR(cache->CheckRoom(static_cast<int64_t>(tokens.size())));
+  if (tokens.size() > static_cast<size_t>(INT32_MAX / hp.n_expert_used)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Eval: batch of ", tokens.size(), " tokens is too large"));
+  }
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const int64_t nv = hp.n_vocab;
+  if (mode == LogitsMode::kAll) logits->resize(n * nv);
+  if (mode == LogitsMode::kLast) logits->resize(nv);
+  const int64_t B = options_.max_batch;
+  for (int64_t s = 0; s < n; s += B) {
+    const int64_t cn = std::min(B, n - s);
+    RETURN_IF_ERROR(EvalChunk(tokens.subspan(s, cn), cache->n_past() + s, cache));
+    if (mode == LogitsMode::kAll) RETURN_IF_ERROR(Head(0, cn, logits->data() + s * nv));
+    if (mode == LogitsMode::kLast && s + cn == n) RETURN_IF_ERROR(Head(cn - 1, 1, logits->data()));
+  }
+  RETURN_IF_ERROR(stream_->Synchronize());
+  cache->Commit(n);
+  stats_.evals++;
+  stats_.tokens += n;
+  return absl::OkStatus();
+}
+
+absl::Status CudaForward::EvalChunk(absl::Span<const int32_t> tokens, int64_t pos0,
+                                    CudaKvCache* cache) {
+  const HyperParams& hp = model_->hparams();
+  Workspace& ws = *ws_;
+  void* s = stream_->native();
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  // The stream may still read rope_host / tokens of the previous chunk.
+  RETURN_IF_ERROR(stream_->Synchronize());
+  const int64_t half = hp.rope.n_rot / 2;
+  ws.rope_host.resize(n * half * 2);
+  model::internal::RopeAngles a;
+  for (int64_t t = 0; t < n; ++t) {
+    model::internal::ComputeRopeAngles(hp.rope, pos0 + t, &a);
+    for (int64_t i = 0; i < half; ++i) {
+      ws.rope_host[(t * half + i) * 2] = a.cos[i];
+      ws.rope_host[(t * half + i) * 2 + 1] = a.sin[i];
+    }
+  }
+  RETURN_IF_CUDA_ERROR(raw::MemcpyAsync(ws.rope, ws.rope_host.data(),
+                                        ws.rope_host.size() * sizeof(float), 0, s));
+  RETURN_IF_CUDA_ERROR(raw::MemcpyAsync(ws.tokens, tokens.data(), n * sizeof(int32_t), 0, s));
+  RETURN_IF_CUDA_ERROR(raw::DequantRows(w_->embd.m, ws.tokens, 0, n, ws.x, s));
+  for (int il = 0; il < model_->n_layer(); ++il) {
+    RETURN_IF_ERROR(Attention(il, n, pos0, cache));
+    RETURN_IF_ERROR(MoeFfn(il, n));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaForward::Attention(int il, int64_t n, int64_t pos0, CudaKvCache* cache) {
+  const HyperParams& hp = model_->hparams();
+  const LayerW& L = w_->layers[il];
+  Workspace& ws = *ws_;
+  void* s = stream_->native();
+  const raw::GemmContext g{ws.scratch, ws.sizes.scratch};
+  const int64_t d = hp.n_embd, hd = hp.head_dim_k;
+  RETURN_IF_CUDA_ERROR(raw::RmsNorm(ws.x, L.attn_norm.p, n, d, hp.rms_eps, ws.h, s));
+  RETURN_IF_CUDA_ERROR(raw::MatMul(L.wq.m, ws.h, n, ws.q, g, s));
+  RETURN_IF_CUDA_ERROR(raw::MatMul(L.wk.m, ws.h, n, ws.k, g, s));
+  RETURN_IF_CUDA_ERROR(raw::MatMul(L.wv.m, ws.h, n, ws.v, g, s));
+  if (L.bq.p) RETURN_IF_CUDA_ERROR(raw::AddBias(ws.q, L.bq.p, n, hp.n_head * hd, s));
+  if (L.bk.p) RETURN_IF_CUDA_ERROR(raw::AddBias(ws.k, L.bk.p, n, hp.n_head_kv * hd, s));
+  if (L.bv.p) RETURN_IF_CUDA_ERROR(raw::AddBias(ws.v, L.bv.p, n, hp.n_head_kv * hd, s));
+  if (L.q_norm.p) {
+    RETURN_IF_CUDA_ERROR(raw::RmsNorm(ws.q, L.q_norm.p, n * hp.n_head, hd, hp.rms_eps, ws.q, s));
+  }
+  if (L.k_norm.p) {
+    RETURN_IF_CUDA_ERROR(
+        raw::RmsNorm(ws.k, L.k_norm.p, n * hp.n_head_kv, hd, hp.rms_eps, ws.k, s));
+  }
+  RETURN_IF_CUDA_ERROR(raw::RopeNeox(ws.q, n, hp.n_head, hd, hp.rope.n_rot, ws.rope, s));
+  RETURN_IF_CUDA_ERROR(raw::RopeNeox(ws.k, n, hp.n_head_kv, hd, hp.rope.n_rot, ws.rope, s));
+  raw::PagedKv kv;
+  kv.type = cache->type();
+  kv.k = cache->k(il);
+  kv.v = cache->v(il);
+  kv.k_row_bytes = cache->k_row_bytes();
+  kv.v_row_bytes = cache->v_row_bytes();
+  kv.page_size = cache->page_size();
+  kv.block_table = cache->block_table();
+  RETURN_IF_CUDA_ERROR(
+      raw::KvWrite(kv, ws.k, ws.v, n, pos0, hp.n_head_kv * hd, hp.n_head_kv * hd, s));
+  raw::AttentionParams ap;
+  ap.q = ws.q;
+  ap.out = ws.attn;
+  ap.kv = kv;
+  ap.n_tok = n;
+  ap.pos0 = pos0;
+  ap.n_head = static_cast<int>(hp.n_head);
+  ap.n_head_kv = static_cast<int>(hp.n_head_kv);
+  ap.head_dim = static_cast<int>(hd);
+  ap.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  ap.split_scratch = ws.split;
+  ap.split_scratch_elems = ws.sizes.split;
+  RETURN_IF_CUDA_ERROR(raw::Attention(ap, s));
+  RETURN_IF_CUDA_ERROR(raw::MatMul(L.wo.m, ws.attn, n, ws.o, g, s));
+  RETURN_IF_CUDA_ERROR(raw::Add(ws.x, ws.o, n * d, s));
+  return absl::OkStatus();
+}
+
+absl::Status CudaForward::MoeFfn(int il, int64_t n) {
+  const HyperParams& hp = model_->hparams();
+  const LayerW& L = w_->layers[il];
+  Workspace& ws = *ws_;
+  void* s = stream_->native();
+  const raw::GemmContext g{ws.scratch, ws.sizes.scratch};
+  const int64_t d = hp.n_embd, k = hp.n_expert_used;
+  RETURN_IF_CUDA_ERROR(raw::RmsNorm(ws.x, L.ffn_norm.p, n, d, hp.rms_eps, ws.h, s));
+  RETURN_IF_CUDA_ERROR(raw::MatMul(L.router.m, ws.h, n, ws.router, g, s));
+  RETURN_IF_CUDA_ERROR(raw::SelectExperts(ws.router, n, static_cast<int>(hp.n_expert),
+                                          static_cast<int>(k), hp.norm_topk, ws.ids, ws.wts, s));
+  RETURN_IF_CUDA_ERROR(raw::MemcpyAsync(ws.pin_h->data(), ws.h, n * d * sizeof(float), 1, s));
+  RETURN_IF_CUDA_ERROR(raw::MemcpyAsync(ws.pin_ids->data(), ws.ids, n * k * sizeof(int32_t), 1, s));
+  RETURN_IF_CUDA_ERROR(raw::MemcpyAsync(ws.pin_wts->data(), ws.wts, n * k * sizeof(float), 1, s));
+  RETURN_IF_ERROR(stream_->Record(*copied_));
+  // The shared expert runs on the GPU while the host computes the routed ones.
+  if (L.sh_down.present()) {
+    const int64_t ff = L.sh_up.m.n_rows;
+    RETURN_IF_CUDA_ERROR(raw::MatMul(L.sh_gate.m, ws.h, n, ws.sh_g, g, s));
+    RETURN_IF_CUDA_ERROR(raw::MatMul(L.sh_up.m, ws.h, n, ws.sh_u, g, s));
+    RETURN_IF_CUDA_ERROR(raw::SwiGlu(ws.sh_g, ws.sh_u, n * ff, ws.sh_g, s));
+    RETURN_IF_CUDA_ERROR(raw::MatMul(L.sh_down.m, ws.sh_g, n, ws.o, g, s));
+    if (L.sh_gate_inp.present()) {
+      RETURN_IF_CUDA_ERROR(raw::MatMul(L.sh_gate_inp.m, ws.h, n, ws.sh_s, g, s));
+      RETURN_IF_CUDA_ERROR(raw::ScaleRowsBySigmoid(ws.o, ws.sh_s, n, d, s));
+    }
+    RETURN_IF_CUDA_ERROR(raw::Add(ws.x, ws.o, n * d, s));
+  }
+  RETURN_IF_ERROR(copied_->Synchronize());
+
+  model::ExpertCall call;
+  call.call_id = next_call_id_++;
+  call.layer = il;
+  call.n_tokens = static_cast<int32_t>(n);
+  call.d = static_cast<int32_t>(d);
+  const float* h = static_cast<const float*>(ws.pin_h->data());
+  const int32_t* ids = static_cast<const int32_t*>(ws.pin_ids->data());
+  const float* wts = static_cast<const float*>(ws.pin_wts->data());
+  call.hidden.assign(h, h + n * d);
+  call.expert_ids.assign(ids, ids + n * k);
+  call.weights.assign(wts, wts + n * k);
+  call.token_offsets.resize(n + 1);
+  for (int64_t t = 0; t <= n; ++t) call.token_offsets[t] = static_cast<uint32_t>(t * k);
+  for (int64_t i = 0; i < n * k; ++i) {
+    if (call.expert_ids[i] < 0 || call.expert_ids[i] >= hp.n_expert ||
+        !std::isfinite(call.weights[i])) {
+      return absl::InternalError(absl::StrCat("layer ", il, ": the GPU router produced expert ",
+                                              call.expert_ids[i], " with weight ",
+                                              call.weights[i]));
+    }
+  }
+  if (expert_cache_ != nullptr) RETURN_IF_ERROR(CachedExperts(il, &call));
+  stats_.expert_cache_misses += call.expert_ids.size();
+  if (call.expert_ids.empty()) return absl::OkStatus();  // every pair hit the cache
+  model::ExpertResult res;
+  const auto t0 = std::chrono::steady_clock::now();
+  RETURN_IF_ERROR(experts_->Compute(call, &res));
+  stats_.expert_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  stats_.expert_calls++;
+  if (res.call_id != call.call_id || res.partial.size() != static_cast<size_t>(n * d)) {
+    return absl::InternalError(absl::StrCat("expert backend answered call ", call.call_id,
+                                            " with call ", res.call_id, " of ",
+                                            res.partial.size(), " values"));
+  }
+  std::memcpy(ws.pin_part->data(), res.partial.data(), n * d * sizeof(float));
+  RETURN_IF_CUDA_ERROR(raw::MemcpyAsync(ws.part, ws.pin_part->data(), n * d * sizeof(float), 0, s));
+  RETURN_IF_CUDA_ERROR(raw::Add(ws.x, ws.part, n * d, s));
+  return absl::OkStatus();
+}
+
+absl::Status CudaForward::CachedExperts(int il, model::ExpertCall* call) {
+  const GpuExpertCache& cache = *expert_cache_;
+  if (cache.n_resident(il) == 0) return absl::OkStatus();
+  Workspace& ws = *ws_;
+  void* s = stream_->native();
+  const raw::GemmContext g{ws.scratch, ws.sizes.scratch};
+  const int64_t n = call->n_tokens, d = call->d;
+  // Hits grouped by expert (ascending id), tokens in order; misses stay.
+  std::vector<std::vector<std::pair<int32_t, float>>> hits(model_->hparams().n_expert);
+  std::vector<uint32_t> offsets(n + 1, 0);
+  std::vector<int32_t> ids;
+  std::vector<float> weights;
+  for (int64_t t = 0; t < n; ++t) {
+    for (uint32_t i = call->token_offsets[t]; i < call->token_offsets[t + 1]; ++i) {
+      const int32_t e = call->expert_ids[i];
+      if (cache.Resident(il, e)) {
+        hits[e].push_back({static_cast<int32_t>(t), call->weights[i]});
+      } else {
+        ids.push_back(e);
+        weights.push_back(call->weights[i]);
+      }
+    }
+    offsets[t + 1] = static_cast<uint32_t>(ids.size());
+  }
+  const uint64_t n_hits = call->expert_ids.size() - ids.size();
+  if (n_hits == 0) return absl::OkStatus();
+  int32_t* pin_idx = static_cast<int32_t*>(ws.pin_ex_idx->data());
+  float* pin_w = static_cast<float*>(ws.pin_ex_w->data());
+  int64_t k = 0;
+  for (const auto& list : hits) {
+    for (const auto& [t, w] : list) {
+      pin_idx[k] = t;
+      pin_w[k++] = w;
+    }
+  }
+  RETURN_IF_CUDA_ERROR(raw::MemcpyAsync(ws.ex_idx, pin_idx, k * sizeof(int32_t), 0, s));
+  RETURN_IF_CUDA_ERROR(raw::MemcpyAsync(ws.ex_w, pin_w, k * sizeof(float), 0, s));
+  int64_t off = 0;
+  for (size_t e = 0; e < hits.size(); ++e) {
+    const int64_t cnt = static_cast<int64_t>(hits[e].size());
+    if (cnt == 0) continue;
+    const GpuExpertCache::Weights& w = cache.weights(il, static_cast<int>(e));
+    const int64_t ff = w.up.n_rows;
+    RETURN_IF_CUDA_ERROR(raw::GatherRows(ws.h, ws.ex_idx + off, cnt, d, ws.ex_in, s));
+    RETURN_IF_CUDA_ERROR(raw::MatMul(w.gate, ws.ex_in, cnt, ws.ex_g, g, s));
+    RETURN_IF_CUDA_ERROR(raw::MatMul(w.up, ws.ex_in, cnt, ws.ex_u, g, s));
+    RETURN_IF_CUDA_ERROR(raw::SwiGlu(ws.ex_g, ws.ex_u, cnt * ff, ws.ex_g, s));
+    RETURN_IF_CUDA_ERROR(raw::MatMul(w.down, ws.ex_g, cnt, ws.ex_out, g, s));
+    RETURN_IF_CUDA_ERROR(
+        raw::ScatterAddScaled(ws.x, ws.ex_out, ws.ex_idx + off, ws.ex_w + off, cnt, d, s));
+    off += cnt;
+  }
+  stats_.expert_cache_hits += n_hits;
+  call->token_offsets = std::move(offsets);
+  call->expert_ids = std::move(ids);
+  call->weights = std::move(weights);
+  return absl::OkStatus();
+}
+
+absl::Status CudaForward::Head(int64_t first, int64_t rows, float* out) {
+  const HyperParams& hp = model_->hparams();
+  Workspace& ws = *ws_;
+  void* s = stream_->native();
+  const raw::GemmContext g{ws.scratch, ws.sizes.scratch};
+  const int64_t d = hp.n_embd, nv = hp.n_vocab;
+  for (int64_t r0 = 0; r0 < rows; r0 += ws.sizes.head_rows) {
+    const int64_t rc = std::min(ws.sizes.head_rows, rows - r0);
+    RETURN_IF_CUDA_ERROR(raw::RmsNorm(ws.x + (first + r0) * d, w_->output_norm.p, rc, d,
+                                      hp.rms_eps, ws.h, s));
+    RETURN_IF_CUDA_ERROR(raw::MatMul(w_->output.m, ws.h, rc, ws.logits, g, s));
+    RETURN_IF_CUDA_ERROR(
+        raw::MemcpyAsync(out + r0 * nv, ws.logits, rc * nv * sizeof(float), 1, s));
+    RETURN_IF_ERROR(stream_->Synchronize());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace moesplit::cuda

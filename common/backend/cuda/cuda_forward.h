@@ -1,0 +1,178 @@
+// The GPU dense forward pass: model::Forward's contract (common/model/
+// forward.h) with attention, norms, routers, shared experts and the output
+// head on a CUDA device, and the routed experts through an ExpertBackend on
+// the CPU. Per MoE layer:
+//   GPU: h = ffn_norm(x); router logits -> softmax top-k (ties -> lower id)
+//   GPU -> host: h, ids, weights (pinned, async; an event marks them)
+//   GPU: shared expert (+ sigmoid gate) queued, x += shared   (overlaps)
+//   GPU: pairs whose expert is resident in an attached GpuExpertCache:
+//        x[t] += w * E(h[t])   (gather rows, mat-mul per expert, scatter-add)
+//   host: ExpertBackend::Compute(ExpertCall of the remaining pairs) -> partial
+//   host -> GPU: x += partial
+// Weights stay in their GGUF formats on the device: decode batches (<= 8
+// tokens) run an in-kernel-dequantising matrix-vector kernel, prefill
+// dequantises row chunks to f32 and runs a tiled SGEMM kernel. Attention reads a
+// paged KV cache (f16, q8_0 or q4_0; CudaKvCache) through a block table.
+//
+// Memory: Plan() gives the bytes of dense weights, one KV cache of n_ctx and
+// the workspace; Create() refuses with RESOURCE_EXHAUSTED (allocating
+// nothing) when they exceed the budget (options.gpu_memory_budget, else the
+// device's free memory), and the device's budget is set to it, so the hot
+// expert cache (planned by the memory planner) gets what is left.
+//
+// Thread-safety: one Eval at a time per CudaForward (it owns one stream and
+// one workspace); not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/backend/backend.h"
+#include "common/backend/cuda/expert_cache.h"
+#include "common/model/expert.h"
+#include "common/model/forward.h"
+#include "common/model/model.h"
+
+namespace moesplit::cuda {
+
+struct CudaForwardOptions {
+  int64_t n_ctx = 4096;                  // KV positions planned for one sequence
+  GgmlType kv_type = GgmlType::kF16;     // F16, Q8_0 or Q4_0
+  int kv_page_size = 256;                // positions per KV page
+  int64_t max_batch = 512;               // tokens per micro-batch of Eval
+  uint64_t gpu_memory_budget = 0;        // 0: the device's free memory
+};
+
+struct GpuMemoryPlan {
+  uint64_t dense_weights = 0;  // attention, norms, routers, shared experts, embeddings, head
+  uint64_t kv_cache = 0;       // one cache of n_ctx positions
+  uint64_t workspace = 0;      // activations, GEMM scratch
+  uint64_t total() const { return dense_weights + kv_cache + workspace; }
+};
+
+// Keys and values of every layer on the device, in pages of page_size
+// positions; position p of the sequence is in page block_table[p /
+// page_size]. By default the table is 0, 1, 2, ... (the pages in order); a
+// paged-KV allocator may set its own.
+class CudaKvCache {
+ public:
+  // InvalidArgument: n_ctx < 1, page_size < 1, unsupported type, rows not a
+  // multiple of the type's block; RESOURCE_EXHAUSTED: the device refused.
+  static absl::StatusOr<std::unique_ptr<CudaKvCache>> Create(backend::Device* device,
+                                                             const model::HyperParams& hp,
+                                                             int64_t n_ctx, GgmlType type,
+                                                             int page_size);
+  // Bytes Create would allocate (for planning).
+  static absl::StatusOr<uint64_t> Bytes(const model::HyperParams& hp, int64_t n_ctx,
+                                        GgmlType type, int page_size);
+
+  int64_t n_ctx() const { return n_ctx_; }
+  int64_t n_past() const { return n_past_; }
+  int64_t n_pages() const { return n_pages_; }
+  int page_size() const { return page_size_; }
+  GgmlType type() const { return type_; }
+  uint64_t bytes() const { return bytes_; }
+  bool Matches(const model::HyperParams& hp) const;
+
+  void Clear() { n_past_ = 0; }
+  absl::Status Truncate(int64_t n);
+  absl::Status CheckRoom(int64_t n_new) const;
+  void Commit(int64_t n_new) { n_past_ += n_new; }
+
+  // Sets the block table: ceil(n_ctx / page_size) distinct page ids in [0,
+  // n_pages). InvalidArgument otherwise (nothing changed). Blocks until
+  // copied.
+  absl::Status SetBlockTable(absl::Span<const int32_t> pages);
+
+  // Device views for the kernels (internal use by CudaForward).
+  uint8_t* k(int layer) const;
+  uint8_t* v(int layer) const;
+  uint64_t k_row_bytes() const { return k_row_bytes_; }
+  uint64_t v_row_bytes() const { return v_row_bytes_; }
+  const int32_t* block_table() const;
+
+ private:
+  CudaKvCache() = default;
+  backend::Device* device_ = nullptr;
+  int64_t n_ctx_ = 0, n_past_ = 0, n_pages_ = 0;
+  int page_size_ = 0;
+  GgmlType type_ = GgmlType::kF16;
+  uint64_t k_row_bytes_ = 0, v_row_bytes_ = 0, bytes_ = 0;
+  std::vector<std::unique_ptr<backend::Buffer>> k_, v_;
+  std::unique_ptr<backend::Buffer> table_;
+};
+
+// Cumulative counters of one CudaForward.
+struct CudaForwardStats {
+  uint64_t evals = 0;
+  uint64_t tokens = 0;
+  uint64_t expert_calls = 0;
+  double expert_seconds = 0;  // host time inside ExpertBackend::Compute
+  uint64_t expert_cache_hits = 0;    // (token, expert) pairs computed on the GPU
+  uint64_t expert_cache_misses = 0;  // pairs sent to the ExpertBackend
+};
+
+class CudaForward {
+ public:
+  // Checks that the model is supported (qwen3moe / qwen2moe shapes: head_dim
+  // a multiple of 32 up to 256 with head_dim_k == head_dim_v, n_expert <=
+  // 1024, every weight in a format the kernels decode; InvalidArgument /
+  // Unimplemented otherwise), checks the plan against the budget, uploads the
+  // dense weights. `device` must be a CUDA device; `experts` and `device`
+  // must outlive the object.
+  static absl::StatusOr<std::unique_ptr<CudaForward>> Create(
+      std::shared_ptr<const model::Model> model, model::ExpertBackend* experts,
+      backend::Device* device, const CudaForwardOptions& options);
+  static absl::StatusOr<GpuMemoryPlan> Plan(const model::Model& model,
+                                            const CudaForwardOptions& options);
+  ~CudaForward();
+
+  const model::Model& model() const { return *model_; }
+  const GpuMemoryPlan& plan() const { return plan_; }
+  const CudaForwardStats& stats() const { return stats_; }
+
+  // Routed experts resident in `cache` (made for this model on this device)
+  // are computed on the GPU from now on; nullptr detaches.
+  void AttachExpertCache(std::shared_ptr<const GpuExpertCache> cache) {
+    expert_cache_ = std::move(cache);
+  }
+
+  // A KV cache of options.n_ctx positions on this forward's device.
+  absl::StatusOr<std::unique_ptr<CudaKvCache>> CreateCache() const;
+
+  // As model::Forward::Eval (errors checked before any work leave the cache
+  // unchanged; n_past only advances on success).
+  absl::Status Eval(absl::Span<const int32_t> tokens, CudaKvCache* cache,
+                    model::LogitsMode mode, std::vector<float>* logits);
+
+  struct Weights;
+  struct Workspace;
+
+ private:
+  CudaForward() = default;
+  absl::Status EvalChunk(absl::Span<const int32_t> tokens, int64_t pos0, CudaKvCache* cache);
+  absl::Status Attention(int il, int64_t n, int64_t pos0, CudaKvCache* cache);
+  absl::Status MoeFfn(int il, int64_t n);
+  // Computes the entries of `call` whose expert is resident in the cache on
+  // the GPU (x += w * E(h)) and removes them from `call`.
+  absl::Status CachedExperts(int il, model::ExpertCall* call);
+  absl::Status Head(int64_t first, int64_t rows, float* out);
+
+  std::shared_ptr<const model::Model> model_;
+  model::ExpertBackend* experts_ = nullptr;
+  backend::Device* device_ = nullptr;
+  CudaForwardOptions options_;
+  GpuMemoryPlan plan_;
+  std::unique_ptr<backend::Stream> stream_;
+  std::unique_ptr<backend::Event> copied_;
+  std::unique_ptr<Weights> w_;
+  std::unique_ptr<Workspace> ws_;
+  std::shared_ptr<const GpuExpertCache> expert_cache_;
+  CudaForwardStats stats_;
+  uint64_t next_call_id_ = 1;
+};
+
+}  // namespace moesplit::cuda

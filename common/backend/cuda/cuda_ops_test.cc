@@ -1,0 +1,404 @@
+// Backend consistency: every CUDA op against the CPU reference (common/quant
+// dequantisers, common/model/internal ops, a double-precision attention), per
+// format, with tolerances per op. Skips without a GPU.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "common/backend/cuda/cuda_backend.h"
+#include "common/base/fp16.h"
+#include "common/backend/cuda/cuda_device.h"
+#include "common/backend/cuda/cuda_status.h"
+#include "common/backend/cuda/internal/cuda_raw.h"
+#include "common/model/internal/ops.h"
+#include "common/quant/quant.h"
+#include "common/quant/random_blocks.h"
+#include "gtest/gtest.h"
+
+namespace moesplit::cuda {
+namespace {
+
+float Fp16RoundTrip(float x) { return Fp16ToFp32(Fp32ToFp16(x)); }
+
+class CudaOpsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto dev = CreateCudaDevice(0);
+    if (!dev.ok()) GTEST_SKIP() << "no CUDA device: " << dev.status();
+    dev_ = std::move(*dev);
+    auto s = dev_->CreateStream();
+    ASSERT_TRUE(s.ok()) << s.status();
+    stream_ = std::move(*s);
+  }
+
+  template <typename T>
+  T* Upload(const std::vector<T>& v) {
+    auto b = dev_->Allocate(std::max<size_t>(1, v.size() * sizeof(T)));
+    EXPECT_TRUE(b.ok()) << b.status();
+    EXPECT_TRUE(stream_->CopyToDevice(**b, 0, v.data(), v.size() * sizeof(T)).ok());
+    T* p = static_cast<T*>((*b)->data());
+    bufs_.push_back(std::move(*b));
+    return p;
+  }
+  template <typename T>
+  T* Zeros(size_t n) { return Upload(std::vector<T>(n, T{})); }
+  template <typename T>
+  std::vector<T> Download(const T* p, size_t n) {
+    std::vector<T> out(n);
+    EXPECT_TRUE(ToStatus(raw::MemcpyAsync(out.data(), p, n * sizeof(T), 1, stream_->native())).ok());
+    EXPECT_TRUE(stream_->Synchronize().ok());
+    return out;
+  }
+  void* s() { return stream_->native(); }
+
+  std::unique_ptr<backend::Device> dev_;
+  std::unique_ptr<backend::Stream> stream_;
+  std::vector<std::unique_ptr<backend::Buffer>> bufs_;
+};
+
+const GgmlType kWeightTypes[] = {
+    GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16, GgmlType::kQ4_0,   GgmlType::kQ4_1,
+    GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ8_0, GgmlType::kMXFP4,  GgmlType::kQ2_K,
+    GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K,   GgmlType::kIQ4_NL,
+    GgmlType::kIQ4_XS};
+
+struct HostMatrix {
+  GgmlType type;
+  int64_t rows, cols;
+  uint64_t row_bytes;
+  std::vector<uint8_t> bytes;
+  std::vector<float> values;  // dequantised on the CPU
+};
+
+HostMatrix RandomMatrix(GgmlType t, int64_t rows, int64_t cols, uint64_t seed) {
+  HostMatrix m{t, rows, cols, *RowBytes(t, cols), {}, {}};
+  m.bytes.resize(m.row_bytes * rows + 16);
+  EXPECT_TRUE(quant::FillRandomBlocks(t, seed, 0.05f, m.bytes.data(), rows * cols).ok());
+  m.values.resize(rows * cols);
+  EXPECT_TRUE(quant::DequantizeRow(t, m.bytes.data(), m.values.data(), rows * cols).ok());
+  return m;
+}
+
+std::vector<float> RandomVector(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+TEST_F(CudaOpsTest, DequantRowsIsBitExactForEveryFormat) {
+  for (GgmlType t : kWeightTypes) {
+    HostMatrix m = RandomMatrix(t, 40, 512, 17);
+    raw::DeviceMatrix dm{t, Upload(m.bytes), m.rows, m.cols, m.row_bytes};
+    float* out = Zeros<float>(m.values.size());
+    ASSERT_TRUE(ToStatus(raw::DequantRows(dm, nullptr, 0, m.rows, out, s())).ok());
+    std::vector<float> got = Download(out, m.values.size());
+    EXPECT_EQ(0, std::memcmp(got.data(), m.values.data(), got.size() * 4)) << GgmlTypeName(t);
+    // get_rows with ids.
+    std::vector<int32_t> ids = {39, 0, 7, 7};
+    float* rows = Zeros<float>(ids.size() * m.cols);
+    ASSERT_TRUE(ToStatus(raw::DequantRows(dm, Upload(ids), 0, 4, rows, s())).ok());
+    got = Download(rows, ids.size() * m.cols);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      EXPECT_EQ(0, std::memcmp(got.data() + i * m.cols, m.values.data() + ids[i] * m.cols,
+                               m.cols * 4))
+          << GgmlTypeName(t) << " row " << ids[i];
+    }
+  }
+}
+
+// y = x . w^T in double from the CPU-dequantised weights.
+std::vector<double> Reference(const HostMatrix& m, const std::vector<float>& x, int64_t n,
+                              std::vector<double>* mag) {
+  std::vector<double> y(n * m.rows);
+  mag->assign(n * m.rows, 0.0);
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t r = 0; r < m.rows; ++r) {
+      double acc = 0, a = 0;
+      for (int64_t c = 0; c < m.cols; ++c) {
+        acc += double(m.values[r * m.cols + c]) * x[t * m.cols + c];
+        a += std::fabs(double(m.values[r * m.cols + c]) * x[t * m.cols + c]);
+      }
+      y[t * m.rows + r] = acc;
+      (*mag)[t * m.rows + r] = a;
+    }
+  }
+  return y;
+}
+
+TEST_F(CudaOpsTest, MatMulMatchesTheCpuForEveryFormatAndBatch) {
+  for (GgmlType t : kWeightTypes) {
+    HostMatrix m = RandomMatrix(t, 72, 768, 5);
+    raw::DeviceMatrix dm{t, Upload(m.bytes), m.rows, m.cols, m.row_bytes};
+    // A scratch of 10 rows forces several dequantise+GEMM chunks.
+    float* scratch = Zeros<float>(10 * m.cols);
+    raw::GemmContext g{scratch, 10 * m.cols};
+    for (int64_t n : {1, 3, 8, 9, 40, 130}) {
+      std::vector<float> x = RandomVector(n * m.cols, 100 + n);
+      float* y = Zeros<float>(n * m.rows);
+      ASSERT_TRUE(ToStatus(raw::MatMul(dm, Upload(x), n, y, g, s())).ok());
+      std::vector<float> got = Download(y, n * m.rows);
+      std::vector<double> mag;
+      std::vector<double> want = Reference(m, x, n, &mag);
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_NEAR(got[i], want[i], 1e-5 * mag[i] + 1e-6)
+            << GgmlTypeName(t) << " n_tok " << n << " index " << i;
+      }
+    }
+  }
+}
+
+TEST_F(CudaOpsTest, RmsNormRopeAndElementwiseMatchTheCpu) {
+  const int64_t rows = 6, d = 128;
+  std::vector<float> x = RandomVector(rows * d, 1, 3.0f), w = RandomVector(d, 2);
+  float* dx = Upload(x);
+  float* dy = Zeros<float>(rows * d);
+  ASSERT_TRUE(ToStatus(raw::RmsNorm(dx, Upload(w), rows, d, 1e-6f, dy, s())).ok());
+  std::vector<float> got = Download(dy, rows * d);
+  for (int64_t r = 0; r < rows; ++r) {
+    std::vector<float> want(d);
+    model::internal::RmsNorm(x.data() + r * d, w.data(), d, 1e-6f, want.data());
+    for (int64_t i = 0; i < d; ++i) ASSERT_NEAR(got[r * d + i], want[i], 1e-5 * std::fabs(want[i]) + 1e-6);
+  }
+  // RoPE: 3 tokens at positions 5, 6, 7 of 2 heads, n_rot 64 of head_dim 128.
+  model::RopeParams rp;
+  rp.n_rot = 64;
+  rp.freq_base = 1e6f;
+  std::vector<float> cs;
+  std::vector<float> want = x;
+  for (int t = 0; t < 3; ++t) {
+    model::internal::RopeAngles a;
+    model::internal::ComputeRopeAngles(rp, 5 + t, &a);
+    for (int i = 0; i < 32; ++i) {
+      cs.push_back(a.cos[i]);
+      cs.push_back(a.sin[i]);
+    }
+    for (int h = 0; h < 2; ++h) model::internal::ApplyRopeNeox(a, 64, want.data() + (t * 2 + h) * d);
+  }
+  ASSERT_TRUE(ToStatus(raw::RopeNeox(dx, 3, 2, d, 64, Upload(cs), s())).ok());
+  got = Download(dx, rows * d);
+  for (int64_t i = 0; i < rows * d; ++i) ASSERT_NEAR(got[i], want[i], 1e-5) << i;
+
+  // SwiGLU, Add, AddBias, ScaleRowsBySigmoid.
+  std::vector<float> g = RandomVector(rows * d, 3), u = RandomVector(rows * d, 4);
+  float* dg = Upload(g);
+  ASSERT_TRUE(ToStatus(raw::SwiGlu(dg, Upload(u), rows * d, dg, s())).ok());
+  std::vector<float> sw(rows * d);
+  model::internal::SwiGlu(g.data(), u.data(), rows, d, sw.data());
+  got = Download(dg, rows * d);
+  for (int64_t i = 0; i < rows * d; ++i) ASSERT_NEAR(got[i], sw[i], 1e-5 * std::fabs(sw[i]) + 1e-6);
+  float* du = Upload(u);
+  ASSERT_TRUE(ToStatus(raw::Add(du, Upload(g), rows * d, s())).ok());
+  ASSERT_TRUE(ToStatus(raw::AddBias(du, Upload(w), rows, d, s())).ok());
+  std::vector<float> gate = RandomVector(rows, 9);
+  ASSERT_TRUE(ToStatus(raw::ScaleRowsBySigmoid(du, Upload(gate), rows, d, s())).ok());
+  got = Download(du, rows * d);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < d; ++i) {
+      const float want_v = (u[r * d + i] + g[r * d + i] + w[i]) * model::internal::Sigmoid(gate[r]);
+      ASSERT_NEAR(got[r * d + i], want_v, 1e-5 * std::fabs(want_v) + 1e-6);
+    }
+  }
+}
+
+TEST_F(CudaOpsTest, GatherAndScatterAddRows) {
+  const int64_t rows = 9, d = 70;
+  std::vector<float> src = RandomVector(rows * d, 51), dst = RandomVector(rows * d, 52);
+  const std::vector<int32_t> idx = {4, 0, 8};
+  const std::vector<float> w = {0.5f, -2.0f, 3.0f};
+  float* dsrc = Upload(src);
+  float* gathered = Zeros<float>(idx.size() * d);
+  ASSERT_TRUE(ToStatus(raw::GatherRows(dsrc, Upload(idx), 3, d, gathered, s())).ok());
+  const std::vector<float> g = Download(gathered, idx.size() * d);
+  float* ddst = Upload(dst);
+  ASSERT_TRUE(ToStatus(raw::ScatterAddScaled(ddst, gathered, Upload(idx), Upload(w), 3, d, s())).ok());
+  const std::vector<float> got = Download(ddst, rows * d);
+  std::vector<float> want = dst;
+  for (size_t i = 0; i < idx.size(); ++i) {
+    for (int64_t c = 0; c < d; ++c) {
+      ASSERT_EQ(g[i * d + c], src[idx[i] * d + c]);
+      want[idx[i] * d + c] += w[i] * src[idx[i] * d + c];
+    }
+  }
+  for (int64_t i = 0; i < rows * d; ++i) ASSERT_FLOAT_EQ(got[i], want[i]) << i;
+}
+
+TEST_F(CudaOpsTest, RouterTopKMatchesTheCpu) {
+  for (bool normalize : {false, true}) {
+    const int rows = 33, ne = 128, k = 8;
+    std::vector<float> logits = RandomVector(rows * ne, 21, 2.0f);
+    // A tie: experts 3 and 9 of row 0 share the top value -> 3 first.
+    logits[3] = logits[9] = 50.0f;
+    float* dl = Upload(logits);
+    int32_t* ids = Zeros<int32_t>(rows * k);
+    float* wts = Zeros<float>(rows * k);
+    ASSERT_TRUE(ToStatus(raw::SelectExperts(dl, rows, ne, k, normalize, ids, wts, s())).ok());
+    std::vector<int32_t> got_ids = Download(ids, rows * k);
+    std::vector<float> got_w = Download(wts, rows * k);
+    for (int r = 0; r < rows; ++r) {
+      std::vector<int32_t> want_ids(k);
+      std::vector<float> want_w(k);
+      model::internal::SelectExperts(logits.data() + r * ne, ne, k, normalize, want_ids.data(),
+                                     want_w.data());
+      for (int i = 0; i < k; ++i) {
+        ASSERT_EQ(got_ids[r * k + i], want_ids[i]) << "row " << r << " rank " << i;
+        ASSERT_NEAR(got_w[r * k + i], want_w[i], 1e-5) << "row " << r << " rank " << i;
+      }
+    }
+    EXPECT_EQ(got_ids[0], 3);
+    EXPECT_EQ(got_ids[1], 9);
+  }
+  EXPECT_FALSE(ToStatus(raw::SelectExperts(nullptr, 1, 4, 5, false, nullptr, nullptr, s())).ok());
+}
+
+// Paged KV write + attention against double-precision attention over the
+// CPU-quantised-then-dequantised K and V, with a shuffled block table.
+TEST_F(CudaOpsTest, PagedAttentionMatchesTheCpuForEveryKvType) {
+  const int n_head = 8, n_head_kv = 2, hd = 128, page = 16, n_pages = 8;
+  const int64_t kd = n_head_kv * hd;
+  for (GgmlType kt : {GgmlType::kF16, GgmlType::kQ8_0, GgmlType::kQ4_0}) {
+    const uint64_t rb = *RowBytes(kt, kd);
+    std::vector<int32_t> table(n_pages);
+    std::iota(table.begin(), table.end(), 0);
+    std::shuffle(table.begin(), table.end(), std::mt19937(4));
+    raw::PagedKv kv;
+    kv.type = kt;
+    kv.k = Zeros<uint8_t>(rb * page * n_pages);
+    kv.v = Zeros<uint8_t>(rb * page * n_pages);
+    kv.k_row_bytes = kv.v_row_bytes = rb;
+    kv.page_size = page;
+    kv.block_table = Upload(table);
+    // Two calls: a prompt of 37 tokens, then one decode token at 37.
+    const int64_t total = 38;
+    std::vector<float> k = RandomVector(total * kd, 31), v = RandomVector(total * kd, 32);
+    std::vector<float> q = RandomVector(total * n_head * hd, 33);
+    float* dk = Upload(k);
+    float* dv = Upload(v);
+    float* dq = Upload(q);
+    float* out = Zeros<float>(total * n_head * hd);
+    for (auto [pos0, n] : {std::pair<int64_t, int64_t>{0, 37}, {37, 1}}) {
+      ASSERT_TRUE(ToStatus(raw::KvWrite(kv, dk + pos0 * kd, dv + pos0 * kd, n, pos0, kd, kd, s())).ok());
+      raw::AttentionParams p;
+      p.q = dq + pos0 * n_head * hd;
+      p.out = out + pos0 * n_head * hd;
+      p.kv = kv;
+      p.n_tok = n;
+      p.pos0 = pos0;
+      p.n_head = n_head;
+      p.n_head_kv = n_head_kv;
+      p.head_dim = hd;
+      p.scale = 1.0f / std::sqrt(float(hd));
+      ASSERT_TRUE(ToStatus(raw::Attention(p, s())).ok());
+    }
+    std::vector<float> got = Download(out, total * n_head * hd);
+    // Reference K/V as the cache holds them.
+    std::vector<float> kq(total * kd), vq(total * kd);
+    std::vector<uint8_t> tmp(rb);
+    for (int64_t t = 0; t < total; ++t) {
+      if (kt == GgmlType::kF16) {
+        for (int64_t i = 0; i < kd; ++i) {
+          kq[t * kd + i] = Fp16RoundTrip(k[t * kd + i]);
+          vq[t * kd + i] = Fp16RoundTrip(v[t * kd + i]);
+        }
+        continue;
+      }
+      ASSERT_TRUE(quant::QuantizeRow(kt, k.data() + t * kd, tmp.data(), kd).ok());
+      ASSERT_TRUE(quant::DequantizeRow(kt, tmp.data(), kq.data() + t * kd, kd).ok());
+      ASSERT_TRUE(quant::QuantizeRow(kt, v.data() + t * kd, tmp.data(), kd).ok());
+      ASSERT_TRUE(quant::DequantizeRow(kt, tmp.data(), vq.data() + t * kd, kd).ok());
+    }
+    for (int64_t t = 0; t < total; ++t) {
+      for (int h = 0; h < n_head; ++h) {
+        const int kvh = h / (n_head / n_head_kv);
+        std::vector<double> sc(t + 1);
+        double mx = -1e300;
+        for (int64_t p = 0; p <= t; ++p) {
+          double dot = 0;
+          for (int i = 0; i < hd; ++i) dot += double(q[(t * n_head + h) * hd + i]) * kq[p * kd + kvh * hd + i];
+          sc[p] = dot / std::sqrt(double(hd));
+          mx = std::max(mx, sc[p]);
+        }
+        double sum = 0;
+        for (double& x : sc) sum += (x = std::exp(x - mx));
+        for (int i = 0; i < hd; ++i) {
+          double o = 0;
+          for (int64_t p = 0; p <= t; ++p) o += sc[p] * vq[p * kd + kvh * hd + i];
+          ASSERT_NEAR(got[(t * n_head + h) * hd + i], o / sum, 2e-5)
+              << GgmlTypeName(kt) << " token " << t << " head " << h << " dim " << i;
+        }
+      }
+    }
+  }
+}
+
+// Decode over a long context takes the split-K path (several blocks per
+// head, merged by a second kernel); it must agree with the unsplit kernel
+// and with a double-precision reference.
+TEST_F(CudaOpsTest, SplitKDecodeMatchesTheReference) {
+  const int n_head = 4, n_head_kv = 1, hd = 64, page = 64;
+  const int64_t kd = n_head_kv * hd, total = 2000;
+  const int n_pages = static_cast<int>((total + page - 1) / page);
+  std::vector<int32_t> table(n_pages);
+  std::iota(table.rbegin(), table.rend(), 0);  // reversed page order
+  raw::PagedKv kv;
+  kv.type = GgmlType::kF16;
+  const uint64_t rb = *RowBytes(kv.type, kd);
+  kv.k = Zeros<uint8_t>(rb * page * n_pages);
+  kv.v = Zeros<uint8_t>(rb * page * n_pages);
+  kv.k_row_bytes = kv.v_row_bytes = rb;
+  kv.page_size = page;
+  kv.block_table = Upload(table);
+  std::vector<float> k = RandomVector(total * kd, 41), v = RandomVector(total * kd, 42);
+  // Two decode tokens at positions 1998 and 1999 (n_tok 2 <= kMaxSplitTokens).
+  std::vector<float> q = RandomVector(2 * n_head * hd, 43, 0.5f);
+  ASSERT_TRUE(ToStatus(raw::KvWrite(kv, Upload(k), Upload(v), total, 0, kd, kd, s())).ok());
+  raw::AttentionParams p;
+  p.q = Upload(q);
+  p.kv = kv;
+  p.n_tok = 2;
+  p.pos0 = total - 2;
+  p.n_head = n_head;
+  p.n_head_kv = n_head_kv;
+  p.head_dim = hd;
+  p.scale = 1.0f / std::sqrt(float(hd));
+  p.out = Zeros<float>(2 * n_head * hd);
+  ASSERT_TRUE(ToStatus(raw::Attention(p, s())).ok());  // no scratch: one block each
+  const std::vector<float> unsplit = Download(p.out, 2 * n_head * hd);
+  p.split_scratch_elems = raw::AttentionSplitElems(n_head, hd);
+  p.split_scratch = Zeros<float>(p.split_scratch_elems);
+  p.out = Zeros<float>(2 * n_head * hd);
+  ASSERT_TRUE(ToStatus(raw::Attention(p, s())).ok());
+  const std::vector<float> split = Download(p.out, 2 * n_head * hd);
+  for (int t = 0; t < 2; ++t) {
+    const int64_t n_kv = total - 1 + t;
+    for (int h = 0; h < n_head; ++h) {
+      std::vector<double> sc(n_kv);
+      double mx = -1e300;
+      for (int64_t pos = 0; pos < n_kv; ++pos) {
+        double dot = 0;
+        for (int i = 0; i < hd; ++i) {
+          dot += double(q[(t * n_head + h) * hd + i]) * Fp16RoundTrip(k[pos * kd + i]);
+        }
+        sc[pos] = dot / std::sqrt(double(hd));
+        mx = std::max(mx, sc[pos]);
+      }
+      double sum = 0;
+      for (double& x : sc) sum += (x = std::exp(x - mx));
+      for (int i = 0; i < hd; ++i) {
+        double o = 0;
+        for (int64_t pos = 0; pos < n_kv; ++pos) o += sc[pos] * Fp16RoundTrip(v[pos * kd + i]);
+        const size_t at = (t * n_head + h) * hd + i;
+        ASSERT_NEAR(split[at], o / sum, 2e-5) << "token " << t << " head " << h << " dim " << i;
+        ASSERT_NEAR(unsplit[at], o / sum, 2e-5) << "token " << t << " head " << h << " dim " << i;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace moesplit::cuda

@@ -1,0 +1,123 @@
+// Dequantise-rows (embedding get_rows, GEMM staging) and the quantised
+// matrix-vector product of decode, for every format of block_codec.h.
+#include <cuda_runtime.h>
+
+#include "common/backend/cuda/internal/cuda_raw.h"
+#include "common/backend/cuda/internal/dispatch.cuh"
+
+namespace moesplit::cuda::raw {
+namespace {
+
+using codec::DecodeRowElement;
+
+template <GgmlType F>
+__global__ void DequantRowsKernel(const uint8_t* w, uint64_t row_bytes, int64_t n_cols,
+                                  const int32_t* row_ids, int64_t first_row, float* out) {
+  const int64_t i = blockIdx.y;
+  const int64_t row = row_ids != nullptr ? row_ids[i] : first_row + i;
+  const uint8_t* src = w + row * row_bytes;
+  float* dst = out + i * n_cols;
+  for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < n_cols;
+       c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    dst[c] = DecodeRowElement<F>(src, c);
+  }
+}
+
+// One warp per row; lane l sums elements l, l + 32, ... of the row for every
+// token, then the warp reduces.
+constexpr int kMatVecWarps = 8;
+
+template <GgmlType F, int NT>
+__global__ void MatVecKernel(const uint8_t* w, uint64_t row_bytes, int64_t n_rows,
+                             int64_t n_cols, const float* x, float* y) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kMatVecWarps + (threadIdx.x >> 5);
+  if (row >= n_rows) return;
+  const uint8_t* src = w + row * row_bytes;
+  float acc[NT];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
+  for (int64_t c = lane; c < n_cols; c += 32) {
+    const float v = DecodeRowElement<F>(src, c);
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[t] += v * x[t * n_cols + c];
+  }
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    float s = acc[t];
+    for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xFFFFFFFFu, s, off);
+    if (lane == 0) y[t * n_rows + row] = s;
+  }
+}
+
+template <GgmlType F, int NT>
+void LaunchMatVec(const DeviceMatrix& w, const float* x, float* y, cudaStream_t s) {
+  const unsigned blocks = static_cast<unsigned>((w.n_rows + kMatVecWarps - 1) / kMatVecWarps);
+  MatVecKernel<F, NT><<<blocks, kMatVecWarps * 32, 0, s>>>(
+      static_cast<const uint8_t*>(w.data), w.row_bytes, w.n_rows, w.n_cols, x, y);
+}
+
+template <GgmlType F>
+void LaunchMatVecTokens(const DeviceMatrix& w, const float* x, int64_t n_tok, float* y,
+                        cudaStream_t s) {
+  switch (n_tok) {
+    case 1: LaunchMatVec<F, 1>(w, x, y, s); break;
+    case 2: LaunchMatVec<F, 2>(w, x, y, s); break;
+    case 3: LaunchMatVec<F, 3>(w, x, y, s); break;
+    case 4: LaunchMatVec<F, 4>(w, x, y, s); break;
+    case 5: LaunchMatVec<F, 5>(w, x, y, s); break;
+    case 6: LaunchMatVec<F, 6>(w, x, y, s); break;
+    case 7: LaunchMatVec<F, 7>(w, x, y, s); break;
+    default: LaunchMatVec<F, 8>(w, x, y, s); break;
+  }
+}
+
+bool DispatchDequant(const DeviceMatrix& w, const int32_t* row_ids, int64_t first_row,
+                     int64_t n_out, float* out, cudaStream_t s) {
+  const unsigned gx = static_cast<unsigned>(w.n_cols < 256 * 8 ? (w.n_cols + 255) / 256 : 8);
+  const dim3 grid(gx, static_cast<unsigned>(n_out));
+  MS_SWITCH_FORMAT(w.type, F,
+                   DequantRowsKernel<F><<<grid, 256, 0, s>>>(
+                       static_cast<const uint8_t*>(w.data), w.row_bytes, w.n_cols, row_ids,
+                       first_row, out))
+}
+
+bool DispatchMatVec(const DeviceMatrix& w, const float* x, int64_t n_tok, float* y,
+                    cudaStream_t s) {
+  MS_SWITCH_FORMAT(w.type, F, LaunchMatVecTokens<F>(w, x, n_tok, y, s))
+}
+
+bool Supported(GgmlType type) { MS_SWITCH_FORMAT(type, F, (void)F) }
+
+}  // namespace
+
+bool DeviceSupports(GgmlType type) { return Supported(type); }
+
+CallResult DequantRows(const DeviceMatrix& w, const int32_t* row_ids, int64_t first_row,
+                       int64_t n_out, float* out, void* stream) {
+  if (n_out <= 0 || w.n_cols <= 0) return {};
+  // The grid's y dimension holds at most 65535 rows per launch.
+  constexpr int64_t kMaxRows = 65535;
+  for (int64_t done = 0; done < n_out; done += kMaxRows) {
+    const int64_t n = n_out - done < kMaxRows ? n_out - done : kMaxRows;
+    if (!DispatchDequant(w, row_ids != nullptr ? row_ids + done : nullptr, first_row + done, n,
+                         out + done * w.n_cols, static_cast<cudaStream_t>(stream))) {
+      return {cudaErrorInvalidValue, "DequantRows: unsupported format"};
+    }
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return {e, "DequantRowsKernel<<<>>>"};
+  }
+  return {};
+}
+
+CallResult MatVec(const DeviceMatrix& w, const float* x, int64_t n_tok, float* y,
+                  void* stream) {
+  if (n_tok < 1 || n_tok > kMaxMatVecTokens) return {cudaErrorInvalidValue, "MatVec: n_tok"};
+  if (w.n_rows == 0) return {};
+  if (!DispatchMatVec(w, x, n_tok, y, static_cast<cudaStream_t>(stream))) {
+    return {cudaErrorInvalidValue, "MatVec: unsupported format"};
+  }
+  return {cudaGetLastError(), "MatVecKernel<<<>>>"};
+}
+
+}  // namespace moesplit::cuda::raw

@@ -1,0 +1,314 @@
+// Element decoders and KV-cache block encoders of the ggml block formats,
+// written once for the host and the device (__host__ __device__ under nvcc,
+// plain inline functions otherwise) so that the CPU test suite checks the
+// very code the kernels run against common/quant's dequantisers
+// (block_codec_test.cc), with no GPU needed.
+//
+//   DecodeElement<T>(block, i)  value i (0 <= i < BlockElems<T>()) of one
+//                               block of format T, with the float operations
+//                               of ggml's dequantize_row_* in the same order
+//                               (kernels are built with --fmad=false, so the
+//                               device result is the host's to the bit).
+//   EncodeQ8_0 / EncodeQ4_0     ggml's quantize_row_q8_0_ref / q4_0_ref for
+//                               one block of 32 floats (KV cache writes).
+//
+// Block layouts: common/quant/internal/blocks.h (ggml-common.h). Blocks are
+// read byte-wise (no alignment assumption beyond that of the row).
+// Thread-safe: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "common/gguf/types.h"
+
+#if defined(__CUDACC__)
+#define MS_HD __host__ __device__ __forceinline__
+#else
+#define MS_HD inline
+#endif
+
+namespace moesplit::cuda::codec {
+
+MS_HD float BitsToFloat(uint32_t w) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(w);
+#else
+  float f;
+  std::memcpy(&f, &w, 4);
+  return f;
+#endif
+}
+MS_HD uint32_t FloatToBits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  uint32_t w;
+  std::memcpy(&w, &f, 4);
+  return w;
+#endif
+}
+
+// IEEE binary16 -> binary32, exact (as common/base/fp16.h).
+MS_HD float HalfToFloat(uint16_t h) {
+  const uint32_t sign = (static_cast<uint32_t>(h) & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1F;
+  uint32_t man = h & 0x3FF;
+  if (exp == 0x1F) return BitsToFloat(sign | 0x7F800000u | (man << 13));
+  if (exp == 0) {
+    if (man == 0) return BitsToFloat(sign);
+    // Subnormal: value = man * 2^-24, exact in f32.
+    const float v = static_cast<float>(man) * 5.9604644775390625e-8f;
+    return sign ? -v : v;
+  }
+  return BitsToFloat(sign | ((exp + 112) << 23) | (man << 13));
+}
+
+// binary32 -> binary16, round to nearest even (overflow -> inf, NaN kept).
+MS_HD uint16_t FloatToHalf(float f) {
+  const uint32_t x = FloatToBits(f);
+  const uint32_t sign = (x >> 16) & 0x8000u;
+  const uint32_t abs = x & 0x7FFFFFFFu;
+  if (abs > 0x7F800000u) return static_cast<uint16_t>(sign | 0x7E00u);  // NaN
+  if (abs >= 0x477FF000u) return static_cast<uint16_t>(sign | 0x7C00u);  // >= 65520 -> inf
+  if (abs < 0x38800000u) {  // below the smallest normal half: subnormal or 0
+    if (abs < 0x33000000u) return static_cast<uint16_t>(sign);  // < 2^-25 -> 0
+    const uint32_t e = abs >> 23;
+    const uint32_t m = (abs & 0x7FFFFFu) | 0x800000u;
+    const uint32_t shift = 126 - e;  // 14 .. 24 for the subnormal range
+    uint32_t r = m >> shift;
+    const uint32_t rem = m & ((1u << shift) - 1);
+    const uint32_t halfway = 1u << (shift - 1);
+    if (rem > halfway || (rem == halfway && (r & 1))) ++r;
+    return static_cast<uint16_t>(sign | r);
+  }
+  uint32_t r = ((abs >> 13) - (112u << 10));
+  const uint32_t rem = abs & 0x1FFFu;
+  if (rem > 0x1000u || (rem == 0x1000u && (r & 1))) ++r;
+  return static_cast<uint16_t>(sign | r);
+}
+
+MS_HD float Bf16ToFloat(uint16_t h) { return BitsToFloat(static_cast<uint32_t>(h) << 16); }
+
+MS_HD uint16_t Load16(const uint8_t* p) {
+  return static_cast<uint16_t>(p[0] | (static_cast<uint16_t>(p[1]) << 8));
+}
+MS_HD uint32_t Load32(const uint8_t* p) {
+  return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
+         (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24);
+}
+
+// kvalues_iq4nl and kvalues_mxfp4 (doubled E2M1) packed 8 per uint64.
+MS_HD int Iq4NlValue(int idx) {
+  const uint64_t lo = 0xF6EADDCFBFAD9881ull;  // -127 -104 -83 -65 -49 -35 -22 -10
+  const uint64_t hi = 0x7159453526190D01ull;  // 1 13 25 38 53 69 89 113 (low byte first)
+  const uint64_t w = idx < 8 ? lo : hi;
+  return static_cast<int8_t>(static_cast<uint8_t>(w >> (8 * (idx & 7))));
+}
+MS_HD int Mxfp4Value(int idx) {
+  const uint64_t lo = 0x0C08060403020100ull;  // 0 1 2 3 4 6 8 12
+  const uint64_t hi = 0xF4F8FAFCFDFEFF00ull;  // 0 -1 -2 -3 -4 -6 -8 -12
+  const uint64_t w = idx < 8 ? lo : hi;
+  return static_cast<int8_t>(static_cast<uint8_t>(w >> (8 * (idx & 7))));
+}
+MS_HD float E8m0Half(uint8_t e) {
+  const uint32_t bits = e < 2 ? (0x00200000u << e) : (static_cast<uint32_t>(e - 1) << 23);
+  return BitsToFloat(bits);
+}
+
+// Q4_K / Q5_K 6-bit scale and min j (ggml get_scale_min_k4).
+MS_HD void ScaleMinK4(int j, const uint8_t* q, int* d, int* m) {
+  if (j < 4) {
+    *d = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+// Q3_K scale s (0..15), unbiased (ggml's unpacked scales - 32).
+MS_HD int Q3KScale(const uint8_t* sc, int s) {
+  const int low = s < 8 ? (sc[s] & 0xF) : (sc[s - 8] >> 4);
+  const int high = (sc[8 + (s % 4)] >> (2 * (s / 4))) & 3;
+  return (low | (high << 4)) - 32;
+}
+
+template <GgmlType T> struct Format;
+#define MS_FORMAT(T, elems, bytes) \
+  template <> struct Format<GgmlType::T> { static constexpr int kElems = elems, kBytes = bytes; }
+MS_FORMAT(kF32, 1, 4);
+MS_FORMAT(kF16, 1, 2);
+MS_FORMAT(kBF16, 1, 2);
+MS_FORMAT(kQ4_0, 32, 18);
+MS_FORMAT(kQ4_1, 32, 20);
+MS_FORMAT(kQ5_0, 32, 22);
+MS_FORMAT(kQ5_1, 32, 24);
+MS_FORMAT(kQ8_0, 32, 34);
+MS_FORMAT(kQ8_1, 32, 36);
+MS_FORMAT(kMXFP4, 32, 17);
+MS_FORMAT(kQ2_K, 256, 84);
+MS_FORMAT(kQ3_K, 256, 110);
+MS_FORMAT(kQ4_K, 256, 144);
+MS_FORMAT(kQ5_K, 256, 176);
+MS_FORMAT(kQ6_K, 256, 210);
+MS_FORMAT(kQ8_K, 256, 292);
+MS_FORMAT(kIQ4_NL, 32, 18);
+MS_FORMAT(kIQ4_XS, 256, 136);
+#undef MS_FORMAT
+
+// Value i of the block at b. REQUIRES: 0 <= i < Format<T>::kElems.
+template <GgmlType T>
+MS_HD float DecodeElement(const uint8_t* b, int i) {
+  if constexpr (T == GgmlType::kF32) {
+    return BitsToFloat(Load32(b));
+  } else if constexpr (T == GgmlType::kF16) {
+    return HalfToFloat(Load16(b));
+  } else if constexpr (T == GgmlType::kBF16) {
+    return Bf16ToFloat(Load16(b));
+  } else if constexpr (T == GgmlType::kQ4_0 || T == GgmlType::kIQ4_NL) {
+    const float d = HalfToFloat(Load16(b));
+    const uint8_t q = b[2 + (i & 15)];
+    const int nib = i < 16 ? (q & 0xF) : (q >> 4);
+    if constexpr (T == GgmlType::kQ4_0) return (nib - 8) * d;
+    else return d * Iq4NlValue(nib);
+  } else if constexpr (T == GgmlType::kQ4_1) {
+    const float d = HalfToFloat(Load16(b)), m = HalfToFloat(Load16(b + 2));
+    const uint8_t q = b[4 + (i & 15)];
+    const int nib = i < 16 ? (q & 0xF) : (q >> 4);
+    return nib * d + m;
+  } else if constexpr (T == GgmlType::kQ5_0 || T == GgmlType::kQ5_1) {
+    const bool has_m = T == GgmlType::kQ5_1;
+    const float d = HalfToFloat(Load16(b));
+    const uint32_t qh = Load32(b + (has_m ? 4 : 2));
+    const uint8_t q = b[(has_m ? 8 : 6) + (i & 15)];
+    const int j = i & 15;
+    const int xh = i < 16 ? ((qh >> j) << 4) & 0x10 : (qh >> (j + 12)) & 0x10;
+    const int nib = (i < 16 ? (q & 0xF) : (q >> 4)) | xh;
+    if constexpr (T == GgmlType::kQ5_0) return (nib - 16) * d;
+    else return nib * d + HalfToFloat(Load16(b + 2));
+  } else if constexpr (T == GgmlType::kQ8_0 || T == GgmlType::kQ8_1) {
+    const float d = HalfToFloat(Load16(b));
+    const int off = T == GgmlType::kQ8_0 ? 2 : 4;
+    return static_cast<int8_t>(b[off + i]) * d;
+  } else if constexpr (T == GgmlType::kMXFP4) {
+    const float d = E8m0Half(b[0]);
+    const uint8_t q = b[1 + (i & 15)];
+    return Mxfp4Value(i < 16 ? (q & 0xF) : (q >> 4)) * d;
+  } else if constexpr (T == GgmlType::kQ2_K) {
+    // scales[16] qs[64] d dmin
+    const int n128 = i >> 7, r = i & 127, j = r >> 5, half = (r >> 4) & 1, l = r & 15;
+    const uint8_t sc = b[n128 * 8 + j * 2 + half];
+    const uint8_t q = b[16 + n128 * 32 + half * 16 + l];
+    const float d = HalfToFloat(Load16(b + 80)), min = HalfToFloat(Load16(b + 82));
+    const float dl = d * (sc & 0xF), ml = min * (sc >> 4);
+    return dl * static_cast<int8_t>((q >> (2 * j)) & 3) - ml;
+  } else if constexpr (T == GgmlType::kQ3_K) {
+    // hmask[32] qs[64] scales[12] d
+    const int n128 = i >> 7, r = i & 127, j = r >> 5, half = (r >> 4) & 1, l = r & 15;
+    const float d_all = HalfToFloat(Load16(b + 108));
+    const float dl = d_all * Q3KScale(b + 96, n128 * 8 + j * 2 + half);
+    const uint8_t q = b[32 + n128 * 32 + half * 16 + l];
+    const uint8_t hm = b[half * 16 + l];
+    const int m = 1 << (n128 * 4 + j);
+    return dl * (static_cast<int8_t>((q >> (2 * j)) & 3) - ((hm & m) ? 0 : 4));
+  } else if constexpr (T == GgmlType::kQ4_K || T == GgmlType::kQ5_K) {
+    // d dmin scales[12] [qh[32]] qs[128]
+    const bool five = T == GgmlType::kQ5_K;
+    const int chunk = i >> 6, r = i & 63, upper = r >> 5, l = r & 31;
+    const float d = HalfToFloat(Load16(b)), min = HalfToFloat(Load16(b + 2));
+    int sc, m;
+    ScaleMinK4(chunk * 2 + upper, b + 4, &sc, &m);
+    const float d1 = d * sc, m1 = min * m;
+    const uint8_t q = b[(five ? 48 : 16) + chunk * 32 + l];
+    int v = upper ? (q >> 4) : (q & 0xF);
+    if constexpr (five) {
+      const uint8_t qh = b[16 + l];
+      v += (qh & (1 << (chunk * 2 + upper))) ? 16 : 0;
+    }
+    return d1 * v - m1;
+  } else if constexpr (T == GgmlType::kQ6_K) {
+    // ql[128] qh[64] scales[16] d
+    const int n128 = i >> 7, r = i & 127, quarter = r >> 5, l = r & 31;
+    const float d = HalfToFloat(Load16(b + 208));
+    const uint8_t ql = b[n128 * 64 + l + ((quarter & 1) ? 32 : 0)];
+    const int low = (quarter & 2) ? (ql >> 4) : (ql & 0xF);
+    const int high = (b[128 + n128 * 32 + l] >> (2 * quarter)) & 3;
+    const int8_t q = static_cast<int8_t>(static_cast<int8_t>(low | (high << 4)) - 32);
+    const int8_t sc = static_cast<int8_t>(b[192 + n128 * 8 + (l >> 4) + 2 * quarter]);
+    return d * sc * q;
+  } else if constexpr (T == GgmlType::kQ8_K) {
+    const float d = BitsToFloat(Load32(b));
+    return d * static_cast<int8_t>(b[4 + i]);
+  } else if constexpr (T == GgmlType::kIQ4_XS) {
+    // d scales_h scales_l[4] qs[128]
+    const int ib = i >> 5, r = i & 31;
+    const float d = HalfToFloat(Load16(b));
+    const uint16_t scales_h = Load16(b + 2);
+    const int ls = ((b[4 + ib / 2] >> (4 * (ib % 2))) & 0xF) | (((scales_h >> (2 * ib)) & 3) << 4);
+    const float dl = d * (ls - 32);
+    const uint8_t q = b[8 + ib * 16 + (r & 15)];
+    return dl * Iq4NlValue(r < 16 ? (q & 0xF) : (q >> 4));
+  } else {
+    static_assert(T == GgmlType::kF32, "unsupported format");
+    return 0.0f;
+  }
+}
+
+// Element e of a row of format T starting at `row`.
+template <GgmlType T>
+MS_HD float DecodeRowElement(const uint8_t* row, int64_t e) {
+  constexpr int kElems = Format<T>::kElems, kBytes = Format<T>::kBytes;
+  return DecodeElement<T>(row + (e / kElems) * kBytes, static_cast<int>(e % kElems));
+}
+
+MS_HD float RoundHalfAway(float x) {
+#if defined(__CUDA_ARCH__)
+  return roundf(x);
+#else
+  return __builtin_roundf(x);
+#endif
+}
+
+// quantize_row_q8_0_ref for one block: 32 floats -> 34 bytes.
+MS_HD void EncodeQ8_0(const float* x, uint8_t* out) {
+  float amax = 0.0f;
+  for (int j = 0; j < 32; ++j) {
+    const float v = x[j] < 0 ? -x[j] : x[j];
+    amax = amax > v ? amax : v;
+  }
+  const float d = amax / ((1 << 7) - 1);
+  const float id = d ? 1.0f / d : 0.0f;
+  const uint16_t dh = FloatToHalf(d);
+  out[0] = static_cast<uint8_t>(dh & 0xFF);
+  out[1] = static_cast<uint8_t>(dh >> 8);
+  for (int j = 0; j < 32; ++j) {
+    out[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(RoundHalfAway(x[j] * id)));
+  }
+}
+
+// quantize_row_q4_0_ref for one block: 32 floats -> 18 bytes.
+MS_HD void EncodeQ4_0(const float* x, uint8_t* out) {
+  float amax = 0.0f, max = 0.0f;
+  for (int j = 0; j < 32; ++j) {
+    const float v = x[j] < 0 ? -x[j] : x[j];
+    if (amax < v) {
+      amax = v;
+      max = x[j];
+    }
+  }
+  const float d = max / -8;
+  const float id = d ? 1.0f / d : 0.0f;
+  const uint16_t dh = FloatToHalf(d);
+  out[0] = static_cast<uint8_t>(dh & 0xFF);
+  out[1] = static_cast<uint8_t>(dh >> 8);
+  for (int j = 0; j < 16; ++j) {
+    const float x0 = x[j] * id, x1 = x[16 + j] * id;
+    int xi0 = static_cast<int8_t>(x0 + 8.5f), xi1 = static_cast<int8_t>(x1 + 8.5f);
+    xi0 = xi0 < 15 ? xi0 : 15;
+    xi1 = xi1 < 15 ? xi1 : 15;
+    out[2 + j] = static_cast<uint8_t>(xi0 | (xi1 << 4));
+  }
+}
+
+}  // namespace moesplit::cuda::codec

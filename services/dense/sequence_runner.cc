@@ -1,0 +1,133 @@
+#include "services/dense/sequence_runner.h"
+
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/status.h"
+
+#if MOESPLIT_HAVE_CUDA
+#include "common/backend/cuda/cuda_backend.h"
+#include "common/backend/cuda/cuda_forward.h"
+#endif
+
+namespace moesplit::dense {
+namespace {
+
+class CpuRunner final : public SequenceRunner {
+ public:
+  CpuRunner(std::unique_ptr<model::Forward> f, std::unique_ptr<model::KvCache> c)
+      : forward_(std::move(f)), cache_(std::move(c)) {}
+  absl::Status Eval(absl::Span<const int32_t> tokens, model::LogitsMode mode,
+                    std::vector<float>* logits) override {
+    return forward_->Eval(tokens, cache_.get(), mode, logits);
+  }
+  int64_t n_past() const override { return cache_->n_past(); }
+  void Clear() override { cache_->Clear(); }
+  std::string name() const override { return "cpu"; }
+
+ private:
+  std::unique_ptr<model::Forward> forward_;
+  std::unique_ptr<model::KvCache> cache_;
+};
+
+#if MOESPLIT_HAVE_CUDA
+class CudaRunner final : public SequenceRunner {
+ public:
+  CudaRunner(std::unique_ptr<backend::Device> d, std::unique_ptr<cuda::CudaForward> f,
+             std::unique_ptr<cuda::CudaKvCache> c)
+      : device_(std::move(d)), forward_(std::move(f)), cache_(std::move(c)) {}
+  ~CudaRunner() override {
+    cache_.reset();
+    forward_.reset();
+  }
+  absl::Status Eval(absl::Span<const int32_t> tokens, model::LogitsMode mode,
+                    std::vector<float>* logits) override {
+    return forward_->Eval(tokens, cache_.get(), mode, logits);
+  }
+  int64_t n_past() const override { return cache_->n_past(); }
+  void Clear() override { cache_->Clear(); }
+  std::string name() const override { return "cuda:" + device_->name(); }
+
+ private:
+  std::unique_ptr<backend::Device> device_;
+  std::unique_ptr<cuda::CudaForward> forward_;
+  std::unique_ptr<cuda::CudaKvCache> cache_;
+};
+
+absl::StatusOr<std::unique_ptr<SequenceRunner>> MakeCuda(
+    std::shared_ptr<const model::Model> model, model::ExpertBackend* experts,
+    const RunnerOptions& o) {
+  auto kv = GgmlTypeFromName(o.kv_type);
+  if (!kv) return absl::InvalidArgumentError(absl::StrCat("unknown KV type '", o.kv_type, "'"));
+  ASSIGN_OR_RETURN(auto device, cuda::CreateCudaDevice(0));
+  cuda::CudaForwardOptions co;
+  co.n_ctx = o.n_ctx;
+  co.kv_type = *kv;
+  co.gpu_memory_budget = o.gpu_memory;
+  ASSIGN_OR_RETURN(auto forward, cuda::CudaForward::Create(model, experts, device.get(), co));
+  ASSIGN_OR_RETURN(auto cache, forward->CreateCache());
+  return std::unique_ptr<SequenceRunner>(
+      new CudaRunner(std::move(device), std::move(forward), std::move(cache)));
+}
+#endif
+
+}  // namespace
+
+absl::StatusOr<uint64_t> ParseByteSize(const std::string& text) {
+  static const std::pair<const char*, double> kSuffixes[] = {
+      {"TiB", 1099511627776.0}, {"GiB", 1073741824.0}, {"MiB", 1048576.0}, {"KiB", 1024.0},
+      {"TB", 1e12}, {"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3}, {"B", 1.0}};
+  std::string num = text;
+  double mult = 1.0;
+  for (const auto& [suffix, m] : kSuffixes) {
+    const std::string suf = suffix;
+    if (text.size() > suf.size() && text.compare(text.size() - suf.size(), suf.size(), suf) == 0) {
+      num = text.substr(0, text.size() - suf.size());
+      mult = m;
+      break;
+    }
+  }
+  double v = 0;
+  size_t used = 0;
+  try {
+    v = std::stod(num, &used);
+  } catch (...) {
+    used = 0;
+  }
+  if (num.empty() || used != num.size() || !(v >= 0) || v * mult > 1.8e19) {
+    return absl::InvalidArgumentError(absl::StrCat("bad byte size '", text, "' (e.g. 8GiB)"));
+  }
+  return static_cast<uint64_t>(v * mult);
+}
+
+bool HaveCudaBackend() { return MOESPLIT_HAVE_CUDA != 0; }
+
+absl::StatusOr<std::unique_ptr<SequenceRunner>> CreateSequenceRunner(
+    std::shared_ptr<const model::Model> model, model::ExpertBackend* experts, ThreadPool* pool,
+    const RunnerOptions& o) {
+  if (o.backend != "auto" && o.backend != "cpu" && o.backend != "cuda") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown backend '", o.backend, "' (auto, cpu or cuda)"));
+  }
+  if (o.kv_type != "f16" && o.kv_type != "q8_0" && o.kv_type != "q4_0") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown KV type '", o.kv_type, "' (f16, q8_0 or q4_0)"));
+  }
+  if (o.backend != "cpu") {
+#if MOESPLIT_HAVE_CUDA
+    auto gpu = MakeCuda(model, experts, o);
+    if (gpu.ok() || o.backend == "cuda") return gpu;
+    // auto: fall back to the CPU when there is no usable device.
+#else
+    if (o.backend == "cuda") {
+      return absl::UnavailableError("this build has no CUDA backend (nvcc was not found)");
+    }
+#endif
+  }
+  auto forward = std::make_unique<model::Forward>(model, experts, pool);
+  ASSIGN_OR_RETURN(auto cache, model::KvCache::Create(model->hparams(), o.n_ctx));
+  return std::unique_ptr<SequenceRunner>(new CpuRunner(std::move(forward), std::move(cache)));
+}
+
+}  // namespace moesplit::dense

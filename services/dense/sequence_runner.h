@@ -1,0 +1,59 @@
+// SequenceRunner: one sequence's forward pass and KV cache behind one
+// interface, so the dense engine runs on the CPU reference forward
+// (model::Forward + model::KvCache) or on the GPU (cuda::CudaForward +
+// cuda::CudaKvCache) alike.
+//
+// --backend auto picks CUDA when a device exists (and the model fits the
+// budget), else the CPU; cuda fails with UNAVAILABLE / RESOURCE_EXHAUSTED
+// when it cannot; cpu never touches the GPU.
+//
+// Thread-safety: not thread-safe (the engine serialises sequences).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/base/thread_pool.h"
+#include "common/model/expert.h"
+#include "common/model/forward.h"
+#include "common/model/model.h"
+
+namespace moesplit::dense {
+
+struct RunnerOptions {
+  std::string backend = "auto";   // auto | cpu | cuda
+  int64_t n_ctx = 4096;
+  uint64_t gpu_memory = 0;        // bytes; 0 = the device's free memory
+  std::string kv_type = "f16";    // GPU KV cache: f16 | q8_0 | q4_0
+};
+
+class SequenceRunner {
+ public:
+  virtual ~SequenceRunner() = default;
+  // As model::Forward::Eval on this runner's cache.
+  virtual absl::Status Eval(absl::Span<const int32_t> tokens, model::LogitsMode mode,
+                            std::vector<float>* logits) = 0;
+  virtual int64_t n_past() const = 0;
+  virtual void Clear() = 0;
+  // "cpu" or "cuda:<device name>".
+  virtual std::string name() const = 0;
+};
+
+// InvalidArgument for an unknown backend or KV type; see the file comment.
+// `experts` and `pool` must outlive the runner.
+absl::StatusOr<std::unique_ptr<SequenceRunner>> CreateSequenceRunner(
+    std::shared_ptr<const model::Model> model, model::ExpertBackend* experts, ThreadPool* pool,
+    const RunnerOptions& options);
+
+// "8GiB", "512MiB", "2GB", "1048576" (bytes; suffixes B, KiB, MiB, GiB, TiB,
+// KB, MB, GB, TB; a decimal number). InvalidArgument otherwise.
+absl::StatusOr<uint64_t> ParseByteSize(const std::string& text);
+
+// Whether this build has the CUDA backend.
+bool HaveCudaBackend();
+
+}  // namespace moesplit::dense

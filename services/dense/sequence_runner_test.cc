@@ -1,0 +1,76 @@
+#include "services/dense/sequence_runner.h"
+
+#include "common/model/testing/tiny_model.h"
+#include "gtest/gtest.h"
+
+namespace moesplit::dense {
+namespace {
+
+TEST(ParseByteSizeTest, Table) {
+  const struct {
+    const char* text;
+    uint64_t want;
+  } ok[] = {{"8GiB", uint64_t{8} << 30}, {"512MiB", uint64_t{512} << 20}, {"2GB", 2000000000},
+            {"1048576", 1048576},       {"1.5KiB", 1536},                 {"0", 0}};
+  for (const auto& c : ok) {
+    auto v = ParseByteSize(c.text);
+    ASSERT_TRUE(v.ok()) << c.text << ": " << v.status();
+    EXPECT_EQ(*v, c.want) << c.text;
+  }
+  for (const char* bad : {"", "GiB", "8 GiB", "-1MiB", "x", "8GiBB"}) {
+    EXPECT_EQ(ParseByteSize(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+}
+
+TEST(SequenceRunnerTest, ChoosesTheBackend) {
+  model::testing::TinyModelOptions o;
+  o.head_dim = 32;
+  auto m = model::testing::MakeTinyModel(o);
+  ASSERT_TRUE(m.ok()) << m.status();
+  model::InProcessExperts experts(model::ExpertStore(*m), nullptr);
+  RunnerOptions ro;
+  ro.n_ctx = 32;
+  ro.backend = "tpu";
+  EXPECT_EQ(CreateSequenceRunner(*m, &experts, nullptr, ro).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  ro.backend = "cpu";
+  ro.kv_type = "q5_0";
+  EXPECT_EQ(CreateSequenceRunner(*m, &experts, nullptr, ro).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  ro.kv_type = "f16";
+  auto cpu = CreateSequenceRunner(*m, &experts, nullptr, ro);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  EXPECT_EQ((*cpu)->name(), "cpu");
+  std::vector<float> logits;
+  const int32_t tokens[3] = {1, 2, 3};
+  ASSERT_TRUE((*cpu)->Eval(tokens, model::LogitsMode::kLast, &logits).ok());
+  EXPECT_EQ((*cpu)->n_past(), 3);
+  EXPECT_EQ(logits.size(), static_cast<size_t>((*m)->hparams().n_vocab));
+  (*cpu)->Clear();
+  EXPECT_EQ((*cpu)->n_past(), 0);
+
+  // auto: the GPU when usable, else the CPU; both evaluate the same tokens.
+  ro.backend = "auto";
+  auto any = CreateSequenceRunner(*m, &experts, nullptr, ro);
+  ASSERT_TRUE(any.ok()) << any.status();
+  std::vector<float> again;
+  ASSERT_TRUE((*any)->Eval(tokens, model::LogitsMode::kLast, &again).ok());
+  ASSERT_EQ(again.size(), logits.size());
+  double err = 0, ref = 0;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    err += (again[i] - logits[i]) * double(again[i] - logits[i]);
+    ref += double(logits[i]) * logits[i];
+  }
+  EXPECT_LE(err / ref, 1e-4) << (*any)->name();
+
+  ro.backend = "cuda";
+  auto gpu = CreateSequenceRunner(*m, &experts, nullptr, ro);
+  if ((*any)->name() == "cpu") {
+    EXPECT_EQ(gpu.status().code(), absl::StatusCode::kUnavailable) << gpu.status();
+  } else {
+    EXPECT_TRUE(gpu.ok()) << gpu.status();
+  }
+}
+
+}  // namespace
+}  // namespace moesplit::dense
