@@ -1,6 +1,8 @@
 // moesplit-dense: the dense service. Runs embeddings, attention, routers,
 // shared experts, sampling and the public gRPC API; routed experts are
 // computed by the expert-workers named with --experts (repeatable).
+// --http HOST:PORT also serves the OpenAI-compatible HTTP API (http_server.h);
+// --parallel, --max-queue and --step-tokens configure continuous batching.
 //
 // Prints "moesplit-dense: ready ..." on stderr once it serves; SIGINT/SIGTERM
 // stop it. Bad flags or a model/worker problem at start: one line on stderr,
@@ -22,7 +24,9 @@
 #include "common/base/status.h"
 #include "common/telemetry/metrics.h"
 #include "services/cli/flags.h"
+#include "services/dense/chat_prompt.h"
 #include "services/dense/dense_engine.h"
+#include "services/dense/http_server.h"
 #include "services/dense/inference_service.h"
 
 namespace moesplit::dense {
@@ -49,8 +53,9 @@ int Run(int argc, char** argv) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   EngineOptions opt;
-  std::string grpc_addr = "127.0.0.1:50051", metrics_addr, experts_csv;
+  std::string grpc_addr = "127.0.0.1:50051", metrics_addr, experts_csv, http_addr;
   int64_t threads = 0, ctx = 4096, timeout_ms = 10000, connect_ms = 60000;
+  int64_t parallel = 4, max_queue = 64, step_tokens = 512;
   cli::FlagParser p;
   p.AddString("model", &opt.model_path, "GGUF model file");
   p.AddString("experts", &experts_csv,
@@ -58,6 +63,10 @@ int Run(int argc, char** argv) {
               "empty: in-process");
   p.AddString("grpc", &grpc_addr, "serve the Inference API on HOST:PORT");
   p.AddString("metrics", &metrics_addr, "serve Prometheus /metrics on HOST:PORT");
+  p.AddString("http", &http_addr, "also serve the OpenAI-compatible HTTP API on HOST:PORT");
+  p.AddInt("parallel", &parallel, "sequences generated at once (continuous batching)");
+  p.AddInt("max-queue", &max_queue, "requests that may wait for a slot; more get 429/RESOURCE_EXHAUSTED");
+  p.AddInt("step-tokens", &step_tokens, "tokens per forward step (decodes + prompt chunks)");
   p.AddInt("threads", &threads, "CPU threads (default: all)");
   p.AddInt("ctx", &ctx, "context length");
   p.AddInt("expert-timeout", &timeout_ms, "ms before an unanswered expert call fails");
@@ -86,8 +95,30 @@ int Run(int argc, char** argv) {
   opt.n_ctx = static_cast<int>(ctx);
   opt.expert_timeout = std::chrono::milliseconds(timeout_ms);
   opt.connect_timeout = std::chrono::milliseconds(connect_ms);
+  if (parallel < 1 || parallel > 1024 || max_queue < 0 || max_queue > 100000 || step_tokens < 1 ||
+      step_tokens > 1 << 20) {
+    return Fail(absl::InvalidArgumentError(
+        "--parallel in 1..1024, --max-queue in 0..100000, --step-tokens >= 1 required"));
+  }
+  opt.max_sequences = static_cast<int>(parallel);
+  opt.max_queue = static_cast<int>(max_queue);
+  opt.step_tokens = static_cast<int>(step_tokens);
+  // One registry for the --metrics exposer and HTTP GET /metrics.
+  auto registry = std::make_shared<prometheus::Registry>();
+  opt.registry = registry;
   auto engine = DenseEngine::Create(opt);
   if (!engine.ok()) return Fail(engine.status());
+  auto chat = ChatPrompt::ForModel((*engine)->model().file(), (*engine)->tokenizer());
+  if (!chat.ok()) {
+    std::fprintf(stderr, "moesplit-dense: warning: the model's chat template does not parse (%s); "
+                         "using ChatML\n", std::string(chat.status().message()).c_str());
+    chat = ChatPrompt::ForModel((*engine)->model().file(), (*engine)->tokenizer(),
+                                chat::ChatMLFallbackTemplate());
+    if (!chat.ok()) return Fail(chat.status());
+  } else if (!chat->warning().empty()) {
+    std::fprintf(stderr, "moesplit-dense: warning: %s\n", chat->warning().c_str());
+  }
+  ServedModel served{engine->get(), ServedModelName((*engine)->model(), opt.model_path), &*chat};
 
   std::unique_ptr<telemetry::MetricsServer> metrics;
   std::unique_ptr<telemetry::DenseExpertMetrics> expert_metrics;
@@ -95,9 +126,16 @@ int Run(int argc, char** argv) {
     auto m = telemetry::MetricsServer::Start(metrics_addr);
     if (!m.ok()) return Fail(m.status());
     metrics = std::move(*m);
-    expert_metrics = std::make_unique<telemetry::DenseExpertMetrics>(metrics->registry());
+    metrics->Register(registry);
   }
-  InferenceService service(engine->get());
+  expert_metrics = std::make_unique<telemetry::DenseExpertMetrics>(*registry);
+  std::unique_ptr<HttpServer> http;
+  if (!http_addr.empty()) {
+    auto h = HttpServer::Start(http_addr, served);
+    if (!h.ok()) return Fail(h.status());
+    http = std::move(*h);
+  }
+  InferenceService service(served);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -108,8 +146,11 @@ int Run(int argc, char** argv) {
   if (server == nullptr || port == 0) {
     return Fail(absl::UnavailableError(absl::StrCat("cannot listen on ", grpc_addr)));
   }
-  std::fprintf(stderr, "moesplit-dense: ready on grpc port %d: %s, %d layers, experts %s%s\n",
-               port, (*engine)->model().hparams().arch.c_str(), (*engine)->model().n_layer(),
+  std::fprintf(stderr,
+               "moesplit-dense: ready on grpc port %d%s: %s, %d layers, %d sequences, experts %s%s\n",
+               port, http ? absl::StrCat(", http port ", http->port()).c_str() : "",
+               (*engine)->model().hparams().arch.c_str(), (*engine)->model().n_layer(),
+               static_cast<int>(parallel),
                opt.experts.empty() ? "in-process" : absl::StrJoin(opt.experts, " ").c_str(),
                metrics ? absl::StrCat(", metrics on port ", metrics->port()).c_str() : "");
   // Refresh the worker metrics (and notice outages) while serving.
@@ -119,6 +160,7 @@ int Run(int argc, char** argv) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
+  http.reset();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   std::fprintf(stderr, "moesplit-dense: stopped\n");
   return 0;
