@@ -27,6 +27,10 @@ constexpr Command kCommands[] = {
     {"make-test-model", "write a random-weight qwen3moe/qwen2moe GGUF",
      RunMakeTestModel},
     {"up", "start expert-workers and the dense service on this host", RunUp},
+    {"chat", "interactive chat with a running dense service (gRPC)", RunChat},
+    {"complete", "one streamed completion from a running dense service (gRPC)", RunComplete},
+    {"render-template", "print the prompt a chat template renders for messages",
+     RunRenderTemplate},
 };
 
 void PrintUsage(std::FILE* f) {

@@ -38,6 +38,9 @@ absl::Status RunLogits(const Args& args, const CommandIo& io);
 absl::Status RunGenerate(const Args& args, const CommandIo& io);
 absl::Status RunMakeTestModel(const Args& args, const CommandIo& io);
 absl::Status RunUp(const Args& args, const CommandIo& io);
+absl::Status RunChat(const Args& args, const CommandIo& io);
+absl::Status RunComplete(const Args& args, const CommandIo& io);
+absl::Status RunRenderTemplate(const Args& args, const CommandIo& io);
 
 // argv without the program name. Returns the process exit status.
 int RunCli(const Args& args, const CommandIo& io);
