@@ -13,6 +13,12 @@ PACKAGES=(
   libboost-dev prometheus-cpp-dev libnuma-dev libcpp-httplib-dev
   prometheus
 )
+# The HTTP API tests use curl and the `openai` npm client. A node/npm that is
+# already on PATH (e.g. from NodeSource) is kept: Debian's npm would conflict.
+command -v curl >/dev/null 2>&1 || PACKAGES+=(curl)
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  PACKAGES+=(nodejs npm)
+fi
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do
