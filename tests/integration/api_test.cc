@@ -7,7 +7,9 @@
 #include <httplib.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -428,6 +430,41 @@ TEST_F(ApiTest, BadRequestsGetPreciseErrorsAndTheServerKeepsServing) {
   auto m = c.Get("/metrics");
   ASSERT_TRUE(m);
   EXPECT_THAT(m->body, HasSubstr("outcome=\"invalid_argument\""));
+}
+
+// `moesplit render-template` prints exactly what llama.cpp rendered for every
+// template fixture (BOS/EOS from the tiny qwen3moe model, the fixture date).
+TEST(RenderTemplateCommandTest, MatchesEveryFixtureByteForByte) {
+  const std::string fixtures = MOESPLIT_FIXTURES_DIR;
+  const std::string model = fixtures + "/models/qwen3moe-tiny-q8_0.gguf";
+  int cases = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(fixtures + "/templates")) {
+    const std::string path = entry.path().string();
+    if (path.size() < 6 || path.substr(path.size() - 6) != ".jinja") continue;
+    const std::string expected_path = path.substr(0, path.size() - 6) + ".expected.json";
+    std::ifstream in(expected_path);
+    const Json expected = Json::parse(in);
+    int i = 0;
+    for (const Json& c : expected["cases"]) {
+      const std::string messages =
+          absl::StrCat(::testing::TempDir(), "/render_", getpid(), "_", i++, ".json");
+      std::ofstream(messages) << c["request"]["messages"].dump();
+      const bool gen = c["request"].value("add_generation_prompt", false);
+      const std::string cmd =
+          absl::StrCat("'", kCli, "' render-template --model '", model, "' --template-file '",
+                       path, "' --messages-json '", messages, "' --date 2026-11-29",
+                       gen ? "" : " --no-generation-prompt");
+      FILE* p = popen(cmd.c_str(), "r");
+      ASSERT_NE(p, nullptr);
+      std::string out;
+      char buf[4096];
+      for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+      EXPECT_EQ(pclose(p), 0) << cmd;
+      EXPECT_EQ(out, c["prompt"].get<std::string>()) << path << " case " << i - 1;
+      ++cases;
+    }
+  }
+  EXPECT_GE(cases, 20);
 }
 
 TEST(ApiQueueTest, FullQueueIsResourceExhaustedAnd429WithRetryAfter) {
