@@ -31,16 +31,21 @@ const std::string kDense = MOESPLIT_DENSE_BIN;
 const std::string kCli = MOESPLIT_CLI_BIN;
 constexpr int kCtx = 2048;  // long enough that a 300 ms deadline ends generation
 
-int FreePort() {
-  static int next = 30000 + (getpid() % 1500) * 20;
-  return next++;
-}
+// Removes the generated model when the test process exits.
+struct RemoveAtExit {
+  std::string path;
+  ~RemoveAtExit() {
+    if (!path.empty()) std::filesystem::remove(path);
+  }
+};
 
 std::string ModelPath() {
+  static RemoveAtExit cleanup;
   static const std::string path = [] {
     const std::string p = absl::StrCat(::testing::TempDir(), "/api_test_", getpid(), ".gguf");
     Subprocess gen(kCli, {"make-test-model", "--out", p, "--name", "api-test", "--threads", "2"});
     EXPECT_EQ(gen.Wait(120s), 0) << gen.stderr_text();
+    cleanup.path = p;
     return p;
   }();
   return path;
@@ -49,17 +54,21 @@ std::string ModelPath() {
 // One moesplit-dense process serving gRPC and HTTP.
 struct Server {
   Server(int parallel, int max_queue) {
-    grpc_port = FreePort();
-    http_port = FreePort();
+    // Port 0: the service picks free ports and prints them on its ready line.
     proc = std::make_unique<Subprocess>(
         kDense, std::vector<std::string>{
-                    "--model", ModelPath(), "--grpc", absl::StrCat("127.0.0.1:", grpc_port),
-                    "--http", absl::StrCat("127.0.0.1:", http_port), "--ctx",
+                    "--model", ModelPath(), "--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0", "--ctx",
                     std::to_string(kCtx), "--threads", "2", "--parallel",
                     std::to_string(parallel), "--max-queue", std::to_string(max_queue),
                     "--step-tokens", "64"});
     absl::Status s = proc->WaitFor("ready", 60s);
     EXPECT_TRUE(s.ok()) << s;
+    const std::string& log = proc->stderr_text();
+    const size_t g = log.find("grpc port "), h = log.find("http port ");
+    if (g != std::string::npos) grpc_port = std::atoi(log.c_str() + g + 10);
+    if (h != std::string::npos) http_port = std::atoi(log.c_str() + h + 10);
+    EXPECT_GT(grpc_port, 0) << log;
+    EXPECT_GT(http_port, 0) << log;
     stub = v1::Inference::NewStub(grpc::CreateChannel(absl::StrCat("127.0.0.1:", grpc_port),
                                                       grpc::InsecureChannelCredentials()));
   }

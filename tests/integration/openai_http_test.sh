@@ -8,8 +8,6 @@ BIN=$1
 WORK=$2
 HERE=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$WORK"
-PORT=$((40000 + $$ % 10000))
-GPORT=$((PORT + 1))
 LOG=$WORK/dense.log
 DENSE_PID=
 cleanup() { if [[ -n $DENSE_PID ]]; then kill "$DENSE_PID" 2>/dev/null || true; wait "$DENSE_PID" 2>/dev/null || true; fi; }
@@ -17,11 +15,18 @@ trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; echo "--- dense log:" >&2; cat "$LOG" >&2 || true; exit 1; }
 
 "$BIN/moesplit" make-test-model --out "$WORK/model.gguf" --name http-test --threads 2 >/dev/null
-"$BIN/moesplit-dense" --model "$WORK/model.gguf" --grpc "127.0.0.1:$GPORT" --http "127.0.0.1:$PORT" \
+# Port 0: the service picks free ports and prints them on its ready line.
+"$BIN/moesplit-dense" --model "$WORK/model.gguf" --grpc 127.0.0.1:0 --http 127.0.0.1:0 \
   --ctx 512 --threads 2 --parallel 4 2>"$LOG" &
 DENSE_PID=$!
-for _ in $(seq 1 300); do grep -q ready "$LOG" 2>/dev/null && break; sleep 0.1; done
+for _ in $(seq 1 300); do
+  grep -q ready "$LOG" 2>/dev/null && break
+  kill -0 "$DENSE_PID" 2>/dev/null || break
+  sleep 0.1
+done
 grep -q ready "$LOG" || fail "dense service did not start"
+PORT=$(sed -n 's/.*http port \([0-9]*\).*/\1/p' "$LOG" | head -1)
+[[ -n $PORT ]] || fail "no http port on the ready line"
 URL=http://127.0.0.1:$PORT
 
 # --- curl
