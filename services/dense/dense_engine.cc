@@ -374,13 +374,13 @@ void DenseEngine::Finish(std::list<Sequence>::iterator it,
     std::lock_guard<std::mutex> l(mu_);
     --running_;
   }
+  UpdateGauges();  // before the waiter wakes: it may read them at once
   {
     std::lock_guard<std::mutex> l(r->mu_);
     r->done_ = true;
     r->result_ = std::move(result);
   }
   r->cv_.notify_all();
-  UpdateGauges();
 }
 
 void DenseEngine::UpdateGauges() {
