@@ -33,8 +33,8 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const HyperParams& hp,
     c->k_.resize(hp.n_layer);
     c->v_.resize(hp.n_layer);
     for (int64_t l = 0; l < hp.n_layer; ++l) {
-      c->k_[l].resize(static_cast<size_t>(n_ctx * c->k_row_));
-      c->v_[l].resize(static_cast<size_t>(n_ctx * c->v_row_));
+      c->k_[l].reset(new uint16_t[static_cast<size_t>(n_ctx * c->k_row_)]);
+      c->v_[l].reset(new uint16_t[static_cast<size_t>(n_ctx * c->v_row_)]);
     }
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError(absl::StrCat(

@@ -70,10 +70,10 @@ class KvCache {
   absl::Status CheckRoom(int64_t n_new) const;
 
   // Raw storage (the forward pass writes positions >= n_past, then Commit).
-  uint16_t* k(int layer, int64_t pos) { return k_[layer].data() + pos * k_row_; }
-  const uint16_t* k(int layer, int64_t pos) const { return k_[layer].data() + pos * k_row_; }
-  uint16_t* v(int layer, int64_t pos) { return v_[layer].data() + pos * v_row_; }
-  const uint16_t* v(int layer, int64_t pos) const { return v_[layer].data() + pos * v_row_; }
+  uint16_t* k(int layer, int64_t pos) { return k_[layer].get() + pos * k_row_; }
+  const uint16_t* k(int layer, int64_t pos) const { return k_[layer].get() + pos * k_row_; }
+  uint16_t* v(int layer, int64_t pos) { return v_[layer].get() + pos * v_row_; }
+  const uint16_t* v(int layer, int64_t pos) const { return v_[layer].get() + pos * v_row_; }
   // REQUIRES: CheckRoom(n_new).ok().
   void Commit(int64_t n_new) { n_past_ += n_new; }
 
@@ -83,7 +83,10 @@ class KvCache {
   int64_t n_past_ = 0;
   int64_t k_row_ = 0;  // n_head_kv * head_dim_k
   int64_t v_row_ = 0;  // n_head_kv * head_dim_v
-  std::vector<std::vector<uint16_t>> k_, v_;
+  // Left uninitialised: a large allocation's pages are only touched (become
+  // resident) as positions are written, so a sequence that reserves the
+  // whole context costs memory for what it uses.
+  std::vector<std::unique_ptr<uint16_t[]>> k_, v_;
 };
 
 enum class LogitsMode { kNone, kLast, kAll };
