@@ -16,6 +16,8 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -54,6 +56,7 @@ int Run(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   EngineOptions opt;
   std::string grpc_addr = "127.0.0.1:50051", metrics_addr, experts_csv, http_addr;
+  std::string template_file;
   int64_t threads = 0, ctx = 4096, timeout_ms = 10000, connect_ms = 60000;
   int64_t parallel = 4, max_queue = 64, step_tokens = 512;
   cli::FlagParser p;
@@ -64,6 +67,8 @@ int Run(int argc, char** argv) {
   p.AddString("grpc", &grpc_addr, "serve the Inference API on HOST:PORT");
   p.AddString("metrics", &metrics_addr, "serve Prometheus /metrics on HOST:PORT");
   p.AddString("http", &http_addr, "also serve the OpenAI-compatible HTTP API on HOST:PORT");
+  p.AddString("chat-template-file", &template_file,
+              "Jinja chat template to use instead of the model's");
   p.AddInt("parallel", &parallel, "sequences generated at once (continuous batching)");
   p.AddInt("max-queue", &max_queue, "requests that may wait for a slot; more get 429/RESOURCE_EXHAUSTED");
   p.AddInt("step-tokens", &step_tokens, "tokens per forward step (decodes + prompt chunks)");
@@ -108,7 +113,15 @@ int Run(int argc, char** argv) {
   opt.registry = registry;
   auto engine = DenseEngine::Create(opt);
   if (!engine.ok()) return Fail(engine.status());
-  auto chat = ChatPrompt::ForModel((*engine)->model().file(), (*engine)->tokenizer());
+  std::string template_source;
+  if (!template_file.empty()) {
+    std::ifstream in(template_file, std::ios::binary);
+    if (!in) return Fail(absl::NotFoundError(absl::StrCat("cannot read ", template_file)));
+    template_source.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  auto chat =
+      ChatPrompt::ForModel((*engine)->model().file(), (*engine)->tokenizer(), template_source);
+  if (!chat.ok() && !template_source.empty()) return Fail(chat.status());
   if (!chat.ok()) {
     std::fprintf(stderr, "moesplit-dense: warning: the model's chat template does not parse (%s); "
                          "using ChatML\n", std::string(chat.status().message()).c_str());

@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/subprocess.h"
+#include "common/chat/reasoning.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "moesplit/v1/inference.grpc.pb.h"
@@ -53,14 +54,14 @@ std::string ModelPath() {
 
 // One moesplit-dense process serving gRPC and HTTP.
 struct Server {
-  Server(int parallel, int max_queue) {
+  Server(int parallel, int max_queue, std::vector<std::string> extra = {}) {
     // Port 0: the service picks free ports and prints them on its ready line.
-    proc = std::make_unique<Subprocess>(
-        kDense, std::vector<std::string>{
-                    "--model", ModelPath(), "--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0", "--ctx",
-                    std::to_string(kCtx), "--threads", "2", "--parallel",
-                    std::to_string(parallel), "--max-queue", std::to_string(max_queue),
-                    "--step-tokens", "64"});
+    std::vector<std::string> args = {
+        "--model", ModelPath(), "--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0",
+        "--ctx", std::to_string(kCtx), "--threads", "2", "--parallel",
+        std::to_string(parallel), "--max-queue", std::to_string(max_queue), "--step-tokens", "64"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    proc = std::make_unique<Subprocess>(kDense, args);
     absl::Status s = proc->WaitFor("ready", 60s);
     EXPECT_TRUE(s.ok()) << s;
     const std::string& log = proc->stderr_text();
@@ -439,6 +440,42 @@ TEST_F(ApiTest, BadRequestsGetPreciseErrorsAndTheServerKeepsServing) {
   auto m = c.Get("/metrics");
   ASSERT_TRUE(m);
   EXPECT_THAT(m->body, HasSubstr("outcome=\"invalid_argument\""));
+}
+
+// A template whose generation prompt opens a <think> block (as Qwen3.5 and
+// DeepSeek-V3.1 do): Chat and /v1/chat/completions return the output split by
+// chat::SplitReasoning, in reasoning_content and content.
+TEST(ReasoningTest, ThinkBlockGoesToReasoningContent) {
+  const std::string tmpl = absl::StrCat(::testing::TempDir(), "/think_", getpid(), ".jinja");
+  std::ofstream(tmpl) << "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+                         "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}"
+                         "<|im_start|>assistant\n<think>\n{% endif %}";
+  Server s(2, 2, {"--chat-template-file", tmpl});
+  const std::string prompt = "<|im_start|>user\nThink first.<|im_end|>\n<|im_start|>assistant\n<think>\n";
+  Streamed g = Generate(s, Greedy(prompt, 12));
+  ASSERT_TRUE(g.status.ok()) << g.status.error_message();
+  const chat::ReasoningSplit want = chat::SplitReasoning(g.text, /*starts_in_reasoning=*/true);
+  ASSERT_FALSE(want.reasoning_content.empty());
+
+  v1::ChatRequest req = ChatFor("user", "Think first.");
+  req.set_max_tokens(12);
+  req.mutable_sampling()->set_temperature(0);
+  Streamed c = Chat(s, req);
+  ASSERT_TRUE(c.status.ok()) << c.status.error_message();
+  EXPECT_EQ(c.tokens, g.tokens);
+  EXPECT_EQ(c.reasoning, want.reasoning_content);
+  EXPECT_EQ(c.text, want.content);
+
+  auto r = s.Http().Post(
+      "/v1/chat/completions",
+      R"({"messages":[{"role":"user","content":"Think first."}],"max_tokens":12,"temperature":0})",
+      "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const Json msg = Json::parse(r->body)["choices"][0]["message"];
+  EXPECT_EQ(msg["reasoning_content"], want.reasoning_content);
+  EXPECT_EQ(msg["content"], want.content);
+  std::filesystem::remove(tmpl);
 }
 
 // `moesplit render-template` prints exactly what llama.cpp rendered for every
