@@ -225,6 +225,45 @@ TEST_F(ApiTest, GrpcChatUsesTheTemplateAndStreams) {
   EXPECT_GT(c.usage.prompt_tokens(), tok.tokens_size());
 }
 
+TEST_F(ApiTest, SeedReproducesAndStopStringsCutAcrossTokens) {
+  v1::GenerateRequest req = Greedy("The weather today", 16);
+  req.mutable_sampling()->set_temperature(0.9f);
+  req.mutable_sampling()->set_top_p(0.95f);
+  req.mutable_sampling()->set_seed(7);
+  req.mutable_sampling()->set_has_seed(true);
+  Streamed a = Generate(*server_, req), b = Generate(*server_, req);
+  ASSERT_TRUE(a.status.ok() && b.status.ok());
+  EXPECT_EQ(a.tokens, b.tokens);
+
+  // A stop string spanning a token boundary ends the text right before it.
+  Streamed full = Generate(*server_, Greedy("The weather today", 16));
+  ASSERT_TRUE(full.status.ok());
+  ASSERT_GE(full.text.size(), 8u) << full.text;
+  // The greedy text's pieces: find a cut where a token boundary falls inside.
+  grpc::ClientContext ctx;
+  v1::DetokenizeRequest dr;
+  dr.add_tokens(full.tokens[0]);
+  dr.add_tokens(full.tokens[1]);
+  v1::DetokenizeResponse two;
+  ASSERT_TRUE(server_->stub->Detokenize(&ctx, dr, &two).ok());
+  ASSERT_EQ(full.text.rfind(two.text(), 0), 0u) << "text does not start with its first tokens";
+  grpc::ClientContext ctx1;
+  dr.clear_tokens();
+  dr.add_tokens(full.tokens[0]);
+  v1::DetokenizeResponse one;
+  ASSERT_TRUE(server_->stub->Detokenize(&ctx1, dr, &one).ok());
+  ASSERT_LT(one.text().size(), two.text().size());
+  ASSERT_FALSE(one.text().empty());
+  // Last byte of token 0 + first byte of token 1.
+  const std::string stop = two.text().substr(one.text().size() - 1, 2);
+  v1::GenerateRequest with_stop = Greedy("The weather today", 16);
+  with_stop.add_stop(stop);
+  Streamed cut = Generate(*server_, with_stop);
+  ASSERT_TRUE(cut.status.ok());
+  EXPECT_EQ(cut.finish, "stop");
+  EXPECT_EQ(cut.text, full.text.substr(0, full.text.find(stop))) << "stop " << stop;
+}
+
 TEST_F(ApiTest, SixteenConcurrentGreedyRequestsEqualEachAlone) {
   std::vector<v1::GenerateRequest> reqs;
   for (int i = 0; i < 16; ++i) {
