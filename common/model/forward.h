@@ -70,10 +70,10 @@ class KvCache {
   absl::Status CheckRoom(int64_t n_new) const;
 
   // Raw storage (the forward pass writes positions >= n_past, then Commit).
-  uint16_t* k(int layer, int64_t pos) { return k_[layer].data() + pos * k_row_; }
-  const uint16_t* k(int layer, int64_t pos) const { return k_[layer].data() + pos * k_row_; }
-  uint16_t* v(int layer, int64_t pos) { return v_[layer].data() + pos * v_row_; }
-  const uint16_t* v(int layer, int64_t pos) const { return v_[layer].data() + pos * v_row_; }
+  uint16_t* k(int layer, int64_t pos) { return k_[layer].get() + pos * k_row_; }
+  const uint16_t* k(int layer, int64_t pos) const { return k_[layer].get() + pos * k_row_; }
+  uint16_t* v(int layer, int64_t pos) { return v_[layer].get() + pos * v_row_; }
+  const uint16_t* v(int layer, int64_t pos) const { return v_[layer].get() + pos * v_row_; }
   // REQUIRES: CheckRoom(n_new).ok().
   void Commit(int64_t n_new) { n_past_ += n_new; }
 
@@ -83,10 +83,23 @@ class KvCache {
   int64_t n_past_ = 0;
   int64_t k_row_ = 0;  // n_head_kv * head_dim_k
   int64_t v_row_ = 0;  // n_head_kv * head_dim_v
-  std::vector<std::vector<uint16_t>> k_, v_;
+  // Left uninitialised: a large allocation's pages are only touched (become
+  // resident) as positions are written, so a sequence that reserves the
+  // whole context costs memory for what it uses.
+  std::vector<std::unique_ptr<uint16_t[]>> k_, v_;
 };
 
 enum class LogitsMode { kNone, kLast, kAll };
+
+// One sequence's part of a batched step (Forward::EvalBatch): `tokens` run at
+// positions cache->n_past() .. and are appended to `cache`; *logits receives
+// n_vocab floats per requested position of THIS sequence (as Eval).
+struct SequenceBatch {
+  KvCache* cache = nullptr;
+  absl::Span<const int32_t> tokens;
+  LogitsMode mode = LogitsMode::kNone;
+  std::vector<float>* logits = nullptr;
+};
 
 class Forward {
  public:
@@ -108,16 +121,28 @@ class Forward {
   absl::Status Eval(absl::Span<const int32_t> tokens, KvCache* cache, LogitsMode mode,
                     std::vector<float>* logits) const;
 
+  // Several sequences in one step (continuous batching): the tokens of every
+  // entry are concatenated for the dense matrix products, attention runs per
+  // token over its own sequence's cache, and each MoE layer sends ONE
+  // ExpertCall for all tokens of the step. A token's result does not depend
+  // on which other tokens share the step, as long as the kernels give the
+  // same bits for a row whatever the number of rows (quant::MatMul and the
+  // expert backends promise that; forward_test checks EvalBatch == Eval).
+  // Errors as Eval, checked for every entry before any work (then no cache
+  // changes); also InvalidArgument for an empty list or a cache that appears
+  // twice. An error during the step leaves every n_past unchanged.
+  absl::Status EvalBatch(absl::Span<const SequenceBatch> seqs) const;
+
  private:
   struct Batch;
   absl::Status Embed(absl::Span<const int32_t> tokens, std::vector<float>* x) const;
-  absl::Status Attention(int il, Batch& b, KvCache* cache) const;
-  void AttendHeads(int il, const Batch& b, const float* q, const KvCache& cache,
-                   float* out) const;
+  absl::Status CheckEntry(const SequenceBatch& s) const;
+  absl::Status Attention(int il, Batch& b) const;
+  void AttendHeads(int il, const Batch& b, const float* q, float* out) const;
   absl::Status MoeFfn(int il, Batch& b) const;
   absl::Status SharedExpert(int il, const std::vector<float>& h, int64_t n,
                             std::vector<float>* out) const;
-  absl::Status Head(const Batch& b, LogitsMode mode, std::vector<float>* logits) const;
+  absl::Status Head(const Batch& b, absl::Span<const SequenceBatch> seqs) const;
 
   std::shared_ptr<const Model> model_;
   ExpertBackend* experts_;

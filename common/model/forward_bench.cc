@@ -56,6 +56,31 @@ int Measure(const std::string& path, int64_t n_vocab, const std::string& type_na
   std::printf("%s, %d threads: prompt %lld tokens %.2f tok/s; generation %lld tokens %.2f tok/s\n",
               type_name.c_str(), pool.size(), static_cast<long long>(n_prompt), n_prompt / prompt_s,
               static_cast<long long>(n_gen), n_gen / gen_s);
+  // Batched decode (continuous batching): B sequences, one token each per
+  // EvalBatch step, after a short prompt each.
+  for (int b : {1, 4, 16}) {
+    std::vector<std::unique_ptr<KvCache>> caches;
+    std::vector<std::vector<float>> out(b);
+    std::vector<int32_t> toks(b);
+    for (int s = 0; s < b; ++s) {
+      caches.push_back(std::move(*KvCache::Create((*model)->hparams(), n_gen + 9)));
+      const int32_t p[8] = {1, 2, 3, 4, 5, 6, 7, static_cast<int32_t>(s % n_vocab)};
+      if (!forward.Eval(p, caches.back().get(), LogitsMode::kNone, nullptr).ok()) return 1;
+    }
+    t0 = Clock::now();
+    for (int64_t i = 0; i < n_gen; ++i) {
+      std::vector<SequenceBatch> batch;
+      for (int s = 0; s < b; ++s) {
+        toks[s] = static_cast<int32_t>((i * 31 + s * 7) % n_vocab);
+        batch.push_back({caches[s].get(), absl::MakeConstSpan(&toks[s], 1), LogitsMode::kLast,
+                         &out[s]});
+      }
+      if (!forward.EvalBatch(batch).ok()) return 1;
+    }
+    const double s = Seconds(t0);
+    std::printf("  batched decode, %2d sequences: %.2f tok/s total, %.1f ms per step\n", b,
+                b * n_gen / s, 1e3 * s / n_gen);
+  }
   return 0;
 }
 

@@ -254,6 +254,104 @@ TEST_P(ForwardArchTest, IncrementalDecodeMatchesOneBatch) {
 
 INSTANTIATE_TEST_SUITE_P(Archs, ForwardArchTest, ::testing::Values("qwen3moe", "qwen2moe"));
 
+// ------------------------------------------------------ continuous batching
+
+struct BatchCase {
+  std::string arch;
+  GgmlType type;
+  int64_t n_embd;  // 256 for the K-quants (256-element blocks)
+};
+
+class EvalBatchTest : public ::testing::TestWithParam<BatchCase> {};
+
+// Three sequences of different lengths stepped together in chunks that differ
+// from step to step (chunked prefill next to one-token decodes) give, for
+// every position, the SAME BITS as each sequence evaluated alone in one call.
+TEST_P(EvalBatchTest, EverySequenceGetsTheBitsItGetsAlone) {
+  TinyModelOptions o;
+  o.arch = GetParam().arch;
+  o.matrix_type = GetParam().type;
+  o.n_embd = GetParam().n_embd;
+  o.head_dim = GetParam().n_embd / o.n_head;
+  o.n_ff_exp = GetParam().n_embd;
+  o.n_ff_shexp = GetParam().n_embd;
+  o.n_expert = 8;
+  Engine e = MakeEngine(o);
+  ASSERT_NE(e.forward, nullptr);
+  const int64_t nv = e.model->hparams().n_vocab;
+  const std::vector<std::vector<int32_t>> seqs = {
+      {3, 17, 5, 39, 0, 22, 22, 8, 11, 30, 2, 19, 7, 7, 1, 33, 21},
+      {9, 4, 26},
+      {12, 30, 1, 1, 38, 6, 15, 27, 2}};
+  // Chunk sizes per sequence and step (0: not in this step).
+  const std::vector<std::vector<int>> chunks = {
+      {6, 5, 1, 1, 1, 1, 2}, {2, 0, 1}, {1, 7, 0, 1}};
+  std::vector<std::vector<float>> alone(seqs.size());
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    auto c = Cache(e, 32);
+    ASSERT_TRUE(e.forward->Eval(seqs[s], c.get(), LogitsMode::kAll, &alone[s]).ok());
+  }
+  std::vector<std::unique_ptr<KvCache>> caches;
+  for (size_t s = 0; s < seqs.size(); ++s) caches.push_back(Cache(e, 32));
+  std::vector<std::vector<float>> got(seqs.size()), step_logits(seqs.size());
+  std::vector<size_t> done(seqs.size(), 0);
+  for (size_t step = 0;; ++step) {
+    std::vector<SequenceBatch> batch;
+    std::vector<size_t> who;
+    for (size_t s = 0; s < seqs.size(); ++s) {
+      const int n = step < chunks[s].size() ? chunks[s][step] : 0;
+      if (n == 0) continue;
+      ASSERT_LE(done[s] + n, seqs[s].size()) << "bad test schedule";
+      batch.push_back({caches[s].get(), absl::MakeConstSpan(seqs[s]).subspan(done[s], n),
+                       n == 1 ? LogitsMode::kLast : LogitsMode::kAll, &step_logits[s]});
+      who.push_back(s);
+      done[s] += n;
+    }
+    if (batch.empty()) break;
+    ASSERT_TRUE(e.forward->EvalBatch(batch).ok()) << "step " << step;
+    for (size_t s : who) got[s].insert(got[s].end(), step_logits[s].begin(), step_logits[s].end());
+  }
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    ASSERT_EQ(done[s], seqs[s].size());
+    EXPECT_EQ(caches[s]->n_past(), static_cast<int64_t>(seqs[s].size()));
+    ASSERT_EQ(got[s].size(), alone[s].size());
+    for (size_t i = 0; i < got[s].size(); ++i) {
+      // Bitwise: == on floats (no NaNs here), reported with the position.
+      ASSERT_EQ(got[s][i], alone[s][i])
+          << GgmlTypeName(o.matrix_type) << " " << o.arch << " sequence " << s << " position "
+          << i / nv << " vocab " << i % nv;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Types, EvalBatchTest,
+    ::testing::Values(BatchCase{"qwen3moe", GgmlType::kF32, 64},
+                      BatchCase{"qwen3moe", GgmlType::kQ8_0, 64},
+                      BatchCase{"qwen2moe", GgmlType::kQ4_0, 64},
+                      BatchCase{"qwen3moe", GgmlType::kQ4_K, 256},
+                      BatchCase{"qwen3moe", GgmlType::kQ6_K, 256}),
+    [](const auto& info) {
+      return info.param.arch + "_" + std::string(GgmlTypeName(info.param.type));
+    });
+
+TEST(EvalBatchTest, RejectsBadEntriesBeforeAnyWork) {
+  Engine e = MakeEngine(TinyModelOptions{});
+  ASSERT_NE(e.forward, nullptr);
+  auto a = Cache(e, 8), b = Cache(e, 4);
+  const std::vector<int32_t> ok = {1, 2, 3}, five = {1, 2, 3, 4, 5};
+  std::vector<float> la, lb;
+  EXPECT_EQ(e.forward->EvalBatch({}).code(), absl::StatusCode::kInvalidArgument);
+  const SequenceBatch shared[] = {{a.get(), ok, LogitsMode::kLast, &la},
+                                  {a.get(), ok, LogitsMode::kLast, &lb}};
+  EXPECT_THAT(std::string(e.forward->EvalBatch(shared).message()), HasSubstr("share"));
+  const SequenceBatch too_long[] = {{a.get(), ok, LogitsMode::kLast, &la},
+                                    {b.get(), five, LogitsMode::kLast, &lb}};
+  EXPECT_EQ(e.forward->EvalBatch(too_long).code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(a->n_past(), 0);
+  EXPECT_EQ(b->n_past(), 0);
+}
+
 TEST(ForwardTest, LastLogitsEqualLastRowAndThreadsDoNotMatter) {
   TinyModelOptions o;
   o.matrix_type = GgmlType::kQ8_0;

@@ -32,6 +32,9 @@ constexpr Command kCommands[] = {
      RunPlan},
     {"health", "gRPC health check of a running service (exit 0 when SERVING)", RunHealth},
     {"complete", "one streamed completion from a running dense service", RunComplete},
+    {"chat", "interactive chat with a running dense service (gRPC)", RunChat},
+    {"render-template", "print the prompt a chat template renders for messages",
+     RunRenderTemplate},
 };
 
 void PrintUsage(std::FILE* f) {

@@ -42,6 +42,8 @@ absl::Status RunBench(const Args& args, const CommandIo& io);
 absl::Status RunPlan(const Args& args, const CommandIo& io);
 absl::Status RunHealth(const Args& args, const CommandIo& io);
 absl::Status RunComplete(const Args& args, const CommandIo& io);
+absl::Status RunChat(const Args& args, const CommandIo& io);
+absl::Status RunRenderTemplate(const Args& args, const CommandIo& io);
 
 // argv without the program name. Returns the process exit status.
 int RunCli(const Args& args, const CommandIo& io);

@@ -33,8 +33,9 @@ std::atomic<bool> g_stop{false};
 void OnStopSignal(int) { g_stop = true; }
 
 struct UpFlags {
-  std::string model, grpc = "127.0.0.1:50051", metrics, prompt, name;
+  std::string model, grpc = "127.0.0.1:50051", metrics, prompt, name, http;
   int64_t workers = 1, threads = 0, n = 64, ctx = 4096, seed = 42, timeout_ms = 10000;
+  int64_t parallel = 4, max_queue = 64;
   double temp = 0;
 };
 
@@ -66,6 +67,9 @@ absl::Status RunUp(const Args& args, const CommandIo& io) {
   p.AddString("model|m", &f.model, "GGUF model (default: a generated Qwen3-30B-A3B-shaped test model)");
   p.AddInt("workers", &f.workers, "expert-workers to start (layers split evenly)");
   p.AddString("grpc", &f.grpc, "the dense service's Inference API address");
+  p.AddString("http", &f.http, "also serve the OpenAI-compatible HTTP API on HOST:PORT");
+  p.AddInt("parallel", &f.parallel, "sequences the dense service generates at once");
+  p.AddInt("max-queue", &f.max_queue, "requests that may wait for a slot");
   p.AddString("metrics", &f.metrics,
               "HOST:PORT for the dense service's /metrics; worker i uses PORT+1+i");
   p.AddString("prompt|p", &f.prompt, "run this prompt through the services, print, and stop");
@@ -77,7 +81,10 @@ absl::Status RunUp(const Args& args, const CommandIo& io) {
   p.AddInt("expert-timeout", &f.timeout_ms, "ms before an unanswered expert call fails");
   p.AddString("name", &f.name, "shared-memory name prefix (default: moesplit-<pid>)");
   ASSIGN_OR_RETURN(const bool go,
-                   ParseFlags(p, args, "up [--model M] [--workers N] [--prompt S] [flags]", io));
+                   ParseFlags(p, args,
+                              "up [--model M] [--grpc H:P] [--http H:P] [--workers N] "
+                              "[--prompt S] [flags]",
+                              io));
   if (!go) return absl::OkStatus();
   if (f.workers < 1 || f.workers > 64) {
     return absl::InvalidArgumentError("--workers must be in 1..64");
@@ -121,13 +128,17 @@ absl::Status RunUp(const Args& args, const CommandIo& io) {
                                     std::to_string(f.timeout_ms), "--experts",
                                     absl::StrJoin(addrs, ",")};
   if (!f.metrics.empty()) dargs.insert(dargs.end(), {"--metrics", f.metrics});
+  if (!f.http.empty()) dargs.insert(dargs.end(), {"--http", f.http});
+  dargs.insert(dargs.end(), {"--parallel", std::to_string(f.parallel), "--max-queue",
+                             std::to_string(f.max_queue)});
   Subprocess dense(dir + "/moesplit-dense", dargs, /*echo_stderr=*/true);
   RETURN_IF_ERROR(dense.WaitFor("ready", 600s));
   absl::Status result;
   if (!f.prompt.empty()) {
     result = RunPrompt(f, io);
   } else {
-    std::fprintf(io.err, "moesplit up: serving on %s (Ctrl-C stops)\n", f.grpc.c_str());
+    std::fprintf(io.err, "moesplit up: serving gRPC on %s%s (Ctrl-C stops)\n", f.grpc.c_str(),
+                 f.http.empty() ? "" : absl::StrCat(", HTTP on ", f.http).c_str());
     while (!g_stop) {
       if (dense.Wait(200ms) >= 0) {
         result = absl::InternalError("the dense service exited");

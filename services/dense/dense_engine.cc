@@ -1,5 +1,6 @@
 #include "services/dense/dense_engine.h"
 
+#include <algorithm>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -27,8 +28,31 @@ absl::StatusOr<std::unique_ptr<transport::RemoteExperts>> ConnectExperts(
   }
 }
 
+struct DenseEngine::Sequence {
+  std::shared_ptr<RequestHandle> req;
+  std::unique_ptr<model::KvCache> cache;
+  Sampler sampler;
+  StopMatcher stops;
+  StreamDecoder decoder;
+  size_t prefilled = 0;  // prompt tokens in the cache
+  int32_t next = -1;     // the last sampled token, fed in the next step
+  int completion = 0;
+  int limit = 0;
+  std::vector<float> logits;
+  std::chrono::steady_clock::time_point last_token;
+  GenerateOutcome outcome;
+
+  bool decoding() const { return prefilled == req->params_.prompt.size(); }
+};
+
 absl::StatusOr<std::unique_ptr<DenseEngine>> DenseEngine::Create(const EngineOptions& options) {
+  if (options.max_sequences < 1 || options.max_queue < 0 || options.step_tokens < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "need max_sequences >= 1, max_queue >= 0, step_tokens >= 1; got ",
+        options.max_sequences, ", ", options.max_queue, ", ", options.step_tokens));
+  }
   std::unique_ptr<DenseEngine> e(new DenseEngine());
+  e->options_ = options;
   ASSIGN_OR_RETURN(e->model_, model::Model::Open(options.model_path));
   ASSIGN_OR_RETURN(e->tokenizer_, Tokenizer::FromGguf(e->model_->file()));
   e->pool_ = std::make_unique<ThreadPool>(options.threads);
@@ -48,14 +72,50 @@ absl::StatusOr<std::unique_ptr<DenseEngine>> DenseEngine::Create(const EngineOpt
     backend = e->remote_.get();
     e->expert_addresses_ = options.experts;
   }
+  e->forward_ = std::make_unique<model::Forward>(e->model_, backend, e->pool_.get());
   e->n_ctx_ = static_cast<int>(std::min<int64_t>(options.n_ctx, hp.n_ctx_train));
-  RunnerOptions ro;
-  ro.backend = options.backend;
-  ro.n_ctx = e->n_ctx_;
-  ro.gpu_memory = options.gpu_memory;
-  ro.kv_type = options.kv_type;
-  ASSIGN_OR_RETURN(e->runner_, CreateSequenceRunner(e->model_, backend, e->pool_.get(), ro));
+  if (options.backend != "cpu") {
+    RunnerOptions ro;
+    ro.backend = options.backend;
+    ro.n_ctx = e->n_ctx_;
+    ro.gpu_memory = options.gpu_memory;
+    ro.kv_type = options.kv_type;
+    ASSIGN_OR_RETURN(std::unique_ptr<SequenceRunner> runner,
+                     CreateSequenceRunner(e->model_, backend, e->pool_.get(), ro));
+    if (runner->name() != "cpu") {
+      e->gpu_runner_ = std::move(runner);
+      e->options_.max_sequences = 1;
+    }
+  }
+  e->kv_bytes_per_position_ = static_cast<uint64_t>(hp.n_layer) * hp.n_head_kv *
+                              (hp.head_dim_k + hp.head_dim_v) * sizeof(uint16_t);
+  e->registry_ = options.registry ? options.registry : std::make_shared<prometheus::Registry>();
+  e->metrics_ = std::make_unique<ServingMetrics>(*e->registry_);
+  e->metrics_->max_sequences.Set(e->options_.max_sequences);
+  e->metrics_->queue_capacity.Set(options.max_queue);
+  e->metrics_->kv_capacity_bytes.Set(
+      static_cast<double>(e->kv_bytes_per_sequence() * e->options_.max_sequences));
+  e->loop_ = std::thread([p = e.get()] { p->Loop(); });
   return e;
+}
+
+DenseEngine::~DenseEngine() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (loop_.joinable()) loop_.join();
+}
+
+int DenseEngine::running() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return running_;
+}
+
+int DenseEngine::queued() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return static_cast<int>(waiting_.size());
 }
 
 absl::Status DenseEngine::CheckPrompt(const std::vector<int32_t>& prompt) const {
@@ -73,55 +133,291 @@ absl::Status DenseEngine::CheckPrompt(const std::vector<int32_t>& prompt) const 
   return absl::OkStatus();
 }
 
-absl::StatusOr<GenerateOutcome> DenseEngine::Generate(
-    const GenerateParams& params, const std::function<bool(const GenerateDelta&)>& on_delta) {
+absl::StatusOr<std::shared_ptr<RequestHandle>> DenseEngine::Submit(GenerateParams params) {
   RETURN_IF_ERROR(CheckPrompt(params.prompt));
   if (params.max_tokens < 0) {
     return absl::InvalidArgumentError(absl::StrCat("max_tokens ", params.max_tokens, " < 0"));
   }
-  const int n_vocab = static_cast<int>(model_->hparams().n_vocab);
-  ASSIGN_OR_RETURN(Sampler sampler, Sampler::Create(params.sampling, n_vocab));
-  ASSIGN_OR_RETURN(StopMatcher stops, StopMatcher::Create(params.stop));
-  RETURN_IF_ERROR(sampler.Accept(params.prompt));
-  std::lock_guard<std::mutex> lock(mu_);
-  runner_->Clear();
-  GenerateOutcome out;
-  out.prompt_tokens = static_cast<int>(params.prompt.size());
-  std::vector<float> logits;
-  RETURN_IF_ERROR(runner_->Eval(params.prompt, model::LogitsMode::kLast, &logits));
-  StreamDecoder decoder(tokenizer_.get(), /*render_special=*/false);
-  const int limit = params.max_tokens > 0 ? params.max_tokens : n_ctx_;
-  GenerateDelta delta;
-  for (;;) {
-    RETURN_IF_ERROR(sampler.Sample(logits, &delta.sampled));
-    delta.token = delta.sampled.token;
-    ++out.completion_tokens;
-    const bool eog = tokenizer_->IsEndOfGeneration(delta.token);
-    std::string piece;
-    if (eog) {
-      piece = decoder.Flush();
-    } else {
-      ASSIGN_OR_RETURN(piece, decoder.Push(delta.token));
+  RETURN_IF_ERROR(Validate(params.sampling, static_cast<int>(model_->hparams().n_vocab)));
+  RETURN_IF_ERROR(StopMatcher::Create(params.stop).status());
+  std::shared_ptr<RequestHandle> r(new RequestHandle());
+  r->params_ = std::move(params);
+  r->submitted_ = std::chrono::steady_clock::now();
+  r->metrics_ = metrics_.get();
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (stop_) return absl::UnavailableError("the server is shutting down");
+    const int in_system = running_ + static_cast<int>(waiting_.size());
+    if (in_system >= options_.max_sequences + options_.max_queue) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "server busy: ", running_, " sequences running (--parallel ", options_.max_sequences,
+          ") and ", waiting_.size(), " requests queued (--max-queue ", options_.max_queue,
+          "); retry later"));
     }
-    StopMatcher::Result r = stops.Feed(piece);
-    const bool full = out.completion_tokens >= limit || runner_->n_past() + 1 >= n_ctx_;
-    delta.text = std::move(r.text);
-    if (eog || (full && !r.stopped)) delta.text += stops.Flush();
-    if (!on_delta(delta)) {
-      out.finish_reason = "cancelled";
-      return out;
-    }
-    if (eog || r.stopped) {
-      out.finish_reason = "stop";
-      return out;
-    }
-    if (full) {
-      out.finish_reason = "length";
-      return out;
-    }
-    const int32_t next[1] = {delta.token};
-    RETURN_IF_ERROR(runner_->Eval(next, model::LogitsMode::kLast, &logits));
+    waiting_.push_back(r);
+    metrics_->queue_depth.Set(static_cast<double>(waiting_.size()));
   }
+  cv_.notify_all();
+  return r;
+}
+
+absl::StatusOr<GenerateOutcome> DenseEngine::Generate(
+    const GenerateParams& params, const std::function<bool(const GenerateDelta&)>& on_delta,
+    const std::function<bool()>& cancelled) {
+  ASSIGN_OR_RETURN(std::shared_ptr<RequestHandle> r, Submit(params));
+  return r->Wait(on_delta, cancelled);
+}
+
+RequestHandle::~RequestHandle() = default;
+
+absl::StatusOr<GenerateOutcome> RequestHandle::Wait(
+    const std::function<bool(const GenerateDelta&)>& on_delta,
+    const std::function<bool()>& cancelled) {
+  std::deque<GenerateDelta> batch;
+  for (;;) {
+    bool done;
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      cv_.wait_for(l, std::chrono::milliseconds(20), [&] { return done_ || !deltas_.empty(); });
+      batch.swap(deltas_);
+      done = done_;
+    }
+    for (const GenerateDelta& d : batch) {
+      if (!cancelled_ && !on_delta(d)) cancelled_ = true;
+    }
+    batch.clear();
+    if (done) break;
+    if (!cancelled_ && cancelled && cancelled()) cancelled_ = true;
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  return result_;
+}
+
+// ------------------------------------------------------------ engine thread
+
+void DenseEngine::Loop() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      cv_.wait(l, [&] { return stop_ || !waiting_.empty() || !sequences_.empty(); });
+      if (stop_) break;
+    }
+    Step();
+  }
+  const absl::Status down = absl::UnavailableError("the server is shutting down");
+  while (!sequences_.empty()) Finish(sequences_.begin(), down);
+  std::lock_guard<std::mutex> l(mu_);
+  for (auto& r : waiting_) {
+    std::lock_guard<std::mutex> rl(r->mu_);
+    r->done_ = true;
+    r->result_ = down;
+    r->cv_.notify_all();
+  }
+  waiting_.clear();
+}
+
+void DenseEngine::Admit() {
+  for (;;) {
+    std::shared_ptr<RequestHandle> r;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      // Cancelled requests leave the queue at once.
+      for (auto it = waiting_.begin(); it != waiting_.end();) {
+        if ((*it)->cancelled_) {
+          std::lock_guard<std::mutex> rl((*it)->mu_);
+          (*it)->done_ = true;
+          GenerateOutcome o;
+          o.finish_reason = "cancelled";
+          o.prompt_tokens = static_cast<int>((*it)->params_.prompt.size());
+          (*it)->result_ = o;
+          (*it)->cv_.notify_all();
+          it = waiting_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      if (waiting_.empty() || running_ >= options_.max_sequences) return;
+      r = std::move(waiting_.front());
+      waiting_.pop_front();
+      ++running_;
+    }
+    if (absl::Status s = StartSequence(r); !s.ok()) {
+      std::lock_guard<std::mutex> l(mu_);
+      --running_;
+      std::lock_guard<std::mutex> rl(r->mu_);
+      r->done_ = true;
+      r->result_ = s;
+      r->cv_.notify_all();
+    }
+  }
+}
+
+absl::Status DenseEngine::StartSequence(std::shared_ptr<RequestHandle> r) {
+  const GenerateParams& p = r->params_;
+  const int n_vocab = static_cast<int>(model_->hparams().n_vocab);
+  ASSIGN_OR_RETURN(Sampler sampler, Sampler::Create(p.sampling, n_vocab));
+  ASSIGN_OR_RETURN(StopMatcher stops, StopMatcher::Create(p.stop));
+  RETURN_IF_ERROR(sampler.Accept(p.prompt));
+  const int64_t prompt = static_cast<int64_t>(p.prompt.size());
+  const int limit = p.max_tokens > 0 ? p.max_tokens : n_ctx_;
+  const int64_t positions = std::min<int64_t>(n_ctx_, prompt + limit);
+  std::unique_ptr<model::KvCache> cache;
+  if (gpu_runner_ != nullptr) {
+    gpu_runner_->Clear();  // the GPU's one sequence: its KV cache is the plan's
+  } else {
+    ASSIGN_OR_RETURN(cache, model::KvCache::Create(model_->hparams(), positions));
+    kv_used_ += cache->bytes();
+  }
+  sequences_.push_back(Sequence{std::move(r), std::move(cache), std::move(sampler),
+                                std::move(stops), StreamDecoder(tokenizer_.get(), false)});
+  Sequence& s = sequences_.back();
+  s.limit = limit;
+  s.outcome.prompt_tokens = static_cast<int>(prompt);
+  return absl::OkStatus();
+}
+
+void DenseEngine::Step() {
+  Admit();
+  for (auto it = sequences_.begin(); it != sequences_.end();) {
+    auto cur = it++;
+    if (cur->req->cancelled_) {
+      cur->outcome.finish_reason = "cancelled";
+      Finish(cur, cur->outcome);
+    }
+  }
+  UpdateGauges();
+  if (sequences_.empty()) return;
+  std::vector<model::SequenceBatch> batch;
+  std::vector<std::list<Sequence>::iterator> who;
+  std::vector<int64_t> chunk;  // prompt tokens per entry (0: a decode)
+  int64_t n_tokens = 0;
+  for (auto it = sequences_.begin(); it != sequences_.end(); ++it) {
+    if (!it->decoding()) continue;
+    batch.push_back({it->cache.get(), absl::MakeConstSpan(&it->next, 1), model::LogitsMode::kLast,
+                     &it->logits});
+    who.push_back(it);
+    chunk.push_back(0);
+    ++n_tokens;
+  }
+  int64_t budget = std::max<int64_t>(options_.step_tokens - n_tokens, 1);
+  for (auto it = sequences_.begin(); it != sequences_.end() && budget > 0; ++it) {
+    if (it->decoding()) continue;
+    const auto& prompt = it->req->params_.prompt;
+    const int64_t n = std::min<int64_t>(budget, prompt.size() - it->prefilled);
+    const bool last = it->prefilled + n == prompt.size();
+    batch.push_back({it->cache.get(), absl::MakeConstSpan(prompt).subspan(it->prefilled, n),
+                     last ? model::LogitsMode::kLast : model::LogitsMode::kNone, &it->logits});
+    who.push_back(it);
+    chunk.push_back(n);
+    budget -= n;
+    n_tokens += n;
+  }
+  metrics_->batch_tokens.Observe(static_cast<double>(n_tokens));
+  absl::Status eval;
+  if (gpu_runner_ != nullptr) {
+    // One sequence at a time on the GPU: its entries in order.
+    for (const model::SequenceBatch& b : batch) {
+      eval = gpu_runner_->Eval(b.tokens, b.mode, b.logits);
+      if (!eval.ok()) break;
+    }
+  } else {
+    eval = forward_->EvalBatch(batch);
+  }
+  if (absl::Status s = eval; !s.ok()) {
+    for (auto it : who) Finish(it, s);
+    UpdateGauges();
+    return;
+  }
+  for (size_t i = 0; i < who.size(); ++i) {
+    Sequence& s = *who[i];
+    if (chunk[i] > 0) {
+      s.prefilled += chunk[i];
+      metrics_->prompt_tokens.Increment(static_cast<double>(chunk[i]));
+      if (!s.decoding()) continue;
+    }
+    absl::StatusOr<bool> more = Advance(s);
+    if (!more.ok()) {
+      Finish(who[i], more.status());
+    } else if (!*more) {
+      Finish(who[i], s.outcome);
+    }
+  }
+  UpdateGauges();
+}
+
+absl::StatusOr<bool> DenseEngine::Advance(Sequence& s) {
+  GenerateDelta delta;
+  RETURN_IF_ERROR(s.sampler.Sample(s.logits, &delta.sampled));
+  delta.token = delta.sampled.token;
+  const auto now = std::chrono::steady_clock::now();
+  if (s.completion == 0) {
+    metrics_->time_to_first_token.Observe(
+        std::chrono::duration<double>(now - s.req->submitted_).count());
+  } else {
+    metrics_->inter_token_latency.Observe(std::chrono::duration<double>(now - s.last_token).count());
+  }
+  s.last_token = now;
+  metrics_->generated_tokens.Increment();
+  ++s.completion;
+  s.outcome.completion_tokens = s.completion;
+  const bool eog = tokenizer_->IsEndOfGeneration(delta.token);
+  std::string piece;
+  if (eog) {
+    piece = s.decoder.Flush();
+  } else {
+    ASSIGN_OR_RETURN(piece, s.decoder.Push(delta.token));
+  }
+  StopMatcher::Result r = s.stops.Feed(piece);
+  const bool full = s.completion >= s.limit ||
+                    (s.cache != nullptr ? s.cache->n_past() >= s.cache->n_ctx()
+                                        : gpu_runner_->n_past() >= n_ctx_);
+  delta.text = std::move(r.text);
+  if (eog || (full && !r.stopped)) {
+    if (!eog) delta.text += s.decoder.Flush();
+    delta.text += s.stops.Flush();
+  }
+  s.next = delta.token;
+  {
+    std::lock_guard<std::mutex> l(s.req->mu_);
+    s.req->deltas_.push_back(std::move(delta));
+  }
+  s.req->cv_.notify_all();
+  if (eog || r.stopped) {
+    s.outcome.finish_reason = "stop";
+    return false;
+  }
+  if (full) {
+    s.outcome.finish_reason = "length";
+    return false;
+  }
+  return true;
+}
+
+void DenseEngine::Finish(std::list<Sequence>::iterator it,
+                         absl::StatusOr<GenerateOutcome> result) {
+  std::shared_ptr<RequestHandle> r = it->req;
+  if (it->cache != nullptr) kv_used_ -= it->cache->bytes();
+  sequences_.erase(it);  // frees the KV cache now
+  metrics_->request_duration.Observe(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - r->submitted_).count());
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    --running_;
+  }
+  UpdateGauges();  // before the waiter wakes: it may read them at once
+  {
+    std::lock_guard<std::mutex> l(r->mu_);
+    r->done_ = true;
+    r->result_ = std::move(result);
+  }
+  r->cv_.notify_all();
+}
+
+void DenseEngine::UpdateGauges() {
+  metrics_->kv_used_bytes.Set(static_cast<double>(kv_used_));
+  std::lock_guard<std::mutex> l(mu_);
+  metrics_->running_sequences.Set(running_);
+  metrics_->queue_depth.Set(static_cast<double>(waiting_.size()));
 }
 
 }  // namespace moesplit::dense

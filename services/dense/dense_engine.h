@@ -1,19 +1,38 @@
-// DenseEngine: the dense service's model runner. Owns the model's dense
-// weights (read from the GGUF mapping; routed experts are never touched
-// here), the tokenizer, the KV cache and the forward pass, and calls the
-// routed experts through an ExpertBackend — RemoteExperts over the
-// expert-workers, or an in-process store for tests.
+// DenseEngine: the dense service's model runner and request scheduler. Owns
+// the model's dense weights (read from the GGUF mapping; routed experts are
+// never touched here), the tokenizer, one KV cache per running sequence and
+// the forward pass, and calls the routed experts through an ExpertBackend —
+// RemoteExperts over the expert-workers, or an in-process store for tests.
 //
-// One sequence runs at a time (requests queue on a mutex); continuous
-// batching comes with the scheduler.
+// Continuous batching. One engine thread runs steps; each step evaluates,
+// in ONE Forward::EvalBatch (one ExpertCall per layer):
+//   - one decode token for every running sequence that has a prompt behind
+//     it, then
+//   - chunks of waiting prompts (chunked prefill, oldest first) up to
+//     options.step_tokens tokens in the step (at least one prompt token when
+//     decodes fill it), so long prompts never starve running decodes.
+// At most options.max_sequences sequences run; up to options.max_queue more
+// wait for a slot; beyond that Submit fails RESOURCE_EXHAUSTED. Because the
+// forward pass gives a token the same bits whatever shares its step
+// (forward.h), a greedy request produces exactly what it produces alone.
 //
-// Thread-safe: Generate() may be called from many threads.
+// KV memory: a sequence's cache holds min(context, prompt + max_tokens)
+// positions (context when max_tokens is 0), allocated when the sequence
+// starts and freed the moment it ends (finished, failed or cancelled).
+//
+// Thread-safe: Submit/Generate and the handles may be used from any thread.
 #pragma once
 
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
 #include <functional>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -25,6 +44,7 @@
 #include "common/tokenizer/tokenizer.h"
 #include "common/transport/remote_experts.h"
 #include "services/dense/sequence_runner.h"
+#include "services/dense/serving_metrics.h"
 
 namespace moesplit::dense {
 
@@ -37,11 +57,18 @@ struct EngineOptions {
   std::chrono::milliseconds connect_timeout{60000};  // waiting for workers at start
   int threads = 0;
   int n_ctx = 4096;
+  int max_sequences = 4;  // --parallel
+  int max_queue = 64;     // --max-queue
+  int step_tokens = 512;  // tokens per forward step (decodes + prefill chunks)
   // Where the dense part runs: auto | cpu | cuda, the GPU memory budget
-  // (0 = free memory) and the GPU KV cache type (sequence_runner.h).
+  // (0 = free memory) and the GPU KV cache type (sequence_runner.h). On the
+  // GPU one sequence runs at a time (max_sequences is taken as 1) on one
+  // SequenceRunner whose KV cache is sized by the memory plan.
   std::string backend = "auto";
   uint64_t gpu_memory = 0;
   std::string kv_type = "f16";
+  // Metrics go here when set (must outlive the engine); else a private registry.
+  std::shared_ptr<prometheus::Registry> registry;
 };
 
 struct GenerateParams {
@@ -63,44 +90,118 @@ struct GenerateOutcome {
   int completion_tokens = 0;
 };
 
+class DenseEngine;
+
+// One submitted request. Wait() delivers its deltas on the calling thread.
+class RequestHandle {
+ public:
+  // Calls on_delta for each token in order (return false to cancel) until
+  // the request ends; `cancelled` (may be null) is polled while waiting, and
+  // true cancels. A cancelled sequence is removed and its KV freed before
+  // Wait returns, with finish_reason "cancelled". Errors: UNAVAILABLE (an
+  // expert worker failed), RESOURCE_EXHAUSTED (KV allocation), INTERNAL.
+  absl::StatusOr<GenerateOutcome> Wait(const std::function<bool(const GenerateDelta&)>& on_delta,
+                                       const std::function<bool()>& cancelled = nullptr);
+  // Asks the engine to stop the request (Wait then returns "cancelled").
+  void Cancel() { cancelled_ = true; }
+  ~RequestHandle();
+
+ private:
+  friend class DenseEngine;
+  RequestHandle() = default;
+
+  // Constant after Submit.
+  GenerateParams params_;
+  std::chrono::steady_clock::time_point submitted_;
+  ServingMetrics* metrics_ = nullptr;
+
+  std::atomic<bool> cancelled_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<GenerateDelta> deltas_;                        // guarded by mu_
+  bool done_ = false;                                       // guarded by mu_
+  absl::StatusOr<GenerateOutcome> result_ = GenerateOutcome{};  // guarded by mu_
+  bool waited_ = false;
+};
+
 class DenseEngine {
  public:
-  // NotFound/InvalidArgument for the model; UNAVAILABLE/FAILED_PRECONDITION
-  // when the workers cannot be reached in time, serve another model, leave
-  // experts unowned or overlap.
+  // NotFound/InvalidArgument for the model or options; UNAVAILABLE/
+  // FAILED_PRECONDITION when the workers cannot be reached in time, serve
+  // another model, leave experts unowned or overlap.
   static absl::StatusOr<std::unique_ptr<DenseEngine>> Create(const EngineOptions& options);
+  ~DenseEngine();  // stops the engine thread; pending requests end UNAVAILABLE
 
-  // Runs one sequence from an empty cache; `on_delta` is called per token
-  // (return false to stop: finish_reason "cancelled"). Errors, before any
-  // work: InvalidArgument (empty prompt, token out of range, prompt longer
-  // than the context naming both numbers, bad sampling parameters or stop
-  // strings); during it: UNAVAILABLE naming the expert worker that failed.
+  // Validates and queues a request. Errors, before any work: InvalidArgument
+  // (empty prompt, token out of range, prompt longer than the context naming
+  // both numbers, negative max_tokens, bad sampling parameters or stop
+  // strings); RESOURCE_EXHAUSTED when max_sequences run and max_queue wait.
+  absl::StatusOr<std::shared_ptr<RequestHandle>> Submit(GenerateParams params);
+
+  // Submit + Wait.
   absl::StatusOr<GenerateOutcome> Generate(const GenerateParams& params,
-                                           const std::function<bool(const GenerateDelta&)>& on_delta);
+                                           const std::function<bool(const GenerateDelta&)>& on_delta,
+                                           const std::function<bool()>& cancelled = nullptr);
 
   const model::Model& model() const { return *model_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   int n_ctx() const { return n_ctx_; }
+  int max_sequences() const { return options_.max_sequences; }
+  int max_queue() const { return options_.max_queue; }
+  // KV bytes of one sequence at full context.
+  uint64_t kv_bytes_per_sequence() const { return kv_bytes_per_position_ * n_ctx_; }
+  ServingMetrics& metrics() { return *metrics_; }
+  // "cpu" or "cuda:<device>": where the dense forward runs.
+  std::string backend_name() const { return gpu_runner_ ? gpu_runner_->name() : "cpu"; }
+  prometheus::Registry& registry() { return *registry_; }
+  // Sequences running and requests queued now.
+  int running() const;
+  int queued() const;
   // The remote experts, or nullptr when computing in-process.
   transport::RemoteExperts* remote() const { return remote_.get(); }
   const std::vector<std::string>& expert_addresses() const { return expert_addresses_; }
-  // "cpu" or "cuda:<device>": where the dense forward runs.
-  std::string backend_name() const { return runner_->name(); }
 
  private:
+  struct Sequence;
   DenseEngine() = default;
   absl::Status CheckPrompt(const std::vector<int32_t>& prompt) const;
+  void Loop();
+  // Starts queued requests while slots are free (engine thread).
+  void Admit();
+  absl::Status StartSequence(std::shared_ptr<RequestHandle> r);
+  // One forward step over the running sequences (engine thread).
+  void Step();
+  // Samples the next token of `s` from `logits` and delivers it; false when
+  // the sequence ended.
+  absl::StatusOr<bool> Advance(Sequence& s);
+  void Finish(std::list<Sequence>::iterator it, absl::StatusOr<GenerateOutcome> result);
+  void UpdateGauges();
 
+  // Constant after Create.
+  EngineOptions options_;
   std::shared_ptr<const model::Model> model_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<transport::RemoteExperts> remote_;
   std::unique_ptr<model::ExpertBackend> local_;
+  std::unique_ptr<model::Forward> forward_;
+  // Set when the dense forward runs on the GPU (one sequence at a time).
+  std::unique_ptr<SequenceRunner> gpu_runner_;
   std::vector<std::string> expert_addresses_;
   int n_ctx_ = 0;
+  uint64_t kv_bytes_per_position_ = 0;
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<ServingMetrics> metrics_;
 
-  std::mutex mu_;  // one sequence at a time
-  std::unique_ptr<SequenceRunner> runner_;  // forward + KV cache; guarded by mu_
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<RequestHandle>> waiting_;  // guarded by mu_
+  int running_ = 0;                                    // guarded by mu_
+  bool stop_ = false;                                  // guarded by mu_
+
+  std::list<Sequence> sequences_;  // engine thread only
+  uint64_t kv_used_ = 0;           // engine thread only
+  std::thread loop_;
 };
 
 // Connects to every address, waiting up to `timeout` for workers that are not

@@ -2,31 +2,93 @@
 
 #include <condition_variable>
 #include <deque>
+#include <filesystem>
 #include <mutex>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/status.h"
+#include "common/chat/reasoning.h"
 #include "common/transport/grpc_status.h"
 
 namespace moesplit::dense {
 
 namespace v1 = moesplit::v1;
 
+std::string ServedModelName(const model::Model& model, const std::string& path) {
+  std::string name = model.file().GetStringOr("general.name", "").value_or("");
+  if (!name.empty()) return name;
+  name = std::filesystem::path(path).filename().string();
+  if (name.size() > 5 && name.substr(name.size() - 5) == ".gguf") name.resize(name.size() - 5);
+  return name;
+}
+
+absl::Status ServedModel::CheckName(const std::string& requested) const {
+  if (requested.empty() || requested == name) return absl::OkStatus();
+  return absl::NotFoundError(absl::StrCat("model '", IsValidUtf8(requested) ? requested : "?",
+                                          "' is not served here (this server serves '", name,
+                                          "')"));
+}
+
+namespace {
+
+absl::StatusOr<SamplingParams> ToSampling(const v1::SamplingParams& s, int32_t logprobs) {
+  SamplingParams p;
+  p.temperature = s.temperature();
+  p.top_k = s.top_k();
+  p.top_p = s.top_p() == 0 ? 1.0f : s.top_p();
+  p.min_p = s.min_p();
+  p.repetition_penalty = s.repetition_penalty() == 0 ? 1.0f : s.repetition_penalty();
+  p.presence_penalty = s.presence_penalty();
+  p.frequency_penalty = s.frequency_penalty();
+  p.seed = s.seed();
+  p.has_seed = s.has_seed() || s.seed() != 0;
+  if (logprobs < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("logprobs must be >= 0, got ", logprobs));
+  }
+  p.logprobs = logprobs;
+  p.return_logprob = logprobs > 0;
+  return p;
+}
+
+void AddLogprobs(const Tokenizer& tok, const SampledToken& s,
+                 google::protobuf::RepeatedPtrField<v1::TokenLogprob>* out) {
+  auto add = [&](int32_t id, float lp) {
+    v1::TokenLogprob* t = out->Add();
+    t->set_token(id);
+    if (id >= 0 && id < tok.n_vocab()) t->set_text(tok.Piece(id));
+    t->set_logprob(lp);
+  };
+  add(s.token, s.logprob);
+  for (const TokenLogprob& t : s.top_logprobs) add(t.token, t.logprob);
+}
+
+}  // namespace
+
 InferenceService::~InferenceService() = default;
 
-// Writes queued responses one at a time; the generation thread enqueues.
-class InferenceService::GenerateReactor final
-    : public grpc::ServerWriteReactor<v1::GenerateResponse> {
+// Streams responses produced by a body running on its own thread.
+template <typename Resp>
+class StreamReactor final : public grpc::ServerWriteReactor<Resp> {
  public:
-  GenerateReactor(DenseEngine* engine, grpc::CallbackServerContext* ctx,
-                  const v1::GenerateRequest& request)
-      : engine_(engine), ctx_(ctx) {
-    absl::StatusOr<GenerateParams> params = ToParams(request);
-    if (!params.ok()) {
-      Finish(ToGrpcStatus(params.status()));
-      return;
-    }
-    worker_ = std::thread([this, p = std::move(*params)] { Run(p); });
+  using Body = std::function<absl::Status(StreamReactor*)>;
+  StreamReactor(const ServedModel& served, grpc::CallbackServerContext* ctx, std::string endpoint,
+                Body body)
+      : served_(served), ctx_(ctx), endpoint_(std::move(endpoint)) {
+    worker_ = std::thread([this, b = std::move(body)] { Run(b); });
+  }
+
+  // False once the client is gone (the body should stop).
+  bool Emit(Resp r) {
+    std::unique_lock<std::mutex> l(mu_);
+    if (cancelled_) return false;
+    queue_.push_back(std::move(r));
+    WriteNextLocked();
+    return true;
+  }
+  bool Cancelled() {
+    std::lock_guard<std::mutex> l(mu_);
+    return cancelled_ || ctx_->IsCancelled();
   }
 
   void OnWriteDone(bool ok) override {
@@ -38,6 +100,7 @@ class InferenceService::GenerateReactor final
   void OnCancel() override {
     std::lock_guard<std::mutex> l(mu_);
     cancelled_ = true;
+    WriteNextLocked();
   }
   void OnDone() override {
     if (worker_.joinable()) {
@@ -51,67 +114,18 @@ class InferenceService::GenerateReactor final
   }
 
  private:
-  absl::StatusOr<GenerateParams> ToParams(const v1::GenerateRequest& r) {
-    if (!r.model().empty() && r.model() != engine_->model().file().GetStringOr("general.name", "").value_or("")) {
-      return absl::NotFoundError(absl::StrCat("model '", r.model(), "' is not served here"));
-    }
-    GenerateParams p;
-    if (r.prompt_tokens_size() > 0) {
-      p.prompt.assign(r.prompt_tokens().begin(), r.prompt_tokens().end());
-    } else {
-      auto ids = engine_->tokenizer().Encode(r.prompt(), /*parse_special=*/true);
-      if (!ids.ok()) return ids.status();
-      p.prompt = std::move(*ids);
-    }
-    if (r.max_tokens() < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("max_tokens ", r.max_tokens(), " < 0"));
-    }
-    p.max_tokens = r.max_tokens();
-    const auto& s = r.sampling();
-    p.sampling.temperature = s.temperature();
-    p.sampling.top_k = s.top_k();
-    p.sampling.top_p = s.top_p() > 0 ? s.top_p() : 1.0f;
-    p.sampling.min_p = s.min_p();
-    p.sampling.repetition_penalty = s.repetition_penalty() > 0 ? s.repetition_penalty() : 1.0f;
-    p.sampling.presence_penalty = s.presence_penalty();
-    p.sampling.frequency_penalty = s.frequency_penalty();
-    p.sampling.seed = s.seed();
-    p.sampling.has_seed = s.has_seed() || s.seed() != 0;
-    p.sampling.logprobs = r.logprobs();
-    p.sampling.return_logprob = r.logprobs() > 0;
-    p.stop.assign(r.stop().begin(), r.stop().end());
-    return p;
-  }
-
-  void Run(const GenerateParams& p) {
-    auto outcome = engine_->Generate(p, [&](const GenerateDelta& d) {
-      v1::GenerateResponse resp;
-      resp.set_text(d.text);
-      if (d.token >= 0) resp.add_token_ids(d.token);
-      return Enqueue(std::move(resp));
-    });
+  void Run(const Body& body) {
+    absl::Status s = body(this);
     std::unique_lock<std::mutex> l(mu_);
-    if (!outcome.ok()) {
-      final_ = ToGrpcStatus(outcome.status());
-    } else {
-      v1::GenerateResponse last;
-      last.set_finish_reason(outcome->finish_reason);
-      last.mutable_usage()->set_prompt_tokens(outcome->prompt_tokens);
-      last.mutable_usage()->set_completion_tokens(outcome->completion_tokens);
-      queue_.push_back(std::move(last));
-      final_ = grpc::Status::OK;
+    std::string outcome = ServingMetrics::Outcome(s);
+    if (s.ok() && cancelled_) outcome = "cancelled";
+    if (outcome == "cancelled" && ctx_->deadline() <= std::chrono::system_clock::now()) {
+      outcome = "deadline_exceeded";
     }
+    served_.engine->metrics().CountRequest("grpc", endpoint_, outcome);
+    final_ = ToGrpcStatus(s);
     done_ = true;
     WriteNextLocked();
-  }
-
-  // False once the client is gone (the generation stops).
-  bool Enqueue(v1::GenerateResponse r) {
-    std::unique_lock<std::mutex> l(mu_);
-    if (cancelled_ || ctx_->IsCancelled()) return false;
-    queue_.push_back(std::move(r));
-    WriteNextLocked();
-    return true;
   }
 
   void WriteNextLocked() {
@@ -120,37 +134,121 @@ class InferenceService::GenerateReactor final
       current_ = std::move(queue_.front());
       queue_.pop_front();
       writing_ = true;
-      StartWrite(&current_);
+      this->StartWrite(&current_);
       return;
     }
-    if (done_ || cancelled_) {
-      if (!done_) return;  // let the generation notice and finish first
-      finished_ = true;
-      Finish(cancelled_ ? grpc::Status(grpc::StatusCode::CANCELLED, "cancelled") : final_);
-    }
+    if (!done_) return;  // let the body notice and finish first
+    finished_ = true;
+    this->Finish(cancelled_ ? grpc::Status(grpc::StatusCode::CANCELLED, "cancelled") : final_);
   }
 
-  DenseEngine* const engine_;
+  const ServedModel& served_;
   grpc::CallbackServerContext* const ctx_;
+  const std::string endpoint_;
   std::thread worker_;
   std::mutex mu_;
-  std::deque<v1::GenerateResponse> queue_;
-  v1::GenerateResponse current_;
+  std::deque<Resp> queue_;
+  Resp current_;
   bool writing_ = false, done_ = false, cancelled_ = false, finished_ = false;
   grpc::Status final_;
 };
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* InferenceService::Generate(
     grpc::CallbackServerContext* ctx, const v1::GenerateRequest* request) {
-  return new GenerateReactor(engine_, ctx, *request);
+  using Reactor = StreamReactor<v1::GenerateResponse>;
+  return new Reactor(served_, ctx, "generate", [this, r = *request](Reactor* out) -> absl::Status {
+    DenseEngine& engine = *served_.engine;
+    RETURN_IF_ERROR(served_.CheckName(r.model()));
+    GenerateParams p;
+    if (r.prompt_tokens_size() > 0) {
+      p.prompt.assign(r.prompt_tokens().begin(), r.prompt_tokens().end());
+    } else {
+      if (!IsValidUtf8(r.prompt())) return absl::InvalidArgumentError("prompt is not valid UTF-8");
+      ASSIGN_OR_RETURN(p.prompt, engine.tokenizer().Encode(r.prompt(), /*parse_special=*/true));
+    }
+    p.max_tokens = r.max_tokens();
+    ASSIGN_OR_RETURN(p.sampling, ToSampling(r.sampling(), r.logprobs()));
+    p.stop.assign(r.stop().begin(), r.stop().end());
+    ASSIGN_OR_RETURN(auto handle, engine.Submit(std::move(p)));
+    ASSIGN_OR_RETURN(
+        GenerateOutcome o,
+        handle->Wait(
+            [&](const GenerateDelta& d) {
+              v1::GenerateResponse resp;
+              resp.set_text(d.text);
+              resp.add_token_ids(d.token);
+              if (r.logprobs() > 0) AddLogprobs(engine.tokenizer(), d.sampled, resp.mutable_logprobs());
+              return out->Emit(std::move(resp));
+            },
+            [out] { return out->Cancelled(); }));
+    v1::GenerateResponse last;
+    last.set_finish_reason(o.finish_reason);
+    last.mutable_usage()->set_prompt_tokens(o.prompt_tokens);
+    last.mutable_usage()->set_completion_tokens(o.completion_tokens);
+    out->Emit(std::move(last));
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerWriteReactor<v1::ChatResponse>* InferenceService::Chat(
+    grpc::CallbackServerContext* ctx, const v1::ChatRequest* request) {
+  using Reactor = StreamReactor<v1::ChatResponse>;
+  return new Reactor(served_, ctx, "chat", [this, r = *request](Reactor* out) -> absl::Status {
+    DenseEngine& engine = *served_.engine;
+    RETURN_IF_ERROR(served_.CheckName(r.model()));
+    nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+    for (const v1::ChatMessage& m : r.messages()) {
+      nlohmann::ordered_json j = {{"role", m.role()}, {"content", m.content()}};
+      if (!m.reasoning_content().empty()) j["reasoning_content"] = m.reasoning_content();
+      messages.push_back(std::move(j));
+    }
+    ChatPromptOptions co;
+    co.enable_thinking = !r.disable_thinking();
+    ASSIGN_OR_RETURN(const std::string prompt, served_.chat->Render(messages, co));
+    const bool has_bos = !served_.chat->bos_token().empty() &&
+                         prompt.rfind(served_.chat->bos_token(), 0) == 0;
+    GenerateParams p;
+    ASSIGN_OR_RETURN(p.prompt, engine.tokenizer().Encode(prompt, true, !has_bos));
+    p.max_tokens = r.max_tokens();
+    ASSIGN_OR_RETURN(p.sampling, ToSampling(r.sampling(), r.logprobs()));
+    p.stop.assign(r.stop().begin(), r.stop().end());
+    ASSIGN_OR_RETURN(auto handle, engine.Submit(std::move(p)));
+    chat::ReasoningStream reasoning(chat::PromptOpensReasoning(prompt));
+    ASSIGN_OR_RETURN(
+        GenerateOutcome o,
+        handle->Wait(
+            [&](const GenerateDelta& d) {
+              chat::ReasoningSplit split = reasoning.Push(d.text);
+              v1::ChatResponse resp;
+              resp.set_content(std::move(split.content));
+              resp.set_reasoning_content(std::move(split.reasoning_content));
+              resp.add_token_ids(d.token);
+              if (r.logprobs() > 0) AddLogprobs(engine.tokenizer(), d.sampled, resp.mutable_logprobs());
+              return out->Emit(std::move(resp));
+            },
+            [out] { return out->Cancelled(); }));
+    chat::ReasoningSplit rest = reasoning.Finish();
+    v1::ChatResponse last;
+    last.set_content(std::move(rest.content));
+    last.set_reasoning_content(std::move(rest.reasoning_content));
+    last.set_finish_reason(o.finish_reason);
+    last.mutable_usage()->set_prompt_tokens(o.prompt_tokens);
+    last.mutable_usage()->set_completion_tokens(o.completion_tokens);
+    out->Emit(std::move(last));
+    return absl::OkStatus();
+  });
 }
 
 grpc::ServerUnaryReactor* InferenceService::Tokenize(grpc::CallbackServerContext* ctx,
                                                      const v1::TokenizeRequest* request,
                                                      v1::TokenizeResponse* response) {
   auto* reactor = ctx->DefaultReactor();
-  auto ids = engine_->tokenizer().Encode(request->text(), request->parse_special());
+  absl::StatusOr<std::vector<int32_t>> ids =
+      IsValidUtf8(request->text())
+          ? served_.engine->tokenizer().Encode(request->text(), request->parse_special())
+          : absl::InvalidArgumentError("text is not valid UTF-8");
   if (ids.ok()) *response->mutable_tokens() = {ids->begin(), ids->end()};
+  served_.engine->metrics().CountRequest("grpc", "tokenize", ServingMetrics::Outcome(ids.status()));
   reactor->Finish(ToGrpcStatus(ids.status()));
   return reactor;
 }
@@ -160,8 +258,10 @@ grpc::ServerUnaryReactor* InferenceService::Detokenize(grpc::CallbackServerConte
                                                        v1::DetokenizeResponse* response) {
   auto* reactor = ctx->DefaultReactor();
   std::vector<int32_t> ids(request->tokens().begin(), request->tokens().end());
-  auto text = engine_->tokenizer().Decode(ids);
+  auto text = served_.engine->tokenizer().Decode(ids);
   if (text.ok()) response->set_text(*text);
+  served_.engine->metrics().CountRequest("grpc", "detokenize",
+                                         ServingMetrics::Outcome(text.status()));
   reactor->Finish(ToGrpcStatus(text.status()));
   return reactor;
 }
@@ -170,15 +270,28 @@ grpc::ServerUnaryReactor* InferenceService::GetModel(grpc::CallbackServerContext
                                                      const v1::GetModelRequest*,
                                                      v1::GetModelResponse* response) {
   auto* reactor = ctx->DefaultReactor();
-  const auto& m = engine_->model();
-  response->set_name(m.file().GetStringOr("general.name", "").value_or(""));
+  const DenseEngine& engine = *served_.engine;
+  const auto& m = engine.model();
+  response->set_name(served_.name);
   response->set_architecture(m.hparams().arch);
-  response->set_context_length(engine_->n_ctx());
+  response->set_context_length(engine.n_ctx());
   response->set_identity(m.file().Identity());
   for (const auto& t : m.file().tensors()) {
     (*response->mutable_bytes_by_type())[std::string(GgmlTypeName(t.type))] += t.n_bytes;
   }
-  for (const auto& a : engine_->expert_addresses()) response->add_expert_workers(a);
+  for (const auto& a : engine.expert_addresses()) response->add_expert_workers(a);
+  v1::MemoryPlan* plan = response->mutable_memory_plan();
+  plan->set_backend("cpu");
+  uint64_t dense = 0;
+  for (const auto& [role, bytes] : m.Summary().bytes_by_role) {
+    if (role != "routed_experts") dense += bytes;
+  }
+  plan->set_dense_weights_bytes(dense);
+  plan->set_kv_cache_bytes(engine.kv_bytes_per_sequence() * engine.max_sequences());
+  response->set_max_sequences(engine.max_sequences());
+  response->set_kv_bytes_per_sequence(engine.kv_bytes_per_sequence());
+  response->set_has_chat_template(served_.chat->warning().empty());
+  served_.engine->metrics().CountRequest("grpc", "models", "ok");
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

@@ -1,25 +1,43 @@
 // InferenceService: the moesplit.v1.Inference gRPC service over a
 // DenseEngine (callback API; thin handlers).
 //
-// Generate runs on a worker thread of its own, never inside a reaction; its
-// deltas are written in order through the reactor, and a cancelled call or
-// an expired deadline stops the generation at the next token.
+// Generate and Chat run on a thread of their own per call, never inside a
+// reaction; their responses are written in order through the reactor. A
+// cancelled call or an expired deadline cancels the request in the engine,
+// which drops the sequence and frees its KV cache at the next step.
+// Every call is counted in moesplit_requests_total{api="grpc"}.
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "moesplit/v1/inference.grpc.pb.h"
+#include "services/dense/chat_prompt.h"
 #include "services/dense/dense_engine.h"
 
 namespace moesplit::dense {
 
+// Served-model facts shared by the gRPC and HTTP front ends.
+struct ServedModel {
+  DenseEngine* engine = nullptr;
+  std::string name;        // general.name, else the file name without .gguf
+  const ChatPrompt* chat = nullptr;
+  // OK when `requested` is empty or names this model; NotFound otherwise.
+  absl::Status CheckName(const std::string& requested) const;
+};
+
+// The served name of the model at `path`.
+std::string ServedModelName(const model::Model& model, const std::string& path);
+
 class InferenceService final : public moesplit::v1::Inference::CallbackService {
  public:
-  explicit InferenceService(DenseEngine* engine) : engine_(engine) {}
+  explicit InferenceService(ServedModel served) : served_(std::move(served)) {}
   ~InferenceService() override;
 
   grpc::ServerWriteReactor<moesplit::v1::GenerateResponse>* Generate(
       grpc::CallbackServerContext* ctx, const moesplit::v1::GenerateRequest* request) override;
+  grpc::ServerWriteReactor<moesplit::v1::ChatResponse>* Chat(
+      grpc::CallbackServerContext* ctx, const moesplit::v1::ChatRequest* request) override;
   grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* ctx,
                                      const moesplit::v1::TokenizeRequest* request,
                                      moesplit::v1::TokenizeResponse* response) override;
@@ -31,8 +49,7 @@ class InferenceService final : public moesplit::v1::Inference::CallbackService {
                                      moesplit::v1::GetModelResponse* response) override;
 
  private:
-  class GenerateReactor;
-  DenseEngine* const engine_;
+  const ServedModel served_;
 };
 
 }  // namespace moesplit::dense

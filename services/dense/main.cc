@@ -1,6 +1,8 @@
 // moesplit-dense: the dense service. Runs embeddings, attention, routers,
 // shared experts, sampling and the public gRPC API; routed experts are
 // computed by the expert-workers named with --experts (repeatable).
+// --http HOST:PORT also serves the OpenAI-compatible HTTP API (http_server.h);
+// --parallel, --max-queue and --step-tokens configure continuous batching.
 //
 // Prints "moesplit-dense: ready ..." on stderr once it serves; SIGINT/SIGTERM
 // stop it. Bad flags or a model/worker problem at start: one line on stderr,
@@ -14,6 +16,8 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -22,7 +26,9 @@
 #include "common/base/status.h"
 #include "common/telemetry/metrics.h"
 #include "services/cli/flags.h"
+#include "services/dense/chat_prompt.h"
 #include "services/dense/dense_engine.h"
+#include "services/dense/http_server.h"
 #include "services/dense/inference_service.h"
 
 namespace moesplit::dense {
@@ -49,9 +55,10 @@ int Run(int argc, char** argv) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   EngineOptions opt;
-  std::string grpc_addr = "127.0.0.1:50051", metrics_addr, experts_csv;
+  std::string grpc_addr = "127.0.0.1:50051", metrics_addr, experts_csv, http_addr;
+  std::string template_file;
   int64_t threads = 0, ctx = 4096, timeout_ms = 10000, connect_ms = 60000;
-  std::string gpu_memory;
+  int64_t parallel = 4, max_queue = 64, step_tokens = 512;
   cli::FlagParser p;
   p.AddString("model", &opt.model_path, "GGUF model file");
   p.AddString("experts", &experts_csv,
@@ -59,10 +66,17 @@ int Run(int argc, char** argv) {
               "empty: in-process");
   p.AddString("grpc", &grpc_addr, "serve the Inference API on HOST:PORT");
   p.AddString("metrics", &metrics_addr, "serve Prometheus /metrics on HOST:PORT");
+  p.AddString("http", &http_addr, "also serve the OpenAI-compatible HTTP API on HOST:PORT");
+  p.AddString("chat-template-file", &template_file,
+              "Jinja chat template to use instead of the model's");
+  p.AddInt("parallel", &parallel, "sequences generated at once (continuous batching)");
+  p.AddInt("max-queue", &max_queue, "requests that may wait for a slot; more get 429/RESOURCE_EXHAUSTED");
+  p.AddInt("step-tokens", &step_tokens, "tokens per forward step (decodes + prompt chunks)");
   p.AddInt("threads", &threads, "CPU threads (default: all)");
   p.AddInt("ctx", &ctx, "context length");
   p.AddInt("expert-timeout", &timeout_ms, "ms before an unanswered expert call fails");
   p.AddInt("connect-timeout", &connect_ms, "ms to wait for the workers at start");
+  std::string gpu_memory;
   p.AddString("backend", &opt.backend, "dense forward on: auto (GPU when present), cpu, cuda");
   p.AddString("gpu-memory", &gpu_memory, "GPU memory budget, e.g. 8GiB (default: free memory)");
   p.AddString("kv-type", &opt.kv_type, "GPU KV cache type: f16, q8_0, q4_0");
@@ -95,9 +109,39 @@ int Run(int argc, char** argv) {
   opt.n_ctx = static_cast<int>(ctx);
   opt.expert_timeout = std::chrono::milliseconds(timeout_ms);
   opt.connect_timeout = std::chrono::milliseconds(connect_ms);
+  if (parallel < 1 || parallel > 1024 || max_queue < 0 || max_queue > 100000 || step_tokens < 1 ||
+      step_tokens > 1 << 20) {
+    return Fail(absl::InvalidArgumentError(
+        "--parallel in 1..1024, --max-queue in 0..100000, --step-tokens >= 1 required"));
+  }
+  opt.max_sequences = static_cast<int>(parallel);
+  opt.max_queue = static_cast<int>(max_queue);
+  opt.step_tokens = static_cast<int>(step_tokens);
+  // One registry for the --metrics exposer and HTTP GET /metrics.
+  auto registry = std::make_shared<prometheus::Registry>();
+  opt.registry = registry;
   auto engine = DenseEngine::Create(opt);
   if (!engine.ok()) return Fail(engine.status());
   std::fprintf(stderr, "moesplit-dense: dense forward on %s\n", (*engine)->backend_name().c_str());
+  std::string template_source;
+  if (!template_file.empty()) {
+    std::ifstream in(template_file, std::ios::binary);
+    if (!in) return Fail(absl::NotFoundError(absl::StrCat("cannot read ", template_file)));
+    template_source.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  auto chat =
+      ChatPrompt::ForModel((*engine)->model().file(), (*engine)->tokenizer(), template_source);
+  if (!chat.ok() && !template_source.empty()) return Fail(chat.status());
+  if (!chat.ok()) {
+    std::fprintf(stderr, "moesplit-dense: warning: the model's chat template does not parse (%s); "
+                         "using ChatML\n", std::string(chat.status().message()).c_str());
+    chat = ChatPrompt::ForModel((*engine)->model().file(), (*engine)->tokenizer(),
+                                chat::ChatMLFallbackTemplate());
+    if (!chat.ok()) return Fail(chat.status());
+  } else if (!chat->warning().empty()) {
+    std::fprintf(stderr, "moesplit-dense: warning: %s\n", chat->warning().c_str());
+  }
+  ServedModel served{engine->get(), ServedModelName((*engine)->model(), opt.model_path), &*chat};
 
   std::unique_ptr<telemetry::MetricsServer> metrics;
   std::unique_ptr<telemetry::DenseExpertMetrics> expert_metrics;
@@ -105,9 +149,16 @@ int Run(int argc, char** argv) {
     auto m = telemetry::MetricsServer::Start(metrics_addr);
     if (!m.ok()) return Fail(m.status());
     metrics = std::move(*m);
-    expert_metrics = std::make_unique<telemetry::DenseExpertMetrics>(metrics->registry());
+    metrics->Register(registry);
   }
-  InferenceService service(engine->get());
+  expert_metrics = std::make_unique<telemetry::DenseExpertMetrics>(*registry);
+  std::unique_ptr<HttpServer> http;
+  if (!http_addr.empty()) {
+    auto h = HttpServer::Start(http_addr, served);
+    if (!h.ok()) return Fail(h.status());
+    http = std::move(*h);
+  }
+  InferenceService service(served);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -118,8 +169,11 @@ int Run(int argc, char** argv) {
   if (server == nullptr || port == 0) {
     return Fail(absl::UnavailableError(absl::StrCat("cannot listen on ", grpc_addr)));
   }
-  std::fprintf(stderr, "moesplit-dense: ready on grpc port %d: %s, %d layers, experts %s%s\n",
-               port, (*engine)->model().hparams().arch.c_str(), (*engine)->model().n_layer(),
+  std::fprintf(stderr,
+               "moesplit-dense: ready on grpc port %d%s: %s, %d layers, %d sequences, experts %s%s\n",
+               port, http ? absl::StrCat(", http port ", http->port()).c_str() : "",
+               (*engine)->model().hparams().arch.c_str(), (*engine)->model().n_layer(),
+               static_cast<int>(parallel),
                opt.experts.empty() ? "in-process" : absl::StrJoin(opt.experts, " ").c_str(),
                metrics ? absl::StrCat(", metrics on port ", metrics->port()).c_str() : "");
   // Refresh the worker metrics (and notice outages) while serving.
@@ -129,6 +183,7 @@ int Run(int argc, char** argv) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
+  http.reset();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   std::fprintf(stderr, "moesplit-dense: stopped\n");
   return 0;

@@ -1,0 +1,119 @@
+#include "services/dense/chat_prompt.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/base/status.h"
+
+namespace moesplit::dense {
+
+bool IsValidUtf8(std::string_view s) {
+  size_t i = 0;
+  const size_t n = s.size();
+  while (i < n) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    int len;
+    uint32_t cp;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xE0) == 0xC0) {
+      len = 2, cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      len = 3, cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      len = 4, cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (i + len > n) return false;
+    for (int k = 1; k < len; ++k) {
+      const unsigned char cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+        cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
+      return false;
+    }
+    i += len;
+  }
+  return true;
+}
+
+absl::Status ValidateMessages(const nlohmann::ordered_json& messages) {
+  if (!messages.is_array()) return absl::InvalidArgumentError("messages must be an array");
+  if (messages.empty()) return absl::InvalidArgumentError("messages must not be empty");
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const auto& m = messages[i];
+    const std::string where = absl::StrCat("messages[", i, "]");
+    if (!m.is_object()) return absl::InvalidArgumentError(where + " must be an object");
+    auto role = m.find("role");
+    if (role == m.end() || !role->is_string()) {
+      return absl::InvalidArgumentError(where + ".role is missing");
+    }
+    const std::string r = role->get<std::string>();
+    if (r != "system" && r != "developer" && r != "user" && r != "assistant" && r != "tool") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ".role '", IsValidUtf8(r) ? r : "<invalid UTF-8>",
+          "' is not one of system, developer, user, assistant, tool"));
+    }
+    auto content = m.find("content");
+    if (content == m.end() || content->is_null()) {
+      if (r == "assistant" || r == "tool") continue;
+      return absl::InvalidArgumentError(where + ".content is missing");
+    }
+    if (content->is_string()) {
+      if (!IsValidUtf8(content->get_ref<const std::string&>())) {
+        return absl::InvalidArgumentError(where + ".content is not valid UTF-8");
+      }
+    } else if (content->is_array()) {
+      for (size_t k = 0; k < content->size(); ++k) {
+        const auto& part = (*content)[k];
+        auto text = part.is_object() ? part.find("text") : part.end();
+        if (!part.is_object() || text == part.end() || !text->is_string()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(where, ".content[", k, "] must be {\"type\":\"text\",\"text\":...}"));
+        }
+        if (!IsValidUtf8(text->get_ref<const std::string&>())) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(where, ".content[", k, "].text is not valid UTF-8"));
+        }
+      }
+    } else {
+      return absl::InvalidArgumentError(where + ".content must be a string or an array of parts");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ChatPrompt> ChatPrompt::ForModel(const GgufFile& file, const Tokenizer& tokenizer,
+                                                const std::string& template_source) {
+  std::string source = template_source;
+  std::string warning;
+  if (source.empty()) {
+    ASSIGN_OR_RETURN(source, file.GetStringOr("tokenizer.chat_template", ""));
+  }
+  if (source.empty()) {
+    source = chat::ChatMLFallbackTemplate();
+    warning = "the model has no chat template (tokenizer.chat_template); using ChatML";
+  }
+  ASSIGN_OR_RETURN(chat::ChatTemplate t, chat::ChatTemplate::Parse(source));
+  ChatPrompt p(std::move(t));
+  p.warning_ = std::move(warning);
+  if (tokenizer.bos() >= 0) p.bos_ = tokenizer.TokenText(tokenizer.bos());
+  if (tokenizer.eos() >= 0) p.eos_ = tokenizer.TokenText(tokenizer.eos());
+  return p;
+}
+
+absl::StatusOr<std::string> ChatPrompt::Render(const nlohmann::ordered_json& messages,
+                                               const ChatPromptOptions& options) const {
+  RETURN_IF_ERROR(ValidateMessages(messages));
+  chat::ChatTemplateOptions o;
+  o.add_generation_prompt = options.add_generation_prompt;
+  o.bos_token = bos_;
+  o.eos_token = eos_;
+  o.enable_thinking = options.enable_thinking;
+  o.date_override = options.date_override;
+  return template_.Render(messages, o);
+}
+
+}  // namespace moesplit::dense

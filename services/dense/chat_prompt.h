@@ -1,0 +1,57 @@
+// ChatPrompt: OpenAI-style chat messages -> the model's prompt text, with the
+// model's own Jinja chat template (GGUF tokenizer.chat_template) or, when the
+// model has none, ChatML (warning() then says so).
+//
+// Message validation (InvalidArgument naming the message index and field):
+// a non-empty array of objects; role one of system, developer, user,
+// assistant, tool; content a string, null (assistant/tool only), or an array
+// of {"type":"text","text":...} parts; every string valid UTF-8.
+//
+// Thread-safe: immutable after ForModel.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "common/chat/chat_template.h"
+#include "common/gguf/gguf.h"
+#include "common/tokenizer/tokenizer.h"
+#include "nlohmann/json.hpp"
+
+namespace moesplit::dense {
+
+struct ChatPromptOptions {
+  bool add_generation_prompt = true;
+  bool enable_thinking = true;
+  std::string date_override;  // "YYYY-MM-DD" for strftime_now; empty: today
+};
+
+class ChatPrompt {
+ public:
+  // `template_source` overrides the model's template when non-empty.
+  // InvalidArgument when a template does not parse.
+  static absl::StatusOr<ChatPrompt> ForModel(const GgufFile& file, const Tokenizer& tokenizer,
+                                             const std::string& template_source = "");
+
+  absl::StatusOr<std::string> Render(const nlohmann::ordered_json& messages,
+                                     const ChatPromptOptions& options) const;
+
+  // Non-empty when the ChatML fallback is in use.
+  const std::string& warning() const { return warning_; }
+  const std::string& bos_token() const { return bos_; }
+  const std::string& eos_token() const { return eos_; }
+
+ private:
+  ChatPrompt(chat::ChatTemplate t) : template_(std::move(t)) {}
+  chat::ChatTemplate template_;
+  std::string bos_, eos_, warning_;
+};
+
+// Checks the messages as described above.
+absl::Status ValidateMessages(const nlohmann::ordered_json& messages);
+
+// True when `s` is well-formed UTF-8 (no overlongs, surrogates or > U+10FFFF).
+bool IsValidUtf8(std::string_view s);
+
+}  // namespace moesplit::dense

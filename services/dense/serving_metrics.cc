@@ -1,0 +1,72 @@
+#include "services/dense/serving_metrics.h"
+
+#include "common/telemetry/metrics.h"
+
+namespace moesplit::dense {
+namespace {
+
+prometheus::Gauge& Gauge(prometheus::Registry& r, const char* name, const char* help) {
+  return prometheus::BuildGauge().Name(name).Help(help).Register(r).Add({});
+}
+prometheus::Counter& Counter(prometheus::Registry& r, const char* name, const char* help) {
+  return prometheus::BuildCounter().Name(name).Help(help).Register(r).Add({});
+}
+prometheus::Histogram& Histogram(prometheus::Registry& r, const char* name, const char* help,
+                                 prometheus::Histogram::BucketBoundaries b) {
+  return prometheus::BuildHistogram().Name(name).Help(help).Register(r).Add({}, std::move(b));
+}
+
+}  // namespace
+
+ServingMetrics::ServingMetrics(prometheus::Registry& r)
+    : queue_depth(Gauge(r, "moesplit_queue_depth", "requests waiting for a sequence slot")),
+      queue_capacity(Gauge(r, "moesplit_queue_capacity", "most requests that may wait")),
+      running_sequences(Gauge(r, "moesplit_running_sequences", "sequences being generated")),
+      max_sequences(Gauge(r, "moesplit_max_sequences", "most concurrent sequences")),
+      time_to_first_token(Histogram(r, "moesplit_time_to_first_token_seconds",
+                                    "request arrival to its first generated token",
+                                    telemetry::LatencyBuckets())),
+      inter_token_latency(Histogram(r, "moesplit_inter_token_latency_seconds",
+                                    "time between two tokens of one sequence",
+                                    telemetry::LatencyBuckets())),
+      request_duration(Histogram(r, "moesplit_request_duration_seconds",
+                                 "request arrival to its end",
+                                 {0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300})),
+      prompt_tokens(Counter(r, "moesplit_prompt_tokens_total", "prompt tokens evaluated")),
+      generated_tokens(Counter(r, "moesplit_generated_tokens_total", "tokens generated")),
+      kv_used_bytes(Gauge(r, "moesplit_kv_cache_used_bytes", "KV cache bytes held by sequences")),
+      kv_capacity_bytes(Gauge(r, "moesplit_kv_cache_capacity_bytes",
+                              "KV cache bytes for every sequence slot at full context")),
+      batch_tokens(Histogram(r, "moesplit_batch_tokens", "tokens per forward step",
+                             telemetry::TokenBuckets())),
+      requests_(prometheus::BuildCounter()
+                    .Name("moesplit_requests_total")
+                    .Help("API requests by outcome")
+                    .Register(r)) {
+  for (const char* e : {"generate", "chat", "tokenize", "detokenize", "models"}) {
+    requests_.Add({{"api", "grpc"}, {"endpoint", e}, {"outcome", "ok"}});
+  }
+  for (const char* e : {"completions", "chat_completions", "models"}) {
+    requests_.Add({{"api", "http"}, {"endpoint", e}, {"outcome", "ok"}});
+  }
+}
+
+void ServingMetrics::CountRequest(const std::string& api, const std::string& endpoint,
+                                  const std::string& outcome) {
+  requests_.Add({{"api", api}, {"endpoint", endpoint}, {"outcome", outcome}}).Increment();
+}
+
+std::string ServingMetrics::Outcome(const absl::Status& s) {
+  switch (s.code()) {
+    case absl::StatusCode::kOk: return "ok";
+    case absl::StatusCode::kCancelled: return "cancelled";
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kOutOfRange: return "invalid_argument";
+    case absl::StatusCode::kResourceExhausted: return "resource_exhausted";
+    case absl::StatusCode::kDeadlineExceeded: return "deadline_exceeded";
+    default: return "error";
+  }
+}
+
+}  // namespace moesplit::dense

@@ -1,0 +1,48 @@
+// ServingMetrics: the dense service's request, scheduler and KV-cache
+// metrics (names in the metrics contract, "Added by the API work"). Every
+// family is registered at construction, so a scrape shows them at once
+// (moesplit_requests_total with outcome="ok" = 0 for every api/endpoint).
+//
+// Thread-safe: prometheus-cpp metrics are atomics.
+#pragma once
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace moesplit::dense {
+
+class ServingMetrics {
+ public:
+  explicit ServingMetrics(prometheus::Registry& registry);
+
+  // api: "grpc" | "http"; endpoint: "generate", "chat", "completions",
+  // "chat_completions", "tokenize", "detokenize", "models".
+  void CountRequest(const std::string& api, const std::string& endpoint,
+                    const std::string& outcome);
+  // The outcome label of a finished request's status.
+  static std::string Outcome(const absl::Status& status);
+
+  prometheus::Gauge& queue_depth;
+  prometheus::Gauge& queue_capacity;
+  prometheus::Gauge& running_sequences;
+  prometheus::Gauge& max_sequences;
+  prometheus::Histogram& time_to_first_token;
+  prometheus::Histogram& inter_token_latency;
+  prometheus::Histogram& request_duration;
+  prometheus::Counter& prompt_tokens;
+  prometheus::Counter& generated_tokens;
+  prometheus::Gauge& kv_used_bytes;
+  prometheus::Gauge& kv_capacity_bytes;
+  prometheus::Histogram& batch_tokens;
+
+ private:
+  prometheus::Family<prometheus::Counter>& requests_;
+};
+
+}  // namespace moesplit::dense

@@ -1,0 +1,590 @@
+// The public API of the dense service as a real process on loopback (gRPC
+// and OpenAI-style HTTP), on a small generated model with in-process
+// experts: streaming round trips, continuous batching giving every greedy
+// request exactly what it gets alone, cancellation freeing the sequence,
+// a table of bad requests, and the bounded queue.
+#include <grpcpp/grpcpp.h>
+#include <httplib.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/subprocess.h"
+#include "common/chat/reasoning.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "moesplit/v1/inference.grpc.pb.h"
+#include "nlohmann/json.hpp"
+
+namespace moesplit {
+namespace {
+
+using ::testing::HasSubstr;
+using namespace std::chrono_literals;
+namespace v1 = moesplit::v1;
+using Json = nlohmann::json;
+
+const std::string kDense = MOESPLIT_DENSE_BIN;
+const std::string kCli = MOESPLIT_CLI_BIN;
+constexpr int kCtx = 2048;  // long enough that a 300 ms deadline ends generation
+
+// Removes the generated model when the test process exits.
+struct RemoveAtExit {
+  std::string path;
+  ~RemoveAtExit() {
+    if (!path.empty()) std::filesystem::remove(path);
+  }
+};
+
+std::string ModelPath() {
+  static RemoveAtExit cleanup;
+  static const std::string path = [] {
+    const std::string p = absl::StrCat(::testing::TempDir(), "/api_test_", getpid(), ".gguf");
+    Subprocess gen(kCli, {"make-test-model", "--out", p, "--name", "api-test", "--threads", "2"});
+    EXPECT_EQ(gen.Wait(120s), 0) << gen.stderr_text();
+    cleanup.path = p;
+    return p;
+  }();
+  return path;
+}
+
+// One moesplit-dense process serving gRPC and HTTP.
+struct Server {
+  Server(int parallel, int max_queue, std::vector<std::string> extra = {}) {
+    // Port 0: the service picks free ports and prints them on its ready line.
+    std::vector<std::string> args = {
+        "--model", ModelPath(), "--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0",
+        "--ctx", std::to_string(kCtx), "--threads", "2", "--parallel",
+        std::to_string(parallel), "--max-queue", std::to_string(max_queue), "--step-tokens", "64"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    proc = std::make_unique<Subprocess>(kDense, args);
+    absl::Status s = proc->WaitFor("ready", 60s);
+    EXPECT_TRUE(s.ok()) << s;
+    const std::string& log = proc->stderr_text();
+    const size_t g = log.find("grpc port "), h = log.find("http port ");
+    if (g != std::string::npos) grpc_port = std::atoi(log.c_str() + g + 10);
+    if (h != std::string::npos) http_port = std::atoi(log.c_str() + h + 10);
+    EXPECT_GT(grpc_port, 0) << log;
+    EXPECT_GT(http_port, 0) << log;
+    stub = v1::Inference::NewStub(grpc::CreateChannel(absl::StrCat("127.0.0.1:", grpc_port),
+                                                      grpc::InsecureChannelCredentials()));
+  }
+  ~Server() {
+    proc->Signal(SIGTERM);
+    if (proc->Wait(10s) < 0) proc->Kill(SIGKILL);
+  }
+  httplib::Client Http() const {
+    httplib::Client c("127.0.0.1", http_port);
+    c.set_read_timeout(60, 0);
+    return c;
+  }
+  // The value of an unlabelled metric from GET /metrics (-1 when absent).
+  double Metric(const std::string& name) const {
+    auto r = Http().Get("/metrics");
+    if (!r || r->status != 200) return -1;
+    const std::string key = "\n" + name + " ";
+    const size_t at = r->body.find(key);
+    return at == std::string::npos ? -1 : std::stod(r->body.substr(at + key.size(), 40));
+  }
+  // Polls until the scheduler holds nothing (bounded).
+  bool WaitIdle() const {
+    for (int i = 0; i < 200; ++i) {
+      if (Metric("moesplit_running_sequences") == 0 && Metric("moesplit_kv_cache_used_bytes") == 0)
+        return true;
+      std::this_thread::sleep_for(50ms);
+    }
+    return false;
+  }
+
+  int grpc_port = 0, http_port = 0;
+  std::unique_ptr<Subprocess> proc;
+  std::unique_ptr<v1::Inference::Stub> stub;
+};
+
+// POST with the body streamed to `on_data` (return false to hang up).
+int PostStreaming(httplib::Client& c, const std::string& path, const std::string& body,
+                  const std::function<bool(const char*, size_t)>& on_data) {
+  httplib::Request req;
+  req.method = "POST";
+  req.path = path;
+  req.body = body;
+  req.set_header("Content-Type", "application/json");
+  req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
+    return on_data(d, n);
+  };
+  httplib::Response res;
+  httplib::Error err;
+  c.send(req, res, err);
+  return res.status;
+}
+
+struct Streamed {
+  grpc::Status status;
+  std::vector<int32_t> tokens;
+  std::string text, reasoning, finish;
+  v1::Usage usage;
+  int logprob_rows = 0, messages = 0;
+};
+
+Streamed Generate(const Server& s, const v1::GenerateRequest& req,
+                  std::chrono::milliseconds deadline = 60000ms) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + deadline);
+  auto reader = s.stub->Generate(&ctx, req);
+  v1::GenerateResponse r;
+  Streamed out;
+  while (reader->Read(&r)) {
+    ++out.messages;
+    out.tokens.insert(out.tokens.end(), r.token_ids().begin(), r.token_ids().end());
+    out.text += r.text();
+    if (r.logprobs_size() > 0) ++out.logprob_rows;
+    if (!r.finish_reason().empty()) out.finish = r.finish_reason(), out.usage = r.usage();
+  }
+  out.status = reader->Finish();
+  return out;
+}
+
+Streamed Chat(const Server& s, const v1::ChatRequest& req) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 60s);
+  auto reader = s.stub->Chat(&ctx, req);
+  v1::ChatResponse r;
+  Streamed out;
+  while (reader->Read(&r)) {
+    out.tokens.insert(out.tokens.end(), r.token_ids().begin(), r.token_ids().end());
+    out.text += r.content();
+    out.reasoning += r.reasoning_content();
+    if (!r.finish_reason().empty()) out.finish = r.finish_reason(), out.usage = r.usage();
+  }
+  out.status = reader->Finish();
+  return out;
+}
+
+v1::GenerateRequest Greedy(const std::string& prompt, int max_tokens) {
+  v1::GenerateRequest req;
+  req.set_prompt(prompt);
+  req.set_max_tokens(max_tokens);
+  req.mutable_sampling()->set_temperature(0);
+  return req;
+}
+
+class ApiTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { server_ = new Server(/*parallel=*/16, /*max_queue=*/8); }
+  static void TearDownTestSuite() { delete server_; }
+  static Server* server_;
+};
+Server* ApiTest::server_ = nullptr;
+
+TEST_F(ApiTest, GrpcGenerateStreamsTokensLogprobsAndUsage) {
+  v1::GenerateRequest req = Greedy("Hello world, this is", 8);
+  req.set_logprobs(3);
+  Streamed g = Generate(*server_, req);
+  ASSERT_TRUE(g.status.ok()) << g.status.error_message();
+  EXPECT_EQ(g.tokens.size(), 8u);
+  EXPECT_EQ(g.logprob_rows, 8);
+  EXPECT_EQ(g.finish, "length");
+  EXPECT_EQ(g.usage.completion_tokens(), 8);
+  EXPECT_GT(g.usage.prompt_tokens(), 0);
+  EXPECT_GT(g.messages, 8);  // one per token + the final one
+  // Greedy is deterministic.
+  EXPECT_EQ(Generate(*server_, req).tokens, g.tokens);
+
+  grpc::ClientContext ctx;
+  v1::GetModelResponse m;
+  ASSERT_TRUE(server_->stub->GetModel(&ctx, v1::GetModelRequest(), &m).ok());
+  EXPECT_EQ(m.name(), "api-test");
+  EXPECT_EQ(m.context_length(), kCtx);
+  EXPECT_EQ(m.max_sequences(), 16);
+  EXPECT_GT(m.memory_plan().dense_weights_bytes(), 0u);
+  EXPECT_EQ(m.memory_plan().kv_cache_bytes(), 16 * m.kv_bytes_per_sequence());
+  EXPECT_FALSE(m.bytes_by_type().empty());
+}
+
+TEST_F(ApiTest, GrpcChatUsesTheTemplateAndStreams) {
+  v1::ChatRequest req;
+  auto* m = req.add_messages();
+  m->set_role("user");
+  m->set_content("Say something.");
+  req.set_max_tokens(6);
+  req.mutable_sampling()->set_temperature(0);
+  Streamed c = Chat(*server_, req);
+  ASSERT_TRUE(c.status.ok()) << c.status.error_message();
+  EXPECT_EQ(c.tokens.size(), 6u);
+  EXPECT_EQ(c.finish, "length");
+  // The rendered prompt (role markers and all) is longer than the message.
+  grpc::ClientContext ctx;
+  v1::TokenizeRequest tr;
+  tr.set_text("Say something.");
+  v1::TokenizeResponse tok;
+  ASSERT_TRUE(server_->stub->Tokenize(&ctx, tr, &tok).ok());
+  EXPECT_GT(c.usage.prompt_tokens(), tok.tokens_size());
+}
+
+TEST_F(ApiTest, SeedReproducesAndStopStringsCutAcrossTokens) {
+  v1::GenerateRequest req = Greedy("The weather today", 16);
+  req.mutable_sampling()->set_temperature(0.9f);
+  req.mutable_sampling()->set_top_p(0.95f);
+  req.mutable_sampling()->set_seed(7);
+  req.mutable_sampling()->set_has_seed(true);
+  Streamed a = Generate(*server_, req), b = Generate(*server_, req);
+  ASSERT_TRUE(a.status.ok() && b.status.ok());
+  EXPECT_EQ(a.tokens, b.tokens);
+
+  // A stop string spanning a token boundary ends the text right before it.
+  Streamed full = Generate(*server_, Greedy("The weather today", 16));
+  ASSERT_TRUE(full.status.ok());
+  ASSERT_GE(full.text.size(), 8u) << full.text;
+  // The greedy text's pieces: find a cut where a token boundary falls inside.
+  grpc::ClientContext ctx;
+  v1::DetokenizeRequest dr;
+  dr.add_tokens(full.tokens[0]);
+  dr.add_tokens(full.tokens[1]);
+  v1::DetokenizeResponse two;
+  ASSERT_TRUE(server_->stub->Detokenize(&ctx, dr, &two).ok());
+  ASSERT_EQ(full.text.rfind(two.text(), 0), 0u) << "text does not start with its first tokens";
+  grpc::ClientContext ctx1;
+  dr.clear_tokens();
+  dr.add_tokens(full.tokens[0]);
+  v1::DetokenizeResponse one;
+  ASSERT_TRUE(server_->stub->Detokenize(&ctx1, dr, &one).ok());
+  ASSERT_LT(one.text().size(), two.text().size());
+  ASSERT_FALSE(one.text().empty());
+  // Last byte of token 0 + first byte of token 1.
+  const std::string stop = two.text().substr(one.text().size() - 1, 2);
+  v1::GenerateRequest with_stop = Greedy("The weather today", 16);
+  with_stop.add_stop(stop);
+  Streamed cut = Generate(*server_, with_stop);
+  ASSERT_TRUE(cut.status.ok());
+  EXPECT_EQ(cut.finish, "stop");
+  EXPECT_EQ(cut.text, full.text.substr(0, full.text.find(stop))) << "stop " << stop;
+}
+
+TEST_F(ApiTest, SixteenConcurrentGreedyRequestsEqualEachAlone) {
+  std::vector<v1::GenerateRequest> reqs;
+  for (int i = 0; i < 16; ++i) {
+    std::string prompt = absl::StrCat("Request number ", i, ":");
+    for (int k = 0; k < i % 5; ++k) absl::StrAppend(&prompt, " and some more words ", k);
+    reqs.push_back(Greedy(prompt, 10 + i % 3));
+  }
+  std::vector<std::vector<int32_t>> alone;
+  for (const auto& r : reqs) {
+    Streamed g = Generate(*server_, r);
+    ASSERT_TRUE(g.status.ok()) << g.status.error_message();
+    alone.push_back(g.tokens);
+  }
+  std::vector<Streamed> together(reqs.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    threads.emplace_back([&, i] { together[i] = Generate(*server_, reqs[i]); });
+  }
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    ASSERT_TRUE(together[i].status.ok()) << i << ": " << together[i].status.error_message();
+    EXPECT_EQ(together[i].tokens, alone[i]) << "request " << i;
+  }
+  auto r = server_->Http().Get("/metrics");
+  ASSERT_TRUE(r);
+  // Steps really were shared: some step carried more than one sequence.
+  EXPECT_THAT(r->body, HasSubstr("moesplit_batch_tokens_count"));
+  EXPECT_LT(server_->Metric("moesplit_batch_tokens_bucket{le=\"1\"}"),
+            server_->Metric("moesplit_batch_tokens_count"));
+}
+
+TEST_F(ApiTest, GrpcCancelAndDeadlineFreeTheSequence) {
+  ASSERT_TRUE(server_->WaitIdle());
+  {
+    grpc::ClientContext ctx;
+    auto reader = server_->stub->Generate(&ctx, Greedy("A long story:", 0));
+    v1::GenerateResponse r;
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(reader->Read(&r));
+    EXPECT_EQ(server_->Metric("moesplit_running_sequences"), 1);
+    EXPECT_GT(server_->Metric("moesplit_kv_cache_used_bytes"), 0);
+    ctx.TryCancel();
+    while (reader->Read(&r)) {
+    }
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  EXPECT_TRUE(server_->WaitIdle()) << "cancelled sequence still held";
+  Streamed late = Generate(*server_, Greedy("Another long story:", 0), 300ms);
+  EXPECT_EQ(late.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_TRUE(server_->WaitIdle()) << "sequence past its deadline still held";
+}
+
+TEST_F(ApiTest, HttpClientDisconnectFreesTheSequence) {
+  ASSERT_TRUE(server_->WaitIdle());
+  httplib::Client c = server_->Http();
+  int chunks = 0;
+  PostStreaming(c, "/v1/completions",
+                R"({"prompt":"Once upon a time","max_tokens":0,"temperature":0,"stream":true})",
+                [&](const char*, size_t) { return ++chunks < 3; });
+  EXPECT_GE(chunks, 3);
+  EXPECT_TRUE(server_->WaitIdle()) << "disconnected stream still held";
+}
+
+TEST_F(ApiTest, HttpCompletionsAndChatRoundTrip) {
+  httplib::Client c = server_->Http();
+  auto r = c.Post("/v1/completions",
+                  R"({"model":"api-test","prompt":"Hello world, this is","max_tokens":8,"temperature":0,"logprobs":2})",
+                  "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  Json j = Json::parse(r->body);
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(j["usage"]["completion_tokens"], 8);
+  EXPECT_EQ(j["choices"][0]["logprobs"]["tokens"].size(), 8u);
+  // Same text as the gRPC stream of the same request.
+  Streamed g = Generate(*server_, Greedy("Hello world, this is", 8));
+  EXPECT_EQ(j["choices"][0]["text"], g.text);
+
+  // Streaming chat: chunks, finish, usage, [DONE].
+  std::string sse;
+  const int status = PostStreaming(
+      c, "/v1/chat/completions",
+      R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":5,"temperature":0,
+          "stream":true,"stream_options":{"include_usage":true}})",
+      [&](const char* d, size_t n) {
+        sse.append(d, n);
+        return true;
+      });
+  EXPECT_EQ(status, 200);
+  std::vector<Json> events;
+  bool done = false;
+  for (size_t pos = 0; (pos = sse.find("data: ", pos)) != std::string::npos;) {
+    const size_t end = sse.find("\n\n", pos);
+    const std::string data = sse.substr(pos + 6, end - pos - 6);
+    if (data == "[DONE]") {
+      done = true;
+    } else {
+      events.push_back(Json::parse(data));
+    }
+    pos = end;
+  }
+  EXPECT_TRUE(done);
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events.front()["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(events[events.size() - 2]["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(events.back()["usage"]["completion_tokens"], 5);
+  EXPECT_TRUE(events.back()["choices"].empty());
+
+  auto models = c.Get("/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(Json::parse(models->body)["data"][0]["id"], "api-test");
+  auto health = c.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+}
+
+struct BadCase {
+  std::string name;
+  std::string http_path;
+  std::string http_body;
+  int http_status;
+  grpc::StatusCode grpc_code;  // for the same request over gRPC Chat/Generate
+  std::string message;         // a substring of both messages
+};
+
+v1::ChatRequest ChatFor(const std::string& role, const std::string& content) {
+  v1::ChatRequest req;
+  if (!role.empty()) {
+    auto* m = req.add_messages();
+    m->set_role(role);
+    m->set_content(content);
+  }
+  return req;
+}
+
+TEST_F(ApiTest, BadRequestsGetPreciseErrorsAndTheServerKeepsServing) {
+  std::string long_prompt;
+  for (int i = 0; i < kCtx; ++i) long_prompt += " word";
+  const std::vector<BadCase> cases = {
+      {"empty messages", "/v1/chat/completions", R"({"messages":[]})", 400,
+       grpc::StatusCode::INVALID_ARGUMENT, "messages must not be empty"},
+      {"unknown role", "/v1/chat/completions",
+       R"({"messages":[{"role":"wizard","content":"hi"}]})", 400,
+       grpc::StatusCode::INVALID_ARGUMENT, "role 'wizard' is not one of"},
+      {"negative max_tokens", "/v1/completions", R"({"prompt":"hi","max_tokens":-1})", 400,
+       grpc::StatusCode::INVALID_ARGUMENT, "max_tokens"},
+      {"top_p 2", "/v1/completions", R"({"prompt":"hi","top_p":2})", 400,
+       grpc::StatusCode::INVALID_ARGUMENT, "top_p must be in (0, 1], got 2"},
+      {"invalid UTF-8", "/v1/chat/completions",
+       "{\"messages\":[{\"role\":\"user\",\"content\":\"a\xff\xfe\"}]}", 400,
+       grpc::StatusCode::INVALID_ARGUMENT, "UTF-8"},
+      {"over-long prompt", "/v1/completions",
+       absl::StrCat(R"({"prompt":")", long_prompt, R"("})"), 400,
+       grpc::StatusCode::INVALID_ARGUMENT, absl::StrCat("the context holds ", kCtx)},
+      {"unknown model", "/v1/completions", R"({"model":"gpt-17","prompt":"hi"})", 404,
+       grpc::StatusCode::NOT_FOUND, "model 'gpt-17' is not served here"},
+  };
+  httplib::Client c = server_->Http();
+  for (const BadCase& bc : cases) {
+    auto r = c.Post(bc.http_path, bc.http_body, "application/json");
+    ASSERT_TRUE(r) << bc.name;
+    EXPECT_EQ(r->status, bc.http_status) << bc.name << ": " << r->body;
+    Json j = Json::parse(r->body, nullptr, false);
+    ASSERT_TRUE(j.contains("error")) << bc.name << ": " << r->body;
+    EXPECT_THAT(j["error"]["message"].get<std::string>(), HasSubstr(bc.message)) << bc.name;
+    EXPECT_TRUE(j["error"].contains("type") && j["error"].contains("param") &&
+                j["error"].contains("code"))
+        << bc.name;
+    if (bc.name == "top_p 2") {
+      EXPECT_EQ(j["error"]["param"], "top_p");
+    }
+    if (bc.name == "unknown model") {
+      EXPECT_EQ(j["error"]["code"], "model_not_found");
+    }
+  }
+  // The same cases over gRPC.
+  auto expect = [&](const std::string& name, const Streamed& s, grpc::StatusCode code,
+                    const std::string& msg) {
+    EXPECT_EQ(s.status.error_code(), code) << name << ": " << s.status.error_message();
+    EXPECT_THAT(s.status.error_message(), HasSubstr(msg)) << name;
+  };
+  expect("empty messages", Chat(*server_, ChatFor("", "")), grpc::StatusCode::INVALID_ARGUMENT,
+         "messages must not be empty");
+  expect("unknown role", Chat(*server_, ChatFor("wizard", "hi")),
+         grpc::StatusCode::INVALID_ARGUMENT, "role 'wizard' is not one of");
+  // proto3 `string` fields must be UTF-8: gRPC C++ refuses to parse such a
+  // request before the service sees it (other languages refuse to send it),
+  // so only the failure, not the code, is ours to check here.
+  EXPECT_FALSE(Chat(*server_, ChatFor("user", "a\xff\xfe")).status.ok());
+  v1::GenerateRequest neg = Greedy("hi", -1);
+  expect("negative max_tokens", Generate(*server_, neg), grpc::StatusCode::INVALID_ARGUMENT,
+         "max_tokens -1 < 0");
+  v1::GenerateRequest top_p = Greedy("hi", 4);
+  top_p.mutable_sampling()->set_top_p(2);
+  expect("top_p 2", Generate(*server_, top_p), grpc::StatusCode::INVALID_ARGUMENT,
+         "top_p must be in (0, 1], got 2");
+  v1::GenerateRequest too_long = Greedy(long_prompt, 4);
+  expect("over-long prompt", Generate(*server_, too_long), grpc::StatusCode::INVALID_ARGUMENT,
+         absl::StrCat("the context holds ", kCtx));
+  v1::GenerateRequest unknown = Greedy("hi", 4);
+  unknown.set_model("gpt-17");
+  expect("unknown model", Generate(*server_, unknown), grpc::StatusCode::NOT_FOUND,
+         "model 'gpt-17' is not served here");
+  v1::GenerateRequest bad_token = Greedy("", 4);
+  bad_token.add_prompt_tokens(1 << 30);
+  expect("token id out of range", Generate(*server_, bad_token),
+         grpc::StatusCode::INVALID_ARGUMENT, "is outside [0, ");
+  // Still serving, nothing held.
+  Streamed ok = Generate(*server_, Greedy("still there?", 3));
+  EXPECT_TRUE(ok.status.ok()) << ok.status.error_message();
+  EXPECT_EQ(ok.tokens.size(), 3u);
+  EXPECT_TRUE(server_->WaitIdle());
+  auto m = c.Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_THAT(m->body, HasSubstr("outcome=\"invalid_argument\""));
+}
+
+// A template whose generation prompt opens a <think> block (as Qwen3.5 and
+// DeepSeek-V3.1 do): Chat and /v1/chat/completions return the output split by
+// chat::SplitReasoning, in reasoning_content and content.
+TEST(ReasoningTest, ThinkBlockGoesToReasoningContent) {
+  const std::string tmpl = absl::StrCat(::testing::TempDir(), "/think_", getpid(), ".jinja");
+  std::ofstream(tmpl) << "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+                         "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}"
+                         "<|im_start|>assistant\n<think>\n{% endif %}";
+  Server s(2, 2, {"--chat-template-file", tmpl});
+  const std::string prompt = "<|im_start|>user\nThink first.<|im_end|>\n<|im_start|>assistant\n<think>\n";
+  Streamed g = Generate(s, Greedy(prompt, 12));
+  ASSERT_TRUE(g.status.ok()) << g.status.error_message();
+  const chat::ReasoningSplit want = chat::SplitReasoning(g.text, /*starts_in_reasoning=*/true);
+  ASSERT_FALSE(want.reasoning_content.empty());
+
+  v1::ChatRequest req = ChatFor("user", "Think first.");
+  req.set_max_tokens(12);
+  req.mutable_sampling()->set_temperature(0);
+  Streamed c = Chat(s, req);
+  ASSERT_TRUE(c.status.ok()) << c.status.error_message();
+  EXPECT_EQ(c.tokens, g.tokens);
+  EXPECT_EQ(c.reasoning, want.reasoning_content);
+  EXPECT_EQ(c.text, want.content);
+
+  auto r = s.Http().Post(
+      "/v1/chat/completions",
+      R"({"messages":[{"role":"user","content":"Think first."}],"max_tokens":12,"temperature":0})",
+      "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const Json msg = Json::parse(r->body)["choices"][0]["message"];
+  EXPECT_EQ(msg["reasoning_content"], want.reasoning_content);
+  EXPECT_EQ(msg["content"], want.content);
+  std::filesystem::remove(tmpl);
+}
+
+// `moesplit render-template` prints exactly what llama.cpp rendered for every
+// template fixture (BOS/EOS from the tiny qwen3moe model, the fixture date).
+TEST(RenderTemplateCommandTest, MatchesEveryFixtureByteForByte) {
+  const std::string fixtures = MOESPLIT_FIXTURES_DIR;
+  const std::string model = fixtures + "/models/qwen3moe-tiny-q8_0.gguf";
+  int cases = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(fixtures + "/templates")) {
+    const std::string path = entry.path().string();
+    if (path.size() < 6 || path.substr(path.size() - 6) != ".jinja") continue;
+    const std::string expected_path = path.substr(0, path.size() - 6) + ".expected.json";
+    std::ifstream in(expected_path);
+    const Json expected = Json::parse(in);
+    int i = 0;
+    for (const Json& c : expected["cases"]) {
+      const std::string messages =
+          absl::StrCat(::testing::TempDir(), "/render_", getpid(), "_", i++, ".json");
+      std::ofstream(messages) << c["request"]["messages"].dump();
+      const bool gen = c["request"].value("add_generation_prompt", false);
+      const std::string cmd =
+          absl::StrCat("'", kCli, "' render-template --model '", model, "' --template-file '",
+                       path, "' --messages-json '", messages, "' --date 2026-11-29",
+                       gen ? "" : " --no-generation-prompt");
+      FILE* p = popen(cmd.c_str(), "r");
+      ASSERT_NE(p, nullptr);
+      std::string out;
+      char buf[4096];
+      for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+      EXPECT_EQ(pclose(p), 0) << cmd;
+      EXPECT_EQ(out, c["prompt"].get<std::string>()) << path << " case " << i - 1;
+      ++cases;
+    }
+  }
+  EXPECT_GE(cases, 20);
+}
+
+TEST(ApiQueueTest, FullQueueIsResourceExhaustedAnd429WithRetryAfter) {
+  Server s(/*parallel=*/1, /*max_queue=*/0);
+  grpc::ClientContext ctx;
+  auto reader = s.stub->Generate(&ctx, Greedy("Keep going:", 0));
+  v1::GenerateResponse r;
+  ASSERT_TRUE(reader->Read(&r));  // the only slot is taken
+  Streamed busy = Generate(s, Greedy("me too", 2));
+  EXPECT_EQ(busy.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(busy.status.error_message(), HasSubstr("--parallel 1"));
+  auto h = s.Http().Post("/v1/completions", R"({"prompt":"me too","max_tokens":2})",
+                         "application/json");
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->status, 429);
+  EXPECT_TRUE(h->has_header("Retry-After"));
+  EXPECT_THAT(h->body, HasSubstr("server busy"));
+  ctx.TryCancel();
+  while (reader->Read(&r)) {
+  }
+  reader->Finish();
+  EXPECT_TRUE(s.WaitIdle());
+  Streamed after = Generate(s, Greedy("me too", 2));
+  EXPECT_TRUE(after.status.ok()) << after.status.error_message();
+  auto m = s.Http().Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_THAT(m->body, HasSubstr("outcome=\"resource_exhausted\""));
+  for (const char* name :
+       {"moesplit_queue_depth", "moesplit_queue_capacity", "moesplit_max_sequences",
+        "moesplit_time_to_first_token_seconds", "moesplit_inter_token_latency_seconds",
+        "moesplit_request_duration_seconds", "moesplit_prompt_tokens_total",
+        "moesplit_generated_tokens_total", "moesplit_kv_cache_capacity_bytes"}) {
+    EXPECT_THAT(m->body, HasSubstr(name));
+  }
+}
+
+}  // namespace
+}  // namespace moesplit

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The dense service's OpenAI-compatible HTTP API driven by curl and by the
+# official `openai` npm client (installed into a scratch folder under WORK,
+# outside the repository).
+# Usage: openai_http_test.sh BIN_DIR WORK_DIR
+set -euo pipefail
+BIN=$1
+WORK=$2
+HERE=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$WORK"
+LOG=$WORK/dense.log
+DENSE_PID=
+cleanup() { if [[ -n $DENSE_PID ]]; then kill "$DENSE_PID" 2>/dev/null || true; wait "$DENSE_PID" 2>/dev/null || true; fi; }
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; echo "--- dense log:" >&2; cat "$LOG" >&2 || true; exit 1; }
+
+"$BIN/moesplit" make-test-model --out "$WORK/model.gguf" --name http-test --threads 2 >/dev/null
+# Port 0: the service picks free ports and prints them on its ready line.
+"$BIN/moesplit-dense" --model "$WORK/model.gguf" --grpc 127.0.0.1:0 --http 127.0.0.1:0 \
+  --ctx 512 --threads 2 --parallel 4 2>"$LOG" &
+DENSE_PID=$!
+for _ in $(seq 1 300); do
+  grep -q ready "$LOG" 2>/dev/null && break
+  kill -0 "$DENSE_PID" 2>/dev/null || break
+  sleep 0.1
+done
+grep -q ready "$LOG" || fail "dense service did not start"
+PORT=$(sed -n 's/.*http port \([0-9]*\).*/\1/p' "$LOG" | head -1)
+[[ -n $PORT ]] || fail "no http port on the ready line"
+URL=http://127.0.0.1:$PORT
+
+# --- curl
+curl -sf "$URL/health" | grep -q '"ok"' || fail "/health"
+curl -sf "$URL/v1/models" | grep -q '"id":"http-test"' || fail "/v1/models"
+out=$(curl -sf "$URL/v1/completions" -H 'Content-Type: application/json' \
+  -d '{"prompt":"Hello","max_tokens":5,"temperature":0}')
+echo "$out" | grep -q '"completion_tokens":5' || fail "completion: $out"
+sse=$(curl -sfN "$URL/v1/chat/completions" -H 'Content-Type: application/json' \
+  -d '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":4,"temperature":0,"stream":true,"stream_options":{"include_usage":true}}')
+[[ $(echo "$sse" | grep -c '^data: ') -ge 6 ]] || fail "too few SSE events: $sse"
+[[ $(echo "$sse" | grep '^data: ' | tail -1) == 'data: [DONE]' ]] || fail "stream does not end with [DONE]"
+echo "$sse" | grep -q '"usage":{"prompt_tokens"' || fail "no usage chunk"
+code=$(curl -s -o "$WORK/err.json" -w '%{http_code}' "$URL/v1/completions" -d '{"prompt":"x","top_p":2}')
+[[ $code == 400 ]] || fail "top_p 2 gave HTTP $code"
+grep -q '"type":"invalid_request_error"' "$WORK/err.json" || fail "error shape: $(cat "$WORK/err.json")"
+code=$(curl -s -o /dev/null -w '%{http_code}' "$URL/v1/nothing")
+[[ $code == 404 ]] || fail "unknown path gave HTTP $code"
+curl -sf "$URL/metrics" | grep -q '^moesplit_requests_total{api="http",endpoint="completions",outcome="ok"} [1-9]' \
+  || fail "/metrics does not count the completion"
+echo "curl: ok"
+
+# --- openai npm client
+NPM=$WORK/npm
+if [[ ! -d $NPM/node_modules/openai ]]; then
+  npm install --prefix "$NPM" --no-audit --no-fund --loglevel=error openai >/dev/null \
+    || fail "npm install openai (needs the npm registry)"
+fi
+cp "$HERE/openai_client_test.mjs" "$NPM/"
+node "$NPM/openai_client_test.mjs" "$URL/v1" || fail "openai client"
