@@ -24,6 +24,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/base/status.h"
+#include "common/plan/memory_plan.h"
+#include "common/telemetry/gpu_metrics.h"
 #include "common/telemetry/metrics.h"
 #include "services/cli/flags.h"
 #include "services/dense/chat_prompt.h"
@@ -152,6 +154,41 @@ int Run(int argc, char** argv) {
     metrics->Register(registry);
   }
   expert_metrics = std::make_unique<telemetry::DenseExpertMetrics>(*registry);
+  // GPU memory: the plan (the same arithmetic as `moesplit plan`) and the
+  // device's use, refreshed every 5 s; zeros when the dense part is on the CPU.
+  telemetry::GpuMetrics gpu_metrics(*registry, (*engine)->model().n_layer());
+  std::atomic<bool> stop_gpu_poll{false};
+  std::thread gpu_poll;
+  if ((*engine)->backend_name() != "cpu") {
+    plan::PlanOptions po;
+    po.n_ctx = (*engine)->n_ctx();
+    po.budget_bytes = opt.gpu_memory > 0 ? opt.gpu_memory : QueryGpuMemory().free;
+    auto kv = plan::ParseKvType(opt.kv_type);
+    if (kv.ok()) po.kv_type = *kv;
+    auto memory_plan = plan::PlanMemory(plan::ShapeOfModel((*engine)->model()), po);
+    if (memory_plan.ok()) {
+      gpu_metrics.SetPlan(*memory_plan);
+    } else {
+      std::fprintf(stderr, "moesplit-dense: warning: no GPU memory plan for the metrics: %s\n",
+                   std::string(memory_plan.status().message()).c_str());
+    }
+    gpu_poll = std::thread([&] {
+      while (!stop_gpu_poll.load()) {
+        gpu_metrics.SetUsedBytes(QueryGpuMemory().used);
+        for (int i = 0; i < 50 && !stop_gpu_poll.load(); ++i) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+      }
+    });
+  }
+  struct JoinPoll {
+    std::atomic<bool>* stop;
+    std::thread* t;
+    ~JoinPoll() {
+      stop->store(true);
+      if (t->joinable()) t->join();
+    }
+  } join_poll{&stop_gpu_poll, &gpu_poll};
   std::unique_ptr<HttpServer> http;
   if (!http_addr.empty()) {
     auto h = HttpServer::Start(http_addr, served);

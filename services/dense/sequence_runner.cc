@@ -1,5 +1,6 @@
 #include "services/dense/sequence_runner.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -8,6 +9,7 @@
 
 #if MOESPLIT_HAVE_CUDA
 #include "common/backend/cuda/cuda_backend.h"
+#include "common/backend/cuda/cuda_device.h"
 #include "common/backend/cuda/cuda_forward.h"
 #endif
 
@@ -102,6 +104,19 @@ absl::StatusOr<uint64_t> ParseByteSize(const std::string& text) {
 }
 
 bool HaveCudaBackend() { return MOESPLIT_HAVE_CUDA != 0; }
+
+GpuMemoryUse QueryGpuMemory() {
+  GpuMemoryUse use;
+#if MOESPLIT_HAVE_CUDA
+  const std::vector<cuda::DeviceInfo> devices = cuda::ListDevices();
+  if (!devices.empty()) {
+    use.total = devices[0].total_bytes;
+    use.free = devices[0].free_bytes;
+    use.used = use.total - std::min(use.total, use.free);
+  }
+#endif
+  return use;
+}
 
 absl::StatusOr<std::unique_ptr<SequenceRunner>> CreateSequenceRunner(
     std::shared_ptr<const model::Model> model, model::ExpertBackend* experts, ThreadPool* pool,

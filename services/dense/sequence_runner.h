@@ -56,4 +56,11 @@ absl::StatusOr<uint64_t> ParseByteSize(const std::string& text);
 // Whether this build has the CUDA backend.
 bool HaveCudaBackend();
 
+// Device 0's memory in use (total - free) and its total, in bytes; zeros
+// without the CUDA backend or a device.
+struct GpuMemoryUse {
+  uint64_t used = 0, total = 0, free = 0;
+};
+GpuMemoryUse QueryGpuMemory();
+
 }  // namespace moesplit::dense

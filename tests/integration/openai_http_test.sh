@@ -45,7 +45,10 @@ code=$(curl -s -o "$WORK/err.json" -w '%{http_code}' "$URL/v1/completions" -d '{
 grep -q '"type":"invalid_request_error"' "$WORK/err.json" || fail "error shape: $(cat "$WORK/err.json")"
 code=$(curl -s -o /dev/null -w '%{http_code}' "$URL/v1/nothing")
 [[ $code == 404 ]] || fail "unknown path gave HTTP $code"
-curl -sf "$URL/metrics" | grep -q '^moesplit_requests_total{api="http",endpoint="completions",outcome="ok"} [1-9]' \
+# Read the whole scrape first: `curl | grep -q` under pipefail fails when grep
+# stops reading early and curl gets SIGPIPE.
+metrics=$(curl -sf "$URL/metrics") || fail "/metrics"
+grep -q '^moesplit_requests_total{api="http",endpoint="completions",outcome="ok"} [1-9]' <<<"$metrics" \
   || fail "/metrics does not count the completion"
 echo "curl: ok"
 
