@@ -32,6 +32,16 @@ absl::Status ServedModel::CheckName(const std::string& requested) const {
 
 namespace {
 
+// InvalidArgument naming the first stop string that is not valid UTF-8.
+absl::Status CheckStopUtf8(const google::protobuf::RepeatedPtrField<std::string>& stop) {
+  for (int i = 0; i < stop.size(); ++i) {
+    if (!IsValidUtf8(stop.Get(i))) {
+      return absl::InvalidArgumentError(absl::StrCat("stop[", i, "] is not valid UTF-8"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<SamplingParams> ToSampling(const v1::SamplingParams& s, int32_t logprobs) {
   SamplingParams p;
   p.temperature = s.temperature();
@@ -166,6 +176,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* InferenceService::Generate(
       if (!IsValidUtf8(r.prompt())) return absl::InvalidArgumentError("prompt is not valid UTF-8");
       ASSIGN_OR_RETURN(p.prompt, engine.tokenizer().Encode(r.prompt(), /*parse_special=*/true));
     }
+    RETURN_IF_ERROR(CheckStopUtf8(r.stop()));
     p.max_tokens = r.max_tokens();
     ASSIGN_OR_RETURN(p.sampling, ToSampling(r.sampling(), r.logprobs()));
     p.stop.assign(r.stop().begin(), r.stop().end());
@@ -196,6 +207,18 @@ grpc::ServerWriteReactor<v1::ChatResponse>* InferenceService::Chat(
   return new Reactor(served_, ctx, "chat", [this, r = *request](Reactor* out) -> absl::Status {
     DenseEngine& engine = *served_.engine;
     RETURN_IF_ERROR(served_.CheckName(r.model()));
+    for (int i = 0; i < r.messages_size(); ++i) {
+      const v1::ChatMessage& m = r.messages(i);
+      for (const auto& [field, value] :
+           {std::pair<const char*, const std::string*>{"role", &m.role()},
+            {"content", &m.content()}, {"reasoning_content", &m.reasoning_content()}}) {
+        if (!IsValidUtf8(*value)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("messages[", i, "].", field, " is not valid UTF-8"));
+        }
+      }
+    }
+    RETURN_IF_ERROR(CheckStopUtf8(r.stop()));
     nlohmann::ordered_json messages = nlohmann::ordered_json::array();
     for (const v1::ChatMessage& m : r.messages()) {
       nlohmann::ordered_json j = {{"role", m.role()}, {"content", m.content()}};

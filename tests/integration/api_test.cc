@@ -299,7 +299,10 @@ TEST_F(ApiTest, GrpcCancelAndDeadlineFreeTheSequence) {
   ASSERT_TRUE(server_->WaitIdle());
   {
     grpc::ClientContext ctx;
-    auto reader = server_->stub->Generate(&ctx, Greedy("A long story:", 0));
+    // Greedy continuations of these prompts run to the context (2048 tokens,
+    // seconds) on the test model; "A long story:" would end after 9 tokens,
+    // racing the checks below.
+    auto reader = server_->stub->Generate(&ctx, Greedy("Another long story:", 0));
     v1::GenerateResponse r;
     for (int i = 0; i < 3; ++i) ASSERT_TRUE(reader->Read(&r));
     EXPECT_EQ(server_->Metric("moesplit_running_sequences"), 1);
@@ -310,7 +313,7 @@ TEST_F(ApiTest, GrpcCancelAndDeadlineFreeTheSequence) {
     EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
   }
   EXPECT_TRUE(server_->WaitIdle()) << "cancelled sequence still held";
-  Streamed late = Generate(*server_, Greedy("Another long story:", 0), 300ms);
+  Streamed late = Generate(*server_, Greedy("Tell me", 0), 300ms);
   EXPECT_EQ(late.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
   EXPECT_TRUE(server_->WaitIdle()) << "sequence past its deadline still held";
 }
@@ -449,10 +452,15 @@ TEST_F(ApiTest, BadRequestsGetPreciseErrorsAndTheServerKeepsServing) {
          "messages must not be empty");
   expect("unknown role", Chat(*server_, ChatFor("wizard", "hi")),
          grpc::StatusCode::INVALID_ARGUMENT, "role 'wizard' is not one of");
-  // proto3 `string` fields must be UTF-8: gRPC C++ refuses to parse such a
-  // request before the service sees it (other languages refuse to send it),
-  // so only the failure, not the code, is ours to check here.
-  EXPECT_FALSE(Chat(*server_, ChatFor("user", "a\xff\xfe")).status.ok());
+  // The text fields are proto `bytes`, so invalid UTF-8 reaches the service.
+  expect("invalid UTF-8", Chat(*server_, ChatFor("user", "a\xff\xfe")),
+         grpc::StatusCode::INVALID_ARGUMENT, "messages[0].content is not valid UTF-8");
+  expect("invalid UTF-8 prompt", Generate(*server_, Greedy("a\xff\xfe", 4)),
+         grpc::StatusCode::INVALID_ARGUMENT, "prompt is not valid UTF-8");
+  v1::GenerateRequest bad_stop = Greedy("hi", 4);
+  bad_stop.add_stop("\xc3");
+  expect("invalid UTF-8 stop", Generate(*server_, bad_stop), grpc::StatusCode::INVALID_ARGUMENT,
+         "stop[0] is not valid UTF-8");
   v1::GenerateRequest neg = Greedy("hi", -1);
   expect("negative max_tokens", Generate(*server_, neg), grpc::StatusCode::INVALID_ARGUMENT,
          "max_tokens -1 < 0");
