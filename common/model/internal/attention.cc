@@ -115,6 +115,10 @@ MOESPLIT_TARGET void ScaleVector(int64_t n, uint16_t* y, float v) {
 // The same operations with 16-lane registers: one accumulator per ggml
 // accumulator, the reduction as above.
 #define MOESPLIT_TARGET512 __attribute__((target("avx512f,avx512dq,avx2,fma,f16c")))
+// GCC 12 warns about the undefined pass-through operand of unmasked AVX-512
+// intrinsics (GCC bug 105593).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 MOESPLIT_TARGET512 inline __m512 Load16(const uint16_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
