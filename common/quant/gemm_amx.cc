@@ -64,7 +64,11 @@ TileConfig MakeConfig(int group) {
 struct AmxOps {
   static void Begin(int group) {
     const TileConfig cfg = MakeConfig(group);
-    _tile_loadconfig(&cfg);
+    // Not _tile_loadconfig(&cfg): GCC 12 does not see that the builtin reads
+    // the whole 64-byte block and drops the rows/colsb stores, leaving every
+    // tile unconfigured (TILEZERO then raises #UD). The "m" operand makes the
+    // read explicit.
+    __asm__ volatile("ldtilecfg %0" : : "m"(cfg));
   }
   static void End() { _tile_release(); }
   // c[16][16] = A (16 x group u8, stride a_stride) . B (group/4 x 64 s8).
