@@ -96,8 +96,8 @@ absl::Status AttentionAtFullContext(backend::Device* dev, const model::HyperPara
   const int64_t qn = hp.n_head * hp.head_dim_k;
   ASSIGN_OR_RETURN(auto q, dev->Allocate(qn * sizeof(float)));
   ASSIGN_OR_RETURN(auto out, dev->Allocate(qn * sizeof(float)));
-  const int64_t split_elems = cuda::raw::AttentionSplitElems(static_cast<int>(hp.n_head),
-                                                             static_cast<int>(hp.head_dim_k));
+  const int64_t split_elems = cuda::raw::AttentionScratchElems(
+      static_cast<int>(hp.n_head), static_cast<int>(hp.head_dim_k), a.ctx);
   ASSIGN_OR_RETURN(auto split, dev->Allocate(split_elems * sizeof(float)));
   std::vector<int32_t> ids(n_pages);
   for (int64_t i = 0; i < n_pages; ++i) ids[i] = static_cast<int32_t>(i);

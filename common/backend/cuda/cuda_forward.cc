@@ -172,7 +172,7 @@ struct WorkspaceSizes {
   }
 };
 
-WorkspaceSizes Sizes(const model::Model& m, int64_t B) {
+WorkspaceSizes Sizes(const model::Model& m, int64_t B, int64_t n_ctx) {
   const HyperParams& hp = m.hparams();
   WorkspaceSizes s;
   s.x = B * hp.n_embd;
@@ -188,14 +188,14 @@ WorkspaceSizes Sizes(const model::Model& m, int64_t B) {
   s.rope = B * hp.rope.n_rot;
   s.head_rows = std::min<int64_t>(B, 32);
   s.logits = s.head_rows * hp.n_vocab;
-  int64_t max_cols = m.output().n_cols, max_elems = m.output().n_rows * m.output().n_cols;
-  ForEachLayerMatrix(m, [&](const quant::WeightView& w) {
-    max_cols = std::max(max_cols, w.n_cols);
-    if (w.type != GgmlType::kF32) max_elems = std::max(max_elems, w.n_rows * w.n_cols);
-  });
-  s.scratch = std::max(max_cols, std::min<int64_t>(max_elems, int64_t{16} << 20));
+  // The rounded activations of one product (MatMul's GemmContext): B rows of
+  // the widest input (the expert cache's down projections read n_ff_exp).
+  int64_t max_cols = std::max(m.output().n_cols, hp.n_ff_exp);
+  ForEachLayerMatrix(m, [&](const quant::WeightView& w) { max_cols = std::max(max_cols, w.n_cols); });
+  s.scratch = B * max_cols;
   s.ex_ff = B * hp.n_ff_exp;
-  s.split = raw::AttentionSplitElems(static_cast<int>(hp.n_head), static_cast<int>(hp.head_dim_v));
+  s.split = raw::AttentionScratchElems(static_cast<int>(hp.n_head), static_cast<int>(hp.head_dim_v),
+                                       n_ctx);
   return s;
 }
 
@@ -262,7 +262,7 @@ absl::StatusOr<GpuMemoryPlan> CudaForward::Plan(const model::Model& m,
     }
   }
   ASSIGN_OR_RETURN(p.kv_cache, CudaKvCache::Bytes(m.hparams(), o.n_ctx, o.kv_type, o.kv_page_size));
-  p.workspace = Sizes(m, o.max_batch).DeviceBytes();
+  p.workspace = Sizes(m, o.max_batch, o.n_ctx).DeviceBytes();
   return p;
 }
 
@@ -355,7 +355,7 @@ absl::StatusOr<std::unique_ptr<CudaForward>> CudaForward::Create(
   // Workspace.
   f->ws_ = std::make_unique<Workspace>();
   Workspace& ws = *f->ws_;
-  ws.sizes = Sizes(m, options.max_batch);
+  ws.sizes = Sizes(m, options.max_batch, options.n_ctx);
   const WorkspaceSizes& z = ws.sizes;
   auto alloc = [&](int64_t elems, auto** p) -> absl::Status {
     if (elems <= 0) return absl::OkStatus();

@@ -9,9 +9,12 @@
 //        x[t] += w * E(h[t])   (gather rows, mat-mul per expert, scatter-add)
 //   host: ExpertBackend::Compute(ExpertCall of the remaining pairs) -> partial
 //   host -> GPU: x += partial
-// Weights stay in their GGUF formats on the device: decode batches (<= 8
-// tokens) run an in-kernel-dequantising matrix-vector kernel, prefill
-// dequantises row chunks to f32 and runs a tiled SGEMM kernel. Attention reads a
+// Weights stay in their GGUF formats on the device; every product first
+// rounds its activations to the weight type's vec_dot_type (Q8_0 / Q8_K
+// blocks, F16, BF16) as llama.cpp and the CPU reference do, then runs an
+// in-kernel-dequantising matrix kernel (tokens in groups of 8). Every kernel
+// computes a token's values independently of the batch it is in, so prefill,
+// micro-batches and decode give the same logits bit for bit. Attention reads a
 // paged KV cache (f16, q8_0 or q4_0; CudaKvCache) through a block table.
 //
 // Memory: Plan() gives the bytes of dense weights, one KV cache of n_ctx and

@@ -1,5 +1,5 @@
-// Dequantise-rows (embedding get_rows, GEMM staging) and the quantised
-// matrix-vector product of decode, for every format of block_codec.h.
+// Dequantise-rows (embedding get_rows) and the in-kernel-dequantising matrix
+// product of decode and prefill, for every format of block_codec.h.
 #include <cuda_runtime.h>
 
 #include "common/backend/cuda/internal/cuda_raw.h"
@@ -27,9 +27,14 @@ __global__ void DequantRowsKernel(const uint8_t* w, uint64_t row_bytes, int64_t 
 // token, then the warp reduces.
 constexpr int kMatVecWarps = 8;
 
+// Block (i, g) computes rows 8i .. 8i + 7 for tokens g * NT .. g * NT + NT - 1:
+// the arithmetic of one (row, token) does not depend on NT or on g, so a
+// token's products are the same in any batch (prefill = decode, bit for bit).
 template <GgmlType F, int NT>
 __global__ void MatVecKernel(const uint8_t* w, uint64_t row_bytes, int64_t n_rows,
                              int64_t n_cols, const float* x, float* y) {
+  x += static_cast<int64_t>(blockIdx.y) * NT * n_cols;
+  y += static_cast<int64_t>(blockIdx.y) * NT * n_rows;
   const int lane = threadIdx.x & 31;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kMatVecWarps + (threadIdx.x >> 5);
   if (row >= n_rows) return;
@@ -51,15 +56,26 @@ __global__ void MatVecKernel(const uint8_t* w, uint64_t row_bytes, int64_t n_row
 }
 
 template <GgmlType F, int NT>
-void LaunchMatVec(const DeviceMatrix& w, const float* x, float* y, cudaStream_t s) {
+void LaunchMatVec(const DeviceMatrix& w, const float* x, float* y, cudaStream_t s,
+                  unsigned groups = 1) {
   const unsigned blocks = static_cast<unsigned>((w.n_rows + kMatVecWarps - 1) / kMatVecWarps);
-  MatVecKernel<F, NT><<<blocks, kMatVecWarps * 32, 0, s>>>(
+  MatVecKernel<F, NT><<<dim3(blocks, groups), kMatVecWarps * 32, 0, s>>>(
       static_cast<const uint8_t*>(w.data), w.row_bytes, w.n_rows, w.n_cols, x, y);
 }
 
+// Full groups of kMaxMatVecTokens in one launch, then the rest.
 template <GgmlType F>
 void LaunchMatVecTokens(const DeviceMatrix& w, const float* x, int64_t n_tok, float* y,
                         cudaStream_t s) {
+  constexpr int64_t G = kMaxMatVecTokens;
+  if (n_tok >= G) {
+    const int64_t full = n_tok / G;
+    LaunchMatVec<F, G>(w, x, y, s, static_cast<unsigned>(full));
+    x += full * G * w.n_cols;
+    y += full * G * w.n_rows;
+    n_tok -= full * G;
+    if (n_tok == 0) return;
+  }
   switch (n_tok) {
     case 1: LaunchMatVec<F, 1>(w, x, y, s); break;
     case 2: LaunchMatVec<F, 2>(w, x, y, s); break;
@@ -112,7 +128,9 @@ CallResult DequantRows(const DeviceMatrix& w, const int32_t* row_ids, int64_t fi
 
 CallResult MatVec(const DeviceMatrix& w, const float* x, int64_t n_tok, float* y,
                   void* stream) {
-  if (n_tok < 1 || n_tok > kMaxMatVecTokens) return {cudaErrorInvalidValue, "MatVec: n_tok"};
+  if (n_tok < 1 || n_tok / kMaxMatVecTokens > 65535) {
+    return {cudaErrorInvalidValue, "MatVec: n_tok"};
+  }
   if (w.n_rows == 0) return {};
   if (!DispatchMatVec(w, x, n_tok, y, static_cast<cudaStream_t>(stream))) {
     return {cudaErrorInvalidValue, "MatVec: unsupported format"};
