@@ -27,6 +27,7 @@
 // one workspace); not thread-safe.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -116,6 +117,12 @@ struct CudaForwardStats {
   double expert_seconds = 0;  // host time inside ExpertBackend::Compute
   uint64_t expert_cache_hits = 0;    // (token, expert) pairs computed on the GPU
   uint64_t expert_cache_misses = 0;  // pairs sent to the ExpertBackend
+  // Host time per phase (Eval's wall time = their sum, up to the small rest):
+  double eval_seconds = 0;     // all of Eval
+  double enqueue_seconds = 0;  // queueing the GPU work of attention, norm and router
+  double gpu_wait_seconds = 0; // waiting for that work and the copy of h, ids, weights
+  double host_seconds = 0;     // building the expert call, cached experts, partial upload
+  double head_seconds = 0;     // output norm + head, logits copy included
 };
 
 class CudaForward {
@@ -176,6 +183,7 @@ class CudaForward {
   std::shared_ptr<const GpuExpertCache> expert_cache_;
   CudaForwardStats stats_;
   uint64_t next_call_id_ = 1;
+  std::chrono::steady_clock::time_point layer_start_;
 };
 
 }  // namespace moesplit::cuda
