@@ -361,22 +361,35 @@ MS_HD int NearestInt(float f) {
   return static_cast<int>(FloatToBits(v) & 0x007FFFFFu) - 0x00400000;
 }
 
-// One Q8_0 block (32 values): quantize_row_q8_0_ref then dequantize_row_q8_0.
+// x through quantize_row_q8_0_ref + dequantize_row_q8_0, in a block whose
+// largest magnitude is amax.
+MS_HD float RoundQ8_0(float x, float amax) {
+  const float d = amax / ((1 << 7) - 1);
+  const float id = d ? 1.0f / d : 0.0f;
+  return static_cast<int8_t>(RoundHalfAway(x * id)) * HalfToFloat(FloatToHalf(d));
+}
+
+// x through quantize_row_q8_K_ref + dequantize_row_q8_K, in a block whose
+// first value of the largest magnitude is max (0: an all-zero block).
+MS_HD float RoundQ8_K(float x, float max) {
+  if (!max) return 0.0f;
+  const float iscale = -127.f / max;
+  const float d = 1 / iscale;
+  const int v = NearestInt(iscale * x);
+  return d * static_cast<int8_t>(v < 127 ? v : 127);
+}
+
+// One Q8_0 block (32 values).
 MS_HD void RoundTripQ8_0(const float* x, float* out) {
   float amax = 0.0f;
   for (int j = 0; j < 32; ++j) {
     const float v = x[j] < 0 ? -x[j] : x[j];
     amax = amax > v ? amax : v;
   }
-  const float d = amax / ((1 << 7) - 1);
-  const float id = d ? 1.0f / d : 0.0f;
-  const float dh = HalfToFloat(FloatToHalf(d));
-  for (int j = 0; j < 32; ++j) {
-    out[j] = static_cast<int8_t>(RoundHalfAway(x[j] * id)) * dh;
-  }
+  for (int j = 0; j < 32; ++j) out[j] = RoundQ8_0(x[j], amax);
 }
 
-// One Q8_K block (256 values): quantize_row_q8_K_ref then dequantize_row_q8_K.
+// One Q8_K block (256 values).
 MS_HD void RoundTripQ8_K(const float* x, float* out) {
   float max = 0.0f, amax = 0.0f;
   for (int j = 0; j < 256; ++j) {
@@ -386,16 +399,7 @@ MS_HD void RoundTripQ8_K(const float* x, float* out) {
       max = x[j];
     }
   }
-  if (!amax) {
-    for (int j = 0; j < 256; ++j) out[j] = 0.0f;
-    return;
-  }
-  const float iscale = -127.f / max;
-  const float d = 1 / iscale;
-  for (int j = 0; j < 256; ++j) {
-    const int v = NearestInt(iscale * x[j]);
-    out[j] = d * static_cast<int8_t>(v < 127 ? v : 127);
-  }
+  for (int j = 0; j < 256; ++j) out[j] = RoundQ8_K(x[j], max);
 }
 
 // Rounds the unit of ActRoundingBlock(r) values at x into out (may alias).
