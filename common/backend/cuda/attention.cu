@@ -190,6 +190,7 @@ __global__ void AttentionMergeKernel(AttentionParams p, int64_t t0, int n_chunks
       p.split_scratch + (static_cast<int64_t>(blockIdx.y) * p.n_head + h) * n_chunks * (hd + 2);
   for (int e = threadIdx.x; e < hd; e += blockDim.x) {
     float m = -INFINITY, l = 0.0f, o = 0.0f;
+#pragma unroll 8
     for (int c = 0; c < nc; ++c) {
       const float* pc = part + static_cast<int64_t>(c) * (hd + 2);
       const float m_new = fmaxf(m, pc[0]);
