@@ -672,8 +672,16 @@ absl::Status CudaForward::CachedExperts(int il, model::ExpertCall* call) {
     const GpuExpertCache::Weights& w = cache.weights(il, static_cast<int>(e));
     const int64_t ff = w.up.n_rows;
     RETURN_IF_CUDA_ERROR(raw::GatherRows(ws.h, ws.ex_idx + off, cnt, d, ws.ex_in, s));
-    RETURN_IF_CUDA_ERROR(raw::MatMul(w.gate, ws.ex_in, cnt, ws.ex_g, g, s));
-    RETURN_IF_CUDA_ERROR(raw::MatMul(w.up, ws.ex_in, cnt, ws.ex_u, g, s));
+    // Gate and up read the same rounded activations: round the gathered rows
+    // once, in place.
+    raw::GemmContext gu = g;
+    const auto r = codec::ActRoundingOf(w.gate.type);
+    if (r != codec::ActRounding::kNone && r == codec::ActRoundingOf(w.up.type)) {
+      RETURN_IF_CUDA_ERROR(raw::RoundActivations(w.gate.type, ws.ex_in, cnt, d, ws.ex_in, s));
+      gu = raw::GemmContext{};
+    }
+    RETURN_IF_CUDA_ERROR(raw::MatMul(w.gate, ws.ex_in, cnt, ws.ex_g, gu, s));
+    RETURN_IF_CUDA_ERROR(raw::MatMul(w.up, ws.ex_in, cnt, ws.ex_u, gu, s));
     RETURN_IF_CUDA_ERROR(raw::SwiGlu(ws.ex_g, ws.ex_u, cnt * ff, ws.ex_g, s));
     RETURN_IF_CUDA_ERROR(raw::MatMul(w.down, ws.ex_g, cnt, ws.ex_out, g, s));
     RETURN_IF_CUDA_ERROR(
