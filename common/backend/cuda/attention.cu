@@ -24,17 +24,24 @@ __device__ __forceinline__ uint8_t* SlotRow(uint8_t* base, const PagedKv& kv, in
   return base + (page * kv.page_size + pos % kv.page_size) * static_cast<int64_t>(row_bytes);
 }
 
-// One thread per stored unit (an element for F16, a 32-block otherwise).
+// One thread per stored unit (an element for F16, a 32-block otherwise):
+// the n_tok * kd / kElems units of K, then those of V (one launch).
 template <GgmlType F>
-__global__ void KvWriteKernel(PagedKv kv, uint8_t* base, uint64_t row_bytes, const float* x,
-                              int64_t n_tok, int64_t pos0, int64_t dim) {
+__global__ void KvWriteKernel(PagedKv kv, const float* k, const float* v, int64_t n_tok,
+                              int64_t pos0, int64_t kd, int64_t vd) {
   constexpr int kElems = Format<F>::kElems, kBytes = Format<F>::kBytes;
-  const int64_t units = dim / kElems;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-       i < n_tok * units; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t t = i / units, u = i % units;
-    uint8_t* dst = SlotRow(base, kv, pos0 + t, row_bytes) + u * kBytes;
-    const float* src = x + t * dim + u * kElems;
+  const int64_t k_units = kd / kElems, v_units = vd / kElems;
+  const int64_t n_k = n_tok * k_units, total = n_k + n_tok * v_units;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const bool is_k = i < n_k;
+    const int64_t j = is_k ? i : i - n_k;
+    const int64_t units = is_k ? k_units : v_units, dim = is_k ? kd : vd;
+    const int64_t t = j / units, u = j % units;
+    uint8_t* dst = SlotRow(is_k ? kv.k : kv.v, kv, pos0 + t,
+                           is_k ? kv.k_row_bytes : kv.v_row_bytes) +
+                   u * kBytes;
+    const float* src = (is_k ? k : v) + t * dim + u * kElems;
     if constexpr (F == GgmlType::kF16) {
       const uint16_t h = codec::FloatToHalf(src[0]);
       dst[0] = static_cast<uint8_t>(h & 0xFF);
@@ -54,16 +61,10 @@ CallResult LaunchKvWrite(const PagedKv& kv, const float* k, const float* v, int6
   if (kd % kElems != 0 || vd % kElems != 0) {
     return {cudaErrorInvalidValue, "KvWrite: row not a multiple of the KV block"};
   }
-  auto blocks = [](int64_t units) {
-    const int64_t b = (units + 255) / 256;
-    return static_cast<unsigned>(b < 65535 ? b : 65535);
-  };
-  KvWriteKernel<F><<<blocks(n_tok * kd / kElems), 256, 0, s>>>(kv, kv.k, kv.k_row_bytes, k,
-                                                               n_tok, pos0, kd);
-  cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) return {e, "KvWriteKernel<<<>>>"};
-  KvWriteKernel<F><<<blocks(n_tok * vd / kElems), 256, 0, s>>>(kv, kv.v, kv.v_row_bytes, v,
-                                                               n_tok, pos0, vd);
+  const int64_t units = n_tok * (kd + vd) / kElems;
+  int64_t blocks = (units + 255) / 256;
+  if (blocks > 65535) blocks = 65535;
+  KvWriteKernel<F><<<static_cast<unsigned>(blocks), 256, 0, s>>>(kv, k, v, n_tok, pos0, kd, vd);
   return {cudaGetLastError(), "KvWriteKernel<<<>>>"};
 }
 
