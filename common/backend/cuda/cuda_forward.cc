@@ -514,15 +514,9 @@ absl::Status CudaForward::Attention(int il, int64_t n, int64_t pos0, CudaKvCache
   if (L.bq.p) RETURN_IF_CUDA_ERROR(raw::AddBias(ws.q, L.bq.p, n, hp.n_head * hd, s));
   if (L.bk.p) RETURN_IF_CUDA_ERROR(raw::AddBias(ws.k, L.bk.p, n, hp.n_head_kv * hd, s));
   if (L.bv.p) RETURN_IF_CUDA_ERROR(raw::AddBias(ws.v, L.bv.p, n, hp.n_head_kv * hd, s));
-  if (L.q_norm.p) {
-    RETURN_IF_CUDA_ERROR(raw::RmsNorm(ws.q, L.q_norm.p, n * hp.n_head, hd, hp.rms_eps, ws.q, s));
-  }
-  if (L.k_norm.p) {
-    RETURN_IF_CUDA_ERROR(
-        raw::RmsNorm(ws.k, L.k_norm.p, n * hp.n_head_kv, hd, hp.rms_eps, ws.k, s));
-  }
-  RETURN_IF_CUDA_ERROR(raw::RopeNeox(ws.q, n, hp.n_head, hd, hp.rope.n_rot, ws.rope, s));
-  RETURN_IF_CUDA_ERROR(raw::RopeNeox(ws.k, n, hp.n_head_kv, hd, hp.rope.n_rot, ws.rope, s));
+  RETURN_IF_CUDA_ERROR(raw::QkNormRope(ws.q, L.q_norm.p, hp.n_head, ws.k, L.k_norm.p,
+                                        hp.n_head_kv, n, hd, hp.rms_eps, hp.rope.n_rot,
+                                        ws.rope, s));
   raw::PagedKv kv;
   kv.type = cache->type();
   kv.k = cache->k(il);

@@ -207,6 +207,27 @@ TEST_F(CudaOpsTest, RmsNormRopeAndElementwiseMatchTheCpu) {
   got = Download(dx, rows * d);
   for (int64_t i = 0; i < rows * d; ++i) ASSERT_NEAR(got[i], want[i], 1e-5) << i;
 
+  // QkNormRope: the same values as RmsNorm + RopeNeox per side (3 tokens, 4
+  // query heads, 2 key heads), with and without the norms.
+  const float* dcs = Upload(cs);
+  for (bool with_norm : {true, false}) {
+    std::vector<float> q = RandomVector(3 * 4 * d, 21, 2.0f), k = RandomVector(3 * 2 * d, 22, 2.0f);
+    const float* qw = with_norm ? Upload(RandomVector(d, 23)) : nullptr;
+    const float* kw = with_norm ? Upload(RandomVector(d, 24)) : nullptr;
+    float *q1 = Upload(q), *k1 = Upload(k), *q2 = Upload(q), *k2 = Upload(k);
+    if (with_norm) {
+      ASSERT_TRUE(ToStatus(raw::RmsNorm(q1, qw, 12, d, 1e-6f, q1, s())).ok());
+      ASSERT_TRUE(ToStatus(raw::RmsNorm(k1, kw, 6, d, 1e-6f, k1, s())).ok());
+    }
+    ASSERT_TRUE(ToStatus(raw::RopeNeox(q1, 3, 4, d, 64, dcs, s())).ok());
+    ASSERT_TRUE(ToStatus(raw::RopeNeox(k1, 3, 2, d, 64, dcs, s())).ok());
+    ASSERT_TRUE(ToStatus(raw::QkNormRope(q2, qw, 4, k2, kw, 2, 3, d, 1e-6f, 64, dcs, s())).ok());
+    const std::vector<float> a = Download(q1, q.size()), b = Download(q2, q.size());
+    const std::vector<float> c = Download(k1, k.size()), e = Download(k2, k.size());
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "q, norm " << with_norm;
+    EXPECT_EQ(0, std::memcmp(c.data(), e.data(), c.size() * 4)) << "k, norm " << with_norm;
+  }
+
   // SwiGLU, Add, AddBias, ScaleRowsBySigmoid.
   std::vector<float> g = RandomVector(rows * d, 3), u = RandomVector(rows * d, 4);
   float* dg = Upload(g);

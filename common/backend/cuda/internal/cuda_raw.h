@@ -108,6 +108,13 @@ CallResult RmsNorm(const float* x, const float* w, int64_t rows, int64_t d, floa
 // n_tok x n_rot/2 x 2, computed on the host by the CPU reference code).
 CallResult RopeNeox(float* x, int64_t n_tok, int64_t n_heads, int64_t head_dim, int64_t n_rot,
                     const float* cos_sin, void* stream);
+// The per-head norms and RoPE of attention in one launch: RmsNorm (as
+// RmsNorm, rows of head_dim, skipped for a side whose weight is null) then
+// RopeNeox, on q (n_tok x n_head heads) and k (n_tok x n_head_kv heads), in
+// place; the same values as the four separate calls.
+CallResult QkNormRope(float* q, const float* q_norm, int64_t n_head, float* k,
+                      const float* k_norm, int64_t n_head_kv, int64_t n_tok, int64_t head_dim,
+                      float eps, int64_t n_rot, const float* cos_sin, void* stream);
 // y[r][c] += b[c]
 CallResult AddBias(float* y, const float* b, int64_t rows, int64_t cols, void* stream);
 // x[i] += y[i]
