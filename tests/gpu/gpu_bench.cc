@@ -96,8 +96,8 @@ absl::Status AttentionAtFullContext(backend::Device* dev, const model::HyperPara
   const int64_t qn = hp.n_head * hp.head_dim_k;
   ASSIGN_OR_RETURN(auto q, dev->Allocate(qn * sizeof(float)));
   ASSIGN_OR_RETURN(auto out, dev->Allocate(qn * sizeof(float)));
-  const int64_t split_elems = cuda::raw::AttentionSplitElems(static_cast<int>(hp.n_head),
-                                                             static_cast<int>(hp.head_dim_k));
+  const int64_t split_elems = cuda::raw::AttentionScratchElems(
+      static_cast<int>(hp.n_head), static_cast<int>(hp.head_dim_k), a.ctx);
   ASSIGN_OR_RETURN(auto split, dev->Allocate(split_elems * sizeof(float)));
   std::vector<int32_t> ids(n_pages);
   for (int64_t i = 0; i < n_pages; ++i) ids[i] = static_cast<int32_t>(i);
@@ -242,6 +242,7 @@ int Run(const Args& a) {
   Line("prefill_cpu_expert_share", absl::StrCat(prefill_expert_s / prefill_s));
 
   const double e1 = (*fwd)->stats().expert_seconds;
+  const cuda::CudaForwardStats d0 = (*fwd)->stats();
   t = Clock::now();
   for (int i = 0; i < a.decode; ++i) {
     const int32_t next[1] = {static_cast<int32_t>(model::internal::Argmax(logits.data(), nv))};
@@ -259,6 +260,22 @@ int Run(const Args& a) {
   Line("decode_ms_per_token", absl::StrCat(1e3 * decode_s / std::max(1, a.decode)));
   Line("decode_ms_per_token_outside_cpu_experts",
        absl::StrCat(1e3 * (decode_s - decode_expert_s) / std::max(1, a.decode)));
+  {
+    // Where the time outside the CPU experts goes (host view, per token).
+    const cuda::CudaForwardStats d1 = (*fwd)->stats();
+    const double per = 1e3 / std::max(1, a.decode);
+    const double enq = d1.enqueue_seconds - d0.enqueue_seconds;
+    const double wait = d1.gpu_wait_seconds - d0.gpu_wait_seconds;
+    const double host = d1.host_seconds - d0.host_seconds;
+    const double head = d1.head_seconds - d0.head_seconds;
+    const double eval = d1.eval_seconds - d0.eval_seconds;
+    Line("decode_ms_per_token_breakdown",
+         absl::StrCat("enqueue ", per * enq, " (attention+norm+router launches), gpu_wait ",
+                      per * wait, ", host ", per * host, " (expert call, partial upload), ",
+                      "cpu_experts ", per * decode_expert_s, ", head ", per * head, ", rest ",
+                      per * (eval - enq - wait - host - head - decode_expert_s), ", outside Eval ",
+                      per * (decode_s - eval)));
+  }
   if (absl::Status st = AttentionAtFullContext(dev->get(), (*model)->hparams(), a); !st.ok()) {
     std::fprintf(stderr, "attention at full context: %s\n", std::string(st.message()).c_str());
   }

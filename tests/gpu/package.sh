@@ -5,13 +5,15 @@
 # lent GPU machine. Run here (no GPU needed); then, on the device, from the
 # repo root with gpu-pack/ carried: bash tests/gpu/run.sh
 #
-#   bash tests/gpu/package.sh            # build dir build-gpu/, arch 90
+#   bash tests/gpu/package.sh            # build dir build-gpu/, arch 90-real
 #   BUILD_DIR=... CUDA_ARCH=... JOBS=... bash tests/gpu/package.sh
+#   (CUDA_ARCH 90-real: sm_90 code without PTX, which doubled the size of
+#   every binary; the H200 runs sm_90 code)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 BUILD_DIR=${BUILD_DIR:-$ROOT/build-gpu}
-CUDA_ARCH=${CUDA_ARCH:-90}
+CUDA_ARCH=${CUDA_ARCH:-90-real}  # SASS only (no PTX): the binaries stay small
 JOBS=${JOBS:-2}
 PKG=$ROOT/gpu-pack
 LIMIT_MIB=${LIMIT_MIB:-62}

@@ -1,6 +1,9 @@
-// Paged KV cache writes and causal GQA attention over it (decode and
-// prefill alike: one thread block per (query head, token); its warps split
-// the positions with an online softmax each and merge at the end).
+// Paged KV cache writes and causal GQA attention over it, decode and prefill
+// alike: the positions of every token in fixed chunks of kAttentionChunk,
+// one thread block per (KV head [and a subgroup of its query heads], token,
+// chunk) writing the chunk's softmax partial, then a merge kernel per
+// (query head, token) combining the chunks in order. Decode at long contexts
+// gets hundreds of blocks; a token's result does not depend on the batch.
 #include <cuda_runtime.h>
 
 #include "common/backend/cuda/internal/block_codec.h"
@@ -13,7 +16,7 @@ using codec::DecodeRowElement;
 using codec::Format;
 
 constexpr int kWarps = 8;
-constexpr int kMaxHeadDim = 256;
+constexpr int kChunk = kAttentionChunk;
 
 __device__ __forceinline__ uint8_t* SlotRow(uint8_t* base, const PagedKv& kv, int64_t pos,
                                             uint64_t row_bytes) {
@@ -21,17 +24,24 @@ __device__ __forceinline__ uint8_t* SlotRow(uint8_t* base, const PagedKv& kv, in
   return base + (page * kv.page_size + pos % kv.page_size) * static_cast<int64_t>(row_bytes);
 }
 
-// One thread per stored unit (an element for F16, a 32-block otherwise).
+// One thread per stored unit (an element for F16, a 32-block otherwise):
+// the n_tok * kd / kElems units of K, then those of V (one launch).
 template <GgmlType F>
-__global__ void KvWriteKernel(PagedKv kv, uint8_t* base, uint64_t row_bytes, const float* x,
-                              int64_t n_tok, int64_t pos0, int64_t dim) {
+__global__ void KvWriteKernel(PagedKv kv, const float* k, const float* v, int64_t n_tok,
+                              int64_t pos0, int64_t kd, int64_t vd) {
   constexpr int kElems = Format<F>::kElems, kBytes = Format<F>::kBytes;
-  const int64_t units = dim / kElems;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-       i < n_tok * units; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t t = i / units, u = i % units;
-    uint8_t* dst = SlotRow(base, kv, pos0 + t, row_bytes) + u * kBytes;
-    const float* src = x + t * dim + u * kElems;
+  const int64_t k_units = kd / kElems, v_units = vd / kElems;
+  const int64_t n_k = n_tok * k_units, total = n_k + n_tok * v_units;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const bool is_k = i < n_k;
+    const int64_t j = is_k ? i : i - n_k;
+    const int64_t units = is_k ? k_units : v_units, dim = is_k ? kd : vd;
+    const int64_t t = j / units, u = j % units;
+    uint8_t* dst = SlotRow(is_k ? kv.k : kv.v, kv, pos0 + t,
+                           is_k ? kv.k_row_bytes : kv.v_row_bytes) +
+                   u * kBytes;
+    const float* src = (is_k ? k : v) + t * dim + u * kElems;
     if constexpr (F == GgmlType::kF16) {
       const uint16_t h = codec::FloatToHalf(src[0]);
       dst[0] = static_cast<uint8_t>(h & 0xFF);
@@ -51,157 +61,214 @@ CallResult LaunchKvWrite(const PagedKv& kv, const float* k, const float* v, int6
   if (kd % kElems != 0 || vd % kElems != 0) {
     return {cudaErrorInvalidValue, "KvWrite: row not a multiple of the KV block"};
   }
-  auto blocks = [](int64_t units) {
-    const int64_t b = (units + 255) / 256;
-    return static_cast<unsigned>(b < 65535 ? b : 65535);
-  };
-  KvWriteKernel<F><<<blocks(n_tok * kd / kElems), 256, 0, s>>>(kv, kv.k, kv.k_row_bytes, k,
-                                                               n_tok, pos0, kd);
-  cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) return {e, "KvWriteKernel<<<>>>"};
-  KvWriteKernel<F><<<blocks(n_tok * vd / kElems), 256, 0, s>>>(kv, kv.v, kv.v_row_bytes, v,
-                                                               n_tok, pos0, vd);
+  const int64_t units = n_tok * (kd + vd) / kElems;
+  int64_t blocks = (units + 255) / 256;
+  if (blocks > 65535) blocks = 65535;
+  KvWriteKernel<F><<<static_cast<unsigned>(blocks), 256, 0, s>>>(kv, k, v, n_tok, pos0, kd, vd);
   return {cudaGetLastError(), "KvWriteKernel<<<>>>"};
 }
 
-template <GgmlType F, int NV>
-__global__ void __launch_bounds__(kWarps * 32) AttentionKernel(AttentionParams p) {
-  const int h = blockIdx.x;
-  const int64_t t = blockIdx.y;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int hd = NV * 32;
-  const int kvh = h / (p.n_head / p.n_head_kv);
-  const float* q = p.q + (t * p.n_head + h) * hd;
-  float qr[NV], acc[NV];
-#pragma unroll
-  for (int j = 0; j < NV; ++j) {
-    qr[j] = q[lane + 32 * j];
-    acc[j] = 0.0f;
-  }
+// Chunk partials: block (x, t, c) computes, for query heads h0 .. h0 + HG - 1
+// of KV head kvh (x = kvh * subgroups + sub, h0 = kvh * G + sub * HG) and
+// token t of this launch, the online-softmax state {max, sum, acc[hd]} of
+// positions [c * kChunk, min((c + 1) * kChunk, n_kv)), n_kv = pos0 + t + 1.
+// Warp w takes positions begin + w, begin + w + 8, ...; lane l holds
+// dimensions l, l + 32, ... Every K/V row is decoded once for the HG heads
+// that read it. A head's arithmetic does not depend on HG, the grid or the
+// batch: the same position partition and order for every token.
+template <GgmlType F, int NV, int HG>
+__global__ void __launch_bounds__(kWarps * 32) AttentionPartialKernel(AttentionParams p,
+                                                                     int64_t t0, int subgroups,
+                                                                     int n_chunks) {
+  const int kvh = blockIdx.x / subgroups;
+  const int group = p.n_head / p.n_head_kv;
+  const int h0 = kvh * group + (blockIdx.x % subgroups) * HG;
+  const int64_t t = t0 + blockIdx.y;
+  const int c = blockIdx.z;
   const int64_t n_kv = p.pos0 + t + 1;
-  const int n_split = gridDim.z;
-  const int64_t chunk = (n_kv + n_split - 1) / n_split;
-  const int64_t begin = static_cast<int64_t>(blockIdx.z) * chunk;
-  const int64_t end = begin + chunk < n_kv ? begin + chunk : n_kv;
-  const int64_t col0 = static_cast<int64_t>(kvh) * hd + lane;
-  float m = -INFINITY, l = 0.0f;
-  for (int64_t pos = begin + warp; pos < end; pos += kWarps) {
-    const uint8_t* krow = SlotRow(p.kv.k, p.kv, pos, p.kv.k_row_bytes);
-    float s = 0.0f;
+  const int64_t begin = static_cast<int64_t>(c) * kChunk;
+  if (begin >= n_kv) return;  // past this token's causal range
+  const int64_t end = begin + kChunk < n_kv ? begin + kChunk : n_kv;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  constexpr int hd = NV * 32;
+  float qr[HG][NV], acc[HG][NV], m[HG], l[HG];
 #pragma unroll
-    for (int j = 0; j < NV; ++j) s += qr[j] * DecodeRowElement<F>(krow, col0 + 32 * j);
-    for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xFFFFFFFFu, s, off);
-    s *= p.scale;
-    const float m_new = fmaxf(m, s);
-    const float corr = expf(m - m_new);
-    const float ps = expf(s - m_new);
-    l = l * corr + ps;
-    const uint8_t* vrow = SlotRow(p.kv.v, p.kv, pos, p.kv.v_row_bytes);
+  for (int g = 0; g < HG; ++g) {
+    const float* q = p.q + (t * p.n_head + h0 + g) * hd;
 #pragma unroll
     for (int j = 0; j < NV; ++j) {
-      acc[j] = acc[j] * corr + ps * DecodeRowElement<F>(vrow, col0 + 32 * j);
+      qr[g][j] = q[lane + 32 * j];
+      acc[g][j] = 0.0f;
     }
-    m = m_new;
-  }
-  __shared__ float sm_m[kWarps], sm_l[kWarps];
-  __shared__ float sm_acc[kWarps][kMaxHeadDim];
-  if (lane == 0) {
-    sm_m[warp] = m;
-    sm_l[warp] = l;
-  }
+    m[g] = -INFINITY;
+    l[g] = 0.0f;
+    // The query rounded to K's vec_dot_type, as llama.cpp's CPU attention
+    // (and the CPU reference) does: F16 for an F16 cache, Q8_0 blocks of 32
+    // (one j across the warp) for Q8_0 / Q4_0.
 #pragma unroll
-  for (int j = 0; j < NV; ++j) sm_acc[warp][lane + 32 * j] = acc[j];
+    for (int j = 0; j < NV; ++j) {
+      if constexpr (F == GgmlType::kF16) {
+        qr[g][j] = codec::HalfToFloat(codec::FloatToHalf(qr[g][j]));
+      } else {
+        float amax = fabsf(qr[g][j]);
+        for (int off = 16; off > 0; off >>= 1) {
+          amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, off));
+        }
+        const float d = amax / ((1 << 7) - 1);
+        const float id = d ? 1.0f / d : 0.0f;
+        qr[g][j] = static_cast<int8_t>(roundf(qr[g][j] * id)) *
+                   codec::HalfToFloat(codec::FloatToHalf(d));
+      }
+    }
+  }
+  const int64_t col0 = static_cast<int64_t>(kvh) * hd + lane;
+  for (int64_t pos = begin + warp; pos < end; pos += kWarps) {
+    const uint8_t* krow = SlotRow(p.kv.k, p.kv, pos, p.kv.k_row_bytes);
+    const uint8_t* vrow = SlotRow(p.kv.v, p.kv, pos, p.kv.v_row_bytes);
+    float kv[NV], vv[NV];
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+      kv[j] = DecodeRowElement<F>(krow, col0 + 32 * j);
+      vv[j] = DecodeRowElement<F>(vrow, col0 + 32 * j);
+    }
+#pragma unroll
+    for (int g = 0; g < HG; ++g) {
+      float s = 0.0f;
+#pragma unroll
+      for (int j = 0; j < NV; ++j) s += qr[g][j] * kv[j];
+      for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xFFFFFFFFu, s, off);
+      s *= p.scale;
+      const float m_new = fmaxf(m[g], s);
+      const float corr = expf(m[g] - m_new);
+      const float ps = expf(s - m_new);
+      l[g] = l[g] * corr + ps;
+#pragma unroll
+      for (int j = 0; j < NV; ++j) acc[g][j] = acc[g][j] * corr + ps * vv[j];
+      m[g] = m_new;
+    }
+  }
+  __shared__ float sm_m[kWarps][HG], sm_l[kWarps][HG];
+  __shared__ float sm_acc[kWarps][HG * hd];
+#pragma unroll
+  for (int g = 0; g < HG; ++g) {
+    if (lane == 0) {
+      sm_m[warp][g] = m[g];
+      sm_l[warp][g] = l[g];
+    }
+#pragma unroll
+    for (int j = 0; j < NV; ++j) sm_acc[warp][g * hd + lane + 32 * j] = acc[g][j];
+  }
   __syncthreads();
-  float big = -INFINITY;
-  for (int w = 0; w < kWarps; ++w) big = fmaxf(big, sm_m[w]);
-  float total = 0.0f;
-  float f[kWarps];
-  for (int w = 0; w < kWarps; ++w) {
-    f[w] = sm_l[w] > 0.0f ? expf(sm_m[w] - big) : 0.0f;
-    total += sm_l[w] * f[w];
-  }
-  if (n_split == 1) {
-    float* out = p.out + (t * p.n_head + h) * hd;
-    for (int e = threadIdx.x; e < hd; e += blockDim.x) {
-      float o = 0.0f;
-      for (int w = 0; w < kWarps; ++w) o += sm_acc[w][e] * f[w];
-      out[e] = o / total;
+  // Merge the warps in order; one thread per (head, dimension).
+  for (int e = threadIdx.x; e < HG * hd; e += blockDim.x) {
+    const int g = e / hd, i = e % hd;
+    float big = -INFINITY;
+    for (int w = 0; w < kWarps; ++w) big = fmaxf(big, sm_m[w][g]);
+    float total = 0.0f, o = 0.0f;
+    for (int w = 0; w < kWarps; ++w) {
+      const float f = sm_l[w][g] > 0.0f ? expf(sm_m[w][g] - big) : 0.0f;
+      total += sm_l[w][g] * f;
+      o += sm_acc[w][e] * f;
     }
-    return;
-  }
-  // Split-K partial: {max, sum, acc[hd]} relative to this block's max (an
-  // empty range leaves sum 0).
-  float* part = p.split_scratch + ((t * p.n_head + h) * n_split + blockIdx.z) * (hd + 2);
-  if (threadIdx.x == 0) {
-    part[0] = big;
-    part[1] = total;
-  }
-  for (int e = threadIdx.x; e < hd; e += blockDim.x) {
-    float o = 0.0f;
-    for (int w = 0; w < kWarps; ++w) o += sm_acc[w][e] * f[w];
-    part[2 + e] = o;
+    float* part = p.split_scratch +
+                  ((static_cast<int64_t>(blockIdx.y) * p.n_head + h0 + g) * n_chunks + c) * (hd + 2);
+    if (i == 0) {
+      part[0] = big;
+      part[1] = total;
+    }
+    part[2 + i] = o;
   }
 }
 
-// Merges the n_split partials of each (head, token).
-__global__ void AttentionMergeKernel(const float* scratch, int n_head, int hd, int n_split,
-                                     float* out) {
+// out[t][h] = the chunk partials of (t, h) merged in chunk order (online).
+__global__ void AttentionMergeKernel(AttentionParams p, int64_t t0, int n_chunks) {
   const int h = blockIdx.x;
-  const int64_t t = blockIdx.y;
-  const float* part = scratch + (t * n_head + h) * n_split * (hd + 2);
-  float big = -INFINITY;
-  for (int z = 0; z < n_split; ++z) {
-    if (part[z * (hd + 2) + 1] > 0.0f) big = fmaxf(big, part[z * (hd + 2)]);
-  }
-  float total = 0.0f;
-  for (int z = 0; z < n_split; ++z) {
-    const float l = part[z * (hd + 2) + 1];
-    if (l > 0.0f) total += l * expf(part[z * (hd + 2)] - big);
-  }
+  const int64_t t = t0 + blockIdx.y;
+  const int hd = p.head_dim;
+  const int64_t n_kv = p.pos0 + t + 1;
+  const int nc = static_cast<int>((n_kv + kChunk - 1) / kChunk);
+  const float* part =
+      p.split_scratch + (static_cast<int64_t>(blockIdx.y) * p.n_head + h) * n_chunks * (hd + 2);
   for (int e = threadIdx.x; e < hd; e += blockDim.x) {
-    float o = 0.0f;
-    for (int z = 0; z < n_split; ++z) {
-      const float l = part[z * (hd + 2) + 1];
-      if (l > 0.0f) o += part[z * (hd + 2) + 2 + e] * expf(part[z * (hd + 2)] - big);
+    float m = -INFINITY, l = 0.0f, o = 0.0f;
+#pragma unroll 8
+    for (int c = 0; c < nc; ++c) {
+      const float* pc = part + static_cast<int64_t>(c) * (hd + 2);
+      const float m_new = fmaxf(m, pc[0]);
+      const float a = expf(m - m_new), b = expf(pc[0] - m_new);
+      l = l * a + pc[1] * b;
+      o = o * a + pc[2 + e] * b;
+      m = m_new;
     }
-    out[(t * n_head + h) * hd + e] = o / total;
+    p.out[(t * p.n_head + h) * hd + e] = o / l;
   }
 }
 
-// Blocks per (head, token): 1, or for a decode batch over a long context
-// enough to give each about kSplitChunk positions (at most kMaxSplits).
-int SplitCount(const AttentionParams& p) {
-  if (p.split_scratch == nullptr || p.n_tok > kMaxSplitTokens ||
-      p.split_scratch_elems < AttentionSplitElems(p.n_head, p.head_dim)) {
-    return 1;
+// Largest HG in {8, 4, 2, 1} dividing the GQA group with HG * NV <= 32
+// (registers, shared memory).
+int HeadsPerBlock(int group, int nv) {
+  for (int hg : {8, 4, 2}) {
+    if (group % hg == 0 && hg * nv <= 32) return hg;
   }
-  const int64_t n_kv = p.pos0 + p.n_tok;
-  const int64_t want = (n_kv + kSplitChunk - 1) / kSplitChunk;
-  return static_cast<int>(want < kMaxSplits ? want : kMaxSplits);
+  return 1;
+}
+
+template <GgmlType F, int NV, int HG>
+cudaError_t LaunchPartial(const AttentionParams& p, int64_t t0, int64_t nt, int n_chunks,
+                          cudaStream_t s) {
+  const int subgroups = p.n_head / p.n_head_kv / HG;
+  const dim3 grid(static_cast<unsigned>(p.n_head_kv * subgroups), static_cast<unsigned>(nt),
+                  static_cast<unsigned>(n_chunks));
+  AttentionPartialKernel<F, NV, HG><<<grid, kWarps * 32, 0, s>>>(p, t0, subgroups, n_chunks);
+  return cudaGetLastError();
+}
+
+template <GgmlType F, int NV>
+cudaError_t LaunchPartialHg(const AttentionParams& p, int64_t t0, int64_t nt, int n_chunks,
+                            cudaStream_t s) {
+  switch (HeadsPerBlock(p.n_head / p.n_head_kv, NV)) {
+    case 8:
+      if constexpr (NV <= 4) return LaunchPartial<F, NV, 8>(p, t0, nt, n_chunks, s);
+      return cudaErrorInvalidValue;
+    case 4: return LaunchPartial<F, NV, 4>(p, t0, nt, n_chunks, s);
+    case 2: return LaunchPartial<F, NV, 2>(p, t0, nt, n_chunks, s);
+    default: return LaunchPartial<F, NV, 1>(p, t0, nt, n_chunks, s);
+  }
 }
 
 template <GgmlType F>
 CallResult LaunchAttention(const AttentionParams& p, cudaStream_t s) {
-  const int n_split = SplitCount(p);
-  const dim3 grid(static_cast<unsigned>(p.n_head), static_cast<unsigned>(p.n_tok),
-                  static_cast<unsigned>(n_split));
-  const int threads = kWarps * 32;
-  switch (p.head_dim / 32) {
-    case 1: AttentionKernel<F, 1><<<grid, threads, 0, s>>>(p); break;
-    case 2: AttentionKernel<F, 2><<<grid, threads, 0, s>>>(p); break;
-    case 3: AttentionKernel<F, 3><<<grid, threads, 0, s>>>(p); break;
-    case 4: AttentionKernel<F, 4><<<grid, threads, 0, s>>>(p); break;
-    case 5: AttentionKernel<F, 5><<<grid, threads, 0, s>>>(p); break;
-    case 6: AttentionKernel<F, 6><<<grid, threads, 0, s>>>(p); break;
-    case 7: AttentionKernel<F, 7><<<grid, threads, 0, s>>>(p); break;
-    case 8: AttentionKernel<F, 8><<<grid, threads, 0, s>>>(p); break;
-    default: return {cudaErrorInvalidValue, "Attention: head_dim"};
+  const int hd = p.head_dim;
+  // Tokens per launch pair: as many as the scratch holds at the last
+  // token's chunk count.
+  int64_t t0 = 0;
+  while (t0 < p.n_tok) {
+    const int n_chunks = static_cast<int>((p.pos0 + p.n_tok + kChunk - 1) / kChunk);
+    const int64_t per_token = static_cast<int64_t>(p.n_head) * n_chunks * (hd + 2);
+    int64_t nt = p.split_scratch_elems / per_token;
+    if (nt < 1) return {cudaErrorInvalidValue, "Attention: split scratch too small"};
+    if (nt > p.n_tok - t0) nt = p.n_tok - t0;
+    if (nt > 65535) nt = 65535;
+    cudaError_t e = cudaErrorInvalidValue;
+    switch (hd / 32) {
+      case 1: e = LaunchPartialHg<F, 1>(p, t0, nt, n_chunks, s); break;
+      case 2: e = LaunchPartialHg<F, 2>(p, t0, nt, n_chunks, s); break;
+      case 3: e = LaunchPartialHg<F, 3>(p, t0, nt, n_chunks, s); break;
+      case 4: e = LaunchPartialHg<F, 4>(p, t0, nt, n_chunks, s); break;
+      case 5: e = LaunchPartialHg<F, 5>(p, t0, nt, n_chunks, s); break;
+      case 6: e = LaunchPartialHg<F, 6>(p, t0, nt, n_chunks, s); break;
+      case 7: e = LaunchPartialHg<F, 7>(p, t0, nt, n_chunks, s); break;
+      case 8: e = LaunchPartialHg<F, 8>(p, t0, nt, n_chunks, s); break;
+      default: break;
+    }
+    if (e != cudaSuccess) return {e, "AttentionPartialKernel<<<>>>"};
+    AttentionMergeKernel<<<dim3(static_cast<unsigned>(p.n_head), static_cast<unsigned>(nt)),
+                           hd < 128 ? hd : 128, 0, s>>>(p, t0, n_chunks);
+    e = cudaGetLastError();
+    if (e != cudaSuccess) return {e, "AttentionMergeKernel<<<>>>"};
+    t0 += nt;
   }
-  cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess || n_split == 1) return {e, "AttentionKernel<<<>>>"};
-  AttentionMergeKernel<<<dim3(static_cast<unsigned>(p.n_head), static_cast<unsigned>(p.n_tok)),
-                         128, 0, s>>>(p.split_scratch, p.n_head, p.head_dim, n_split, p.out);
-  return {cudaGetLastError(), "AttentionMergeKernel<<<>>>"};
+  return {};
 }
 
 }  // namespace
@@ -224,10 +291,11 @@ CallResult KvWrite(const PagedKv& kv, const float* k, const float* v, int64_t n_
 
 CallResult Attention(const AttentionParams& p, void* stream) {
   if (p.n_tok <= 0) return {};
-  if (p.head_dim % 32 != 0 || p.head_dim > kMaxHeadDim || p.head_dim < 32 || p.n_head_kv < 1 ||
+  if (p.head_dim % 32 != 0 || p.head_dim > 256 || p.head_dim < 32 || p.n_head_kv < 1 ||
       p.n_head % p.n_head_kv != 0) {
     return {cudaErrorInvalidValue, "Attention: unsupported head shape"};
   }
+  if (p.split_scratch == nullptr) return {cudaErrorInvalidValue, "Attention: no split scratch"};
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   switch (p.kv.type) {
     case GgmlType::kF16: return LaunchAttention<GgmlType::kF16>(p, s);

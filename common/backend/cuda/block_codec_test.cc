@@ -121,5 +121,40 @@ TEST(BlockCodecTest, KvEncodersMatchTheReferenceQuantisers) {
   }
 }
 
+// The activation rounding of the GPU products equals the CPU's conversion to
+// each weight type's vec_dot_type followed by that format's dequantiser.
+TEST(BlockCodecTest, ActivationRoundingMatchesTheVecDotTypeRoundTrip) {
+  const int64_t n = 256 * 4;
+  std::mt19937 rng(13);
+  std::normal_distribution<float> dist(0.0f, 1.5f);
+  for (GgmlType t : kTypes) {
+    const quant::TypeTraits* tr = quant::GetTypeTraits(t);
+    ASSERT_NE(tr, nullptr);
+    if (tr->vec_dot == nullptr) continue;  // Q8_1 / Q8_K: activation formats only
+    const GgmlType vdt = tr->vec_dot_type;
+    const ActRounding r = ActRoundingOf(t);
+    const int block = ActRoundingBlock(r);
+    for (int trial = 0; trial < 20; ++trial) {
+      std::vector<float> x(n), want(n), got(n);
+      for (float& v : x) v = dist(rng) * (trial % 3 == 0 ? 1e-3f : 1.0f);
+      if (trial == 1) std::fill(x.begin(), x.begin() + 256, 0.0f);  // an all-zero block
+      if (trial == 2) x[5] = -x[9] - 100.0f;  // a negative maximum
+      if (vdt == GgmlType::kF32) {
+        want = x;
+      } else {
+        std::vector<uint8_t> q(*RowBytes(vdt, n));
+        ASSERT_TRUE(quant::QuantizeRow(vdt, x.data(), q.data(), n).ok()) << GgmlTypeName(vdt);
+        ASSERT_TRUE(quant::DequantizeRow(vdt, q.data(), want.data(), n).ok());
+      }
+      for (int64_t i = 0; i < n; i += block) RoundActivations(r, x.data() + i, got.data() + i);
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_TRUE(SameValue(got[i], want[i]))
+            << GgmlTypeName(t) << " (" << GgmlTypeName(vdt) << ") trial " << trial << " element "
+            << i << ": got " << got[i] << " want " << want[i];
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace moesplit::cuda::codec

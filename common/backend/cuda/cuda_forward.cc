@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/backend/cuda/cuda_backend.h"
 #include "common/backend/cuda/cuda_status.h"
+#include "common/backend/cuda/internal/block_codec.h"
 #include "common/backend/cuda/internal/cuda_raw.h"
 #include "common/base/status.h"
 #include "common/model/internal/ops.h"
@@ -172,7 +173,7 @@ struct WorkspaceSizes {
   }
 };
 
-WorkspaceSizes Sizes(const model::Model& m, int64_t B) {
+WorkspaceSizes Sizes(const model::Model& m, int64_t B, int64_t n_ctx) {
   const HyperParams& hp = m.hparams();
   WorkspaceSizes s;
   s.x = B * hp.n_embd;
@@ -188,14 +189,14 @@ WorkspaceSizes Sizes(const model::Model& m, int64_t B) {
   s.rope = B * hp.rope.n_rot;
   s.head_rows = std::min<int64_t>(B, 32);
   s.logits = s.head_rows * hp.n_vocab;
-  int64_t max_cols = m.output().n_cols, max_elems = m.output().n_rows * m.output().n_cols;
-  ForEachLayerMatrix(m, [&](const quant::WeightView& w) {
-    max_cols = std::max(max_cols, w.n_cols);
-    if (w.type != GgmlType::kF32) max_elems = std::max(max_elems, w.n_rows * w.n_cols);
-  });
-  s.scratch = std::max(max_cols, std::min<int64_t>(max_elems, int64_t{16} << 20));
+  // The rounded activations of one product (MatMul's GemmContext): B rows of
+  // the widest input (the expert cache's down projections read n_ff_exp).
+  int64_t max_cols = std::max(m.output().n_cols, hp.n_ff_exp);
+  ForEachLayerMatrix(m, [&](const quant::WeightView& w) { max_cols = std::max(max_cols, w.n_cols); });
+  s.scratch = B * max_cols;
   s.ex_ff = B * hp.n_ff_exp;
-  s.split = raw::AttentionSplitElems(static_cast<int>(hp.n_head), static_cast<int>(hp.head_dim_v));
+  s.split = raw::AttentionScratchElems(static_cast<int>(hp.n_head), static_cast<int>(hp.head_dim_v),
+                                       n_ctx);
   return s;
 }
 
@@ -262,7 +263,7 @@ absl::StatusOr<GpuMemoryPlan> CudaForward::Plan(const model::Model& m,
     }
   }
   ASSIGN_OR_RETURN(p.kv_cache, CudaKvCache::Bytes(m.hparams(), o.n_ctx, o.kv_type, o.kv_page_size));
-  p.workspace = Sizes(m, o.max_batch).DeviceBytes();
+  p.workspace = Sizes(m, o.max_batch, o.n_ctx).DeviceBytes();
   return p;
 }
 
@@ -355,7 +356,7 @@ absl::StatusOr<std::unique_ptr<CudaForward>> CudaForward::Create(
   // Workspace.
   f->ws_ = std::make_unique<Workspace>();
   Workspace& ws = *f->ws_;
-  ws.sizes = Sizes(m, options.max_batch);
+  ws.sizes = Sizes(m, options.max_batch, options.n_ctx);
   const WorkspaceSizes& z = ws.sizes;
   auto alloc = [&](int64_t elems, auto** p) -> absl::Status {
     if (elems <= 0) return absl::OkStatus();
@@ -409,6 +410,13 @@ absl::StatusOr<std::unique_ptr<CudaKvCache>> CudaForward::CreateCache() const {
 
 // ------------------------------------------------------------------ Eval
 
+namespace {
+using SteadyClock = std::chrono::steady_clock;
+double SecondsSince(SteadyClock::time_point t) {
+  return std::chrono::duration<double>(SteadyClock::now() - t).count();
+}
+}  // namespace
+
 absl::Status CudaForward::Eval(absl::Span<const int32_t> tokens, CudaKvCache* cache,
                                LogitsMode mode, std::vector<float>* logits) {
   const HyperParams& hp = model_->hparams();
@@ -434,6 +442,7 @@ absl::Status CudaForward::Eval(absl::Span<const int32_t> tokens, CudaKvCache* ca
   const int64_t nv = hp.n_vocab;
   if (mode == LogitsMode::kAll) logits->resize(n * nv);
   if (mode == LogitsMode::kLast) logits->resize(nv);
+  const auto t_eval = SteadyClock::now();
   const int64_t B = options_.max_batch;
   for (int64_t s = 0; s < n; s += B) {
     const int64_t cn = std::min(B, n - s);
@@ -443,6 +452,7 @@ absl::Status CudaForward::Eval(absl::Span<const int32_t> tokens, CudaKvCache* ca
   }
   RETURN_IF_ERROR(stream_->Synchronize());
   cache->Commit(n);
+  stats_.eval_seconds += SecondsSince(t_eval);
   stats_.evals++;
   stats_.tokens += n;
   return absl::OkStatus();
@@ -471,6 +481,7 @@ absl::Status CudaForward::EvalChunk(absl::Span<const int32_t> tokens, int64_t po
   RETURN_IF_CUDA_ERROR(raw::MemcpyAsync(ws.tokens, tokens.data(), n * sizeof(int32_t), 0, s));
   RETURN_IF_CUDA_ERROR(raw::DequantRows(w_->embd.m, ws.tokens, 0, n, ws.x, s));
   for (int il = 0; il < model_->n_layer(); ++il) {
+    layer_start_ = SteadyClock::now();
     RETURN_IF_ERROR(Attention(il, n, pos0, cache));
     RETURN_IF_ERROR(MoeFfn(il, n));
   }
@@ -485,21 +496,27 @@ absl::Status CudaForward::Attention(int il, int64_t n, int64_t pos0, CudaKvCache
   const raw::GemmContext g{ws.scratch, ws.sizes.scratch};
   const int64_t d = hp.n_embd, hd = hp.head_dim_k;
   RETURN_IF_CUDA_ERROR(raw::RmsNorm(ws.x, L.attn_norm.p, n, d, hp.rms_eps, ws.h, s));
-  RETURN_IF_CUDA_ERROR(raw::MatMul(L.wq.m, ws.h, n, ws.q, g, s));
-  RETURN_IF_CUDA_ERROR(raw::MatMul(L.wk.m, ws.h, n, ws.k, g, s));
-  RETURN_IF_CUDA_ERROR(raw::MatMul(L.wv.m, ws.h, n, ws.v, g, s));
+  {
+    // Q, K and V read the same rounded activations: round once.
+    const float* in = ws.h;
+    raw::GemmContext gi = g;
+    const auto r = codec::ActRoundingOf(L.wq.m.type);
+    if (r != codec::ActRounding::kNone && r == codec::ActRoundingOf(L.wk.m.type) &&
+        r == codec::ActRoundingOf(L.wv.m.type) && n * d <= ws.sizes.scratch) {
+      RETURN_IF_CUDA_ERROR(raw::RoundActivations(L.wq.m.type, ws.h, n, d, ws.scratch, s));
+      in = ws.scratch;
+      gi = raw::GemmContext{};  // already rounded
+    }
+    RETURN_IF_CUDA_ERROR(raw::MatMul(L.wq.m, in, n, ws.q, gi, s));
+    RETURN_IF_CUDA_ERROR(raw::MatMul(L.wk.m, in, n, ws.k, gi, s));
+    RETURN_IF_CUDA_ERROR(raw::MatMul(L.wv.m, in, n, ws.v, gi, s));
+  }
   if (L.bq.p) RETURN_IF_CUDA_ERROR(raw::AddBias(ws.q, L.bq.p, n, hp.n_head * hd, s));
   if (L.bk.p) RETURN_IF_CUDA_ERROR(raw::AddBias(ws.k, L.bk.p, n, hp.n_head_kv * hd, s));
   if (L.bv.p) RETURN_IF_CUDA_ERROR(raw::AddBias(ws.v, L.bv.p, n, hp.n_head_kv * hd, s));
-  if (L.q_norm.p) {
-    RETURN_IF_CUDA_ERROR(raw::RmsNorm(ws.q, L.q_norm.p, n * hp.n_head, hd, hp.rms_eps, ws.q, s));
-  }
-  if (L.k_norm.p) {
-    RETURN_IF_CUDA_ERROR(
-        raw::RmsNorm(ws.k, L.k_norm.p, n * hp.n_head_kv, hd, hp.rms_eps, ws.k, s));
-  }
-  RETURN_IF_CUDA_ERROR(raw::RopeNeox(ws.q, n, hp.n_head, hd, hp.rope.n_rot, ws.rope, s));
-  RETURN_IF_CUDA_ERROR(raw::RopeNeox(ws.k, n, hp.n_head_kv, hd, hp.rope.n_rot, ws.rope, s));
+  RETURN_IF_CUDA_ERROR(raw::QkNormRope(ws.q, L.q_norm.p, hp.n_head, ws.k, L.k_norm.p,
+                                        hp.n_head_kv, n, hd, hp.rms_eps, hp.rope.n_rot,
+                                        ws.rope, s));
   raw::PagedKv kv;
   kv.type = cache->type();
   kv.k = cache->k(il);
@@ -556,7 +573,11 @@ absl::Status CudaForward::MoeFfn(int il, int64_t n) {
     }
     RETURN_IF_CUDA_ERROR(raw::Add(ws.x, ws.o, n * d, s));
   }
+  stats_.enqueue_seconds += SecondsSince(layer_start_);
+  const auto t_wait = SteadyClock::now();
   RETURN_IF_ERROR(copied_->Synchronize());
+  stats_.gpu_wait_seconds += SecondsSince(t_wait);
+  auto t_host = SteadyClock::now();
 
   model::ExpertCall call;
   call.call_id = next_call_id_++;
@@ -581,13 +602,14 @@ absl::Status CudaForward::MoeFfn(int il, int64_t n) {
   }
   if (expert_cache_ != nullptr) RETURN_IF_ERROR(CachedExperts(il, &call));
   stats_.expert_cache_misses += call.expert_ids.size();
+  stats_.host_seconds += SecondsSince(t_host);
   if (call.expert_ids.empty()) return absl::OkStatus();  // every pair hit the cache
   model::ExpertResult res;
-  const auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = SteadyClock::now();
   RETURN_IF_ERROR(experts_->Compute(call, &res));
-  stats_.expert_seconds +=
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  stats_.expert_seconds += SecondsSince(t0);
   stats_.expert_calls++;
+  t_host = SteadyClock::now();
   if (res.call_id != call.call_id || res.partial.size() != static_cast<size_t>(n * d)) {
     return absl::InternalError(absl::StrCat("expert backend answered call ", call.call_id,
                                             " with call ", res.call_id, " of ",
@@ -596,6 +618,7 @@ absl::Status CudaForward::MoeFfn(int il, int64_t n) {
   std::memcpy(ws.pin_part->data(), res.partial.data(), n * d * sizeof(float));
   RETURN_IF_CUDA_ERROR(raw::MemcpyAsync(ws.part, ws.pin_part->data(), n * d * sizeof(float), 0, s));
   RETURN_IF_CUDA_ERROR(raw::Add(ws.x, ws.part, n * d, s));
+  stats_.host_seconds += SecondsSince(t_host);
   return absl::OkStatus();
 }
 
@@ -643,8 +666,16 @@ absl::Status CudaForward::CachedExperts(int il, model::ExpertCall* call) {
     const GpuExpertCache::Weights& w = cache.weights(il, static_cast<int>(e));
     const int64_t ff = w.up.n_rows;
     RETURN_IF_CUDA_ERROR(raw::GatherRows(ws.h, ws.ex_idx + off, cnt, d, ws.ex_in, s));
-    RETURN_IF_CUDA_ERROR(raw::MatMul(w.gate, ws.ex_in, cnt, ws.ex_g, g, s));
-    RETURN_IF_CUDA_ERROR(raw::MatMul(w.up, ws.ex_in, cnt, ws.ex_u, g, s));
+    // Gate and up read the same rounded activations: round the gathered rows
+    // once, in place.
+    raw::GemmContext gu = g;
+    const auto r = codec::ActRoundingOf(w.gate.type);
+    if (r != codec::ActRounding::kNone && r == codec::ActRoundingOf(w.up.type)) {
+      RETURN_IF_CUDA_ERROR(raw::RoundActivations(w.gate.type, ws.ex_in, cnt, d, ws.ex_in, s));
+      gu = raw::GemmContext{};
+    }
+    RETURN_IF_CUDA_ERROR(raw::MatMul(w.gate, ws.ex_in, cnt, ws.ex_g, gu, s));
+    RETURN_IF_CUDA_ERROR(raw::MatMul(w.up, ws.ex_in, cnt, ws.ex_u, gu, s));
     RETURN_IF_CUDA_ERROR(raw::SwiGlu(ws.ex_g, ws.ex_u, cnt * ff, ws.ex_g, s));
     RETURN_IF_CUDA_ERROR(raw::MatMul(w.down, ws.ex_g, cnt, ws.ex_out, g, s));
     RETURN_IF_CUDA_ERROR(
@@ -664,6 +695,7 @@ absl::Status CudaForward::Head(int64_t first, int64_t rows, float* out) {
   void* s = stream_->native();
   const raw::GemmContext g{ws.scratch, ws.sizes.scratch};
   const int64_t d = hp.n_embd, nv = hp.n_vocab;
+  const auto t_head = SteadyClock::now();
   for (int64_t r0 = 0; r0 < rows; r0 += ws.sizes.head_rows) {
     const int64_t rc = std::min(ws.sizes.head_rows, rows - r0);
     RETURN_IF_CUDA_ERROR(raw::RmsNorm(ws.x + (first + r0) * d, w_->output_norm.p, rc, d,
@@ -673,6 +705,7 @@ absl::Status CudaForward::Head(int64_t first, int64_t rows, float* out) {
         raw::MemcpyAsync(out + r0 * nv, ws.logits, rc * nv * sizeof(float), 1, s));
     RETURN_IF_ERROR(stream_->Synchronize());
   }
+  stats_.head_seconds += SecondsSince(t_head);
   return absl::OkStatus();
 }
 

@@ -9,9 +9,12 @@
 //        x[t] += w * E(h[t])   (gather rows, mat-mul per expert, scatter-add)
 //   host: ExpertBackend::Compute(ExpertCall of the remaining pairs) -> partial
 //   host -> GPU: x += partial
-// Weights stay in their GGUF formats on the device: decode batches (<= 8
-// tokens) run an in-kernel-dequantising matrix-vector kernel, prefill
-// dequantises row chunks to f32 and runs a tiled SGEMM kernel. Attention reads a
+// Weights stay in their GGUF formats on the device; every product first
+// rounds its activations to the weight type's vec_dot_type (Q8_0 / Q8_K
+// blocks, F16, BF16) as llama.cpp and the CPU reference do, then runs an
+// in-kernel-dequantising matrix kernel (tokens in groups of 8). Every kernel
+// computes a token's values independently of the batch it is in, so prefill,
+// micro-batches and decode give the same logits bit for bit. Attention reads a
 // paged KV cache (f16, q8_0 or q4_0; CudaKvCache) through a block table.
 //
 // Memory: Plan() gives the bytes of dense weights, one KV cache of n_ctx and
@@ -24,6 +27,7 @@
 // one workspace); not thread-safe.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -113,6 +117,12 @@ struct CudaForwardStats {
   double expert_seconds = 0;  // host time inside ExpertBackend::Compute
   uint64_t expert_cache_hits = 0;    // (token, expert) pairs computed on the GPU
   uint64_t expert_cache_misses = 0;  // pairs sent to the ExpertBackend
+  // Host time per phase (Eval's wall time = their sum, up to the small rest):
+  double eval_seconds = 0;     // all of Eval
+  double enqueue_seconds = 0;  // queueing the GPU work of attention, norm and router
+  double gpu_wait_seconds = 0; // waiting for that work and the copy of h, ids, weights
+  double host_seconds = 0;     // building the expert call, cached experts, partial upload
+  double head_seconds = 0;     // output norm + head, logits copy included
 };
 
 class CudaForward {
@@ -173,6 +183,7 @@ class CudaForward {
   std::shared_ptr<const GpuExpertCache> expert_cache_;
   CudaForwardStats stats_;
   uint64_t next_call_id_ = 1;
+  std::chrono::steady_clock::time_point layer_start_;
 };
 
 }  // namespace moesplit::cuda

@@ -131,23 +131,46 @@ std::vector<double> Reference(const HostMatrix& m, const std::vector<float>& x, 
   return y;
 }
 
+// x rounded as the CPU rounds the activations of a product with a weight of
+// type t: through the vec_dot_type's quantiser and dequantiser.
+std::vector<float> CpuRoundedActivations(GgmlType t, const std::vector<float>& x) {
+  const GgmlType vdt = quant::GetTypeTraits(t)->vec_dot_type;
+  if (vdt == GgmlType::kF32) return x;
+  std::vector<uint8_t> q(*RowBytes(vdt, static_cast<int64_t>(x.size())));
+  std::vector<float> out(x.size());
+  EXPECT_TRUE(quant::QuantizeRow(vdt, x.data(), q.data(), x.size()).ok());
+  EXPECT_TRUE(quant::DequantizeRow(vdt, q.data(), out.data(), x.size()).ok());
+  return out;
+}
+
 TEST_F(CudaOpsTest, MatMulMatchesTheCpuForEveryFormatAndBatch) {
   for (GgmlType t : kWeightTypes) {
     HostMatrix m = RandomMatrix(t, 72, 768, 5);
     raw::DeviceMatrix dm{t, Upload(m.bytes), m.rows, m.cols, m.row_bytes};
-    // A scratch of 10 rows forces several dequantise+GEMM chunks.
-    float* scratch = Zeros<float>(10 * m.cols);
-    raw::GemmContext g{scratch, 10 * m.cols};
+    // Rounded activations through a buffer of 10 rows (several chunks), and
+    // f32 activations (no buffer).
+    float* act = Zeros<float>(10 * m.cols);
+    const raw::GemmContext rounded{act, 10 * m.cols}, plain{};
+    std::vector<float> single;  // token 0 evaluated alone
     for (int64_t n : {1, 3, 8, 9, 40, 130}) {
-      std::vector<float> x = RandomVector(n * m.cols, 100 + n);
-      float* y = Zeros<float>(n * m.rows);
-      ASSERT_TRUE(ToStatus(raw::MatMul(dm, Upload(x), n, y, g, s())).ok());
-      std::vector<float> got = Download(y, n * m.rows);
-      std::vector<double> mag;
-      std::vector<double> want = Reference(m, x, n, &mag);
-      for (size_t i = 0; i < got.size(); ++i) {
-        ASSERT_NEAR(got[i], want[i], 1e-5 * mag[i] + 1e-6)
-            << GgmlTypeName(t) << " n_tok " << n << " index " << i;
+      std::vector<float> x = RandomVector(n * m.cols, 100);  // same first tokens for every n
+      for (int pass = 0; pass < 2; ++pass) {
+        float* y = Zeros<float>(n * m.rows);
+        ASSERT_TRUE(
+            ToStatus(raw::MatMul(dm, Upload(x), n, y, pass ? plain : rounded, s())).ok());
+        std::vector<float> got = Download(y, n * m.rows);
+        std::vector<double> mag;
+        std::vector<double> want = Reference(m, pass ? x : CpuRoundedActivations(t, x), n, &mag);
+        for (size_t i = 0; i < got.size(); ++i) {
+          ASSERT_NEAR(got[i], want[i], 1e-5 * mag[i] + 1e-6)
+              << GgmlTypeName(t) << " n_tok " << n << " pass " << pass << " index " << i;
+        }
+        // A token's values do not depend on the batch it is in.
+        if (pass == 0 && n == 1) single = got;
+        if (pass == 0) {
+          ASSERT_EQ(0, std::memcmp(got.data(), single.data(), m.rows * sizeof(float)))
+              << GgmlTypeName(t) << " n_tok " << n;
+        }
       }
     }
   }
@@ -183,6 +206,27 @@ TEST_F(CudaOpsTest, RmsNormRopeAndElementwiseMatchTheCpu) {
   ASSERT_TRUE(ToStatus(raw::RopeNeox(dx, 3, 2, d, 64, Upload(cs), s())).ok());
   got = Download(dx, rows * d);
   for (int64_t i = 0; i < rows * d; ++i) ASSERT_NEAR(got[i], want[i], 1e-5) << i;
+
+  // QkNormRope: the same values as RmsNorm + RopeNeox per side (3 tokens, 4
+  // query heads, 2 key heads), with and without the norms.
+  const float* dcs = Upload(cs);
+  for (bool with_norm : {true, false}) {
+    std::vector<float> q = RandomVector(3 * 4 * d, 21, 2.0f), k = RandomVector(3 * 2 * d, 22, 2.0f);
+    const float* qw = with_norm ? Upload(RandomVector(d, 23)) : nullptr;
+    const float* kw = with_norm ? Upload(RandomVector(d, 24)) : nullptr;
+    float *q1 = Upload(q), *k1 = Upload(k), *q2 = Upload(q), *k2 = Upload(k);
+    if (with_norm) {
+      ASSERT_TRUE(ToStatus(raw::RmsNorm(q1, qw, 12, d, 1e-6f, q1, s())).ok());
+      ASSERT_TRUE(ToStatus(raw::RmsNorm(k1, kw, 6, d, 1e-6f, k1, s())).ok());
+    }
+    ASSERT_TRUE(ToStatus(raw::RopeNeox(q1, 3, 4, d, 64, dcs, s())).ok());
+    ASSERT_TRUE(ToStatus(raw::RopeNeox(k1, 3, 2, d, 64, dcs, s())).ok());
+    ASSERT_TRUE(ToStatus(raw::QkNormRope(q2, qw, 4, k2, kw, 2, 3, d, 1e-6f, 64, dcs, s())).ok());
+    const std::vector<float> a = Download(q1, q.size()), b = Download(q2, q.size());
+    const std::vector<float> c = Download(k1, k.size()), e = Download(k2, k.size());
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "q, norm " << with_norm;
+    EXPECT_EQ(0, std::memcmp(c.data(), e.data(), c.size() * 4)) << "k, norm " << with_norm;
+  }
 
   // SwiGLU, Add, AddBias, ScaleRowsBySigmoid.
   std::vector<float> g = RandomVector(rows * d, 3), u = RandomVector(rows * d, 4);
@@ -256,6 +300,20 @@ TEST_F(CudaOpsTest, RouterTopKMatchesTheCpu) {
   EXPECT_FALSE(ToStatus(raw::SelectExperts(nullptr, 1, 4, 5, false, nullptr, nullptr, s())).ok());
 }
 
+// The query as the attention rounds it: to K's vec_dot_type (F16 for an F16
+// cache, Q8_0 for Q8_0 / Q4_0), as llama.cpp's CPU attention does.
+std::vector<float> RoundQuery(GgmlType kv_type, const std::vector<float>& q) {
+  std::vector<float> out(q.size());
+  if (kv_type == GgmlType::kF16) {
+    for (size_t i = 0; i < q.size(); ++i) out[i] = Fp16RoundTrip(q[i]);
+    return out;
+  }
+  std::vector<uint8_t> tmp(*RowBytes(GgmlType::kQ8_0, static_cast<int64_t>(q.size())));
+  EXPECT_TRUE(quant::QuantizeRow(GgmlType::kQ8_0, q.data(), tmp.data(), q.size()).ok());
+  EXPECT_TRUE(quant::DequantizeRow(GgmlType::kQ8_0, tmp.data(), out.data(), q.size()).ok());
+  return out;
+}
+
 // Paged KV write + attention against double-precision attention over the
 // CPU-quantised-then-dequantised K and V, with a shuffled block table.
 TEST_F(CudaOpsTest, PagedAttentionMatchesTheCpuForEveryKvType) {
@@ -281,6 +339,8 @@ TEST_F(CudaOpsTest, PagedAttentionMatchesTheCpuForEveryKvType) {
     float* dv = Upload(v);
     float* dq = Upload(q);
     float* out = Zeros<float>(total * n_head * hd);
+    const int64_t scratch_elems = raw::AttentionScratchElems(n_head, hd, total);
+    float* scratch = Zeros<float>(scratch_elems);
     for (auto [pos0, n] : {std::pair<int64_t, int64_t>{0, 37}, {37, 1}}) {
       ASSERT_TRUE(ToStatus(raw::KvWrite(kv, dk + pos0 * kd, dv + pos0 * kd, n, pos0, kd, kd, s())).ok());
       raw::AttentionParams p;
@@ -293,9 +353,12 @@ TEST_F(CudaOpsTest, PagedAttentionMatchesTheCpuForEveryKvType) {
       p.n_head_kv = n_head_kv;
       p.head_dim = hd;
       p.scale = 1.0f / std::sqrt(float(hd));
+      p.split_scratch = scratch;
+      p.split_scratch_elems = scratch_elems;
       ASSERT_TRUE(ToStatus(raw::Attention(p, s())).ok());
     }
     std::vector<float> got = Download(out, total * n_head * hd);
+    const std::vector<float> qr = RoundQuery(kt, q);
     // Reference K/V as the cache holds them.
     std::vector<float> kq(total * kd), vq(total * kd);
     std::vector<uint8_t> tmp(rb);
@@ -319,7 +382,7 @@ TEST_F(CudaOpsTest, PagedAttentionMatchesTheCpuForEveryKvType) {
         double mx = -1e300;
         for (int64_t p = 0; p <= t; ++p) {
           double dot = 0;
-          for (int i = 0; i < hd; ++i) dot += double(q[(t * n_head + h) * hd + i]) * kq[p * kd + kvh * hd + i];
+          for (int i = 0; i < hd; ++i) dot += double(qr[(t * n_head + h) * hd + i]) * kq[p * kd + kvh * hd + i];
           sc[p] = dot / std::sqrt(double(hd));
           mx = std::max(mx, sc[p]);
         }
@@ -336,11 +399,13 @@ TEST_F(CudaOpsTest, PagedAttentionMatchesTheCpuForEveryKvType) {
   }
 }
 
-// Decode over a long context takes the split-K path (several blocks per
-// head, merged by a second kernel); it must agree with the unsplit kernel
-// and with a double-precision reference.
+// Decode over a long context: many chunks per token (several blocks), merged
+// by a second kernel, with a GQA group wider than one block's heads (8 query
+// heads of 256 dims: two subgroups of 4). Against a double-precision
+// reference; a token's result does not depend on the batch or on how many
+// tokens the scratch lets one launch hold.
 TEST_F(CudaOpsTest, SplitKDecodeMatchesTheReference) {
-  const int n_head = 4, n_head_kv = 1, hd = 64, page = 64;
+  const int n_head = 8, n_head_kv = 1, hd = 256, page = 64;
   const int64_t kd = n_head_kv * hd, total = 2000;
   const int n_pages = static_cast<int>((total + page - 1) / page);
   std::vector<int32_t> table(n_pages);
@@ -354,7 +419,7 @@ TEST_F(CudaOpsTest, SplitKDecodeMatchesTheReference) {
   kv.page_size = page;
   kv.block_table = Upload(table);
   std::vector<float> k = RandomVector(total * kd, 41), v = RandomVector(total * kd, 42);
-  // Two decode tokens at positions 1998 and 1999 (n_tok 2 <= kMaxSplitTokens).
+  // Two decode tokens at positions 1998 and 1999.
   std::vector<float> q = RandomVector(2 * n_head * hd, 43, 0.5f);
   ASSERT_TRUE(ToStatus(raw::KvWrite(kv, Upload(k), Upload(v), total, 0, kd, kd, s())).ok());
   raw::AttentionParams p;
@@ -366,14 +431,32 @@ TEST_F(CudaOpsTest, SplitKDecodeMatchesTheReference) {
   p.n_head_kv = n_head_kv;
   p.head_dim = hd;
   p.scale = 1.0f / std::sqrt(float(hd));
+  // A scratch for one token per launch, then one for both at once.
+  const int64_t one = n_head * ((total + raw::kAttentionChunk - 1) / raw::kAttentionChunk) * (hd + 2);
+  p.split_scratch_elems = one;
+  p.split_scratch = Zeros<float>(one);
   p.out = Zeros<float>(2 * n_head * hd);
-  ASSERT_TRUE(ToStatus(raw::Attention(p, s())).ok());  // no scratch: one block each
+  ASSERT_TRUE(ToStatus(raw::Attention(p, s())).ok());
   const std::vector<float> unsplit = Download(p.out, 2 * n_head * hd);
-  p.split_scratch_elems = raw::AttentionSplitElems(n_head, hd);
+  p.split_scratch_elems = raw::AttentionScratchElems(n_head, hd, total);
   p.split_scratch = Zeros<float>(p.split_scratch_elems);
   p.out = Zeros<float>(2 * n_head * hd);
   ASSERT_TRUE(ToStatus(raw::Attention(p, s())).ok());
   const std::vector<float> split = Download(p.out, 2 * n_head * hd);
+  EXPECT_EQ(0, std::memcmp(split.data(), unsplit.data(), split.size() * sizeof(float)));
+  // The second token alone.
+  raw::AttentionParams p1 = p;
+  p1.q = p.q + n_head * hd;
+  p1.n_tok = 1;
+  p1.pos0 = total - 1;
+  p1.out = Zeros<float>(n_head * hd);
+  ASSERT_TRUE(ToStatus(raw::Attention(p1, s())).ok());
+  const std::vector<float> alone = Download(p1.out, n_head * hd);
+  EXPECT_EQ(0, std::memcmp(alone.data(), split.data() + n_head * hd, alone.size() * sizeof(float)));
+  // Too small a scratch is refused.
+  p.split_scratch_elems = one - 1;
+  EXPECT_FALSE(ToStatus(raw::Attention(p, s())).ok());
+  const std::vector<float> qr = RoundQuery(GgmlType::kF16, q);
   for (int t = 0; t < 2; ++t) {
     const int64_t n_kv = total - 1 + t;
     for (int h = 0; h < n_head; ++h) {
@@ -382,7 +465,7 @@ TEST_F(CudaOpsTest, SplitKDecodeMatchesTheReference) {
       for (int64_t pos = 0; pos < n_kv; ++pos) {
         double dot = 0;
         for (int i = 0; i < hd; ++i) {
-          dot += double(q[(t * n_head + h) * hd + i]) * Fp16RoundTrip(k[pos * kd + i]);
+          dot += double(qr[(t * n_head + h) * hd + i]) * Fp16RoundTrip(k[pos * kd + i]);
         }
         sc[pos] = dot / std::sqrt(double(hd));
         mx = std::max(mx, sc[pos]);

@@ -1,5 +1,5 @@
-// Dequantise-rows (embedding get_rows, GEMM staging) and the quantised
-// matrix-vector product of decode, for every format of block_codec.h.
+// Dequantise-rows (embedding get_rows) and the in-kernel-dequantising matrix
+// product of decode and prefill, for every format of block_codec.h.
 #include <cuda_runtime.h>
 
 #include "common/backend/cuda/internal/cuda_raw.h"
@@ -23,43 +23,87 @@ __global__ void DequantRowsKernel(const uint8_t* w, uint64_t row_bytes, int64_t 
   }
 }
 
-// One warp per row; lane l sums elements l, l + 32, ... of the row for every
-// token, then the warp reduces.
+// wpr warps per row (1, 2, 4 or 8; a function of the matrix shape only,
+// WarpsPerRow): lane l of the row's warp s sums elements s * 32 + l, then
+// every 32 * wpr, for every token; each warp reduces its lanes, then the
+// row's warps are added in order. A block of 8 warps holds 8 / wpr rows.
 constexpr int kMatVecWarps = 8;
 
+int WarpsPerRow(int64_t n_rows, int64_t n_cols) {
+  // More warps per row while the grid has fewer than 8192 warps and every
+  // lane keeps at least two elements per token.
+  int wpr = 1;
+  while (wpr < kMatVecWarps && n_rows * wpr < 8192 && n_cols >= 64 * wpr * 2) wpr *= 2;
+  return wpr;
+}
+
+// Block (i, g) computes its rows for tokens g * NT .. g * NT + NT - 1: the
+// arithmetic of one (row, token) does not depend on NT or on g, so a token's
+// products are the same in any batch (prefill = decode, bit for bit).
 template <GgmlType F, int NT>
 __global__ void MatVecKernel(const uint8_t* w, uint64_t row_bytes, int64_t n_rows,
-                             int64_t n_cols, const float* x, float* y) {
-  const int lane = threadIdx.x & 31;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kMatVecWarps + (threadIdx.x >> 5);
-  if (row >= n_rows) return;
-  const uint8_t* src = w + row * row_bytes;
+                             int64_t n_cols, const float* x, float* y, int wpr) {
+  x += static_cast<int64_t>(blockIdx.y) * NT * n_cols;
+  y += static_cast<int64_t>(blockIdx.y) * NT * n_rows;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int sub = warp % wpr;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (kMatVecWarps / wpr) + warp / wpr;
   float acc[NT];
 #pragma unroll
   for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
-  for (int64_t c = lane; c < n_cols; c += 32) {
-    const float v = DecodeRowElement<F>(src, c);
+  if (row < n_rows) {
+    const uint8_t* src = w + row * row_bytes;
+    const int stride = 32 * wpr;
+#pragma unroll 4
+    for (int64_t c = sub * 32 + lane; c < n_cols; c += stride) {
+      const float v = DecodeRowElement<F>(src, c);
 #pragma unroll
-    for (int t = 0; t < NT; ++t) acc[t] += v * x[t * n_cols + c];
+      for (int t = 0; t < NT; ++t) acc[t] += v * x[t * n_cols + c];
+    }
   }
+  __shared__ float part[kMatVecWarps][NT];
 #pragma unroll
   for (int t = 0; t < NT; ++t) {
     float s = acc[t];
     for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xFFFFFFFFu, s, off);
-    if (lane == 0) y[t * n_rows + row] = s;
+    if (wpr == 1) {
+      if (lane == 0 && row < n_rows) y[t * n_rows + row] = s;
+    } else if (lane == 0) {
+      part[warp][t] = s;
+    }
+  }
+  if (wpr == 1) return;  // uniform across the block
+  __syncthreads();
+  if (sub == 0 && lane < NT && row < n_rows) {
+    float s = part[warp][lane];
+    for (int i = 1; i < wpr; ++i) s += part[warp + i][lane];
+    y[lane * n_rows + row] = s;
   }
 }
 
 template <GgmlType F, int NT>
-void LaunchMatVec(const DeviceMatrix& w, const float* x, float* y, cudaStream_t s) {
-  const unsigned blocks = static_cast<unsigned>((w.n_rows + kMatVecWarps - 1) / kMatVecWarps);
-  MatVecKernel<F, NT><<<blocks, kMatVecWarps * 32, 0, s>>>(
-      static_cast<const uint8_t*>(w.data), w.row_bytes, w.n_rows, w.n_cols, x, y);
+void LaunchMatVec(const DeviceMatrix& w, const float* x, float* y, cudaStream_t s,
+                  unsigned groups = 1) {
+  const int wpr = WarpsPerRow(w.n_rows, w.n_cols);
+  const int rows_per_block = kMatVecWarps / wpr;
+  const unsigned blocks = static_cast<unsigned>((w.n_rows + rows_per_block - 1) / rows_per_block);
+  MatVecKernel<F, NT><<<dim3(blocks, groups), kMatVecWarps * 32, 0, s>>>(
+      static_cast<const uint8_t*>(w.data), w.row_bytes, w.n_rows, w.n_cols, x, y, wpr);
 }
 
+// Full groups of kMaxMatVecTokens in one launch, then the rest.
 template <GgmlType F>
 void LaunchMatVecTokens(const DeviceMatrix& w, const float* x, int64_t n_tok, float* y,
                         cudaStream_t s) {
+  constexpr int64_t G = kMaxMatVecTokens;
+  if (n_tok >= G) {
+    const int64_t full = n_tok / G;
+    LaunchMatVec<F, G>(w, x, y, s, static_cast<unsigned>(full));
+    x += full * G * w.n_cols;
+    y += full * G * w.n_rows;
+    n_tok -= full * G;
+    if (n_tok == 0) return;
+  }
   switch (n_tok) {
     case 1: LaunchMatVec<F, 1>(w, x, y, s); break;
     case 2: LaunchMatVec<F, 2>(w, x, y, s); break;
@@ -112,7 +156,9 @@ CallResult DequantRows(const DeviceMatrix& w, const int32_t* row_ids, int64_t fi
 
 CallResult MatVec(const DeviceMatrix& w, const float* x, int64_t n_tok, float* y,
                   void* stream) {
-  if (n_tok < 1 || n_tok > kMaxMatVecTokens) return {cudaErrorInvalidValue, "MatVec: n_tok"};
+  if (n_tok < 1 || n_tok / kMaxMatVecTokens > 65535) {
+    return {cudaErrorInvalidValue, "MatVec: n_tok"};
+  }
   if (w.n_rows == 0) return {};
   if (!DispatchMatVec(w, x, n_tok, y, static_cast<cudaStream_t>(stream))) {
     return {cudaErrorInvalidValue, "MatVec: unsupported format"};

@@ -311,4 +311,106 @@ MS_HD void EncodeQ4_0(const float* x, uint8_t* out) {
   }
 }
 
+// ---------------------------------------------------------------- activations
+// llama.cpp (and the CPU reference, common/quant) converts the activation row
+// of a product to the weight type's vec_dot_type before the dot: Q8_0 blocks
+// of 32 for Q4_0/Q5_0/Q8_0/IQ4_NL/MXFP4, Q8_1 for Q4_1/Q5_1 (the same values
+// as Q8_0), Q8_K blocks of 256 for the K-quants and IQ4_XS, F16 for F16,
+// BF16 for BF16, none for F32. The GPU rounds the activations the same way
+// ("round trip": quantise, then dequantise to f32) and then runs its f32
+// products, so that both sides multiply the same values.
+enum class ActRounding { kNone = 0, kF16, kBF16, kQ8_0, kQ8_K };
+
+MS_HD ActRounding ActRoundingOf(GgmlType weight) {
+  switch (weight) {
+    case GgmlType::kF16: return ActRounding::kF16;
+    case GgmlType::kBF16: return ActRounding::kBF16;
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ4_1:
+    case GgmlType::kQ5_0:
+    case GgmlType::kQ5_1:
+    case GgmlType::kQ8_0:
+    case GgmlType::kQ8_1:
+    case GgmlType::kIQ4_NL:
+    case GgmlType::kMXFP4: return ActRounding::kQ8_0;
+    case GgmlType::kQ2_K:
+    case GgmlType::kQ3_K:
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K:
+    case GgmlType::kQ6_K:
+    case GgmlType::kQ8_K:
+    case GgmlType::kIQ4_XS: return ActRounding::kQ8_K;
+    default: return ActRounding::kNone;
+  }
+}
+// Elements per rounding unit (1 for the float formats).
+MS_HD int ActRoundingBlock(ActRounding r) {
+  return r == ActRounding::kQ8_0 ? 32 : r == ActRounding::kQ8_K ? 256 : 1;
+}
+
+// binary32 -> bfloat16 as ggml's GGML_FP32_TO_BF16 (round to nearest even).
+MS_HD uint16_t FloatToBf16(float f) {
+  const uint32_t u = FloatToBits(f);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((u >> 16) | 64);
+  return static_cast<uint16_t>((u + (0x7FFFu + ((u >> 16) & 1))) >> 16);
+}
+
+// ggml nearest_int (round half to even through 1.5 * 2^23). |f| <= 4194303.
+MS_HD int NearestInt(float f) {
+  const float v = f + 12582912.f;
+  return static_cast<int>(FloatToBits(v) & 0x007FFFFFu) - 0x00400000;
+}
+
+// x through quantize_row_q8_0_ref + dequantize_row_q8_0, in a block whose
+// largest magnitude is amax.
+MS_HD float RoundQ8_0(float x, float amax) {
+  const float d = amax / ((1 << 7) - 1);
+  const float id = d ? 1.0f / d : 0.0f;
+  return static_cast<int8_t>(RoundHalfAway(x * id)) * HalfToFloat(FloatToHalf(d));
+}
+
+// x through quantize_row_q8_K_ref + dequantize_row_q8_K, in a block whose
+// first value of the largest magnitude is max (0: an all-zero block).
+MS_HD float RoundQ8_K(float x, float max) {
+  if (!max) return 0.0f;
+  const float iscale = -127.f / max;
+  const float d = 1 / iscale;
+  const int v = NearestInt(iscale * x);
+  return d * static_cast<int8_t>(v < 127 ? v : 127);
+}
+
+// One Q8_0 block (32 values).
+MS_HD void RoundTripQ8_0(const float* x, float* out) {
+  float amax = 0.0f;
+  for (int j = 0; j < 32; ++j) {
+    const float v = x[j] < 0 ? -x[j] : x[j];
+    amax = amax > v ? amax : v;
+  }
+  for (int j = 0; j < 32; ++j) out[j] = RoundQ8_0(x[j], amax);
+}
+
+// One Q8_K block (256 values).
+MS_HD void RoundTripQ8_K(const float* x, float* out) {
+  float max = 0.0f, amax = 0.0f;
+  for (int j = 0; j < 256; ++j) {
+    const float ax = x[j] < 0 ? -x[j] : x[j];
+    if (ax > amax) {
+      amax = ax;
+      max = x[j];
+    }
+  }
+  for (int j = 0; j < 256; ++j) out[j] = RoundQ8_K(x[j], max);
+}
+
+// Rounds the unit of ActRoundingBlock(r) values at x into out (may alias).
+MS_HD void RoundActivations(ActRounding r, const float* x, float* out) {
+  switch (r) {
+    case ActRounding::kF16: out[0] = HalfToFloat(FloatToHalf(x[0])); break;
+    case ActRounding::kBF16: out[0] = Bf16ToFloat(FloatToBf16(x[0])); break;
+    case ActRounding::kQ8_0: RoundTripQ8_0(x, out); break;
+    case ActRounding::kQ8_K: RoundTripQ8_K(x, out); break;
+    default: out[0] = x[0]; break;
+  }
+}
+
 }  // namespace moesplit::cuda::codec

@@ -73,21 +73,28 @@ bool DeviceSupports(GgmlType type);
 CallResult DequantRows(const DeviceMatrix& w, const int32_t* row_ids, int64_t first_row,
                        int64_t n_out, float* out, void* stream);
 
-// y[t][r] = sum_c w[r][c] * x[t][c] for t < n_tok <= kMaxMatVecTokens, r <
+// y[t][r] = sum_c w[r][c] * x[t][c] for t < n_tok (<= 8 x 65535), r <
 // n_rows; x: n_tok x n_cols f32, y: n_tok x n_rows f32 (row-major). The
-// weight is decoded in the kernel (no scratch).
+// weight is decoded in the kernel (no scratch); tokens go in groups of
+// kMaxMatVecTokens per block, and a token's result does not depend on n_tok.
 inline constexpr int kMaxMatVecTokens = 8;
 CallResult MatVec(const DeviceMatrix& w, const float* x, int64_t n_tok, float* y, void* stream);
 
-// The GEMM context: an f32 scratch for dequantised weight rows.
+// out = x (n_tok x n_cols) rounded as the CPU reference rounds the
+// activations of a product with a weight of `weight_type` (its vec_dot_type:
+// Q8_0 / Q8_K blocks, F16, BF16, none for F32; codec::ActRoundingOf). out may
+// alias x. InvalidValue when n_cols is not whole blocks.
+CallResult RoundActivations(GgmlType weight_type, const float* x, int64_t n_tok, int64_t n_cols,
+                            float* out, void* stream);
+
+// The GEMM context: a buffer for the rounded activations.
 struct GemmContext {
-  float* scratch = nullptr;
-  int64_t scratch_elems = 0;  // >= n_cols of every matrix (one row)
+  float* act = nullptr;   // nullptr: f32 activations as given (no rounding)
+  int64_t act_elems = 0;  // >= n_cols of every matrix (one token)
 };
-// y = x . w^T as MatVec, for any n_tok >= 1 (<= 64 x 65535): MatVec up to
-// kMaxMatVecTokens, else F32 weights straight through a tiled SGEMM kernel
-// and other formats dequantised in chunks of scratch_elems / n_cols rows,
-// then the SGEMM (f32 accumulation in k order).
+// y = x . w^T as MatVec, for any n_tok >= 1, with x rounded first as
+// RoundActivations (in chunks of act_elems / n_cols tokens) when ctx.act is
+// set. The CPU reference computes the same products (to float rounding).
 CallResult MatMul(const DeviceMatrix& w, const float* x, int64_t n_tok, float* y,
                   const GemmContext& ctx, void* stream);
 
@@ -101,6 +108,13 @@ CallResult RmsNorm(const float* x, const float* w, int64_t rows, int64_t d, floa
 // n_tok x n_rot/2 x 2, computed on the host by the CPU reference code).
 CallResult RopeNeox(float* x, int64_t n_tok, int64_t n_heads, int64_t head_dim, int64_t n_rot,
                     const float* cos_sin, void* stream);
+// The per-head norms and RoPE of attention in one launch: RmsNorm (as
+// RmsNorm, rows of head_dim, skipped for a side whose weight is null) then
+// RopeNeox, on q (n_tok x n_head heads) and k (n_tok x n_head_kv heads), in
+// place; the same values as the four separate calls.
+CallResult QkNormRope(float* q, const float* q_norm, int64_t n_head, float* k,
+                      const float* k_norm, int64_t n_head_kv, int64_t n_tok, int64_t head_dim,
+                      float eps, int64_t n_rot, const float* cos_sin, void* stream);
 // y[r][c] += b[c]
 CallResult AddBias(float* y, const float* b, int64_t rows, int64_t cols, void* stream);
 // x[i] += y[i]
@@ -155,22 +169,27 @@ struct AttentionParams {
   int64_t pos0 = 0;          // token t attends positions 0 .. pos0 + t
   int n_head = 0, n_head_kv = 0, head_dim = 0;  // head_dim % 32 == 0, <= 256
   float scale = 1.0f;
-  // Split-K scratch for decode: AttentionSplitElems(...) floats, or nullptr
-  // (no split across blocks).
+  // Chunk partials: at least n_head * ceil((pos0 + n_tok) / kAttentionChunk)
+  // * (head_dim + 2) floats (one token per launch); more lets more tokens go
+  // per launch (AttentionScratchElems: kDecodeTokens at n_ctx).
   float* split_scratch = nullptr;
   int64_t split_scratch_elems = 0;
 };
 // Causal softmax(q . K^T * scale) . V per head, GQA (query head h reads KV
-// head h / (n_head / n_head_kv)); f32 math, online softmax. One block per
-// (head, token) whose warps split the positions; for small batches over
-// long contexts (<= kMaxSplitTokens tokens, > kSplitChunk positions) the
-// positions are also split across up to kMaxSplits blocks whose partial
-// (max, sum, accumulator) are merged by a second kernel (split-K).
-inline constexpr int kMaxSplitTokens = 8;
-inline constexpr int kMaxSplits = 32;
-inline constexpr int kSplitChunk = 256;
-inline int64_t AttentionSplitElems(int n_head, int head_dim) {
-  return static_cast<int64_t>(kMaxSplitTokens) * n_head * kMaxSplits * (head_dim + 2);
+// head h / (n_head / n_head_kv)); f32 math, online softmax. The positions
+// of every token are split into chunks of kAttentionChunk: one block per (KV
+// head or a subgroup of its query heads, token, chunk) computes the chunk's
+// partial (each K/V row decoded once for the query heads sharing it), a
+// second kernel merges a token's chunks in order. Decode over a long context
+// thus spreads over hundreds of blocks, and a token's result is the same in
+// any batch (prefill, micro-batches and decode agree bit for bit).
+inline constexpr int kAttentionChunk = 256;
+// Scratch floats for kDecodeTokens tokens attending up to n_ctx positions in
+// one launch (longer batches go in several launches).
+inline constexpr int kDecodeTokens = 8;
+inline int64_t AttentionScratchElems(int n_head, int head_dim, int64_t n_ctx) {
+  const int64_t chunks = (n_ctx + kAttentionChunk - 1) / kAttentionChunk;
+  return static_cast<int64_t>(kDecodeTokens) * n_head * chunks * (head_dim + 2);
 }
 CallResult Attention(const AttentionParams& p, void* stream);
 
