@@ -24,7 +24,7 @@ if [ ! -x /usr/local/cuda/bin/nvcc ]; then
   echo "package.sh: /usr/local/cuda/bin/nvcc not found" >&2
   exit 1
 fi
-cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOESPLIT_CUDA_SHARED_KERNELS=ON \
   -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCH" -DMOESPLIT_FIXTURES_DIR="$FIXTURES" >/dev/null
 cmake --build "$BUILD_DIR" -j"$JOBS" --target "${BINARIES[@]}"
 
