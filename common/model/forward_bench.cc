@@ -3,7 +3,7 @@
 //
 //   model_bench [layers=2] [embd=2048] [heads=32] [kv_heads=4] [head_dim=128]
 //               [experts=128] [used=8] [ff=768] [vocab=151936] [type=Q4_K]
-//               [threads=0] [prompt=32] [tokens=16] [path=/tmp/...gguf]
+//               [threads=0] [prompt=32] [tokens=16] [batched=1] [path=/tmp/...gguf]
 //
 // Not a test (timing belongs in benchmarks); prints tokens/s.
 #include <chrono>
@@ -28,7 +28,7 @@ double Seconds(Clock::time_point since) {
 
 // Prompt and generation speed of the model at `path`.
 int Measure(const std::string& path, int64_t n_vocab, const std::string& type_name, int threads,
-            int64_t n_prompt, int64_t n_gen) {
+            int64_t n_prompt, int64_t n_gen, bool batched) {
   auto model = Model::Open(path);
   if (!model.ok()) {
     std::fprintf(stderr, "%s\n", std::string(model.status().message()).c_str());
@@ -58,6 +58,7 @@ int Measure(const std::string& path, int64_t n_vocab, const std::string& type_na
               static_cast<long long>(n_gen), n_gen / gen_s);
   // Batched decode (continuous batching): B sequences, one token each per
   // EvalBatch step, after a short prompt each.
+  if (!batched) return 0;
   for (int b : {1, 4, 16}) {
     std::vector<std::unique_ptr<KvCache>> caches;
     std::vector<std::vector<float>> out(b);
@@ -125,7 +126,7 @@ int Run(std::map<std::string, std::string> args) {
     std::printf("wrote %s in %.1f s\n", path.c_str(), Seconds(t0));
   }
   return Measure(path, o.n_vocab, type_name, static_cast<int>(num("threads", 0)),
-                 num("prompt", 32), num("tokens", 16));
+                 num("prompt", 32), num("tokens", 16), num("batched", 1) != 0);
 }
 
 }  // namespace
