@@ -16,9 +16,11 @@
 #include "common/base/status.h"
 #include "common/model/internal/ops.h"
 #include "common/quant/gemm.h"
+#include "common/quant/packed.h"
 #include "common/quant/quant.h"
 
 namespace moesplit::model {
+}
 
 ExpertStore::ExpertStore(std::shared_ptr<const Model> model)
     : n_layer_total_(model->n_layer()),
@@ -45,6 +47,64 @@ ExpertStore::ExpertStore(std::vector<LayerExperts> layers, int n_layer_total, in
       d_(d),
       n_ff_(n_ff),
       owner_(std::move(owner)) {}
+
+uint64_t CopiedExpertBytes(const ExpertTensorView& src, int eb, int ee, bool pack) {
+  const uint64_t n = static_cast<uint64_t>(ee - eb);
+  const uint64_t packed = pack && !src.packed ? quant::PackedMatrixBytes(src.type, src.n_out, src.n_in) : 0;
+  return (packed > 0 ? packed : src.expert_bytes) * n;
+}
+
+ExpertTensorView CopyExperts(const ExpertTensorView& src, int eb, int ee, bool pack, uint8_t* dst) {
+  ExpertTensorView v = src;
+  v.data = dst;
+  v.n_expert = ee - eb;
+  const uint64_t packed = pack && !src.packed ? quant::PackedMatrixBytes(src.type, src.n_out, src.n_in) : 0;
+  if (packed == 0) {
+    std::memcpy(dst, src.data + static_cast<uint64_t>(eb) * src.expert_bytes,
+                src.expert_bytes * static_cast<uint64_t>(ee - eb));
+    return v;
+  }
+  for (int e = eb; e < ee; ++e) {
+    quant::PackRows(src.type, src.data + static_cast<uint64_t>(e) * src.expert_bytes, src.row_bytes,
+                    src.n_out, src.n_in, dst + static_cast<uint64_t>(e - eb) * packed);
+  }
+  v.expert_bytes = packed;
+  v.packed = true;
+  return v;
+}
+
+absl::StatusOr<ExpertStore> PackedExpertStore(std::shared_ptr<const Model> model) {
+  const int n_layer = model->n_layer();
+  const int n_expert = static_cast<int>(model->hparams().n_expert);
+  uint64_t total = 0;
+  for (int l = 0; l < n_layer; ++l) {
+    const LayerWeights& lw = model->layer(l);
+    for (const ExpertTensorView* v : {&lw.gate_exps, &lw.up_exps, &lw.down_exps}) {
+      total += (CopiedExpertBytes(*v, 0, n_expert, quant::PackedPreferred(v->type)) + 63) / 64 * 64;
+    }
+  }
+  std::shared_ptr<uint8_t[]> buf(new (std::nothrow) uint8_t[total + 64]);
+  if (buf == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("no memory for a packed copy of the routed experts (", total, " bytes)"));
+  }
+  uint8_t* dst = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(buf.get()) + 63) & ~uintptr_t{63});
+  std::vector<LayerExperts> layers;
+  for (int l = 0; l < n_layer; ++l) {
+    const LayerWeights& lw = model->layer(l);
+    LayerExperts le;
+    ExpertTensorView* out[3] = {&le.gate, &le.up, &le.down};
+    const ExpertTensorView* in[3] = {&lw.gate_exps, &lw.up_exps, &lw.down_exps};
+    for (int k = 0; k < 3; ++k) {
+      const bool pack = quant::PackedPreferred(in[k]->type);
+      *out[k] = CopyExperts(*in[k], 0, n_expert, pack, dst);
+      dst += (CopiedExpertBytes(*in[k], 0, n_expert, pack) + 63) / 64 * 64;
+    }
+    layers.push_back(le);
+  }
+  return ExpertStore(std::move(layers), n_layer, n_expert, 0, 0, model->hparams().n_embd,
+                     model->hparams().n_ff_exp, std::move(buf));
+}
 
 absl::Status ValidateExpertCall(const ExpertCall& call, const ExpertStore& store) {
   auto bad = [&](auto&&... parts) {
@@ -93,7 +153,7 @@ absl::Status ValidateExpertCall(const ExpertCall& call, const ExpertStore& store
 
 namespace {
 
-constexpr int64_t kSmallBlock = 64;  // rows of the small work items (a multiple of 16)
+constexpr int64_t kSmallBlock = 256;  // rows of the small work items (a multiple of 16)
 constexpr int kCallerConverts = 4;  // calls up to this many tokens: the caller converts
 
 // y[i] = vec_dot of rows r0 + i (i < nr) of w with activation row a.
@@ -379,6 +439,7 @@ class FusedExpertCall {
   ActRows xg_, xu_, hq_;   // converted rows
   int64_t n_slots_ = 0, max_tokens_ = 1, max_gate_up_rows_ = 0, max_down_rows_ = 0;
   bool any_tiled_gu_ = false, any_tiled_down_ = false;
+  bool packed_gu_ = false, packed_d_ = false;  // gate and up / down in the packed layout
 };
 
 FusedExpertCall::FusedExpertCall(const ExpertStore& store, const ExpertCall& call, ThreadPool* pool,
@@ -395,6 +456,8 @@ FusedExpertCall::FusedExpertCall(const ExpertStore& store, const ExpertCall& cal
   tg_ = store.Gate(call.layer, e0).type;
   tu_ = store.Up(call.layer, e0).type;
   td_ = store.Down(call.layer, e0).type;
+  packed_gu_ = store.Gate(call.layer, e0).packed && store.Up(call.layer, e0).packed;
+  packed_d_ = store.Down(call.layer, e0).packed;
   Plan();
   Prepare();
 }
@@ -406,8 +469,8 @@ void FusedExpertCall::Plan() {
   s_.count.assign(ee - eb, 0);
   for (int32_t id : call_.expert_ids) ++s_.count[id - eb];
   s_.used.clear();
-  const bool tile_gu = quant::TileGemmAvailable(tg_) && quant::TileGemmAvailable(tu_);
-  const bool tile_d = quant::TileGemmAvailable(td_);
+  const bool tile_gu = !packed_gu_ && quant::TileGemmAvailable(tg_) && quant::TileGemmAvailable(tu_);
+  const bool tile_d = !packed_d_ && quant::TileGemmAvailable(td_);
   int32_t slot = 0;
   for (int e = eb; e < ee; ++e) {
     const int32_t n = s_.count[e - eb];
@@ -578,7 +641,15 @@ void FusedExpertCall::GateUp(int64_t item, ThreadScratch* ts) {
   const quant::WeightView up = store_.Up(call_.layer, u.expert);
   float* g = ts->g.data();
   float* uu = ts->u.data();
-  if (u.tiled_gu) {
+  if (packed_gu_) {
+    const uint8_t** rows = ts->rows.data();
+    for (int64_t i = 0; i < n; ++i) rows[i] = xg_.Row(s_.slot_token[u.slot_begin + i]);
+    quant::PackedGemm({gate.type, gate.data, gate.n_rows, gate.n_cols}, r0, nr, rows, n, g, nr);
+    if (xu_.base != xg_.base) {
+      for (int64_t i = 0; i < n; ++i) rows[i] = xu_.Row(s_.slot_token[u.slot_begin + i]);
+    }
+    quant::PackedGemm({up.type, up.data, up.n_rows, up.n_cols}, r0, nr, rows, n, uu, nr);
+  } else if (u.tiled_gu) {
     const uint8_t* tu = (xu_.type != xg_.type ? s_.tiles_u.data() : s_.tiles_g.data()) + u.tiles_gu;
     quant::TileGemm(gate, r0, nr, s_.tiles_g.data() + u.tiles_gu, n, g, nr, ts->panel.data());
     quant::TileGemm(up, r0, nr, tu, n, uu, nr, ts->panel.data());
@@ -617,6 +688,12 @@ void FusedExpertCall::Down(int64_t item, ThreadScratch* ts) {
   for (const UsedExpert& u : s_.used) {
     const quant::WeightView w = store_.Down(call_.layer, u.expert);
     const int64_t n = u.slot_end - u.slot_begin;
+    if (packed_d_) {
+      const uint8_t** rows = ts->rows.data();
+      for (int64_t i = 0; i < n; ++i) rows[i] = hq_.Row(u.slot_begin + i);
+      quant::PackedGemm({w.type, w.data, w.n_rows, w.n_cols}, r0, nr, rows, n, out + u.slot_begin * nr, nr);
+      continue;
+    }
     if (u.tiled_down) {
       quant::TileGemm(w, r0, nr, s_.tiles_d.data() + u.tiles_down, n, out + u.slot_begin * nr, nr,
                       ts->panel.data());

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "common/base/thread_pool.h"
 #include "common/model/model.h"
 
@@ -96,6 +97,8 @@ class ExpertStore {
   }
   int64_t d() const { return d_; }
   int64_t n_ff() const { return n_ff_; }
+  // REQUIRES: layer_begin() <= layer < layer_end().
+  const LayerExperts& Layer(int layer) const { return At(layer); }
   // REQUIRES: Owns(layer, expert).
   quant::WeightView Gate(int layer, int expert) const { return At(layer).gate.Expert(expert - expert_begin_); }
   quant::WeightView Up(int layer, int expert) const { return At(layer).up.Expert(expert - expert_begin_); }
@@ -114,6 +117,18 @@ class ExpertStore {
   int64_t n_ff_ = 0;
   std::shared_ptr<const void> owner_;
 };
+
+// Bytes of experts [eb, ee) of `src` as CopyExperts writes them: packed
+// (quant/packed.h) when `pack` and the type has a packed layout that the
+// shape fits, else the GGUF bytes.
+uint64_t CopiedExpertBytes(const ExpertTensorView& src, int eb, int ee, bool pack);
+// Copies (packing as above) experts [eb, ee) of `src` to dst
+// (CopiedExpertBytes bytes); returns the view over the copy.
+ExpertTensorView CopyExperts(const ExpertTensorView& src, int eb, int ee, bool pack, uint8_t* dst);
+// Every layer and expert of `model` copied into memory the store owns,
+// packed where quant::PackedPreferred(type) (the layout the CPU's kernels
+// read fastest); ResourceExhausted when the copy does not fit in memory.
+absl::StatusOr<ExpertStore> PackedExpertStore(std::shared_ptr<const Model> model);
 
 // Checks `call` against the store's shapes (layer and expert id within the
 // store's ranges, sizes, CSR offsets, finite weights). InvalidArgument naming
@@ -137,8 +152,9 @@ class FusedExpertCall;
 //      experts) run the down rows and add the weighted results per token in
 //      its entries' order.
 // A decode call (one token, top-8) thus has one barrier in all.
-// An expert with few tokens runs one vec_dot per (row, token); one with
-// kMinTiledTokens or more runs quant::TileGemm, which unpacks each weight
+// Packed experts (quant/packed.h) run quant::PackedGemm for any number of
+// tokens. Otherwise an expert with few tokens runs one vec_dot per (row,
+// token); one with kMinTiledTokens or more runs quant::TileGemm, which unpacks each weight
 // row block once and multiplies it against 16-token tiles (AVX2 / AVX-512
 // VNNI / AMX-INT8). Both paths give the same bits (gemm.h), so results do
 // not depend on the batch, the routing of other tokens, or the thread count;

@@ -36,10 +36,13 @@ struct ExpertTensorView {
   int64_t n_expert = 0;
   uint64_t row_bytes = 0;
   uint64_t expert_bytes = 0;
+  // Each expert's matrix is in quant/packed.h's strip layout (a copy made by
+  // an expert store, never the GGUF mapping); row_bytes stays the GGUF one.
+  bool packed = false;
 
   // REQUIRES: 0 <= e < n_expert.
   quant::WeightView Expert(int64_t e) const {
-    return {type, data + e * expert_bytes, n_out, n_in, row_bytes};
+    return {type, data + e * expert_bytes, n_out, n_in, row_bytes, packed};
   }
 };
 

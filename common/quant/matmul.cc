@@ -11,6 +11,7 @@
 #include "common/base/status.h"
 #include "common/quant/internal/blocks.h"
 #include "common/quant/gemm.h"
+#include "common/quant/packed.h"
 #include "common/quant/quant.h"
 
 namespace moesplit::quant {
@@ -45,6 +46,13 @@ absl::Status ValidateMatMul(const WeightView& w, const float* x, int64_t n_token
   if (w.row_bytes % align != 0 || reinterpret_cast<uintptr_t>(w.data) % align != 0) {
     return absl::InvalidArgumentError(absl::StrCat("MatMul: ", name,
                                                    " weights need ", align, "-byte alignment"));
+  }
+  if (w.packed && !PackedLayoutExists(w.type)) {
+    return absl::InvalidArgumentError(absl::StrCat("MatMul: ", name, " has no packed layout"));
+  }
+  if (w.packed && (w.n_rows % kPackedStripRows != 0 || w.n_cols % 256 != 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("MatMul: packed ", name, " weights of ", w.n_rows, "x",
+                                                   w.n_cols, " are not whole 16-row strips of 256-column superblocks"));
   }
   const bool has_work = w.n_cols > 0 && w.n_rows > 0 && n_tokens > 0;
   if (has_work && (w.data == nullptr || x == nullptr)) {
@@ -118,6 +126,21 @@ void TiledProduct(const WeightView& w, const uint8_t* act, GgmlType act_type, ui
   });
 }
 
+// Packed weights: strips split over the threads, each run against every
+// token (PackedGemm keeps a strip hot while the tokens stream).
+void PackedProduct(const WeightView& w, const uint8_t* act, uint64_t act_row_bytes, int64_t n_tokens,
+                   float* y, ThreadPool* pool) {
+  std::vector<const uint8_t*> rows(n_tokens);
+  for (int64_t t = 0; t < n_tokens; ++t) rows[t] = act + t * act_row_bytes;
+  const PackedView pv{w.type, w.data, w.n_rows, w.n_cols};
+  const int64_t n_strips = w.n_rows / kPackedStripRows;
+  const int64_t min_strips = std::max<int64_t>(1, 4096 / std::max<int64_t>(1, w.n_cols / 16 * n_tokens));
+  Parallel(pool, n_strips, min_strips, [&](int64_t s0, int64_t s1) {
+    const int64_t r0 = s0 * kPackedStripRows;
+    PackedGemm(pv, r0, (s1 - s0) * kPackedStripRows, rows.data(), n_tokens, y + r0, w.n_rows);
+  });
+}
+
 }  // namespace
 
 absl::Status MatMul(const WeightView& w, const float* x, int64_t n_tokens, float* y,
@@ -147,7 +170,9 @@ absl::Status MatMul(const WeightView& w, const float* x, int64_t n_tokens, float
     act = act_buf.data();
   }
 
-  if (n_tokens >= kMinTiledTokens && TileGemmAvailable(w.type)) {
+  if (w.packed) {
+    PackedProduct(w, act, act_row_bytes, n_tokens, y, pool);
+  } else if (n_tokens >= kMinTiledTokens && TileGemmAvailable(w.type)) {
     TiledProduct(w, act, act_type, act_row_bytes, n_tokens, y, pool);
   } else {
     RowProduct(*traits, w, act, act_row_bytes, n_tokens, y, pool);

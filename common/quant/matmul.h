@@ -3,7 +3,8 @@
 //   y[t, r] = sum_i W[r, i] * x[t, i]     t < n_tokens, r < n_rows, i < n_cols
 //
 // W: n_rows rows of n_cols elements of `type` (row stride `row_bytes`), in
-// ggml order (one row = one output feature). x: n_tokens x n_cols f32,
+// ggml order (one row = one output feature), or packed (packed.h; then
+// computed by PackedGemm, same bits). x: n_tokens x n_cols f32,
 // y: n_tokens x n_rows f32, both dense row-major. Each activation row is
 // converted once to the weight's vec_dot_type, then rows are split over the
 // pool's threads: one vec_dot_rows per (row tile, token) for few tokens, the
@@ -33,6 +34,9 @@ struct WeightView {
   int64_t n_rows = 0;
   int64_t n_cols = 0;
   uint64_t row_bytes = 0;
+  // data is in packed.h's strip layout (Q4_K / Q6_K, whole strips and
+  // superblocks); row_bytes is then the GGUF row size.
+  bool packed = false;
 };
 
 absl::Status MatMul(const WeightView& w, const float* x, int64_t n_tokens,

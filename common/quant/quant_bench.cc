@@ -2,7 +2,7 @@
 // data in L1/L2) per type and kernel level, and of the activation
 // quantisers, in thread CPU time (a benchmark, not a test).
 //
-//   quant_bench [seconds_per_case=0.2]
+//   quant_bench [seconds_per_case=0.2] [packed]   (packed: only the packed-layout lines)
 
 #include <time.h>
 
@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "common/quant/internal/test_util.h"
+#include "common/quant/gemm.h"
+#include "common/quant/packed.h"
 #include "common/quant/quant.h"
 #include "common/quant/random_blocks.h"
 
@@ -93,12 +95,64 @@ void BenchQuantizer(GgmlType type, double secs) {
   std::printf("\n");
 }
 
+// The packed layout (packed.h) against the GGUF kernels on one expert-sized
+// matrix (768 x 2048) held in cache, and on 64 of them (out of cache):
+// GB/s of GGUF weight bytes for one token (decode), and tokens x rows x
+// columns multiply-adds per second for 32 tokens (prefill).
+void BenchPacked(GgmlType type, double secs) {
+  if (!PackedPreferred(type)) return;
+  const int64_t rows = 768, cols = 2048;
+  const uint64_t rb = *RowBytes(type, cols);
+  for (int64_t copies : {1, 64}) {
+    std::vector<uint8_t> w(rb * rows * copies);
+    (void)FillRandomBlocks(type, 3, 0.02f, w.data(), rows * cols * copies);
+    const uint64_t pb = PackedMatrixBytes(type, rows, cols);
+    std::vector<uint8_t> p(pb * copies);
+    for (int64_t c = 0; c < copies; ++c) PackRows(type, w.data() + c * rb * rows, rb, rows, cols, p.data() + c * pb);
+    const int64_t n_tok = 32;
+    std::vector<std::vector<uint8_t>> act;
+    std::vector<const uint8_t*> ptrs;
+    for (int64_t t = 0; t < n_tok; ++t) {
+      const std::vector<float> x = testing::RandomActivations(cols, 10 + t);
+      act.push_back(testing::Bytes(GgmlType::kQ8_K, cols));
+      (void)QuantizeRow(GgmlType::kQ8_K, x.data(), act.back().data(), cols);
+      ptrs.push_back(act.back().data());
+    }
+    std::vector<float> y(rows * n_tok);
+    const TypeTraits* t = GetTypeTraits(type);
+    int64_t c = 0;
+    const double gguf = Rate(secs, rb * rows / 1e9, [&] {
+      t->vec_dot_rows(cols, w.data() + (c++ % copies) * rb * rows, rb, rows, ptrs[0], y.data());
+    });
+    const double packed = Rate(secs, rb * rows / 1e9, [&] {
+      PackedGemm({type, p.data() + (c++ % copies) * pb, rows, cols}, 0, rows, ptrs.data(), 1, y.data(), rows);
+    });
+    std::vector<uint8_t> tiles(ActTileBytes(cols, n_tok) + 64), scratch(TileGemmScratchBytes(type, cols) + 64);
+    auto align = [](uint8_t* q) { return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(q) + 63) & ~uintptr_t{63}); };
+    PackActTiles(GgmlType::kQ8_K, ptrs.data(), n_tok, cols, align(tiles.data()));
+    const double macs = static_cast<double>(rows) * cols * n_tok / 1e9;
+    const double tiled = Rate(secs, macs, [&] {
+      TileGemm({type, w.data() + (c++ % copies) * rb * rows, rows, cols, rb}, 0, rows, align(tiles.data()), n_tok,
+               y.data(), rows, align(scratch.data()));
+    });
+    const double packed_mm = Rate(secs, macs, [&] {
+      PackedGemm({type, p.data() + (c++ % copies) * pb, rows, cols}, 0, rows, ptrs.data(), n_tok, y.data(), rows);
+    });
+    std::printf("%-5s %s: 1 token  GGUF rows %6.2f GB/s, packed %6.2f GB/s;  32 tokens  tiled %6.1f, packed %6.1f Gmac/s\n",
+                testing::Name(type).c_str(), copies == 1 ? "in cache    " : "out of cache", gguf, packed, tiled, packed_mm);
+  }
+}
+
 }  // namespace
 }  // namespace moesplit::quant
 
 int main(int argc, char** argv) {
   const double secs = argc > 1 ? std::atof(argv[1]) : 0.2;
   std::printf("active kernel level %d\n", static_cast<int>(moesplit::quant::ActiveKernelLevel()));
+  for (moesplit::GgmlType type : {moesplit::GgmlType::kQ4_K, moesplit::GgmlType::kQ6_K}) {
+    moesplit::quant::BenchPacked(type, secs);
+  }
+  if (argc > 2 && std::string(argv[2]) == "packed") return 0;
   for (moesplit::GgmlType type : moesplit::quant::kTypes) moesplit::quant::BenchType(type, secs);
   for (moesplit::GgmlType type : {moesplit::GgmlType::kQ8_0, moesplit::GgmlType::kQ8_1, moesplit::GgmlType::kQ8_K,
                                   moesplit::GgmlType::kF16, moesplit::GgmlType::kBF16}) {

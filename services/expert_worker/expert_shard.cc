@@ -12,6 +12,7 @@
 #include "common/base/status.h"
 #include "common/gguf/gguf.h"
 #include "common/model/model.h"
+#include "common/quant/packed.h"
 
 namespace moesplit::worker {
 
@@ -27,20 +28,14 @@ struct ExpertShard::NodePart {
 
 namespace {
 
-// Bytes of experts [eb, ee) of one 3-D tensor.
+// Bytes of experts [eb, ee) of one 3-D tensor in the worker's memory: in
+// the packed layout where the CPU's kernels read it fastest.
 uint64_t SliceBytes(const model::ExpertTensorView& v, int eb, int ee) {
-  return v.expert_bytes * static_cast<uint64_t>(ee - eb);
+  return model::CopiedExpertBytes(v, eb, ee, quant::PackedPreferred(v.type));
 }
 
-// Copies experts [eb, ee) of `src` to `dst`; returns the view over the copy.
-model::ExpertTensorView CopySlice(const model::ExpertTensorView& src, int eb, int ee,
-                                  uint8_t* dst) {
-  const uint64_t n = SliceBytes(src, eb, ee);
-  std::memcpy(dst, src.data + static_cast<uint64_t>(eb) * src.expert_bytes, n);
-  model::ExpertTensorView v = src;
-  v.data = dst;
-  v.n_expert = ee - eb;
-  return v;
+model::ExpertTensorView CopySlice(const model::ExpertTensorView& src, int eb, int ee, uint8_t* dst) {
+  return model::CopyExperts(src, eb, ee, quant::PackedPreferred(src.type), dst);
 }
 
 // Keeps only the entries of `call` whose expert is in [eb, ee).

@@ -36,6 +36,7 @@
 #include "common/model/expert.h"
 #include "common/model/internal/ops.h"
 #include "common/quant/matmul.h"
+#include "common/quant/packed.h"
 #include "common/quant/quant.h"
 #include "common/quant/random_blocks.h"
 
@@ -114,6 +115,29 @@ Layers MakeLayers(int n_layers) {
     le.down = MakeTensor(&L, down, kFf, kD, 10 * l + 3);
     L.expert_bytes.push_back(le.gate.expert_bytes + le.up.expert_bytes + le.down.expert_bytes);
     L.down_types.push_back(down);
+    L.stores.push_back(std::make_unique<ExpertStore>(std::vector<model::LayerExperts>{le}, 1,
+                                                     static_cast<int>(kExperts), 0, 0, kD, kFf));
+  }
+  return L;
+}
+
+// The same layers copied into the packed layout (quant/packed.h) where it
+// exists; expert_bytes stays the GGUF bytes, so GB/s compare like for like.
+Layers PackLayers(const Layers& src) {
+  Layers L;
+  L.expert_bytes = src.expert_bytes;
+  L.down_types = src.down_types;
+  for (const auto& store : src.stores) {
+    model::LayerExperts le;
+    const model::LayerExperts& orig = store->Layer(0);
+    model::ExpertTensorView* out[3] = {&le.gate, &le.up, &le.down};
+    const model::ExpertTensorView* from[3] = {&orig.gate, &orig.up, &orig.down};
+    for (int k = 0; k < 3; ++k) {
+      const uint64_t bytes = model::CopiedExpertBytes(*from[k], 0, kExperts, true);
+      L.buffers.emplace_back(new uint8_t[bytes + 64]);
+      uint8_t* dst = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(L.buffers.back().get()) + 63) & ~uintptr_t{63});
+      *out[k] = model::CopyExperts(*from[k], 0, kExperts, true, dst);
+    }
     L.stores.push_back(std::make_unique<ExpertStore>(std::vector<model::LayerExperts>{le}, 1,
                                                      static_cast<int>(kExperts), 0, 0, kD, kFf));
   }
@@ -326,6 +350,13 @@ int Main(int argc, char** argv) {
     Print(r);
   }
   quant::SetActiveKernelLevel(best);
+  if (quant::PackedPreferred(GgmlType::kQ4_K) && (o.level.empty() || o.level == "packed")) {
+    const Layers P = PackLayers(L);
+    Row r = Measure(o, P, &pool, fused, true);
+    r.impl = "fused, packed Q4_K/Q6_K";
+    r.level = LevelName(best);
+    Print(r);
+  }
   if (o.previous) {
     Row r = Measure(o, L, &pool, previous, true);
     r.impl = "previous (MatMul/exp.)";

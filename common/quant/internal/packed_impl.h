@@ -1,0 +1,26 @@
+// Offsets of the packed superblock sections (packed.h) and the SIMD entry.
+#pragma once
+
+#include <cstdint>
+
+#include "common/quant/packed.h"
+
+namespace moesplit::quant::internal {
+
+inline constexpr uint64_t kQ4KSub = 2048, kQ4KMins = 2176, kQ4KD = 2304, kQ4KDmin = 2336;
+inline constexpr uint64_t kQ4KSuperBytes = 2368;
+inline constexpr uint64_t kQ6KHigh = 2048, kQ6KScales = 3072, kQ6KD = 3328;
+inline constexpr uint64_t kQ6KSuperBytes = 3360;
+
+// Bytes of one packed superblock of 16 rows; 0 for types without a layout.
+uint64_t PackedSuperBytes(GgmlType type);
+
+void PackedGemmScalarImpl(const PackedView& w, int64_t row0, int64_t n_rows, const uint8_t* const* act,
+                          int64_t n_tokens, float* y, int64_t ldy);
+
+// The AVX-512 VNNI product (packed_avx512.cc); false when not compiled in.
+// REQUIRES: CpuHasAvx512Vnni().
+bool PackedGemmAvx512(const PackedView& w, int64_t row0, int64_t n_rows, const uint8_t* const* act,
+                      int64_t n_tokens, float* y, int64_t ldy);
+
+}  // namespace moesplit::quant::internal

@@ -1,0 +1,190 @@
+// Packing into the strip layout of packed.h, the scalar product over it, and
+// the dispatch to the AVX-512 VNNI kernel (packed_avx512.cc).
+
+#include "common/quant/packed.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "common/base/fp16.h"
+#include "common/quant/internal/blocks.h"
+#include "common/quant/internal/kernels.h"
+#include "common/quant/internal/packed_impl.h"
+#include "common/quant/internal/unpack.h"
+
+namespace moesplit::quant {
+namespace internal {
+namespace {
+
+// Codes of one superblock of 16 rows into the Q4_K-style nibble section
+// (the low 4 bits of each code).
+void PutNibbles(const uint8_t codes[16][256], uint8_t* out) {
+  for (int g = 0; g < 8; ++g) {
+    for (int c = 0; c < 4; ++c) {
+      uint8_t* w = out + 256 * g + 64 * c;
+      for (int r = 0; r < 16; ++r) {
+        for (int b = 0; b < 4; ++b) {
+          const int k = 32 * g + 4 * c + b;
+          w[4 * r + b] = static_cast<uint8_t>((codes[r][k] & 0xF) | (codes[r][k + 16] & 0xF) << 4);
+        }
+      }
+    }
+  }
+}
+
+void PackSuperQ4K(const uint8_t* rows, uint64_t row_bytes, int64_t i, uint8_t* out) {
+  uint8_t codes[16][256];
+  for (int r = 0; r < 16; ++r) {
+    const auto* blk = reinterpret_cast<const BlockQ4_K*>(rows + r * row_bytes) + i;
+    int32_t sub[8];
+    int16_t mins[8];
+    float scale, min;
+    UnpackBlock(GgmlType::kQ4_K, blk, {codes[r], sub, mins, &scale, &min});
+    for (int g = 0; g < 8; ++g) {
+      out[kQ4KSub + 16 * g + r] = static_cast<uint8_t>(sub[g]);
+      out[kQ4KMins + 32 * (g / 2) + 2 * r + g % 2] = static_cast<uint8_t>(mins[g]);
+    }
+    std::memcpy(out + kQ4KD + 2 * r, &blk->d, 2);
+    std::memcpy(out + kQ4KDmin + 2 * r, &blk->dmin, 2);
+  }
+  PutNibbles(codes, out);
+}
+
+void PackSuperQ6K(const uint8_t* rows, uint64_t row_bytes, int64_t i, uint8_t* out) {
+  uint8_t codes[16][256];
+  for (int r = 0; r < 16; ++r) {
+    const auto* blk = reinterpret_cast<const BlockQ6_K*>(rows + r * row_bytes) + i;
+    int32_t sub[16];
+    int16_t mins[16];
+    float scale, min;
+    UnpackBlock(GgmlType::kQ6_K, blk, {codes[r], sub, mins, &scale, &min});
+    for (int g = 0; g < 16; ++g) out[kQ6KScales + 16 * g + r] = static_cast<uint8_t>(static_cast<int8_t>(sub[g]));
+    std::memcpy(out + kQ6KD + 2 * r, &blk->d, 2);
+  }
+  PutNibbles(codes, out);
+  std::memset(out + kQ6KHigh, 0, 1024);
+  for (int s = 0; s < 8; ++s) {
+    for (int z = 0; z < 8; ++z) {
+      uint8_t* w = out + kQ6KHigh + 128 * s + 64 * (z / 4);
+      for (int r = 0; r < 16; ++r) {
+        for (int b = 0; b < 4; ++b) {
+          w[4 * r + b] |= static_cast<uint8_t>((codes[r][32 * s + 4 * z + b] >> 4) << (2 * (z % 4)));
+        }
+      }
+    }
+  }
+}
+
+// One packed code of row r, column k of superblock `sb` (scalar reference).
+int PackedCode(GgmlType type, const uint8_t* sb, int r, int k) {
+  const int g = k / 32, q = (k % 32) / 4, b = k % 4;
+  const uint8_t byte = sb[256 * g + 64 * (q % 4) + 4 * r + b];
+  const int lo = q < 4 ? byte & 0xF : byte >> 4;
+  if (type == GgmlType::kQ4_K) return lo;
+  const uint8_t hb = sb[kQ6KHigh + 128 * g + 64 * (q / 4) + 4 * r + b];
+  return lo | ((hb >> (2 * (q % 4))) & 3) << 4;
+}
+
+float Fma(float a, float b, float c) { return std::fma(a, b, c); }
+
+}  // namespace
+
+uint64_t PackedSuperBytes(GgmlType type) {
+  switch (type) {
+    case GgmlType::kQ4_K: return kQ4KSuperBytes;
+    case GgmlType::kQ6_K: return kQ6KSuperBytes;
+    default: return 0;
+  }
+}
+
+void PackedGemmScalarImpl(const PackedView& w, int64_t row0, int64_t n_rows, const uint8_t* const* act,
+                          int64_t n_tokens, float* y, int64_t ldy) {
+  const int64_t nsb = w.n_cols / 256;
+  const uint64_t sbb = PackedSuperBytes(w.type);
+  const bool q4 = w.type == GgmlType::kQ4_K;
+  for (int64_t s = row0 / 16; s < (row0 + n_rows) / 16; ++s) {
+    const uint8_t* strip = w.data + s * nsb * sbb;
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      const auto* a = reinterpret_cast<const BlockQ8_K*>(act[t]);
+      for (int r = 0; r < 16; ++r) {
+        float acc = 0.0f;
+        for (int64_t i = 0; i < nsb; ++i) {
+          const uint8_t* sb = strip + i * sbb;
+          int32_t isum = 0, imin = 0;
+          const int gsize = q4 ? 32 : 16;
+          for (int g = 0; g < 256 / gsize; ++g) {
+            int32_t dot = 0;
+            for (int k = g * gsize; k < (g + 1) * gsize; ++k) {
+              dot += (PackedCode(w.type, sb, r, k) - (q4 ? 0 : 32)) * a[i].qs[k];
+            }
+            if (q4) {
+              isum += sb[kQ4KSub + 16 * g + r] * dot;
+              imin += sb[kQ4KMins + 32 * (g / 2) + 2 * r + g % 2] * (a[i].bsums[2 * g] + a[i].bsums[2 * g + 1]);
+            } else {
+              isum += static_cast<int8_t>(sb[kQ6KScales + 16 * g + r]) * dot;
+            }
+          }
+          uint16_t dh;
+          std::memcpy(&dh, sb + (q4 ? kQ4KD : kQ6KD) + 2 * r, 2);
+          acc = Fma(static_cast<float>(isum), Fp16ToFp32(dh) * a[i].d, acc);
+          if (q4) {
+            uint16_t mh;
+            std::memcpy(&mh, sb + kQ4KDmin + 2 * r, 2);
+            acc = Fma(static_cast<float>(imin), -(Fp16ToFp32(mh) * a[i].d), acc);
+          }
+        }
+        y[t * ldy + (s * 16 - row0) + r] = acc;
+      }
+    }
+  }
+}
+
+}  // namespace internal
+
+bool PackedLayoutExists(GgmlType type) { return internal::PackedSuperBytes(type) > 0; }
+
+bool PackedPreferred(GgmlType type) {
+  static const bool enabled = [] {
+    const char* e = std::getenv("MOESPLIT_PACKED");
+    return internal::CpuHasAvx512Vnni() && !(e != nullptr && std::strcmp(e, "0") == 0);
+  }();
+  return enabled && PackedLayoutExists(type);
+}
+
+uint64_t PackedMatrixBytes(GgmlType type, int64_t n_rows, int64_t n_cols) {
+  const uint64_t sbb = internal::PackedSuperBytes(type);
+  if (sbb == 0 || n_rows <= 0 || n_cols <= 0 || n_rows % 16 != 0 || n_cols % 256 != 0) return 0;
+  return static_cast<uint64_t>(n_rows / 16) * static_cast<uint64_t>(n_cols / 256) * sbb;
+}
+
+void PackRows(GgmlType type, const uint8_t* src, uint64_t row_bytes, int64_t n_rows, int64_t n_cols,
+              uint8_t* dst) {
+  const uint64_t sbb = internal::PackedSuperBytes(type);
+  const int64_t nsb = n_cols / 256;
+  for (int64_t s = 0; s < n_rows / 16; ++s) {
+    for (int64_t i = 0; i < nsb; ++i) {
+      uint8_t* out = dst + (s * nsb + i) * sbb;
+      if (type == GgmlType::kQ4_K) {
+        internal::PackSuperQ4K(src + s * 16 * row_bytes, row_bytes, i, out);
+      } else {
+        internal::PackSuperQ6K(src + s * 16 * row_bytes, row_bytes, i, out);
+      }
+    }
+  }
+}
+
+void PackedGemm(const PackedView& w, int64_t row0, int64_t n_rows, const uint8_t* const* act,
+                int64_t n_tokens, float* y, int64_t ldy) {
+  if (internal::CpuHasAvx512Vnni() && internal::PackedGemmAvx512(w, row0, n_rows, act, n_tokens, y, ldy)) {
+    return;
+  }
+  internal::PackedGemmScalarImpl(w, row0, n_rows, act, n_tokens, y, ldy);
+}
+
+void PackedGemmScalar(const PackedView& w, int64_t row0, int64_t n_rows, const uint8_t* const* act,
+                      int64_t n_tokens, float* y, int64_t ldy) {
+  internal::PackedGemmScalarImpl(w, row0, n_rows, act, n_tokens, y, ldy);
+}
+
+}  // namespace moesplit::quant

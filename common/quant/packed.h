@@ -1,0 +1,82 @@
+// Row-interleaved ("packed") layout of K-quant weight matrices for integer
+// dot instructions, and its matrix product.
+//
+// The GGUF layout keeps each row's superblocks together, so a dot kernel
+// must reduce 16 int32 lanes to one number per row and decode the packed
+// 6-bit sub-scales of every superblock: at decode that work, not the
+// memory, bounds the speed. The packed layout interleaves 16 rows ("a
+// strip") per 256-column superblock: one 64-byte load holds 4 consecutive
+// codes of each of the 16 rows, so one VNNI vpdpbusd against a broadcast
+// 4-byte activation quad yields 16 per-row partial sums in its 16 lanes, and
+// the sub-scales, mins and scales are stored decoded, per row, ready to
+// multiply lane-wise. Nothing is reduced across lanes.
+//
+// Packed superblock of a strip (16 rows r, columns 256 i .. 256 i + 255),
+// Q4_K (2368 bytes; the GGUF rows take 16 x 144 = 2304):
+//   [0, 2048)    codes: for group g < 8 (32 columns), chunk c < 4, the 64
+//                bytes at 256 g + 64 c: byte 4 r + b = code(r, 32 g + 4 c + b)
+//                | code(r, 32 g + 16 + 4 c + b) << 4
+//   [2048, 2176) sub-scale of row r in group g at 2048 + 16 g + r (u8)
+//   [2176, 2304) mins of groups 2p, 2p + 1 at 2176 + 32 p + 2 r (+1) (u8)
+//   [2304, 2336) d of row r (f16 bits), [2336, 2368) dmin (f16 bits)
+// Q6_K (3360 bytes, = 16 x 210):
+//   [0, 2048)    low 4 bits of the codes as Q4_K's, over 32-column spans s
+//   [2048, 3072) high 2 bits: span s, word w < 2, 64 bytes at
+//                2048 + 128 s + 64 w: bits 2 j, 2 j + 1 of byte 4 r + b are
+//                the high bits of code(r, 32 s + 4 (4 w + j) + b)
+//   [3072, 3328) scale of row r in group g < 16 at 3072 + 16 g + r (i8)
+//   [3328, 3360) d of row r (f16 bits)
+// A strip is its n_cols / 256 packed superblocks in column order; strips
+// follow each other.
+//
+// The product gives the bits of GetTypeTraits(type)->vec_dot on the GGUF
+// rows (the canonical order of internal/unpack.h: exact integer sums, then
+// per superblock fma(isum, d * d_a) and fma(imin, -(dmin * d_a))), at every
+// kernel level, so packing changes no result.
+//
+// Thread-safe: pure functions over caller buffers.
+#pragma once
+
+#include <cstdint>
+
+#include "common/gguf/types.h"
+
+namespace moesplit::quant {
+
+inline constexpr int kPackedStripRows = 16;
+
+// True for the types with a packed layout (Q4_K, Q6_K).
+bool PackedLayoutExists(GgmlType type);
+
+// True when packing `type` pays on this CPU: PackedLayoutExists and the
+// CPU has AVX-512 VNNI (elsewhere the scalar product would be slower than
+// the GGUF kernels). MOESPLIT_PACKED=0 in the environment turns it off.
+bool PackedPreferred(GgmlType type);
+
+// Bytes of an n_rows x n_cols matrix of `type` in the packed layout; 0 when
+// it has none or the shape does not fit (n_rows % 16, n_cols % 256).
+uint64_t PackedMatrixBytes(GgmlType type, int64_t n_rows, int64_t n_cols);
+
+// Re-lays n_rows GGUF rows (row stride row_bytes) into dst
+// (PackedMatrixBytes bytes). REQUIRES: PackedMatrixBytes(...) > 0.
+void PackRows(GgmlType type, const uint8_t* src, uint64_t row_bytes, int64_t n_rows,
+              int64_t n_cols, uint8_t* dst);
+
+struct PackedView {
+  GgmlType type = GgmlType::kQ4_K;
+  const uint8_t* data = nullptr;  // PackRows output
+  int64_t n_rows = 0;
+  int64_t n_cols = 0;
+};
+
+// y[t * ldy + r] = vec_dot(W row (row0 + r), act[t]) for r < n_rows,
+// t < n_tokens; act[t]: n_cols columns of Q8_K (the types' vec_dot_type).
+// REQUIRES: row0 and n_rows multiples of 16, row0 + n_rows <= w.n_rows.
+void PackedGemm(const PackedView& w, int64_t row0, int64_t n_rows, const uint8_t* const* act,
+                int64_t n_tokens, float* y, int64_t ldy);
+
+// The same with the portable scalar kernel (the reference of the tests).
+void PackedGemmScalar(const PackedView& w, int64_t row0, int64_t n_rows,
+                      const uint8_t* const* act, int64_t n_tokens, float* y, int64_t ldy);
+
+}  // namespace moesplit::quant

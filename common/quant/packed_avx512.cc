@@ -1,0 +1,246 @@
+// AVX-512 VNNI product over the packed strip layout (packed.h): per 16-row
+// strip and 256-column superblock, the codes of each 32-column span are
+// decoded once into 8 registers of 64 codes (16 rows x 4 columns), then for
+// each token vpdpbusd against the broadcast 4-byte activation quads gives
+// the 16 rows' group sums lane-wise; sub-scales multiply lane-wise
+// (vpmulld), mins go through vpmaddwd, and the float steps of the canonical
+// order run on 16 rows at once. Compiled with `#pragma GCC target`; only
+// called when CpuHasAvx512Vnni().
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include <cstdint>
+#include <cstring>
+
+#include "common/quant/internal/blocks.h"
+#include "common/quant/internal/packed_impl.h"
+
+namespace moesplit::quant::internal {
+
+#if defined(__x86_64__)
+namespace {
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+inline __m512i Load512(const void* p) { return _mm512_loadu_si512(p); }
+inline __m128i Load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+inline __m256i Load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+inline __m512i Bcast(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// Bytes prefetched ahead of the superblock being read (as the GGUF row
+// kernels do): the weights stream from DRAM at decode.
+constexpr uint64_t kPrefetchAhead = 4096;
+
+// Prefetches the superblock kPrefetchAhead past sb, within [.., end).
+__attribute__((always_inline)) inline void PrefetchAhead(const uint8_t* sb, uint64_t bytes, const uint8_t* end) {
+  const uint8_t* p = sb + kPrefetchAhead;
+  const uint8_t* e = p + bytes < end ? p + bytes : end;
+  for (; p < e; p += 64) _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
+}
+
+// The 8 code registers of span g (columns 32 g .. 32 g + 31) of a Q4_K
+// packed superblock: quad z (columns 4 z .. 4 z + 3 of the span) in c[z].
+__attribute__((always_inline)) inline void CodesQ4K(const uint8_t* sb, int g, __m512i c[8]) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    const __m512i q = Load512(sb + 256 * g + 64 * k);
+    c[k] = _mm512_and_si512(q, m4);
+    c[k + 4] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+  }
+}
+
+__attribute__((always_inline)) inline void CodesQ6K(const uint8_t* sb, int g, __m512i c[8]) {
+  CodesQ4K(sb, g, c);
+  const __m512i m30 = _mm512_set1_epi8(0x30);
+#pragma GCC unroll 2
+  for (int w = 0; w < 2; ++w) {
+    const __m512i h = Load512(sb + kQ6KHigh + 128 * g + 64 * w);
+    c[4 * w + 0] = _mm512_or_si512(c[4 * w + 0], _mm512_and_si512(_mm512_slli_epi16(h, 4), m30));
+    c[4 * w + 1] = _mm512_or_si512(c[4 * w + 1], _mm512_and_si512(_mm512_slli_epi16(h, 2), m30));
+    c[4 * w + 2] = _mm512_or_si512(c[4 * w + 2], _mm512_and_si512(h, m30));
+    c[4 * w + 3] = _mm512_or_si512(c[4 * w + 3], _mm512_and_si512(_mm512_srli_epi16(h, 2), m30));
+  }
+}
+
+// Sums of codes c[z0 .. z0 + 3] times the activation quads at q + 4 z.
+__attribute__((always_inline)) inline __m512i Dot4(const __m512i c[8], int z0, const int8_t* q) {
+  __m512i d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c[z0], Bcast(q + 4 * z0));
+  d = _mm512_dpbusd_epi32(d, c[z0 + 1], Bcast(q + 4 * z0 + 4));
+  d = _mm512_dpbusd_epi32(d, c[z0 + 2], Bcast(q + 4 * z0 + 8));
+  return _mm512_dpbusd_epi32(d, c[z0 + 3], Bcast(q + 4 * z0 + 12));
+}
+
+// T tokens x S consecutive strips (S * 16 rows) over nsb superblocks.
+template <int T, int S>
+void StripsQ4K(const uint8_t* strip, uint64_t strip_bytes, int64_t nsb, const BlockQ8_K* const* a,
+               const uint8_t* end, float* y, int64_t ldy) {
+  __m512 acc[T][S];
+  for (int t = 0; t < T; ++t) {
+    for (int s = 0; s < S; ++s) acc[t][s] = _mm512_setzero_ps();
+  }
+  const __m512 sign = _mm512_castsi512_ps(_mm512_set1_epi32(INT32_MIN));
+  for (int64_t i = 0; i < nsb; ++i) {
+    __m512i isum[T][S];
+    for (int t = 0; t < T; ++t) {
+      for (int s = 0; s < S; ++s) isum[t][s] = _mm512_setzero_si512();
+    }
+    for (int s = 0; s < S; ++s) PrefetchAhead(strip + s * strip_bytes + i * kQ4KSuperBytes, kQ4KSuperBytes, end);
+    for (int g = 0; g < 8; ++g) {
+#pragma GCC unroll 4
+      for (int s = 0; s < S; ++s) {
+        const uint8_t* sb = strip + s * strip_bytes + i * kQ4KSuperBytes;
+        __m512i c[8];
+        CodesQ4K(sb, g, c);
+        const __m512i sub = _mm512_cvtepu8_epi32(Load128(sb + kQ4KSub + 16 * g));
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) {
+          const int8_t* q = a[t][i].qs + 32 * g;
+          const __m512i dot = _mm512_add_epi32(Dot4(c, 0, q), Dot4(c, 4, q));
+          isum[t][s] = _mm512_add_epi32(isum[t][s], _mm512_mullo_epi32(dot, sub));
+        }
+      }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      const BlockQ8_K& blk = a[t][i];
+      alignas(16) int32_t qp[4];
+      _mm_store_si128(reinterpret_cast<__m128i*>(qp), _mm_hadd_epi16(Load128(blk.bsums), Load128(blk.bsums + 8)));
+      const __m512 da = _mm512_set1_ps(blk.d);
+#pragma GCC unroll 4
+      for (int s = 0; s < S; ++s) {
+        const uint8_t* sb = strip + s * strip_bytes + i * kQ4KSuperBytes;
+        __m512i imin = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int p = 0; p < 4; ++p) {
+          imin = _mm512_add_epi32(imin, _mm512_madd_epi16(_mm512_cvtepu8_epi16(Load256(sb + kQ4KMins + 32 * p)),
+                                                          _mm512_set1_epi32(qp[p])));
+        }
+        const __m512 d = _mm512_cvtph_ps(Load256(sb + kQ4KD));
+        const __m512 dm = _mm512_cvtph_ps(Load256(sb + kQ4KDmin));
+        acc[t][s] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t][s]), _mm512_mul_ps(d, da), acc[t][s]);
+        acc[t][s] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(imin), _mm512_xor_ps(_mm512_mul_ps(dm, da), sign), acc[t][s]);
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    for (int s = 0; s < S; ++s) _mm512_storeu_ps(y + t * ldy + 16 * s, acc[t][s]);
+  }
+}
+
+template <int T, int S>
+void StripsQ6K(const uint8_t* strip, uint64_t strip_bytes, int64_t nsb, const BlockQ8_K* const* a,
+               const uint8_t* end, float* y, int64_t ldy) {
+  __m512 acc[T][S];
+  for (int t = 0; t < T; ++t) {
+    for (int s = 0; s < S; ++s) acc[t][s] = _mm512_setzero_ps();
+  }
+  for (int64_t i = 0; i < nsb; ++i) {
+    __m512i isum[T][S];
+    for (int t = 0; t < T; ++t) {
+      for (int s = 0; s < S; ++s) isum[t][s] = _mm512_setzero_si512();
+    }
+    for (int s = 0; s < S; ++s) PrefetchAhead(strip + s * strip_bytes + i * kQ6KSuperBytes, kQ6KSuperBytes, end);
+    for (int g = 0; g < 8; ++g) {
+#pragma GCC unroll 4
+      for (int s = 0; s < S; ++s) {
+        const uint8_t* sb = strip + s * strip_bytes + i * kQ6KSuperBytes;
+        __m512i c[8];
+        CodesQ6K(sb, g, c);
+        const __m512i sc0 = _mm512_cvtepi8_epi32(Load128(sb + kQ6KScales + 16 * (2 * g)));
+        const __m512i sc1 = _mm512_cvtepi8_epi32(Load128(sb + kQ6KScales + 16 * (2 * g + 1)));
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) {
+          const BlockQ8_K& blk = a[t][i];
+          const int8_t* q = blk.qs + 32 * g;
+          // sum (c - 32) q = sum c q - 32 * bsum, per group of 16 columns.
+          const __m512i d0 = _mm512_add_epi32(Dot4(c, 0, q), _mm512_set1_epi32(-32 * blk.bsums[2 * g]));
+          const __m512i d1 = _mm512_add_epi32(Dot4(c, 4, q), _mm512_set1_epi32(-32 * blk.bsums[2 * g + 1]));
+          isum[t][s] = _mm512_add_epi32(isum[t][s], _mm512_add_epi32(_mm512_mullo_epi32(d0, sc0),
+                                                                     _mm512_mullo_epi32(d1, sc1)));
+        }
+      }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      const __m512 da = _mm512_set1_ps(a[t][i].d);
+#pragma GCC unroll 4
+      for (int s = 0; s < S; ++s) {
+        const uint8_t* sb = strip + s * strip_bytes + i * kQ6KSuperBytes;
+        const __m512 d = _mm512_cvtph_ps(Load256(sb + kQ6KD));
+        acc[t][s] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t][s]), _mm512_mul_ps(d, da), acc[t][s]);
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    for (int s = 0; s < S; ++s) _mm512_storeu_ps(y + t * ldy + 16 * s, acc[t][s]);
+  }
+}
+
+#pragma GCC pop_options
+
+using StripFn = void (*)(const uint8_t*, uint64_t, int64_t, const BlockQ8_K* const*, const uint8_t*, float*,
+                         int64_t);
+
+template <int T>
+StripFn Q4KFn() { return StripsQ4K<T, 1>; }
+template <int T>
+StripFn Q6KFn() { return StripsQ6K<T, 1>; }
+
+constexpr int kMaxTokens = 8;
+
+}  // namespace
+
+bool PackedGemmAvx512(const PackedView& w, int64_t row0, int64_t n_rows, const uint8_t* const* act,
+                      int64_t n_tokens, float* y, int64_t ldy) {
+  const bool q4 = w.type == GgmlType::kQ4_K;
+  if (!q4 && w.type != GgmlType::kQ6_K) return false;
+  static const StripFn kQ4[kMaxTokens + 1] = {nullptr,    Q4KFn<1>(), Q4KFn<2>(), Q4KFn<3>(), Q4KFn<4>(),
+                                              Q4KFn<5>(), Q4KFn<6>(), Q4KFn<7>(), Q4KFn<8>()};
+  static const StripFn kQ6[kMaxTokens + 1] = {nullptr,    Q6KFn<1>(), Q6KFn<2>(), Q6KFn<3>(), Q6KFn<4>(),
+                                              Q6KFn<5>(), Q6KFn<6>(), Q6KFn<7>(), Q6KFn<8>()};
+  const int64_t nsb = w.n_cols / 256;
+  const uint64_t strip_bytes = static_cast<uint64_t>(nsb) * (q4 ? kQ4KSuperBytes : kQ6KSuperBytes);
+  const auto* const* a = reinterpret_cast<const BlockQ8_K* const*>(act);
+  const int64_t s_begin = row0 / 16, s_end = (row0 + n_rows) / 16;
+  const uint8_t* end = w.data + s_end * strip_bytes;
+  int64_t s = s_begin;
+  if (n_tokens == 1) {
+    // Decode: two strips at a time (two independent chains per register set).
+    for (; s + 2 <= s_end; s += 2) {
+      float* ys = y + (s - s_begin) * 16;
+      if (q4) {
+        StripsQ4K<1, 2>(w.data + s * strip_bytes, strip_bytes, nsb, a, end, ys, ldy);
+      } else {
+        StripsQ6K<1, 2>(w.data + s * strip_bytes, strip_bytes, nsb, a, end, ys, ldy);
+      }
+    }
+  }
+  for (; s < s_end; ++s) {
+    const uint8_t* strip = w.data + s * strip_bytes;
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += kMaxTokens) {
+      const int nt = static_cast<int>(n_tokens - t0 < kMaxTokens ? n_tokens - t0 : kMaxTokens);
+      (q4 ? kQ4 : kQ6)[nt](strip, strip_bytes, nsb, a + t0, end, y + t0 * ldy + (s - s_begin) * 16, ldy);
+    }
+  }
+  return true;
+}
+
+#else
+
+bool PackedGemmAvx512(const PackedView&, int64_t, int64_t, const uint8_t* const*, int64_t, float*, int64_t) {
+  return false;
+}
+
+#endif
+
+}  // namespace moesplit::quant::internal
