@@ -1,6 +1,10 @@
 #include "common/model/internal/attention.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <memory>
+#include <vector>
 
 #include "common/base/fp16.h"
 
@@ -163,6 +167,178 @@ MOESPLIT_TARGET512 void ScaleVector512(int64_t n, uint16_t* y, float v) {
   ScaleVector(n - i, y + i, v);
 }
 
+// Thread-local growable scratch (uninitialised, 64-byte aligned): `slot`
+// names one of a few buffers that are used at the same time.
+float* ThreadScratch(int slot, int64_t n) {
+  struct Buf {
+    std::unique_ptr<float[]> p;
+    int64_t cap = 0;
+  };
+  constexpr int kSlots = 8;
+  thread_local Buf bufs[kSlots];
+  Buf& b = bufs[slot];
+  if (b.cap < n) {
+    b.p.reset(new float[static_cast<size_t>(n) + 16]);
+    b.cap = n;
+  }
+  return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(b.p.get()) + 63) &
+                                  ~uintptr_t{63});
+}
+
+constexpr int64_t kChunk = 128;  // positions whose scores are computed at once
+
+// f16 rounding of every lane (what storing to and reloading from f16 does).
+MOESPLIT_TARGET512 inline __m512 RoundF16(__m512 v) {
+  return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+}
+
+// ggml's reduction of the 4 accumulators: ((a0+a2)+(a1+a3)), 16 -> 8 -> 4
+// lanes, then (l0+l2)+(l1+l3) (as DotVector512).
+MOESPLIT_TARGET512 inline float ReduceDot(const __m512 a[4]) {
+  const __m512 v = _mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3]));
+  const __m256 t8 = _mm256_add_ps(_mm512_extractf32x8_ps(v, 1), _mm512_castps512_ps256(v));
+  const __m128 t4 = _mm_add_ps(_mm256_extractf128_ps(t8, 1), _mm256_castps256_ps128(t8));
+  const __m128 r = _mm_add_ps(t4, _mm_movehl_ps(t4, t4));  // l0+l2, l1+l3
+  return _mm_cvtss_f32(_mm_add_ss(r, _mm_shuffle_ps(r, r, 1)));
+}
+
+// Scores s[i][j - j0] = DotF16(K[j], q16_i) * scale for positions
+// [j0, j1) below each query's n_kv. NB > 0: dk's 64-blocks (NB of them)
+// stay in registers across the queries; NB = 0: any dk.
+template <int NB>
+MOESPLIT_TARGET512 void GroupScores(const GroupAttention& g, const float* qf, int64_t qs,
+                                    int64_t j0, int64_t j1, float* scores) {
+  const int64_t np = g.dk & ~(kStep - 1);
+  const int64_t nb = np / kStep;
+  const __m512 zero = _mm512_setzero_ps();
+  for (int64_t j = j0; j < j1; ++j) {
+    const uint16_t* kr = g.k + j * g.k_stride;
+    __m512 kv[NB > 0 ? NB * 4 : 1];
+    if constexpr (NB > 0) {
+      for (int u = 0; u < NB * 4; ++u) kv[u] = Load16(kr + u * kLanes);
+    }
+    for (int64_t i = 0; i < g.n_q; ++i) {
+      if (j >= g.n_kv[i]) continue;
+      const float* q = qf + i * qs;
+      float r = 0.0f;
+      if (nb > 0) {
+        __m512 a[4] = {zero, zero, zero, zero};
+        if constexpr (NB > 0) {
+          for (int b = 0; b < NB; ++b) {
+            for (int u = 0; u < 4; ++u) {
+              a[u] = _mm512_fmadd_ps(kv[b * 4 + u], _mm512_load_ps(q + b * kStep + u * kLanes),
+                                     a[u]);
+            }
+          }
+        } else {
+          for (int64_t b = 0; b < nb; ++b) {
+            for (int u = 0; u < 4; ++u) {
+              const int64_t e = b * kStep + u * kLanes;
+              a[u] = _mm512_fmadd_ps(Load16(kr + e), _mm512_load_ps(q + e), a[u]);
+            }
+          }
+        }
+        r = ReduceDot(a);
+      }
+      if (np < g.dk) {  // the tail in double, as DotTail
+        double sum = r;
+        for (int64_t e = np; e < g.dk; ++e) {
+          sum += static_cast<double>(Fp16ToFp32(kr[e]) * q[e]);
+        }
+        r = static_cast<float>(sum);
+      }
+      scores[i * kChunk + (j - j0)] = r * g.scale;
+    }
+  }
+}
+
+MOESPLIT_TARGET512 void AttendGroup512(const GroupAttention& g) {
+  const int64_t n_q = g.n_q, dk = g.dk, dv = g.dv;
+  const int64_t qs = (dk + kLanes - 1) / kLanes * kLanes;
+  const int64_t dvv = (dv + kLanes - 1) / kLanes;  // vectors per value row
+  const int64_t dvp = dvv * kLanes;
+  const int64_t dv_full = dv / kLanes * kLanes;
+  float* qf = ThreadScratch(0, n_q * qs);
+  float* scores = ThreadScratch(1, n_q * kChunk);
+  float* mss = ThreadScratch(2, n_q * kChunk);
+  float* vss = ThreadScratch(3, n_q * kChunk);
+  float* acc = ThreadScratch(4, n_q * dvp);
+  float* vrow = ThreadScratch(5, dvp);
+  float* state = ThreadScratch(6, 2 * n_q);  // running max, sum per query
+  int64_t max_kv = 0;
+  for (int64_t i = 0; i < n_q; ++i) {
+    for (int64_t c = 0; c < dk; ++c) qf[i * qs + c] = Fp16ToFp32(Fp32ToFp16(g.q[i][c]));
+    for (int64_t c = 0; c < dvp; ++c) acc[i * dvp + c] = 0.0f;
+    state[2 * i] = -INFINITY;
+    state[2 * i + 1] = 0.0f;
+    max_kv = std::max(max_kv, g.n_kv[i]);
+  }
+  for (int64_t c = dv; c < dvp; ++c) vrow[c] = 0.0f;
+  for (int64_t j0 = 0; j0 < max_kv; j0 += kChunk) {
+    const int64_t j1 = std::min(max_kv, j0 + kChunk);
+    switch (dk / kStep) {
+      case 1: GroupScores<1>(g, qf, qs, j0, j1, scores); break;
+      case 2: GroupScores<2>(g, qf, qs, j0, j1, scores); break;
+      case 3: GroupScores<3>(g, qf, qs, j0, j1, scores); break;
+      case 4: GroupScores<4>(g, qf, qs, j0, j1, scores); break;
+      default: GroupScores<0>(g, qf, qs, j0, j1, scores); break;
+    }
+    // The online softmax (scalar, as AttendHead): per position the
+    // accumulator's rescale factor ms and the value weight vs.
+    for (int64_t i = 0; i < n_q; ++i) {
+      float m = state[2 * i], sum = state[2 * i + 1];
+      const int64_t end = std::min(j1, g.n_kv[i]);
+      for (int64_t j = j0; j < end; ++j) {
+        const float s = scores[i * kChunk + (j - j0)];
+        float ms = 1.0f;
+        float vs = 1.0f;
+        if (s > m) {
+          ms = std::exp(m - s);
+          m = s;
+        } else {
+          vs = std::exp(s - m);
+        }
+        sum = std::fma(sum, ms, vs);
+        mss[i * kChunk + (j - j0)] = ms;
+        vss[i * kChunk + (j - j0)] = vs;
+      }
+      state[2 * i] = m;
+      state[2 * i + 1] = sum;
+    }
+    // acc = f16(acc * ms) (skipped when ms == 1: the identity on f16
+    // values), then acc = f16(fma(V[j], vs, acc)).
+    for (int64_t j = j0; j < j1; ++j) {
+      const uint16_t* vr = g.v + j * g.v_stride;
+      for (int64_t c = 0; c < dv_full; c += kLanes) _mm512_store_ps(vrow + c, Load16(vr + c));
+      for (int64_t c = dv_full; c < dv; ++c) vrow[c] = Fp16ToFp32(vr[c]);
+      for (int64_t i = 0; i < n_q; ++i) {
+        if (j >= g.n_kv[i]) continue;
+        float* a = acc + i * dvp;
+        const float ms = mss[i * kChunk + (j - j0)];
+        if (ms != 1.0f) {
+          const __m512 vm = _mm512_set1_ps(ms);
+          for (int64_t u = 0; u < dvv; ++u) {
+            _mm512_store_ps(a + u * kLanes,
+                            RoundF16(_mm512_mul_ps(_mm512_load_ps(a + u * kLanes), vm)));
+          }
+        }
+        const __m512 vv = _mm512_set1_ps(vss[i * kChunk + (j - j0)]);
+#pragma GCC unroll 8
+        for (int64_t u = 0; u < dvv; ++u) {
+          _mm512_store_ps(a + u * kLanes,
+                          RoundF16(_mm512_fmadd_ps(_mm512_load_ps(vrow + u * kLanes), vv,
+                                                   _mm512_load_ps(a + u * kLanes))));
+        }
+      }
+    }
+  }
+  for (int64_t i = 0; i < n_q; ++i) {
+    const float sum = state[2 * i + 1];
+    const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
+    for (int64_t c = 0; c < dv; ++c) g.out[i][c] = acc[i * dvp + c] * inv;
+  }
+}
+
 enum class Level { kScalar, kAvx2, kAvx512 };
 
 Level Pick(F16Kernels k) {
@@ -186,6 +362,7 @@ void ScaleVector(int64_t n, uint16_t* y, float v) { ScaleScalar(n, y, v); }
 float DotVector512(int64_t n, const uint16_t* x, const uint16_t* y) { return DotScalar(n, x, y); }
 void MadVector512(int64_t n, uint16_t* y, const uint16_t* x, float v) { MadScalar(n, y, x, v); }
 void ScaleVector512(int64_t n, uint16_t* y, float v) { ScaleScalar(n, y, v); }
+void AttendGroup512(const GroupAttention&) {}
 
 #endif
 
@@ -242,6 +419,26 @@ void AttendHead(const HeadAttention& a, uint16_t* acc16, float* out, F16Kernels 
   }
   const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
   for (int64_t c = 0; c < a.dv; ++c) out[c] = Fp16ToFp32(acc16[c]) * inv;
+}
+
+void AttendGroup(const GroupAttention& g, F16Kernels k) {
+  if (g.n_q <= 0) return;
+  if (Pick(k) == Level::kAvx512) return AttendGroup512(g);
+  std::vector<uint16_t> q16(g.dk), acc16(g.dv);
+  HeadAttention a;
+  a.q16 = q16.data();
+  a.k = g.k;
+  a.v = g.v;
+  a.k_stride = g.k_stride;
+  a.v_stride = g.v_stride;
+  a.dk = g.dk;
+  a.dv = g.dv;
+  a.scale = g.scale;
+  for (int64_t i = 0; i < g.n_q; ++i) {
+    ToF16(g.dk, g.q[i], q16.data());
+    a.n_kv = g.n_kv[i];
+    AttendHead(a, acc16.data(), g.out[i], k);
+  }
 }
 
 }  // namespace moesplit::model::internal
