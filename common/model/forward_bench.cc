@@ -26,6 +26,14 @@ double Seconds(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
 }
 
+// FNV-1a of the bytes of v.
+uint64_t Fnv1a(const std::vector<float>& v) {
+  uint64_t h = 14695981039346656037ull;
+  const auto* p = reinterpret_cast<const unsigned char*>(v.data());
+  for (size_t i = 0; i < v.size() * sizeof(float); ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
 // Prompt and generation speed of the model at `path`.
 int Measure(const std::string& path, int64_t n_vocab, const std::string& type_name, int threads,
             int64_t n_prompt, int64_t n_gen, bool batched) {
@@ -46,6 +54,7 @@ int Measure(const std::string& path, int64_t n_vocab, const std::string& type_na
   absl::Status st = forward.Eval(prompt, cache->get(), LogitsMode::kLast, &logits);
   const double prompt_s = Seconds(t0);
   if (!st.ok()) return 1;
+  const uint64_t prompt_hash = Fnv1a(logits);
   t0 = Clock::now();
   for (int64_t i = 0; i < n_gen; ++i) {
     const int32_t tok[1] = {static_cast<int32_t>((i * 31) % n_vocab)};
@@ -56,6 +65,11 @@ int Measure(const std::string& path, int64_t n_vocab, const std::string& type_na
   std::printf("%s, %d threads: prompt %lld tokens %.2f tok/s; generation %lld tokens %.2f tok/s\n",
               type_name.c_str(), pool.size(), static_cast<long long>(n_prompt), n_prompt / prompt_s,
               static_cast<long long>(n_gen), n_gen / gen_s);
+  // Bits of the prompt's and the last step's logits (a kernel change that
+  // keeps the arithmetic must not change them).
+  std::printf("  logits fnv1a: prompt %016llx, last %016llx\n",
+              static_cast<unsigned long long>(prompt_hash),
+              static_cast<unsigned long long>(Fnv1a(logits)));
   // Batched decode (continuous batching): B sequences, one token each per
   // EvalBatch step, after a short prompt each.
   if (!batched) return 0;
