@@ -202,12 +202,12 @@ MOESPLIT_TARGET512 inline float ReduceDot(const __m512 a[4]) {
   return _mm_cvtss_f32(_mm_add_ss(r, _mm_shuffle_ps(r, r, 1)));
 }
 
-// Scores s[i][j - j0] = DotF16(K[j], q16_i) * scale for positions
-// [j0, j1) below each query's n_kv. NB > 0: dk's 64-blocks (NB of them)
-// stay in registers across the queries; NB = 0: any dk.
+// Scores s[j - j0][i] = DotF16(K[j], q16_i) * scale (row stride nqp) for
+// positions [j0, j1) below each query's n_kv. NB > 0: dk's 64-blocks (NB of
+// them) stay in registers across the queries; NB = 0: any dk.
 template <int NB>
 MOESPLIT_TARGET512 void GroupScores(const GroupAttention& g, const float* qf, int64_t qs,
-                                    int64_t j0, int64_t j1, float* scores) {
+                                    int64_t j0, int64_t j1, int64_t nqp, float* scores) {
   const int64_t np = g.dk & ~(kStep - 1);
   const int64_t nb = np / kStep;
   const __m512 zero = _mm512_setzero_ps();
@@ -247,7 +247,74 @@ MOESPLIT_TARGET512 void GroupScores(const GroupAttention& g, const float* qf, in
         }
         r = static_cast<float>(sum);
       }
-      scores[i * kChunk + (j - j0)] = r * g.scale;
+      scores[(j - j0) * nqp + i] = r * g.scale;
+    }
+  }
+}
+
+// a + b of the 256-bit halves selected by imm (_mm512_shuffle_f32x4).
+#define MOESPLIT_PAIR_ADD(a, b, lo, hi)                        \
+  _mm512_add_ps(_mm512_shuffle_f32x4((a), (b), (lo)), _mm512_shuffle_f32x4((a), (b), (hi)))
+
+// ReduceDot of 16 queries at once: v[i] = (a0+a2)+(a1+a3) of query i; the
+// same pairs are added (16 -> 8 -> 4 lanes, then (l0+l2)+(l1+l3)), the
+// lanes of several queries sharing a register. Returns the 16 sums in
+// query order.
+MOESPLIT_TARGET512 inline __m512 ReduceDot16(const __m512 v[16]) {
+  __m512 p[8], q[4], r[2];
+  // [v0[0:8], v1[0:8]] + [v0[8:16], v1[8:16]]: lanes l + 8 and l.
+  for (int i = 0; i < 8; ++i) {
+    p[i] = MOESPLIT_PAIR_ADD(v[2 * i], v[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0),
+                             _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  // t8[0:4] + t8[4:8] of four queries.
+  for (int i = 0; i < 4; ++i) {
+    q[i] = MOESPLIT_PAIR_ADD(p[2 * i], p[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0),
+                             _MM_SHUFFLE(3, 1, 3, 1));
+  }
+  // Per 128-bit lane k: l0+l2, l1+l3 of queries k (q[2i]) and 4+k (q[2i+1]).
+  for (int i = 0; i < 2; ++i) {
+    r[i] = _mm512_add_ps(_mm512_shuffle_ps(q[2 * i], q[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_ps(q[2 * i], q[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  }
+  // Lane 4k + m: (l0+l2) + (l1+l3) of query k + 4m.
+  const __m512 f = _mm512_add_ps(_mm512_shuffle_ps(r[0], r[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm512_shuffle_ps(r[0], r[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  return _mm512_permutexvar_ps(order, f);
+}
+#undef MOESPLIT_PAIR_ADD
+
+// GroupScores for dk = 64 * NB (no tail), 16 queries per reduction. Scores
+// of positions at or past a query's n_kv are computed too (the rows exist:
+// another query of the group reads them) and never read.
+template <int NB>
+MOESPLIT_TARGET512 void GroupScores16(const GroupAttention& g, const float* qf, int64_t qs,
+                                      int64_t j0, int64_t j1, int64_t nqp, float* scores) {
+  const __m512 zero = _mm512_setzero_ps();
+  const __m512 scale = _mm512_set1_ps(g.scale);
+  for (int64_t j = j0; j < j1; ++j) {
+    const uint16_t* kr = g.k + j * g.k_stride;
+    __m512 kv[NB * 4];
+    for (int u = 0; u < NB * 4; ++u) kv[u] = Load16(kr + u * kLanes);
+    for (int64_t i0 = 0; i0 < g.n_q; i0 += 16) {
+      __m512 v[16];
+      for (int l = 0; l < 16; ++l) {
+        if (i0 + l >= g.n_q) {
+          v[l] = zero;
+          continue;
+        }
+        const float* q = qf + (i0 + l) * qs;
+        __m512 a[4];
+        for (int u = 0; u < 4; ++u) a[u] = _mm512_fmadd_ps(kv[u], _mm512_load_ps(q + u * kLanes), zero);
+        for (int b = 1; b < NB; ++b) {
+          for (int u = 0; u < 4; ++u) {
+            a[u] = _mm512_fmadd_ps(kv[b * 4 + u], _mm512_load_ps(q + b * kStep + u * kLanes), a[u]);
+          }
+        }
+        v[l] = _mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3]));
+      }
+      _mm512_store_ps(scores + (j - j0) * nqp + i0, _mm512_mul_ps(ReduceDot16(v), scale));
     }
   }
 }
@@ -259,16 +326,18 @@ MOESPLIT_TARGET512 void AttendGroup512(const GroupAttention& g) {
   const int64_t dvp = dvv * kLanes;
   const int64_t dv_full = dv / kLanes * kLanes;
   float* qf = ThreadScratch(0, n_q * qs);
-  float* scores = ThreadScratch(1, n_q * kChunk);
+  const int64_t nqp = (n_q + 15) / 16 * 16;
+  float* scores = ThreadScratch(1, nqp * kChunk);
   float* mss = ThreadScratch(2, n_q * kChunk);
   float* vss = ThreadScratch(3, n_q * kChunk);
-  float* acc = ThreadScratch(4, n_q * dvp);
+  // The f16 accumulators, as AttendHead keeps them.
+  uint16_t* acc = reinterpret_cast<uint16_t*>(ThreadScratch(4, n_q * dvp / 2));
   float* vrow = ThreadScratch(5, dvp);
   float* state = ThreadScratch(6, 2 * n_q);  // running max, sum per query
   int64_t max_kv = 0;
   for (int64_t i = 0; i < n_q; ++i) {
     for (int64_t c = 0; c < dk; ++c) qf[i * qs + c] = Fp16ToFp32(Fp32ToFp16(g.q[i][c]));
-    for (int64_t c = 0; c < dvp; ++c) acc[i * dvp + c] = 0.0f;
+    for (int64_t c = 0; c < dvp; ++c) acc[i * dvp + c] = 0;
     state[2 * i] = -INFINITY;
     state[2 * i + 1] = 0.0f;
     max_kv = std::max(max_kv, g.n_kv[i]);
@@ -276,12 +345,12 @@ MOESPLIT_TARGET512 void AttendGroup512(const GroupAttention& g) {
   for (int64_t c = dv; c < dvp; ++c) vrow[c] = 0.0f;
   for (int64_t j0 = 0; j0 < max_kv; j0 += kChunk) {
     const int64_t j1 = std::min(max_kv, j0 + kChunk);
-    switch (dk / kStep) {
-      case 1: GroupScores<1>(g, qf, qs, j0, j1, scores); break;
-      case 2: GroupScores<2>(g, qf, qs, j0, j1, scores); break;
-      case 3: GroupScores<3>(g, qf, qs, j0, j1, scores); break;
-      case 4: GroupScores<4>(g, qf, qs, j0, j1, scores); break;
-      default: GroupScores<0>(g, qf, qs, j0, j1, scores); break;
+    switch (dk % kStep == 0 ? dk / kStep : 0) {
+      case 1: GroupScores16<1>(g, qf, qs, j0, j1, nqp, scores); break;
+      case 2: GroupScores16<2>(g, qf, qs, j0, j1, nqp, scores); break;
+      case 3: GroupScores16<3>(g, qf, qs, j0, j1, nqp, scores); break;
+      case 4: GroupScores16<4>(g, qf, qs, j0, j1, nqp, scores); break;
+      default: GroupScores<0>(g, qf, qs, j0, j1, nqp, scores); break;
     }
     // The online softmax (scalar, as AttendHead): per position the
     // accumulator's rescale factor ms and the value weight vs.
@@ -289,7 +358,7 @@ MOESPLIT_TARGET512 void AttendGroup512(const GroupAttention& g) {
       float m = state[2 * i], sum = state[2 * i + 1];
       const int64_t end = std::min(j1, g.n_kv[i]);
       for (int64_t j = j0; j < end; ++j) {
-        const float s = scores[i * kChunk + (j - j0)];
+        const float s = scores[(j - j0) * nqp + i];
         float ms = 1.0f;
         float vs = 1.0f;
         if (s > m) {
@@ -313,21 +382,19 @@ MOESPLIT_TARGET512 void AttendGroup512(const GroupAttention& g) {
       for (int64_t c = dv_full; c < dv; ++c) vrow[c] = Fp16ToFp32(vr[c]);
       for (int64_t i = 0; i < n_q; ++i) {
         if (j >= g.n_kv[i]) continue;
-        float* a = acc + i * dvp;
+        uint16_t* a = acc + i * dvp;
         const float ms = mss[i * kChunk + (j - j0)];
         if (ms != 1.0f) {
           const __m512 vm = _mm512_set1_ps(ms);
           for (int64_t u = 0; u < dvv; ++u) {
-            _mm512_store_ps(a + u * kLanes,
-                            RoundF16(_mm512_mul_ps(_mm512_load_ps(a + u * kLanes), vm)));
+            Store16(a + u * kLanes, _mm512_mul_ps(Load16(a + u * kLanes), vm));
           }
         }
         const __m512 vv = _mm512_set1_ps(vss[i * kChunk + (j - j0)]);
 #pragma GCC unroll 8
         for (int64_t u = 0; u < dvv; ++u) {
-          _mm512_store_ps(a + u * kLanes,
-                          RoundF16(_mm512_fmadd_ps(_mm512_load_ps(vrow + u * kLanes), vv,
-                                                   _mm512_load_ps(a + u * kLanes))));
+          Store16(a + u * kLanes,
+                  _mm512_fmadd_ps(_mm512_load_ps(vrow + u * kLanes), vv, Load16(a + u * kLanes)));
         }
       }
     }
@@ -335,7 +402,7 @@ MOESPLIT_TARGET512 void AttendGroup512(const GroupAttention& g) {
   for (int64_t i = 0; i < n_q; ++i) {
     const float sum = state[2 * i + 1];
     const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
-    for (int64_t c = 0; c < dv; ++c) g.out[i][c] = acc[i * dvp + c] * inv;
+    for (int64_t c = 0; c < dv; ++c) g.out[i][c] = Fp16ToFp32(acc[i * dvp + c]) * inv;
   }
 }
 
