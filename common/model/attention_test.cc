@@ -80,6 +80,25 @@ TEST(MadScaleF16Test, VectorEqualsScalarAndFormula) {
   }
 }
 
+TEST(ToF16Test, EqualsScalarConversion) {
+  std::vector<float> x;
+  for (float v : {0.0f, -0.0f, 1.0f, -2.5f, 65504.0f, 65519.0f, 65520.0f, -65520.0f, 1e6f,
+                  INFINITY, -INFINITY, NAN, -NAN, 5.96e-8f, 2.98e-8f, 2.99e-8f, 6.1e-5f,
+                  -1e-7f, 1e-9f, 0.333333f, 1.0009765625f, 1.00048828125f, 1.00146484375f}) {
+    x.push_back(v);
+  }
+  std::mt19937 rng(21);
+  std::uniform_real_distribution<float> e(-30.0f, 20.0f);
+  while (x.size() < 16 * 20 + 7) x.push_back((rng() % 2 ? 1.0f : -1.0f) * std::exp2(e(rng)));
+  std::vector<uint16_t> got(x.size());
+  for (size_t off : {size_t{0}, size_t{3}}) {  // blocks with and without a NaN
+    ToF16(int64_t(x.size() - off), x.data() + off, got.data());
+    for (size_t i = 0; i + off < x.size(); ++i) {
+      EXPECT_EQ(got[i], Fp32ToFp16(x[i + off])) << "value " << x[i + off];
+    }
+  }
+}
+
 struct AttendCase {
   int64_t n_kv, dk, dv;
 };

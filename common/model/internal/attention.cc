@@ -319,6 +319,21 @@ MOESPLIT_TARGET512 void GroupScores16(const GroupAttention& g, const float* qf, 
   }
 }
 
+// ToF16 16 values at a time; a block holding a NaN goes through the scalar
+// conversion (whose NaN encoding the hardware's need not match).
+MOESPLIT_TARGET512 void ToF16Vector512(int64_t n, const float* src, uint16_t* dst) {
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    const __m512 x = _mm512_loadu_ps(src + i);
+    if (_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q) != 0) {
+      for (int l = 0; l < kLanes; ++l) dst[i + l] = Fp32ToFp16(src[i + l]);
+    } else {
+      Store16(dst + i, x);
+    }
+  }
+  for (; i < n; ++i) dst[i] = Fp32ToFp16(src[i]);
+}
+
 MOESPLIT_TARGET512 void AttendGroup512(const GroupAttention& g) {
   const int64_t n_q = g.n_q, dk = g.dk, dv = g.dv;
   const int64_t qs = (dk + kLanes - 1) / kLanes * kLanes;
@@ -336,7 +351,13 @@ MOESPLIT_TARGET512 void AttendGroup512(const GroupAttention& g) {
   float* state = ThreadScratch(6, 2 * n_q);  // running max, sum per query
   int64_t max_kv = 0;
   for (int64_t i = 0; i < n_q; ++i) {
-    for (int64_t c = 0; c < dk; ++c) qf[i * qs + c] = Fp16ToFp32(Fp32ToFp16(g.q[i][c]));
+    int64_t c = 0;
+    for (; c + kLanes <= dk; c += kLanes) {  // f32(f16(q)), NaN blocks as ToF16
+      const __m512 x = _mm512_loadu_ps(g.q[i] + c);
+      if (_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q) != 0) break;
+      _mm512_store_ps(qf + i * qs + c, RoundF16(x));
+    }
+    for (; c < dk; ++c) qf[i * qs + c] = Fp16ToFp32(Fp32ToFp16(g.q[i][c]));
     for (int64_t c = 0; c < dvp; ++c) acc[i * dvp + c] = 0;
     state[2 * i] = -INFINITY;
     state[2 * i + 1] = 0.0f;
@@ -430,6 +451,9 @@ float DotVector512(int64_t n, const uint16_t* x, const uint16_t* y) { return Dot
 void MadVector512(int64_t n, uint16_t* y, const uint16_t* x, float v) { MadScalar(n, y, x, v); }
 void ScaleVector512(int64_t n, uint16_t* y, float v) { ScaleScalar(n, y, v); }
 void AttendGroup512(const GroupAttention&) {}
+void ToF16Vector512(int64_t n, const float* src, uint16_t* dst) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = Fp32ToFp16(src[i]);
+}
 
 #endif
 
@@ -463,6 +487,7 @@ void ScaleF16(int64_t n, uint16_t* y, float v, F16Kernels k) {
 }
 
 void ToF16(int64_t n, const float* src, uint16_t* dst) {
+  if (Pick(F16Kernels::kAuto) == Level::kAvx512) return ToF16Vector512(n, src, dst);
   for (int64_t i = 0; i < n; ++i) dst[i] = Fp32ToFp16(src[i]);
 }
 
