@@ -293,7 +293,45 @@ MOESPLIT_TARGET512 void GroupScores16(const GroupAttention& g, const float* qf, 
                                       int64_t j0, int64_t j1, int64_t nqp, float* scores) {
   const __m512 zero = _mm512_setzero_ps();
   const __m512 scale = _mm512_set1_ps(g.scale);
-  for (int64_t j = j0; j < j1; ++j) {
+  int64_t j = j0;
+  // Two positions at a time: each query vector loaded once for both.
+  for (; NB <= 2 && j + 2 <= j1; j += 2) {
+    const uint16_t* kr0 = g.k + j * g.k_stride;
+    const uint16_t* kr1 = kr0 + g.k_stride;
+    __m512 k0[NB * 4], k1[NB * 4];
+    for (int u = 0; u < NB * 4; ++u) {
+      k0[u] = Load16(kr0 + u * kLanes);
+      k1[u] = Load16(kr1 + u * kLanes);
+    }
+    for (int64_t i0 = 0; i0 < g.n_q; i0 += 16) {
+      __m512 v0[16], v1[16];
+      for (int l = 0; l < 16; ++l) {
+        if (i0 + l >= g.n_q) {
+          v0[l] = v1[l] = zero;
+          continue;
+        }
+        const float* q = qf + (i0 + l) * qs;
+        __m512 a[4], b[4];
+        for (int u = 0; u < 4; ++u) {
+          const __m512 x = _mm512_load_ps(q + u * kLanes);
+          a[u] = _mm512_fmadd_ps(k0[u], x, zero);
+          b[u] = _mm512_fmadd_ps(k1[u], x, zero);
+        }
+        for (int bl = 1; bl < NB; ++bl) {
+          for (int u = 0; u < 4; ++u) {
+            const __m512 x = _mm512_load_ps(q + bl * kStep + u * kLanes);
+            a[u] = _mm512_fmadd_ps(k0[bl * 4 + u], x, a[u]);
+            b[u] = _mm512_fmadd_ps(k1[bl * 4 + u], x, b[u]);
+          }
+        }
+        v0[l] = _mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3]));
+        v1[l] = _mm512_add_ps(_mm512_add_ps(b[0], b[2]), _mm512_add_ps(b[1], b[3]));
+      }
+      _mm512_store_ps(scores + (j - j0) * nqp + i0, _mm512_mul_ps(ReduceDot16(v0), scale));
+      _mm512_store_ps(scores + (j + 1 - j0) * nqp + i0, _mm512_mul_ps(ReduceDot16(v1), scale));
+    }
+  }
+  for (; j < j1; ++j) {
     const uint16_t* kr = g.k + j * g.k_stride;
     __m512 kv[NB * 4];
     for (int u = 0; u < NB * 4; ++u) kv[u] = Load16(kr + u * kLanes);
