@@ -288,7 +288,7 @@ void AddBias(const std::vector<float>& bias, int64_t t0, int64_t t1, float* y) {
 void NormRows(ThreadPool* pool, const float* x, const std::vector<float>& w, int64_t n,
               int64_t d, float eps, float* y) {
   For(pool, n, MinRows(d), [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) internal::RmsNorm(x + t * d, w.data(), d, eps, y + t * d);
+    internal::RmsNormRows(x + t0 * d, d, w.data(), t1 - t0, d, eps, y + t0 * d, d);
   });
 }
 
@@ -296,11 +296,14 @@ void NormRows(ThreadPool* pool, const float* x, const std::vector<float>& w, int
 void NormAndRope(float* x, int64_t t0, int64_t t1, int64_t n_heads, int64_t head_dim,
                  const std::vector<float>& norm, float eps, int64_t n_rot,
                  const std::vector<internal::RopeAngles>& rope) {
+  float* rows = x + t0 * n_heads * head_dim;
+  if (!norm.empty()) {
+    internal::RmsNormRows(rows, head_dim, norm.data(), (t1 - t0) * n_heads, head_dim, eps, rows,
+                          head_dim);
+  }
   for (int64_t t = t0; t < t1; ++t) {
     for (int64_t h = 0; h < n_heads; ++h) {
-      float* v = x + (t * n_heads + h) * head_dim;
-      if (!norm.empty()) internal::RmsNorm(v, norm.data(), head_dim, eps, v);
-      internal::ApplyRopeNeox(rope[t], n_rot, v);
+      internal::ApplyRopeNeox(rope[t], n_rot, x + (t * n_heads + h) * head_dim);
     }
   }
 }
