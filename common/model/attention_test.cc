@@ -80,6 +80,25 @@ TEST(MadScaleF16Test, VectorEqualsScalarAndFormula) {
   }
 }
 
+TEST(ToF16Test, EqualsScalarConversion) {
+  std::vector<float> x;
+  for (float v : {0.0f, -0.0f, 1.0f, -2.5f, 65504.0f, 65519.0f, 65520.0f, -65520.0f, 1e6f,
+                  INFINITY, -INFINITY, NAN, -NAN, 5.96e-8f, 2.98e-8f, 2.99e-8f, 6.1e-5f,
+                  -1e-7f, 1e-9f, 0.333333f, 1.0009765625f, 1.00048828125f, 1.00146484375f}) {
+    x.push_back(v);
+  }
+  std::mt19937 rng(21);
+  std::uniform_real_distribution<float> e(-30.0f, 20.0f);
+  while (x.size() < 16 * 20 + 7) x.push_back((rng() % 2 ? 1.0f : -1.0f) * std::exp2(e(rng)));
+  std::vector<uint16_t> got(x.size());
+  for (size_t off : {size_t{0}, size_t{3}}) {  // blocks with and without a NaN
+    ToF16(int64_t(x.size() - off), x.data() + off, got.data());
+    for (size_t i = 0; i + off < x.size(); ++i) {
+      EXPECT_EQ(got[i], Fp32ToFp16(x[i + off])) << "value " << x[i + off];
+    }
+  }
+}
+
 struct AttendCase {
   int64_t n_kv, dk, dv;
 };
@@ -137,6 +156,93 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttendHeadTest,
                          ::testing::Values(AttendCase{1, 64, 64}, AttendCase{2, 64, 64},
                                            AttendCase{17, 128, 128}, AttendCase{300, 64, 64},
                                            AttendCase{9, 40, 24}));
+
+struct GroupCase {
+  int64_t dk, dv, n_q, max_kv;
+  float k_scale;
+};
+
+class AttendGroupTest : public ::testing::TestWithParam<GroupCase> {};
+
+// The fused group kernel against AttendHead (scalar form) per query, bit for
+// bit: queries of one KV head with different n_kv (causal rows of a token
+// block and GQA heads), key/value heads interleaved with another head.
+TEST_P(AttendGroupTest, EqualsAttendHeadPerQuery) {
+  const GroupCase c = GetParam();
+  const int64_t stride_k = 3 * c.dk, stride_v = 3 * c.dv;
+  auto k = RandomF16(c.max_kv * stride_k, 11, c.k_scale);
+  const auto v = RandomF16(c.max_kv * stride_v, 12, 4.0f);
+  // Keys that grow with the position force a rescale of the accumulator at
+  // many positions (a new maximum score), not only at the first.
+  for (int64_t j = 0; j < c.max_kv; j += 3) {
+    for (int64_t i = 0; i < c.dk; ++i) {
+      uint16_t& e = k[j * stride_k + c.dk + i];
+      e = Fp32ToFp16(Fp16ToFp32(e) * (1.0f + 0.01f * float(j)));
+    }
+  }
+  std::mt19937 rng(13);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  std::vector<std::vector<float>> q(c.n_q, std::vector<float>(c.dk));
+  for (auto& row : q) {
+    for (float& x : row) x = u(rng);
+  }
+  std::vector<const float*> qp;
+  std::vector<int64_t> n_kv;
+  std::vector<std::vector<float>> out(c.n_q, std::vector<float>(c.dv, -1.0f)),
+      want = out, avx2 = out;
+  std::vector<float*> op, ap;
+  for (int64_t i = 0; i < c.n_q; ++i) {
+    qp.push_back(q[i].data());
+    // Descending, equal and ascending counts, always in [1, max_kv].
+    n_kv.push_back(i % 3 == 0 ? c.max_kv - i / 2 % c.max_kv : 1 + (i * 37) % c.max_kv);
+    op.push_back(out[i].data());
+    ap.push_back(avx2[i].data());
+  }
+  GroupAttention g;
+  g.k = k.data() + c.dk;
+  g.v = v.data() + c.dv;
+  g.k_stride = stride_k;
+  g.v_stride = stride_v;
+  g.dk = c.dk;
+  g.dv = c.dv;
+  g.scale = 1.0f / std::sqrt(float(c.dk));
+  g.n_q = c.n_q;
+  g.q = qp.data();
+  g.n_kv = n_kv.data();
+  g.out = op.data();
+  AttendGroup(g);
+  g.out = ap.data();
+  AttendGroup(g, F16Kernels::kAvx2);
+
+  std::vector<uint16_t> q16(c.dk), acc(c.dv);
+  HeadAttention a;
+  a.q16 = q16.data();
+  a.k = g.k;
+  a.v = g.v;
+  a.k_stride = stride_k;
+  a.v_stride = stride_v;
+  a.dk = c.dk;
+  a.dv = c.dv;
+  a.scale = g.scale;
+  for (int64_t i = 0; i < c.n_q; ++i) {
+    ToF16(c.dk, q[i].data(), q16.data());
+    a.n_kv = n_kv[i];
+    AttendHead(a, acc.data(), want[i].data(), F16Kernels::kScalar);
+    for (int64_t d = 0; d < c.dv; ++d) {
+      ASSERT_EQ(Fp32ToBits(out[i][d]), Fp32ToBits(want[i][d]))
+          << "query " << i << " n_kv " << n_kv[i] << " d " << d;
+      ASSERT_EQ(Fp32ToBits(avx2[i][d]), Fp32ToBits(want[i][d])) << "query " << i << " d " << d;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, AttendGroupTest,
+    ::testing::Values(GroupCase{128, 128, 32, 300, 2.0f}, GroupCase{128, 128, 8, 1, 2.0f},
+                      GroupCase{64, 64, 5, 129, 8.0f}, GroupCase{40, 24, 7, 20, 2.0f},
+                      GroupCase{100, 130, 9, 140, 2.0f}, GroupCase{192, 72, 4, 70, 1.0f},
+                      GroupCase{256, 256, 3, 260, 2.0f}, GroupCase{320, 17, 6, 33, 2.0f},
+                      GroupCase{65, 8, 2, 128, 30.0f}, GroupCase{16, 16, 1, 5, 2.0f}));
 
 }  // namespace
 }  // namespace moesplit::model::internal

@@ -1,8 +1,11 @@
 #include "common/model/forward.h"
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cmath>
+#include <functional>
+#include <mutex>
 #include <new>
 
 #include "absl/strings/str_cat.h"
@@ -72,17 +75,95 @@ absl::Status KvCache::CheckRoom(int64_t n_new) const {
 
 // ------------------------------------------------------------------ Forward
 
+namespace {
+
+// A growable buffer of uninitialised floats (every user overwrites what it
+// reads back).
+class FloatBuffer {
+ public:
+  float* Get(int64_t n) {
+    if (cap_ < n) {
+      p_.reset();
+      p_.reset(new float[static_cast<size_t>(n)]);
+      cap_ = n;
+    }
+    return p_.get();
+  }
+  uint64_t bytes() const { return static_cast<uint64_t>(cap_) * sizeof(float); }
+
+ private:
+  std::unique_ptr<float[]> p_;
+  int64_t cap_ = 0;
+};
+
+// fn(begin, end) over [0, n), split over the pool in chunks of at least
+// min_chunk items (inline without a pool).
+void For(ThreadPool* pool, int64_t n, int64_t min_chunk,
+         const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  if (pool == nullptr) {
+    fn(0, n);
+  } else {
+    pool->ParallelFor(n, fn, min_chunk);
+  }
+}
+
+// Rows of about `work` elements or more per chunk.
+int64_t MinRows(int64_t row_elements, int64_t work = 16384) {
+  return std::max<int64_t>(1, work / std::max<int64_t>(1, row_elements));
+}
+
+}  // namespace
+
+// Activation buffers of one step, reused across layers and calls.
+struct Forward::Workspace {
+  FloatBuffer x, h, q, k, v, attn, o, router, gate, up, shared, shexp_g, head_h, logits;
+  ExpertCall call;
+  ExpertResult res;
+
+  uint64_t bytes() const {
+    uint64_t b = 0;
+    for (const FloatBuffer* f : {&x, &h, &q, &k, &v, &attn, &o, &router, &gate, &up, &shared,
+                                 &shexp_g, &head_h, &logits}) {
+      b += f->bytes();
+    }
+    return b + (call.hidden.capacity() + res.partial.capacity()) * sizeof(float);
+  }
+};
+
 struct Forward::Batch {
-  int64_t n = 0;  // tokens of every sequence, concatenated
-  std::vector<float> x;                    // n x n_embd residual stream
+  int64_t n = 0;                           // tokens of every sequence, concatenated
+  float* x = nullptr;                      // n x n_embd residual stream
   std::vector<internal::RopeAngles> rope;  // per token
   std::vector<KvCache*> cache;             // per token: its sequence's cache
   std::vector<int64_t> pos;                // per token: its position there
+  Workspace* ws = nullptr;
 };
 
 Forward::Forward(std::shared_ptr<const Model> model, ExpertBackend* experts,
                  ThreadPool* pool)
     : model_(std::move(model)), experts_(experts), pool_(pool) {}
+
+Forward::~Forward() = default;
+
+std::unique_ptr<Forward::Workspace> Forward::AcquireWorkspace() const {
+  {
+    std::lock_guard<std::mutex> lock(ws_mu_);
+    if (!ws_free_.empty()) {
+      std::unique_ptr<Workspace> ws = std::move(ws_free_.back());
+      ws_free_.pop_back();
+      return ws;
+    }
+  }
+  return std::make_unique<Workspace>();
+}
+
+void Forward::ReleaseWorkspace(std::unique_ptr<Workspace> ws) const {
+  constexpr uint64_t kMaxKeptBytes = uint64_t{1} << 30;
+  if (ws->bytes() > kMaxKeptBytes) return;  // a rare huge step: give the memory back
+  std::lock_guard<std::mutex> lock(ws_mu_);
+  ws_free_.push_back(std::move(ws));
+}
 
 absl::Status Forward::Eval(absl::Span<const int32_t> tokens, KvCache* cache,
                            LogitsMode mode, std::vector<float>* logits) const {
@@ -129,71 +210,100 @@ absl::Status Forward::EvalBatch(absl::Span<const SequenceBatch> seqs) const {
         absl::StrCat("Eval: batch of ", total, " tokens is too large"));
   }
 
+  std::unique_ptr<Workspace> ws = AcquireWorkspace();
   Batch b;
   b.n = static_cast<int64_t>(total);
+  b.ws = ws.get();
+  absl::Status st;
+  try {
+    st = Step(seqs, b);
+  } catch (const std::bad_alloc&) {
+    st = absl::ResourceExhaustedError(
+        absl::StrCat("Eval: activations of ", total, " tokens do not fit in memory"));
+  }
+  ReleaseWorkspace(std::move(ws));
+  RETURN_IF_ERROR(st);
+  for (const SequenceBatch& s : seqs) s.cache->Commit(static_cast<int64_t>(s.tokens.size()));
+  return absl::OkStatus();
+}
+
+absl::Status Forward::Step(absl::Span<const SequenceBatch> seqs, Batch& b) const {
+  const HyperParams& hp = model_->hparams();
   b.rope.resize(b.n);
   b.cache.resize(b.n);
   b.pos.resize(b.n);
   std::vector<int32_t> tokens;
-  tokens.reserve(total);
+  tokens.reserve(b.n);
   int64_t t = 0;
   for (const SequenceBatch& s : seqs) {
     for (size_t i = 0; i < s.tokens.size(); ++i, ++t) {
       b.cache[t] = s.cache;
       b.pos[t] = s.cache->n_past() + static_cast<int64_t>(i);
-      internal::ComputeRopeAngles(hp.rope, b.pos[t], &b.rope[t]);
       tokens.push_back(s.tokens[i]);
     }
   }
-  RETURN_IF_ERROR(Embed(tokens, &b.x));
+  For(pool_, b.n, 16, [&](int64_t t0, int64_t t1) {
+    for (int64_t i = t0; i < t1; ++i) internal::ComputeRopeAngles(hp.rope, b.pos[i], &b.rope[i]);
+  });
+  b.x = b.ws->x.Get(b.n * hp.n_embd);
+  RETURN_IF_ERROR(Embed(tokens, b.x));
   for (int il = 0; il < model_->n_layer(); ++il) {
     RETURN_IF_ERROR(Attention(il, b));
     RETURN_IF_ERROR(MoeFfn(il, b));
   }
-  RETURN_IF_ERROR(Head(b, seqs));
-  for (const SequenceBatch& s : seqs) s.cache->Commit(static_cast<int64_t>(s.tokens.size()));
-  return absl::OkStatus();
+  return Head(b, seqs);
 }
 
-absl::Status Forward::Embed(absl::Span<const int32_t> tokens, std::vector<float>* x) const {
+absl::Status Forward::Embed(absl::Span<const int32_t> tokens, float* x) const {
   const quant::WeightView& e = model_->token_embd();
   const int64_t d = model_->hparams().n_embd;
-  x->resize(tokens.size() * d);
-  for (size_t t = 0; t < tokens.size(); ++t) {
-    RETURN_IF_ERROR(quant::DequantizeRow(e.type, e.data + tokens[t] * e.row_bytes,
-                                         x->data() + t * d, d));
-  }
-  return absl::OkStatus();
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  std::mutex mu;
+  absl::Status first_error;
+  For(pool_, n, MinRows(d), [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      absl::Status st =
+          quant::DequantizeRow(e.type, e.data + tokens[t] * e.row_bytes, x + t * d, d);
+      if (!st.ok()) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (first_error.ok()) first_error = std::move(st);
+        return;
+      }
+    }
+  });
+  return first_error;
 }
 
 namespace {
 
-void AddBias(const std::vector<float>& bias, int64_t n, float* y) {
+void AddBias(const std::vector<float>& bias, int64_t t0, int64_t t1, float* y) {
   if (bias.empty()) return;
   const int64_t m = static_cast<int64_t>(bias.size());
-  for (int64_t t = 0; t < n; ++t) {
+  for (int64_t t = t0; t < t1; ++t) {
     for (int64_t i = 0; i < m; ++i) y[t * m + i] += bias[i];
   }
 }
 
-// RMSNorm of every row (n rows of d) of x into y.
-void NormRows(const std::vector<float>& x, const std::vector<float>& w, int64_t n, int64_t d,
-              float eps, std::vector<float>* y) {
-  y->resize(n * d);
-  for (int64_t t = 0; t < n; ++t) {
-    internal::RmsNorm(x.data() + t * d, w.data(), d, eps, y->data() + t * d);
-  }
+// RMSNorm of every row (n rows of d) of x into y, rows split over the pool.
+void NormRows(ThreadPool* pool, const float* x, const std::vector<float>& w, int64_t n,
+              int64_t d, float eps, float* y) {
+  For(pool, n, MinRows(d), [&](int64_t t0, int64_t t1) {
+    internal::RmsNormRows(x + t0 * d, d, w.data(), t1 - t0, d, eps, y + t0 * d, d);
+  });
 }
 
-// Per-head QK-norm and NEOX RoPE of n rows of n_heads heads.
-void NormAndRope(float* x, int64_t n, int64_t n_heads, int64_t head_dim,
+// Per-head QK-norm and NEOX RoPE of rows [t0, t1) of n_heads heads.
+void NormAndRope(float* x, int64_t t0, int64_t t1, int64_t n_heads, int64_t head_dim,
                  const std::vector<float>& norm, float eps, int64_t n_rot,
                  const std::vector<internal::RopeAngles>& rope) {
-  for (int64_t t = 0; t < n; ++t) {
+  float* rows = x + t0 * n_heads * head_dim;
+  if (!norm.empty()) {
+    internal::RmsNormRows(rows, head_dim, norm.data(), (t1 - t0) * n_heads, head_dim, eps, rows,
+                          head_dim);
+  }
+  for (int64_t t = t0; t < t1; ++t) {
     for (int64_t h = 0; h < n_heads; ++h) {
-      float* v = x + (t * n_heads + h) * head_dim;
-      if (!norm.empty()) internal::RmsNorm(v, norm.data(), head_dim, eps, v);
-      internal::ApplyRopeNeox(rope[t], n_rot, v);
+      internal::ApplyRopeNeox(rope[t], n_rot, x + (t * n_heads + h) * head_dim);
     }
   }
 }
@@ -203,77 +313,117 @@ void NormAndRope(float* x, int64_t n, int64_t n_heads, int64_t head_dim,
 absl::Status Forward::Attention(int il, Batch& b) const {
   const HyperParams& hp = model_->hparams();
   const LayerWeights& L = model_->layer(il);
+  Workspace& ws = *b.ws;
   const int64_t n = b.n, d = hp.n_embd;
   const int64_t qd = hp.n_head * hp.head_dim_k, kd = hp.n_head_kv * hp.head_dim_k;
   const int64_t vd = hp.n_head_kv * hp.head_dim_v;
-  std::vector<float> h;
-  NormRows(b.x, L.attn_norm, n, d, hp.rms_eps, &h);
-  std::vector<float> q(n * qd), k(n * kd), v(n * vd);
-  RETURN_IF_ERROR(quant::MatMul(L.wq, h.data(), n, q.data(), pool_));
-  RETURN_IF_ERROR(quant::MatMul(L.wk, h.data(), n, k.data(), pool_));
-  RETURN_IF_ERROR(quant::MatMul(L.wv, h.data(), n, v.data(), pool_));
-  AddBias(L.bq, n, q.data());
-  AddBias(L.bk, n, k.data());
-  AddBias(L.bv, n, v.data());
-  NormAndRope(q.data(), n, hp.n_head, hp.head_dim_k, L.q_norm, hp.rms_eps, hp.rope.n_rot,
-              b.rope);
-  NormAndRope(k.data(), n, hp.n_head_kv, hp.head_dim_k, L.k_norm, hp.rms_eps, hp.rope.n_rot,
-              b.rope);
-  for (int64_t t = 0; t < n; ++t) {
-    internal::ToF16(kd, k.data() + t * kd, b.cache[t]->k(il, b.pos[t]));
-    internal::ToF16(vd, v.data() + t * vd, b.cache[t]->v(il, b.pos[t]));
-  }
+  float* h = ws.h.Get(n * d);
+  NormRows(pool_, b.x, L.attn_norm, n, d, hp.rms_eps, h);
+  float* q = ws.q.Get(n * qd);
+  float* k = ws.k.Get(n * kd);
+  float* v = ws.v.Get(n * vd);
+  RETURN_IF_ERROR(quant::MatMul(L.wq, h, n, q, pool_));
+  RETURN_IF_ERROR(quant::MatMul(L.wk, h, n, k, pool_));
+  RETURN_IF_ERROR(quant::MatMul(L.wv, h, n, v, pool_));
+  For(pool_, n, MinRows(qd + kd, 8192), [&](int64_t t0, int64_t t1) {
+    AddBias(L.bq, t0, t1, q);
+    AddBias(L.bk, t0, t1, k);
+    AddBias(L.bv, t0, t1, v);
+    NormAndRope(q, t0, t1, hp.n_head, hp.head_dim_k, L.q_norm, hp.rms_eps, hp.rope.n_rot,
+                b.rope);
+    NormAndRope(k, t0, t1, hp.n_head_kv, hp.head_dim_k, L.k_norm, hp.rms_eps, hp.rope.n_rot,
+                b.rope);
+    for (int64_t t = t0; t < t1; ++t) {
+      internal::ToF16(kd, k + t * kd, b.cache[t]->k(il, b.pos[t]));
+      internal::ToF16(vd, v + t * vd, b.cache[t]->v(il, b.pos[t]));
+    }
+  });
   const int64_t ad = hp.n_head * hp.head_dim_v;
-  std::vector<float> attn(n * ad);
-  AttendHeads(il, b, q.data(), attn.data());
-  std::vector<float> o(n * d);
-  RETURN_IF_ERROR(quant::MatMul(L.wo, attn.data(), n, o.data(), pool_));
-  for (int64_t i = 0; i < n * d; ++i) b.x[i] += o[i];
+  float* attn = ws.attn.Get(n * ad);
+  AttendHeads(il, b, q, attn);
+  float* o = ws.o.Get(n * d);
+  RETURN_IF_ERROR(quant::MatMul(L.wo, attn, n, o, pool_));
+  For(pool_, n, MinRows(d), [&](int64_t t0, int64_t t1) {
+    for (int64_t i = t0 * d; i < t1 * d; ++i) b.x[i] += o[i];
+  });
   return absl::OkStatus();
 }
 
 void Forward::AttendHeads(int il, const Batch& b, const float* q, float* out) const {
   const HyperParams& hp = model_->hparams();
   const int64_t hk = hp.head_dim_k, hv = hp.head_dim_v;
-  const int64_t group = hp.n_head / hp.n_head_kv;
-  auto work = [&](int64_t begin, int64_t end) {
-    std::vector<uint16_t> q16(hk), acc16(hv);
-    internal::HeadAttention a;
-    a.q16 = q16.data();
-    a.k_stride = hp.n_head_kv * hk;
-    a.v_stride = hp.n_head_kv * hv;
-    a.dk = hk;
-    a.dv = hv;
-    a.scale = 1.0f / std::sqrt(static_cast<float>(hk));
-    for (int64_t idx = begin; idx < end; ++idx) {
-      const int64_t t = idx / hp.n_head, head = idx % hp.n_head, kvh = head / group;
-      internal::ToF16(hk, q + (t * hp.n_head + head) * hk, q16.data());
-      const KvCache& cache = *b.cache[t];
-      a.k = cache.k(il, 0) + kvh * hk;
-      a.v = cache.v(il, 0) + kvh * hv;
-      a.n_kv = b.pos[t] + 1;  // causal: positions 0 .. pos of its own sequence
-      internal::AttendHead(a, acc16.data(), out + (t * hp.n_head + head) * hv);
+  const int64_t n_kv_heads = hp.n_head_kv, group = hp.n_head / hp.n_head_kv;
+  // Work items: (block of up to kBlockTokens consecutive tokens of one
+  // sequence, KV head); each runs the group's query heads of its tokens in
+  // one AttendGroup, so every key and value row is converted once for them.
+  constexpr int64_t kBlockTokens = 4;
+  struct Block {
+    int64_t t0, n, cost;
+  };
+  std::vector<Block> blocks;
+  for (int64_t t = 0; t < b.n;) {
+    int64_t e = t + 1;
+    while (e < b.n && e - t < kBlockTokens && b.cache[e] == b.cache[t]) ++e;
+    blocks.push_back({t, e - t, (e - t) * (b.pos[e - 1] + 1)});
+    t = e;
+  }
+  // The costliest first (causal rows grow with the position), handed out
+  // one at a time so that the threads finish together.
+  std::stable_sort(blocks.begin(), blocks.end(),
+                   [](const Block& x, const Block& y) { return x.cost > y.cost; });
+  const int64_t items = static_cast<int64_t>(blocks.size()) * n_kv_heads;
+  std::atomic<int64_t> next{0};
+  auto work = [&](int) {
+    std::vector<const float*> qp(kBlockTokens * group);
+    std::vector<float*> op(kBlockTokens * group);
+    std::vector<int64_t> n_kv(kBlockTokens * group);
+    internal::GroupAttention g;
+    g.k_stride = n_kv_heads * hk;
+    g.v_stride = n_kv_heads * hv;
+    g.dk = hk;
+    g.dv = hv;
+    g.scale = 1.0f / std::sqrt(static_cast<float>(hk));
+    g.q = qp.data();
+    g.out = op.data();
+    g.n_kv = n_kv.data();
+    for (int64_t idx; (idx = next.fetch_add(1, std::memory_order_relaxed)) < items;) {
+      const Block& blk = blocks[idx / n_kv_heads];
+      const int64_t kvh = idx % n_kv_heads;
+      const KvCache& cache = *b.cache[blk.t0];
+      g.k = cache.k(il, 0) + kvh * hk;
+      g.v = cache.v(il, 0) + kvh * hv;
+      g.n_q = 0;
+      for (int64_t t = blk.t0; t < blk.t0 + blk.n; ++t) {
+        for (int64_t head = kvh * group; head < (kvh + 1) * group; ++head) {
+          qp[g.n_q] = q + (t * hp.n_head + head) * hk;
+          op[g.n_q] = out + (t * hp.n_head + head) * hv;
+          n_kv[g.n_q] = b.pos[t] + 1;  // causal: positions 0 .. pos of its own sequence
+          ++g.n_q;
+        }
+      }
+      internal::AttendGroup(g);
     }
   };
-  const int64_t items = b.n * hp.n_head;
   if (pool_ == nullptr) {
-    work(0, items);
+    work(0);
   } else {
-    pool_->ParallelFor(items, work);
+    pool_->RunOnAll(work);
   }
 }
 
 absl::Status Forward::MoeFfn(int il, Batch& b) const {
   const HyperParams& hp = model_->hparams();
   const LayerWeights& L = model_->layer(il);
+  Workspace& ws = *b.ws;
   const int64_t n = b.n, d = hp.n_embd, k = hp.n_expert_used;
-  ExpertCall call;
-  NormRows(b.x, L.ffn_norm, n, d, hp.rms_eps, &call.hidden);
-  std::vector<float> shared;
-  if (L.has_shared_expert()) RETURN_IF_ERROR(SharedExpert(il, call.hidden, n, &shared));
+  ExpertCall& call = ws.call;
+  call.hidden.resize(n * d);
+  NormRows(pool_, b.x, L.ffn_norm, n, d, hp.rms_eps, call.hidden.data());
+  const bool shared = L.has_shared_expert();
+  if (shared) RETURN_IF_ERROR(SharedExpert(il, call.hidden.data(), n, ws));
 
-  std::vector<float> router(n * hp.n_expert);
-  RETURN_IF_ERROR(quant::MatMul(L.router, call.hidden.data(), n, router.data(), pool_));
+  float* router = ws.router.Get(n * hp.n_expert);
+  RETURN_IF_ERROR(quant::MatMul(L.router, call.hidden.data(), n, router, pool_));
   call.call_id = next_call_id_.fetch_add(1);
   call.layer = il;
   call.n_tokens = static_cast<int32_t>(n);
@@ -281,44 +431,55 @@ absl::Status Forward::MoeFfn(int il, Batch& b) const {
   call.token_offsets.resize(n + 1);
   call.expert_ids.resize(n * k);
   call.weights.resize(n * k);
-  for (int64_t t = 0; t < n; ++t) {
-    call.token_offsets[t] = static_cast<uint32_t>(t * k);
-    internal::SelectExperts(router.data() + t * hp.n_expert, static_cast<int>(hp.n_expert),
-                            static_cast<int>(k), hp.norm_topk, call.expert_ids.data() + t * k,
-                            call.weights.data() + t * k);
-  }
+  For(pool_, n, MinRows(hp.n_expert * 16), [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      call.token_offsets[t] = static_cast<uint32_t>(t * k);
+      internal::SelectExperts(router + t * hp.n_expert, static_cast<int>(hp.n_expert),
+                              static_cast<int>(k), hp.norm_topk, call.expert_ids.data() + t * k,
+                              call.weights.data() + t * k);
+    }
+  });
   call.token_offsets[n] = static_cast<uint32_t>(n * k);
-  ExpertResult res;
+  ExpertResult& res = ws.res;
   RETURN_IF_ERROR(experts_->Compute(call, &res));
   if (res.call_id != call.call_id || res.partial.size() != static_cast<size_t>(n * d)) {
     return absl::InternalError(absl::StrCat("expert backend answered call ", call.call_id,
                                             " with call ", res.call_id, " of ",
                                             res.partial.size(), " values"));
   }
-  for (int64_t i = 0; i < n * d; ++i) {
-    const float y = shared.empty() ? res.partial[i] : res.partial[i] + shared[i];
-    b.x[i] += y;
-  }
+  const float* partial = res.partial.data();
+  const float* sh = shared ? ws.shared.Get(n * d) : nullptr;
+  For(pool_, n, MinRows(d), [&](int64_t t0, int64_t t1) {
+    for (int64_t i = t0 * d; i < t1 * d; ++i) {
+      const float y = sh == nullptr ? partial[i] : partial[i] + sh[i];
+      b.x[i] += y;
+    }
+  });
   return absl::OkStatus();
 }
 
-absl::Status Forward::SharedExpert(int il, const std::vector<float>& h, int64_t n,
-                                   std::vector<float>* out) const {
+// The shared expert of layer il on h (n rows) into ws.shared.
+absl::Status Forward::SharedExpert(int il, const float* h, int64_t n, Workspace& ws) const {
   const LayerWeights& L = model_->layer(il);
   const int64_t d = model_->hparams().n_embd, ff = L.shexp_up.n_rows;
-  std::vector<float> gate(n * ff), up(n * ff);
-  RETURN_IF_ERROR(quant::MatMul(L.shexp_gate, h.data(), n, gate.data(), pool_));
-  RETURN_IF_ERROR(quant::MatMul(L.shexp_up, h.data(), n, up.data(), pool_));
-  internal::SwiGlu(gate.data(), up.data(), n, ff, gate.data());
-  out->resize(n * d);
-  RETURN_IF_ERROR(quant::MatMul(L.shexp_down, gate.data(), n, out->data(), pool_));
+  float* gate = ws.gate.Get(n * ff);
+  float* up = ws.up.Get(n * ff);
+  RETURN_IF_ERROR(quant::MatMul(L.shexp_gate, h, n, gate, pool_));
+  RETURN_IF_ERROR(quant::MatMul(L.shexp_up, h, n, up, pool_));
+  For(pool_, n, MinRows(ff, 4096), [&](int64_t t0, int64_t t1) {
+    internal::SwiGlu(gate + t0 * ff, up + t0 * ff, t1 - t0, ff, gate + t0 * ff);
+  });
+  float* out = ws.shared.Get(n * d);
+  RETURN_IF_ERROR(quant::MatMul(L.shexp_down, gate, n, out, pool_));
   if (L.shexp_gate_inp.data != nullptr) {
-    std::vector<float> g(n);
-    RETURN_IF_ERROR(quant::MatMul(L.shexp_gate_inp, h.data(), n, g.data(), pool_));
-    for (int64_t t = 0; t < n; ++t) {
-      const float s = internal::Sigmoid(g[t]);
-      for (int64_t i = 0; i < d; ++i) (*out)[t * d + i] *= s;
-    }
+    float* g = ws.shexp_g.Get(n);
+    RETURN_IF_ERROR(quant::MatMul(L.shexp_gate_inp, h, n, g, pool_));
+    For(pool_, n, MinRows(d), [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        const float s = internal::Sigmoid(g[t]);
+        for (int64_t i = 0; i < d; ++i) out[t * d + i] *= s;
+      }
+    });
   }
   return absl::OkStatus();
 }
@@ -340,19 +501,22 @@ absl::Status Forward::Head(const Batch& b, absl::Span<const SequenceBatch> seqs)
   }
   if (rows.empty()) return absl::OkStatus();
   const int64_t n_rows = static_cast<int64_t>(rows.size());
-  std::vector<float> h(n_rows * d), out(n_rows * hp.n_vocab);
-  for (int64_t r = 0; r < n_rows; ++r) {
-    internal::RmsNorm(b.x.data() + rows[r] * d, model_->output_norm().data(), d, hp.rms_eps,
-                      h.data() + r * d);
-  }
-  RETURN_IF_ERROR(quant::MatMul(model_->output(), h.data(), n_rows, out.data(), pool_));
+  float* h = b.ws->head_h.Get(n_rows * d);
+  float* out = b.ws->logits.Get(n_rows * hp.n_vocab);
+  For(pool_, n_rows, MinRows(d), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      internal::RmsNorm(b.x + rows[r] * d, model_->output_norm().data(), d, hp.rms_eps,
+                        h + r * d);
+    }
+  });
+  RETURN_IF_ERROR(quant::MatMul(model_->output(), h, n_rows, out, pool_));
   int64_t r = 0;
   for (const SequenceBatch& s : seqs) {
     const int64_t k = s.mode == LogitsMode::kAll    ? static_cast<int64_t>(s.tokens.size())
                       : s.mode == LogitsMode::kLast ? 1
                                                     : 0;
     if (k == 0) continue;
-    s.logits->assign(out.begin() + r * hp.n_vocab, out.begin() + (r + k) * hp.n_vocab);
+    s.logits->assign(out + r * hp.n_vocab, out + (r + k) * hp.n_vocab);
     r += k;
   }
   return absl::OkStatus();

@@ -25,15 +25,19 @@
 // softmax use ggml's vectorised exp in blocks of 16 (internal/ops.h);
 // attention is ggml's flash-attention kernel (internal/attention.h).
 //
-// Thread-safety: KvCache is not thread-safe. Forward holds no per-call state;
-// Eval() calls on distinct caches may run concurrently (they share the pool
-// and the expert backend, which must then be thread-safe).
+// Thread-safety: KvCache is not thread-safe. Eval() calls on distinct caches
+// may run concurrently (they share the pool and the expert backend, which
+// must then be thread-safe). Each call borrows a workspace (reused,
+// uninitialised activation buffers) from a small mutex-guarded free list, so
+// a step allocates nothing large after the first of its size; workspaces
+// over 1 GiB are not kept.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -106,6 +110,7 @@ class Forward {
   // `experts` computes the routed experts (e.g. an InProcessExperts over the
   // same model); `pool` may be nullptr. Both must outlive this object.
   Forward(std::shared_ptr<const Model> model, ExpertBackend* experts, ThreadPool* pool);
+  ~Forward();
 
   const Model& model() const { return *model_; }
 
@@ -135,19 +140,24 @@ class Forward {
 
  private:
   struct Batch;
-  absl::Status Embed(absl::Span<const int32_t> tokens, std::vector<float>* x) const;
+  struct Workspace;
+  absl::Status Embed(absl::Span<const int32_t> tokens, float* x) const;
   absl::Status CheckEntry(const SequenceBatch& s) const;
+  absl::Status Step(absl::Span<const SequenceBatch> seqs, Batch& b) const;
   absl::Status Attention(int il, Batch& b) const;
   void AttendHeads(int il, const Batch& b, const float* q, float* out) const;
   absl::Status MoeFfn(int il, Batch& b) const;
-  absl::Status SharedExpert(int il, const std::vector<float>& h, int64_t n,
-                            std::vector<float>* out) const;
+  absl::Status SharedExpert(int il, const float* h, int64_t n, Workspace& ws) const;
   absl::Status Head(const Batch& b, absl::Span<const SequenceBatch> seqs) const;
+  std::unique_ptr<Workspace> AcquireWorkspace() const;
+  void ReleaseWorkspace(std::unique_ptr<Workspace> ws) const;
 
   std::shared_ptr<const Model> model_;
   ExpertBackend* experts_;
   ThreadPool* pool_;
   mutable std::atomic<uint64_t> next_call_id_{1};
+  mutable std::mutex ws_mu_;
+  mutable std::vector<std::unique_ptr<Workspace>> ws_free_;  // guarded by ws_mu_
 };
 
 // Greedy decoding: evaluates `prompt` (non-empty; InvalidArgument otherwise)

@@ -2,13 +2,46 @@
 #include "common/model/internal/ops.h"
 
 #include <cmath>
+#include <random>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "common/base/fp16.h"
 
 namespace moesplit::model::internal {
 namespace {
+
+// RmsNormRows (16 rows per AVX-512 pass, strided, in place) gives
+// RmsNorm's bits for every row.
+TEST(RmsNormTest, RowsEqualRmsNormPerRow) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+  for (int64_t n : {1, 7, 128, 2048}) {
+    for (int64_t rows : {1, 15, 16, 17, 40}) {
+      const int64_t stride = n + 3;
+      std::vector<float> x(rows * stride), w(n);
+      for (float& v : x) v = u(rng) * (rng() % 7 == 0 ? 1e-3f : 1.0f);
+      for (float& v : w) v = u(rng);
+      std::vector<float> want(rows * n), got(rows * n), inplace = x;
+      for (int64_t r = 0; r < rows; ++r) {
+        RmsNorm(x.data() + r * stride, w.data(), n, 1e-6f, want.data() + r * n);
+      }
+      RmsNormRows(x.data(), stride, w.data(), rows, n, 1e-6f, got.data(), n);
+      RmsNormRows(inplace.data(), stride, nullptr, rows, n, 1e-6f, inplace.data(), stride);
+      for (int64_t r = 0; r < rows; ++r) {
+        std::vector<float> no_w(n);
+        RmsNorm(x.data() + r * stride, nullptr, n, 1e-6f, no_w.data());
+        for (int64_t i = 0; i < n; ++i) {
+          ASSERT_EQ(Fp32ToBits(got[r * n + i]), Fp32ToBits(want[r * n + i]))
+              << "n " << n << " rows " << rows << " row " << r << " i " << i;
+          ASSERT_EQ(Fp32ToBits(inplace[r * stride + i]), Fp32ToBits(no_w[i]))
+              << "n " << n << " rows " << rows << " row " << r << " i " << i;
+        }
+      }
+    }
+  }
+}
 
 TEST(RmsNormTest, MatchesFormula) {
   const std::vector<float> x = {1.0f, -2.0f, 3.0f, 0.5f};

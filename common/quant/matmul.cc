@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -102,11 +103,22 @@ void RowProduct(const TypeTraits& traits, const WeightView& w, const uint8_t* ac
   });
 }
 
-// 64-byte aligned thread-local scratch for TileGemm (grows, never shrinks).
-uint8_t* ThreadScratch(uint64_t bytes) {
-  thread_local std::vector<uint8_t> buf;
-  if (buf.size() < bytes + 64) buf.resize(bytes + 64);
-  return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(buf.data()) + 63) & ~uintptr_t{63});
+// 64-byte aligned, uninitialised thread-local scratch (grows, never
+// shrinks): slot 0 for TileGemm, 1 for the activation tiles, 2 for the
+// converted activation rows (MatMul never nests on one thread).
+uint8_t* ThreadScratch(uint64_t bytes, int slot = 0) {
+  struct Buf {
+    std::unique_ptr<uint8_t[]> p;
+    uint64_t size = 0;
+  };
+  thread_local Buf bufs[3];
+  Buf& b = bufs[slot];
+  if (b.size < bytes + 64) {
+    b.p.reset();
+    b.p.reset(new uint8_t[bytes + 64]);
+    b.size = bytes + 64;
+  }
+  return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(b.p.get()) + 63) & ~uintptr_t{63});
 }
 
 // The tiled GEMM (gemm.h; bit-identical to RowProduct): tokens packed into
@@ -115,8 +127,7 @@ void TiledProduct(const WeightView& w, const uint8_t* act, GgmlType act_type, ui
                   int64_t n_tokens, float* y, ThreadPool* pool) {
   std::vector<const uint8_t*> rows(n_tokens);
   for (int64_t t = 0; t < n_tokens; ++t) rows[t] = act + t * act_row_bytes;
-  std::vector<uint8_t> tile_buf(ActTileBytes(w.n_cols, n_tokens) + 64);
-  uint8_t* tiles = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(tile_buf.data()) + 63) & ~uintptr_t{63});
+  uint8_t* tiles = ThreadScratch(ActTileBytes(w.n_cols, n_tokens), 1);
   PackActTiles(act_type, rows.data(), n_tokens, w.n_cols, tiles);
   const int64_t n_blocks = (w.n_rows + kPanelRows - 1) / kPanelRows;
   const uint64_t scratch_bytes = TileGemmScratchBytes(w.type, w.n_cols);
@@ -157,17 +168,15 @@ absl::Status MatMul(const WeightView& w, const float* x, int64_t n_tokens, float
   const int64_t n_cols = w.n_cols;
 
   // Activation rows in the weight's vec_dot_type (f32 is used in place).
-  std::vector<uint8_t> act_buf;
   const uint8_t* act = reinterpret_cast<const uint8_t*>(x);
   if (act_type != GgmlType::kF32) {
     const QuantRowFn quantize = GetTypeTraits(act_type)->quantize;
-    act_buf.resize(act_row_bytes * static_cast<uint64_t>(n_tokens));
-    uint8_t* dst = act_buf.data();
+    uint8_t* dst = ThreadScratch(act_row_bytes * static_cast<uint64_t>(n_tokens), 2);
     const int64_t min_tokens = std::max<int64_t>(1, 16384 / n_cols);
     Parallel(pool, n_tokens, min_tokens, [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) quantize(x + t * n_cols, dst + t * act_row_bytes, n_cols);
     });
-    act = act_buf.data();
+    act = dst;
   }
 
   if (w.packed) {

@@ -1,6 +1,10 @@
 #include "common/model/internal/attention.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <memory>
+#include <vector>
 
 #include "common/base/fp16.h"
 
@@ -163,6 +167,304 @@ MOESPLIT_TARGET512 void ScaleVector512(int64_t n, uint16_t* y, float v) {
   ScaleVector(n - i, y + i, v);
 }
 
+// Thread-local growable scratch (uninitialised, 64-byte aligned): `slot`
+// names one of a few buffers that are used at the same time.
+float* ThreadScratch(int slot, int64_t n) {
+  struct Buf {
+    std::unique_ptr<float[]> p;
+    int64_t cap = 0;
+  };
+  constexpr int kSlots = 8;
+  thread_local Buf bufs[kSlots];
+  Buf& b = bufs[slot];
+  if (b.cap < n) {
+    b.p.reset(new float[static_cast<size_t>(n) + 16]);
+    b.cap = n;
+  }
+  return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(b.p.get()) + 63) &
+                                  ~uintptr_t{63});
+}
+
+constexpr int64_t kChunk = 128;  // positions whose scores are computed at once
+
+// f16 rounding of every lane (what storing to and reloading from f16 does).
+MOESPLIT_TARGET512 inline __m512 RoundF16(__m512 v) {
+  return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+}
+
+// ggml's reduction of the 4 accumulators: ((a0+a2)+(a1+a3)), 16 -> 8 -> 4
+// lanes, then (l0+l2)+(l1+l3) (as DotVector512).
+MOESPLIT_TARGET512 inline float ReduceDot(const __m512 a[4]) {
+  const __m512 v = _mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3]));
+  const __m256 t8 = _mm256_add_ps(_mm512_extractf32x8_ps(v, 1), _mm512_castps512_ps256(v));
+  const __m128 t4 = _mm_add_ps(_mm256_extractf128_ps(t8, 1), _mm256_castps256_ps128(t8));
+  const __m128 r = _mm_add_ps(t4, _mm_movehl_ps(t4, t4));  // l0+l2, l1+l3
+  return _mm_cvtss_f32(_mm_add_ss(r, _mm_shuffle_ps(r, r, 1)));
+}
+
+// Scores s[j - j0][i] = DotF16(K[j], q16_i) * scale (row stride nqp) for
+// positions [j0, j1) below each query's n_kv. NB > 0: dk's 64-blocks (NB of
+// them) stay in registers across the queries; NB = 0: any dk.
+template <int NB>
+MOESPLIT_TARGET512 void GroupScores(const GroupAttention& g, const float* qf, int64_t qs,
+                                    int64_t j0, int64_t j1, int64_t nqp, float* scores) {
+  const int64_t np = g.dk & ~(kStep - 1);
+  const int64_t nb = np / kStep;
+  const __m512 zero = _mm512_setzero_ps();
+  for (int64_t j = j0; j < j1; ++j) {
+    const uint16_t* kr = g.k + j * g.k_stride;
+    __m512 kv[NB > 0 ? NB * 4 : 1];
+    if constexpr (NB > 0) {
+      for (int u = 0; u < NB * 4; ++u) kv[u] = Load16(kr + u * kLanes);
+    }
+    for (int64_t i = 0; i < g.n_q; ++i) {
+      if (j >= g.n_kv[i]) continue;
+      const float* q = qf + i * qs;
+      float r = 0.0f;
+      if (nb > 0) {
+        __m512 a[4] = {zero, zero, zero, zero};
+        if constexpr (NB > 0) {
+          for (int b = 0; b < NB; ++b) {
+            for (int u = 0; u < 4; ++u) {
+              a[u] = _mm512_fmadd_ps(kv[b * 4 + u], _mm512_load_ps(q + b * kStep + u * kLanes),
+                                     a[u]);
+            }
+          }
+        } else {
+          for (int64_t b = 0; b < nb; ++b) {
+            for (int u = 0; u < 4; ++u) {
+              const int64_t e = b * kStep + u * kLanes;
+              a[u] = _mm512_fmadd_ps(Load16(kr + e), _mm512_load_ps(q + e), a[u]);
+            }
+          }
+        }
+        r = ReduceDot(a);
+      }
+      if (np < g.dk) {  // the tail in double, as DotTail
+        double sum = r;
+        for (int64_t e = np; e < g.dk; ++e) {
+          sum += static_cast<double>(Fp16ToFp32(kr[e]) * q[e]);
+        }
+        r = static_cast<float>(sum);
+      }
+      scores[(j - j0) * nqp + i] = r * g.scale;
+    }
+  }
+}
+
+// a + b of the 256-bit halves selected by imm (_mm512_shuffle_f32x4).
+#define MOESPLIT_PAIR_ADD(a, b, lo, hi)                        \
+  _mm512_add_ps(_mm512_shuffle_f32x4((a), (b), (lo)), _mm512_shuffle_f32x4((a), (b), (hi)))
+
+// ReduceDot of 16 queries at once: v[i] = (a0+a2)+(a1+a3) of query i; the
+// same pairs are added (16 -> 8 -> 4 lanes, then (l0+l2)+(l1+l3)), the
+// lanes of several queries sharing a register. Returns the 16 sums in
+// query order.
+MOESPLIT_TARGET512 inline __m512 ReduceDot16(const __m512 v[16]) {
+  __m512 p[8], q[4], r[2];
+  // [v0[0:8], v1[0:8]] + [v0[8:16], v1[8:16]]: lanes l + 8 and l.
+  for (int i = 0; i < 8; ++i) {
+    p[i] = MOESPLIT_PAIR_ADD(v[2 * i], v[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0),
+                             _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  // t8[0:4] + t8[4:8] of four queries.
+  for (int i = 0; i < 4; ++i) {
+    q[i] = MOESPLIT_PAIR_ADD(p[2 * i], p[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0),
+                             _MM_SHUFFLE(3, 1, 3, 1));
+  }
+  // Per 128-bit lane k: l0+l2, l1+l3 of queries k (q[2i]) and 4+k (q[2i+1]).
+  for (int i = 0; i < 2; ++i) {
+    r[i] = _mm512_add_ps(_mm512_shuffle_ps(q[2 * i], q[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_ps(q[2 * i], q[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  }
+  // Lane 4k + m: (l0+l2) + (l1+l3) of query k + 4m.
+  const __m512 f = _mm512_add_ps(_mm512_shuffle_ps(r[0], r[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm512_shuffle_ps(r[0], r[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  return _mm512_permutexvar_ps(order, f);
+}
+#undef MOESPLIT_PAIR_ADD
+
+// GroupScores for dk = 64 * NB (no tail), 16 queries per reduction. Scores
+// of positions at or past a query's n_kv are computed too (the rows exist:
+// another query of the group reads them) and never read.
+template <int NB>
+MOESPLIT_TARGET512 void GroupScores16(const GroupAttention& g, const float* qf, int64_t qs,
+                                      int64_t j0, int64_t j1, int64_t nqp, float* scores) {
+  const __m512 zero = _mm512_setzero_ps();
+  const __m512 scale = _mm512_set1_ps(g.scale);
+  int64_t j = j0;
+  // Two positions at a time: each query vector loaded once for both.
+  for (; NB <= 2 && j + 2 <= j1; j += 2) {
+    const uint16_t* kr0 = g.k + j * g.k_stride;
+    const uint16_t* kr1 = kr0 + g.k_stride;
+    __m512 k0[NB * 4], k1[NB * 4];
+    for (int u = 0; u < NB * 4; ++u) {
+      k0[u] = Load16(kr0 + u * kLanes);
+      k1[u] = Load16(kr1 + u * kLanes);
+    }
+    for (int64_t i0 = 0; i0 < g.n_q; i0 += 16) {
+      __m512 v0[16], v1[16];
+      for (int l = 0; l < 16; ++l) {
+        if (i0 + l >= g.n_q) {
+          v0[l] = v1[l] = zero;
+          continue;
+        }
+        const float* q = qf + (i0 + l) * qs;
+        __m512 a[4], b[4];
+        for (int u = 0; u < 4; ++u) {
+          const __m512 x = _mm512_load_ps(q + u * kLanes);
+          a[u] = _mm512_fmadd_ps(k0[u], x, zero);
+          b[u] = _mm512_fmadd_ps(k1[u], x, zero);
+        }
+        for (int bl = 1; bl < NB; ++bl) {
+          for (int u = 0; u < 4; ++u) {
+            const __m512 x = _mm512_load_ps(q + bl * kStep + u * kLanes);
+            a[u] = _mm512_fmadd_ps(k0[bl * 4 + u], x, a[u]);
+            b[u] = _mm512_fmadd_ps(k1[bl * 4 + u], x, b[u]);
+          }
+        }
+        v0[l] = _mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3]));
+        v1[l] = _mm512_add_ps(_mm512_add_ps(b[0], b[2]), _mm512_add_ps(b[1], b[3]));
+      }
+      _mm512_store_ps(scores + (j - j0) * nqp + i0, _mm512_mul_ps(ReduceDot16(v0), scale));
+      _mm512_store_ps(scores + (j + 1 - j0) * nqp + i0, _mm512_mul_ps(ReduceDot16(v1), scale));
+    }
+  }
+  for (; j < j1; ++j) {
+    const uint16_t* kr = g.k + j * g.k_stride;
+    __m512 kv[NB * 4];
+    for (int u = 0; u < NB * 4; ++u) kv[u] = Load16(kr + u * kLanes);
+    for (int64_t i0 = 0; i0 < g.n_q; i0 += 16) {
+      __m512 v[16];
+      for (int l = 0; l < 16; ++l) {
+        if (i0 + l >= g.n_q) {
+          v[l] = zero;
+          continue;
+        }
+        const float* q = qf + (i0 + l) * qs;
+        __m512 a[4];
+        for (int u = 0; u < 4; ++u) a[u] = _mm512_fmadd_ps(kv[u], _mm512_load_ps(q + u * kLanes), zero);
+        for (int b = 1; b < NB; ++b) {
+          for (int u = 0; u < 4; ++u) {
+            a[u] = _mm512_fmadd_ps(kv[b * 4 + u], _mm512_load_ps(q + b * kStep + u * kLanes), a[u]);
+          }
+        }
+        v[l] = _mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3]));
+      }
+      _mm512_store_ps(scores + (j - j0) * nqp + i0, _mm512_mul_ps(ReduceDot16(v), scale));
+    }
+  }
+}
+
+// ToF16 16 values at a time; a block holding a NaN goes through the scalar
+// conversion (whose NaN encoding the hardware's need not match).
+MOESPLIT_TARGET512 void ToF16Vector512(int64_t n, const float* src, uint16_t* dst) {
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    const __m512 x = _mm512_loadu_ps(src + i);
+    if (_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q) != 0) {
+      for (int l = 0; l < kLanes; ++l) dst[i + l] = Fp32ToFp16(src[i + l]);
+    } else {
+      Store16(dst + i, x);
+    }
+  }
+  for (; i < n; ++i) dst[i] = Fp32ToFp16(src[i]);
+}
+
+MOESPLIT_TARGET512 void AttendGroup512(const GroupAttention& g) {
+  const int64_t n_q = g.n_q, dk = g.dk, dv = g.dv;
+  const int64_t qs = (dk + kLanes - 1) / kLanes * kLanes;
+  const int64_t dvv = (dv + kLanes - 1) / kLanes;  // vectors per value row
+  const int64_t dvp = dvv * kLanes;
+  const int64_t dv_full = dv / kLanes * kLanes;
+  float* qf = ThreadScratch(0, n_q * qs);
+  const int64_t nqp = (n_q + 15) / 16 * 16;
+  float* scores = ThreadScratch(1, nqp * kChunk);
+  float* mss = ThreadScratch(2, n_q * kChunk);
+  float* vss = ThreadScratch(3, n_q * kChunk);
+  // The f16 accumulators, as AttendHead keeps them.
+  uint16_t* acc = reinterpret_cast<uint16_t*>(ThreadScratch(4, n_q * dvp / 2));
+  float* vrow = ThreadScratch(5, dvp);
+  float* state = ThreadScratch(6, 2 * n_q);  // running max, sum per query
+  int64_t max_kv = 0;
+  for (int64_t i = 0; i < n_q; ++i) {
+    int64_t c = 0;
+    for (; c + kLanes <= dk; c += kLanes) {  // f32(f16(q)), NaN blocks as ToF16
+      const __m512 x = _mm512_loadu_ps(g.q[i] + c);
+      if (_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q) != 0) break;
+      _mm512_store_ps(qf + i * qs + c, RoundF16(x));
+    }
+    for (; c < dk; ++c) qf[i * qs + c] = Fp16ToFp32(Fp32ToFp16(g.q[i][c]));
+    for (int64_t c = 0; c < dvp; ++c) acc[i * dvp + c] = 0;
+    state[2 * i] = -INFINITY;
+    state[2 * i + 1] = 0.0f;
+    max_kv = std::max(max_kv, g.n_kv[i]);
+  }
+  for (int64_t c = dv; c < dvp; ++c) vrow[c] = 0.0f;
+  for (int64_t j0 = 0; j0 < max_kv; j0 += kChunk) {
+    const int64_t j1 = std::min(max_kv, j0 + kChunk);
+    switch (dk % kStep == 0 ? dk / kStep : 0) {
+      case 1: GroupScores16<1>(g, qf, qs, j0, j1, nqp, scores); break;
+      case 2: GroupScores16<2>(g, qf, qs, j0, j1, nqp, scores); break;
+      case 3: GroupScores16<3>(g, qf, qs, j0, j1, nqp, scores); break;
+      case 4: GroupScores16<4>(g, qf, qs, j0, j1, nqp, scores); break;
+      default: GroupScores<0>(g, qf, qs, j0, j1, nqp, scores); break;
+    }
+    // The online softmax (scalar, as AttendHead): per position the
+    // accumulator's rescale factor ms and the value weight vs.
+    for (int64_t i = 0; i < n_q; ++i) {
+      float m = state[2 * i], sum = state[2 * i + 1];
+      const int64_t end = std::min(j1, g.n_kv[i]);
+      for (int64_t j = j0; j < end; ++j) {
+        const float s = scores[(j - j0) * nqp + i];
+        float ms = 1.0f;
+        float vs = 1.0f;
+        if (s > m) {
+          ms = std::exp(m - s);
+          m = s;
+        } else {
+          vs = std::exp(s - m);
+        }
+        sum = std::fma(sum, ms, vs);
+        mss[i * kChunk + (j - j0)] = ms;
+        vss[i * kChunk + (j - j0)] = vs;
+      }
+      state[2 * i] = m;
+      state[2 * i + 1] = sum;
+    }
+    // acc = f16(acc * ms) (skipped when ms == 1: the identity on f16
+    // values), then acc = f16(fma(V[j], vs, acc)).
+    for (int64_t j = j0; j < j1; ++j) {
+      const uint16_t* vr = g.v + j * g.v_stride;
+      for (int64_t c = 0; c < dv_full; c += kLanes) _mm512_store_ps(vrow + c, Load16(vr + c));
+      for (int64_t c = dv_full; c < dv; ++c) vrow[c] = Fp16ToFp32(vr[c]);
+      for (int64_t i = 0; i < n_q; ++i) {
+        if (j >= g.n_kv[i]) continue;
+        uint16_t* a = acc + i * dvp;
+        const float ms = mss[i * kChunk + (j - j0)];
+        if (ms != 1.0f) {
+          const __m512 vm = _mm512_set1_ps(ms);
+          for (int64_t u = 0; u < dvv; ++u) {
+            Store16(a + u * kLanes, _mm512_mul_ps(Load16(a + u * kLanes), vm));
+          }
+        }
+        const __m512 vv = _mm512_set1_ps(vss[i * kChunk + (j - j0)]);
+#pragma GCC unroll 8
+        for (int64_t u = 0; u < dvv; ++u) {
+          Store16(a + u * kLanes,
+                  _mm512_fmadd_ps(_mm512_load_ps(vrow + u * kLanes), vv, Load16(a + u * kLanes)));
+        }
+      }
+    }
+  }
+  for (int64_t i = 0; i < n_q; ++i) {
+    const float sum = state[2 * i + 1];
+    const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
+    for (int64_t c = 0; c < dv; ++c) g.out[i][c] = Fp16ToFp32(acc[i * dvp + c]) * inv;
+  }
+}
+
 enum class Level { kScalar, kAvx2, kAvx512 };
 
 Level Pick(F16Kernels k) {
@@ -186,6 +488,10 @@ void ScaleVector(int64_t n, uint16_t* y, float v) { ScaleScalar(n, y, v); }
 float DotVector512(int64_t n, const uint16_t* x, const uint16_t* y) { return DotScalar(n, x, y); }
 void MadVector512(int64_t n, uint16_t* y, const uint16_t* x, float v) { MadScalar(n, y, x, v); }
 void ScaleVector512(int64_t n, uint16_t* y, float v) { ScaleScalar(n, y, v); }
+void AttendGroup512(const GroupAttention&) {}
+void ToF16Vector512(int64_t n, const float* src, uint16_t* dst) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = Fp32ToFp16(src[i]);
+}
 
 #endif
 
@@ -219,6 +525,7 @@ void ScaleF16(int64_t n, uint16_t* y, float v, F16Kernels k) {
 }
 
 void ToF16(int64_t n, const float* src, uint16_t* dst) {
+  if (Pick(F16Kernels::kAuto) == Level::kAvx512) return ToF16Vector512(n, src, dst);
   for (int64_t i = 0; i < n; ++i) dst[i] = Fp32ToFp16(src[i]);
 }
 
@@ -242,6 +549,26 @@ void AttendHead(const HeadAttention& a, uint16_t* acc16, float* out, F16Kernels 
   }
   const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
   for (int64_t c = 0; c < a.dv; ++c) out[c] = Fp16ToFp32(acc16[c]) * inv;
+}
+
+void AttendGroup(const GroupAttention& g, F16Kernels k) {
+  if (g.n_q <= 0) return;
+  if (Pick(k) == Level::kAvx512) return AttendGroup512(g);
+  std::vector<uint16_t> q16(g.dk), acc16(g.dv);
+  HeadAttention a;
+  a.q16 = q16.data();
+  a.k = g.k;
+  a.v = g.v;
+  a.k_stride = g.k_stride;
+  a.v_stride = g.v_stride;
+  a.dk = g.dk;
+  a.dv = g.dv;
+  a.scale = g.scale;
+  for (int64_t i = 0; i < g.n_q; ++i) {
+    ToF16(g.dk, g.q[i], q16.data());
+    a.n_kv = g.n_kv[i];
+    AttendHead(a, acc16.data(), g.out[i], k);
+  }
 }
 
 }  // namespace moesplit::model::internal

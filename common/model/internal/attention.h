@@ -23,7 +23,7 @@
 // results (element-wise operations in the same order, IEEE
 // round-to-nearest-even conversions). kAvx2 / kScalar force a form (tests).
 //
-// Thread-safe: pure functions.
+// Thread-safe: pure functions (AttendGroup's scratch is per thread).
 #pragma once
 
 #include <cstdint>
@@ -59,5 +59,31 @@ struct HeadAttention {
 // elements of scratch. REQUIRES: n_kv >= 1.
 void AttendHead(const HeadAttention& a, uint16_t* acc16, float* out,
                 F16Kernels k = F16Kernels::kAuto);
+
+// Several queries against one KV head: e.g. the query heads of a GQA group,
+// for one or more tokens of a sequence. Query i (dk f32 values at q[i],
+// rounded to f16 as q16) attends to positions 0 .. n_kv[i]-1 of k/v (the
+// strides, dk, dv and scale as in HeadAttention) into out[i][0..dv).
+struct GroupAttention {
+  const uint16_t* k = nullptr;
+  const uint16_t* v = nullptr;
+  int64_t k_stride = 0;
+  int64_t v_stride = 0;
+  int64_t dk = 0;
+  int64_t dv = 0;
+  float scale = 1.0f;
+  int64_t n_q = 0;
+  const float* const* q = nullptr;  // n_q pointers
+  const int64_t* n_kv = nullptr;    // n_q counts, each >= 1
+  float* const* out = nullptr;      // n_q pointers
+};
+
+// Bit for bit AttendHead(q16 = f16(q[i]), n_kv[i]) for every query i. The
+// AVX-512 form is fused: each key and value row is converted once for all
+// queries, the scores of a block of positions are computed first (they do
+// not depend on the accumulator), the f16 accumulators live as f32 values
+// rounded through f16 after every step (the same rounding as storing
+// them). kAvx2 / kScalar run AttendHead per query. Scratch is thread-local.
+void AttendGroup(const GroupAttention& g, F16Kernels k = F16Kernels::kAuto);
 
 }  // namespace moesplit::model::internal

@@ -16,6 +16,13 @@ namespace moesplit::model::internal {
 // w == nullptr means no weight).
 void RmsNorm(const float* x, const float* w, int64_t n, float eps, float* y);
 
+// RmsNorm of `rows` rows of n: row r from x + r * x_stride into
+// y + r * y_stride (y may alias x row for row). Bit for bit RmsNorm per
+// row; on AVX-512 CPUs the sums of squares of 8 rows run in the 8 double
+// lanes of a register, each lane in RmsNorm's order.
+void RmsNormRows(const float* x, int64_t x_stride, const float* w, int64_t rows, int64_t n,
+                 float eps, float* y, int64_t y_stride);
+
 // ggml's AVX-512 exp approximation (ggml_v_expf, "max error 1.45358 plus
 // 0.5 ulps"), evaluated one lane at a time with the same fused operations.
 float GgmlVExpf(float x);
