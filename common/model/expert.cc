@@ -20,7 +20,6 @@
 #include "common/quant/quant.h"
 
 namespace moesplit::model {
-}
 
 ExpertStore::ExpertStore(std::shared_ptr<const Model> model)
     : n_layer_total_(model->n_layer()),
