@@ -53,26 +53,33 @@ uint64_t CopiedExpertBytes(const ExpertTensorView& src, int eb, int ee, bool pac
   return (packed > 0 ? packed : src.expert_bytes) * n;
 }
 
-ExpertTensorView CopyExperts(const ExpertTensorView& src, int eb, int ee, bool pack, uint8_t* dst) {
+ExpertTensorView CopiedExpertView(const ExpertTensorView& src, int eb, int ee, bool pack, uint8_t* dst) {
   ExpertTensorView v = src;
   v.data = dst;
   v.n_expert = ee - eb;
   const uint64_t packed = pack && !src.packed ? quant::PackedMatrixBytes(src.type, src.n_out, src.n_in) : 0;
-  if (packed == 0) {
+  if (packed > 0) {
+    v.expert_bytes = packed;
+    v.packed = true;
+  }
+  return v;
+}
+
+ExpertTensorView CopyExperts(const ExpertTensorView& src, int eb, int ee, bool pack, uint8_t* dst) {
+  const ExpertTensorView v = CopiedExpertView(src, eb, ee, pack, dst);
+  if (v.packed == src.packed) {
     std::memcpy(dst, src.data + static_cast<uint64_t>(eb) * src.expert_bytes,
                 src.expert_bytes * static_cast<uint64_t>(ee - eb));
     return v;
   }
   for (int e = eb; e < ee; ++e) {
     quant::PackRows(src.type, src.data + static_cast<uint64_t>(e) * src.expert_bytes, src.row_bytes,
-                    src.n_out, src.n_in, dst + static_cast<uint64_t>(e - eb) * packed);
+                    src.n_out, src.n_in, dst + static_cast<uint64_t>(e - eb) * v.expert_bytes);
   }
-  v.expert_bytes = packed;
-  v.packed = true;
   return v;
 }
 
-absl::StatusOr<ExpertStore> PackedExpertStore(std::shared_ptr<const Model> model) {
+absl::StatusOr<ExpertStore> PackedExpertStore(std::shared_ptr<const Model> model, ThreadPool* pool) {
   const int n_layer = model->n_layer();
   const int n_expert = static_cast<int>(model->hparams().n_expert);
   uint64_t total = 0;
@@ -89,6 +96,7 @@ absl::StatusOr<ExpertStore> PackedExpertStore(std::shared_ptr<const Model> model
   }
   uint8_t* dst = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(buf.get()) + 63) & ~uintptr_t{63});
   std::vector<LayerExperts> layers;
+  std::vector<ExpertCopyJob> jobs;
   for (int l = 0; l < n_layer; ++l) {
     const LayerWeights& lw = model->layer(l);
     LayerExperts le;
@@ -96,13 +104,52 @@ absl::StatusOr<ExpertStore> PackedExpertStore(std::shared_ptr<const Model> model
     const ExpertTensorView* in[3] = {&lw.gate_exps, &lw.up_exps, &lw.down_exps};
     for (int k = 0; k < 3; ++k) {
       const bool pack = quant::PackedPreferred(in[k]->type);
-      *out[k] = CopyExperts(*in[k], 0, n_expert, pack, dst);
+      *out[k] = CopiedExpertView(*in[k], 0, n_expert, pack, dst);
+      jobs.push_back({in[k], 0, n_expert, pack, dst});
       dst += (CopiedExpertBytes(*in[k], 0, n_expert, pack) + 63) / 64 * 64;
     }
     layers.push_back(le);
   }
+  RunExpertCopies(jobs, pool);
   return ExpertStore(std::move(layers), n_layer, n_expert, 0, 0, model->hparams().n_embd,
                      model->hparams().n_ff_exp, std::move(buf));
+}
+
+ExpertStore LocalExpertStore(std::shared_ptr<const Model> model, ThreadPool* pool) {
+  bool any = false;
+  for (int l = 0; l < model->n_layer(); ++l) {
+    const LayerWeights& lw = model->layer(l);
+    for (const ExpertTensorView* v : {&lw.gate_exps, &lw.up_exps, &lw.down_exps}) {
+      any |= quant::PackedPreferred(v->type) && quant::PackedMatrixBytes(v->type, v->n_out, v->n_in) > 0;
+    }
+  }
+  if (any) {
+    absl::StatusOr<ExpertStore> packed = PackedExpertStore(model, pool);
+    if (packed.ok()) return *std::move(packed);
+  }
+  return ExpertStore(std::move(model));
+}
+
+void RunExpertCopies(absl::Span<const ExpertCopyJob> jobs, ThreadPool* pool) {
+  // One item per (job, expert): expert-sized copies spread over the threads.
+  std::vector<std::pair<int32_t, int32_t>> items;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    for (int e = jobs[j].eb; e < jobs[j].ee; ++e) items.push_back({static_cast<int32_t>(j), e});
+  }
+  std::atomic<size_t> next{0};
+  auto work = [&](int) {
+    for (size_t i; (i = next.fetch_add(1)) < items.size();) {
+      const ExpertCopyJob& job = jobs[items[i].first];
+      const int e = items[i].second;
+      const uint64_t per = CopiedExpertBytes(*job.src, 0, 1, job.pack);
+      CopyExperts(*job.src, e, e + 1, job.pack, job.dst + static_cast<uint64_t>(e - job.eb) * per);
+    }
+  };
+  if (pool == nullptr) {
+    work(0);
+  } else {
+    pool->RunOnAll(work);
+  }
 }
 
 absl::Status ValidateExpertCall(const ExpertCall& call, const ExpertStore& store) {

@@ -3,6 +3,8 @@
 #include "common/model/expert.h"
 
 #include <cmath>
+#include <cstring>
+#include <memory>
 #include <random>
 
 #include "gmock/gmock.h"
@@ -194,6 +196,81 @@ TEST(InProcessExpertsTest, EmptyCallGivesEmptyResult) {
   ASSERT_TRUE(experts.Compute(call, &res).ok());
   EXPECT_EQ(res.call_id, 77u);
   EXPECT_TRUE(res.partial.empty());
+}
+
+}  // namespace
+}  // namespace moesplit::model
+
+namespace moesplit::model {
+namespace {
+
+// Experts copied into the packed layout (quant/packed.h) give the bits of the
+// GGUF mapping, for decode and prefill calls, with and without threads.
+TEST(PackedExpertsTest, EqualGgufExpertsBitForBit) {
+  TinyModelOptions o;
+  o.n_embd = 256;
+  o.n_ff_exp = 256;
+  o.head_dim = 64;  // 4 heads x 64: whole Q4_K superblocks
+  o.matrix_type = GgmlType::kQ4_K;
+  o.type_overrides["blk.1.ffn_down_exps.weight"] = GgmlType::kQ6_K;
+  auto model = MakeTinyModel(o);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const Model& m = **model;
+  // Every tensor packed, whatever the CPU (PackedGemm falls back to its
+  // scalar kernel without VNNI).
+  std::vector<std::unique_ptr<uint8_t[]>> buffers;
+  std::vector<LayerExperts> layers;
+  for (int l = 0; l < m.n_layer(); ++l) {
+    const LayerWeights& lw = m.layer(l);
+    LayerExperts le;
+    ExpertTensorView* out[3] = {&le.gate, &le.up, &le.down};
+    const ExpertTensorView* in[3] = {&lw.gate_exps, &lw.up_exps, &lw.down_exps};
+    for (int k = 0; k < 3; ++k) {
+      const int n = static_cast<int>(in[k]->n_expert);
+      buffers.emplace_back(new uint8_t[CopiedExpertBytes(*in[k], 0, n, true)]);
+      *out[k] = CopyExperts(*in[k], 0, n, true, buffers.back().get());
+      EXPECT_TRUE(out[k]->packed) << "layer " << l << " tensor " << k;
+    }
+    layers.push_back(le);
+  }
+  ExpertStore packed(layers, m.n_layer(), static_cast<int>(m.hparams().n_expert), 0, 0, m.hparams().n_embd,
+                     m.hparams().n_ff_exp);
+  ThreadPool pool(2);
+  for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+    InProcessExperts gguf(ExpertStore(*model), p);
+    InProcessExperts pk(packed, p);
+    InProcessExperts local(LocalExpertStore(*model, p), p);
+    for (int layer = 0; layer < m.n_layer(); ++layer) {
+      for (int n_tokens : {1, 2, 5, 9, 40}) {
+        const ExpertCall call = RandomCall(m, layer, n_tokens, 10 * n_tokens + layer);
+        ExpertResult a, b, c;
+        ASSERT_TRUE(gguf.Compute(call, &a).ok());
+        ASSERT_TRUE(pk.Compute(call, &b).ok());
+        ASSERT_TRUE(local.Compute(call, &c).ok());
+        EXPECT_EQ(a.partial, b.partial) << "layer " << layer << ", " << n_tokens << " tokens";
+        EXPECT_EQ(a.partial, c.partial) << "local store, layer " << layer << ", " << n_tokens << " tokens";
+      }
+    }
+  }
+  // Sizes: Q4_K packs to 2368 bytes per 16 rows x 256 columns, Q6_K to its
+  // GGUF size.
+  EXPECT_EQ(layers[0].gate.expert_bytes, 256u / 16 * 2368);
+  EXPECT_EQ(layers[1].down.expert_bytes, m.layer(1).down_exps.expert_bytes);
+}
+
+// A shape that does not fit the packed layout is copied as it is.
+TEST(PackedExpertsTest, UnpackableShapesAreCopiedUnchanged) {
+  TinyModelOptions o;  // n_embd 64: not whole 256-column superblocks
+  o.matrix_type = GgmlType::kQ8_0;
+  auto model = MakeTinyModel(o);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const ExpertTensorView& src = (*model)->layer(0).gate_exps;
+  std::vector<uint8_t> buf(CopiedExpertBytes(src, 1, 3, true));
+  EXPECT_EQ(buf.size(), 2 * src.expert_bytes);
+  const ExpertTensorView v = CopyExperts(src, 1, 3, true, buf.data());
+  EXPECT_FALSE(v.packed);
+  EXPECT_EQ(v.n_expert, 2);
+  EXPECT_EQ(0, std::memcmp(buf.data(), src.data + src.expert_bytes, buf.size()));
 }
 
 }  // namespace

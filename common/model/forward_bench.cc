@@ -44,7 +44,7 @@ int Measure(const std::string& path, int64_t n_vocab, const std::string& type_na
     return 1;
   }
   ThreadPool pool(threads);
-  InProcessExperts experts(ExpertStore(*model), &pool);
+  InProcessExperts experts(LocalExpertStore(*model, &pool), &pool);
   Forward forward(*model, &experts, &pool);
   auto cache = KvCache::Create((*model)->hparams(), n_prompt + n_gen + 1);
   if (!cache.ok()) return 1;

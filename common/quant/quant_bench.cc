@@ -108,7 +108,9 @@ void BenchPacked(GgmlType type, double secs) {
     (void)FillRandomBlocks(type, 3, 0.02f, w.data(), rows * cols * copies);
     const uint64_t pb = PackedMatrixBytes(type, rows, cols);
     std::vector<uint8_t> p(pb * copies);
+    const double t_pack = CpuSeconds();
     for (int64_t c = 0; c < copies; ++c) PackRows(type, w.data() + c * rb * rows, rb, rows, cols, p.data() + c * pb);
+    if (copies > 1) std::printf("%-5s packing: %.2f GB/s of GGUF bytes\n", testing::Name(type).c_str(), rb * rows * copies / 1e9 / (CpuSeconds() - t_pack));
     const int64_t n_tok = 32;
     std::vector<std::vector<uint8_t>> act;
     std::vector<const uint8_t*> ptrs;

@@ -24,7 +24,7 @@ absl::Status OpenExperts(const std::string& path, const ExpertsFlag& flag,
                          std::unique_ptr<LocalWorkers>* workers,
                          std::unique_ptr<model::ExpertBackend>* out) {
   if (flag.experts == "local") {
-    *out = std::make_unique<model::InProcessExperts>(model::ExpertStore(model), pool);
+    *out = std::make_unique<model::InProcessExperts>(model::LocalExpertStore(model, pool), pool);
     return absl::OkStatus();
   }
   std::vector<std::string> addresses;

@@ -59,7 +59,7 @@ absl::StatusOr<std::unique_ptr<DenseEngine>> DenseEngine::Create(const EngineOpt
   const auto& hp = e->model_->hparams();
   model::ExpertBackend* backend = nullptr;
   if (options.experts.empty()) {
-    e->local_ = std::make_unique<model::InProcessExperts>(model::ExpertStore(e->model_),
+    e->local_ = std::make_unique<model::InProcessExperts>(model::LocalExpertStore(e->model_, e->pool_.get()),
                                                           e->pool_.get());
     backend = e->local_.get();
   } else {

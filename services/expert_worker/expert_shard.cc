@@ -34,10 +34,6 @@ uint64_t SliceBytes(const model::ExpertTensorView& v, int eb, int ee) {
   return model::CopiedExpertBytes(v, eb, ee, quant::PackedPreferred(v.type));
 }
 
-model::ExpertTensorView CopySlice(const model::ExpertTensorView& src, int eb, int ee, uint8_t* dst) {
-  return model::CopyExperts(src, eb, ee, quant::PackedPreferred(src.type), dst);
-}
-
 // Keeps only the entries of `call` whose expert is in [eb, ee).
 void SubCall(const model::ExpertCall& call, int eb, int ee, model::ExpertCall* sub) {
   sub->call_id = call.call_id;
@@ -94,31 +90,37 @@ absl::StatusOr<std::unique_ptr<ExpertShard>> ExpertShard::Load(const ShardOption
   for (int i = 0; i < n_nodes; ++i) {
     NodePart& part = *s->parts_[i];
     const std::vector<int> cpus = CpusOfNode(part.node);
-    // Copy from a thread on the node, so first touch places pages there too.
-    std::vector<model::LayerExperts> layers;
-    std::thread copier([&] {
-      if (part.node >= 0) PinCurrentThread(cpus);
-      uint8_t* dst = s->arena_->region(i).data;
-      for (int l = shard.layer_begin; l < shard.layer_end; ++l) {
-        const auto& lw = m->layer(l);
-        model::LayerExperts le;
-        model::ExpertTensorView* out[3] = {&le.gate, &le.up, &le.down};
-        const model::ExpertTensorView* in[3] = {&lw.gate_exps, &lw.up_exps, &lw.down_exps};
-        for (int k = 0; k < 3; ++k) {
-          *out[k] = CopySlice(*in[k], part.expert_begin, part.expert_end, dst);
-          dst += (SliceBytes(*in[k], part.expert_begin, part.expert_end) + 63) / 64 * 64;
-        }
-        layers.push_back(le);
-      }
-    });
-    copier.join();
-    for (const auto& le : layers) {
-      for (const auto* v : {&le.gate, &le.up, &le.down}) formats.insert(std::string(GgmlTypeName(v->type)));
-    }
     const int threads = std::max(1, total_threads / n_nodes);
     part.pool = std::make_unique<ThreadPool>(threads);
     if (part.node >= 0 && n_nodes > 1) {
       part.pool->RunOnAll([&](int t) { if (t > 0) PinCurrentThread(cpus); });
+    }
+    // Views first, then the copies (packing where the CPU's kernels read the
+    // packed layout fastest) by the node's pool from a thread pinned to the
+    // node, so first touch places the pages there too.
+    std::vector<model::LayerExperts> layers;
+    std::vector<model::ExpertCopyJob> jobs;
+    uint8_t* dst = s->arena_->region(i).data;
+    for (int l = shard.layer_begin; l < shard.layer_end; ++l) {
+      const auto& lw = m->layer(l);
+      model::LayerExperts le;
+      model::ExpertTensorView* out[3] = {&le.gate, &le.up, &le.down};
+      const model::ExpertTensorView* in[3] = {&lw.gate_exps, &lw.up_exps, &lw.down_exps};
+      for (int k = 0; k < 3; ++k) {
+        const bool pack = quant::PackedPreferred(in[k]->type);
+        *out[k] = model::CopiedExpertView(*in[k], part.expert_begin, part.expert_end, pack, dst);
+        jobs.push_back({in[k], part.expert_begin, part.expert_end, pack, dst});
+        dst += (SliceBytes(*in[k], part.expert_begin, part.expert_end) + 63) / 64 * 64;
+      }
+      layers.push_back(le);
+    }
+    std::thread copier([&] {
+      if (part.node >= 0) PinCurrentThread(cpus);
+      model::RunExpertCopies(jobs, part.pool.get());
+    });
+    copier.join();
+    for (const auto& le : layers) {
+      for (const auto* v : {&le.gate, &le.up, &le.down}) formats.insert(std::string(GgmlTypeName(v->type)));
     }
     model::ExpertStore store(std::move(layers), m->n_layer(), static_cast<int>(hp.n_expert),
                              shard.layer_begin, part.expert_begin, hp.n_embd, hp.n_ff_exp);

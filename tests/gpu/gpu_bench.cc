@@ -187,7 +187,7 @@ int Run(const Args& a) {
   }
   ThreadPool pool(a.threads);
   Line("cpu_threads", absl::StrCat(pool.size()));
-  model::InProcessExperts experts(model::ExpertStore(*model), &pool);
+  model::InProcessExperts experts(model::LocalExpertStore(*model, &pool), &pool);
   cuda::CudaForwardOptions o;
   o.n_ctx = a.ctx;
   o.kv_type = a.kv;
