@@ -12,6 +12,7 @@
 #include "common/base/status.h"
 #include "common/model/internal/attention.h"
 #include "common/model/internal/ops.h"
+#include "common/quant/packed.h"
 #include "common/quant/quant.h"
 
 namespace moesplit::model {
@@ -141,8 +142,35 @@ struct Forward::Batch {
 };
 
 Forward::Forward(std::shared_ptr<const Model> model, ExpertBackend* experts,
-                 ThreadPool* pool)
-    : model_(std::move(model)), experts_(experts), pool_(pool) {}
+                 ThreadPool* pool, bool pack_dense)
+    : model_(std::move(model)), experts_(experts), pool_(pool) {
+  const bool p = pack_dense;
+  for (int il = 0; il < model_->n_layer(); ++il) {
+    const LayerWeights& L = model_->layer(il);
+    dense_.push_back({MaybePacked(L.wq, p), MaybePacked(L.wk, p), MaybePacked(L.wv, p), MaybePacked(L.wo, p),
+                      MaybePacked(L.shexp_gate, p), MaybePacked(L.shexp_up, p), MaybePacked(L.shexp_down, p)});
+  }
+  output_ = MaybePacked(model_->output(), p);
+}
+
+quant::WeightView Forward::MaybePacked(const quant::WeightView& w, bool pack) {
+  if (!pack || w.data == nullptr || w.packed || !quant::PackedPreferred(w.type)) return w;
+  const uint64_t bytes = quant::PackedMatrixBytes(w.type, w.n_rows, w.n_cols);
+  if (bytes == 0) return w;
+  std::unique_ptr<uint8_t[]> buf(new (std::nothrow) uint8_t[bytes]);
+  if (buf == nullptr) return w;  // the GGUF rows work as well, slower
+  const uint64_t strip_bytes = bytes / static_cast<uint64_t>(w.n_rows / quant::kPackedStripRows);
+  uint8_t* dst = buf.get();
+  For(pool_, w.n_rows / quant::kPackedStripRows, 8, [&](int64_t s0, int64_t s1) {
+    quant::PackRows(w.type, w.data + s0 * quant::kPackedStripRows * w.row_bytes, w.row_bytes,
+                    (s1 - s0) * quant::kPackedStripRows, w.n_cols, dst + s0 * strip_bytes);
+  });
+  quant::WeightView p = w;
+  p.data = dst;
+  p.packed = true;
+  packed_.push_back(std::move(buf));
+  return p;
+}
 
 Forward::~Forward() = default;
 
@@ -322,9 +350,10 @@ absl::Status Forward::Attention(int il, Batch& b) const {
   float* q = ws.q.Get(n * qd);
   float* k = ws.k.Get(n * kd);
   float* v = ws.v.Get(n * vd);
-  RETURN_IF_ERROR(quant::MatMul(L.wq, h, n, q, pool_));
-  RETURN_IF_ERROR(quant::MatMul(L.wk, h, n, k, pool_));
-  RETURN_IF_ERROR(quant::MatMul(L.wv, h, n, v, pool_));
+  const DenseWeights& W = dense_[il];
+  RETURN_IF_ERROR(quant::MatMul(W.wq, h, n, q, pool_));
+  RETURN_IF_ERROR(quant::MatMul(W.wk, h, n, k, pool_));
+  RETURN_IF_ERROR(quant::MatMul(W.wv, h, n, v, pool_));
   For(pool_, n, MinRows(qd + kd, 8192), [&](int64_t t0, int64_t t1) {
     AddBias(L.bq, t0, t1, q);
     AddBias(L.bk, t0, t1, k);
@@ -342,7 +371,7 @@ absl::Status Forward::Attention(int il, Batch& b) const {
   float* attn = ws.attn.Get(n * ad);
   AttendHeads(il, b, q, attn);
   float* o = ws.o.Get(n * d);
-  RETURN_IF_ERROR(quant::MatMul(L.wo, attn, n, o, pool_));
+  RETURN_IF_ERROR(quant::MatMul(W.wo, attn, n, o, pool_));
   For(pool_, n, MinRows(d), [&](int64_t t0, int64_t t1) {
     for (int64_t i = t0 * d; i < t1 * d; ++i) b.x[i] += o[i];
   });
@@ -464,13 +493,13 @@ absl::Status Forward::SharedExpert(int il, const float* h, int64_t n, Workspace&
   const int64_t d = model_->hparams().n_embd, ff = L.shexp_up.n_rows;
   float* gate = ws.gate.Get(n * ff);
   float* up = ws.up.Get(n * ff);
-  RETURN_IF_ERROR(quant::MatMul(L.shexp_gate, h, n, gate, pool_));
-  RETURN_IF_ERROR(quant::MatMul(L.shexp_up, h, n, up, pool_));
+  RETURN_IF_ERROR(quant::MatMul(dense_[il].shexp_gate, h, n, gate, pool_));
+  RETURN_IF_ERROR(quant::MatMul(dense_[il].shexp_up, h, n, up, pool_));
   For(pool_, n, MinRows(ff, 4096), [&](int64_t t0, int64_t t1) {
     internal::SwiGlu(gate + t0 * ff, up + t0 * ff, t1 - t0, ff, gate + t0 * ff);
   });
   float* out = ws.shared.Get(n * d);
-  RETURN_IF_ERROR(quant::MatMul(L.shexp_down, gate, n, out, pool_));
+  RETURN_IF_ERROR(quant::MatMul(dense_[il].shexp_down, gate, n, out, pool_));
   if (L.shexp_gate_inp.data != nullptr) {
     float* g = ws.shexp_g.Get(n);
     RETURN_IF_ERROR(quant::MatMul(L.shexp_gate_inp, h, n, g, pool_));
@@ -509,7 +538,7 @@ absl::Status Forward::Head(const Batch& b, absl::Span<const SequenceBatch> seqs)
                         h + r * d);
     }
   });
-  RETURN_IF_ERROR(quant::MatMul(model_->output(), h, n_rows, out, pool_));
+  RETURN_IF_ERROR(quant::MatMul(output_, h, n_rows, out, pool_));
   int64_t r = 0;
   for (const SequenceBatch& s : seqs) {
     const int64_t k = s.mode == LogitsMode::kAll    ? static_cast<int64_t>(s.tokens.size())

@@ -109,7 +109,11 @@ class Forward {
  public:
   // `experts` computes the routed experts (e.g. an InProcessExperts over the
   // same model); `pool` may be nullptr. Both must outlive this object.
-  Forward(std::shared_ptr<const Model> model, ExpertBackend* experts, ThreadPool* pool);
+  // Dense Q4_K / Q6_K matrices whose shape fits are copied into the packed
+  // layout when quant::PackedPreferred and pack_dense (results unchanged,
+  // bit for bit).
+  Forward(std::shared_ptr<const Model> model, ExpertBackend* experts, ThreadPool* pool,
+          bool pack_dense = true);
   ~Forward();
 
   const Model& model() const { return *model_; }
@@ -152,9 +156,19 @@ class Forward {
   std::unique_ptr<Workspace> AcquireWorkspace() const;
   void ReleaseWorkspace(std::unique_ptr<Workspace> ws) const;
 
+  // The dense matrices the products read: the model's, or packed copies
+  // (quant/packed.h; same bits, faster kernels) where the CPU prefers them.
+  struct DenseWeights {
+    quant::WeightView wq, wk, wv, wo, shexp_gate, shexp_up, shexp_down;
+  };
+  quant::WeightView MaybePacked(const quant::WeightView& w, bool pack);
+
   std::shared_ptr<const Model> model_;
   ExpertBackend* experts_;
   ThreadPool* pool_;
+  std::vector<DenseWeights> dense_;  // per layer
+  quant::WeightView output_;
+  std::vector<std::unique_ptr<uint8_t[]>> packed_;  // owns the packed copies
   mutable std::atomic<uint64_t> next_call_id_{1};
   mutable std::mutex ws_mu_;
   mutable std::vector<std::unique_ptr<Workspace>> ws_free_;  // guarded by ws_mu_

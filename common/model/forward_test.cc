@@ -368,6 +368,33 @@ TEST(ForwardTest, LastLogitsEqualLastRowAndThreadsDoNotMatter) {
   EXPECT_EQ(last, std::vector<float>(all.end() - nv, all.end()));
 }
 
+// Dense matrices packed (quant/packed.h) where the CPU prefers it give the
+// bits of the GGUF rows: prefill (tiled sizes) and decode, all logits.
+TEST(ForwardTest, PackedDenseWeightsGiveTheSameBits) {
+  TinyModelOptions o;
+  o.n_embd = 256;
+  o.n_ff_exp = 256;
+  o.head_dim = 64;  // 4 x 64: whole Q4_K superblocks
+  o.n_vocab = 48;   // 3 strips of output rows
+  o.matrix_type = GgmlType::kQ4_K;
+  o.type_overrides["blk.0.attn_v.weight"] = GgmlType::kQ6_K;
+  o.type_overrides["output.weight"] = GgmlType::kQ6_K;
+  Engine e = MakeEngine(o, 2);
+  ASSERT_NE(e.forward, nullptr);
+  Forward plain(e.model, e.experts.get(), e.pool.get(), /*pack_dense=*/false);
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 20; ++i) prompt.push_back((i * 7) % 48);
+  auto c1 = Cache(e, 32), c2 = Cache(e, 32);
+  std::vector<float> a, b;
+  ASSERT_TRUE(e.forward->Eval(prompt, c1.get(), LogitsMode::kAll, &a).ok());
+  ASSERT_TRUE(plain.Eval(prompt, c2.get(), LogitsMode::kAll, &b).ok());
+  EXPECT_EQ(a, b);
+  const int32_t one[1] = {5};
+  ASSERT_TRUE(e.forward->Eval(one, c1.get(), LogitsMode::kLast, &a).ok());
+  ASSERT_TRUE(plain.Eval(one, c2.get(), LogitsMode::kLast, &b).ok());
+  EXPECT_EQ(a, b);
+}
+
 // Eval calls on distinct caches from several threads at once (each borrows
 // its own workspace; workspaces are reused for steps of other sizes) give
 // the bits of one call at a time.
