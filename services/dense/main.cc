@@ -24,6 +24,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/base/status.h"
+#include "common/plan/byte_size.h"
 #include "common/plan/memory_plan.h"
 #include "common/telemetry/gpu_metrics.h"
 #include "common/telemetry/metrics.h"
@@ -103,7 +104,7 @@ int Run(int argc, char** argv) {
     opt.experts.emplace_back(a);
   }
   if (!gpu_memory.empty()) {
-    auto bytes = ParseByteSize(gpu_memory);
+    auto bytes = plan::ParseByteSize(gpu_memory);
     if (!bytes.ok()) return Fail(bytes.status());
     opt.gpu_memory = *bytes;
   }

@@ -76,33 +76,6 @@ absl::StatusOr<std::unique_ptr<SequenceRunner>> MakeCuda(
 
 }  // namespace
 
-absl::StatusOr<uint64_t> ParseByteSize(const std::string& text) {
-  static const std::pair<const char*, double> kSuffixes[] = {
-      {"TiB", 1099511627776.0}, {"GiB", 1073741824.0}, {"MiB", 1048576.0}, {"KiB", 1024.0},
-      {"TB", 1e12}, {"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3}, {"B", 1.0}};
-  std::string num = text;
-  double mult = 1.0;
-  for (const auto& [suffix, m] : kSuffixes) {
-    const std::string suf = suffix;
-    if (text.size() > suf.size() && text.compare(text.size() - suf.size(), suf.size(), suf) == 0) {
-      num = text.substr(0, text.size() - suf.size());
-      mult = m;
-      break;
-    }
-  }
-  double v = 0;
-  size_t used = 0;
-  try {
-    v = std::stod(num, &used);
-  } catch (...) {
-    used = 0;
-  }
-  if (num.empty() || used != num.size() || !(v >= 0) || v * mult > 1.8e19) {
-    return absl::InvalidArgumentError(absl::StrCat("bad byte size '", text, "' (e.g. 8GiB)"));
-  }
-  return static_cast<uint64_t>(v * mult);
-}
-
 bool HaveCudaBackend() { return MOESPLIT_HAVE_CUDA != 0; }
 
 GpuMemoryUse QueryGpuMemory() {

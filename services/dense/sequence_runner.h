@@ -49,10 +49,6 @@ absl::StatusOr<std::unique_ptr<SequenceRunner>> CreateSequenceRunner(
     std::shared_ptr<const model::Model> model, model::ExpertBackend* experts, ThreadPool* pool,
     const RunnerOptions& options);
 
-// "8GiB", "512MiB", "2GB", "1048576" (bytes; suffixes B, KiB, MiB, GiB, TiB,
-// KB, MB, GB, TB; a decimal number). InvalidArgument otherwise.
-absl::StatusOr<uint64_t> ParseByteSize(const std::string& text);
-
 // Whether this build has the CUDA backend.
 bool HaveCudaBackend();
 

@@ -6,22 +6,6 @@
 namespace moesplit::dense {
 namespace {
 
-TEST(ParseByteSizeTest, Table) {
-  const struct {
-    const char* text;
-    uint64_t want;
-  } ok[] = {{"8GiB", uint64_t{8} << 30}, {"512MiB", uint64_t{512} << 20}, {"2GB", 2000000000},
-            {"1048576", 1048576},       {"1.5KiB", 1536},                 {"0", 0}};
-  for (const auto& c : ok) {
-    auto v = ParseByteSize(c.text);
-    ASSERT_TRUE(v.ok()) << c.text << ": " << v.status();
-    EXPECT_EQ(*v, c.want) << c.text;
-  }
-  for (const char* bad : {"", "GiB", "8 GiB", "-1MiB", "x", "8GiBB"}) {
-    EXPECT_EQ(ParseByteSize(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
-  }
-}
-
 TEST(SequenceRunnerTest, ChoosesTheBackend) {
   model::testing::TinyModelOptions o;
   o.head_dim = 32;

@@ -29,6 +29,7 @@
 #include "common/model/expert.h"
 #include "common/model/internal/ops.h"
 #include "services/cli/test_model.h"
+#include "common/plan/byte_size.h"
 #include "services/dense/sequence_runner.h"
 
 namespace moesplit {
@@ -55,7 +56,7 @@ bool Parse(int argc, char** argv, Args* a) {
     if (k == "--model") a->model = val();
     else if (k == "--generate") a->generate = true;
     else if (k == "--gpu-memory") {
-      auto bytes = dense::ParseByteSize(val());
+      auto bytes = plan::ParseByteSize(val());
       if (!bytes.ok()) return false;
       a->gpu_memory = *bytes;
     }
