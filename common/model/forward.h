@@ -109,7 +109,7 @@ class Forward {
  public:
   // `experts` computes the routed experts (e.g. an InProcessExperts over the
   // same model); `pool` may be nullptr. Both must outlive this object.
-  // Dense Q4_K / Q6_K matrices whose shape fits are copied into the packed
+  // Dense Q4_K / Q5_K / Q6_K matrices whose shape fits are copied into the packed
   // layout when quant::PackedPreferred and pack_dense (results unchanged,
   // bit for bit).
   Forward(std::shared_ptr<const Model> model, ExpertBackend* experts, ThreadPool* pool,

@@ -34,7 +34,7 @@ struct WeightView {
   int64_t n_rows = 0;
   int64_t n_cols = 0;
   uint64_t row_bytes = 0;
-  // data is in packed.h's strip layout (Q4_K / Q6_K, whole strips and
+  // data is in packed.h's strip layout (Q4_K / Q5_K / Q6_K, whole strips and
   // superblocks); row_bytes is then the GGUF row size.
   bool packed = false;
 };

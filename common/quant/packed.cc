@@ -33,14 +33,16 @@ void PutNibbles(const uint8_t codes[16][256], uint8_t* out) {
   }
 }
 
-void PackSuperQ4K(const uint8_t* rows, uint64_t row_bytes, int64_t i, uint8_t* out) {
+// Q4_K and Q5_K (then with the fifth bits after Q4_K's sections).
+template <typename Block, GgmlType kType>
+void PackSuperQ45K(const uint8_t* rows, uint64_t row_bytes, int64_t i, uint8_t* out) {
   uint8_t codes[16][256];
   for (int r = 0; r < 16; ++r) {
-    const auto* blk = reinterpret_cast<const BlockQ4_K*>(rows + r * row_bytes) + i;
+    const auto* blk = reinterpret_cast<const Block*>(rows + r * row_bytes) + i;
     int32_t sub[8];
     int16_t mins[8];
     float scale, min;
-    UnpackBlock(GgmlType::kQ4_K, blk, {codes[r], sub, mins, &scale, &min});
+    UnpackBlock(kType, blk, {codes[r], sub, mins, &scale, &min});
     for (int g = 0; g < 8; ++g) {
       out[kQ4KSub + 16 * g + r] = static_cast<uint8_t>(sub[g]);
       out[kQ4KMins + 32 * (g / 2) + 2 * r + g % 2] = static_cast<uint8_t>(mins[g]);
@@ -49,6 +51,20 @@ void PackSuperQ4K(const uint8_t* rows, uint64_t row_bytes, int64_t i, uint8_t* o
     std::memcpy(out + kQ4KDmin + 2 * r, &blk->dmin, 2);
   }
   PutNibbles(codes, out);
+  if constexpr (kType == GgmlType::kQ5_K) {
+    // Span s: byte 4 r + b of its 64 bytes holds, in bit z, the fifth bit
+    // of code(r, 32 s + 4 z + b).
+    std::memset(out + kQ5KHigh, 0, 512);
+    for (int s = 0; s < 8; ++s) {
+      for (int r = 0; r < 16; ++r) {
+        for (int z = 0; z < 8; ++z) {
+          for (int b = 0; b < 4; ++b) {
+            out[kQ5KHigh + 64 * s + 4 * r + b] |= static_cast<uint8_t>(((codes[r][32 * s + 4 * z + b] >> 4) & 1) << z);
+          }
+        }
+      }
+    }
+  }
 }
 
 void PackSuperQ6K(const uint8_t* rows, uint64_t row_bytes, int64_t i, uint8_t* out) {
@@ -82,6 +98,7 @@ int PackedCode(GgmlType type, const uint8_t* sb, int r, int k) {
   const uint8_t byte = sb[256 * g + 64 * (q % 4) + 4 * r + b];
   const int lo = q < 4 ? byte & 0xF : byte >> 4;
   if (type == GgmlType::kQ4_K) return lo;
+  if (type == GgmlType::kQ5_K) return lo | ((sb[kQ5KHigh + 64 * g + 4 * r + b] >> q) & 1) << 4;
   const uint8_t hb = sb[kQ6KHigh + 128 * g + 64 * (q / 4) + 4 * r + b];
   return lo | ((hb >> (2 * (q % 4))) & 3) << 4;
 }
@@ -93,6 +110,7 @@ float Fma(float a, float b, float c) { return std::fma(a, b, c); }
 uint64_t PackedSuperBytes(GgmlType type) {
   switch (type) {
     case GgmlType::kQ4_K: return kQ4KSuperBytes;
+    case GgmlType::kQ5_K: return kQ5KSuperBytes;
     case GgmlType::kQ6_K: return kQ6KSuperBytes;
     default: return 0;
   }
@@ -102,7 +120,7 @@ void PackedGemmScalarImpl(const PackedView& w, int64_t row0, int64_t n_rows, con
                           int64_t n_tokens, float* y, int64_t ldy) {
   const int64_t nsb = w.n_cols / 256;
   const uint64_t sbb = PackedSuperBytes(w.type);
-  const bool q4 = w.type == GgmlType::kQ4_K;
+  const bool q4 = w.type == GgmlType::kQ4_K || w.type == GgmlType::kQ5_K;  // groups of 32, mins
   for (int64_t s = row0 / 16; s < (row0 + n_rows) / 16; ++s) {
     const uint8_t* strip = w.data + s * nsb * sbb;
     for (int64_t t = 0; t < n_tokens; ++t) {
@@ -166,7 +184,9 @@ void PackRows(GgmlType type, const uint8_t* src, uint64_t row_bytes, int64_t n_r
     for (int64_t i = 0; i < nsb; ++i) {
       uint8_t* out = dst + (s * nsb + i) * sbb;
       if (type == GgmlType::kQ4_K) {
-        internal::PackSuperQ4K(src + s * 16 * row_bytes, row_bytes, i, out);
+        internal::PackSuperQ45K<internal::BlockQ4_K, GgmlType::kQ4_K>(src + s * 16 * row_bytes, row_bytes, i, out);
+      } else if (type == GgmlType::kQ5_K) {
+        internal::PackSuperQ45K<internal::BlockQ5_K, GgmlType::kQ5_K>(src + s * 16 * row_bytes, row_bytes, i, out);
       } else {
         internal::PackSuperQ6K(src + s * 16 * row_bytes, row_bytes, i, out);
       }

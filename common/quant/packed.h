@@ -1,4 +1,5 @@
-// Row-interleaved ("packed") layout of K-quant weight matrices for integer
+// Row-interleaved ("packed") layout of K-quant weight matrices (Q4_K, Q5_K,
+// Q6_K) for integer
 // dot instructions, and its matrix product.
 //
 // The GGUF layout keeps each row's superblocks together, so a dot kernel
@@ -19,6 +20,10 @@
 //   [2048, 2176) sub-scale of row r in group g at 2048 + 16 g + r (u8)
 //   [2176, 2304) mins of groups 2p, 2p + 1 at 2176 + 32 p + 2 r (+1) (u8)
 //   [2304, 2336) d of row r (f16 bits), [2336, 2368) dmin (f16 bits)
+// Q5_K (2880 bytes; GGUF 16 x 176 = 2816): Q4_K's sections for the low 4
+// bits, then
+//   [2368, 2880) fifth bits: span g's 64 bytes at 2368 + 64 g; bit z of
+//                byte 4 r + b is the fifth bit of code(r, 32 g + 4 z + b)
 // Q6_K (3360 bytes, = 16 x 210):
 //   [0, 2048)    low 4 bits of the codes as Q4_K's, over 32-column spans s
 //   [2048, 3072) high 2 bits: span s, word w < 2, 64 bytes at
@@ -45,7 +50,7 @@ namespace moesplit::quant {
 
 inline constexpr int kPackedStripRows = 16;
 
-// True for the types with a packed layout (Q4_K, Q6_K).
+// True for the types with a packed layout (Q4_K, Q5_K, Q6_K).
 bool PackedLayoutExists(GgmlType type);
 
 // True when packing `type` pays on this CPU: PackedLayoutExists and the

@@ -59,6 +59,21 @@ __attribute__((always_inline)) inline void CodesQ4K(const uint8_t* sb, int g, __
   }
 }
 
+// Q5_K: Q4_K's codes plus the fifth bit, bit z of the span's 64-byte word.
+__attribute__((always_inline)) inline void CodesQ5K(const uint8_t* sb, int g, __m512i c[8]) {
+  CodesQ4K(sb, g, c);
+  const __m512i m10 = _mm512_set1_epi8(0x10);
+  const __m512i h = Load512(sb + kQ5KHigh + 64 * g);
+  c[0] = _mm512_or_si512(c[0], _mm512_and_si512(_mm512_slli_epi16(h, 4), m10));
+  c[1] = _mm512_or_si512(c[1], _mm512_and_si512(_mm512_slli_epi16(h, 3), m10));
+  c[2] = _mm512_or_si512(c[2], _mm512_and_si512(_mm512_slli_epi16(h, 2), m10));
+  c[3] = _mm512_or_si512(c[3], _mm512_and_si512(_mm512_slli_epi16(h, 1), m10));
+  c[4] = _mm512_or_si512(c[4], _mm512_and_si512(h, m10));
+  c[5] = _mm512_or_si512(c[5], _mm512_and_si512(_mm512_srli_epi16(h, 1), m10));
+  c[6] = _mm512_or_si512(c[6], _mm512_and_si512(_mm512_srli_epi16(h, 2), m10));
+  c[7] = _mm512_or_si512(c[7], _mm512_and_si512(_mm512_srli_epi16(h, 3), m10));
+}
+
 __attribute__((always_inline)) inline void CodesQ6K(const uint8_t* sb, int g, __m512i c[8]) {
   CodesQ4K(sb, g, c);
   const __m512i m30 = _mm512_set1_epi8(0x30);
@@ -80,10 +95,12 @@ __attribute__((always_inline)) inline __m512i Dot4(const __m512i c[8], int z0, c
   return _mm512_dpbusd_epi32(d, c[z0 + 3], Bcast(q + 4 * z0 + 12));
 }
 
-// T tokens x S consecutive strips (S * 16 rows) over nsb superblocks.
-template <int T, int S>
+// T tokens x S consecutive strips (S * 16 rows) over nsb superblocks; Q4_K
+// or (kFive) Q5_K.
+template <int T, int S, bool kFive = false>
 void StripsQ4K(const uint8_t* strip, uint64_t strip_bytes, int64_t nsb, const BlockQ8_K* const* a,
                const uint8_t* end, float* y, int64_t ldy) {
+  constexpr uint64_t kSB = kFive ? kQ5KSuperBytes : kQ4KSuperBytes;
   __m512 acc[T][S];
   for (int t = 0; t < T; ++t) {
     for (int s = 0; s < S; ++s) acc[t][s] = _mm512_setzero_ps();
@@ -94,13 +111,17 @@ void StripsQ4K(const uint8_t* strip, uint64_t strip_bytes, int64_t nsb, const Bl
     for (int t = 0; t < T; ++t) {
       for (int s = 0; s < S; ++s) isum[t][s] = _mm512_setzero_si512();
     }
-    for (int s = 0; s < S; ++s) PrefetchAhead(strip + s * strip_bytes + i * kQ4KSuperBytes, kQ4KSuperBytes, end);
+    for (int s = 0; s < S; ++s) PrefetchAhead(strip + s * strip_bytes + i * kSB, kSB, end);
     for (int g = 0; g < 8; ++g) {
 #pragma GCC unroll 4
       for (int s = 0; s < S; ++s) {
-        const uint8_t* sb = strip + s * strip_bytes + i * kQ4KSuperBytes;
+        const uint8_t* sb = strip + s * strip_bytes + i * kSB;
         __m512i c[8];
-        CodesQ4K(sb, g, c);
+        if constexpr (kFive) {
+          CodesQ5K(sb, g, c);
+        } else {
+          CodesQ4K(sb, g, c);
+        }
         const __m512i sub = _mm512_cvtepu8_epi32(Load128(sb + kQ4KSub + 16 * g));
 #pragma GCC unroll 8
         for (int t = 0; t < T; ++t) {
@@ -118,7 +139,7 @@ void StripsQ4K(const uint8_t* strip, uint64_t strip_bytes, int64_t nsb, const Bl
       const __m512 da = _mm512_set1_ps(blk.d);
 #pragma GCC unroll 4
       for (int s = 0; s < S; ++s) {
-        const uint8_t* sb = strip + s * strip_bytes + i * kQ4KSuperBytes;
+        const uint8_t* sb = strip + s * strip_bytes + i * kSB;
         __m512i imin = _mm512_setzero_si512();
 #pragma GCC unroll 4
         for (int p = 0; p < 4; ++p) {
@@ -194,6 +215,8 @@ using StripFn = void (*)(const uint8_t*, uint64_t, int64_t, const BlockQ8_K* con
 template <int T>
 StripFn Q4KFn() { return StripsQ4K<T, 1>; }
 template <int T>
+StripFn Q5KFn() { return StripsQ4K<T, 1, true>; }
+template <int T>
 StripFn Q6KFn() { return StripsQ6K<T, 1>; }
 
 constexpr int kMaxTokens = 8;
@@ -202,14 +225,16 @@ constexpr int kMaxTokens = 8;
 
 bool PackedGemmAvx512(const PackedView& w, int64_t row0, int64_t n_rows, const uint8_t* const* act,
                       int64_t n_tokens, float* y, int64_t ldy) {
-  const bool q4 = w.type == GgmlType::kQ4_K;
-  if (!q4 && w.type != GgmlType::kQ6_K) return false;
+  const bool q4 = w.type == GgmlType::kQ4_K, q5 = w.type == GgmlType::kQ5_K;
+  if (!q4 && !q5 && w.type != GgmlType::kQ6_K) return false;
   static const StripFn kQ4[kMaxTokens + 1] = {nullptr,    Q4KFn<1>(), Q4KFn<2>(), Q4KFn<3>(), Q4KFn<4>(),
                                               Q4KFn<5>(), Q4KFn<6>(), Q4KFn<7>(), Q4KFn<8>()};
+  static const StripFn kQ5[kMaxTokens + 1] = {nullptr,    Q5KFn<1>(), Q5KFn<2>(), Q5KFn<3>(), Q5KFn<4>(),
+                                              Q5KFn<5>(), Q5KFn<6>(), Q5KFn<7>(), Q5KFn<8>()};
   static const StripFn kQ6[kMaxTokens + 1] = {nullptr,    Q6KFn<1>(), Q6KFn<2>(), Q6KFn<3>(), Q6KFn<4>(),
                                               Q6KFn<5>(), Q6KFn<6>(), Q6KFn<7>(), Q6KFn<8>()};
   const int64_t nsb = w.n_cols / 256;
-  const uint64_t strip_bytes = static_cast<uint64_t>(nsb) * (q4 ? kQ4KSuperBytes : kQ6KSuperBytes);
+  const uint64_t strip_bytes = static_cast<uint64_t>(nsb) * PackedSuperBytes(w.type);
   const auto* const* a = reinterpret_cast<const BlockQ8_K* const*>(act);
   const int64_t s_begin = row0 / 16, s_end = (row0 + n_rows) / 16;
   const uint8_t* end = w.data + s_end * strip_bytes;
@@ -220,6 +245,8 @@ bool PackedGemmAvx512(const PackedView& w, int64_t row0, int64_t n_rows, const u
       float* ys = y + (s - s_begin) * 16;
       if (q4) {
         StripsQ4K<1, 2>(w.data + s * strip_bytes, strip_bytes, nsb, a, end, ys, ldy);
+      } else if (q5) {
+        StripsQ4K<1, 2, true>(w.data + s * strip_bytes, strip_bytes, nsb, a, end, ys, ldy);
       } else {
         StripsQ6K<1, 2>(w.data + s * strip_bytes, strip_bytes, nsb, a, end, ys, ldy);
       }
@@ -229,7 +256,7 @@ bool PackedGemmAvx512(const PackedView& w, int64_t row0, int64_t n_rows, const u
     const uint8_t* strip = w.data + s * strip_bytes;
     for (int64_t t0 = 0; t0 < n_tokens; t0 += kMaxTokens) {
       const int nt = static_cast<int>(n_tokens - t0 < kMaxTokens ? n_tokens - t0 : kMaxTokens);
-      (q4 ? kQ4 : kQ6)[nt](strip, strip_bytes, nsb, a + t0, end, y + t0 * ldy + (s - s_begin) * 16, ldy);
+      (q4 ? kQ4 : q5 ? kQ5 : kQ6)[nt](strip, strip_bytes, nsb, a + t0, end, y + t0 * ldy + (s - s_begin) * 16, ldy);
     }
   }
   return true;

@@ -36,7 +36,7 @@ std::vector<uint8_t> RandomRows(GgmlType type, int64_t n_rows, int64_t n_cols, u
   const uint64_t bb = TypeInfo(type).type_size;
   for (uint64_t off = 0; off < v.size(); off += bb) {
     const uint16_t d = Fp32ToFp16(u(rng)), dmin = Fp32ToFp16(u(rng));
-    if (type == GgmlType::kQ4_K) {
+    if (type == GgmlType::kQ4_K || type == GgmlType::kQ5_K) {
       std::memcpy(&v[off], &d, 2);
       std::memcpy(&v[off + 2], &dmin, 2);
     } else {  // Q6_K: d last
@@ -115,7 +115,7 @@ TEST_P(PackedTest, EqualsVecDotAtEveryLevel) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, PackedTest, ::testing::Values(GgmlType::kQ4_K, GgmlType::kQ6_K),
+INSTANTIATE_TEST_SUITE_P(Types, PackedTest, ::testing::Values(GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K),
                          [](const auto& info) { return std::string(GgmlTypeName(info.param)); });
 
 TEST(PackedLayoutTest, Sizes) {
@@ -126,7 +126,9 @@ TEST(PackedLayoutTest, Sizes) {
   EXPECT_EQ(PackedMatrixBytes(GgmlType::kQ4_K, 16, 128), 0u);   // not whole superblocks
   EXPECT_EQ(PackedMatrixBytes(GgmlType::kQ8_0, 16, 256), 0u);   // no layout
   EXPECT_TRUE(PackedLayoutExists(GgmlType::kQ4_K));
-  EXPECT_FALSE(PackedLayoutExists(GgmlType::kQ5_K));
+  EXPECT_TRUE(PackedLayoutExists(GgmlType::kQ5_K));
+  EXPECT_EQ(PackedMatrixBytes(GgmlType::kQ5_K, 16, 256), 2880u);
+  EXPECT_FALSE(PackedLayoutExists(GgmlType::kQ2_K));
   if (std::getenv("MOESPLIT_PACKED") == nullptr) {
     EXPECT_EQ(PackedPreferred(GgmlType::kQ4_K), internal::CpuHasAvx512Vnni());
   }

@@ -151,7 +151,7 @@ void BenchPacked(GgmlType type, double secs) {
 int main(int argc, char** argv) {
   const double secs = argc > 1 ? std::atof(argv[1]) : 0.2;
   std::printf("active kernel level %d\n", static_cast<int>(moesplit::quant::ActiveKernelLevel()));
-  for (moesplit::GgmlType type : {moesplit::GgmlType::kQ4_K, moesplit::GgmlType::kQ6_K}) {
+  for (moesplit::GgmlType type : {moesplit::GgmlType::kQ4_K, moesplit::GgmlType::kQ5_K, moesplit::GgmlType::kQ6_K}) {
     moesplit::quant::BenchPacked(type, secs);
   }
   if (argc > 2 && std::string(argv[2]) == "packed") return 0;

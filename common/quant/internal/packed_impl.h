@@ -9,6 +9,8 @@ namespace moesplit::quant::internal {
 
 inline constexpr uint64_t kQ4KSub = 2048, kQ4KMins = 2176, kQ4KD = 2304, kQ4KDmin = 2336;
 inline constexpr uint64_t kQ4KSuperBytes = 2368;
+// Q5_K: Q4_K's sections, then the fifth bits.
+inline constexpr uint64_t kQ5KHigh = 2368, kQ5KSuperBytes = 2880;
 inline constexpr uint64_t kQ6KHigh = 2048, kQ6KScales = 3072, kQ6KD = 3328;
 inline constexpr uint64_t kQ6KSuperBytes = 3360;
 
