@@ -48,9 +48,7 @@ ExpertStore::ExpertStore(std::vector<LayerExperts> layers, int n_layer_total, in
       owner_(std::move(owner)) {}
 
 uint64_t CopiedExpertBytes(const ExpertTensorView& src, int eb, int ee, bool pack) {
-  const uint64_t n = static_cast<uint64_t>(ee - eb);
-  const uint64_t packed = pack && !src.packed ? quant::PackedMatrixBytes(src.type, src.n_out, src.n_in) : 0;
-  return (packed > 0 ? packed : src.expert_bytes) * n;
+  return CopiedExpertView(src, eb, ee, pack, nullptr).expert_bytes * static_cast<uint64_t>(ee - eb);
 }
 
 ExpertTensorView CopiedExpertView(const ExpertTensorView& src, int eb, int ee, bool pack, uint8_t* dst) {
