@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/scratch_buffer.h"
 #include "common/base/status.h"
 #include "common/model/internal/ops.h"
 #include "common/quant/gemm.h"
@@ -211,25 +212,7 @@ inline void DotRows(quant::VecDotFn dot, quant::VecDotRowsFn rows, int64_t n, co
   for (int64_t i = 0; i < nr; ++i) y[i] = dot(n, base + i * w.row_bytes, a);
 }
 
-// Growable 64-byte aligned buffer; only ever grows.
-class AlignedBytes {
- public:
-  uint8_t* Get(uint64_t n) {
-    if (n > cap_ || data_ == nullptr) {
-      buf_.reset(new uint8_t[n + 64]);
-      cap_ = n;
-      data_ = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(buf_.get()) + 63) &
-                                         ~uintptr_t{63});
-    }
-    return data_;
-  }
-  uint8_t* data() const { return data_; }
-
- private:
-  std::unique_ptr<uint8_t[]> buf_;
-  uint64_t cap_ = 0;
-  uint8_t* data_ = nullptr;
-};
+inline float* Floats(const ScratchBuffer& b) { return reinterpret_cast<float*>(b.data()); }
 
 // Barrier for the threads of one RunOnAll: spins briefly, then yields (the
 // machine may be oversubscribed).
@@ -395,9 +378,9 @@ struct UsedExpert {
 };
 
 struct ThreadScratch {
-  AlignedBytes panel;     // quant::TileGemm scratch
-  std::vector<float> g, u;  // tokens x gate/up block rows
-  std::vector<float> out;   // slots x down row block
+  ScratchBuffer panel;  // quant::TileGemm scratch
+  ScratchBuffer g, u;   // floats: tokens x gate/up block rows
+  ScratchBuffer out;    // floats: slots x down row block
   std::vector<const uint8_t*> rows;
 };
 
@@ -415,9 +398,9 @@ struct InProcessExperts::Scratch {
   // Plan: entries grouped by expert ("slots"), in entry order per expert.
   std::vector<int32_t> slot_token, entry_slot, count;
   std::vector<UsedExpert> used;
-  AlignedBytes xg, xu, hq;       // converted hidden (per token) and intermediate (per slot) rows
-  AlignedBytes tiles_g, tiles_u, tiles_d;
-  std::vector<float> h;          // slots x n_ff: SiLU(gate) * up
+  ScratchBuffer xg, xu, hq;       // converted hidden (per token) and intermediate (per slot) rows
+  ScratchBuffer tiles_g, tiles_u, tiles_d;
+  ScratchBuffer h;                // floats: slots x n_ff, SiLU(gate) * up
   std::unique_ptr<std::atomic<int>[]> remaining;  // per used expert: gate/up blocks left
   size_t remaining_cap = 0;
   std::vector<ThreadScratch> threads;
@@ -555,7 +538,7 @@ void FusedExpertCall::Prepare() {
   const int64_t n_tokens = call_.n_tokens;
   const auto* hidden = reinterpret_cast<const uint8_t*>(call_.hidden.data());
   // Hidden rows in the gate's and the up's vec_dot_type (shared when equal).
-  auto setup = [&](const quant::TypeTraits* t, AlignedBytes* buf, ActRows* rows, quant::QuantRowFn* q) {
+  auto setup = [&](const quant::TypeTraits* t, ScratchBuffer* buf, ActRows* rows, quant::QuantRowFn* q) {
     rows->type = t->vec_dot_type;
     if (rows->type == GgmlType::kF32) {
       *rows = {GgmlType::kF32, static_cast<uint64_t>(4 * d_), hidden};
@@ -571,10 +554,10 @@ void FusedExpertCall::Prepare() {
   } else {
     setup(u, &s_.xu, &xu_, &qu_);
   }
-  s_.h.resize(std::max<int64_t>(1, n_slots_ * ff_));
+  s_.h.As<float>(std::max<int64_t>(1, n_slots_ * ff_));
   hq_.type = dn->vec_dot_type;
   if (hq_.type == GgmlType::kF32) {
-    hq_ = {GgmlType::kF32, static_cast<uint64_t>(4 * ff_), reinterpret_cast<const uint8_t*>(s_.h.data())};
+    hq_ = {GgmlType::kF32, static_cast<uint64_t>(4 * ff_), s_.h.data()};
   } else {
     hq_.row_bytes = *RowBytes(hq_.type, ff_);
     hq_.base = s_.hq.Get(hq_.row_bytes * std::max<int64_t>(1, n_slots_));
@@ -646,13 +629,9 @@ void FusedExpertCall::PrepareThreads() {
   for (int t = 0; t < n_threads_; ++t) {
     ThreadScratch& ts = s_.threads[t];
     ts.panel.Get(panel);
-    if (ts.g.size() < static_cast<size_t>(max_n * max_gate_up_rows_)) {
-      ts.g.resize(max_n * max_gate_up_rows_);
-      ts.u.resize(max_n * max_gate_up_rows_);
-    }
-    if (ts.out.size() < static_cast<size_t>(std::max<int64_t>(1, n_slots_) * max_down_rows_)) {
-      ts.out.resize(std::max<int64_t>(1, n_slots_) * max_down_rows_);
-    }
+    ts.g.As<float>(max_n * max_gate_up_rows_);
+    ts.u.As<float>(max_n * max_gate_up_rows_);
+    ts.out.As<float>(std::max<int64_t>(1, n_slots_) * max_down_rows_);
     if (ts.rows.size() < static_cast<size_t>(max_n)) ts.rows.resize(max_n);
   }
 }
@@ -683,8 +662,8 @@ void FusedExpertCall::GateUp(int64_t item, ThreadScratch* ts) {
   const int64_t n = u.slot_end - u.slot_begin;
   const quant::WeightView gate = store_.Gate(call_.layer, u.expert);
   const quant::WeightView up = store_.Up(call_.layer, u.expert);
-  float* g = ts->g.data();
-  float* uu = ts->u.data();
+  float* g = Floats(ts->g);
+  float* uu = Floats(ts->u);
   if (packed_gu_) {
     const uint8_t** rows = ts->rows.data();
     for (int64_t i = 0; i < n; ++i) rows[i] = xg_.Row(s_.slot_token[u.slot_begin + i]);
@@ -705,7 +684,7 @@ void FusedExpertCall::GateUp(int64_t item, ThreadScratch* ts) {
     }
   }
   for (int64_t i = 0; i < n; ++i) {
-    SwiGluSpan(g + i * nr, uu + i * nr, r0, nr, ff_, s_.h.data() + (u.slot_begin + i) * ff_ + r0);
+    SwiGluSpan(g + i * nr, uu + i * nr, r0, nr, ff_, Floats(s_.h) + (u.slot_begin + i) * ff_ + r0);
   }
   if (s_.remaining[ui].fetch_sub(1, std::memory_order_acq_rel) == 1) FinishExpert(u, ts);
 }
@@ -716,7 +695,7 @@ void FusedExpertCall::FinishExpert(const UsedExpert& u, ThreadScratch* ts) {
   const int64_t n = u.slot_end - u.slot_begin;
   if (qd_ != nullptr) {
     for (int64_t sl = u.slot_begin; sl < u.slot_end; ++sl) {
-      qd_(s_.h.data() + sl * ff_, const_cast<uint8_t*>(hq_.Row(sl)), ff_);
+      qd_(Floats(s_.h) + sl * ff_, const_cast<uint8_t*>(hq_.Row(sl)), ff_);
     }
   }
   if (u.tiled_down) {
@@ -728,7 +707,7 @@ void FusedExpertCall::FinishExpert(const UsedExpert& u, ThreadScratch* ts) {
 // Down rows [r0, r0 + nr) of every routed expert, then the weighted sums.
 void FusedExpertCall::Down(int64_t item, ThreadScratch* ts) {
   const int64_t r0 = s_.down_items[item].r0, nr = s_.down_items[item].nr;
-  float* out = ts->out.data();
+  float* out = Floats(ts->out);
   for (const UsedExpert& u : s_.used) {
     const quant::WeightView w = store_.Down(call_.layer, u.expert);
     const int64_t n = u.slot_end - u.slot_begin;

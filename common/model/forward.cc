@@ -9,6 +9,7 @@
 #include <new>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/scratch_buffer.h"
 #include "common/base/status.h"
 #include "common/model/internal/attention.h"
 #include "common/model/internal/ops.h"
@@ -79,22 +80,14 @@ absl::Status KvCache::CheckRoom(int64_t n_new) const {
 namespace {
 
 // A growable buffer of uninitialised floats (every user overwrites what it
-// reads back).
+// reads back); large ones on huge pages (ScratchBuffer).
 class FloatBuffer {
  public:
-  float* Get(int64_t n) {
-    if (cap_ < n) {
-      p_.reset();
-      p_.reset(new float[static_cast<size_t>(n)]);
-      cap_ = n;
-    }
-    return p_.get();
-  }
-  uint64_t bytes() const { return static_cast<uint64_t>(cap_) * sizeof(float); }
+  float* Get(int64_t n) { return buf_.As<float>(static_cast<uint64_t>(std::max<int64_t>(n, 1))); }
+  uint64_t bytes() const { return buf_.capacity(); }
 
  private:
-  std::unique_ptr<float[]> p_;
-  int64_t cap_ = 0;
+  ScratchBuffer buf_;
 };
 
 // fn(begin, end) over [0, n), split over the pool in chunks of at least
