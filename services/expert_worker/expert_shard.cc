@@ -82,7 +82,11 @@ absl::StatusOr<std::unique_ptr<ExpertShard>> ExpertShard::Load(const ShardOption
     }
     s->parts_.push_back(std::move(part));
   }
-  ASSIGN_OR_RETURN(s->arena_, ExpertArena::Create(nodes, sizes, options.shm_prefix));
+  const bool shared = !options.shm_prefix.empty() &&
+                      (options.expert_memory == ExpertMemory::kShared ||
+                       (options.expert_memory == ExpertMemory::kAuto && SharedMemoryHugePages()));
+  ASSIGN_OR_RETURN(s->arena_,
+                   ExpertArena::Create(nodes, sizes, shared ? options.shm_prefix : std::string()));
   const int total_threads = options.threads > 0
                                 ? options.threads
                                 : static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));

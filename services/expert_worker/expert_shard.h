@@ -1,6 +1,7 @@
 // ExpertShard: the routed experts an expert-worker owns, copied out of the
 // GGUF into memory the worker allocates itself (an ExpertArena: NUMA-bound,
-// mlock'ed, huge pages; a shared segment when serving shared memory), and
+// mlock'ed, huge pages; shared segments or private memory, see
+// ExpertMemory), and
 // the compute over them.
 //
 // The shard's experts are split contiguously over the NUMA nodes in use;
@@ -33,7 +34,10 @@ struct ShardOptions {
   ShardSpec shard;
   int threads = 0;          // 0: all online CPUs
   NumaPolicy numa;
-  std::string shm_prefix;   // non-empty: expert memory as shared segments
+  std::string shm_prefix;   // the --listen-shm name ("" for gRPC only)
+  // With a shm_prefix: shared segments "<prefix>.experts.<i>" or private
+  // memory (numa_arena.h); without one, always private.
+  ExpertMemory expert_memory = ExpertMemory::kAuto;
   int max_tokens = 512;     // largest call accepted
   std::string worker_id;
 };

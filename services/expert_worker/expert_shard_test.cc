@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "common/model/model.h"
@@ -94,6 +95,7 @@ TEST(ExpertShardTest, SharedSegmentsExistWhileLoadedAndGoAfter) {
     ShardOptions opt;
     opt.model_path = kModel;
     opt.shm_prefix = prefix;
+    opt.expert_memory = ExpertMemory::kShared;
     opt.threads = 1;
     opt.numa = *ParseNumaPolicy("off");
     auto shard = ExpertShard::Load(opt);
@@ -104,6 +106,78 @@ TEST(ExpertShardTest, SharedSegmentsExistWhileLoadedAndGoAfter) {
     EXPECT_EQ((*shard)->arena().regions()[0].node, -1);
   }
   EXPECT_FALSE(std::filesystem::exists(seg));
+}
+
+TEST(ExpertShardTest, PrivateExpertMemoryMakesNoSegmentAndComputesTheSame) {
+  const std::string prefix = absl::StrCat("moesplit-shard-private-", getpid());
+  const std::string seg = "/dev/shm/" + prefix + ".experts.0";
+  ShardOptions opt;
+  opt.model_path = kModel;
+  opt.threads = 1;
+  opt.numa = *ParseNumaPolicy("off");
+  auto reference = ExpertShard::Load(opt);  // gRPC only: private
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  EXPECT_TRUE((*reference)->arena().regions()[0].shm_name.empty());
+  opt.shm_prefix = prefix;
+  opt.expert_memory = ExpertMemory::kPrivate;
+  auto shard = ExpertShard::Load(opt);
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  EXPECT_FALSE(std::filesystem::exists(seg));
+  EXPECT_TRUE((*shard)->arena().regions()[0].shm_name.empty());
+  EXPECT_LE((*shard)->arena().HugePageBytes(), (*shard)->arena().total_bytes());
+  const int dim = (*shard)->description().d;
+  const model::ExpertCall call = MakeCall(1, 3, dim, {0, 2, 5});
+  model::ExpertResult a, b;
+  ASSERT_TRUE((*shard)->Compute(call, &a).ok());
+  ASSERT_TRUE((*reference)->Compute(call, &b).ok());
+  EXPECT_EQ(0, std::memcmp(a.partial.data(), b.partial.data(), a.partial.size() * sizeof(float)));
+
+  // auto: shared exactly when this kernel gives shared memory huge pages.
+  opt.expert_memory = ExpertMemory::kAuto;
+  auto automatic = ExpertShard::Load(opt);
+  ASSERT_TRUE(automatic.ok()) << automatic.status();
+  EXPECT_EQ(std::filesystem::exists(seg), SharedMemoryHugePages());
+  EXPECT_EQ((*automatic)->arena().regions()[0].shm_name.empty(), !SharedMemoryHugePages());
+}
+
+TEST(ExpertMemoryTest, ParsesTheFlag) {
+  EXPECT_EQ(*ParseExpertMemory("auto"), ExpertMemory::kAuto);
+  EXPECT_EQ(*ParseExpertMemory("shared"), ExpertMemory::kShared);
+  EXPECT_EQ(*ParseExpertMemory("private"), ExpertMemory::kPrivate);
+  const auto bad = ParseExpertMemory("huge");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()),
+              HasSubstr("--expert-memory must be auto, shared or private, got 'huge'"));
+}
+
+TEST(ExpertMemoryTest, ReadsTheSelectedSharedMemoryHugePagePolicy) {
+  EXPECT_FALSE(SharedMemoryHugePages("always within_size advise [never] deny force"));
+  EXPECT_FALSE(SharedMemoryHugePages("always within_size advise never [deny] force"));
+  EXPECT_TRUE(SharedMemoryHugePages("[always] within_size advise never deny force"));
+  EXPECT_TRUE(SharedMemoryHugePages("always [within_size] advise never deny force"));
+  EXPECT_TRUE(SharedMemoryHugePages("always within_size [advise] never deny force"));
+  EXPECT_TRUE(SharedMemoryHugePages("always within_size advise never deny [force]"));
+  EXPECT_FALSE(SharedMemoryHugePages(""));
+  EXPECT_FALSE(SharedMemoryHugePages("always within_size"));
+}
+
+TEST(ExpertMemoryTest, SumsHugePagesOfTheMappingsInTheRanges) {
+  std::istringstream smaps(
+      "7f0000000000-7f0000400000 rw-s 00000000 00:01 42    /dev/shm/x.experts.0\n"
+      "Size:               4096 kB\n"
+      "AnonHugePages:         0 kB\n"
+      "ShmemPmdMapped:     2048 kB\n"
+      "FilePmdMapped:      9999 kB\n"
+      "VmFlags: rd wr sh mr mw me ms hg\n"
+      "7f0000400000-7f0000800000 rw-p 00000000 00:00 0\n"
+      "AnonHugePages:      4096 kB\n"
+      "7f1000000000-7f1000200000 rw-p 00000000 00:00 0\n"
+      "AnonHugePages:      2048 kB\n");
+  // The first two mappings start inside [7f0000000000, +8 MiB); the third
+  // does not.
+  EXPECT_EQ(SmapsHugePageBytes(smaps, {{0x7f0000000000ull, 8ull << 20}}), 6ull << 20);
+  std::istringstream none("");
+  EXPECT_EQ(SmapsHugePageBytes(none, {{0x7f0000000000ull, 8ull << 20}}), 0u);
 }
 
 TEST(ExpertShardTest, BadModelAndShardAreInvalidArgument) {

@@ -27,6 +27,7 @@ namespace {
 
 struct WorkerFlags {
   std::string model, shard, listen_shm, listen_grpc, numa = "auto", metrics, worker_id;
+  std::string expert_memory = "auto";
   int64_t threads = 0, max_tokens = 512, idle_timeout_s = 600;
 };
 
@@ -38,6 +39,10 @@ absl::Status ParseFlags(int argc, char** argv, WorkerFlags* f) {
   p.AddString("listen-grpc", &f->listen_grpc, "serve gRPC on HOST:PORT");
   p.AddInt("threads", &f->threads, "compute threads (default: all CPUs)");
   p.AddString("numa", &f->numa, "auto | off | NODE");
+  p.AddString("expert-memory", &f->expert_memory,
+              "auto | shared | private: with --listen-shm, experts in shared segments the dense "
+              "service can map, or in private memory; auto picks shared only when the kernel "
+              "gives shared memory huge pages");
   p.AddString("metrics", &f->metrics, "serve Prometheus /metrics on HOST:PORT");
   p.AddInt("max-tokens", &f->max_tokens, "largest call accepted, in tokens");
   p.AddString("worker-id", &f->worker_id, "name reported by Describe");
@@ -70,8 +75,9 @@ int Run(int argc, char** argv) {
   absl::Status s = ParseFlags(argc, argv, &f);
   absl::StatusOr<ShardSpec> spec = s.ok() ? ParseShardSpec(f.shard) : absl::StatusOr<ShardSpec>(s);
   absl::StatusOr<NumaPolicy> numa = ParseNumaPolicy(f.numa);
-  if (!spec.ok() || !numa.ok()) {
-    const absl::Status& bad = !spec.ok() ? spec.status() : numa.status();
+  absl::StatusOr<ExpertMemory> memory = ParseExpertMemory(f.expert_memory);
+  if (!spec.ok() || !numa.ok() || !memory.ok()) {
+    const absl::Status& bad = !spec.ok() ? spec.status() : !numa.ok() ? numa.status() : memory.status();
     std::fprintf(stderr, "moesplit-expert-worker: %s\n", std::string(bad.message()).c_str());
     return 2;
   }
@@ -80,6 +86,7 @@ int Run(int argc, char** argv) {
   opt.threads = static_cast<int>(f.threads);
   opt.numa = *numa;
   opt.shm_prefix = f.listen_shm;
+  opt.expert_memory = *memory;
   opt.max_tokens = static_cast<int>(f.max_tokens);
   opt.worker_id = f.worker_id.empty() ? (f.listen_shm.empty() ? f.listen_grpc : f.listen_shm)
                                       : f.worker_id;
@@ -140,10 +147,12 @@ int Run(int argc, char** argv) {
   for (const auto& srv : servers) addrs.push_back(srv->address());
   std::fprintf(stderr,
                "moesplit-expert-worker: ready on %s: %s, layers %d-%d, experts %d-%d, %.2f GB in %zu "
-               "NUMA region(s), %d threads, loaded in %.1f s%s\n",
+               "NUMA region(s) of %s memory (%.2f GB on huge pages), %d threads, loaded in %.1f s%s\n",
                absl::StrJoin(addrs, " ").c_str(), d.model_name.c_str(), d.layer_begin,
                d.layer_end - 1, d.expert_begin, d.expert_end - 1, d.resident_bytes / 1e9,
-               d.numa_nodes.size(), d.threads, (*shard)->load_seconds(),
+               d.numa_nodes.size(),
+               (*shard)->arena().regions()[0].shm_name.empty() ? "private" : "shared",
+               (*shard)->arena().HugePageBytes() / 1e9, d.threads, (*shard)->load_seconds(),
                metrics ? absl::StrCat(", metrics on port ", metrics->port()).c_str() : "");
   int sig = 0;
   sigwait(&stop_signals, &sig);

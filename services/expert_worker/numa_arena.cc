@@ -9,7 +9,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -32,6 +34,30 @@ absl::StatusOr<NumaPolicy> ParseNumaPolicy(const std::string& s) {
   }
   return absl::InvalidArgumentError(
       absl::StrCat("--numa must be auto, off or a node number, got '", s, "'"));
+}
+
+absl::StatusOr<ExpertMemory> ParseExpertMemory(const std::string& s) {
+  if (s == "auto") return ExpertMemory::kAuto;
+  if (s == "shared") return ExpertMemory::kShared;
+  if (s == "private") return ExpertMemory::kPrivate;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--expert-memory must be auto, shared or private, got '", s, "'"));
+}
+
+bool SharedMemoryHugePages(const std::string& shmem_enabled_text) {
+  const size_t open = shmem_enabled_text.find('[');
+  const size_t close = shmem_enabled_text.find(']', open);
+  if (open == std::string::npos || close == std::string::npos) return false;
+  const std::string selected = shmem_enabled_text.substr(open + 1, close - open - 1);
+  return selected == "always" || selected == "within_size" || selected == "advise" ||
+         selected == "force";
+}
+
+bool SharedMemoryHugePages() {
+  std::ifstream in("/sys/kernel/mm/transparent_hugepage/shmem_enabled");
+  std::string text;
+  if (!in || !std::getline(in, text)) return false;
+  return SharedMemoryHugePages(text);
 }
 
 std::vector<int> NumaNodesFor(const NumaPolicy& policy) {
@@ -127,6 +153,38 @@ std::string ExpertArena::LockAll() {
     }
   }
   return warning;
+}
+
+uint64_t SmapsHugePageBytes(std::istream& smaps,
+                            const std::vector<std::pair<uintptr_t, uint64_t>>& ranges) {
+  uint64_t total = 0;
+  bool inside = false;  // the current mapping starts within a range
+  std::string line;
+  while (std::getline(smaps, line)) {
+    unsigned long long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%llx-%llx ", &lo, &hi) == 2) {  // a mapping's header
+      inside = false;
+      for (const auto& [base, size] : ranges) {
+        if (lo >= base && lo < base + size) inside = true;
+      }
+      continue;
+    }
+    if (!inside) continue;
+    unsigned long long kb = 0;
+    if (std::sscanf(line.c_str(), "AnonHugePages: %llu kB", &kb) == 1 ||
+        std::sscanf(line.c_str(), "ShmemPmdMapped: %llu kB", &kb) == 1) {
+      total += kb * 1024;
+    }
+  }
+  return total;
+}
+
+uint64_t ExpertArena::HugePageBytes() const {
+  std::ifstream in("/proc/self/smaps");
+  if (!in) return 0;
+  std::vector<std::pair<uintptr_t, uint64_t>> ranges;
+  for (const ArenaRegion& r : regions_) ranges.emplace_back(reinterpret_cast<uintptr_t>(r.data), r.size);
+  return SmapsHugePageBytes(in, ranges);
 }
 
 uint64_t ExpertArena::total_bytes() const {
