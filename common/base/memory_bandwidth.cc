@@ -45,31 +45,35 @@ uint64_t SumWords(const uint8_t* p, uint64_t n) {
   return s;
 }
 
-double MeasureDramReadGbps(ThreadPool* pool, int reps, uint64_t bytes) {
-  // Aligned to 2 MiB so that the kernel can back it with huge pages, like
-  // the expert arena.
-  constexpr uint64_t kAlign = uint64_t{2} << 20;
-  bytes = (bytes + kAlign - 1) / kAlign * kAlign;
-  std::unique_ptr<uint8_t, decltype(&std::free)> buf(
-      static_cast<uint8_t*>(std::aligned_alloc(kAlign, bytes)), &std::free);
-  if (buf == nullptr) return 0;
-  const int nt = pool->size();
+DramReader::DramReader(ThreadPool* pool, uint64_t bytes) : pool_(pool) {
+  const int nt = pool_->size();
+  chunk_ = (bytes / nt) & ~uint64_t{127};
+  uint8_t* p = buf_.Get(chunk_ * nt);
   // First touch from the threads that will read, so pages land on their
   // NUMA nodes.
-  const uint64_t chunk = (bytes / nt) & ~uint64_t{127};
-  pool->RunOnAll([&](int t) { std::memset(buf.get() + t * chunk, 1, chunk); });
-  std::vector<uint64_t> sums(nt);
+  pool_->RunOnAll([&](int t) { std::memset(p + t * chunk_, 1, chunk_); });
+  sums_.assign(nt, 0);
+}
+
+double DramReader::MeasureGbps(int reps) {
+  const int nt = pool_->size();
+  const uint8_t* p = buf_.data();
   double best = 0;
   for (int rep = 0; rep < reps; ++rep) {
     const auto t0 = std::chrono::steady_clock::now();
-    pool->RunOnAll([&](int t) { sums[t] += SumWords(buf.get() + t * chunk, chunk); });
+    pool_->RunOnAll([&](int t) { sums_[t] += SumWords(p + t * chunk_, chunk_); });
     const double s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    best = std::max(best, static_cast<double>(chunk) * nt / s / 1e9);
+    best = std::max(best, static_cast<double>(chunk_) * nt / s / 1e9);
   }
   // Keeps the sums observable.
-  if (sums[0] == 0x5eed) std::abort();
+  if (sums_[0] == 0x5eed) std::abort();
   return best;
+}
+
+double MeasureDramReadGbps(ThreadPool* pool, int reps, uint64_t bytes) {
+  DramReader reader(pool, bytes);
+  return reader.MeasureGbps(reps);
 }
 
 }  // namespace moesplit

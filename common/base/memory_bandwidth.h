@@ -8,6 +8,9 @@
 
 #include <cstdint>
 
+#include <vector>
+
+#include "common/base/scratch_buffer.h"
 #include "common/base/thread_pool.h"
 
 namespace moesplit {
@@ -16,9 +19,27 @@ namespace moesplit {
 // so that the reads cannot be optimised away. AVX2 when the CPU has it.
 uint64_t SumWords(const uint8_t* p, uint64_t n);
 
-// Best of `reps` streaming reads of a `bytes`-sized buffer (allocated and
-// touched on each call, then freed), split over the pool's threads, in GB/s
-// (1e9 bytes). REQUIRES: reps >= 1, bytes >= 1 MiB.
+// A buffer far larger than the caches, kept for repeated measurements (so
+// that a benchmark can interleave them with what it measures without paying
+// the allocation each time). The buffer is on huge pages where the kernel
+// allows, like the expert arena, and first touched by the pool's threads so
+// that each thread's slice is on its NUMA node.
+class DramReader {
+ public:
+  // REQUIRES: bytes >= 1 MiB; `pool` outlives the reader.
+  DramReader(ThreadPool* pool, uint64_t bytes = uint64_t{1} << 30);
+  // Best of `reps` streaming reads of the whole buffer, split over the pool's
+  // threads, in GB/s (1e9 bytes). REQUIRES: reps >= 1.
+  double MeasureGbps(int reps);
+
+ private:
+  ThreadPool* const pool_;
+  ScratchBuffer buf_;
+  uint64_t chunk_ = 0;  // bytes per thread
+  std::vector<uint64_t> sums_;
+};
+
+// A DramReader's MeasureGbps(reps) on a fresh `bytes`-sized buffer.
 double MeasureDramReadGbps(ThreadPool* pool, int reps = 5,
                            uint64_t bytes = uint64_t{1} << 30);
 

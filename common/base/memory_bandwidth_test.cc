@@ -23,5 +23,11 @@ TEST(MeasureDramReadGbpsTest, ReturnsAPositiveRateOnEveryThreadCount) {
   }
 }
 
+TEST(DramReaderTest, MeasuresRepeatedlyOnOneBuffer) {
+  ThreadPool pool(2);
+  DramReader reader(&pool, uint64_t{8} << 20);
+  for (int i = 0; i < 3; ++i) EXPECT_GT(reader.MeasureGbps(2), 0.0) << i;
+}
+
 }  // namespace
 }  // namespace moesplit

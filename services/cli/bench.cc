@@ -3,21 +3,24 @@
 // that their ratios are measured side by side.
 //
 //   moesplit bench [--model M] [--threads T] [--prompt 512] [--gen 128]
-//                  [--depth D[,D...]] [--experts shm|grpc|local|ADDRS]
+//                  [--depth D[,D...]] [--reps 3] [--experts shm|grpc|local|ADDRS]
 //                  [--json]
 //
 // End to end: this process runs the dense part on the CPU (the reference
 // backend) and the routed experts go to --experts (default: one worker
 // started for the run, over shared memory), exactly as `moesplit generate`.
-//   prefill: one --prompt-token prompt into an empty cache;
+//   warm-up: one --prompt-token prefill and 8 decode steps (as llama-bench
+//            warms up), reported as the first prefill after start;
+//   prefill: the same prompt into an empty cache, --reps times (the mean);
 //   decode:  for each depth D, D tokens are prefilled (untimed), then --gen
 //            tokens are generated greedily, one forward step per token.
 // The worker alone: every expert call the decode (and the prefill) sent is
 // recorded and replayed to the same backend with nothing else running; the
 // weight bytes those calls must read (the distinct experts of each call, all
 // three matrices) over that time is the worker's effective weight bandwidth.
-// DRAM: a streaming read over the same thread count (common/base), best of
-// 5, measured before and after the runs (the higher is reported).
+// The decode replay runs --reps rounds, each right after a streaming DRAM
+// read over the same thread count (common/base, best of 3); the bandwidths
+// reported are the means over the rounds.
 
 #include <algorithm>
 #include <chrono>
@@ -147,6 +150,12 @@ int32_t Argmax(const std::vector<float>& v) {
   return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
 }
 
+// One round of the worker-alone decode replay and the DRAM read before it.
+struct Round {
+  double dram_gbps = 0;
+  double worker_gbps = 0;
+};
+
 struct DecodeResult {
   int64_t depth = 0;
   double tok_s = 0;
@@ -158,7 +167,7 @@ struct DecodeResult {
 
 absl::Status RunBench(const Args& args, const CommandIo& io) {
   std::string model_path, depths_flag = "0";
-  int64_t threads = 2, n_prompt = 512, n_gen = 128;
+  int64_t threads = 2, n_prompt = 512, n_gen = 128, reps = 3;
   bool json = false;
   ExpertsFlag experts;
   experts.experts = "shm";
@@ -171,11 +180,12 @@ absl::Status RunBench(const Args& args, const CommandIo& io) {
   f.AddInt("gen", &n_gen, "tokens generated per decode run (default 128)");
   f.AddString("depth", &depths_flag,
               "context depth(s) before decoding, comma-separated (default 0)");
+  f.AddInt("reps", &reps, "timed prefills, and worker-alone decode rounds (default 3)");
   f.AddBool("json", &json, "print one JSON object instead of a table");
   AddExpertsFlags(f, &experts);
   ASSIGN_OR_RETURN(bool go, ParseFlags(f, args,
                                        "bench [--model M] [--threads T] [--prompt 512] "
-                                       "[--gen 128] [--depth D[,D...]] [--json]",
+                                       "[--gen 128] [--depth D[,D...]] [--reps 3] [--json]",
                                        io));
   if (!go) return absl::OkStatus();
   if (!f.positional().empty()) {
@@ -185,6 +195,9 @@ absl::Status RunBench(const Args& args, const CommandIo& io) {
   if (threads < 0) return absl::InvalidArgumentError(absl::StrCat("--threads must be >= 0, got ", threads));
   if (n_prompt < 1) return absl::InvalidArgumentError(absl::StrCat("--prompt must be >= 1, got ", n_prompt));
   if (n_gen < 1) return absl::InvalidArgumentError(absl::StrCat("--gen must be >= 1, got ", n_gen));
+  if (reps < 1 || reps > 100) {
+    return absl::InvalidArgumentError(absl::StrCat("--reps must be in 1..100, got ", reps));
+  }
   std::vector<int64_t> depths;
   for (absl::string_view piece : absl::StrSplit(depths_flag, ',', absl::SkipEmpty())) {
     int64_t d = 0;
@@ -204,10 +217,11 @@ absl::Status RunBench(const Args& args, const CommandIo& io) {
   const model::Model& m = engine->model();
   const auto& hp = m.hparams();
   const int64_t max_depth = *std::max_element(depths.begin(), depths.end());
-  const int64_t n_ctx = std::max(n_prompt, max_depth + n_gen);
+  constexpr int64_t kWarmDecode = 8;  // warm-up decode steps after the prompt
+  const int64_t n_ctx = std::max(n_prompt + kWarmDecode, max_depth + n_gen);
   if (n_ctx > hp.n_ctx_train) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "bench needs ", n_ctx, " positions (max of --prompt and depth + --gen) but the model's "
+        "bench needs ", n_ctx, " positions (max of --prompt + 8 and depth + --gen) but the model's "
         "context length is ", hp.n_ctx_train));
   }
   RecordingExperts recorder(engine->experts());
@@ -217,30 +231,38 @@ absl::Status RunBench(const Args& args, const CommandIo& io) {
   const int n_expert = static_cast<int>(hp.n_expert);
   std::vector<float> logits;
 
-  std::fprintf(io.err, "bench: measuring DRAM read bandwidth (%d threads)\n", n_threads);
-  ThreadPool dram_pool(n_threads);
-  double dram_gbps = MeasureDramReadGbps(&dram_pool);
-
-  // Warm-up: pages of the weights, the workers' first calls.
-  {
-    const std::vector<int32_t> warm = BenchTokens(std::min<int64_t>(n_prompt, 64), hp.n_vocab, 7);
-    RETURN_IF_ERROR(forward.Eval(warm, cache.get(), model::LogitsMode::kLast, &logits));
-    for (int i = 0; i < 8; ++i) {
-      const int32_t next = Argmax(logits);
-      RETURN_IF_ERROR(forward.Eval({&next, 1}, cache.get(), model::LogitsMode::kLast, &logits));
-    }
-    cache->Clear();
-  }
-
-  // Prefill.
-  std::fprintf(io.err, "bench: prefill of %lld tokens\n", static_cast<long long>(n_prompt));
+  std::fprintf(io.err, "bench: warm-up (one prefill of %lld tokens, %lld decode steps)\n",
+               static_cast<long long>(n_prompt), static_cast<long long>(kWarmDecode));
   const std::vector<int32_t> prompt = BenchTokens(n_prompt, hp.n_vocab, 1);
-  recorder.Start();
+  // Warm-up, as llama-bench does: the same prompt once, so that first-touch
+  // costs (the weights' pages, the workers' and this process's scratch
+  // buffers, the shared-memory ring) stay out of the timed runs. Its speed
+  // is reported too, as the first prefill after start.
   auto t0 = Clock::now();
   RETURN_IF_ERROR(forward.Eval(prompt, cache.get(), model::LogitsMode::kLast, &logits));
-  const double prefill_s = Since(t0);
-  double prefill_expert_s = 0;
-  std::vector<model::ExpertCall> prefill_calls = recorder.Stop(&prefill_expert_s);
+  const double first_prefill_s = Since(t0);
+  for (int64_t i = 0; i < kWarmDecode; ++i) {
+    const int32_t next = Argmax(logits);
+    RETURN_IF_ERROR(forward.Eval({&next, 1}, cache.get(), model::LogitsMode::kLast, &logits));
+  }
+
+  // Prefill, --reps times into an empty cache.
+  std::fprintf(io.err, "bench: prefill of %lld tokens, %lld times\n",
+               static_cast<long long>(n_prompt), static_cast<long long>(reps));
+  double prefill_s = 0, prefill_expert_s = 0;
+  std::vector<model::ExpertCall> prefill_calls;
+  for (int64_t r = 0; r < reps; ++r) {
+    cache->Clear();
+    recorder.Start();
+    t0 = Clock::now();
+    RETURN_IF_ERROR(forward.Eval(prompt, cache.get(), model::LogitsMode::kLast, &logits));
+    prefill_s += Since(t0);
+    double expert_s = 0;
+    prefill_calls = recorder.Stop(&expert_s);
+    prefill_expert_s += expert_s;
+  }
+  prefill_s /= reps;
+  prefill_expert_s /= reps;
 
   // Decode at each depth.
   std::vector<DecodeResult> decodes;
@@ -267,17 +289,41 @@ absl::Status RunBench(const Args& args, const CommandIo& io) {
     decodes.push_back(std::move(d));
   }
 
-  // The worker alone: the first depth's decode calls and the prefill calls,
-  // replayed with nothing else running.
-  std::fprintf(io.err, "bench: replaying the expert calls to the worker alone\n");
-  ASSIGN_OR_RETURN(Replay wd, ReplayCalls(engine->experts(), decodes[0].calls, by_layer, n_expert, 3));
+  // The worker alone: the first depth's decode calls replayed with nothing
+  // else running, in --reps rounds, each right after a DRAM read with the
+  // same thread count, so that each ratio compares the two under the same
+  // conditions (a shared VM's memory bandwidth drifts by tens of percent
+  // within minutes). Then the prefill calls, once.
+  std::fprintf(io.err, "bench: replaying the expert calls to the worker alone (%lld rounds, "
+               "each after a DRAM read with %d threads)\n", static_cast<long long>(reps), n_threads);
+  ThreadPool dram_pool(n_threads);
+  DramReader dram(&dram_pool);
+  std::vector<Round> rounds;
+  double worker_decode_s = 0;
+  uint64_t decode_weight_bytes = 0;
+  for (int64_t r = 0; r < reps; ++r) {
+    Round round;
+    round.dram_gbps = dram.MeasureGbps(3);
+    ASSIGN_OR_RETURN(Replay wd, ReplayCalls(engine->experts(), decodes[0].calls, by_layer, n_expert, 1));
+    round.worker_gbps = wd.weight_bytes / wd.seconds / 1e9;
+    worker_decode_s += wd.seconds;
+    decode_weight_bytes = wd.weight_bytes;
+    rounds.push_back(round);
+  }
   ASSIGN_OR_RETURN(Replay wp, ReplayCalls(engine->experts(), prefill_calls, by_layer, n_expert, 1));
-  dram_gbps = std::max(dram_gbps, MeasureDramReadGbps(&dram_pool));
 
-  const double worker_decode_tok_s = n_gen / wd.seconds;
-  const double worker_gbps = wd.weight_bytes / wd.seconds / 1e9;
+  // Means over the rounds; the fraction is the ratio of the means.
+  double dram_gbps = 0, worker_gbps = 0;
+  double min_fraction = 1e30, max_fraction = 0;
+  for (const Round& r : rounds) {
+    dram_gbps += r.dram_gbps / rounds.size();
+    worker_gbps += r.worker_gbps / rounds.size();
+    min_fraction = std::min(min_fraction, r.worker_gbps / r.dram_gbps);
+    max_fraction = std::max(max_fraction, r.worker_gbps / r.dram_gbps);
+  }
+  const double worker_decode_tok_s = n_gen * reps / worker_decode_s;
   const double worker_prefill_tok_s = n_prompt / wp.seconds;
-  const double weight_bytes_per_token = static_cast<double>(wd.weight_bytes) / n_gen;
+  const double weight_bytes_per_token = static_cast<double>(decode_weight_bytes) / n_gen;
 
   if (json) {
     nlohmann::json j;
@@ -287,7 +333,9 @@ absl::Status RunBench(const Args& args, const CommandIo& io) {
     j["prompt"] = n_prompt;
     j["gen"] = n_gen;
     j["depth"] = depths[0];
+    j["reps"] = reps;
     j["prefill_tok_s"] = n_prompt / prefill_s;
+    j["prefill_first_tok_s"] = n_prompt / first_prefill_s;
     j["decode_tok_s"] = decodes[0].tok_s;
     nlohmann::json by_depth = nlohmann::json::object();
     for (const DecodeResult& d : decodes) by_depth[std::to_string(d.depth)] = d.tok_s;
@@ -297,6 +345,11 @@ absl::Status RunBench(const Args& args, const CommandIo& io) {
     j["worker_weight_gbps"] = worker_gbps;
     j["dram_read_gbps"] = dram_gbps;
     j["worker_weight_fraction_of_dram"] = worker_gbps / dram_gbps;
+    nlohmann::json per_round = nlohmann::json::array();
+    for (const Round& r : rounds) {
+      per_round.push_back({{"dram_read_gbps", r.dram_gbps}, {"worker_weight_gbps", r.worker_gbps}});
+    }
+    j["worker_rounds"] = per_round;
     j["expert_weight_bytes_per_token"] = weight_bytes_per_token;
     j["decode_expert_wait_fraction"] = decodes[0].expert_seconds * decodes[0].tok_s / n_gen;
     j["prefill_expert_wait_fraction"] = prefill_expert_s / prefill_s;
@@ -305,10 +358,12 @@ absl::Status RunBench(const Args& args, const CommandIo& io) {
   }
   std::fprintf(io.out, "model   %s\nthreads %d, experts %s\n", model_path.c_str(), n_threads,
                experts.experts.c_str());
-  std::fprintf(io.out, "DRAM read bandwidth                %8.1f GB/s\n", dram_gbps);
-  std::fprintf(io.out, "prefill (%lld tokens)              %8.1f tok/s  (experts %4.1f%% of it)\n",
+  std::fprintf(io.out, "prefill (%lld tokens)              %8.1f tok/s  (experts %4.1f%% of it; "
+               "mean of %lld)\n",
                static_cast<long long>(n_prompt), n_prompt / prefill_s,
-               100 * prefill_expert_s / prefill_s);
+               100 * prefill_expert_s / prefill_s, static_cast<long long>(reps));
+  std::fprintf(io.out, "first prefill after start          %8.1f tok/s\n",
+               n_prompt / first_prefill_s);
   for (const DecodeResult& d : decodes) {
     std::fprintf(io.out, "decode (depth %5lld)               %8.1f tok/s  (experts %4.1f%% of it)\n",
                  static_cast<long long>(d.depth), d.tok_s,
@@ -316,8 +371,12 @@ absl::Status RunBench(const Args& args, const CommandIo& io) {
   }
   std::fprintf(io.out, "worker alone: decode               %8.1f tok/s\n", worker_decode_tok_s);
   std::fprintf(io.out, "worker alone: prefill              %8.1f tok/s\n", worker_prefill_tok_s);
-  std::fprintf(io.out, "worker weight bandwidth            %8.1f GB/s  (%.1f%% of DRAM, %.1f MB/token)\n",
-               worker_gbps, 100 * worker_gbps / dram_gbps, weight_bytes_per_token / 1e6);
+  std::fprintf(io.out, "DRAM read bandwidth                %8.1f GB/s  (mean of %zu rounds)\n",
+               dram_gbps, rounds.size());
+  std::fprintf(io.out, "worker weight bandwidth            %8.1f GB/s  (%.1f%% of DRAM, rounds "
+               "%.0f-%.0f%%; %.1f MB/token)\n",
+               worker_gbps, 100 * worker_gbps / dram_gbps, 100 * min_fraction,
+               100 * max_fraction, weight_bytes_per_token / 1e6);
   return absl::OkStatus();
 }
 

@@ -75,6 +75,17 @@ if [[ $(rc planj) == 0 ]] && grep -q '"budget_bytes": 8053063680' "$WORK/planj.o
    grep -q '"parallel": 2' "$WORK/planj.out" && grep -q '"expert_cache"' "$WORK/planj.out"; then
   pass "plan --json"; else fail "plan --json: $(cat "$WORK/planj.out" "$WORK/planj.err")"; fi
 
+# bench: the whole path (a worker over shared memory) on the small model;
+# the JSON keys outside checks read, and the worker-alone rounds.
+run bench -- bench --model "$MODEL" --prompt 32 --gen 4 --depth 0,8 --reps 2 --json
+if [[ $(rc bench) == 0 ]] && grep -q '"prefill_tok_s":' "$WORK/bench.out" &&
+   grep -q '"prefill_first_tok_s":' "$WORK/bench.out" &&
+   grep -q '"decode_tok_s":' "$WORK/bench.out" && grep -q '"worker_weight_gbps":' "$WORK/bench.out" &&
+   grep -q '"dram_read_gbps":' "$WORK/bench.out" &&
+   grep -q '"decode_tok_s_by_depth":{"0":[0-9.e+]*,"8":' "$WORK/bench.out" &&
+   [[ $(grep -o '"worker_weight_gbps":' "$WORK/bench.out" | wc -l) == 3 ]]; then
+  pass "bench --json"; else fail "bench --json: $(cat "$WORK/bench.out" "$WORK/bench.err")"; fi
+
 run gen -- generate --model "$MODEL" --prompt "The quick brown fox" -n 12 --temp 0
 if [[ $(rc gen) == 0 ]] && grep -q '[^[:space:]]' "$WORK/gen.out" &&
    grep -q "generation: .* tok/s" "$WORK/gen.err" &&
@@ -176,6 +187,7 @@ expect_error empty-prompt "empty prompt" generate --model "$MODEL" --prompt ""
 expect_error missing-prompt "empty prompt" generate --model "$MODEL"
 expect_error bad-int "flag -n expects an integer, got 'many'" generate --model "$MODEL" --prompt hi -n many
 expect_error bad-temp "temperature must be in [0, 2], got -1" generate --model "$MODEL" --prompt hi --temp -1
+expect_error bench-bad-reps "--reps must be in 1..100, got 0" bench --model "$MODEL" --reps 0
 expect_error tokenize-two-texts "exactly one of --text and --text-file" tokenize --model "$MODEL" --text a --text-file "$WORK/text.txt"
 expect_error tokenize-missing-text-file "no-such.txt" tokenize --model "$MODEL" --text-file "$WORK/no-such.txt"
 expect_error flag-needs-value "flag --model needs a value" tokenize --text hi --model
