@@ -8,6 +8,41 @@
 
 namespace moesplit {
 
+namespace {
+
+constexpr uint64_t kHuge = ScratchBuffer::kHugeThreshold;
+
+// A kHuge-aligned anonymous mapping of `size` (a multiple of kHuge) bytes,
+// advised for huge pages; nullptr on failure.
+void* MapHugeAligned(uint64_t size) {
+  // Over-map by 2 MiB so that the block can start on a 2 MiB boundary (huge
+  // pages only back aligned ranges), then unmap the slack.
+  const uint64_t span = size + kHuge;
+  void* p = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return nullptr;
+  const uintptr_t raw = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t start = (raw + kHuge - 1) & ~uintptr_t{kHuge - 1};
+  if (start > raw) munmap(p, start - raw);
+  const uintptr_t tail = raw + span - (start + size);
+  if (tail > 0) munmap(reinterpret_cast<void*>(start + size), tail);
+  madvise(reinterpret_cast<void*>(start), size, MADV_HUGEPAGE);  // best effort: THP may be off
+  return reinterpret_cast<void*>(start);
+}
+
+uint64_t RoundToHuge(uint64_t bytes) {
+  return std::max<uint64_t>(kHuge, (bytes + kHuge - 1) / kHuge * kHuge);
+}
+
+}  // namespace
+
+std::shared_ptr<uint8_t[]> AllocateHugePageBytes(uint64_t bytes) {
+  const uint64_t size = RoundToHuge(bytes);
+  void* p = MapHugeAligned(size);
+  if (p == nullptr) return nullptr;
+  return std::shared_ptr<uint8_t[]>(static_cast<uint8_t*>(p),
+                                    [size](uint8_t* q) { munmap(q, size); });
+}
+
 ScratchBuffer& ScratchBuffer::operator=(ScratchBuffer&& o) noexcept {
   if (this != &o) {
     Release();
@@ -39,19 +74,9 @@ void ScratchBuffer::Release() {
 void ScratchBuffer::Grow(uint64_t bytes) {
   Release();
   if (bytes >= kHugeThreshold) {
-    const uint64_t size = (bytes + kHugeThreshold - 1) / kHugeThreshold * kHugeThreshold;
-    // Over-map by 2 MiB so that the block can start on a 2 MiB boundary
-    // (huge pages only back aligned ranges), then unmap the slack.
-    const uint64_t span = size + kHugeThreshold;
-    void* p = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p != MAP_FAILED) {
-      const uintptr_t raw = reinterpret_cast<uintptr_t>(p);
-      const uintptr_t start = (raw + kHugeThreshold - 1) & ~uintptr_t{kHugeThreshold - 1};
-      if (start > raw) munmap(p, start - raw);
-      const uintptr_t tail = raw + span - (start + size);
-      if (tail > 0) munmap(reinterpret_cast<void*>(start + size), tail);
-      block_ = reinterpret_cast<void*>(start);
-      madvise(block_, size, MADV_HUGEPAGE);  // best effort: THP may be off
+    const uint64_t size = RoundToHuge(bytes);
+    if (void* p = MapHugeAligned(size); p != nullptr) {
+      block_ = p;
       mapped_bytes_ = size;
       data_ = static_cast<uint8_t*>(block_);
       capacity_ = size;

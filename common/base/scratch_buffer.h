@@ -19,8 +19,15 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 namespace moesplit {
+
+// `bytes` bytes on a 2 MiB-aligned anonymous mapping advised MADV_HUGEPAGE
+// (rounded up to 2 MiB; zero-filled), unmapped when the last owner goes; for
+// long-lived bulk data read at memory speed, like a copy of the routed
+// experts. nullptr when the memory cannot be had.
+std::shared_ptr<uint8_t[]> AllocateHugePageBytes(uint64_t bytes);
 
 class ScratchBuffer {
  public:

@@ -68,5 +68,17 @@ TEST(ScratchBufferTest, MovesOwnership) {
   EXPECT_TRUE(c.mapped());
 }
 
+TEST(AllocateHugePageBytesTest, GivesAlignedZeroedWritableMemory) {
+  std::shared_ptr<uint8_t[]> p = AllocateHugePageBytes(5 << 20);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p.get()) % ScratchBuffer::kHugeThreshold, 0u);
+  EXPECT_EQ(p[0], 0);
+  EXPECT_EQ(p[(5 << 20) - 1], 0);
+  p[(6 << 20) - 1] = 3;  // rounded up to 6 MiB
+  std::shared_ptr<uint8_t[]> q = p;
+  p.reset();
+  EXPECT_EQ(q[(6 << 20) - 1], 3);
+}
+
 }  // namespace
 }  // namespace moesplit

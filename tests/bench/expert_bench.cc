@@ -32,6 +32,7 @@
 #endif
 
 #include "common/base/memory_bandwidth.h"
+#include "common/base/scratch_buffer.h"
 #include "common/base/thread_pool.h"
 #include "common/model/expert.h"
 #include "common/model/internal/ops.h"
@@ -87,7 +88,7 @@ Options Parse(int argc, char** argv) {
 // ---- weights ----------------------------------------------------------------
 
 struct Layers {
-  std::vector<std::unique_ptr<uint8_t[]>> buffers;
+  std::vector<std::shared_ptr<uint8_t[]>> buffers;  // huge pages, as the worker's arena
   std::vector<std::unique_ptr<ExpertStore>> stores;  // one per layer (layer index 0 in each)
   std::vector<uint64_t> expert_bytes;                // gate + up + down of one expert, per layer
   std::vector<GgmlType> down_types;
@@ -96,7 +97,7 @@ struct Layers {
 model::ExpertTensorView MakeTensor(Layers* L, GgmlType type, int64_t n_in, int64_t n_out, uint64_t seed) {
   const uint64_t row = *RowBytes(type, n_in);
   const uint64_t bytes = row * n_out * kExperts;
-  L->buffers.emplace_back(new uint8_t[bytes]);
+  L->buffers.push_back(AllocateHugePageBytes(bytes));
   const absl::Status s = quant::FillRandomBlocks(type, seed, 0.02f, L->buffers.back().get(), n_in * n_out * kExperts);
   if (!s.ok()) {
     std::fprintf(stderr, "FillRandomBlocks: %s\n", std::string(s.message()).c_str());
@@ -134,7 +135,7 @@ Layers PackLayers(const Layers& src) {
     const model::ExpertTensorView* from[3] = {&orig.gate, &orig.up, &orig.down};
     for (int k = 0; k < 3; ++k) {
       const uint64_t bytes = model::CopiedExpertBytes(*from[k], 0, kExperts, true);
-      L.buffers.emplace_back(new uint8_t[bytes + 64]);
+      L.buffers.push_back(AllocateHugePageBytes(bytes + 64));
       uint8_t* dst = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(L.buffers.back().get()) + 63) & ~uintptr_t{63});
       *out[k] = model::CopyExperts(*from[k], 0, kExperts, true, dst);
     }
