@@ -168,7 +168,14 @@ class FusedExpertCall;
 //   3. after one barrier, work items (block of n_embd rows over all routed
 //      experts) run the down rows and add the weighted results per token in
 //      its entries' order.
-// A decode call (one token, top-8) thus has one barrier in all.
+// Decode split: a call of up to 4 tokens with at least 2 experts per thread
+// instead makes its items whole experts (gate and up: all n_ff rows; down:
+// all n_embd rows, into a per-slot buffer), the last n_threads experts in
+// small blocks to even out the finish, and after a second barrier sums the
+// slots per token by row blocks, in the same order. Whole matrices are long
+// contiguous streams for the hardware prefetchers: a decode step of the
+// Qwen3-30B-A3B shape was 4-7% faster in a paired A/B on 2 threads.
+// A decode call (one token, top-8) thus has two barriers in all.
 // Packed experts (quant/packed.h) run quant::PackedGemm for any number of
 // tokens. Otherwise an expert with few tokens runs one vec_dot per (row,
 // token); one with kMinTiledTokens or more runs quant::TileGemm, which unpacks each weight

@@ -141,6 +141,66 @@ TEST(InProcessExpertsTest, ThreadCountDoesNotChangeResults) {
   EXPECT_EQ(a.partial, b.partial);
 }
 
+// Calls of up to 4 tokens with at least 2 experts per thread run the decode
+// split (whole-expert items, then a reduction phase); larger calls run the
+// batched schedule. A token's partial must not depend on which: the first n
+// tokens of a 6-token call, sent alone, give the same bits.
+TEST(InProcessExpertsTest, DecodeSplitGivesTheBitsOfTheBatchedSchedule) {
+  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_K}) {
+    TinyModelOptions o;
+    o.n_embd = 256;
+    o.n_ff_exp = 512;
+    o.head_dim = 64;
+    o.n_expert = 16;
+    o.n_expert_used = 8;
+    o.matrix_type = type;
+    o.type_overrides["blk.1.ffn_down_exps.weight"] = type == GgmlType::kQ4_K ? GgmlType::kQ6_K : type;
+    auto model = MakeTinyModel(o);
+    ASSERT_TRUE(model.ok()) << model.status();
+    const Model& m = **model;
+    ThreadPool pool2(2), pool3(3);
+    for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool2, &pool3}) {
+      // Packed where the CPU reads it fastest, as the worker does.
+      InProcessExperts experts(LocalExpertStore(*model, p), p);
+      for (int layer = 0; layer < m.n_layer(); ++layer) {
+        std::mt19937 rng(7 + layer);
+        std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+        ExpertCall big;
+        big.call_id = 1;
+        big.layer = layer;
+        big.n_tokens = 6;
+        big.d = static_cast<int32_t>(o.n_embd);
+        big.hidden.resize(6 * o.n_embd);
+        for (float& v : big.hidden) v = u(rng);
+        big.token_offsets.push_back(0);
+        for (int t = 0; t < 6; ++t) {
+          for (int j = 0; j < 8; ++j) {  // 8 distinct experts per token
+            big.expert_ids.push_back(static_cast<int32_t>((t * 5 + j * 3) % o.n_expert));
+            big.weights.push_back(0.1f + 0.3f * std::abs(u(rng)));
+          }
+          big.token_offsets.push_back(static_cast<uint32_t>(big.expert_ids.size()));
+        }
+        ExpertResult whole;
+        ASSERT_TRUE(experts.Compute(big, &whole).ok());
+        for (int n = 1; n <= 4; ++n) {
+          ExpertCall small = big;
+          small.n_tokens = n;
+          small.hidden.resize(n * o.n_embd);
+          small.token_offsets.resize(n + 1);
+          small.expert_ids.resize(8 * n);
+          small.weights.resize(8 * n);
+          ExpertResult part;
+          ASSERT_TRUE(experts.Compute(small, &part).ok());
+          ASSERT_EQ(part.partial.size(), static_cast<size_t>(n * o.n_embd));
+          EXPECT_TRUE(std::equal(part.partial.begin(), part.partial.end(), whole.partial.begin()))
+              << GgmlTypeName(type) << ", layer " << layer << ", " << n << " tokens, "
+              << (p == nullptr ? 1 : p->size()) << " threads";
+        }
+      }
+    }
+  }
+}
+
 struct BadCallCase {
   std::string label;
   std::function<void(ExpertCall*)> edit;
