@@ -2,7 +2,7 @@
 # Runs llama.cpp's CPU build (the npm package node-llama-cpp@3.21.1, installed
 # into a scratch folder outside the repository) on MODEL and prints its
 # prefill speed as JSON, for side-by-side comparison with `moesplit bench`.
-#   tests/bench/llamacpp_peer.sh MODEL [--threads 2] [--prompt 512] [--gen 32]
+#   tests/bench/llamacpp_peer.sh MODEL [--threads 2] [--prompt 512] [--gen 32] [--reps 3]
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 scratch=${MOESPLIT_PEER_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/moesplit/node-llama-cpp}
