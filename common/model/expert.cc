@@ -203,6 +203,18 @@ constexpr int64_t kSmallBlock = 256;  // rows of the small work items (a multipl
 // Calls of up to this many tokens with at least 2 experts per thread run
 // the decode split (see PrepareItems).
 constexpr int kDecodeSplitTokens = 4;
+// Most of its first down item a thread prefetches while waiting at the
+// gate/up barrier (within a 1 MiB L2).
+constexpr uint64_t kBarrierPrefetchBytes = 768 << 10;
+
+// The bytes holding rows [r0, r0 + nr) of w (packed or GGUF rows).
+std::pair<const uint8_t*, uint64_t> RowBytesOf(const quant::WeightView& w, int64_t r0, int64_t nr) {
+  if (w.packed) {
+    return {w.data + quant::PackedMatrixBytes(w.type, r0, w.n_cols),
+            quant::PackedMatrixBytes(w.type, nr, w.n_cols)};
+  }
+  return {w.data + r0 * w.row_bytes, static_cast<uint64_t>(nr) * w.row_bytes};
+}
 constexpr int kCallerConverts = 4;  // calls up to this many tokens: the caller converts
 
 // y[i] = vec_dot of rows r0 + i (i < nr) of w with activation row a.
@@ -272,6 +284,12 @@ class SpinBarrier {
     count_.store(0, std::memory_order_relaxed);
   }
   void Wait() {
+    Wait([] { return false; });
+  }
+  // While other threads are still to arrive, calls while_waiting() between
+  // checks (until it returns false: nothing left to do), then spins.
+  template <typename Fn>
+  void Wait(Fn&& while_waiting) {
     if (n_ == 1) return;
     const uint32_t gen = gen_.load(std::memory_order_acquire);
     if (count_.fetch_add(1, std::memory_order_acq_rel) + 1 == n_) {
@@ -279,6 +297,8 @@ class SpinBarrier {
       gen_.fetch_add(1, std::memory_order_acq_rel);
       return;
     }
+    bool busy = true;
+    while (busy && gen_.load(std::memory_order_acquire) == gen) busy = while_waiting();
     for (int spins = 0; gen_.load(std::memory_order_acquire) == gen; ++spins) {
       if (spins < 4000) {
 #if defined(__x86_64__)
@@ -872,12 +892,35 @@ void FusedExpertCall::RunThread(int tid) {
     s_.barrier.Wait();
   }
   RunItems(2, static_cast<int64_t>(s_.gate_up_items.size()), [&](int64_t i) { GateUp(i, ts); });
-  s_.barrier.Wait();
   if (!decode_split_) {
+    s_.barrier.Wait();
     RunItems(3, static_cast<int64_t>(s_.down_items.size()), [&](int64_t i) { Down(i, ts); });
     return;
   }
-  RunItems(3, static_cast<int64_t>(s_.down_items.size()), [&](int64_t i) { DownExpert(i, ts); });
+  // A thread done with gate/up claims its first down item now and, while
+  // the others finish theirs, prefetches that item's weights into its L2:
+  // the wait becomes memory traffic instead of idle time.
+  const int64_t n_down = static_cast<int64_t>(s_.down_items.size());
+  const int64_t first = s_.next[3].fetch_add(1, std::memory_order_relaxed);
+  const uint8_t* pf = nullptr;
+  const uint8_t* pf_end = nullptr;
+  if (first < n_down) {
+    const RowBlock& b = s_.down_items[first];
+    const quant::WeightView w = store_.Down(call_.layer, s_.used[b.owner].expert);
+    const auto [p, bytes] = RowBytesOf(w, b.r0, b.nr);
+    pf = p;
+    pf_end = p + std::min<uint64_t>(bytes, kBarrierPrefetchBytes);
+  }
+  s_.barrier.Wait([&] {
+#if defined(__x86_64__)
+    for (int k = 0; k < 64 && pf < pf_end; ++k, pf += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(pf), _MM_HINT_T1);
+    }
+#endif
+    return pf < pf_end;
+  });
+  if (first < n_down) DownExpert(first, ts);
+  RunItems(3, n_down, [&](int64_t i) { DownExpert(i, ts); });
   s_.barrier.Wait();
   RunItems(4, static_cast<int64_t>(s_.reduce_items.size()), [&](int64_t i) {
     const RowBlock& b = s_.reduce_items[i];

@@ -174,7 +174,9 @@ class FusedExpertCall;
 // small blocks to even out the finish, and after a second barrier sums the
 // slots per token by row blocks, in the same order. Whole matrices are long
 // contiguous streams for the hardware prefetchers: a decode step of the
-// Qwen3-30B-A3B shape was 4-7% faster in a paired A/B on 2 threads.
+// Qwen3-30B-A3B shape was 4-7% faster in a paired A/B on 2 threads. A
+// thread that reaches the gate/up barrier first claims its first down item
+// and prefetches its weights while it waits (another 1-2%).
 // A decode call (one token, top-8) thus has two barriers in all.
 // Packed experts (quant/packed.h) run quant::PackedGemm for any number of
 // tokens. Otherwise an expert with few tokens runs one vec_dot per (row,
