@@ -668,6 +668,8 @@ void FusedExpertCall::PrepareTiles() {
 // Work split: gate/up items (expert, row block), then down items (row block
 // over all experts), each list big blocks first.
 void FusedExpertCall::PrepareItems() {
+  // DownExpert has no tiled path: decode-split calls must never tile.
+  static_assert(kDecodeSplitTokens < InProcessExperts::kMinTiledTokens);
   s_.gate_up_items.clear();
   s_.small_items.clear();
   s_.down_items.clear();
