@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/scratch_buffer.h"
@@ -200,6 +201,7 @@ absl::Status ValidateExpertCall(const ExpertCall& call, const ExpertStore& store
 namespace {
 
 constexpr int64_t kSmallBlock = 256;  // rows of the small work items (a multiple of 16)
+constexpr int kCallerConverts = 4;  // calls up to this many tokens: the caller converts
 // Calls of up to this many tokens with at least 2 experts per thread run
 // the decode split (see PrepareItems).
 constexpr int kDecodeSplitTokens = 4;
@@ -215,7 +217,6 @@ std::pair<const uint8_t*, uint64_t> RowBytesOf(const quant::WeightView& w, int64
   }
   return {w.data + r0 * w.row_bytes, static_cast<uint64_t>(nr) * w.row_bytes};
 }
-constexpr int kCallerConverts = 4;  // calls up to this many tokens: the caller converts
 
 // y[i] = vec_dot of rows r0 + i (i < nr) of w with activation row a.
 inline void DotRows(quant::VecDotFn dot, quant::VecDotRowsFn rows, int64_t n, const quant::WeightView& w,
