@@ -242,7 +242,40 @@ INSTANTIATE_TEST_SUITE_P(
                       GroupCase{64, 64, 5, 129, 8.0f}, GroupCase{40, 24, 7, 20, 2.0f},
                       GroupCase{100, 130, 9, 140, 2.0f}, GroupCase{192, 72, 4, 70, 1.0f},
                       GroupCase{256, 256, 3, 260, 2.0f}, GroupCase{320, 17, 6, 33, 2.0f},
-                      GroupCase{65, 8, 2, 128, 30.0f}, GroupCase{16, 16, 1, 5, 2.0f}));
+                      GroupCase{65, 8, 2, 128, 30.0f}, GroupCase{16, 16, 1, 5, 2.0f},
+                      // Scores hundreds apart: exp underflows to 0 and subnormals.
+                      GroupCase{128, 128, 32, 200, 40.0f}, GroupCase{64, 64, 17, 90, 60.0f}));
+
+// The softmax's exp against the C library over a sweep of float bit
+// patterns (all of [-inf, 0] with a stride, the positive range up to and
+// past overflow, NaNs), bit for bit; and on x86 with AVX-512 under glibc it
+// is the vector form (a failed run-time check would fall back silently).
+TEST(ExpF32Test, EqualsLibmBitForBit) {
+#if defined(__x86_64__) && defined(__GLIBC__)
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("f16c")) {
+    EXPECT_TRUE(VectorExpInUse());
+  }
+#endif
+  std::vector<float> x;
+  for (uint64_t b = 0x80000000u; b <= 0xff800000u; b += 251) x.push_back(Fp32FromBits(uint32_t(b)));
+  for (uint32_t b = 0; b < 0x43000000u; b += 4099) x.push_back(Fp32FromBits(b));
+  for (float v : {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, 88.7228317f, 88.7228394f,
+                  -103.278923f, -103.278931f, -103.972076f, -103.972084f, -87.33654f}) {
+    x.push_back(v);
+  }
+  x.push_back(Fp32FromBits(0xff800001u));  // a signalling NaN
+  std::vector<float> y(x.size());
+  ExpF32(int64_t(x.size()), x.data(), y.data());
+  int64_t wrong = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float want = std::exp(x[i]);
+    if (std::isnan(want) ? !std::isnan(y[i]) : Fp32ToBits(y[i]) != Fp32ToBits(want)) {
+      if (++wrong <= 5) ADD_FAILURE() << "exp(" << x[i] << ") = " << y[i] << ", want " << want;
+    }
+  }
+  EXPECT_EQ(wrong, 0) << "of " << x.size();
+}
 
 }  // namespace
 }  // namespace moesplit::model::internal

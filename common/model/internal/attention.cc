@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -299,12 +300,14 @@ MOESPLIT_TARGET512 void GroupScores16(const GroupAttention& g, const float* qf, 
     const uint16_t* kr0 = g.k + j * g.k_stride;
     const uint16_t* kr1 = kr0 + g.k_stride;
     __m512 k0[NB * 4], k1[NB * 4];
+#pragma GCC unroll 16
     for (int u = 0; u < NB * 4; ++u) {
       k0[u] = Load16(kr0 + u * kLanes);
       k1[u] = Load16(kr1 + u * kLanes);
     }
     for (int64_t i0 = 0; i0 < g.n_q; i0 += 16) {
       __m512 v0[16], v1[16];
+#pragma GCC unroll 16
       for (int l = 0; l < 16; ++l) {
         if (i0 + l >= g.n_q) {
           v0[l] = v1[l] = zero;
@@ -312,12 +315,15 @@ MOESPLIT_TARGET512 void GroupScores16(const GroupAttention& g, const float* qf, 
         }
         const float* q = qf + (i0 + l) * qs;
         __m512 a[4], b[4];
+#pragma GCC unroll 16
         for (int u = 0; u < 4; ++u) {
           const __m512 x = _mm512_load_ps(q + u * kLanes);
           a[u] = _mm512_fmadd_ps(k0[u], x, zero);
           b[u] = _mm512_fmadd_ps(k1[u], x, zero);
         }
+#pragma GCC unroll 16
         for (int bl = 1; bl < NB; ++bl) {
+#pragma GCC unroll 16
           for (int u = 0; u < 4; ++u) {
             const __m512 x = _mm512_load_ps(q + bl * kStep + u * kLanes);
             a[u] = _mm512_fmadd_ps(k0[bl * 4 + u], x, a[u]);
@@ -334,9 +340,11 @@ MOESPLIT_TARGET512 void GroupScores16(const GroupAttention& g, const float* qf, 
   for (; j < j1; ++j) {
     const uint16_t* kr = g.k + j * g.k_stride;
     __m512 kv[NB * 4];
+#pragma GCC unroll 16
     for (int u = 0; u < NB * 4; ++u) kv[u] = Load16(kr + u * kLanes);
     for (int64_t i0 = 0; i0 < g.n_q; i0 += 16) {
       __m512 v[16];
+#pragma GCC unroll 16
       for (int l = 0; l < 16; ++l) {
         if (i0 + l >= g.n_q) {
           v[l] = zero;
@@ -344,8 +352,11 @@ MOESPLIT_TARGET512 void GroupScores16(const GroupAttention& g, const float* qf, 
         }
         const float* q = qf + (i0 + l) * qs;
         __m512 a[4];
+#pragma GCC unroll 16
         for (int u = 0; u < 4; ++u) a[u] = _mm512_fmadd_ps(kv[u], _mm512_load_ps(q + u * kLanes), zero);
+#pragma GCC unroll 16
         for (int b = 1; b < NB; ++b) {
+#pragma GCC unroll 16
           for (int u = 0; u < 4; ++u) {
             a[u] = _mm512_fmadd_ps(kv[b * 4 + u], _mm512_load_ps(q + b * kStep + u * kLanes), a[u]);
           }
@@ -372,21 +383,258 @@ MOESPLIT_TARGET512 void ToF16Vector512(int64_t n, const float* src, uint16_t* ds
   for (; i < n; ++i) dst[i] = Fp32ToFp16(src[i]);
 }
 
+// glibc's expf (2.28 and later, the build with FMA: __expf_fma) on 16
+// lanes, bit for bit: x * 32/ln2 = k + r in double, 2^(k/32) from a table of
+// 32 entries, a cubic in r, the product rounded to float once; the same
+// special cases (-inf -> 0, NaN -> NaN, overflow to inf, underflow to 0 or
+// the smallest subnormal). Exp16MatchesLibm checks it against the library at
+// run time before AttendGroup512 uses it.
+struct ExpTable {
+  uint64_t t[32];  // bits of 2^(i/32) less i << 47, as glibc's __exp2f_data.tab
+  ExpTable() {
+    for (int i = 0; i < 32; ++i) {
+      const double v = static_cast<double>(std::exp2(static_cast<long double>(i) / 32));
+      uint64_t b;
+      std::memcpy(&b, &v, sizeof(b));
+      t[i] = b - (static_cast<uint64_t>(i) << 47);
+    }
+  }
+};
+
+MOESPLIT_TARGET512 inline __m512d ExpHalf(__m512d xd, const ExpTable& tab) {
+  const __m512d inv_ln2_n = _mm512_set1_pd(0x1.71547652b82fep0 * 32);
+  const __m512d shift = _mm512_set1_pd(0x1.8p52);
+  const __m512d kd0 = _mm512_fmadd_pd(inv_ln2_n, xd, shift);
+  const __m512i ki = _mm512_castpd_si512(kd0);
+  const __m512d kd = _mm512_sub_pd(kd0, shift);
+  const __m512d r = _mm512_fmsub_pd(inv_ln2_n, xd, kd);
+  const __m512i t0 =
+      _mm512_permutex2var_epi64(_mm512_loadu_si512(tab.t), ki, _mm512_loadu_si512(tab.t + 8));
+  const __m512i t1 =
+      _mm512_permutex2var_epi64(_mm512_loadu_si512(tab.t + 16), ki, _mm512_loadu_si512(tab.t + 24));
+  const __m512i t =
+      _mm512_mask_blend_epi64(_mm512_test_epi64_mask(ki, _mm512_set1_epi64(16)), t0, t1);
+  const __m512d s = _mm512_castsi512_pd(_mm512_add_epi64(t, _mm512_slli_epi64(ki, 47)));
+  const __m512d z = _mm512_fmadd_pd(r, _mm512_set1_pd(0x1.c6af84b912394p-5 / (32.0 * 32 * 32)),
+                                    _mm512_set1_pd(0x1.ebfce50fac4f3p-3 / (32.0 * 32)));
+  const __m512d r2 = _mm512_mul_pd(r, r);
+  const __m512d y =
+      _mm512_fmadd_pd(r, _mm512_set1_pd(0x1.62e42ff0c52d6p-1 / 32), _mm512_set1_pd(1.0));
+  return _mm512_mul_pd(_mm512_fmadd_pd(z, r2, y), s);
+}
+
+MOESPLIT_TARGET512 inline __m512 Exp16(__m512 x) {
+  static const ExpTable tab;
+  const __m256 lo = _mm512_cvtpd_ps(ExpHalf(_mm512_cvtps_pd(_mm512_castps512_ps256(x)), tab));
+  const __m256 hi = _mm512_cvtpd_ps(ExpHalf(_mm512_cvtps_pd(_mm512_extractf32x8_ps(x, 1)), tab));
+  __m512 e = _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
+  // |x| >= 88 or not finite (glibc's abstop >= top12(88.0f)).
+  const __m512i top =
+      _mm512_and_si512(_mm512_srli_epi32(_mm512_castps_si512(x), 20), _mm512_set1_epi32(0x7ff));
+  const __mmask16 big = _mm512_cmpgt_epi32_mask(top, _mm512_set1_epi32(0x42a));
+  if (big == 0) return e;
+  const __mmask16 nonfinite = _mm512_mask_cmpgt_epi32_mask(big, top, _mm512_set1_epi32(0x7f7));
+  const __mmask16 over = _mm512_mask_cmp_ps_mask(big, x, _mm512_set1_ps(0x1.62e42ep6f), _CMP_GT_OQ);
+  const __mmask16 under =
+      _mm512_mask_cmp_ps_mask(big, x, _mm512_set1_ps(-0x1.9fe368p6f), _CMP_LT_OQ);
+  const __mmask16 tiny =
+      _mm512_mask_cmp_ps_mask(big, x, _mm512_set1_ps(-0x1.9d1d9ep6f), _CMP_LT_OQ);
+  e = _mm512_mask_mov_ps(e, tiny, _mm512_set1_ps(0x1.4p-75f * 0x1.4p-75f));
+  e = _mm512_mask_mov_ps(e, under, _mm512_setzero_ps());
+  e = _mm512_mask_mov_ps(e, over, _mm512_set1_ps(INFINITY));
+  // x + x: NaN quieted, +inf; -inf gives 0.
+  const __mmask16 minus_inf = _mm512_mask_cmpeq_epi32_mask(
+      nonfinite, _mm512_castps_si512(x), _mm512_set1_epi32(static_cast<int>(0xff800000u)));
+  e = _mm512_mask_mov_ps(e, nonfinite, _mm512_add_ps(x, x));
+  return _mm512_mask_mov_ps(e, minus_inf, _mm512_setzero_ps());
+}
+
+// Exp16 equals std::exp on this machine's library: edge cases and a sweep
+// of the floats a softmax exponentiates (x <= 0) and some above.
+MOESPLIT_TARGET512 bool CheckExp16() {
+  std::vector<float> xs = {0.0f,     -0.0f,     -INFINITY,    INFINITY, NAN,       -NAN,
+                           88.0f,    88.72283f, 88.7229f,     89.0f,    -87.9f,    -88.0f,
+                           -100.0f,  -103.0f,   -103.278923f, -103.28f, -103.5f,   -103.972076f,
+                           -103.98f, -104.0f,   -1e30f,       1e30f,    0x1p-149f, -0x1p-149f,
+                           1e-8f,    -1e-8f};
+  for (uint32_t b = 0x80000000u; b < 0xc3000000u; b += 0x7f01u) xs.push_back(Fp32FromBits(b));
+  for (uint32_t b = 0; b < 0x43000000u; b += 0x3f9f1u) xs.push_back(Fp32FromBits(b));
+  while (xs.size() % 16 != 0) xs.push_back(-1.0f);
+  alignas(64) float out[16];
+  for (size_t i = 0; i < xs.size(); i += 16) {
+    _mm512_store_ps(out, Exp16(_mm512_loadu_ps(xs.data() + i)));
+    for (int l = 0; l < 16; ++l) {
+      const float want = std::exp(xs[i + l]);
+      if (Fp32ToBits(out[l]) != Fp32ToBits(want) && !(std::isnan(want) && std::isnan(out[l]))) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+bool Exp16MatchesLibm() {
+  static const bool ok = CheckExp16();
+  return ok;
+}
+
+MOESPLIT_TARGET512 void ExpStore16(const float* x, float* y) {
+  _mm512_storeu_ps(y, Exp16(_mm512_loadu_ps(x)));
+}
+
+// The online softmax of 16 queries (lanes) over positions [j0, j1), as
+// AttendHead computes it per query: for each position below the query's
+// n_kv, the accumulator's rescale factor ms and the value weight vs
+// (ms[(j - j0) * nqp + i], likewise vs), the running max m and sum.
+MOESPLIT_TARGET512 void Softmax16(const float* scores, int64_t nqp, int64_t j0, int64_t j1,
+                                  const int64_t* n_kv, int lanes, bool vector_exp, float* m_io,
+                                  float* sum_io, float* mss, float* vss) {
+  alignas(64) int32_t nk[16];
+  for (int l = 0; l < 16; ++l)
+    nk[l] = l < lanes ? static_cast<int32_t>(std::min<int64_t>(n_kv[l], j1)) : 0;
+  const __m512i nkv = _mm512_load_si512(nk);
+  const __m512 one = _mm512_set1_ps(1.0f);
+  __m512 m = _mm512_loadu_ps(m_io), sum = _mm512_loadu_ps(sum_io);
+  for (int64_t j = j0; j < j1; ++j) {
+    const __mmask16 active =
+        _mm512_cmpgt_epi32_mask(nkv, _mm512_set1_epi32(static_cast<int32_t>(j)));
+    if (active == 0) break;
+    const __m512 s = _mm512_load_ps(scores + (j - j0) * nqp);
+    const __mmask16 gt = _mm512_mask_cmp_ps_mask(active, s, m, _CMP_GT_OQ);
+    const __m512 d = _mm512_mask_blend_ps(gt, _mm512_sub_ps(s, m), _mm512_sub_ps(m, s));
+    __m512 e;
+    if (vector_exp) {
+      e = Exp16(d);
+    } else {
+      alignas(64) float t[16];
+      _mm512_store_ps(t, d);
+      for (float& x : t) x = std::exp(x);
+      e = _mm512_load_ps(t);
+    }
+    const __m512 ms = _mm512_mask_blend_ps(gt, one, e);
+    const __m512 vs = _mm512_mask_blend_ps(gt, e, one);
+    m = _mm512_mask_mov_ps(m, gt, s);
+    sum = _mm512_mask_mov_ps(sum, active, _mm512_fmadd_ps(sum, ms, vs));
+    _mm512_store_ps(mss + (j - j0) * nqp, ms);
+    _mm512_store_ps(vss + (j - j0) * nqp, vs);
+  }
+  _mm512_storeu_ps(m_io, m);
+  _mm512_storeu_ps(sum_io, sum);
+}
+
+// acc = f16(acc * ms) where ms != 1 (the identity on f16 values otherwise),
+// then acc = f16(fma(V[j], vs, acc)), for positions [j0, end) of queries
+// i and i2 (2 queries interleaved: the rounding chains are long). The
+// accumulators are f32 registers holding f16 values (RoundF16 after every
+// step: the bits a stored f16 would have); vrow holds V[j0..] in f32.
+template <int DVV>
+MOESPLIT_TARGET512 void Accumulate2(const float* vrow, int64_t j0, int64_t end, const float* mss,
+                                    const float* vss, int64_t nqp, int64_t i, float* acc_i,
+                                    float* acc_i2) {
+  __m512 a[DVV], b[DVV];
+#pragma GCC unroll 16
+  for (int u = 0; u < DVV; ++u) {
+    a[u] = _mm512_load_ps(acc_i + u * kLanes);
+    b[u] = _mm512_load_ps(acc_i2 + u * kLanes);
+  }
+  for (int64_t j = j0; j < end; ++j) {
+    const float* ms = mss + (j - j0) * nqp + i;
+    const float* vs = vss + (j - j0) * nqp + i;
+    if (ms[0] != 1.0f) {
+      const __m512 f = _mm512_set1_ps(ms[0]);
+#pragma GCC unroll 16
+      for (int u = 0; u < DVV; ++u) a[u] = RoundF16(_mm512_mul_ps(a[u], f));
+    }
+    if (ms[1] != 1.0f) {
+      const __m512 f = _mm512_set1_ps(ms[1]);
+#pragma GCC unroll 16
+      for (int u = 0; u < DVV; ++u) b[u] = RoundF16(_mm512_mul_ps(b[u], f));
+    }
+    const __m512 va = _mm512_set1_ps(vs[0]), vb = _mm512_set1_ps(vs[1]);
+    const float* vr = vrow + (j - j0) * DVV * kLanes;
+#pragma GCC unroll 16
+    for (int u = 0; u < DVV; ++u) {
+      const __m512 x = _mm512_load_ps(vr + u * kLanes);
+      a[u] = RoundF16(_mm512_fmadd_ps(x, va, a[u]));
+      b[u] = RoundF16(_mm512_fmadd_ps(x, vb, b[u]));
+    }
+  }
+#pragma GCC unroll 16
+  for (int u = 0; u < DVV; ++u) {
+    _mm512_store_ps(acc_i + u * kLanes, a[u]);
+    _mm512_store_ps(acc_i2 + u * kLanes, b[u]);
+  }
+}
+
+template <int DVV>
+MOESPLIT_TARGET512 void Accumulate1(const float* vrow, int64_t j0, int64_t end, const float* mss,
+                                    const float* vss, int64_t nqp, int64_t i, float* acc_i) {
+  __m512 a[DVV];
+#pragma GCC unroll 16
+  for (int u = 0; u < DVV; ++u) a[u] = _mm512_load_ps(acc_i + u * kLanes);
+  for (int64_t j = j0; j < end; ++j) {
+    const float ms = mss[(j - j0) * nqp + i];
+    if (ms != 1.0f) {
+      const __m512 f = _mm512_set1_ps(ms);
+#pragma GCC unroll 16
+      for (int u = 0; u < DVV; ++u) a[u] = RoundF16(_mm512_mul_ps(a[u], f));
+    }
+    const __m512 va = _mm512_set1_ps(vss[(j - j0) * nqp + i]);
+    const float* vr = vrow + (j - j0) * DVV * kLanes;
+#pragma GCC unroll 16
+    for (int u = 0; u < DVV; ++u)
+      a[u] = RoundF16(_mm512_fmadd_ps(_mm512_load_ps(vr + u * kLanes), va, a[u]));
+  }
+#pragma GCC unroll 16
+  for (int u = 0; u < DVV; ++u) _mm512_store_ps(acc_i + u * kLanes, a[u]);
+}
+
+// The accumulation of every query over positions [j0, j1) for dv = 16 * DVV.
+template <int DVV>
+MOESPLIT_TARGET512 void AccumulateGroup(const GroupAttention& g, const float* vrow, int64_t j0,
+                                        int64_t j1, const float* mss, const float* vss, int64_t nqp,
+                                        float* acc) {
+  constexpr int64_t dvp = DVV * kLanes;
+  int64_t i = 0;
+  for (; i + 2 <= g.n_q; i += 2) {
+    const int64_t e0 = std::min(j1, g.n_kv[i]), e1 = std::min(j1, g.n_kv[i + 1]);
+    const int64_t e = std::min(e0, e1);
+    if (e > j0) Accumulate2<DVV>(vrow, j0, e, mss, vss, nqp, i, acc + i * dvp, acc + (i + 1) * dvp);
+    // The longer one's remaining positions alone.
+    if (e0 > std::max(e, j0)) {
+      Accumulate1<DVV>(vrow + (std::max(e, j0) - j0) * dvp, std::max(e, j0), e0,
+                       mss + (std::max(e, j0) - j0) * nqp, vss + (std::max(e, j0) - j0) * nqp, nqp,
+                       i, acc + i * dvp);
+    }
+    if (e1 > std::max(e, j0)) {
+      Accumulate1<DVV>(vrow + (std::max(e, j0) - j0) * dvp, std::max(e, j0), e1,
+                       mss + (std::max(e, j0) - j0) * nqp, vss + (std::max(e, j0) - j0) * nqp, nqp,
+                       i + 1, acc + (i + 1) * dvp);
+    }
+  }
+  if (i < g.n_q) {
+    const int64_t e0 = std::min(j1, g.n_kv[i]);
+    if (e0 > j0) Accumulate1<DVV>(vrow, j0, e0, mss, vss, nqp, i, acc + i * dvp);
+  }
+}
+
 MOESPLIT_TARGET512 void AttendGroup512(const GroupAttention& g) {
   const int64_t n_q = g.n_q, dk = g.dk, dv = g.dv;
   const int64_t qs = (dk + kLanes - 1) / kLanes * kLanes;
   const int64_t dvv = (dv + kLanes - 1) / kLanes;  // vectors per value row
   const int64_t dvp = dvv * kLanes;
   const int64_t dv_full = dv / kLanes * kLanes;
+  const bool vector_exp = Exp16MatchesLibm();
   float* qf = ThreadScratch(0, n_q * qs);
   const int64_t nqp = (n_q + 15) / 16 * 16;
   float* scores = ThreadScratch(1, nqp * kChunk);
-  float* mss = ThreadScratch(2, n_q * kChunk);
-  float* vss = ThreadScratch(3, n_q * kChunk);
-  // The f16 accumulators, as AttendHead keeps them.
-  uint16_t* acc = reinterpret_cast<uint16_t*>(ThreadScratch(4, n_q * dvp / 2));
-  float* vrow = ThreadScratch(5, dvp);
-  float* state = ThreadScratch(6, 2 * n_q);  // running max, sum per query
+  // Rescale factors and value weights, [position][query] as the scores.
+  float* mss = ThreadScratch(2, nqp * kChunk);
+  float* vss = ThreadScratch(3, nqp * kChunk);
+  // The f16 accumulators, as AttendHead keeps them, held as f32 values.
+  float* acc = ThreadScratch(4, n_q * dvp);
+  float* vrows = ThreadScratch(5, kChunk * dvp);  // V[j0 .. j1) in f32
+  float* state = ThreadScratch(6, 2 * nqp);       // running max [0, nqp), sum [nqp, 2 nqp)
   int64_t max_kv = 0;
   for (int64_t i = 0; i < n_q; ++i) {
     int64_t c = 0;
@@ -396,12 +644,13 @@ MOESPLIT_TARGET512 void AttendGroup512(const GroupAttention& g) {
       _mm512_store_ps(qf + i * qs + c, RoundF16(x));
     }
     for (; c < dk; ++c) qf[i * qs + c] = Fp16ToFp32(Fp32ToFp16(g.q[i][c]));
-    for (int64_t c = 0; c < dvp; ++c) acc[i * dvp + c] = 0;
-    state[2 * i] = -INFINITY;
-    state[2 * i + 1] = 0.0f;
+    for (int64_t c = 0; c < dvp; ++c) acc[i * dvp + c] = 0.0f;
     max_kv = std::max(max_kv, g.n_kv[i]);
   }
-  for (int64_t c = dv; c < dvp; ++c) vrow[c] = 0.0f;
+  for (int64_t i = 0; i < nqp; ++i) {
+    state[i] = -INFINITY;
+    state[nqp + i] = 0.0f;
+  }
   for (int64_t j0 = 0; j0 < max_kv; j0 += kChunk) {
     const int64_t j1 = std::min(max_kv, j0 + kChunk);
     switch (dk % kStep == 0 ? dk / kStep : 0) {
@@ -411,57 +660,66 @@ MOESPLIT_TARGET512 void AttendGroup512(const GroupAttention& g) {
       case 4: GroupScores16<4>(g, qf, qs, j0, j1, nqp, scores); break;
       default: GroupScores<0>(g, qf, qs, j0, j1, nqp, scores); break;
     }
-    // The online softmax (scalar, as AttendHead): per position the
-    // accumulator's rescale factor ms and the value weight vs.
-    for (int64_t i = 0; i < n_q; ++i) {
-      float m = state[2 * i], sum = state[2 * i + 1];
-      const int64_t end = std::min(j1, g.n_kv[i]);
-      for (int64_t j = j0; j < end; ++j) {
-        const float s = scores[(j - j0) * nqp + i];
-        float ms = 1.0f;
-        float vs = 1.0f;
-        if (s > m) {
-          ms = std::exp(m - s);
-          m = s;
-        } else {
-          vs = std::exp(s - m);
-        }
-        sum = std::fma(sum, ms, vs);
-        mss[i * kChunk + (j - j0)] = ms;
-        vss[i * kChunk + (j - j0)] = vs;
-      }
-      state[2 * i] = m;
-      state[2 * i + 1] = sum;
+    for (int64_t i0 = 0; i0 < n_q; i0 += 16) {
+      Softmax16(scores + i0, nqp, j0, j1, g.n_kv + i0,
+                static_cast<int>(std::min<int64_t>(16, n_q - i0)), vector_exp, state + i0,
+                state + nqp + i0, mss + i0, vss + i0);
     }
-    // acc = f16(acc * ms) (skipped when ms == 1: the identity on f16
-    // values), then acc = f16(fma(V[j], vs, acc)).
     for (int64_t j = j0; j < j1; ++j) {
       const uint16_t* vr = g.v + j * g.v_stride;
-      for (int64_t c = 0; c < dv_full; c += kLanes) _mm512_store_ps(vrow + c, Load16(vr + c));
-      for (int64_t c = dv_full; c < dv; ++c) vrow[c] = Fp16ToFp32(vr[c]);
-      for (int64_t i = 0; i < n_q; ++i) {
-        if (j >= g.n_kv[i]) continue;
-        uint16_t* a = acc + i * dvp;
-        const float ms = mss[i * kChunk + (j - j0)];
-        if (ms != 1.0f) {
-          const __m512 vm = _mm512_set1_ps(ms);
-          for (int64_t u = 0; u < dvv; ++u) {
-            Store16(a + u * kLanes, _mm512_mul_ps(Load16(a + u * kLanes), vm));
+      float* row = vrows + (j - j0) * dvp;
+      for (int64_t c = 0; c < dv_full; c += kLanes) _mm512_store_ps(row + c, Load16(vr + c));
+      for (int64_t c = dv_full; c < dv; ++c) row[c] = Fp16ToFp32(vr[c]);
+      for (int64_t c = dv; c < dvp; ++c) row[c] = 0.0f;
+    }
+    switch (dvv) {
+      case 1:
+        AccumulateGroup<1>(g, vrows, j0, j1, mss, vss, nqp, acc);
+        break;
+      case 2:
+        AccumulateGroup<2>(g, vrows, j0, j1, mss, vss, nqp, acc);
+        break;
+      case 3:
+        AccumulateGroup<3>(g, vrows, j0, j1, mss, vss, nqp, acc);
+        break;
+      case 4:
+        AccumulateGroup<4>(g, vrows, j0, j1, mss, vss, nqp, acc);
+        break;
+      case 5:
+        AccumulateGroup<5>(g, vrows, j0, j1, mss, vss, nqp, acc);
+        break;
+      case 6:
+        AccumulateGroup<6>(g, vrows, j0, j1, mss, vss, nqp, acc);
+        break;
+      case 7:
+        AccumulateGroup<7>(g, vrows, j0, j1, mss, vss, nqp, acc);
+        break;
+      case 8:
+        AccumulateGroup<8>(g, vrows, j0, j1, mss, vss, nqp, acc);
+        break;
+      default:
+        // Wider values: one vector at a time through memory.
+        for (int64_t i = 0; i < n_q; ++i) {
+          float* a = acc + i * dvp;
+          for (int64_t j = j0; j < std::min(j1, g.n_kv[i]); ++j) {
+            const float ms = mss[(j - j0) * nqp + i];
+            const __m512 vm = _mm512_set1_ps(ms), vv = _mm512_set1_ps(vss[(j - j0) * nqp + i]);
+            const float* row = vrows + (j - j0) * dvp;
+            for (int64_t u = 0; u < dvv; ++u) {
+              __m512 x = _mm512_load_ps(a + u * kLanes);
+              if (ms != 1.0f) x = RoundF16(_mm512_mul_ps(x, vm));
+              _mm512_store_ps(a + u * kLanes,
+                              RoundF16(_mm512_fmadd_ps(_mm512_load_ps(row + u * kLanes), vv, x)));
+            }
           }
         }
-        const __m512 vv = _mm512_set1_ps(vss[i * kChunk + (j - j0)]);
-#pragma GCC unroll 8
-        for (int64_t u = 0; u < dvv; ++u) {
-          Store16(a + u * kLanes,
-                  _mm512_fmadd_ps(_mm512_load_ps(vrow + u * kLanes), vv, Load16(a + u * kLanes)));
-        }
-      }
+        break;
     }
   }
   for (int64_t i = 0; i < n_q; ++i) {
-    const float sum = state[2 * i + 1];
+    const float sum = state[nqp + i];
     const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
-    for (int64_t c = 0; c < dv; ++c) g.out[i][c] = Fp16ToFp32(acc[i * dvp + c]) * inv;
+    for (int64_t c = 0; c < dv; ++c) g.out[i][c] = acc[i * dvp + c] * inv;
   }
 }
 
@@ -489,6 +747,7 @@ float DotVector512(int64_t n, const uint16_t* x, const uint16_t* y) { return Dot
 void MadVector512(int64_t n, uint16_t* y, const uint16_t* x, float v) { MadScalar(n, y, x, v); }
 void ScaleVector512(int64_t n, uint16_t* y, float v) { ScaleScalar(n, y, v); }
 void AttendGroup512(const GroupAttention&) {}
+bool Exp16MatchesLibm() { return false; }
 void ToF16Vector512(int64_t n, const float* src, uint16_t* dst) {
   for (int64_t i = 0; i < n; ++i) dst[i] = Fp32ToFp16(src[i]);
 }
@@ -522,6 +781,18 @@ void ScaleF16(int64_t n, uint16_t* y, float v, F16Kernels k) {
     case Level::kScalar: break;
   }
   ScaleScalar(n, y, v);
+}
+
+bool VectorExpInUse() { return Pick(F16Kernels::kAuto) == Level::kAvx512 && Exp16MatchesLibm(); }
+
+void ExpF32(int64_t n, const float* x, float* y) {
+  int64_t i = 0;
+#ifdef MOESPLIT_HAVE_X86_F16C
+  if (VectorExpInUse()) {
+    for (; i + kLanes <= n; i += kLanes) ExpStore16(x + i, y + i);
+  }
+#endif
+  for (; i < n; ++i) y[i] = std::exp(x[i]);
 }
 
 void ToF16(int64_t n, const float* src, uint16_t* dst) {

@@ -43,6 +43,12 @@ void ScaleF16(int64_t n, uint16_t* y, float v, F16Kernels k = F16Kernels::kAuto)
 // dst[i] = f16(src[i]).
 void ToF16(int64_t n, const float* src, uint16_t* dst);
 
+// y[i] = std::exp(x[i]) bit for bit. Where VectorExpInUse(), 16 lanes at a
+// time: glibc's expf (2.28 and later) rebuilt in AVX-512, which a check at
+// first use compares with the library; AttendGroup's softmax uses it.
+void ExpF32(int64_t n, const float* x, float* y);
+bool VectorExpInUse();
+
 struct HeadAttention {
   const uint16_t* q16 = nullptr;  // dk f16 query values
   const uint16_t* k = nullptr;    // key of position 0 (this KV head)
@@ -80,10 +86,12 @@ struct GroupAttention {
 
 // Bit for bit AttendHead(q16 = f16(q[i]), n_kv[i]) for every query i. The
 // AVX-512 form is fused: each key and value row is converted once for all
-// queries, the scores of a block of positions are computed first (they do
-// not depend on the accumulator), the f16 accumulators live as f32 values
-// rounded through f16 after every step (the same rounding as storing
-// them). kAvx2 / kScalar run AttendHead per query. Scratch is thread-local.
+// queries; per chunk of positions the scores come first (they do not depend
+// on the accumulator), then the online softmax of 16 queries at once (one
+// query per lane, exp as ExpF32), then each query's accumulation over the
+// chunk with its f16 accumulator in f32 registers, rounded through f16
+// after every step (the bits storing it would give). kAvx2 / kScalar run
+// AttendHead per query. Scratch is thread-local.
 void AttendGroup(const GroupAttention& g, F16Kernels k = F16Kernels::kAuto);
 
 }  // namespace moesplit::model::internal
