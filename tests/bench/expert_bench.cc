@@ -13,11 +13,15 @@
 //     turn; tokens/s of the expert part and the weight bytes it streams per
 //     second, also as a fraction of the DRAM bandwidth;
 //   - prefill: T (512) tokens, each routed to 8 random experts, all layers;
+//   - the roofline of the packed row's decode: the same experts' bytes read
+//     with the DRAM measurement's loop and nothing computed ("read only");
 // for every kernel level the CPU has (quant::SetActiveKernelLevel), and for
 // the previous one-MatMul-per-expert algorithm at the best level.
 
 #include <sys/resource.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -208,6 +212,42 @@ class PreviousExperts final : public model::ExpertBackend {
   ThreadPool* pool_;
 };
 
+// ---- the access-pattern roofline: the same bytes read, nothing computed -------
+
+// Reads every weight byte a call's experts would stream (gate, up and down
+// of each expert, whole experts claimed by the pool's threads in turn, as
+// decode splits them) with the DRAM measurement's loop (SumWords), and
+// computes nothing: the highest rate any kernel could stream these experts
+// at on this machine. The result is zeros.
+class ReadOnlyExperts final : public model::ExpertBackend {
+ public:
+  ReadOnlyExperts(const ExpertStore& store, ThreadPool* pool) : store_(store), pool_(pool) {}
+  absl::Status Compute(const ExpertCall& call, ExpertResult* result) override {
+    std::vector<int32_t> experts(call.expert_ids.begin(), call.expert_ids.end());
+    std::sort(experts.begin(), experts.end());
+    experts.erase(std::unique(experts.begin(), experts.end()), experts.end());
+    std::atomic<size_t> next{0};
+    std::atomic<uint64_t> sink{0};
+    pool_->RunOnAll([&](int) {
+      uint64_t sum = 0;
+      for (size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < experts.size();) {
+        const model::LayerExperts& le = store_.Layer(call.layer);
+        for (const model::ExpertTensorView* t : {&le.gate, &le.up, &le.down}) {
+          sum += SumWords(t->data + (experts[i] - store_.expert_begin()) * t->expert_bytes, t->expert_bytes);
+        }
+      }
+      sink.fetch_add(sum, std::memory_order_relaxed);
+    });
+    result->call_id = call.call_id;
+    result->partial.assign(static_cast<size_t>(call.n_tokens) * call.d, sink.load() == 1 ? 1.0f : 0.0f);
+    return absl::OkStatus();
+  }
+
+ private:
+  const ExpertStore& store_;
+  ThreadPool* pool_;
+};
+
 // ---- measurements ---------------------------------------------------------------
 
 struct Row {
@@ -357,6 +397,14 @@ int Main(int argc, char** argv) {
     r.impl = "fused, packed Q4_K/Q6_K";
     r.level = LevelName(best);
     Print(r);
+    // The roofline of that row: its experts' bytes read without computing.
+    auto read_only = [](const ExpertStore& s, ThreadPool* p) -> std::unique_ptr<model::ExpertBackend> {
+      return std::make_unique<ReadOnlyExperts>(s, p);
+    };
+    Row ro = Measure(o, P, &pool, read_only, false);
+    ro.impl = "read only, same bytes";
+    ro.level = "-";
+    Print(ro);
   }
   if (o.previous) {
     Row r = Measure(o, L, &pool, previous, true);
