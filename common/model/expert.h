@@ -55,6 +55,11 @@ struct ExpertCall {
 struct ExpertResult {
   uint64_t call_id = 0;
   std::vector<float> partial;  // n_tokens x d, sum_k w_k * expert_k(h)
+  // Set by remote backends: nanoseconds the worker(s) spent on the call, from
+  // taking the request to its result written back (for calls split over
+  // workers or chunks: the slowest worker of each chunk, summed). The rest
+  // of a round trip is queueing and hand-off. 0 where not measured.
+  uint64_t worker_ns = 0;
 };
 
 class ExpertBackend {

@@ -149,13 +149,25 @@ DenseExpertMetrics::DenseExpertMetrics(prometheus::Registry& registry)
                       .Help("Time for one MoE layer's routed experts, all workers together.")
                       .Register(registry)
                       .Add({}, LatencyBuckets())),
+      worker_time_(prometheus::BuildHistogram()
+                       .Name("moesplit_expert_worker_seconds")
+                       .Help("The workers' own time on one MoE layer's routed experts (the "
+                             "slowest worker of each token chunk); the round trip less this is "
+                             "transport hand-off and queueing.")
+                       .Register(registry)
+                       .Add({}, LatencyBuckets())),
       tokens_(prometheus::BuildHistogram()
                   .Name("moesplit_expert_call_tokens")
                   .Help("Tokens per MoE-layer expert call.")
                   .Register(registry)
                   .Add({}, TokenBuckets())) {}
 
-void DenseExpertMetrics::CountCall(const model::ExpertCall& call) { tokens_.Observe(call.n_tokens); }
+void DenseExpertMetrics::ObserveCall(const model::ExpertCall& call, double round_trip_seconds,
+                                     uint64_t worker_ns) {
+  tokens_.Observe(call.n_tokens);
+  round_trip_.Observe(round_trip_seconds);
+  if (worker_ns > 0) worker_time_.Observe(worker_ns * 1e-9);
+}
 
 void DenseExpertMetrics::Update(
     const std::vector<std::unique_ptr<transport::ExpertClient>>& clients) {

@@ -86,8 +86,9 @@ class DenseExpertMetrics {
   explicit DenseExpertMetrics(prometheus::Registry& registry);
   // Called after each step with the clients' cumulative counters.
   void Update(const std::vector<std::unique_ptr<transport::ExpertClient>>& clients);
-  void ObserveRoundTrip(double seconds) { round_trip_.Observe(seconds); }
-  void CountCall(const model::ExpertCall& call);
+  // One MoE layer's routed experts (RemoteExperts' call observer): its
+  // tokens, round trip and the workers' own time (0: not reported).
+  void ObserveCall(const model::ExpertCall& call, double round_trip_seconds, uint64_t worker_ns);
 
  private:
   prometheus::Family<prometheus::Gauge>& up_;
@@ -96,6 +97,7 @@ class DenseExpertMetrics {
   prometheus::Family<prometheus::Counter>& sent_;
   prometheus::Family<prometheus::Counter>& received_;
   prometheus::Histogram& round_trip_;
+  prometheus::Histogram& worker_time_;
   prometheus::Histogram& tokens_;
   std::vector<transport::TransportCounters> last_;  // per client, for deltas
 };

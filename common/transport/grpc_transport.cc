@@ -194,6 +194,10 @@ class GrpcExpertServer::Service final : public v1::ExpertWorker::CallbackService
       } else {
         response_.set_message(std::string(status.message()));
       }
+      response_.set_worker_ns(static_cast<uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
+                                                               start)
+              .count()));
       if (s_->observer_ != nullptr) {
         const double secs =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -443,6 +447,7 @@ absl::Status GrpcExpertClient::Wait(uint64_t ticket, model::ExpertResult* result
                         absl::StrCat(address_, ": ", response_.message()));
   }
   result->call_id = response_.call_id();
+  result->worker_ns = response_.worker_ns();
   result->partial.resize(response_.partial().size() / 4);
   std::memcpy(result->partial.data(), response_.partial().data(), 4 * result->partial.size());
   return absl::OkStatus();

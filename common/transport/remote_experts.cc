@@ -1,6 +1,7 @@
 #include "common/transport/remote_experts.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status.h"
@@ -92,7 +93,24 @@ bool RemoteExperts::BuildSubCall(const model::ExpertCall& call, int w, int t0, i
   return !sub->expert_ids.empty();
 }
 
+void RemoteExperts::SetCallObserver(CallObserver observer) {
+  absl::MutexLock lock(&observer_mu_);
+  observer_ = std::move(observer);
+}
+
 absl::Status RemoteExperts::Compute(const model::ExpertCall& call, model::ExpertResult* result) {
+  const auto start = std::chrono::steady_clock::now();
+  RETURN_IF_ERROR(ComputeCalls(call, result));
+  absl::MutexLock lock(&observer_mu_);
+  if (observer_) {
+    observer_(call, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+              result->worker_ns);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RemoteExperts::ComputeCalls(const model::ExpertCall& call,
+                                         model::ExpertResult* result) {
   if (call.layer < 0 || call.layer >= n_layer_) {
     return absl::InvalidArgumentError(absl::StrCat("expert call layer ", call.layer,
                                                    " out of range [0, ", n_layer_, ")"));
@@ -122,6 +140,7 @@ absl::Status RemoteExperts::Compute(const model::ExpertCall& call, model::Expert
     return absl::OkStatus();
   }
   result->call_id = call.call_id;
+  result->worker_ns = 0;
   result->partial.assign(call.hidden.size(), 0.0f);
   subs_.resize(n_workers);
   results_.resize(n_workers);
@@ -129,6 +148,7 @@ absl::Status RemoteExperts::Compute(const model::ExpertCall& call, model::Expert
     const int t1 = std::min(call.n_tokens, t0 + chunk);
     std::vector<int64_t> tickets(n_workers, -1);
     absl::Status first_error;
+    uint64_t chunk_worker_ns = 0;  // the slowest worker of the chunk
     for (int w = 0; w < n_workers; ++w) {
       if (!BuildSubCall(call, w, t0, t1, &subs_[w])) continue;
       auto ticket = clients_[w]->Submit(subs_[w]);
@@ -146,11 +166,13 @@ absl::Status RemoteExperts::Compute(const model::ExpertCall& call, model::Expert
         continue;
       }
       if (!first_error.ok()) continue;
+      chunk_worker_ns = std::max(chunk_worker_ns, results_[w].worker_ns);
       float* dst = result->partial.data() + static_cast<size_t>(t0) * call.d;
       const std::vector<float>& p = results_[w].partial;
       for (size_t i = 0; i < p.size(); ++i) dst[i] += p[i];
     }
     RETURN_IF_ERROR(first_error);
+    result->worker_ns += chunk_worker_ns;
   }
   return absl::OkStatus();
 }

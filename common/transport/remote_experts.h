@@ -18,11 +18,14 @@
 // step); Submit/Wait pairs must not interleave across threads.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "common/transport/expert_transport.h"
 
 namespace moesplit::transport {
@@ -36,6 +39,14 @@ class RemoteExperts final : public model::ExpertBackend {
 
   absl::Status Compute(const model::ExpertCall& call, model::ExpertResult* result) override;
 
+  // Called on Compute's thread after every call that succeeded, with the
+  // call, its round trip (all workers, all chunks) and the workers' own time
+  // (ExpertResult::worker_ns): the dense service's metrics. May be set or
+  // replaced (nullptr: none) while calls run, from any thread.
+  using CallObserver = std::function<void(const model::ExpertCall& call,
+                                          double round_trip_seconds, uint64_t worker_ns)>;
+  void SetCallObserver(CallObserver observer);
+
   const std::vector<std::unique_ptr<ExpertClient>>& clients() const { return clients_; }
   const std::vector<WorkerDescription>& workers() const { return workers_; }
 
@@ -44,6 +55,7 @@ class RemoteExperts final : public model::ExpertBackend {
   // Sub-call of `call` for worker w holding tokens [t0, t1): only entries it owns.
   bool BuildSubCall(const model::ExpertCall& call, int w, int t0, int t1,
                     model::ExpertCall* sub) const;
+  absl::Status ComputeCalls(const model::ExpertCall& call, model::ExpertResult* result);
 
   std::vector<std::unique_ptr<ExpertClient>> clients_;
   std::vector<WorkerDescription> workers_;
@@ -53,6 +65,8 @@ class RemoteExperts final : public model::ExpertBackend {
   // Scratch reused across calls.
   std::vector<model::ExpertCall> subs_;
   std::vector<model::ExpertResult> results_;
+  absl::Mutex observer_mu_;
+  CallObserver observer_ ABSL_GUARDED_BY(observer_mu_);
 };
 
 // Human-readable expert ranges: "experts 3-7 of layers 0-1".

@@ -283,8 +283,10 @@ absl::Status ReadRequest(const ConnHeader* h, const uint8_t* base, uint32_t inde
   return absl::OkStatus();
 }
 
+// `start`: when the worker took the request (MonotonicNs).
 void WriteResponse(ConnHeader* h, uint8_t* base, uint32_t index, uint64_t call_id,
-                   const absl::Status& status, const std::vector<float>& partial) {
+                   const absl::Status& status, const std::vector<float>& partial,
+                   uint64_t start) {
   uint8_t* p = base + h->resp_offset + (index % kRing) * h->resp_slot_bytes;
   auto* rh = reinterpret_cast<ResponseHeader*>(p);
   rh->call_id = call_id;
@@ -293,6 +295,7 @@ void WriteResponse(ConnHeader* h, uint8_t* base, uint32_t index, uint64_t call_i
   rh->message_len = static_cast<uint32_t>(std::min<size_t>(msg.size(), kMessageBytes - 1));
   std::memcpy(rh->message, msg.data(), rh->message_len);
   if (status.ok()) std::memcpy(p + sizeof(ResponseHeader), partial.data(), 4 * partial.size());
+  rh->worker_ns = MonotonicNs() - start;
 }
 
 }  // namespace
@@ -324,7 +327,7 @@ void ShmExpertServer::Serve(Connection* conn) {
     if (status.ok() && result.partial.size() != static_cast<size_t>(call.n_tokens) * call.d) {
       status = absl::InternalError("expert backend returned a partial of the wrong size");
     }
-    WriteResponse(h, base, tail, call.call_id, status, result.partial);
+    WriteResponse(h, base, tail, call.call_id, status, result.partial, start);
     ++tail;
     h->req_tail.store(tail, std::memory_order_release);
     Publish(&h->resp_head, tail, &h->client_sleeping);
@@ -615,6 +618,7 @@ absl::Status ShmExpertClient::Wait(uint64_t ticket, model::ExpertResult* result)
     RequestHeader req;
     std::memcpy(&req, base() + h->req_offset + (index % kRing) * h->req_slot_bytes, sizeof req);
     result->call_id = rh.call_id;
+    result->worker_ns = rh.worker_ns;
     result->partial.resize(static_cast<size_t>(req.n_tokens) * req.d);
     std::memcpy(result->partial.data(), p + sizeof(ResponseHeader), 4 * result->partial.size());
     counters_.bytes_received += sizeof(ResponseHeader) + 4 * result->partial.size();

@@ -126,6 +126,29 @@ TEST(TransportTest, AllTransportsAreBitIdentical) {
   EXPECT_GT((*grpc_client)->counters().bytes_received, 0u);
 }
 
+// Both transports report the worker's own time on a call: at least the
+// backend's 30 ms, at most the round trip the caller saw.
+TEST(TransportTest, ResultsCarryTheWorkersOwnTime) {
+  FakeExperts backend;
+  backend.delay_ms = 30;
+  auto shm = ShmExpertServer::Start({UniqueName("busy")}, Description(), &backend);
+  ASSERT_TRUE(shm.ok()) << shm.status();
+  auto grpc = GrpcExpertServer::Start({"127.0.0.1:0"}, Description(), &backend);
+  ASSERT_TRUE(grpc.ok()) << grpc.status();
+  for (const std::string& address : {(*shm)->address(), (*grpc)->address()}) {
+    auto client = OpenExpertClient(address, Options());
+    ASSERT_TRUE(client.ok()) << client.status();
+    model::ExpertResult r;
+    const auto t0 = std::chrono::steady_clock::now();
+    ASSERT_TRUE((*client)->Compute(MakeCall(3, 1, 5), &r).ok());
+    const uint64_t round_trip_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                       std::chrono::steady_clock::now() - t0)
+                                       .count();
+    EXPECT_GE(r.worker_ns, 30'000'000u) << address;
+    EXPECT_LE(r.worker_ns, round_trip_ns) << address;
+  }
+}
+
 TEST(TransportTest, PipelinedCallsComeBackInOrder) {
   FakeExperts backend;
   auto shm = ShmExpertServer::Start({UniqueName("pipe")}, Description(), &backend);
@@ -322,6 +345,26 @@ TEST(RemoteExpertsTest, ExpertShardsSumToTheSameResult) {
   }
   EXPECT_GT((*remote)->clients()[0]->counters().calls, 0u);
   EXPECT_GT((*remote)->clients()[1]->counters().calls, 0u);
+}
+
+// A call split over two expert shards (in parallel) and over token chunks
+// (one after the other) reports the slowest shard of each chunk, summed.
+TEST(RemoteExpertsTest, WorkerTimeIsTheSlowestShardPerChunk) {
+  ShardedWorkers w;
+  w.backend.delay_ms = 25;
+  StartShards(w, {Shard(0, 4, 0, 4, "a"), Shard(0, 4, 4, 8, "b")}, "busy");
+  auto remote = RemoteExperts::Connect(w.Clients(), 4, 8);
+  ASSERT_TRUE(remote.ok()) << remote.status();
+  model::ExpertResult one, two;
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE((*remote)->Compute(MakeCall(9, 1, 3), &one).ok());
+  const auto t1 = std::chrono::steady_clock::now();
+  EXPECT_GE(one.worker_ns, 25'000'000u);
+  EXPECT_LT(one.worker_ns, 50'000'000u);  // not the two shards' sum
+  EXPECT_LE(one.worker_ns, uint64_t(std::chrono::nanoseconds(t1 - t0).count()));
+  // 40 tokens: two chunks of max_tokens 32.
+  ASSERT_TRUE((*remote)->Compute(MakeCall(40, 2, 4), &two).ok());
+  EXPECT_GE(two.worker_ns, 50'000'000u);
 }
 
 TEST(RemoteExpertsTest, GapsAndOverlapsAreRefused) {

@@ -173,7 +173,9 @@ b.add([
         target(f"histogram_quantile(0.99, sum by (le, transport) (rate(moesplit_expert_call_duration_seconds_bucket{I}[$__rate_interval])))", "p99 {{transport}}", "B")], "s"),
     ts("MoE layer round trip (dense)", [
         target(q(0.5, "moesplit_expert_roundtrip_seconds"), "p50"),
-        target(q(0.99, "moesplit_expert_roundtrip_seconds"), "p99", "B")], "s"),
+        target(q(0.99, "moesplit_expert_roundtrip_seconds"), "p99", "B"),
+        target(q(0.5, "moesplit_expert_worker_seconds"), "p50 workers' own time", "C")], "s",
+       desc="The dense service's wait for one MoE layer's routed experts, and the part of it the workers spent computing."),
     ts("Expert calls by transport and code", [
         target(f"sum by (transport, code) (rate(moesplit_expert_calls_total{I}[$__rate_interval]))", "{{transport}} {{code}}")], "ops", stack=True),
 ])
@@ -183,6 +185,9 @@ b.add([
         target(f'sum by (transport) (rate(moesplit_transport_received_bytes_total{{instance=~"$instance", job=~".*worker.*"}}[$__rate_interval]))', "calls received {{transport}}", "B")], "Bps"),
     ts("Tokens per expert call", [target(q(0.5, "moesplit_expert_call_tokens"), "p50"),
                                   target(q(0.99, "moesplit_expert_call_tokens"), "p99", "B")], "short"),
+    ts("Hand-off share of the expert round trips (dense)", [
+        target(f"1 - sum(rate(moesplit_expert_worker_seconds_sum{I}[$__rate_interval])) / sum(rate(moesplit_expert_roundtrip_seconds_sum{I}[$__rate_interval]))", "hand-off")],
+       "percentunit", desc="Round-trip time not spent in the workers: transport, wake-ups, queueing."),
     ts("Calls and failures per worker (dense)", [
         target(f"sum by (worker) (rate(moesplit_expert_client_calls_total{I}[$__rate_interval]))", "calls {{worker}}"),
         target(f"sum by (worker) (rate(moesplit_expert_client_failures_total{I}[$__rate_interval]))", "failures {{worker}}", "B")], "ops"),

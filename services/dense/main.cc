@@ -147,14 +147,24 @@ int Run(int argc, char** argv) {
   ServedModel served{engine->get(), ServedModelName((*engine)->model(), opt.model_path), &*chat};
 
   std::unique_ptr<telemetry::MetricsServer> metrics;
-  std::unique_ptr<telemetry::DenseExpertMetrics> expert_metrics;
+  std::shared_ptr<telemetry::DenseExpertMetrics> expert_metrics;
   if (!metrics_addr.empty()) {
     auto m = telemetry::MetricsServer::Start(metrics_addr);
     if (!m.ok()) return Fail(m.status());
     metrics = std::move(*m);
     metrics->Register(registry);
   }
-  expert_metrics = std::make_unique<telemetry::DenseExpertMetrics>(*registry);
+  expert_metrics = std::make_shared<telemetry::DenseExpertMetrics>(*registry);
+  if ((*engine)->remote() != nullptr) {
+    // Per expert call: tokens, round trip, the workers' own time. The
+    // observer keeps the metrics (and their registry) alive as long as the
+    // engine may call it.
+    (*engine)->remote()->SetCallObserver(
+        [m = expert_metrics, registry](const model::ExpertCall& call, double round_trip_s,
+                                       uint64_t worker_ns) {
+          m->ObserveCall(call, round_trip_s, worker_ns);
+        });
+  }
   // GPU memory: the plan (the same arithmetic as `moesplit plan`) and the
   // device's use, refreshed every 5 s; zeros when the dense part is on the CPU.
   telemetry::GpuMetrics gpu_metrics(*registry, (*engine)->model().n_layer());

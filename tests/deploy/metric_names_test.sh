@@ -36,6 +36,13 @@ if [[ $rc != 0 ]] && grep -q "^moesplit: 127.0.0.1:1" "$WORK/c.err"; then
   fail "moesplit complete against a closed port: rc=$rc $(cat "$WORK/c.err")"; fi
 run_completion "$BIN" "$WORK" || exit 1
 pass "one completion through the dense service: $(tail -n 1 "$WORK/complete.err")"
+# The dense service's per-call histograms are observed, not only exported.
+curl -sf "http://$DENSE_METRICS/metrics" >"$WORK/dense.metrics"
+for h in moesplit_expert_roundtrip_seconds moesplit_expert_worker_seconds moesplit_expert_call_tokens; do
+  if grep -Eq "^${h}_count(\{\})? [1-9]" "$WORK/dense.metrics"; then
+    pass "$h observed: $(grep -E "^${h}_count" "$WORK/dense.metrics")"; else
+    fail "$h never observed: $(grep -E "^${h}_count" "$WORK/dense.metrics")"; fi
+done
 if python3 "$REPO/tests/deploy/promql_check.py" names "$REPO" \
      "http://$DENSE_METRICS/metrics" "http://$W0_METRICS/metrics" "http://$W1_METRICS/metrics"; then
   pass "metric names"; else fail "metric names (see the list above)"; fi

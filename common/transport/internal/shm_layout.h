@@ -26,7 +26,7 @@ namespace moesplit::transport::shm {
 
 constexpr uint64_t kControlMagic = 0x4c52544353454f4dull;  // "MOESCTRL"
 constexpr uint64_t kConnMagic = 0x4e4e4f4353454f4dull;     // "MOESCONN"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // 2: ResponseHeader::worker_ns
 constexpr int kMaxSlots = 64;
 constexpr uint32_t kRing = 4;
 constexpr int kDescribeBytes = 16384;
@@ -92,6 +92,7 @@ struct ResponseHeader {
   uint64_t call_id;
   int32_t code;
   uint32_t message_len;
+  uint64_t worker_ns;  // the worker's time on the call (ExpertResult::worker_ns)
   char message[kMessageBytes];
 };
 
