@@ -138,22 +138,46 @@ Forward::Forward(std::shared_ptr<const Model> model, ExpertBackend* experts,
                  ThreadPool* pool, bool pack_dense)
     : model_(std::move(model)), experts_(experts), pool_(pool) {
   const bool p = pack_dense;
+  uint64_t total = PackedCopyBytes(model_->output(), p);
   for (int il = 0; il < model_->n_layer(); ++il) {
     const LayerWeights& L = model_->layer(il);
-    dense_.push_back({MaybePacked(L.wq, p), MaybePacked(L.wk, p), MaybePacked(L.wv, p), MaybePacked(L.wo, p),
-                      MaybePacked(L.shexp_gate, p), MaybePacked(L.shexp_up, p), MaybePacked(L.shexp_down, p)});
+    for (const quant::WeightView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.shexp_gate, &L.shexp_up,
+                                       &L.shexp_down}) {
+      total += PackedCopyBytes(*w, p);
+    }
   }
-  output_ = MaybePacked(model_->output(), p);
+  if (total > 0) packed_arena_ = AllocateHugePageBytes(total);
+  uint8_t* arena = packed_arena_.get();
+  for (int il = 0; il < model_->n_layer(); ++il) {
+    const LayerWeights& L = model_->layer(il);
+    dense_.push_back({MaybePacked(L.wq, p, &arena), MaybePacked(L.wk, p, &arena),
+                      MaybePacked(L.wv, p, &arena), MaybePacked(L.wo, p, &arena),
+                      MaybePacked(L.shexp_gate, p, &arena), MaybePacked(L.shexp_up, p, &arena),
+                      MaybePacked(L.shexp_down, p, &arena)});
+  }
+  output_ = MaybePacked(model_->output(), p, &arena);
 }
 
-quant::WeightView Forward::MaybePacked(const quant::WeightView& w, bool pack) {
-  if (!pack || w.data == nullptr || w.packed || !quant::PackedPreferred(w.type)) return w;
+uint64_t Forward::PackedCopyBytes(const quant::WeightView& w, bool pack) {
+  if (!pack || w.data == nullptr || w.packed || !quant::PackedPreferred(w.type)) return 0;
+  return (quant::PackedMatrixBytes(w.type, w.n_rows, w.n_cols) + 63) / 64 * 64;
+}
+
+quant::WeightView Forward::MaybePacked(const quant::WeightView& w, bool pack, uint8_t** arena) {
+  const uint64_t copy_bytes = PackedCopyBytes(w, pack);
+  if (copy_bytes == 0) return w;
   const uint64_t bytes = quant::PackedMatrixBytes(w.type, w.n_rows, w.n_cols);
-  if (bytes == 0) return w;
-  std::unique_ptr<uint8_t[]> buf(new (std::nothrow) uint8_t[bytes]);
-  if (buf == nullptr) return w;  // the GGUF rows work as well, slower
+  uint8_t* dst = nullptr;
+  if (*arena != nullptr) {
+    dst = *arena;
+    *arena += copy_bytes;
+  } else {
+    std::unique_ptr<uint8_t[]> buf(new (std::nothrow) uint8_t[bytes]);
+    if (buf == nullptr) return w;  // the GGUF rows work as well, slower
+    dst = buf.get();
+    packed_.push_back(std::move(buf));
+  }
   const uint64_t strip_bytes = bytes / static_cast<uint64_t>(w.n_rows / quant::kPackedStripRows);
-  uint8_t* dst = buf.get();
   For(pool_, w.n_rows / quant::kPackedStripRows, 8, [&](int64_t s0, int64_t s1) {
     quant::PackRows(w.type, w.data + s0 * quant::kPackedStripRows * w.row_bytes, w.row_bytes,
                     (s1 - s0) * quant::kPackedStripRows, w.n_cols, dst + s0 * strip_bytes);
@@ -161,7 +185,6 @@ quant::WeightView Forward::MaybePacked(const quant::WeightView& w, bool pack) {
   quant::WeightView p = w;
   p.data = dst;
   p.packed = true;
-  packed_.push_back(std::move(buf));
   return p;
 }
 
