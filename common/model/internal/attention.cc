@@ -672,48 +672,35 @@ MOESPLIT_TARGET512 void AttendGroup512(const GroupAttention& g) {
       for (int64_t c = dv_full; c < dv; ++c) row[c] = Fp16ToFp32(vr[c]);
       for (int64_t c = dv; c < dvp; ++c) row[c] = 0.0f;
     }
-    switch (dvv) {
-      case 1:
-        AccumulateGroup<1>(g, vrows, j0, j1, mss, vss, nqp, acc);
-        break;
-      case 2:
-        AccumulateGroup<2>(g, vrows, j0, j1, mss, vss, nqp, acc);
-        break;
-      case 3:
-        AccumulateGroup<3>(g, vrows, j0, j1, mss, vss, nqp, acc);
-        break;
-      case 4:
-        AccumulateGroup<4>(g, vrows, j0, j1, mss, vss, nqp, acc);
-        break;
-      case 5:
-        AccumulateGroup<5>(g, vrows, j0, j1, mss, vss, nqp, acc);
-        break;
-      case 6:
-        AccumulateGroup<6>(g, vrows, j0, j1, mss, vss, nqp, acc);
-        break;
-      case 7:
-        AccumulateGroup<7>(g, vrows, j0, j1, mss, vss, nqp, acc);
-        break;
-      case 8:
-        AccumulateGroup<8>(g, vrows, j0, j1, mss, vss, nqp, acc);
-        break;
-      default:
-        // Wider values: one vector at a time through memory.
-        for (int64_t i = 0; i < n_q; ++i) {
-          float* a = acc + i * dvp;
-          for (int64_t j = j0; j < std::min(j1, g.n_kv[i]); ++j) {
-            const float ms = mss[(j - j0) * nqp + i];
-            const __m512 vm = _mm512_set1_ps(ms), vv = _mm512_set1_ps(vss[(j - j0) * nqp + i]);
-            const float* row = vrows + (j - j0) * dvp;
-            for (int64_t u = 0; u < dvv; ++u) {
-              __m512 x = _mm512_load_ps(a + u * kLanes);
-              if (ms != 1.0f) x = RoundF16(_mm512_mul_ps(x, vm));
-              _mm512_store_ps(a + u * kLanes,
-                              RoundF16(_mm512_fmadd_ps(_mm512_load_ps(row + u * kLanes), vv, x)));
-            }
+    using AccumulateFn = void (*)(const GroupAttention&, const float*, int64_t, int64_t,
+                                  const float*, const float*, int64_t, float*);
+    static constexpr AccumulateFn kAccumulate[] = {nullptr,
+                                                   AccumulateGroup<1>,
+                                                   AccumulateGroup<2>,
+                                                   AccumulateGroup<3>,
+                                                   AccumulateGroup<4>,
+                                                   AccumulateGroup<5>,
+                                                   AccumulateGroup<6>,
+                                                   AccumulateGroup<7>,
+                                                   AccumulateGroup<8>};
+    if (dvv <= 8) {
+      kAccumulate[dvv](g, vrows, j0, j1, mss, vss, nqp, acc);
+    } else {
+      // Wider values: one vector at a time through memory.
+      for (int64_t i = 0; i < n_q; ++i) {
+        float* a = acc + i * dvp;
+        for (int64_t j = j0; j < std::min(j1, g.n_kv[i]); ++j) {
+          const float ms = mss[(j - j0) * nqp + i];
+          const __m512 vm = _mm512_set1_ps(ms), vv = _mm512_set1_ps(vss[(j - j0) * nqp + i]);
+          const float* row = vrows + (j - j0) * dvp;
+          for (int64_t u = 0; u < dvv; ++u) {
+            __m512 x = _mm512_load_ps(a + u * kLanes);
+            if (ms != 1.0f) x = RoundF16(_mm512_mul_ps(x, vm));
+            _mm512_store_ps(a + u * kLanes,
+                            RoundF16(_mm512_fmadd_ps(_mm512_load_ps(row + u * kLanes), vv, x)));
           }
         }
-        break;
+      }
     }
   }
   for (int64_t i = 0; i < n_q; ++i) {
