@@ -76,13 +76,16 @@ if [[ $(rc planj) == 0 ]] && grep -q '"budget_bytes": 8053063680' "$WORK/planj.o
   pass "plan --json"; else fail "plan --json: $(cat "$WORK/planj.out" "$WORK/planj.err")"; fi
 
 # bench: the whole path (a worker over shared memory) on the small model;
-# the JSON keys outside checks read, and the worker-alone rounds.
+# the JSON keys outside checks read, the worker's own time (reported over
+# shm), the read-only roofline, and the worker-alone rounds.
 run bench -- bench --model "$MODEL" --prompt 32 --gen 4 --depth 0,8 --reps 2 --json
 if [[ $(rc bench) == 0 ]] && grep -q '"prefill_tok_s":' "$WORK/bench.out" &&
    grep -q '"prefill_first_tok_s":' "$WORK/bench.out" &&
    grep -q '"decode_tok_s":' "$WORK/bench.out" && grep -q '"worker_weight_gbps":' "$WORK/bench.out" &&
    grep -q '"dram_read_gbps":' "$WORK/bench.out" &&
    grep -q '"decode_tok_s_by_depth":{"0":[0-9.e+]*,"8":' "$WORK/bench.out" &&
+   grep -q '"worker_busy_weight_gbps":[0-9]' "$WORK/bench.out" &&
+   grep -q '"read_only_weight_gbps":[0-9]' "$WORK/bench.out" &&
    [[ $(grep -o '"worker_weight_gbps":' "$WORK/bench.out" | wc -l) == 3 ]]; then
   pass "bench --json"; else fail "bench --json: $(cat "$WORK/bench.out" "$WORK/bench.err")"; fi
 
