@@ -658,7 +658,12 @@ MOESPLIT_TARGET512 void AttendGroup512(const GroupAttention& g) {
       case 2: GroupScores16<2>(g, qf, qs, j0, j1, nqp, scores); break;
       case 3: GroupScores16<3>(g, qf, qs, j0, j1, nqp, scores); break;
       case 4: GroupScores16<4>(g, qf, qs, j0, j1, nqp, scores); break;
-      default: GroupScores<0>(g, qf, qs, j0, j1, nqp, scores); break;
+      default:
+        // It writes only the scores below each query's n_kv; Softmax16 loads
+        // whole rows (masking the rest), so they start as zeros.
+        std::fill(scores, scores + (j1 - j0) * nqp, 0.0f);
+        GroupScores<0>(g, qf, qs, j0, j1, nqp, scores);
+        break;
     }
     for (int64_t i0 = 0; i0 < n_q; i0 += 16) {
       Softmax16(scores + i0, nqp, j0, j1, g.n_kv + i0,
