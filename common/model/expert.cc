@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/memory_bandwidth.h"
 #include "common/base/scratch_buffer.h"
 #include "common/base/status.h"
 #include "common/model/internal/ops.h"
@@ -63,6 +64,25 @@ ExpertTensorView CopiedExpertView(const ExpertTensorView& src, int eb, int ee, b
     v.packed = true;
   }
   return v;
+}
+
+uint64_t ReadExpertWeights(const LayerExperts& le, absl::Span<const int32_t> expert_ids,
+                           ThreadPool* pool) {
+  std::vector<int32_t> experts(expert_ids.begin(), expert_ids.end());
+  std::sort(experts.begin(), experts.end());
+  experts.erase(std::unique(experts.begin(), experts.end()), experts.end());
+  std::atomic<size_t> next{0};
+  std::atomic<uint64_t> total{0};
+  pool->RunOnAll([&](int) {
+    uint64_t sum = 0;
+    for (size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < experts.size();) {
+      for (const ExpertTensorView* t : {&le.gate, &le.up, &le.down}) {
+        sum += SumWords(t->data + experts[i] * t->expert_bytes, t->expert_bytes);
+      }
+    }
+    total.fetch_add(sum, std::memory_order_relaxed);
+  });
+  return total.load();
 }
 
 ExpertTensorView CopyExperts(const ExpertTensorView& src, int eb, int ee, bool pack, uint8_t* dst) {

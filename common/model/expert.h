@@ -124,6 +124,15 @@ class ExpertStore {
   std::shared_ptr<const void> owner_;
 };
 
+// Reads the weight bytes of the distinct experts among `expert_ids` (ids
+// relative to le's first expert): gate, up and down of each, with the DRAM
+// measurement's loop (SumWords), whole experts claimed by the pool's threads
+// in turn as the decode split does, computing nothing. Benchmarks use it as
+// the roofline of decode's access pattern. Returns the words' sum (so that
+// the reads happen).
+uint64_t ReadExpertWeights(const LayerExperts& le, absl::Span<const int32_t> expert_ids,
+                           ThreadPool* pool);
+
 // Bytes of experts [eb, ee) of `src` as CopyExperts writes them: packed
 // (quant/packed.h) when `pack` and the type has a packed layout that the
 // shape fits, else the GGUF bytes.

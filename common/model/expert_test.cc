@@ -9,6 +9,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "common/base/memory_bandwidth.h"
 #include "common/model/testing/tiny_model.h"
 #include "common/quant/quant.h"
 
@@ -145,6 +146,32 @@ TEST(InProcessExpertsTest, ThreadCountDoesNotChangeResults) {
 // split (whole-expert items, then a reduction phase); larger calls run the
 // batched schedule. A token's partial must not depend on which: the first n
 // tokens of a 6-token call, sent alone, give the same bits.
+// The read-only roofline reads each distinct expert's three matrices once:
+// the sum is SumWords over exactly those bytes, on 1 or 3 threads.
+TEST(ReadExpertWeightsTest, SumsTheDistinctExpertsBytes) {
+  constexpr int kExperts = 6;
+  constexpr uint64_t kBytes = 512;  // per expert and matrix (a multiple of 128)
+  std::vector<uint8_t> buf[3];
+  LayerExperts le;
+  ExpertTensorView* views[3] = {&le.gate, &le.up, &le.down};
+  for (int k = 0; k < 3; ++k) {
+    buf[k].resize(kExperts * kBytes);
+    for (size_t i = 0; i < buf[k].size(); ++i) buf[k][i] = static_cast<uint8_t>(i * 7 + k * 13);
+    views[k]->data = buf[k].data();
+    views[k]->n_expert = kExperts;
+    views[k]->expert_bytes = kBytes;
+  }
+  const std::vector<int32_t> ids = {4, 1, 4, 0, 1, 5};
+  uint64_t want = 0;
+  for (int32_t e : {0, 1, 4, 5}) {
+    for (int k = 0; k < 3; ++k) want += SumWords(buf[k].data() + e * kBytes, kBytes);
+  }
+  for (int threads : {1, 3}) {
+    ThreadPool pool(threads);
+    EXPECT_EQ(ReadExpertWeights(le, ids, &pool), want) << threads;
+  }
+}
+
 TEST(InProcessExpertsTest, DecodeSplitGivesTheBitsOfTheBatchedSchedule) {
   for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_K}) {
     TinyModelOptions o;

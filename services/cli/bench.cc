@@ -28,7 +28,6 @@
 // access pattern.
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <random>
@@ -151,34 +150,18 @@ absl::StatusOr<Replay> ReplayCalls(model::ExpertBackend* backend,
   return r;
 }
 
-// The roofline of the worker's decode bandwidth: the bytes of every distinct
-// expert of each call (gate, up, down) read with the DRAM measurement's loop
-// (SumWords) and nothing computed, whole experts claimed by the pool's
-// threads in turn as the worker's decode split does. Reads this process's
-// mapping of the model file (the same bytes as the worker's copies, on
-// large page-cache folios where the kernel gives them). Returns seconds.
+// The roofline of the worker's decode bandwidth: the calls' expert bytes
+// read and nothing computed (model::ReadExpertWeights), from this process's
+// mapping of the model file (the same bytes as the worker's copies, on large
+// page-cache folios where the kernel gives them). Returns seconds.
 double ReadOnlyReplaySeconds(const model::Model& m, const std::vector<model::ExpertCall>& calls,
                              ThreadPool* pool) {
-  std::atomic<uint64_t> sink{0};
-  std::vector<int32_t> experts;
   const auto t0 = Clock::now();
   for (const model::ExpertCall& c : calls) {
-    experts.assign(c.expert_ids.begin(), c.expert_ids.end());
-    std::sort(experts.begin(), experts.end());
-    experts.erase(std::unique(experts.begin(), experts.end()), experts.end());
     const model::LayerWeights& L = m.layer(c.layer);
-    std::atomic<size_t> next{0};
-    pool->RunOnAll([&](int) {
-      uint64_t sum = 0;
-      for (size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < experts.size();) {
-        for (const model::ExpertTensorView* t : {&L.gate_exps, &L.up_exps, &L.down_exps}) {
-          sum += SumWords(t->data + experts[i] * t->expert_bytes, t->expert_bytes);
-        }
-      }
-      sink.fetch_add(sum, std::memory_order_relaxed);
-    });
+    model::ReadExpertWeights({L.gate_exps, L.up_exps, L.down_exps}, c.expert_ids, pool);
   }
-  return Since(t0);  // (the atomic adds keep the sums, so the reads, alive)
+  return Since(t0);
 }
 
 // Deterministic prompt tokens: ids drawn from the vocabulary's ordinary

@@ -21,7 +21,6 @@
 #include <sys/resource.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -214,32 +213,18 @@ class PreviousExperts final : public model::ExpertBackend {
 
 // ---- the access-pattern roofline: the same bytes read, nothing computed -------
 
-// Reads every weight byte a call's experts would stream (gate, up and down
-// of each expert, whole experts claimed by the pool's threads in turn, as
-// decode splits them) with the DRAM measurement's loop (SumWords), and
-// computes nothing: the highest rate any kernel could stream these experts
+// The experts' bytes of each call read and nothing computed
+// (model::ReadExpertWeights): the highest rate any kernel could stream them
 // at on this machine. The result is zeros.
 class ReadOnlyExperts final : public model::ExpertBackend {
  public:
   ReadOnlyExperts(const ExpertStore& store, ThreadPool* pool) : store_(store), pool_(pool) {}
   absl::Status Compute(const ExpertCall& call, ExpertResult* result) override {
-    std::vector<int32_t> experts(call.expert_ids.begin(), call.expert_ids.end());
-    std::sort(experts.begin(), experts.end());
-    experts.erase(std::unique(experts.begin(), experts.end()), experts.end());
-    std::atomic<size_t> next{0};
-    std::atomic<uint64_t> sink{0};
-    pool_->RunOnAll([&](int) {
-      uint64_t sum = 0;
-      for (size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < experts.size();) {
-        const model::LayerExperts& le = store_.Layer(call.layer);
-        for (const model::ExpertTensorView* t : {&le.gate, &le.up, &le.down}) {
-          sum += SumWords(t->data + (experts[i] - store_.expert_begin()) * t->expert_bytes, t->expert_bytes);
-        }
-      }
-      sink.fetch_add(sum, std::memory_order_relaxed);
-    });
+    std::vector<int32_t> ids;
+    for (int32_t e : call.expert_ids) ids.push_back(e - store_.expert_begin());
+    model::ReadExpertWeights(store_.Layer(call.layer), ids, pool_);
     result->call_id = call.call_id;
-    result->partial.assign(static_cast<size_t>(call.n_tokens) * call.d, sink.load() == 1 ? 1.0f : 0.0f);
+    result->partial.assign(static_cast<size_t>(call.n_tokens) * call.d, 0.0f);
     return absl::OkStatus();
   }
 
