@@ -121,12 +121,18 @@ absl::Status ExpertCache::Access(int layer, absl::Span<const int32_t> experts,
     predicted_step_[base + e] = 0;
   }
   for (int e : order) AddScore(base + e, count[e]);
+  // Every hit is pinned before any miss is admitted: a miss listed first must
+  // not evict an expert this very access computes from its slot.
   for (int e : order) {
     const int key = base + e;
     if (slot_of_[key] >= 0) {
       ++stats_.hits;
       pinned_step_[key] = step_;
-    } else {
+    }
+  }
+  for (int e : order) {
+    const int key = base + e;
+    if (slot_of_[key] < 0) {
       ++stats_.misses;
       Admit(key, admitted);
     }

@@ -91,6 +91,8 @@ class ExpertCache {
                         std::vector<ExpertAdmission>* admitted);
   // Ends the step: decays every score and unpins.
   void EndStep();
+  // Zeroes the counters (not the scores): after a warm-up or a preload.
+  void ResetStats() { stats_ = ExpertCacheStats(); }
 
   const ExpertCacheStats& stats() const { return stats_; }
   int64_t n_slots() const { return options_.n_slots; }

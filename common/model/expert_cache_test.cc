@@ -202,6 +202,31 @@ TEST(ExpertCacheTest, AdmitsOnlyWhenTheNewcomerBeatsTheVictim) {
   CheckInvariants(*c);
 }
 
+TEST(ExpertCacheTest, AMissNeverEvictsAHitOfTheSameAccess) {
+  // The GPU computes an access's hits from their slots while the admitted
+  // misses are copied in: a miss listed before a hit must not take its slot.
+  ExpertCacheOptions o = Options(1, 8, 2);
+  o.decay = 0.5;
+  absl::StatusOr<ExpertCache> c = ExpertCache::Create(o);
+  ASSERT_TRUE(c.ok());
+  std::vector<ExpertAdmission> a;
+  ASSERT_TRUE(c->Access(0, {0, 1, 1, 1, 1}, &a).ok());  // 0 and 1 take the free slots
+  c->EndStep();
+  // Expert 5 (10 activations) outscores both residents; expert 0 (0.5 + 1)
+  // is still weaker than expert 1 (2), but it is routed in this access:
+  // listed after 5, it keeps its slot and 5 takes expert 1's.
+  a.clear();
+  std::vector<int32_t> ids(10, 5);
+  ids.push_back(0);
+  ASSERT_TRUE(c->Access(0, ids, &a).ok());
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].expert, 5);
+  EXPECT_EQ(a[0].evicted_expert, 1);
+  EXPECT_GE(c->Lookup(0, 0), 0);
+  EXPECT_EQ(c->stats().hits, 1u);
+  CheckInvariants(*c);
+}
+
 TEST(ExpertCacheTest, DeterministicAndRescalesOverLongRuns) {
   auto run = [](std::vector<ExpertAdmission>* out) {
     ExpertCacheOptions o = Options(4, 16, 12);
