@@ -2,15 +2,18 @@
 // the head on the GPU; routed experts on the CPU through InProcessExperts).
 //
 //   gpu_bench --model PATH [--generate] [--gpu-memory 8GiB] [--ctx 65536]
-//             [--kv-type q8_0] [--prompt 512] [--decode 32] [--threads 0]
+//             [--kv-type q8_0] [--prompt 512] [--decode 32] [--threads 0] [--no-pin]
 //
 // --generate writes a random-weight Qwen3-30B-A3B-shaped model (48 layers,
 // d 2048, 32/4 heads x 128, 128 experts top-8, expert FFN 768, Q4_K_M) to
 // PATH first when PATH does not exist (services/cli/test_model.h). Prints
 // "key: value" lines: prefill and decode tokens/s, the share of time in the
-// CPU experts, the GPU memory plan and peak use, decode attention time at the
-// full context, then decode again with a hot-expert cache filling the rest
-// of the budget (static placement) and its hit rate.
+// CPU experts, the GPU memory plan and peak use; the streamed-prefill
+// switch-over measured on this machine and prefill with it (and with every
+// expert streamed); decode attention time at the full context; then decode
+// again (twice: warming, warm) with the frequency-aware hot-expert cache
+// filling the rest of the budget, its hit rate and prefetch accuracy.
+// --no-pin leaves the experts' host source pageable.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -47,6 +50,7 @@ struct Args {
   int prompt = 512;
   int decode = 32;
   int threads = 0;
+  bool pin = true;  // page-lock the experts' host source for the copies
 };
 
 bool Parse(int argc, char** argv, Args* a) {
@@ -68,6 +72,7 @@ bool Parse(int argc, char** argv, Args* a) {
     } else if (k == "--prompt") a->prompt = std::atoi(val().c_str());
     else if (k == "--decode") a->decode = std::atoi(val().c_str());
     else if (k == "--threads") a->threads = std::atoi(val().c_str());
+    else if (k == "--no-pin") a->pin = false;
     else return false;
   }
   return !a->model.empty() && a->prompt > 0 && a->decode >= 0 && a->ctx > a->prompt + a->decode;
@@ -193,6 +198,7 @@ int Run(const Args& a) {
   o.n_ctx = a.ctx;
   o.kv_type = a.kv;
   o.gpu_memory_budget = a.gpu_memory;
+  o.pin_expert_source = a.pin;
   auto fwd = cuda::CudaForward::Create(*model, &experts, dev->get(), o);
   if (!fwd.ok()) {
     std::fprintf(stderr, "CudaForward: %s\n", std::string(fwd.status().message()).c_str());
@@ -210,6 +216,7 @@ int Run(const Args& a) {
   Line("plan_kv_cache", absl::StrCat(GiB(plan.kv_cache), " ctx ", a.ctx, " ",
                                      std::string(GgmlTypeName(a.kv))));
   Line("plan_workspace", GiB(plan.workspace));
+  Line("expert_source_pinned", (*fwd)->stats().expert_source_pinned ? "yes" : "no");
 
   const int64_t nv = (*model)->hparams().n_vocab;
   std::vector<int32_t> prompt(a.prompt);
@@ -241,6 +248,49 @@ int Run(const Args& a) {
   Line("prefill_tok_per_s", absl::StrCat(a.prompt / prefill_s));
   Line("prefill_seconds", absl::StrCat(prefill_s));
   Line("prefill_cpu_expert_share", absl::StrCat(prefill_expert_s / prefill_s));
+
+  // Streamed prefill: the switch-over measured here, then the same prompt
+  // with experts of that many tokens or more computed on the GPU, and with
+  // every expert streamed.
+  {
+    t = Clock::now();
+    auto sw = (*fwd)->MeasurePrefillSwitch(256);
+    if (!sw.ok()) {
+      Line("stream_switch", std::string(sw.status().message()));
+    } else {
+      const plan::PrefillRates& r = (*fwd)->prefill_rates();
+      Line("stream_switch", absl::StrCat(
+          "threshold ", sw->threshold_tokens ? absl::StrCat(*sw->threshold_tokens) : "never",
+          " tokens per expert (h2d ", r.h2d_bytes_per_s / 1e9, " GB/s, GPU expert ",
+          r.gpu_flops_per_s / 1e12, " TFLOP/s, CPU ", r.cpu_tokens_per_s,
+          " expert-tokens/s; measured in ", Since(t), " s)"));
+      const int64_t measured = (*fwd)->stream_min_tokens();
+      for (int64_t threshold : {measured, int64_t{1}}) {
+        if (threshold == 0) continue;
+        (*fwd)->set_stream_min_tokens(threshold);
+        const cuda::CudaForwardStats b = (*fwd)->stats();
+        (*cache)->Clear();
+        t = Clock::now();
+        s = (*fwd)->Eval(prompt, cache->get(), model::LogitsMode::kLast, &logits);
+        const double st_s = Since(t);
+        if (!s.ok()) {
+          std::fprintf(stderr, "streamed prefill: %s\n", std::string(s.message()).c_str());
+          return 1;
+        }
+        const cuda::CudaForwardStats e = (*fwd)->stats();
+        Line(threshold == 1 ? "prefill_all_streamed_tok_per_s" : "prefill_streamed_tok_per_s",
+             absl::StrCat(a.prompt / st_s, " (threshold ", threshold, ": ",
+                          e.streamed_experts - b.streamed_experts, " experts streamed, ",
+                          (e.streamed_bytes - b.streamed_bytes) / 1e9, " GB copied, ",
+                          e.streamed_pairs - b.streamed_pairs, " pairs on the GPU, ",
+                          e.expert_cache_misses - b.expert_cache_misses, " on the CPU)"));
+      }
+      (*fwd)->set_stream_min_tokens(measured);
+      (*cache)->Clear();
+      s = (*fwd)->Eval(prompt, cache->get(), model::LogitsMode::kLast, &logits);
+      if (!s.ok()) return 1;
+    }
+  }
 
   const double e1 = (*fwd)->stats().expert_seconds;
   const cuda::CudaForwardStats d0 = (*fwd)->stats();
@@ -280,52 +330,55 @@ int Run(const Args& a) {
   if (absl::Status st = AttentionAtFullContext(dev->get(), (*model)->hparams(), a); !st.ok()) {
     std::fprintf(stderr, "attention at full context: %s\n", std::string(st.message()).c_str());
   }
-  // Hot-expert cache: the budget left after the plan (less 256 MiB) filled
-  // with the same number of experts per layer. The choice is static (experts
-  // 0..N-1): the frequency-aware policy of the planner is not wired in, and
-  // routing in a random-weight model is near uniform, so the hit rate is
-  // about the resident fraction.
+  // Hot-expert cache: the budget left after the plan (less 256 MiB) in
+  // slots, driven by the frequency-aware policy with next-layer prefetch.
+  // Routing in a random-weight model is near uniform, so the hit rate is
+  // about the resident fraction; real models route far more unevenly.
   const uint64_t margin = uint64_t{256} << 20;
   const uint64_t used = (*dev)->allocated_bytes();
   const uint64_t left = a.gpu_memory > used + margin ? a.gpu_memory - used - margin : 0;
-  const int64_t n_layer = (*model)->n_layer(), n_expert = (*model)->hparams().n_expert;
-  uint64_t per_expert = 1;  // the largest layer's (the mix varies per layer)
-  for (int l = 0; l < n_layer; ++l) {
-    per_expert = std::max(per_expert, cuda::GpuExpertCache::ExpertBytes(**model, l));
-  }
-  const int64_t per_layer = std::min<int64_t>(n_expert, left / (per_expert * n_layer));
-  if (per_layer > 0 && a.decode > 0) {
-    std::vector<cuda::ExpertKey> keys;
-    for (int l = 0; l < n_layer; ++l) {
-      for (int e = 0; e < per_layer; ++e) keys.push_back({l, e});
-    }
-    t = Clock::now();
-    auto cache_or = cuda::GpuExpertCache::Create(dev->get(), **model, keys);
+  const uint64_t slot = cuda::GpuExpertCache::SlotBytes(**model);
+  const int64_t n_slots = slot > 0 ? static_cast<int64_t>(left / slot) : 0;
+  if (n_slots > 0 && a.decode > 0) {
+    cuda::GpuExpertCacheOptions co;
+    co.n_slots = n_slots;
+    auto cache_or = cuda::GpuExpertCache::Create(dev->get(), *model, co);
     if (!cache_or.ok()) {
       std::fprintf(stderr, "expert cache: %s\n", std::string(cache_or.status().message()).c_str());
     } else {
-      Line("expert_cache_resident", absl::StrCat(per_layer, "/", n_expert, " experts per layer, ",
-                                                 GiB((*cache_or)->bytes()), ", uploaded in ",
-                                                 Since(t), " s"));
-      (*fwd)->AttachExpertCache(std::move(*cache_or));
-      const cuda::CudaForwardStats b = (*fwd)->stats();
-      t = Clock::now();
-      for (int i = 0; i < a.decode && s.ok(); ++i) {
-        const int32_t next[1] = {static_cast<int32_t>(model::internal::Argmax(logits.data(), nv))};
-        s = (*fwd)->Eval(next, cache->get(), model::LogitsMode::kLast, &logits);
+      std::shared_ptr<cuda::GpuExpertCache> ec = std::move(*cache_or);
+      Line("expert_cache_slots", absl::StrCat(ec->options().n_slots, " of ", GiB(slot), " = ",
+                                              GiB(ec->bytes())));
+      (*fwd)->AttachExpertCache(ec);
+      // Two passes of a.decode tokens: the first fills the cache.
+      for (int pass = 0; pass < 2; ++pass) {
+        const cuda::CudaForwardStats b = (*fwd)->stats();
+        const model::ExpertCacheStats pb = ec->policy().stats();
+        t = Clock::now();
+        for (int i = 0; i < a.decode && s.ok(); ++i) {
+          const int32_t next[1] = {static_cast<int32_t>(model::internal::Argmax(logits.data(), nv))};
+          s = (*fwd)->Eval(next, cache->get(), model::LogitsMode::kLast, &logits);
+        }
+        const double cached_s = Since(t);
+        if (!s.ok()) {
+          std::fprintf(stderr, "cached decode: %s\n", std::string(s.message()).c_str());
+          return 1;
+        }
+        const cuda::CudaForwardStats e = (*fwd)->stats();
+        const model::ExpertCacheStats pe = ec->policy().stats();
+        const double hits = static_cast<double>(e.expert_cache_hits - b.expert_cache_hits);
+        const double misses = static_cast<double>(e.expert_cache_misses - b.expert_cache_misses);
+        const double ph = static_cast<double>(pe.prefetch_hits - pb.prefetch_hits);
+        const double pm = static_cast<double>(pe.prefetch_misses - pb.prefetch_misses);
+        const std::string tag = pass == 0 ? "_warming" : "";
+        Line("decode_with_expert_cache" + tag + "_tok_per_s", absl::StrCat(a.decode / cached_s));
+        Line("expert_cache_hit_rate" + tag,
+             absl::StrCat(hits / std::max(1.0, hits + misses), " of (token, expert) pairs; ",
+                          "prefetch predictions routed ", ph / std::max(1.0, ph + pm), "; ",
+                          pe.admissions - pb.admissions, " admissions, ",
+                          (pe.h2d_bytes - pb.h2d_bytes) / 1e9, " GB host->device; resident ",
+                          ec->n_resident(), " experts"));
       }
-      const double cached_s = Since(t);
-      if (!s.ok()) {
-        std::fprintf(stderr, "cached decode: %s\n", std::string(s.message()).c_str());
-        return 1;
-      }
-      const cuda::CudaForwardStats e = (*fwd)->stats();
-      const double hits = static_cast<double>(e.expert_cache_hits - b.expert_cache_hits);
-      const double misses = static_cast<double>(e.expert_cache_misses - b.expert_cache_misses);
-      Line("decode_with_expert_cache_tok_per_s", absl::StrCat(a.decode / cached_s));
-      Line("expert_cache_hit_rate",
-           absl::StrCat(hits / std::max(1.0, hits + misses), " (static first-N placement, ",
-                        "decode; random-weight routing)"));
     }
   } else {
     Line("expert_cache_hit_rate", "no cache (no budget left for experts)");
@@ -344,7 +397,7 @@ int main(int argc, char** argv) {
   if (!moesplit::Parse(argc, argv, &a)) {
     std::fprintf(stderr,
                  "usage: gpu_bench --model PATH [--generate] [--gpu-memory 8GiB] [--ctx 65536] "
-                 "[--kv-type q8_0] [--prompt 512] [--decode 32] [--threads 0]\n");
+                 "[--kv-type q8_0] [--prompt 512] [--decode 32] [--threads 0] [--no-pin]\n");
     return 2;
   }
   return moesplit::Run(a);

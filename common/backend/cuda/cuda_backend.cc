@@ -1,5 +1,7 @@
 #include "common/backend/cuda/cuda_backend.h"
 
+#include <unistd.h>
+
 #include "absl/strings/str_cat.h"
 #include "common/backend/cuda/cuda_device.h"
 #include "common/backend/cuda/cuda_status.h"
@@ -145,5 +147,25 @@ absl::StatusOr<std::unique_ptr<PinnedHostBuffer>> PinnedHostBuffer::Create(uint6
 }
 
 PinnedHostBuffer::~PinnedHostBuffer() { raw::FreeHost(p_); }
+
+absl::StatusOr<std::unique_ptr<HostRegistration>> HostRegistration::Create(const void* p,
+                                                                           uint64_t bytes,
+                                                                           bool read_only) {
+  if (p == nullptr || bytes == 0) {
+    return absl::InvalidArgumentError("HostRegistration: empty range");
+  }
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t b = reinterpret_cast<uintptr_t>(p) & ~(page - 1);
+  const uintptr_t e = (reinterpret_cast<uintptr_t>(p) + bytes + page - 1) & ~(page - 1);
+  void* base = reinterpret_cast<void*>(b);
+  const raw::CallResult r = raw::HostRegister(base, e - b, read_only);
+  if (!r.ok()) {
+    return absl::UnavailableError(absl::StrCat("page-locking ", e - b, " bytes of host memory: ",
+                                               raw::ErrorString(r.code)));
+  }
+  return std::unique_ptr<HostRegistration>(new HostRegistration(base, e - b));
+}
+
+HostRegistration::~HostRegistration() { raw::HostUnregister(p_); }
 
 }  // namespace moesplit::cuda

@@ -29,4 +29,22 @@ class PinnedHostBuffer {
   uint64_t n_;
 };
 
+// Existing host memory page-locked for the device (cudaHostRegister) while
+// the object lives: copies from it run at full speed and asynchronously.
+class HostRegistration {
+ public:
+  // [p, p + bytes) widened to whole pages; read_only allows read-only
+  // mappings (a GGUF file's). UNAVAILABLE when the system refuses (e.g. the
+  // locked-memory limit); nothing is registered then.
+  static absl::StatusOr<std::unique_ptr<HostRegistration>> Create(const void* p, uint64_t bytes,
+                                                                  bool read_only);
+  ~HostRegistration();
+  uint64_t size() const { return n_; }
+
+ private:
+  HostRegistration(void* p, uint64_t n) : p_(p), n_(n) {}
+  void* p_;
+  uint64_t n_;
+};
+
 }  // namespace moesplit::cuda

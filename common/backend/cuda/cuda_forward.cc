@@ -163,17 +163,19 @@ void ForEachLayerMatrix(const model::Model& m, Fn fn) {
 struct WorkspaceSizes {
   int64_t x, q, kv_k, kv_v, attn, router, topk, sh, rope, logits, scratch, head_rows, split,
       ex_ff;
+  uint64_t staging = 0;  // bytes of the streamed-prefill staging buffers
   uint64_t DeviceBytes() const {
     // x, h, o, part: B x d each.
     // x, h, o, part, ex_in, ex_out: B x d each; sh_g, sh_u, sh_s; ex_g, ex_u;
     // ex_w + wts; ids, ex_idx, tokens.
-    return sizeof(float) * (6 * x + q + kv_k + kv_v + attn + router + 2 * topk + 3 * sh +
+    // Prediction of the next layer: router logits, top-k ids and weights.
+    return sizeof(float) * (6 * x + q + kv_k + kv_v + attn + 2 * router + 3 * topk + 3 * sh +
                             2 * ex_ff + rope + logits + scratch + split) +
-           sizeof(int32_t) * (2 * topk + x);
+           sizeof(int32_t) * (3 * topk + x) + staging;
   }
 };
 
-WorkspaceSizes Sizes(const model::Model& m, int64_t B, int64_t n_ctx) {
+WorkspaceSizes Sizes(const model::Model& m, int64_t B, int64_t n_ctx, int stream_buffers) {
   const HyperParams& hp = m.hparams();
   WorkspaceSizes s;
   s.x = B * hp.n_embd;
@@ -197,6 +199,7 @@ WorkspaceSizes Sizes(const model::Model& m, int64_t B, int64_t n_ctx) {
   s.ex_ff = B * hp.n_ff_exp;
   s.split = raw::AttentionScratchElems(static_cast<int>(hp.n_head), static_cast<int>(hp.head_dim_v),
                                        n_ctx);
+  s.staging = hp.n_expert > 0 ? GpuExpertCache::SlotBytes(m) * stream_buffers : 0;
   return s;
 }
 
@@ -241,9 +244,11 @@ struct CudaForward::Workspace {
         *v = nullptr, *attn = nullptr, *router = nullptr, *wts = nullptr, *sh_g = nullptr,
         *sh_u = nullptr, *sh_s = nullptr, *rope = nullptr, *logits = nullptr,
         *scratch = nullptr, *split = nullptr, *ex_in = nullptr, *ex_out = nullptr,
-        *ex_g = nullptr, *ex_u = nullptr, *ex_w = nullptr;
-  int32_t *tokens = nullptr, *ids = nullptr, *ex_idx = nullptr;
-  std::unique_ptr<PinnedHostBuffer> pin_h, pin_ids, pin_wts, pin_part, pin_ex_idx, pin_ex_w;
+        *ex_g = nullptr, *ex_u = nullptr, *ex_w = nullptr, *pred_logits = nullptr,
+        *pred_wts = nullptr;
+  int32_t *tokens = nullptr, *ids = nullptr, *ex_idx = nullptr, *pred_ids = nullptr;
+  std::unique_ptr<PinnedHostBuffer> pin_h, pin_ids, pin_wts, pin_part, pin_ex_idx, pin_ex_w,
+      pin_pred_ids;
   std::vector<float> rope_host;
 };
 
@@ -251,6 +256,14 @@ absl::StatusOr<GpuMemoryPlan> CudaForward::Plan(const model::Model& m,
                                                 const CudaForwardOptions& o) {
   if (o.max_batch < 1 || o.max_batch > 4096) {
     return absl::InvalidArgumentError(absl::StrCat("max_batch ", o.max_batch, " not in [1, 4096]"));
+  }
+  if (o.stream_buffers < 1 || o.stream_buffers > 16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("stream_buffers ", o.stream_buffers, " not in [1, 16]"));
+  }
+  if (o.stream_min_tokens < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("stream_min_tokens ", o.stream_min_tokens, " is negative"));
   }
   GpuMemoryPlan p;
   p.dense_weights = MatrixBytes(m.token_embd()) + VecBytes(m.output_norm()) +
@@ -263,11 +276,24 @@ absl::StatusOr<GpuMemoryPlan> CudaForward::Plan(const model::Model& m,
     }
   }
   ASSIGN_OR_RETURN(p.kv_cache, CudaKvCache::Bytes(m.hparams(), o.n_ctx, o.kv_type, o.kv_page_size));
-  p.workspace = Sizes(m, o.max_batch, o.n_ctx).DeviceBytes();
+  p.workspace = Sizes(m, o.max_batch, o.n_ctx, o.stream_buffers).DeviceBytes();
   return p;
 }
 
 namespace {
+
+// Whether every routed expert can be copied to the device as it is (GGUF
+// layout, a format the kernels decode).
+bool ExpertsCopyable(const model::Model& m) {
+  if (m.hparams().n_expert < 1) return false;
+  for (int il = 0; il < m.n_layer(); ++il) {
+    const model::LayerWeights& L = m.layer(il);
+    for (const model::ExpertTensorView* v : {&L.gate_exps, &L.up_exps, &L.down_exps}) {
+      if (v->data != nullptr && (v->packed || !raw::DeviceSupports(v->type))) return false;
+    }
+  }
+  return true;
+}
 
 absl::Status UploadMatrix(backend::Device* dev, backend::Stream* s, const quant::WeightView& w,
                           DeviceMatrixBuf* out) {
@@ -356,7 +382,7 @@ absl::StatusOr<std::unique_ptr<CudaForward>> CudaForward::Create(
   // Workspace.
   f->ws_ = std::make_unique<Workspace>();
   Workspace& ws = *f->ws_;
-  ws.sizes = Sizes(m, options.max_batch, options.n_ctx);
+  ws.sizes = Sizes(m, options.max_batch, options.n_ctx, options.stream_buffers);
   const WorkspaceSizes& z = ws.sizes;
   auto alloc = [&](int64_t elems, auto** p) -> absl::Status {
     if (elems <= 0) return absl::OkStatus();
@@ -390,6 +416,48 @@ absl::StatusOr<std::unique_ptr<CudaForward>> CudaForward::Create(
   RETURN_IF_ERROR(alloc(z.topk, &ws.ex_w));
   RETURN_IF_ERROR(alloc(z.topk, &ws.ex_idx));
   RETURN_IF_ERROR(alloc(options.max_batch, &ws.tokens));
+  RETURN_IF_ERROR(alloc(z.router, &ws.pred_logits));
+  RETURN_IF_ERROR(alloc(z.topk, &ws.pred_wts));
+  RETURN_IF_ERROR(alloc(z.topk, &ws.pred_ids));
+  ASSIGN_OR_RETURN(ws.pin_pred_ids, PinnedHostBuffer::Create(z.topk * sizeof(int32_t)));
+  // Streamed prefill: staging buffers, their copy stream and events.
+  f->experts_on_gpu_ = ExpertsCopyable(m);
+  if (options.stream_min_tokens > 0 && !f->experts_on_gpu_) {
+    return absl::UnimplementedError(
+        "streamed prefill: the routed experts are not all in a GGUF format the kernels decode");
+  }
+  if (z.staging > 0 && f->experts_on_gpu_) {
+    ASSIGN_OR_RETURN(f->stage_copy_, device->CreateStream());
+    const uint64_t slot = z.staging / options.stream_buffers;
+    for (int i = 0; i < options.stream_buffers; ++i) {
+      ASSIGN_OR_RETURN(auto b, device->Allocate(slot));
+      ASSIGN_OR_RETURN(auto ready, device->CreateEvent());
+      ASSIGN_OR_RETURN(auto free, device->CreateEvent());
+      f->staging_.push_back(std::move(b));
+      f->stage_ready_.push_back(std::move(ready));
+      f->stage_free_.push_back(std::move(free));
+    }
+  }
+  if (options.pin_expert_source) {
+    // One range over every routed-expert tensor (GGUF keeps them between
+    // the layers' dense tensors; those are page-locked too, harmlessly).
+    const uint8_t* lo = nullptr;
+    const uint8_t* hi = nullptr;
+    for (int il = 0; il < m.n_layer(); ++il) {
+      const model::LayerWeights& L = m.layer(il);
+      for (const model::ExpertTensorView* v : {&L.gate_exps, &L.up_exps, &L.down_exps}) {
+        if (v->data == nullptr) continue;
+        const uint8_t* end = v->data + v->expert_bytes * v->n_expert;
+        if (lo == nullptr || v->data < lo) lo = v->data;
+        if (hi == nullptr || end > hi) hi = end;
+      }
+    }
+    if (lo != nullptr) {
+      auto reg = HostRegistration::Create(lo, static_cast<uint64_t>(hi - lo), /*read_only=*/true);
+      if (reg.ok()) f->pinned_source_ = std::move(*reg);
+    }
+    f->stats_.expert_source_pinned = f->pinned_source_ != nullptr;
+  }
   ASSIGN_OR_RETURN(ws.pin_h, PinnedHostBuffer::Create(z.x * sizeof(float)));
   ASSIGN_OR_RETURN(ws.pin_part, PinnedHostBuffer::Create(z.x * sizeof(float)));
   ASSIGN_OR_RETURN(ws.pin_ids, PinnedHostBuffer::Create(z.topk * sizeof(int32_t)));
@@ -485,6 +553,7 @@ absl::Status CudaForward::EvalChunk(absl::Span<const int32_t> tokens, int64_t po
     RETURN_IF_ERROR(Attention(il, n, pos0, cache));
     RETURN_IF_ERROR(MoeFfn(il, n));
   }
+  if (expert_cache_ != nullptr) RETURN_IF_ERROR(expert_cache_->EndStep(stream_.get()));
   return absl::OkStatus();
 }
 
@@ -559,6 +628,19 @@ absl::Status CudaForward::MoeFfn(int il, int64_t n) {
   RETURN_IF_CUDA_ERROR(raw::MemcpyAsync(ws.pin_h->data(), ws.h, n * d * sizeof(float), 1, s));
   RETURN_IF_CUDA_ERROR(raw::MemcpyAsync(ws.pin_ids->data(), ws.ids, n * k * sizeof(int32_t), 1, s));
   RETURN_IF_CUDA_ERROR(raw::MemcpyAsync(ws.pin_wts->data(), ws.wts, n * k * sizeof(float), 1, s));
+  // The next layer's experts, predicted by its router on this layer's h, for
+  // the cache to prefetch (not while streaming: those copies would compete).
+  const bool streams = options_.stream_min_tokens > 0 && n >= options_.stream_min_tokens;
+  const bool predict = expert_cache_ != nullptr && expert_cache_->options().prefetch && !streams &&
+                       il + 1 < model_->n_layer() && w_->layers[il + 1].router.present();
+  if (predict) {
+    RETURN_IF_CUDA_ERROR(raw::MatMul(w_->layers[il + 1].router.m, ws.h, n, ws.pred_logits, g, s));
+    RETURN_IF_CUDA_ERROR(raw::SelectExperts(ws.pred_logits, n, static_cast<int>(hp.n_expert),
+                                            static_cast<int>(k), hp.norm_topk, ws.pred_ids,
+                                            ws.pred_wts, s));
+    RETURN_IF_CUDA_ERROR(raw::MemcpyAsync(ws.pin_pred_ids->data(), ws.pred_ids,
+                                          n * k * sizeof(int32_t), 1, s));
+  }
   RETURN_IF_ERROR(stream_->Record(*copied_));
   // The shared expert runs on the GPU while the host computes the routed ones.
   if (L.sh_down.present()) {
@@ -600,7 +682,11 @@ absl::Status CudaForward::MoeFfn(int il, int64_t n) {
                                               call.weights[i]));
     }
   }
-  if (expert_cache_ != nullptr) RETURN_IF_ERROR(CachedExperts(il, &call));
+  RETURN_IF_ERROR(GpuExperts(il, &call));
+  if (predict) {
+    const int32_t* pred = static_cast<const int32_t*>(ws.pin_pred_ids->data());
+    RETURN_IF_ERROR(expert_cache_->Prefetch(il + 1, absl::MakeConstSpan(pred, n * k)));
+  }
   stats_.expert_cache_misses += call.expert_ids.size();
   stats_.host_seconds += SecondsSince(t_host);
   if (call.expert_ids.empty()) return absl::OkStatus();  // every pair hit the cache
@@ -622,37 +708,71 @@ absl::Status CudaForward::MoeFfn(int il, int64_t n) {
   return absl::OkStatus();
 }
 
-absl::Status CudaForward::CachedExperts(int il, model::ExpertCall* call) {
-  const GpuExpertCache& cache = *expert_cache_;
-  if (cache.n_resident(il) == 0) return absl::OkStatus();
-  Workspace& ws = *ws_;
-  void* s = stream_->native();
-  const raw::GemmContext g{ws.scratch, ws.sizes.scratch};
-  const int64_t n = call->n_tokens, d = call->d;
-  // Hits grouped by expert (ascending id), tokens in order; misses stay.
-  std::vector<std::vector<std::pair<int32_t, float>>> hits(model_->hparams().n_expert);
+absl::Status CudaForward::GpuExperts(int il, model::ExpertCall* call) {
+  GpuExpertCache* cache = expert_cache_.get();
+  const int64_t n = call->n_tokens;
+  const int64_t threshold = options_.stream_min_tokens;
+  const bool streams = threshold > 0 && n >= threshold && !staging_.empty() && experts_on_gpu_;
+  if (cache == nullptr && !streams) return absl::OkStatus();
+  const model::Model& m = *model_;
+  const int64_t n_expert = m.hparams().n_expert;
+  // (token, weight) pairs per expert, tokens in order.
+  std::vector<std::vector<std::pair<int32_t, float>>> pairs(n_expert);
+  for (int64_t t = 0; t < n; ++t) {
+    for (uint32_t i = call->token_offsets[t]; i < call->token_offsets[t + 1]; ++i) {
+      pairs[call->expert_ids[i]].push_back({static_cast<int32_t>(t), call->weights[i]});
+    }
+  }
+  // Where each expert runs: its cache slot, a streamed copy, or the host.
+  enum Where : uint8_t { kHost, kCached, kStreamed };
+  std::vector<Where> where(n_expert, kHost);
+  for (int64_t e = 0; e < n_expert; ++e) {
+    if (pairs[e].empty()) continue;
+    if (cache != nullptr && cache->Resident(il, static_cast<int>(e))) {
+      where[e] = kCached;
+    } else if (streams && static_cast<int64_t>(pairs[e].size()) >= threshold) {
+      where[e] = kStreamed;
+    }
+  }
+  // The policy sees the layer's routing before anything is queued: hits
+  // are pinned, winning misses admitted (streamed ones fill their slot from
+  // the staging buffer below, the others are copied from the host).
+  std::vector<bool> fill_from_staging(n_expert, false);
+  if (cache != nullptr) {
+    RETURN_IF_ERROR(cache->WaitReady(il, stream_.get()));
+    std::vector<model::ExpertAdmission> admitted, from_host;
+    RETURN_IF_ERROR(cache->Access(il, call->expert_ids, &admitted));
+    for (const model::ExpertAdmission& a : admitted) {
+      if (where[a.expert] == kStreamed) {
+        fill_from_staging[a.expert] = true;
+      } else {
+        from_host.push_back(a);
+      }
+    }
+    RETURN_IF_ERROR(cache->UploadAdmissions(from_host));
+  }
+  // The host's share, and the GPU's rows grouped by expert (ascending id).
   std::vector<uint32_t> offsets(n + 1, 0);
   std::vector<int32_t> ids;
   std::vector<float> weights;
   for (int64_t t = 0; t < n; ++t) {
     for (uint32_t i = call->token_offsets[t]; i < call->token_offsets[t + 1]; ++i) {
-      const int32_t e = call->expert_ids[i];
-      if (cache.Resident(il, e)) {
-        hits[e].push_back({static_cast<int32_t>(t), call->weights[i]});
-      } else {
-        ids.push_back(e);
-        weights.push_back(call->weights[i]);
-      }
+      if (where[call->expert_ids[i]] != kHost) continue;
+      ids.push_back(call->expert_ids[i]);
+      weights.push_back(call->weights[i]);
     }
     offsets[t + 1] = static_cast<uint32_t>(ids.size());
   }
-  const uint64_t n_hits = call->expert_ids.size() - ids.size();
-  if (n_hits == 0) return absl::OkStatus();
+  const uint64_t n_gpu = call->expert_ids.size() - ids.size();
+  if (n_gpu == 0) return absl::OkStatus();
+  Workspace& ws = *ws_;
+  void* s = stream_->native();
   int32_t* pin_idx = static_cast<int32_t*>(ws.pin_ex_idx->data());
   float* pin_w = static_cast<float*>(ws.pin_ex_w->data());
   int64_t k = 0;
-  for (const auto& list : hits) {
-    for (const auto& [t, w] : list) {
+  for (int64_t e = 0; e < n_expert; ++e) {
+    if (where[e] == kHost) continue;
+    for (const auto& [t, w] : pairs[e]) {
       pin_idx[k] = t;
       pin_w[k++] = w;
     }
@@ -660,33 +780,166 @@ absl::Status CudaForward::CachedExperts(int il, model::ExpertCall* call) {
   RETURN_IF_CUDA_ERROR(raw::MemcpyAsync(ws.ex_idx, pin_idx, k * sizeof(int32_t), 0, s));
   RETURN_IF_CUDA_ERROR(raw::MemcpyAsync(ws.ex_w, pin_w, k * sizeof(float), 0, s));
   int64_t off = 0;
-  for (size_t e = 0; e < hits.size(); ++e) {
-    const int64_t cnt = static_cast<int64_t>(hits[e].size());
-    if (cnt == 0) continue;
-    const GpuExpertCache::Weights& w = cache.weights(il, static_cast<int>(e));
-    const int64_t ff = w.up.n_rows;
-    RETURN_IF_CUDA_ERROR(raw::GatherRows(ws.h, ws.ex_idx + off, cnt, d, ws.ex_in, s));
-    // Gate and up read the same rounded activations: round the gathered rows
-    // once, in place.
-    raw::GemmContext gu = g;
-    const auto r = codec::ActRoundingOf(w.gate.type);
-    if (r != codec::ActRounding::kNone && r == codec::ActRoundingOf(w.up.type)) {
-      RETURN_IF_CUDA_ERROR(raw::RoundActivations(w.gate.type, ws.ex_in, cnt, d, ws.ex_in, s));
-      gu = raw::GemmContext{};
+  uint64_t cached_pairs = 0;
+  for (int64_t e = 0; e < n_expert; ++e) {
+    if (where[e] == kHost) continue;
+    const int64_t cnt = static_cast<int64_t>(pairs[e].size());
+    if (where[e] == kCached) {
+      RETURN_IF_ERROR(ExpertOnGpu(cache->weights(il, static_cast<int>(e)), off, cnt));
+      cached_pairs += cnt;
+    } else {
+      // Copy into the next staging buffer once the compute stream is done
+      // with its previous expert; compute once the copy is in.
+      const size_t b = static_cast<size_t>(next_stage_++ % static_cast<int64_t>(staging_.size()));
+      backend::Buffer& buf = *staging_[b];
+      RETURN_IF_ERROR(stage_copy_->Wait(*stage_free_[b]));
+      uint64_t at = 0;
+      const model::LayerWeights& L = m.layer(il);
+      for (const model::ExpertTensorView* v : {&L.gate_exps, &L.up_exps, &L.down_exps}) {
+        RETURN_IF_ERROR(stage_copy_->CopyToDevice(buf, at, v->Expert(e).data, v->expert_bytes));
+        at += v->expert_bytes;
+      }
+      RETURN_IF_ERROR(stage_copy_->Record(*stage_ready_[b]));
+      RETURN_IF_ERROR(stream_->Wait(*stage_ready_[b]));
+      RETURN_IF_ERROR(ExpertOnGpu(GpuExpertCache::WeightsAt(m, il, static_cast<int>(e), buf.data()),
+                                  off, cnt));
+      if (fill_from_staging[e]) {
+        RETURN_IF_ERROR(cache->CopyFromDevice(il, static_cast<int>(e), buf.data(), stream_.get()));
+      }
+      RETURN_IF_ERROR(stream_->Record(*stage_free_[b]));
+      stats_.streamed_experts++;
+      stats_.streamed_pairs += cnt;
+      stats_.streamed_bytes += at;
     }
-    RETURN_IF_CUDA_ERROR(raw::MatMul(w.gate, ws.ex_in, cnt, ws.ex_g, gu, s));
-    RETURN_IF_CUDA_ERROR(raw::MatMul(w.up, ws.ex_in, cnt, ws.ex_u, gu, s));
-    RETURN_IF_CUDA_ERROR(raw::SwiGlu(ws.ex_g, ws.ex_u, cnt * ff, ws.ex_g, s));
-    RETURN_IF_CUDA_ERROR(raw::MatMul(w.down, ws.ex_g, cnt, ws.ex_out, g, s));
-    RETURN_IF_CUDA_ERROR(
-        raw::ScatterAddScaled(ws.x, ws.ex_out, ws.ex_idx + off, ws.ex_w + off, cnt, d, s));
     off += cnt;
   }
-  stats_.expert_cache_hits += n_hits;
+  stats_.expert_cache_hits += cached_pairs;
   call->token_offsets = std::move(offsets);
   call->expert_ids = std::move(ids);
   call->weights = std::move(weights);
   return absl::OkStatus();
+}
+
+absl::Status CudaForward::ExpertOnGpu(const GpuExpertCache::Weights& w, int64_t off,
+                                      int64_t cnt) {
+  Workspace& ws = *ws_;
+  void* s = stream_->native();
+  const raw::GemmContext g{ws.scratch, ws.sizes.scratch};
+  const int64_t d = model_->hparams().n_embd;
+  const int64_t ff = w.up.n_rows;
+  RETURN_IF_CUDA_ERROR(raw::GatherRows(ws.h, ws.ex_idx + off, cnt, d, ws.ex_in, s));
+  // Gate and up read the same rounded activations: round the gathered rows
+  // once, in place.
+  raw::GemmContext gu = g;
+  const auto r = codec::ActRoundingOf(w.gate.type);
+  if (r != codec::ActRounding::kNone && r == codec::ActRoundingOf(w.up.type)) {
+    RETURN_IF_CUDA_ERROR(raw::RoundActivations(w.gate.type, ws.ex_in, cnt, d, ws.ex_in, s));
+    gu = raw::GemmContext{};
+  }
+  RETURN_IF_CUDA_ERROR(raw::MatMul(w.gate, ws.ex_in, cnt, ws.ex_g, gu, s));
+  RETURN_IF_CUDA_ERROR(raw::MatMul(w.up, ws.ex_in, cnt, ws.ex_u, gu, s));
+  RETURN_IF_CUDA_ERROR(raw::SwiGlu(ws.ex_g, ws.ex_u, cnt * ff, ws.ex_g, s));
+  RETURN_IF_CUDA_ERROR(raw::MatMul(w.down, ws.ex_g, cnt, ws.ex_out, g, s));
+  RETURN_IF_CUDA_ERROR(
+      raw::ScatterAddScaled(ws.x, ws.ex_out, ws.ex_idx + off, ws.ex_w + off, cnt, d, s));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<plan::PrefillSwitch> CudaForward::MeasurePrefillSwitch(int64_t tokens) {
+  const model::Model& m = *model_;
+  const HyperParams& hp = m.hparams();
+  if (staging_.empty() || !experts_on_gpu_) {
+    return absl::FailedPreconditionError(
+        "streamed prefill is not possible for this model (no routed experts in a GGUF format the "
+        "kernels decode)");
+  }
+  if (tokens < 1 || tokens > options_.max_batch) {
+    return absl::InvalidArgumentError(absl::StrCat("measuring with ", tokens,
+                                                   " tokens; must be in [1, max_batch = ",
+                                                   options_.max_batch, "]"));
+  }
+  int il = 0;
+  while (il < m.n_layer() && m.layer(il).gate_exps.data == nullptr) ++il;
+  if (il == m.n_layer()) return absl::FailedPreconditionError("the model has no routed experts");
+  const model::LayerWeights& L = m.layer(il);
+  Workspace& ws = *ws_;
+  void* s = stream_->native();
+  RETURN_IF_ERROR(stream_->Synchronize());
+  RETURN_IF_ERROR(stage_copy_->Synchronize());
+  const uint64_t expert_bytes = GpuExpertCache::ExpertBytes(m, il);
+  backend::Buffer& buf = *staging_[0];
+  auto copy_expert = [&](int64_t e) -> absl::Status {
+    uint64_t at = 0;
+    for (const model::ExpertTensorView* v : {&L.gate_exps, &L.up_exps, &L.down_exps}) {
+      RETURN_IF_ERROR(stage_copy_->CopyToDevice(buf, at, v->Expert(e).data, v->expert_bytes));
+      at += v->expert_bytes;
+    }
+    return absl::OkStatus();
+  };
+  // 1. Host -> device, from the real source (first pass untimed: it may read
+  // the file into the page cache).
+  const int64_t n_copy = std::min<int64_t>(hp.n_expert, 64);
+  for (int64_t e = 0; e < n_copy; ++e) RETURN_IF_ERROR(copy_expert(e));
+  RETURN_IF_ERROR(stage_copy_->Synchronize());
+  auto t = SteadyClock::now();
+  for (int64_t e = 0; e < n_copy; ++e) RETURN_IF_ERROR(copy_expert(e));
+  RETURN_IF_ERROR(stage_copy_->Synchronize());
+  const double h2d_s = SecondsSince(t);
+  // 2. The GPU computing expert 0 for `tokens` rows of zeros (weights 0:
+  // x += 0, the residual is left as it was).
+  RETURN_IF_ERROR(copy_expert(0));
+  RETURN_IF_ERROR(stage_copy_->Synchronize());
+  std::vector<int32_t> rows(tokens);
+  for (int64_t i = 0; i < tokens; ++i) rows[i] = static_cast<int32_t>(i);
+  int32_t* pin_idx = static_cast<int32_t*>(ws.pin_ex_idx->data());
+  float* pin_w = static_cast<float*>(ws.pin_ex_w->data());
+  std::copy(rows.begin(), rows.end(), pin_idx);
+  std::fill(pin_w, pin_w + tokens, 0.0f);
+  RETURN_IF_CUDA_ERROR(raw::MemcpyAsync(ws.ex_idx, pin_idx, tokens * sizeof(int32_t), 0, s));
+  RETURN_IF_CUDA_ERROR(raw::MemcpyAsync(ws.ex_w, pin_w, tokens * sizeof(float), 0, s));
+  RETURN_IF_CUDA_ERROR(raw::Memset(ws.h, 0, tokens * hp.n_embd * sizeof(float), s));
+  const GpuExpertCache::Weights w = GpuExpertCache::WeightsAt(m, il, 0, buf.data());
+  RETURN_IF_ERROR(ExpertOnGpu(w, 0, tokens));  // warm-up
+  RETURN_IF_ERROR(stream_->Synchronize());
+  constexpr int kReps = 3;
+  t = SteadyClock::now();
+  for (int r = 0; r < kReps; ++r) RETURN_IF_ERROR(ExpertOnGpu(w, 0, tokens));
+  RETURN_IF_ERROR(stream_->Synchronize());
+  const double gpu_s = SecondsSince(t) / kReps;
+  // 3. The expert backend: `tokens` tokens, each routed to experts 0..k-1.
+  const int64_t k = hp.n_expert_used;
+  model::ExpertCall call;
+  call.layer = il;
+  call.n_tokens = static_cast<int32_t>(tokens);
+  call.d = static_cast<int32_t>(hp.n_embd);
+  call.hidden.resize(tokens * hp.n_embd);
+  for (size_t i = 0; i < call.hidden.size(); ++i) {
+    call.hidden[i] = static_cast<float>(static_cast<int>(i * 2654435761u % 2001) - 1000) * 1e-3f;
+  }
+  for (int64_t i = 0; i < tokens; ++i) {
+    call.token_offsets.push_back(static_cast<uint32_t>(i * k));
+    for (int64_t j = 0; j < k; ++j) {
+      call.expert_ids.push_back(static_cast<int32_t>(j));
+      call.weights.push_back(1.0f / k);
+    }
+  }
+  call.token_offsets.push_back(static_cast<uint32_t>(tokens * k));
+  model::ExpertResult res;
+  double cpu_s = 0;
+  for (int r = 0; r < 2; ++r) {  // the first call may pay first-touch costs
+    call.call_id = next_call_id_++;
+    t = SteadyClock::now();
+    RETURN_IF_ERROR(experts_->Compute(call, &res));
+    cpu_s = SecondsSince(t);
+  }
+  plan::PrefillRates rates = plan::ModelPrefillRates(hp.n_embd, hp.n_ff_exp, expert_bytes);
+  rates.h2d_bytes_per_s = static_cast<double>(expert_bytes) * n_copy / std::max(h2d_s, 1e-9);
+  rates.gpu_flops_per_s = rates.flops_per_token * tokens / std::max(gpu_s, 1e-9);
+  rates.cpu_tokens_per_s = static_cast<double>(tokens * k) / std::max(cpu_s, 1e-9);
+  ASSIGN_OR_RETURN(plan::PrefillSwitch sw, plan::ComputePrefillSwitch(rates));
+  options_.stream_min_tokens = sw.threshold_tokens.value_or(0);
+  prefill_rates_ = rates;
+  return sw;
 }
 
 absl::Status CudaForward::Head(int64_t first, int64_t rows, float* out) {

@@ -5,9 +5,20 @@
 //   GPU: h = ffn_norm(x); router logits -> softmax top-k (ties -> lower id)
 //   GPU -> host: h, ids, weights (pinned, async; an event marks them)
 //   GPU: shared expert (+ sigmoid gate) queued, x += shared   (overlaps)
-//   GPU: pairs whose expert is resident in an attached GpuExpertCache:
+//   GPU: pairs whose expert is resident in an attached GpuExpertCache, and
+//        in a micro-batch of at least stream_min_tokens tokens the pairs of
+//        every expert with that many tokens (streamed prefill: its weights
+//        are copied from the host into one of stream_buffers staging
+//        buffers on a copy stream, so the copy of one expert overlaps the
+//        compute of the previous):
 //        x[t] += w * E(h[t])   (gather rows, mat-mul per expert, scatter-add)
+//   cache: the policy sees the layer's routing (hits, misses, admissions:
+//        streamed experts fill their new slot from the staging buffer, the
+//        others are copied from the host on the cache's copy stream), then
+//        the next layer's router applied to h predicts its experts, which
+//        are prefetched the same way (micro-batches that do not stream)
 //   host: ExpertBackend::Compute(ExpertCall of the remaining pairs) -> partial
+//        (while the GPU computes its experts and the copies run)
 //   host -> GPU: x += partial
 // Weights stay in their GGUF formats on the device; every product first
 // rounds its activations to the weight type's vec_dot_type (Q8_0 / Q8_K
@@ -35,10 +46,12 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "common/backend/backend.h"
+#include "common/backend/cuda/cuda_backend.h"
 #include "common/backend/cuda/expert_cache.h"
 #include "common/model/expert.h"
 #include "common/model/forward.h"
 #include "common/model/model.h"
+#include "common/plan/prefill_switch.h"
 
 namespace moesplit::cuda {
 
@@ -48,12 +61,21 @@ struct CudaForwardOptions {
   int kv_page_size = 256;                // positions per KV page
   int64_t max_batch = 512;               // tokens per micro-batch of Eval
   uint64_t gpu_memory_budget = 0;        // 0: the device's free memory
+  // Streamed prefill: an expert with at least this many tokens in one
+  // micro-batch is computed on the GPU from a streamed copy of its weights.
+  // 0: never; MeasurePrefillSwitch() sets it from measured rates.
+  int64_t stream_min_tokens = 0;
+  int stream_buffers = 2;                // staging buffers (>= 2 to overlap)
+  // Page-lock the model's routed-expert tensors on the host (cudaHostRegister)
+  // so that streamed and cache copies run at full speed; when the system
+  // refuses, copies go from pageable memory (stats: expert_source_pinned).
+  bool pin_expert_source = false;
 };
 
 struct GpuMemoryPlan {
   uint64_t dense_weights = 0;  // attention, norms, routers, shared experts, embeddings, head
   uint64_t kv_cache = 0;       // one cache of n_ctx positions
-  uint64_t workspace = 0;      // activations, GEMM scratch
+  uint64_t workspace = 0;      // activations, GEMM scratch, prefill staging buffers
   uint64_t total() const { return dense_weights + kv_cache + workspace; }
 };
 
@@ -117,6 +139,10 @@ struct CudaForwardStats {
   double expert_seconds = 0;  // host time inside ExpertBackend::Compute
   uint64_t expert_cache_hits = 0;    // (token, expert) pairs computed on the GPU
   uint64_t expert_cache_misses = 0;  // pairs sent to the ExpertBackend
+  uint64_t streamed_experts = 0;     // experts computed from a streamed copy
+  uint64_t streamed_pairs = 0;       // their (token, expert) pairs
+  uint64_t streamed_bytes = 0;       // weights copied host -> device for them
+  bool expert_source_pinned = false;
   // Host time per phase (Eval's wall time = their sum, up to the small rest):
   double eval_seconds = 0;     // all of Eval
   double enqueue_seconds = 0;  // queueing the GPU work of attention, norm and router
@@ -145,10 +171,24 @@ class CudaForward {
   const CudaForwardStats& stats() const { return stats_; }
 
   // Routed experts resident in `cache` (made for this model on this device)
-  // are computed on the GPU from now on; nullptr detaches.
-  void AttachExpertCache(std::shared_ptr<const GpuExpertCache> cache) {
+  // are computed on the GPU from now on, and the forward drives its policy
+  // (see the file comment); nullptr detaches.
+  void AttachExpertCache(std::shared_ptr<GpuExpertCache> cache) {
     expert_cache_ = std::move(cache);
   }
+  GpuExpertCache* expert_cache() const { return expert_cache_.get(); }
+
+  // Measures the three rates of the streamed-prefill switch-over (plan::
+  // ComputePrefillSwitch) on this machine: host -> device copies of layer
+  // 0's experts from their real source, the GPU computing one expert for
+  // `tokens` tokens, and the ExpertBackend computing a call of `tokens`
+  // tokens; then sets stream_min_tokens to the threshold (0 when the GPU
+  // never wins). The KV cache is not touched; the backend gets one call.
+  absl::StatusOr<plan::PrefillSwitch> MeasurePrefillSwitch(int64_t tokens = 256);
+  void set_stream_min_tokens(int64_t n) { options_.stream_min_tokens = n < 0 ? 0 : n; }
+  int64_t stream_min_tokens() const { return options_.stream_min_tokens; }
+  // The rates of the last MeasurePrefillSwitch (zeros before).
+  const plan::PrefillRates& prefill_rates() const { return prefill_rates_; }
 
   // A KV cache of options.n_ctx positions on this forward's device.
   absl::StatusOr<std::unique_ptr<CudaKvCache>> CreateCache() const;
@@ -166,9 +206,12 @@ class CudaForward {
   absl::Status EvalChunk(absl::Span<const int32_t> tokens, int64_t pos0, CudaKvCache* cache);
   absl::Status Attention(int il, int64_t n, int64_t pos0, CudaKvCache* cache);
   absl::Status MoeFfn(int il, int64_t n);
-  // Computes the entries of `call` whose expert is resident in the cache on
-  // the GPU (x += w * E(h)) and removes them from `call`.
-  absl::Status CachedExperts(int il, model::ExpertCall* call);
+  // Computes the entries of `call` whose expert is resident in the cache or
+  // streamed on the GPU (x += w * E(h)), removes them from `call`, and
+  // drives the cache's policy for layer il.
+  absl::Status GpuExperts(int il, model::ExpertCall* call);
+  // Queues x[rows] += w * E(h[rows]) for the `cnt` rows at ws.ex_idx + off.
+  absl::Status ExpertOnGpu(const GpuExpertCache::Weights& w, int64_t off, int64_t cnt);
   absl::Status Head(int64_t first, int64_t rows, float* out);
 
   std::shared_ptr<const model::Model> model_;
@@ -180,7 +223,14 @@ class CudaForward {
   std::unique_ptr<backend::Event> copied_;
   std::unique_ptr<Weights> w_;
   std::unique_ptr<Workspace> ws_;
-  std::shared_ptr<const GpuExpertCache> expert_cache_;
+  std::shared_ptr<GpuExpertCache> expert_cache_;
+  std::unique_ptr<backend::Stream> stage_copy_;           // streamed prefill copies
+  std::vector<std::unique_ptr<backend::Buffer>> staging_;
+  std::vector<std::unique_ptr<backend::Event>> stage_ready_, stage_free_;
+  int64_t next_stage_ = 0;
+  bool experts_on_gpu_ = false;
+  plan::PrefillRates prefill_rates_;  // every routed expert in a format the kernels decode
+  std::unique_ptr<HostRegistration> pinned_source_;
   CudaForwardStats stats_;
   uint64_t next_call_id_ = 1;
   std::chrono::steady_clock::time_point layer_start_;

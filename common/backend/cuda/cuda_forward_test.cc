@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/backend/cuda/cuda_backend.h"
+#include "common/base/status.h"
 #include "common/base/thread_pool.h"
 #include "common/model/expert.h"
 #include "common/model/forward.h"
@@ -365,6 +366,19 @@ TEST_F(CudaForwardTest, RefusesOverBudgetAndBadInput) {
   EXPECT_EQ((*c)->SetBlockTable(table).code(), absl::StatusCode::kInvalidArgument);
 }
 
+// A cache of `keys.size()` slots holding `keys`.
+absl::StatusOr<std::unique_ptr<GpuExpertCache>> Preloaded(backend::Device* gpu,
+                                                           std::shared_ptr<const model::Model> m,
+                                                           absl::Span<const ExpertKey> keys,
+                                                           bool prefetch = false) {
+  GpuExpertCacheOptions co;
+  co.n_slots = static_cast<int64_t>(keys.size());
+  co.prefetch = prefetch;
+  ASSIGN_OR_RETURN(auto cache, GpuExpertCache::Create(gpu, std::move(m), co));
+  RETURN_IF_ERROR(cache->Preload(keys));
+  return cache;
+}
+
 // Experts resident in the GPU cache are computed on the GPU, the rest by the
 // backend; with F32 weights both give the CPU's numbers.
 TEST(CudaExpertCacheTest, HitsMatchTheCpuExperts) {
@@ -385,7 +399,7 @@ TEST(CudaExpertCacheTest, HitsMatchTheCpuExperts) {
     for (int l = 0; l < (*m)->n_layer(); ++l) {
       for (int e = 0; e < per_layer; ++e) keys.push_back({l, static_cast<int>(hp.n_expert - 1 - e)});
     }
-    auto cache = GpuExpertCache::Create(gpu.get(), **m, keys);
+    auto cache = Preloaded(gpu.get(), *m, keys);
     ASSERT_TRUE(cache.ok()) << cache.status();
     EXPECT_EQ((*cache)->n_resident(), static_cast<int64_t>(keys.size()));
     (*cached)->AttachExpertCache(std::move(*cache));
@@ -414,8 +428,224 @@ TEST(CudaExpertCacheTest, HitsMatchTheCpuExperts) {
       EXPECT_EQ(misses, 0u);
     }
   }
+  GpuExpertCacheOptions co;
+  co.n_slots = 2;
+  auto cache = GpuExpertCache::Create(gpu.get(), *m, co);
+  ASSERT_TRUE(cache.ok());
   const ExpertKey bad[1] = {{0, static_cast<int>(hp.n_expert)}};
-  EXPECT_EQ(GpuExpertCache::Create(gpu.get(), **m, bad).status().code(),
+  EXPECT_EQ((*cache)->Preload(bad).code(), absl::StatusCode::kInvalidArgument);
+  const ExpertKey twice[2] = {{0, 1}, {0, 1}};
+  EXPECT_EQ((*cache)->Preload(twice).code(), absl::StatusCode::kInvalidArgument);
+  const ExpertKey three[3] = {{0, 1}, {0, 2}, {1, 1}};
+  EXPECT_EQ((*cache)->Preload(three).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*cache)->n_resident(), 0);  // refusals change nothing
+}
+
+// The frequency-aware cache fills itself from the routing (admissions copied
+// on the copy stream, next-layer prefetch) while the logits stay the CPU's.
+TEST(CudaExpertCacheTest, DynamicCacheLearnsTheRoutingAndKeepsTheLogits) {
+  auto gpu = Gpu();
+  if (gpu == nullptr) GTEST_SKIP() << "no CUDA device";
+  auto m = model::testing::MakeTinyModel(Tiny("qwen3moe", GgmlType::kF32));
+  ASSERT_TRUE(m.ok()) << m.status();
+  const auto& hp = (*m)->hparams();
+  model::InProcessExperts experts(model::ExpertStore(*m), nullptr);
+  CudaForwardOptions o;
+  o.n_ctx = 64;
+  auto plain = CudaForward::Create(*m, &experts, gpu.get(), o);
+  auto cached = CudaForward::Create(*m, &experts, gpu.get(), o);
+  ASSERT_TRUE(plain.ok() && cached.ok());
+  GpuExpertCacheOptions co;
+  co.n_slots = (*m)->n_layer() * hp.n_expert / 4;
+  co.decay = 0.9;
+  auto cache = GpuExpertCache::Create(gpu.get(), *m, co);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  std::shared_ptr<GpuExpertCache> shared = std::move(*cache);
+  (*cached)->AttachExpertCache(shared);
+  auto ca = (*plain)->CreateCache(), cb = (*cached)->CreateCache();
+  ASSERT_TRUE(ca.ok() && cb.ok());
+  const std::vector<int32_t> prompt = Prompt(9, static_cast<int>(hp.n_vocab));
+  std::vector<float> la, lb;
+  ASSERT_TRUE((*plain)->Eval(prompt, ca->get(), LogitsMode::kAll, &la).ok());
+  ASSERT_TRUE((*cached)->Eval(prompt, cb->get(), LogitsMode::kAll, &lb).ok());
+  EXPECT_LE(Compare(lb, la, hp.n_vocab).worst_nmse, 1e-6);
+  for (int step = 0; step < 12; ++step) {
+    const int32_t next[1] = {static_cast<int32_t>((step * 29 + 3) % hp.n_vocab)};
+    ASSERT_TRUE((*plain)->Eval(next, ca->get(), LogitsMode::kLast, &la).ok());
+    ASSERT_TRUE((*cached)->Eval(next, cb->get(), LogitsMode::kLast, &lb).ok());
+    const Score d = Compare(lb, la, hp.n_vocab);
+    EXPECT_LE(d.worst_nmse, 1e-6) << "decode step " << step << ": " << Describe(d);
+  }
+  const GpuExpertCacheSnapshot snap = shared->Snapshot();
+  const model::ExpertCacheStats& st = snap.stats;
+  std::printf("dynamic cache: %lld slots, hits %llu misses %llu admissions %llu evictions %llu "
+              "h2d %llu B, prefetch hit %llu miss %llu; pairs on the GPU %llu, on the CPU %llu\n",
+              static_cast<long long>(snap.n_slots), (unsigned long long)st.hits,
+              (unsigned long long)st.misses, (unsigned long long)st.admissions,
+              (unsigned long long)st.evictions, (unsigned long long)st.h2d_bytes,
+              (unsigned long long)st.prefetch_hits, (unsigned long long)st.prefetch_misses,
+              (unsigned long long)(*cached)->stats().expert_cache_hits,
+              (unsigned long long)(*cached)->stats().expert_cache_misses);
+  EXPECT_EQ(snap.n_slots, co.n_slots);
+  EXPECT_GT(st.admissions, 0u);
+  EXPECT_EQ(st.h2d_bytes, st.admissions * GpuExpertCache::ExpertBytes(**m, 0));
+  EXPECT_GT(st.prefetch_hits + st.prefetch_misses, 0u);
+  EXPECT_GT((*cached)->stats().expert_cache_hits, 0u);
+  int64_t resident = 0;
+  for (int64_t r : snap.resident_per_layer) resident += r;
+  EXPECT_EQ(resident, shared->n_resident());
+  EXPECT_LE(resident, co.n_slots);
+}
+
+// Streamed prefill: experts with enough tokens are copied to the GPU and
+// computed there. The same kernels as cache hits, in the same order: the
+// logits equal a forward whose cache holds every expert, bit for bit, and
+// match the CPU's for F32 weights.
+TEST(CudaStreamedPrefillTest, StreamedExpertsGiveTheLogitsOfResidentOnes) {
+  auto gpu = Gpu();
+  if (gpu == nullptr) GTEST_SKIP() << "no CUDA device";
+  for (GgmlType type : {GgmlType::kF32, GgmlType::kQ8_0}) {
+    // 16 experts, 2 per token: ~5 of the prompt's tokens each, so a
+    // threshold of 5 streams some experts and leaves others to the CPU.
+    model::testing::TinyModelOptions to = Tiny("qwen3moe", type);
+    to.n_expert = 16;
+    auto m = model::testing::MakeTinyModel(to);
+    ASSERT_TRUE(m.ok()) << m.status();
+    const auto& hp = (*m)->hparams();
+    model::InProcessExperts experts(model::ExpertStore(*m), nullptr);
+    CudaForwardOptions o;
+    o.n_ctx = 64;
+    auto plain = CudaForward::Create(*m, &experts, gpu.get(), o);
+    auto resident = CudaForward::Create(*m, &experts, gpu.get(), o);
+    o.stream_min_tokens = 5;
+    auto streamed = CudaForward::Create(*m, &experts, gpu.get(), o);
+    ASSERT_TRUE(plain.ok() && resident.ok() && streamed.ok()) << streamed.status();
+    std::vector<ExpertKey> all;
+    for (int l = 0; l < (*m)->n_layer(); ++l) {
+      for (int e = 0; e < hp.n_expert; ++e) all.push_back({l, e});
+    }
+    auto cache = Preloaded(gpu.get(), *m, all);
+    ASSERT_TRUE(cache.ok()) << cache.status();
+    (*resident)->AttachExpertCache(std::move(*cache));
+    const std::vector<int32_t> prompt = Prompt(40, static_cast<int>(hp.n_vocab));
+    auto ca = (*plain)->CreateCache(), cr = (*resident)->CreateCache(),
+         cs = (*streamed)->CreateCache();
+    ASSERT_TRUE(ca.ok() && cr.ok() && cs.ok());
+    std::vector<float> la, lr, ls;
+    ASSERT_TRUE((*plain)->Eval(prompt, ca->get(), LogitsMode::kAll, &la).ok());
+    ASSERT_TRUE((*resident)->Eval(prompt, cr->get(), LogitsMode::kAll, &lr).ok());
+    ASSERT_TRUE((*streamed)->Eval(prompt, cs->get(), LogitsMode::kAll, &ls).ok());
+    const CudaForwardStats& st = (*streamed)->stats();
+    std::printf("%s: streamed %llu experts (%llu pairs, %llu bytes), %llu pairs on the CPU\n",
+                std::string(GgmlTypeName(type)).c_str(), (unsigned long long)st.streamed_experts,
+                (unsigned long long)st.streamed_pairs, (unsigned long long)st.streamed_bytes,
+                (unsigned long long)st.expert_cache_misses);
+    EXPECT_GT(st.streamed_experts, 0u);
+    EXPECT_GT(st.expert_cache_misses, 0u);  // experts with one token stay on the CPU
+    EXPECT_EQ(st.streamed_pairs + st.expert_cache_misses,
+              static_cast<uint64_t>(40 * hp.n_expert_used * (*m)->n_layer()));
+    EXPECT_EQ(st.streamed_bytes, st.streamed_experts * GpuExpertCache::ExpertBytes(**m, 0));
+    if (type == GgmlType::kF32) {
+      EXPECT_LE(Compare(ls, la, hp.n_vocab).worst_nmse, 1e-6);
+    } else {
+      EXPECT_LE(Compare(ls, la, hp.n_vocab).median_nmse, 5e-3);
+    }
+    // The experts the streamed forward computed on the GPU gave the resident
+    // forward's bits; the ones it left to the CPU differ from the GPU's only
+    // by the products' rounding: compare against the plain and resident runs
+    // via a forward that streams everything (threshold 1).
+    (*streamed)->set_stream_min_tokens(1);
+    auto cs1 = (*streamed)->CreateCache();
+    ASSERT_TRUE(cs1.ok());
+    std::vector<float> l1;
+    ASSERT_TRUE((*streamed)->Eval(prompt, cs1->get(), LogitsMode::kAll, &l1).ok());
+    EXPECT_EQ(l1, lr) << "streaming every expert must give the all-resident logits";
+  }
+}
+
+// With a cache attached, streamed experts that win a slot are copied into it
+// from the staging buffer; decode then hits them.
+TEST(CudaStreamedPrefillTest, StreamedExpertsFillTheCache) {
+  auto gpu = Gpu();
+  if (gpu == nullptr) GTEST_SKIP() << "no CUDA device";
+  auto m = model::testing::MakeTinyModel(Tiny("qwen3moe", GgmlType::kF32));
+  ASSERT_TRUE(m.ok()) << m.status();
+  const auto& hp = (*m)->hparams();
+  model::InProcessExperts experts(model::ExpertStore(*m), nullptr);
+  CudaForwardOptions o;
+  o.n_ctx = 64;
+  auto plain = CudaForward::Create(*m, &experts, gpu.get(), o);
+  o.stream_min_tokens = 1;
+  o.stream_buffers = 3;
+  auto fwd = CudaForward::Create(*m, &experts, gpu.get(), o);
+  ASSERT_TRUE(plain.ok() && fwd.ok());
+  GpuExpertCacheOptions co;
+  co.n_slots = (*m)->n_layer() * hp.n_expert / 2;
+  co.prefetch = false;
+  auto cache = GpuExpertCache::Create(gpu.get(), *m, co);
+  ASSERT_TRUE(cache.ok());
+  std::shared_ptr<GpuExpertCache> shared = std::move(*cache);
+  (*fwd)->AttachExpertCache(shared);
+  const std::vector<int32_t> prompt = Prompt(30, static_cast<int>(hp.n_vocab));
+  auto ca = (*plain)->CreateCache(), cb = (*fwd)->CreateCache();
+  ASSERT_TRUE(ca.ok() && cb.ok());
+  std::vector<float> la, lb;
+  ASSERT_TRUE((*plain)->Eval(prompt, ca->get(), LogitsMode::kAll, &la).ok());
+  ASSERT_TRUE((*fwd)->Eval(prompt, cb->get(), LogitsMode::kAll, &lb).ok());
+  EXPECT_LE(Compare(lb, la, hp.n_vocab).worst_nmse, 1e-6);
+  EXPECT_EQ(shared->n_resident(), co.n_slots);  // filled from the staging buffers
+  EXPECT_EQ(shared->policy().stats().h2d_bytes,
+            shared->policy().stats().admissions * GpuExpertCache::ExpertBytes(**m, 0));
+  // Decode without streaming: the residents filled from staging are hits
+  // and must hold the right weights.
+  (*fwd)->set_stream_min_tokens(0);
+  const uint64_t hits0 = (*fwd)->stats().expert_cache_hits;
+  for (int step = 0; step < 4; ++step) {
+    const int32_t next[1] = {static_cast<int32_t>((step * 31 + 2) % hp.n_vocab)};
+    ASSERT_TRUE((*plain)->Eval(next, ca->get(), LogitsMode::kLast, &la).ok());
+    ASSERT_TRUE((*fwd)->Eval(next, cb->get(), LogitsMode::kLast, &lb).ok());
+    EXPECT_LE(Compare(lb, la, hp.n_vocab).worst_nmse, 1e-6) << "decode step " << step;
+  }
+  EXPECT_GT((*fwd)->stats().expert_cache_hits, hits0);
+}
+
+TEST(CudaStreamedPrefillTest, MeasuredSwitchOverSetsTheThreshold) {
+  auto gpu = Gpu();
+  if (gpu == nullptr) GTEST_SKIP() << "no CUDA device";
+  auto m = model::testing::MakeTinyModel(Tiny("qwen3moe", GgmlType::kQ8_0));
+  ASSERT_TRUE(m.ok()) << m.status();
+  model::InProcessExperts experts(model::ExpertStore(*m), nullptr);
+  CudaForwardOptions o;
+  o.n_ctx = 64;
+  o.max_batch = 64;
+  auto fwd = CudaForward::Create(*m, &experts, gpu.get(), o);
+  ASSERT_TRUE(fwd.ok());
+  EXPECT_EQ((*fwd)->MeasurePrefillSwitch(0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*fwd)->MeasurePrefillSwitch(65).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*fwd)->stream_min_tokens(), 0);
+  auto sw = (*fwd)->MeasurePrefillSwitch(64);
+  ASSERT_TRUE(sw.ok()) << sw.status();
+  const plan::PrefillRates& r = (*fwd)->prefill_rates();
+  std::printf("switch-over: h2d %.3g B/s, gpu %.3g FLOP/s, cpu %.3g tok/s -> %s\n",
+              r.h2d_bytes_per_s, r.gpu_flops_per_s, r.cpu_tokens_per_s,
+              sw->threshold_tokens ? std::to_string(*sw->threshold_tokens).c_str() : "never");
+  EXPECT_GT(r.h2d_bytes_per_s, 0);
+  EXPECT_GT(r.gpu_flops_per_s, 0);
+  EXPECT_GT(r.cpu_tokens_per_s, 0);
+  EXPECT_EQ((*fwd)->stream_min_tokens(), sw->threshold_tokens.value_or(0));
+  // The measurement leaves the forward usable: a prompt still matches a
+  // fresh forward's logits (streamed or not, within the quantised criteria).
+  auto ref = CudaForward::Create(*m, &experts, gpu.get(), o);
+  ASSERT_TRUE(ref.ok());
+  const std::vector<int32_t> prompt = Prompt(20, static_cast<int>((*m)->hparams().n_vocab));
+  auto ca = (*fwd)->CreateCache(), cb = (*ref)->CreateCache();
+  ASSERT_TRUE(ca.ok() && cb.ok());
+  std::vector<float> la, lb;
+  ASSERT_TRUE((*fwd)->Eval(prompt, ca->get(), LogitsMode::kAll, &la).ok());
+  ASSERT_TRUE((*ref)->Eval(prompt, cb->get(), LogitsMode::kAll, &lb).ok());
+  EXPECT_LE(Compare(la, lb, (*m)->hparams().n_vocab).median_nmse, 5e-3);
+  o.stream_buffers = 0;
+  EXPECT_EQ(CudaForward::Create(*m, &experts, gpu.get(), o).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 

@@ -74,6 +74,14 @@ CallResult Malloc(void** p, size_t bytes) {
 void Free(void* p) {
   if (p != nullptr) cudaFree(p);
 }
+CallResult HostRegister(void* p, size_t bytes, bool read_only) {
+  unsigned flags = cudaHostRegisterPortable;
+  if (read_only) flags |= cudaHostRegisterReadOnly;
+  cudaError_t e = cudaHostRegister(p, bytes, flags);
+  if (e != cudaSuccess) cudaGetLastError();  // not sticky: clear it
+  return {e, "cudaHostRegister"};
+}
+CallResult HostUnregister(void* p) { return {cudaHostUnregister(p), "cudaHostUnregister"}; }
 CallResult MallocHost(void** p, size_t bytes) {
   *p = nullptr;
   cudaError_t e = cudaMallocHost(p, bytes);

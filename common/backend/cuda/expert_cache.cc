@@ -1,60 +1,225 @@
 #include "common/backend/cuda/expert_cache.h"
 
+#include <algorithm>
+#include <array>
+
 #include "absl/strings/str_cat.h"
+#include "common/backend/cuda/cuda_status.h"
 #include "common/base/status.h"
 
 namespace moesplit::cuda {
+
+namespace {
+
+// gate, up, down of a layer, in slot order.
+std::array<const model::ExpertTensorView*, 3> Parts(const model::LayerWeights& L) {
+  return {&L.gate_exps, &L.up_exps, &L.down_exps};
+}
+
+absl::Status CheckUploadable(const model::Model& m) {
+  for (int l = 0; l < m.n_layer(); ++l) {
+    for (const model::ExpertTensorView* v : Parts(m.layer(l))) {
+      if (v->data == nullptr) continue;
+      if (v->packed) {
+        return absl::UnimplementedError(
+            "GPU expert cache: the model's experts are in the CPU's packed layout, not GGUF's");
+      }
+      if (!raw::DeviceSupports(v->type)) {
+        return absl::UnimplementedError(absl::StrCat(
+            "GPU expert cache: the kernels do not decode ", std::string(GgmlTypeName(v->type))));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 uint64_t GpuExpertCache::ExpertBytes(const model::Model& model, int layer) {
   const model::LayerWeights& L = model.layer(layer);
   return L.gate_exps.expert_bytes + L.up_exps.expert_bytes + L.down_exps.expert_bytes;
 }
 
-int64_t GpuExpertCache::n_resident(int layer) const {
-  if (layer < 0 || layer >= static_cast<int>(slot_.size())) return 0;
-  int64_t n = 0;
-  for (int32_t s : slot_[layer]) n += s >= 0;
-  return n;
+uint64_t GpuExpertCache::SlotBytes(const model::Model& model) {
+  uint64_t b = 0;
+  for (int l = 0; l < model.n_layer(); ++l) b = std::max(b, ExpertBytes(model, l));
+  return b;
+}
+
+GpuExpertCache::Weights GpuExpertCache::WeightsAt(const model::Model& model, int layer,
+                                                  int expert, void* base) {
+  Weights w;
+  uint8_t* p = static_cast<uint8_t*>(base);
+  raw::DeviceMatrix* out[3] = {&w.gate, &w.up, &w.down};
+  int i = 0;
+  for (const model::ExpertTensorView* v : Parts(model.layer(layer))) {
+    const quant::WeightView e = v->Expert(expert);
+    *out[i++] = {e.type, p, e.n_rows, e.n_cols, e.row_bytes};
+    p += v->expert_bytes;
+  }
+  return w;
+}
+
+GpuExpertCache::Weights GpuExpertCache::weights(int layer, int expert) const {
+  return WeightsAt(*model_, layer, expert, slot(policy_.Lookup(layer, expert)));
 }
 
 absl::StatusOr<std::unique_ptr<GpuExpertCache>> GpuExpertCache::Create(
-    backend::Device* device, const model::Model& model, absl::Span<const ExpertKey> resident) {
-  std::unique_ptr<GpuExpertCache> c(new GpuExpertCache());
-  const int64_t n_expert = model.hparams().n_expert;
-  c->slot_.assign(model.n_layer(), std::vector<int32_t>(n_expert, -1));
-  c->n_ff_ = model.hparams().n_ff_exp;
+    backend::Device* device, std::shared_ptr<const model::Model> model,
+    const GpuExpertCacheOptions& options) {
+  if (device == nullptr || model == nullptr) {
+    return absl::InvalidArgumentError("GPU expert cache: needs a device and a model");
+  }
+  const model::HyperParams& hp = model->hparams();
+  if (hp.n_expert < 1) return absl::InvalidArgumentError("GPU expert cache: the model has no experts");
+  RETURN_IF_ERROR(CheckUploadable(*model));
+  model::ExpertCacheOptions po;
+  po.n_layer = model->n_layer();
+  po.n_expert = static_cast<int>(hp.n_expert);
+  po.n_slots = std::min<int64_t>(options.n_slots, int64_t{po.n_layer} * po.n_expert);
+  po.decay = options.decay;
+  po.prefetch_credit = options.prefetch_credit;
+  for (int l = 0; l < po.n_layer; ++l) po.expert_bytes.push_back(ExpertBytes(*model, l));
+  ASSIGN_OR_RETURN(model::ExpertCache policy, model::ExpertCache::Create(po));
+  GpuExpertCacheOptions o = options;
+  o.n_slots = po.n_slots;
+  const model::Model& m = *model;
+  std::unique_ptr<GpuExpertCache> c(new GpuExpertCache(std::move(model), std::move(policy), o));
+  c->device_ = device;
+  c->slot_bytes_ = SlotBytes(m);
+  c->n_ff_ = hp.n_ff_exp;
+  if (o.n_slots > 0) {
+    if (c->slot_bytes_ == 0) return absl::InvalidArgumentError("GPU expert cache: empty experts");
+    if (static_cast<uint64_t>(o.n_slots) > (uint64_t{1} << 50) / c->slot_bytes_) {
+      return absl::ResourceExhaustedError(absl::StrCat("GPU expert cache: ", o.n_slots, " slots"));
+    }
+    ASSIGN_OR_RETURN(c->slots_, device->Allocate(c->slot_bytes_ * o.n_slots));
+  }
+  ASSIGN_OR_RETURN(c->copy_, device->CreateStream());
+  c->ready_.resize(m.n_layer());
+  for (auto& e : c->ready_) {
+    ASSIGN_OR_RETURN(e, device->CreateEvent());
+  }
+  c->pending_.assign(m.n_layer(), false);
+  ASSIGN_OR_RETURN(c->copies_, device->CreateEvent());
+  c->Publish();
+  return c;
+}
+
+absl::Status GpuExpertCache::Preload(absl::Span<const ExpertKey> resident) {
+  const int64_t n_expert = policy_.n_expert();
+  std::vector<bool> seen(static_cast<size_t>(policy_.n_layer()) * n_expert, false);
   for (const ExpertKey& k : resident) {
-    if (k.layer < 0 || k.layer >= model.n_layer() || k.expert < 0 || k.expert >= n_expert) {
+    if (k.layer < 0 || k.layer >= policy_.n_layer() || k.expert < 0 || k.expert >= n_expert) {
       return absl::InvalidArgumentError(
           absl::StrCat("expert (", k.layer, ", ", k.expert, ") is not in the model"));
     }
-    if (c->slot_[k.layer][k.expert] >= 0) {
+    if (seen[k.layer * n_expert + k.expert] || Resident(k.layer, k.expert)) {
       return absl::InvalidArgumentError(
           absl::StrCat("expert (", k.layer, ", ", k.expert, ") listed twice"));
     }
-    c->slot_[k.layer][k.expert] = static_cast<int32_t>(c->experts_.size());
-    c->experts_.emplace_back();
+    seen[k.layer * n_expert + k.expert] = true;
   }
-  ASSIGN_OR_RETURN(auto stream, device->CreateStream());
+  if (static_cast<int64_t>(resident.size()) > options_.n_slots - policy_.resident()) {
+    return absl::InvalidArgumentError(absl::StrCat("preloading ", resident.size(),
+                                                   " experts into ", options_.n_slots -
+                                                   policy_.resident(), " free slots"));
+  }
+  // Free slots admit every miss (checked above: enough of them), so one
+  // Access per key places it; then the copies.
+  std::vector<model::ExpertAdmission> all;
   for (const ExpertKey& k : resident) {
-    const model::LayerWeights& L = model.layer(k.layer);
-    Weights& w = c->experts_[c->slot_[k.layer][k.expert]];
-    const std::pair<const model::ExpertTensorView*, raw::DeviceMatrix*> parts[3] = {
-        {&L.gate_exps, &w.gate}, {&L.up_exps, &w.up}, {&L.down_exps, &w.down}};
-    for (const auto& [view, out] : parts) {
-      const quant::WeightView e = view->Expert(k.expert);
-      if (!raw::DeviceSupports(e.type)) {
-        return absl::UnimplementedError("expert weights in a format the kernels do not decode");
-      }
-      ASSIGN_OR_RETURN(auto buf, device->Allocate(view->expert_bytes));
-      RETURN_IF_ERROR(stream->CopyToDevice(*buf, 0, e.data, view->expert_bytes));
-      *out = {e.type, buf->data(), e.n_rows, e.n_cols, e.row_bytes};
-      c->bytes_ += view->expert_bytes;
-      c->buffers_.push_back(std::move(buf));
-    }
+    std::vector<model::ExpertAdmission> admitted;
+    const int32_t id[1] = {k.expert};
+    RETURN_IF_ERROR(policy_.Access(k.layer, id, &admitted));
+    all.insert(all.end(), admitted.begin(), admitted.end());
   }
-  RETURN_IF_ERROR(stream->Synchronize());
-  return c;
+  RETURN_IF_ERROR(UploadAdmissions(all));
+  RETURN_IF_ERROR(copy_->Synchronize());
+  // The preload is not traffic: counters start at zero.
+  policy_.ResetStats();
+  policy_.EndStep();
+  Publish();
+  return absl::OkStatus();
+}
+
+GpuExpertCache::~GpuExpertCache() {
+  if (copy_ != nullptr) copy_->Synchronize().IgnoreError();
+}
+
+absl::Status GpuExpertCache::WaitReady(int layer, backend::Stream* compute) {
+  if (layer < 0 || layer >= static_cast<int>(pending_.size()) || !pending_[layer]) {
+    return absl::OkStatus();
+  }
+  pending_[layer] = false;
+  return compute->Wait(*ready_[layer]);
+}
+
+absl::Status GpuExpertCache::Access(int layer, absl::Span<const int32_t> experts,
+                                    std::vector<model::ExpertAdmission>* admitted) {
+  admitted->clear();
+  return policy_.Access(layer, experts, admitted);
+}
+
+absl::Status GpuExpertCache::Prefetch(int layer, absl::Span<const int32_t> experts) {
+  std::vector<model::ExpertAdmission> admitted;
+  RETURN_IF_ERROR(policy_.Prefetch(layer, experts, &admitted));
+  return UploadAdmissions(admitted);
+}
+
+absl::Status GpuExpertCache::EndStep(backend::Stream* compute) {
+  policy_.EndStep();
+  Publish();
+  RETURN_IF_ERROR(copy_->Record(*copies_));
+  return compute->Wait(*copies_);
+}
+
+absl::Status GpuExpertCache::UploadAdmissions(
+    absl::Span<const model::ExpertAdmission> admitted) {
+  std::vector<bool> touched(pending_.size(), false);
+  for (const model::ExpertAdmission& a : admitted) {
+    uint8_t* dst = slot(a.slot);
+    uint64_t off = static_cast<uint64_t>(dst - static_cast<uint8_t*>(slots_->data()));
+    for (const model::ExpertTensorView* v : Parts(model_->layer(a.layer))) {
+      RETURN_IF_ERROR(copy_->CopyToDevice(*slots_, off, v->Expert(a.expert).data, v->expert_bytes));
+      off += v->expert_bytes;
+    }
+    touched[a.layer] = true;
+  }
+  for (size_t l = 0; l < touched.size(); ++l) {
+    if (!touched[l]) continue;
+    RETURN_IF_ERROR(copy_->Record(*ready_[l]));
+    pending_[l] = true;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GpuExpertCache::CopyFromDevice(int layer, int expert, const void* src,
+                                            backend::Stream* stream) {
+  const int64_t s = policy_.Lookup(layer, expert);
+  if (s < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("expert (", layer, ", ", expert, ") has no slot to fill"));
+  }
+  RETURN_IF_CUDA_ERROR(
+      raw::MemcpyAsync(slot(s), src, ExpertBytes(*model_, layer), 2, stream->native()));
+  return absl::OkStatus();
+}
+
+void GpuExpertCache::Publish() {
+  GpuExpertCacheSnapshot s;
+  s.stats = policy_.stats();
+  s.n_slots = options_.n_slots;
+  s.slot_bytes = slot_bytes_;
+  s.resident_per_layer.resize(policy_.n_layer());
+  for (int l = 0; l < policy_.n_layer(); ++l) s.resident_per_layer[l] = policy_.resident_in_layer(l);
+  std::lock_guard<std::mutex> lock(mu_);
+  published_ = std::move(s);
+}
+
+GpuExpertCacheSnapshot GpuExpertCache::Snapshot() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return published_;
 }
 
 }  // namespace moesplit::cuda

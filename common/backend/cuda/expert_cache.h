@@ -1,25 +1,54 @@
-// GpuExpertCache: routed experts resident in GPU memory (the hot-expert
-// cache's storage and compute side). Which experts are resident is decided
-// outside (the frequency-aware policy of the memory planner, or a static
-// list); this class uploads their gate/up/down weights in the GGUF formats
-// and CudaForward computes the (token, expert) pairs that hit it on the GPU,
-// sending only the misses to the ExpertBackend:
-//   x[t] += w * W_down . (SiLU(W_gate . h[t]) * (W_up . h[t]))
-// for every hit, the same math as ExpertCall's partial.
+// GpuExpertCache: the hot-expert cache's storage on the device. A fixed pool
+// of slots (each sized for the largest routed expert of the model: gate + up
+// + down in their GGUF formats) and the frequency-aware policy that decides
+// which (layer, expert) occupies them (model::ExpertCache: decayed LFU,
+// admission by score, pinning within a step, prefetch credit). CudaForward
+// drives it once per MoE layer and step:
+//
+//   1. ResidentNow(layer, e): the experts whose weights are on the device
+//      (hits are computed on the GPU, the rest go to the ExpertBackend);
+//   2. WaitReady(layer, compute): the compute stream waits for the copies
+//      of the layer's slots that are still in flight;
+//   3. Access(layer, routed ids): the policy counts hits and misses and
+//      admits missed experts that now win a slot; their weights are copied
+//      host -> device on the cache's own copy stream (overlapping the CPU
+//      experts and the next layers) unless the caller has them on the device
+//      already (streamed prefill: CopyFromDevice on the compute stream);
+//   4. Prefetch(layer + 1, predicted ids): the same for the next layer's
+//      predicted experts (its router applied to this layer's hidden state);
+//   5. EndStep(compute) after the step: the policy decays and unpins, and
+//      the compute stream's later work waits for every copy queued so far
+//      (a slot refilled on the compute stream in the next step must not race
+//      a copy into it still in flight on the copy stream).
+//
+// Hazards: a slot is only ever overwritten for an expert the policy admits,
+// and the policy never evicts an expert touched in the current step (pinned),
+// while CudaForward synchronises its compute stream at the start of every
+// step: no kernel in flight reads a slot that a copy overwrites. A copy into
+// a slot of layer l is followed by an event that the compute stream waits
+// for before it next computes layer l (WaitReady).
+//
+// Host source: the model's expert tensors (the GGUF mapping, or any host
+// view with the GGUF layout). Copies from pageable memory are slower than
+// from page-locked memory; CudaForward page-locks the source when asked
+// (HostRegistration, cuda_backend.h).
 //
 // Errors: InvalidArgument for a key outside the model or a repeated key;
-// RESOURCE_EXHAUSTED (nothing kept) when the device's budget or memory
-// runs out. Thread-safety: immutable after Create.
+// RESOURCE_EXHAUSTED (nothing kept) when the device's budget or memory runs
+// out. Thread-safety: one thread drives a cache (the forward's); Snapshot()
+// may be called from any thread.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "common/backend/backend.h"
 #include "common/backend/cuda/internal/cuda_raw.h"
+#include "common/model/expert_cache.h"
 #include "common/model/model.h"
 
 namespace moesplit::cuda {
@@ -29,36 +58,106 @@ struct ExpertKey {
   int expert = 0;
 };
 
+struct GpuExpertCacheOptions {
+  int64_t n_slots = 0;           // experts the device holds (>= 0)
+  double decay = 0.99;           // the policy's per-step score decay, in (0, 1]
+  double prefetch_credit = 0.5;  // score a prediction adds (>= 0)
+  bool prefetch = true;          // whether CudaForward predicts the next layer
+};
+
+// What the metrics need, copied under a lock (Snapshot).
+struct GpuExpertCacheSnapshot {
+  model::ExpertCacheStats stats;
+  std::vector<int64_t> resident_per_layer;
+  int64_t n_slots = 0;
+  uint64_t slot_bytes = 0;
+};
+
 class GpuExpertCache {
  public:
+  // An empty cache of options.n_slots slots. InvalidArgument for bad
+  // options; RESOURCE_EXHAUSTED when the slots do not fit the device.
   static absl::StatusOr<std::unique_ptr<GpuExpertCache>> Create(
-      backend::Device* device, const model::Model& model, absl::Span<const ExpertKey> resident);
-  // Device bytes of one expert (gate + up + down) of `layer`.
-  static uint64_t ExpertBytes(const model::Model& model, int layer);
+      backend::Device* device, std::shared_ptr<const model::Model> model,
+      const GpuExpertCacheOptions& options);
+  ~GpuExpertCache();
 
+  // Device bytes of one expert (gate + up + down) of `layer`, and of a slot
+  // (the largest layer's).
+  static uint64_t ExpertBytes(const model::Model& model, int layer);
+  static uint64_t SlotBytes(const model::Model& model);
+
+  // Whether (layer, expert) occupies a slot (its copy may still be in flight:
+  // WaitReady orders the compute stream after it).
   bool Resident(int layer, int expert) const {
-    return layer >= 0 && layer < static_cast<int>(slot_.size()) && expert >= 0 &&
-           expert < static_cast<int>(slot_[layer].size()) && slot_[layer][expert] >= 0;
+    return layer >= 0 && layer < policy_.n_layer() && expert >= 0 &&
+           expert < policy_.n_expert() && policy_.Lookup(layer, expert) >= 0;
   }
   struct Weights {
     raw::DeviceMatrix gate, up, down;
   };
   // REQUIRES: Resident(layer, expert).
-  const Weights& weights(int layer, int expert) const {
-    return experts_[slot_[layer][expert]];
+  Weights weights(int layer, int expert) const;
+  // The device matrices of (layer, expert) laid out at `base` (a slot or a
+  // staging buffer of SlotBytes).
+  static Weights WeightsAt(const model::Model& model, int layer, int expert, void* base);
+
+  // Puts `resident` into free slots now (uploaded before it returns; the
+  // policy then treats them as any resident: a warm start, or a fixed
+  // placement for tests and benchmarks). InvalidArgument (nothing changed)
+  // for a key outside the model, a key listed twice or already resident, or
+  // more keys than free slots.
+  absl::Status Preload(absl::Span<const ExpertKey> resident);
+
+  // Steps 2-5 of the file comment. `on_device`, when given, says which of
+  // the admitted experts the caller holds in device memory already (their
+  // slots are then filled by CopyFromDevice, not from the host).
+  absl::Status WaitReady(int layer, backend::Stream* compute);
+  absl::Status Access(int layer, absl::Span<const int32_t> experts,
+                      std::vector<model::ExpertAdmission>* admitted);
+  absl::Status Prefetch(int layer, absl::Span<const int32_t> experts);
+  absl::Status EndStep(backend::Stream* compute);
+
+  // Copies the host weights of each admission into its slot on the copy
+  // stream and marks the layer for WaitReady.
+  absl::Status UploadAdmissions(absl::Span<const model::ExpertAdmission> admitted);
+  // Fills the slot of an admitted (layer, expert) from `src` (SlotBytes of
+  // device memory holding that expert at WeightsAt's layout), on `stream`.
+  absl::Status CopyFromDevice(int layer, int expert, const void* src, backend::Stream* stream);
+
+  const model::ExpertCache& policy() const { return policy_; }
+  const GpuExpertCacheOptions& options() const { return options_; }
+  int64_t n_resident() const { return policy_.resident(); }
+  int64_t n_resident(int layer) const {
+    return layer >= 0 && layer < policy_.n_layer() ? policy_.resident_in_layer(layer) : 0;
   }
-  int64_t n_resident() const { return static_cast<int64_t>(experts_.size()); }
-  int64_t n_resident(int layer) const;
-  uint64_t bytes() const { return bytes_; }
+  // Device bytes of the slots.
+  uint64_t bytes() const { return slot_bytes_ * static_cast<uint64_t>(options_.n_slots); }
+  uint64_t slot_bytes() const { return slot_bytes_; }
   int64_t n_ff() const { return n_ff_; }
+  // Thread-safe copy of the counters and the residency (for metrics).
+  GpuExpertCacheSnapshot Snapshot() const;
 
  private:
-  GpuExpertCache() = default;
-  std::vector<std::vector<int32_t>> slot_;  // [layer][expert] -> index into experts_, or -1
-  std::vector<Weights> experts_;
-  std::vector<std::unique_ptr<backend::Buffer>> buffers_;
-  uint64_t bytes_ = 0;
+  GpuExpertCache(std::shared_ptr<const model::Model> model, model::ExpertCache policy,
+                 const GpuExpertCacheOptions& options)
+      : model_(std::move(model)), policy_(std::move(policy)), options_(options) {}
+  uint8_t* slot(int64_t s) const { return static_cast<uint8_t*>(slots_->data()) + s * slot_bytes_; }
+  void Publish();
+
+  std::shared_ptr<const model::Model> model_;
+  model::ExpertCache policy_;
+  GpuExpertCacheOptions options_;
+  backend::Device* device_ = nullptr;
+  uint64_t slot_bytes_ = 0;
   int64_t n_ff_ = 0;
+  std::unique_ptr<backend::Buffer> slots_;
+  std::unique_ptr<backend::Stream> copy_;
+  std::vector<std::unique_ptr<backend::Event>> ready_;  // per layer
+  std::vector<bool> pending_;                           // per layer: copies since WaitReady
+  std::unique_ptr<backend::Event> copies_;              // end of the step's copies
+  mutable std::mutex mu_;
+  GpuExpertCacheSnapshot published_;                    // guarded by mu_
 };
 
 }  // namespace moesplit::cuda

@@ -38,6 +38,11 @@ CallResult Malloc(void** p, size_t bytes);
 void Free(void* p);
 CallResult MallocHost(void** p, size_t bytes);
 void FreeHost(void* p);
+// Page-locks existing host memory [p, p + bytes) (cudaHostRegister, read-only
+// mappings allowed when read_only) / releases it. Copies from it then run at
+// full speed and truly asynchronously.
+CallResult HostRegister(void* p, size_t bytes, bool read_only);
+CallResult HostUnregister(void* p);
 CallResult Memset(void* p, int value, size_t bytes, void* stream);
 // kind: 0 host->device, 1 device->host, 2 device->device.
 CallResult MemcpyAsync(void* dst, const void* src, size_t bytes, int kind, void* stream);
