@@ -42,7 +42,11 @@ GpuMetrics::GpuMetrics(prometheus::Registry& r, int n_layer)
                          "Expert weight bytes copied host to device")
                .Add({})),
       prefetch_hit_(prefetch_family_.Add({{"outcome", "hit"}})),
-      prefetch_miss_(prefetch_family_.Add({{"outcome", "miss"}})) {
+      prefetch_miss_(prefetch_family_.Add({{"outcome", "miss"}})),
+      stream_min_tokens_(GaugeFamily(r, "moesplit_prefill_stream_min_tokens",
+                                     "Tokens an expert needs in one step to be streamed to the "
+                                     "GPU for prefill (0: off)")
+                             .Add({})) {
   auto& resident = GaugeFamily(r, "moesplit_expert_cache_resident_experts",
                                "Experts resident in the GPU cache per layer");
   for (int l = 0; l < n_layer; ++l) resident_.push_back(&resident.Add({{"layer", std::to_string(l)}}));
@@ -58,11 +62,21 @@ void GpuMetrics::SetPlan(const plan::MemoryPlan& p) {
 
 void GpuMetrics::SetUsedBytes(uint64_t bytes) { used_.Set(static_cast<double>(bytes)); }
 
+void GpuMetrics::SetPrefillStreamMinTokens(int64_t tokens) {
+  stream_min_tokens_.Set(static_cast<double>(tokens));
+}
+
 void GpuMetrics::UpdateExpertCache(const model::ExpertCache& c) {
-  for (int l = 0; l < c.n_layer() && l < static_cast<int>(resident_.size()); ++l) {
-    resident_[l]->Set(static_cast<double>(c.resident_in_layer(l)));
+  std::vector<int64_t> resident(c.n_layer());
+  for (int l = 0; l < c.n_layer(); ++l) resident[l] = c.resident_in_layer(l);
+  UpdateExpertCache(c.stats(), resident);
+}
+
+void GpuMetrics::UpdateExpertCache(const model::ExpertCacheStats& s,
+                                   absl::Span<const int64_t> resident_per_layer) {
+  for (size_t l = 0; l < resident_per_layer.size() && l < resident_.size(); ++l) {
+    resident_[l]->Set(static_cast<double>(resident_per_layer[l]));
   }
-  const model::ExpertCacheStats& s = c.stats();
   auto add = [](prometheus::Counter& counter, uint64_t now, uint64_t before) {
     if (now > before) counter.Increment(static_cast<double>(now - before));
   };

@@ -11,6 +11,8 @@
 //   moesplit_expert_cache_misses_total                     counter
 //   moesplit_expert_cache_h2d_bytes_total                  counter
 //   moesplit_expert_prefetch_total{outcome="hit|miss"}     counter
+//   moesplit_prefill_stream_min_tokens                     gauge (tokens an expert
+//     needs in one step to be streamed to the GPU for prefill; 0 = off)
 // Every family and every child above is created by the constructor (0), so
 // a scrape shows them from start-up. This library links prometheus-cpp's
 // core only (no exposer, no gRPC): the GPU test binaries can use it.
@@ -23,6 +25,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/types/span.h"
 #include "common/model/expert_cache.h"
 #include "common/plan/memory_plan.h"
 #include "prometheus/counter.h"
@@ -44,6 +47,11 @@ class GpuMetrics {
   // Residency per layer (layers past n_layer are ignored) and the counters'
   // growth since the previous call.
   void UpdateExpertCache(const model::ExpertCache& cache);
+  // The same from a copy of the counters and the per-layer residency (the
+  // GPU forward publishes them for other threads).
+  void UpdateExpertCache(const model::ExpertCacheStats& stats,
+                         absl::Span<const int64_t> resident_per_layer);
+  void SetPrefillStreamMinTokens(int64_t tokens);
 
  private:
   prometheus::Family<prometheus::Gauge>& plan_family_;
@@ -60,6 +68,7 @@ class GpuMetrics {
   prometheus::Counter& h2d_;
   prometheus::Counter& prefetch_hit_;
   prometheus::Counter& prefetch_miss_;
+  prometheus::Gauge& stream_min_tokens_;
   model::ExpertCacheStats last_;
 };
 

@@ -33,6 +33,7 @@ TEST(GpuMetricsTest, EveryFamilyIsThereAtStartUp) {
            "moesplit_expert_cache_h2d_bytes_total 0",
            "moesplit_expert_prefetch_total{outcome=\"hit\"} 0",
            "moesplit_expert_prefetch_total{outcome=\"miss\"} 0",
+           "moesplit_prefill_stream_min_tokens 0",
        }) {
     EXPECT_THAT(body, HasSubstr(line)) << body;
   }
@@ -65,6 +66,10 @@ TEST(GpuMetricsTest, ExportsThePlanAndTheCache) {
   cache.EndStep();
   ASSERT_TRUE(cache.Access(0, {0}, nullptr).ok());        // hit
   m.UpdateExpertCache(cache);
+  // The snapshot form adds only the growth too (nothing new here).
+  const std::vector<int64_t> resident = {cache.resident_in_layer(0), cache.resident_in_layer(1)};
+  m.UpdateExpertCache(cache.stats(), resident);
+  m.SetPrefillStreamMinTokens(37);
 
   const std::string body = Scrape(r);
   for (const char* line : {
@@ -81,6 +86,7 @@ TEST(GpuMetricsTest, ExportsThePlanAndTheCache) {
            "moesplit_expert_cache_h2d_bytes_total 400",
            "moesplit_expert_prefetch_total{outcome=\"hit\"} 1",
            "moesplit_expert_prefetch_total{outcome=\"miss\"} 0",
+           "moesplit_prefill_stream_min_tokens 37",
        }) {
     EXPECT_THAT(body, HasSubstr(line)) << body;
   }

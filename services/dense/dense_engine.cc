@@ -80,6 +80,9 @@ absl::StatusOr<std::unique_ptr<DenseEngine>> DenseEngine::Create(const EngineOpt
     ro.n_ctx = e->n_ctx_;
     ro.gpu_memory = options.gpu_memory;
     ro.kv_type = options.kv_type;
+    ro.expert_cache_slots = options.expert_cache_slots;
+    ro.prefill_stream_min_tokens = options.prefill_stream_min_tokens;
+    ro.pin_experts = options.pin_experts;
     ASSIGN_OR_RETURN(std::unique_ptr<SequenceRunner> runner,
                      CreateSequenceRunner(e->model_, backend, e->pool_.get(), ro));
     if (runner->name() != "cpu") {

@@ -67,6 +67,11 @@ struct EngineOptions {
   std::string backend = "auto";
   uint64_t gpu_memory = 0;
   std::string kv_type = "f16";
+  // GPU hot-expert cache slots and streamed-prefill threshold (-1 automatic,
+  // 0 off; RunnerOptions), page-locking of the experts' host source.
+  int64_t expert_cache_slots = -1;
+  int64_t prefill_stream_min_tokens = -1;
+  bool pin_experts = false;
   // Metrics go here when set (must outlive the engine); else a private registry.
   std::shared_ptr<prometheus::Registry> registry;
 };
@@ -153,6 +158,8 @@ class DenseEngine {
   ServingMetrics& metrics() { return *metrics_; }
   // "cpu" or "cuda:<device>": where the dense forward runs.
   std::string backend_name() const { return gpu_runner_ ? gpu_runner_->name() : "cpu"; }
+  // The GPU runner's cache and streaming state (zeros on the CPU); thread-safe.
+  GpuRunnerInfo gpu_info() const { return gpu_runner_ ? gpu_runner_->gpu_info() : GpuRunnerInfo{}; }
   prometheus::Registry& registry() { return *registry_; }
   // Sequences running and requests queued now.
   int running() const;

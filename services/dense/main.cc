@@ -20,6 +20,7 @@
 #include <iterator>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -83,6 +84,14 @@ int Run(int argc, char** argv) {
   p.AddString("backend", &opt.backend, "dense forward on: auto (GPU when present), cpu, cuda");
   p.AddString("gpu-memory", &gpu_memory, "GPU memory budget, e.g. 8GiB (default: free memory)");
   p.AddString("kv-type", &opt.kv_type, "GPU KV cache type: f16, q8_0, q4_0");
+  std::string expert_cache = "auto", prefill_stream = "auto";
+  p.AddString("expert-cache", &expert_cache,
+              "GPU hot-expert cache slots: auto (what the budget leaves), off, or a number");
+  p.AddString("prefill-stream", &prefill_stream,
+              "tokens an expert needs in a step to be streamed to the GPU for prefill: auto "
+              "(measured at start-up), off, or a number");
+  p.AddBool("pin-experts", &opt.pin_experts,
+            "page-lock the model's expert tensors for faster host-to-GPU copies");
   std::vector<std::string> args(argv + 1, argv + argc);
   // --experts may repeat: join the values.
   std::vector<std::string> rest;
@@ -107,6 +116,27 @@ int Run(int argc, char** argv) {
     auto bytes = plan::ParseByteSize(gpu_memory);
     if (!bytes.ok()) return Fail(bytes.status());
     opt.gpu_memory = *bytes;
+  }
+  auto auto_off_or_count = [](const std::string& flag, const std::string& v,
+                              int64_t* out) -> absl::Status {
+    if (v == "auto") {
+      *out = -1;
+    } else if (v == "off") {
+      *out = 0;
+    } else if (!absl::SimpleAtoi(v, out) || *out < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag, " must be auto, off or a positive number, got '", v, "'"));
+    }
+    return absl::OkStatus();
+  };
+  if (absl::Status s = auto_off_or_count("expert-cache", expert_cache, &opt.expert_cache_slots);
+      !s.ok()) {
+    return Fail(s);
+  }
+  if (absl::Status s = auto_off_or_count("prefill-stream", prefill_stream,
+                                         &opt.prefill_stream_min_tokens);
+      !s.ok()) {
+    return Fail(s);
   }
   opt.threads = static_cast<int>(threads);
   opt.n_ctx = static_cast<int>(ctx);
@@ -183,9 +213,23 @@ int Run(int argc, char** argv) {
       std::fprintf(stderr, "moesplit-dense: warning: no GPU memory plan for the metrics: %s\n",
                    std::string(memory_plan.status().message()).c_str());
     }
+    const GpuRunnerInfo info = (*engine)->gpu_info();
+    gpu_metrics.SetPrefillStreamMinTokens(info.stream_min_tokens);
+    std::fprintf(stderr, "moesplit-dense: GPU expert cache: %s\n",
+                 info.expert_cache
+                     ? absl::StrCat(info.cache_slots, " slots, ", info.cache_bytes, " bytes").c_str()
+                     : "off");
+    std::fprintf(stderr, "moesplit-dense: streamed prefill: %s (%s)\n",
+                 info.stream_min_tokens > 0
+                     ? absl::StrCat("experts with ", info.stream_min_tokens,
+                                    " or more tokens in a step").c_str()
+                     : "off",
+                 info.stream_note.c_str());
     gpu_poll = std::thread([&] {
       while (!stop_gpu_poll.load()) {
         gpu_metrics.SetUsedBytes(QueryGpuMemory().used);
+        const GpuRunnerInfo now = (*engine)->gpu_info();
+        if (now.expert_cache) gpu_metrics.UpdateExpertCache(now.cache_stats, now.resident_per_layer);
         for (int i = 0; i < 50 && !stop_gpu_poll.load(); ++i) {
           std::this_thread::sleep_for(std::chrono::milliseconds(100));
         }

@@ -37,11 +37,17 @@ class CpuRunner final : public SequenceRunner {
 class CudaRunner final : public SequenceRunner {
  public:
   CudaRunner(std::unique_ptr<backend::Device> d, std::unique_ptr<cuda::CudaForward> f,
-             std::unique_ptr<cuda::CudaKvCache> c)
-      : device_(std::move(d)), forward_(std::move(f)), cache_(std::move(c)) {}
+             std::unique_ptr<cuda::CudaKvCache> c, std::shared_ptr<cuda::GpuExpertCache> ec,
+             GpuRunnerInfo info)
+      : device_(std::move(d)),
+        forward_(std::move(f)),
+        cache_(std::move(c)),
+        expert_cache_(std::move(ec)),
+        info_(std::move(info)) {}
   ~CudaRunner() override {
     cache_.reset();
     forward_.reset();
+    expert_cache_.reset();
   }
   absl::Status Eval(absl::Span<const int32_t> tokens, model::LogitsMode mode,
                     std::vector<float>* logits) override {
@@ -50,11 +56,22 @@ class CudaRunner final : public SequenceRunner {
   int64_t n_past() const override { return cache_->n_past(); }
   void Clear() override { cache_->Clear(); }
   std::string name() const override { return "cuda:" + device_->name(); }
+  GpuRunnerInfo gpu_info() const override {
+    GpuRunnerInfo info = info_;
+    if (expert_cache_ != nullptr) {
+      cuda::GpuExpertCacheSnapshot snap = expert_cache_->Snapshot();
+      info.cache_stats = snap.stats;
+      info.resident_per_layer = std::move(snap.resident_per_layer);
+    }
+    return info;
+  }
 
  private:
   std::unique_ptr<backend::Device> device_;
   std::unique_ptr<cuda::CudaForward> forward_;
   std::unique_ptr<cuda::CudaKvCache> cache_;
+  std::shared_ptr<cuda::GpuExpertCache> expert_cache_;
+  const GpuRunnerInfo info_;  // the fields fixed at start-up
 };
 
 absl::StatusOr<std::unique_ptr<SequenceRunner>> MakeCuda(
@@ -67,10 +84,54 @@ absl::StatusOr<std::unique_ptr<SequenceRunner>> MakeCuda(
   co.n_ctx = o.n_ctx;
   co.kv_type = *kv;
   co.gpu_memory_budget = o.gpu_memory;
+  co.pin_expert_source = o.pin_experts;
+  if (o.prefill_stream_min_tokens > 0) co.stream_min_tokens = o.prefill_stream_min_tokens;
   ASSIGN_OR_RETURN(auto forward, cuda::CudaForward::Create(model, experts, device.get(), co));
   ASSIGN_OR_RETURN(auto cache, forward->CreateCache());
+  GpuRunnerInfo info;
+  // Streamed prefill: the switch-over measured here unless configured.
+  if (o.prefill_stream_min_tokens < 0) {
+    auto sw = forward->MeasurePrefillSwitch(std::min<int64_t>(256, co.max_batch));
+    if (sw.ok()) {
+      const plan::PrefillRates& r = forward->prefill_rates();
+      info.stream_note = absl::StrCat(
+          "measured: host->device ", absl::SixDigits(r.h2d_bytes_per_s / 1e9), " GB/s, GPU ",
+          absl::SixDigits(r.gpu_flops_per_s / 1e12), " TFLOP/s, experts on the CPU ",
+          absl::SixDigits(r.cpu_tokens_per_s), " tokens/s");
+    } else {
+      info.stream_note = absl::StrCat("off: ", sw.status().message());
+    }
+  } else {
+    info.stream_note = o.prefill_stream_min_tokens == 0 ? "off (configured)" : "configured";
+  }
+  info.stream_min_tokens = forward->stream_min_tokens();
+  // The hot-expert cache: what the budget leaves, in slots.
+  std::shared_ptr<cuda::GpuExpertCache> expert_cache;
+  int64_t slots = o.expert_cache_slots;
+  const uint64_t slot_bytes = cuda::GpuExpertCache::SlotBytes(*model);
+  if (slots < 0) {
+    const uint64_t budget = device->budget(), used = device->allocated_bytes();
+    slots = slot_bytes > 0 && budget > used + kExpertCacheMargin
+                ? static_cast<int64_t>((budget - used - kExpertCacheMargin) / slot_bytes)
+                : 0;
+  }
+  if (slots > 0) {
+    cuda::GpuExpertCacheOptions eo;
+    eo.n_slots = slots;
+    auto ec = cuda::GpuExpertCache::Create(device.get(), model, eo);
+    if (ec.ok()) {
+      expert_cache = std::move(*ec);
+      forward->AttachExpertCache(expert_cache);
+      info.expert_cache = true;
+      info.cache_slots = expert_cache->options().n_slots;
+      info.cache_bytes = expert_cache->bytes();
+    } else if (o.expert_cache_slots > 0) {
+      return ec.status();  // asked for explicitly: fail loudly
+    }
+  }
   return std::unique_ptr<SequenceRunner>(
-      new CudaRunner(std::move(device), std::move(forward), std::move(cache)));
+      new CudaRunner(std::move(device), std::move(forward), std::move(cache),
+                     std::move(expert_cache), std::move(info)));
 }
 #endif
 
@@ -101,6 +162,11 @@ absl::StatusOr<std::unique_ptr<SequenceRunner>> CreateSequenceRunner(
   if (o.kv_type != "f16" && o.kv_type != "q8_0" && o.kv_type != "q4_0") {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown KV type '", o.kv_type, "' (f16, q8_0 or q4_0)"));
+  }
+  if (o.expert_cache_slots < -1 || o.prefill_stream_min_tokens < -1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "expert cache slots (", o.expert_cache_slots, ") and the prefill stream threshold (",
+        o.prefill_stream_min_tokens, ") must be -1 (automatic), 0 (off) or positive"));
   }
   if (o.backend != "cpu") {
 #if MOESPLIT_HAVE_CUDA

@@ -19,6 +19,7 @@
 #include "absl/types/span.h"
 #include "common/base/thread_pool.h"
 #include "common/model/expert.h"
+#include "common/model/expert_cache.h"
 #include "common/model/forward.h"
 #include "common/model/model.h"
 
@@ -29,6 +30,27 @@ struct RunnerOptions {
   int64_t n_ctx = 4096;
   uint64_t gpu_memory = 0;        // bytes; 0 = the device's free memory
   std::string kv_type = "f16";    // GPU KV cache: f16 | q8_0 | q4_0
+  // GPU hot-expert cache slots: -1 = what the budget leaves after the plan
+  // (less kExpertCacheMargin); 0 = no cache.
+  int64_t expert_cache_slots = -1;
+  // Streamed prefill threshold (tokens per expert): -1 = measured at
+  // start-up (cuda::CudaForward::MeasurePrefillSwitch); 0 = off.
+  int64_t prefill_stream_min_tokens = -1;
+  bool pin_experts = false;       // page-lock the experts' host copy source
+};
+
+// Left free of the GPU budget when the expert cache takes "the rest".
+inline constexpr uint64_t kExpertCacheMargin = uint64_t{256} << 20;
+
+// The GPU side's state for metrics and logs (zeros on the CPU).
+struct GpuRunnerInfo {
+  bool expert_cache = false;
+  int64_t cache_slots = 0;
+  uint64_t cache_bytes = 0;
+  model::ExpertCacheStats cache_stats;
+  std::vector<int64_t> resident_per_layer;
+  int64_t stream_min_tokens = 0;      // 0: streamed prefill off
+  std::string stream_note;            // how the threshold was set (measured rates, or why off)
 };
 
 class SequenceRunner {
@@ -41,6 +63,8 @@ class SequenceRunner {
   virtual void Clear() = 0;
   // "cpu" or "cuda:<device name>".
   virtual std::string name() const = 0;
+  // Thread-safe (may be called while another thread runs Eval).
+  virtual GpuRunnerInfo gpu_info() const { return {}; }
 };
 
 // InvalidArgument for an unknown backend or KV type; see the file comment.

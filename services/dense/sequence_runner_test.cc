@@ -22,6 +22,14 @@ TEST(SequenceRunnerTest, ChoosesTheBackend) {
   EXPECT_EQ(CreateSequenceRunner(*m, &experts, nullptr, ro).status().code(),
             absl::StatusCode::kInvalidArgument);
   ro.kv_type = "f16";
+  ro.expert_cache_slots = -2;
+  EXPECT_EQ(CreateSequenceRunner(*m, &experts, nullptr, ro).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  ro.expert_cache_slots = -1;
+  ro.prefill_stream_min_tokens = -5;
+  EXPECT_EQ(CreateSequenceRunner(*m, &experts, nullptr, ro).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  ro.prefill_stream_min_tokens = -1;
   auto cpu = CreateSequenceRunner(*m, &experts, nullptr, ro);
   ASSERT_TRUE(cpu.ok()) << cpu.status();
   EXPECT_EQ((*cpu)->name(), "cpu");
@@ -46,6 +54,17 @@ TEST(SequenceRunnerTest, ChoosesTheBackend) {
     ref += double(logits[i]) * logits[i];
   }
   EXPECT_LE(err / ref, 1e-4) << (*any)->name();
+  const GpuRunnerInfo info = (*any)->gpu_info();
+  if ((*any)->name() == "cpu") {
+    EXPECT_FALSE(info.expert_cache);
+  } else {
+    // The automatic cache takes what the budget leaves (a tiny model: all of
+    // its experts fit), and the switch-over was measured or said why not.
+    EXPECT_TRUE(info.expert_cache);
+    EXPECT_GT(info.cache_slots, 0);
+    EXPECT_FALSE(info.stream_note.empty());
+    EXPECT_EQ(info.resident_per_layer.size(), static_cast<size_t>((*m)->n_layer()));
+  }
 
   ro.backend = "cuda";
   auto gpu = CreateSequenceRunner(*m, &experts, nullptr, ro);
