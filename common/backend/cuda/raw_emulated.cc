@@ -201,7 +201,7 @@ bool KvOnDevice(const PagedKv& kv, int64_t n_pos, int64_t first, uint64_t k_used
 constexpr int kAttnWarps = 8;
 constexpr int kChunk = kAttentionChunk;
 
-// AttentionPartialKernel for launch tokens [t0, t0 + nt): every (query head,
+// AttentionPartialKernel (Q8_0 / Q4_0 caches) for launch tokens [t0, t0 + nt): every (query head,
 // token, chunk) partial {max, sum, acc[hd]} written to the split scratch in
 // the kernel's layout, with its arithmetic (query rounded to K's vec_dot
 // type per 32 dimensions; warp w takes positions begin + w, + 8, ...; lane
@@ -288,6 +288,75 @@ void AttentionPartials(const AttentionParams& p, const FormatInfo& f, int64_t t0
   }
 }
 
+// AttentionF16Kernel (F16 cache): llama.cpp's CPU flash attention within
+// each chunk, one (query head, token, chunk) at a time: the positions in
+// order, the query and the V accumulator in f16, the scores summed in
+// DotF16's AVX-512 order (blocks of 64: lanes (j, l) by fma, the pair sums,
+// the 16 -> 1 tree; the rest in double).
+float F16Round(float x) { return codec::HalfToFloat(codec::FloatToHalf(x)); }
+
+float DotF16Order(int hd, const float* k, const float* q) {
+  const int np = hd & ~63;
+  double dot = 0.0;
+  if (np > 0) {
+    float lanes[32];
+    for (int lane = 0; lane < 32; ++lane) {
+      const int jlo = lane >> 4, l16 = lane & 15;
+      float a_lo = 0.0f, a_hi = 0.0f;
+      for (int b = 0; b < np; b += 64) {
+        const int e_lo = b + jlo * 16 + l16, e_hi = e_lo + 32;
+        a_lo = std::fma(k[e_lo], q[e_lo], a_lo);
+        a_hi = std::fma(k[e_hi], q[e_hi], a_hi);
+      }
+      lanes[lane] = a_lo + a_hi;
+    }
+    dot = WarpSum(lanes);
+  }
+  for (int e = np; e < hd; ++e) dot += static_cast<double>(k[e] * q[e]);
+  return static_cast<float>(dot);
+}
+
+void AttentionPartialsF16(const AttentionParams& p, const FormatInfo& f, int64_t t0, int64_t nt,
+                          int n_chunks) {
+  const int hd = p.head_dim, group = p.n_head / p.n_head_kv;
+  std::vector<float> q16(hd), acc(hd), kk(hd), vv(hd);
+  for (int64_t tl = 0; tl < nt; ++tl) {
+    const int64_t t = t0 + tl;
+    const int64_t n_kv = p.pos0 + t + 1;
+    for (int h = 0; h < p.n_head; ++h) {
+      const int64_t col0 = static_cast<int64_t>(h / group) * hd;
+      for (int i = 0; i < hd; ++i) q16[i] = F16Round(p.q[(t * p.n_head + h) * hd + i]);
+      for (int c = 0; c < n_chunks; ++c) {
+        const int64_t begin = static_cast<int64_t>(c) * kChunk;
+        if (begin >= n_kv) break;
+        const int64_t end = std::min<int64_t>(begin + kChunk, n_kv);
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        float m = -INFINITY, sum = 0.0f;
+        for (int64_t pos = begin; pos < end; ++pos) {
+          f.decode(SlotRow(p.kv.k, p.kv, pos, p.kv.k_row_bytes), col0, hd, kk.data());
+          f.decode(SlotRow(p.kv.v, p.kv, pos, p.kv.v_row_bytes), col0, hd, vv.data());
+          const float s = DotF16Order(hd, kk.data(), q16.data()) * p.scale;
+          float ms = 1.0f, vs = 1.0f;
+          if (s > m) {
+            ms = expf(m - s);
+            m = s;
+            for (int i = 0; i < hd; ++i) acc[i] = F16Round(acc[i] * ms);
+          } else {
+            vs = expf(s - m);
+          }
+          for (int i = 0; i < hd; ++i) acc[i] = F16Round(std::fma(vv[i], vs, acc[i]));
+          sum = std::fma(sum, ms, vs);
+        }
+        float* part = p.split_scratch +
+                      ((tl * p.n_head + h) * n_chunks + c) * static_cast<int64_t>(hd + 2);
+        part[0] = m;
+        part[1] = sum;
+        for (int i = 0; i < hd; ++i) part[2 + i] = acc[i];
+      }
+    }
+  }
+}
+
 // AttentionMergeKernel: a token's chunk partials merged in chunk order.
 void AttentionMerge(const AttentionParams& p, int64_t t0, int64_t nt, int n_chunks) {
   const int hd = p.head_dim;
@@ -307,7 +376,7 @@ void AttentionMerge(const AttentionParams& p, int64_t t0, int64_t nt, int n_chun
           o = o * a + pc[2 + e] * b;
           m = m_new;
         }
-        p.out[(t * p.n_head + h) * hd + e] = o / l;
+        p.out[(t * p.n_head + h) * hd + e] = o * (1.0f / l);
       }
     }
   }
@@ -787,7 +856,11 @@ CallResult Attention(const AttentionParams& p, void* stream) {
     if (!Extents().Floats(p.split_scratch, nt * per_token).ok) {
       return Illegal("AttentionPartialKernel<<<>>>");
     }
-    AttentionPartials(p, f, t0, nt, n_chunks);
+    if (p.kv.type == GgmlType::kF16) {
+      AttentionPartialsF16(p, f, t0, nt, n_chunks);
+    } else {
+      AttentionPartials(p, f, t0, nt, n_chunks);
+    }
     AttentionMerge(p, t0, nt, n_chunks);
     t0 += nt;
   }
