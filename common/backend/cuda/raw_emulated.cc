@@ -14,11 +14,13 @@
 // passed as a device one, or an extent past a buffer, is an error here.
 //
 // The numerics follow the .cu files: the same element decoders and activation
-// rounding (block_codec.h), and the kernels' summation orders where they are
-// cheap to reproduce (the mat-vec's lanes and warp butterflies, RmsNorm's
-// thread-strided double sums, attention's warps, chunk partials in the split
+// rounding (block_codec.h), the router's row code (router_row.h), and the
+// kernels' summation orders (the mat-vec's lanes and warp butterflies,
+// RmsNorm's thread-strided double sums, attention's warps or, for an F16
+// cache, llama.cpp's f16 flash-attention order, chunk partials in the split
 // scratch and the in-order chunk merge). Host expf / sqrtf are not the
-// device's, so the results are close to the GPU's, not bit-identical.
+// device's, so the results are close to the GPU's, not bit-identical (with an
+// F16 cache the attention is the CPU reference's to the bit).
 // Thread-safe: the allocation table has a mutex; kernels touch only their
 // arguments.
 #include <algorithm>
@@ -202,11 +204,11 @@ bool KvOnDevice(const PagedKv& kv, int64_t n_pos, int64_t first, uint64_t k_used
 constexpr int kAttnWarps = 8;
 constexpr int kChunk = kAttentionChunk;
 
-// AttentionPartialKernel (Q8_0 / Q4_0 caches) for launch tokens [t0, t0 + nt): every (query head,
-// token, chunk) partial {max, sum, acc[hd]} written to the split scratch in
-// the kernel's layout, with its arithmetic (query rounded to K's vec_dot
-// type per 32 dimensions; warp w takes positions begin + w, + 8, ...; lane
-// sums then the butterfly; warps merged in order).
+// AttentionPartialKernel (Q8_0 / Q4_0 caches) for launch tokens [t0, t0 +
+// nt): every (query head, token, chunk) partial {max, sum, acc[hd]} written
+// to the split scratch in the kernel's layout, with its arithmetic (query
+// rounded to K's vec_dot type per 32 dimensions; warp w takes positions
+// begin + w, + 8, ...; lane sums then the butterfly; warps merged in order).
 void AttentionPartials(const AttentionParams& p, const FormatInfo& f, int64_t t0, int64_t nt,
                        int n_chunks) {
   const int hd = p.head_dim, nv = hd / 32;
