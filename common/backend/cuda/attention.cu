@@ -1,9 +1,10 @@
 // Paged KV cache writes and causal GQA attention over it, decode and prefill
 // alike: the positions of every token in fixed chunks of kAttentionChunk,
-// one thread block per (KV head [and a subgroup of its query heads], token,
-// chunk) writing the chunk's softmax partial, then a merge kernel per
-// (query head, token) combining the chunks in order. Decode at long contexts
-// gets hundreds of blocks; a token's result does not depend on the batch.
+// thread blocks per (KV head [and a subgroup of its query heads] or, for an
+// F16 cache, 8 query heads, token, chunk) writing the chunk's softmax
+// partial, then a merge kernel per (query head, token) combining the chunks
+// in order. Decode at long contexts gets hundreds of blocks; a token's result
+// does not depend on the batch.
 #include <cuda_runtime.h>
 
 #include "common/backend/cuda/internal/block_codec.h"
@@ -180,6 +181,101 @@ __global__ void __launch_bounds__(kWarps * 32) AttentionPartialKernel(AttentionP
   }
 }
 
+// F16 K/V: llama.cpp's CPU flash attention within a chunk (ggml-cpu
+// ggml_compute_forward_flash_attn_ext_f16_one_chunk with F16 K/V, as the CPU
+// reference common/model/internal/attention.h computes it): the chunk's
+// positions in order, the query rounded to f16, V accumulated in an f16
+// accumulator (rounded after every scale and multiply-add), scores summed in
+// DotF16's AVX-512 order. llama.cpp's f16 accumulator loses precision that
+// an f32 one keeps, but a different rounding at every position made the
+// hidden states drift from llama.cpp's by ~1e-7 (NMSE) per layer, enough to
+// flip near-tied router choices (qwen3moe f16 fixture) and the Q8_K
+// rounding of later activations (q2_k fixture). Block (x, t, c): warp w
+// computes query head x * kWarps + w of launch token t over chunk c
+// (sequential over the positions, so one warp per head); lane l holds
+// dimensions l, l + 32, ... of the accumulator. The chunk's state {max, sum,
+// acc} goes to the split scratch as the generic kernel's; for a context of
+// one chunk the merge then gives llama.cpp's acc * (1 / sum).
+//
+// DotF16 order: over blocks of 64 dimensions, accumulator (j, l) (j < 4, l <
+// 16) sums element 16 j + l by fma; lane L holds (L / 16, L % 16) and (L /
+// 16 + 2, L % 16), adds its two (acc0 + acc2 | acc1 + acc3), then the
+// xor-shuffle tree 16, 8, 4, 2, 1 is GGML_F32Cx16_REDUCE's order; the
+// dimensions past a multiple of 64 are added in double, in order.
+template <int NV>
+__global__ void __launch_bounds__(kWarps * 32) AttentionF16Kernel(AttentionParams p, int64_t t0,
+                                                                int n_chunks) {
+  constexpr int hd = NV * 32;
+  constexpr int np = hd & ~63;  // dimensions in whole blocks of 64
+  __shared__ float sq[kWarps][hd];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int h = blockIdx.x * kWarps + warp;
+  if (h >= p.n_head) return;  // whole warps; no block barrier below
+  const int64_t t = t0 + blockIdx.y;
+  const int c = blockIdx.z;
+  const int64_t n_kv = p.pos0 + t + 1;
+  const int64_t begin = static_cast<int64_t>(c) * kChunk;
+  if (begin >= n_kv) return;
+  const int64_t end = begin + kChunk < n_kv ? begin + kChunk : n_kv;
+  const int kvh = h / (p.n_head / p.n_head_kv);
+  const float* q = p.q + (t * p.n_head + h) * hd;
+  for (int j = 0; j < NV; ++j) {
+    sq[warp][lane + 32 * j] = codec::HalfToFloat(codec::FloatToHalf(q[lane + 32 * j]));
+  }
+  __syncwarp();
+  const int jlo = lane >> 4, l16 = lane & 15;
+  float acc[NV];
+#pragma unroll
+  for (int j = 0; j < NV; ++j) acc[j] = 0.0f;
+  float m = -INFINITY, sum = 0.0f;
+  const int64_t col0 = static_cast<int64_t>(kvh) * hd;
+  for (int64_t pos = begin; pos < end; ++pos) {
+    const uint8_t* krow = SlotRow(p.kv.k, p.kv, pos, p.kv.k_row_bytes);
+    const uint8_t* vrow = SlotRow(p.kv.v, p.kv, pos, p.kv.v_row_bytes);
+    double dot = 0.0;
+    if constexpr (np > 0) {
+      float a_lo = 0.0f, a_hi = 0.0f;
+#pragma unroll
+      for (int b = 0; b < np; b += 64) {
+        const int e_lo = b + jlo * 16 + l16, e_hi = e_lo + 32;
+        a_lo = fmaf(DecodeRowElement<GgmlType::kF16>(krow, col0 + e_lo), sq[warp][e_lo], a_lo);
+        a_hi = fmaf(DecodeRowElement<GgmlType::kF16>(krow, col0 + e_hi), sq[warp][e_hi], a_hi);
+      }
+      float x = a_lo + a_hi;
+      for (int off = 16; off > 0; off >>= 1) x += __shfl_xor_sync(0xFFFFFFFFu, x, off);
+      dot = x;
+    }
+#pragma unroll
+    for (int e = np; e < hd; ++e) {
+      dot += static_cast<double>(DecodeRowElement<GgmlType::kF16>(krow, col0 + e) * sq[warp][e]);
+    }
+    const float s = static_cast<float>(dot) * p.scale;
+    float ms = 1.0f, vs = 1.0f;
+    if (s > m) {  // uniform across the warp
+      ms = expf(m - s);
+      m = s;
+#pragma unroll
+      for (int j = 0; j < NV; ++j) acc[j] = codec::HalfToFloat(codec::FloatToHalf(acc[j] * ms));
+    } else {
+      vs = expf(s - m);
+    }
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+      const float v = DecodeRowElement<GgmlType::kF16>(vrow, col0 + lane + 32 * j);
+      acc[j] = codec::HalfToFloat(codec::FloatToHalf(fmaf(v, vs, acc[j])));
+    }
+    sum = fmaf(sum, ms, vs);
+  }
+  float* part = p.split_scratch +
+                ((static_cast<int64_t>(blockIdx.y) * p.n_head + h) * n_chunks + c) * (hd + 2);
+  if (lane == 0) {
+    part[0] = m;
+    part[1] = sum;
+  }
+#pragma unroll
+  for (int j = 0; j < NV; ++j) part[2 + lane + 32 * j] = acc[j];
+}
+
 // out[t][h] = the chunk partials of (t, h) merged in chunk order (online).
 __global__ void AttentionMergeKernel(AttentionParams p, int64_t t0, int n_chunks) {
   const int h = blockIdx.x;
@@ -200,7 +296,7 @@ __global__ void AttentionMergeKernel(AttentionParams p, int64_t t0, int n_chunks
       o = o * a + pc[2 + e] * b;
       m = m_new;
     }
-    p.out[(t * p.n_head + h) * hd + e] = o / l;
+    p.out[(t * p.n_head + h) * hd + e] = o * (1.0f / l);  // as llama.cpp: acc * (1 / sum)
   }
 }
 
@@ -236,6 +332,30 @@ cudaError_t LaunchPartialHg(const AttentionParams& p, int64_t t0, int64_t nt, in
   }
 }
 
+template <int NV>
+cudaError_t LaunchF16Nv(const AttentionParams& p, int64_t t0, int64_t nt, int n_chunks,
+                        cudaStream_t s) {
+  const dim3 grid(static_cast<unsigned>((p.n_head + kWarps - 1) / kWarps),
+                  static_cast<unsigned>(nt), static_cast<unsigned>(n_chunks));
+  AttentionF16Kernel<NV><<<grid, kWarps * 32, 0, s>>>(p, t0, n_chunks);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchF16(const AttentionParams& p, int64_t t0, int64_t nt, int n_chunks,
+                      cudaStream_t s) {
+  switch (p.head_dim / 32) {
+    case 1: return LaunchF16Nv<1>(p, t0, nt, n_chunks, s);
+    case 2: return LaunchF16Nv<2>(p, t0, nt, n_chunks, s);
+    case 3: return LaunchF16Nv<3>(p, t0, nt, n_chunks, s);
+    case 4: return LaunchF16Nv<4>(p, t0, nt, n_chunks, s);
+    case 5: return LaunchF16Nv<5>(p, t0, nt, n_chunks, s);
+    case 6: return LaunchF16Nv<6>(p, t0, nt, n_chunks, s);
+    case 7: return LaunchF16Nv<7>(p, t0, nt, n_chunks, s);
+    case 8: return LaunchF16Nv<8>(p, t0, nt, n_chunks, s);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
 template <GgmlType F>
 CallResult LaunchAttention(const AttentionParams& p, cudaStream_t s) {
   const int hd = p.head_dim;
@@ -250,16 +370,20 @@ CallResult LaunchAttention(const AttentionParams& p, cudaStream_t s) {
     if (nt > p.n_tok - t0) nt = p.n_tok - t0;
     if (nt > 65535) nt = 65535;
     cudaError_t e = cudaErrorInvalidValue;
-    switch (hd / 32) {
-      case 1: e = LaunchPartialHg<F, 1>(p, t0, nt, n_chunks, s); break;
-      case 2: e = LaunchPartialHg<F, 2>(p, t0, nt, n_chunks, s); break;
-      case 3: e = LaunchPartialHg<F, 3>(p, t0, nt, n_chunks, s); break;
-      case 4: e = LaunchPartialHg<F, 4>(p, t0, nt, n_chunks, s); break;
-      case 5: e = LaunchPartialHg<F, 5>(p, t0, nt, n_chunks, s); break;
-      case 6: e = LaunchPartialHg<F, 6>(p, t0, nt, n_chunks, s); break;
-      case 7: e = LaunchPartialHg<F, 7>(p, t0, nt, n_chunks, s); break;
-      case 8: e = LaunchPartialHg<F, 8>(p, t0, nt, n_chunks, s); break;
-      default: break;
+    if constexpr (F == GgmlType::kF16) {
+      e = LaunchF16(p, t0, nt, n_chunks, s);
+    } else {
+      switch (hd / 32) {
+        case 1: e = LaunchPartialHg<F, 1>(p, t0, nt, n_chunks, s); break;
+        case 2: e = LaunchPartialHg<F, 2>(p, t0, nt, n_chunks, s); break;
+        case 3: e = LaunchPartialHg<F, 3>(p, t0, nt, n_chunks, s); break;
+        case 4: e = LaunchPartialHg<F, 4>(p, t0, nt, n_chunks, s); break;
+        case 5: e = LaunchPartialHg<F, 5>(p, t0, nt, n_chunks, s); break;
+        case 6: e = LaunchPartialHg<F, 6>(p, t0, nt, n_chunks, s); break;
+        case 7: e = LaunchPartialHg<F, 7>(p, t0, nt, n_chunks, s); break;
+        case 8: e = LaunchPartialHg<F, 8>(p, t0, nt, n_chunks, s); break;
+        default: break;
+      }
     }
     if (e != cudaSuccess) return {e, "AttentionPartialKernel<<<>>>"};
     AttentionMergeKernel<<<dim3(static_cast<unsigned>(p.n_head), static_cast<unsigned>(nt)),

@@ -650,6 +650,10 @@ TEST(CudaStreamedPrefillTest, MeasuredSwitchOverSetsTheThreshold) {
 }
 
 TEST(CudaForwardNoDeviceTest, CreateCudaDeviceIsUnavailableWithoutAGpu) {
+#ifdef MOESPLIT_CUDA_EMULATED
+  GTEST_SKIP() << "the host emulation always has its one device; the no-device answer is "
+                  "checked by the device build (cuda_forward_test) on machines without a GPU";
+#endif
   auto d = CreateCudaDevice(0);
   if (d.ok()) GTEST_SKIP() << "a CUDA device is present";
   EXPECT_EQ(d.status().code(), absl::StatusCode::kUnavailable) << d.status();

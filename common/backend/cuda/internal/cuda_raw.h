@@ -181,11 +181,18 @@ struct AttentionParams {
   int64_t split_scratch_elems = 0;
 };
 // Causal softmax(q . K^T * scale) . V per head, GQA (query head h reads KV
-// head h / (n_head / n_head_kv)); f32 math, online softmax. The positions
-// of every token are split into chunks of kAttentionChunk: one block per (KV
-// head or a subgroup of its query heads, token, chunk) computes the chunk's
-// partial (each K/V row decoded once for the query heads sharing it), a
-// second kernel merges a token's chunks in order. Decode over a long context
+// head h / (n_head / n_head_kv)), online softmax. The positions of every
+// token are split into chunks of kAttentionChunk; each chunk's partial {max,
+// sum, acc} is computed, then a second kernel merges a token's chunks in
+// order (f32) and returns acc * (1 / sum).
+//   F16 cache: within a chunk, llama.cpp's CPU flash attention (as the CPU
+//   reference, common/model/internal/attention.h): the positions in order,
+//   query and V accumulator in f16, scores summed in DotF16's order. Up to
+//   kAttentionChunk positions the result is the CPU reference's but for the
+//   last bits of the device's expf. One warp per (query head, token, chunk).
+//   Q8_0 / Q4_0 caches: f32 math, one block per (KV head or a subgroup of
+//   its query heads, token, chunk), each K/V row decoded once for the query
+//   heads sharing it, the positions spread over 8 warps. Decode over a long context
 // thus spreads over hundreds of blocks, and a token's result is the same in
 // any batch (prefill, micro-batches and decode agree bit for bit).
 inline constexpr int kAttentionChunk = 256;

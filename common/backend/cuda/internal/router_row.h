@@ -1,0 +1,54 @@
+// The MoE router's arithmetic for one row of expert logits, written once for
+// the kernel (router.cu, one thread per row) and the host emulation
+// (raw_emulated.cc): softmax (max, exp, sum in double, scale by the
+// reciprocal), then k passes that each pick the best (value, -id) strictly
+// below the previous pick (ties -> lower id), then the optional
+// renormalisation. Thread-safe: a pure function.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "common/backend/cuda/internal/block_codec.h"  // MS_HD
+
+namespace moesplit::cuda::codec {
+
+// p: n_expert logits, overwritten by the probabilities; ids / weights: k
+// entries. REQUIRES: 1 <= k <= n_expert.
+MS_HD void SelectExpertsRow(float* p, int n_expert, int k, bool normalize, int32_t* ids,
+                            float* weights) {
+  float max = -INFINITY;
+  for (int e = 0; e < n_expert; ++e) max = fmaxf(max, p[e]);
+  double sum = 0.0;
+  for (int e = 0; e < n_expert; ++e) {
+    p[e] = expf(p[e] - max);
+    sum += p[e];
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int e = 0; e < n_expert; ++e) p[e] *= inv;
+  float prev_v = INFINITY;
+  int prev_id = -1;
+  float wsum = 0.0f;
+  for (int i = 0; i < k; ++i) {
+    int best = -1;
+    float best_v = -INFINITY;
+    for (int e = 0; e < n_expert; ++e) {
+      const float v = p[e];
+      const bool below = v < prev_v || (v == prev_v && e > prev_id);
+      if (below && (best < 0 || v > best_v)) {
+        best = e;
+        best_v = v;
+      }
+    }
+    ids[i] = best;
+    weights[i] = best_v;
+    wsum += best_v;
+    prev_v = best_v;
+    prev_id = best;
+  }
+  if (normalize) {
+    for (int i = 0; i < k; ++i) weights[i] /= wsum;
+  }
+}
+
+}  // namespace moesplit::cuda::codec
