@@ -70,7 +70,7 @@ run_test cuda_device_test 60
 run_test cuda_ops_test 120
 run_test cuda_forward_test 180
 run_test sequence_runner_test 60
-grep -E 'case [0-9]|prefill:|KV Q|expert cache' "$LOGS/cuda_forward_test.log" | sed 's/^/    /' | tee -a "$SUMMARY"
+grep -E 'case [0-9]|prefill:|KV Q|expert cache|dynamic cache|streamed|switch-over' "$LOGS/cuda_forward_test.log" | sed 's/^/    /' | tee -a "$SUMMARY"
 
 # Benchmark: generate the model once (kept in /dev/shm for a rerun), then run.
 left=$(( 450 - ($(date +%s) - T0) ))

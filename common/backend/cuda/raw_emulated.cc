@@ -27,6 +27,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -45,6 +46,8 @@ constexpr int kMemoryAllocation = 2;      // cudaErrorMemoryAllocation
 constexpr int kNoDevice = 100;            // cudaErrorNoDevice
 constexpr int kInvalidDevice = 101;       // cudaErrorInvalidDevice
 constexpr int kIllegalAddress = 700;      // cudaErrorIllegalAddress
+constexpr int kAlreadyRegistered = 712;   // cudaErrorHostMemoryAlreadyRegistered
+constexpr int kNotRegistered = 713;       // cudaErrorHostMemoryNotRegistered
 constexpr uint64_t kAlign = 256;
 
 uint64_t EmulatedTotal() {
@@ -412,6 +415,8 @@ const char* ErrorString(int code) {
     case kMemoryAllocation: return "out of memory (emulated device)";
     case kNoDevice: return "no CUDA-capable device is detected";
     case kInvalidDevice: return "invalid device ordinal";
+    case kAlreadyRegistered: return "part or all of the requested memory range is already mapped";
+    case kNotRegistered: return "pointer does not correspond to a registered memory region";
     case kIllegalAddress:
       return "an illegal memory access was encountered (emulated: a device pointer outside "
              "every live allocation)";
@@ -468,6 +473,43 @@ CallResult MallocHost(void** p, size_t bytes) {
   return {*p != nullptr ? kSuccess : kMemoryAllocation, "cudaMallocHost"};
 }
 void FreeHost(void* p) { std::free(p); }
+
+// Registered host ranges (address -> bytes): registering overlapping ranges
+// or unregistering an unknown one fails as with the real runtime.
+struct Registered {
+  std::mutex mu;
+  std::map<uintptr_t, uint64_t> ranges;
+};
+Registered& Reg() {
+  static Registered* r = new Registered;
+  return *r;
+}
+
+CallResult HostRegister(void* p, size_t bytes, bool read_only) {
+  (void)read_only;
+  if (p == nullptr || bytes == 0 || OnDevice(p, 1)) return {kInvalidValue, "cudaHostRegister"};
+  Registered& r = Reg();
+  std::lock_guard<std::mutex> lock(r.mu);
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  auto next = r.ranges.lower_bound(a);
+  if (next != r.ranges.end() && next->first < a + bytes) {
+    return {kAlreadyRegistered, "cudaHostRegister"};
+  }
+  if (next != r.ranges.begin() && std::prev(next)->first + std::prev(next)->second > a) {
+    return {kAlreadyRegistered, "cudaHostRegister"};
+  }
+  r.ranges[a] = bytes;
+  return {kSuccess, "cudaHostRegister"};
+}
+
+CallResult HostUnregister(void* p) {
+  Registered& r = Reg();
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (r.ranges.erase(reinterpret_cast<uintptr_t>(p)) == 0) {
+    return {kNotRegistered, "cudaHostUnregister"};
+  }
+  return {kSuccess, "cudaHostUnregister"};
+}
 
 CallResult Memset(void* p, int value, size_t bytes, void* stream) {
   if (bytes > 0 && !OnDevice(p, bytes)) return {kInvalidValue, "cudaMemsetAsync"};
