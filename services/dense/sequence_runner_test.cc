@@ -1,5 +1,7 @@
 #include "services/dense/sequence_runner.h"
 
+#include <cstdio>
+
 #include "common/model/testing/tiny_model.h"
 #include "gtest/gtest.h"
 
@@ -55,6 +57,10 @@ TEST(SequenceRunnerTest, ChoosesTheBackend) {
   }
   EXPECT_LE(err / ref, 1e-4) << (*any)->name();
   const GpuRunnerInfo info = (*any)->gpu_info();
+  std::printf("runner %s: expert cache %s (%lld slots), streamed prefill from %lld tokens (%s)\n",
+              (*any)->name().c_str(), info.expert_cache ? "on" : "off",
+              static_cast<long long>(info.cache_slots),
+              static_cast<long long>(info.stream_min_tokens), info.stream_note.c_str());
   if ((*any)->name() == "cpu") {
     EXPECT_FALSE(info.expert_cache);
   } else {

@@ -4,6 +4,8 @@
 #include <climits>
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <future>
 
 #include "absl/strings/str_cat.h"
 #include "common/backend/cuda/cuda_backend.h"
@@ -553,7 +555,7 @@ absl::Status CudaForward::EvalChunk(absl::Span<const int32_t> tokens, int64_t po
     RETURN_IF_ERROR(Attention(il, n, pos0, cache));
     RETURN_IF_ERROR(MoeFfn(il, n));
   }
-  if (expert_cache_ != nullptr) RETURN_IF_ERROR(expert_cache_->EndStep(stream_.get()));
+  if (expert_cache_ != nullptr) expert_cache_->EndStep();
   return absl::OkStatus();
 }
 
@@ -682,18 +684,36 @@ absl::Status CudaForward::MoeFfn(int il, int64_t n) {
                                               call.weights[i]));
     }
   }
-  RETURN_IF_ERROR(GpuExperts(il, &call));
+  // When the layer streams experts, the host's share starts on another
+  // thread before the streamed copies are queued (from pageable memory,
+  // queueing them blocks this thread while the bytes are staged).
+  model::ExpertResult res;
+  double host_call_s = 0;
+  std::future<absl::Status> host_done;  // declared after call and res: joined first
+  auto start_host = [&] {
+    host_done = std::async(std::launch::async, [this, &call, &res, &host_call_s] {
+      const auto t0 = SteadyClock::now();
+      absl::Status st = experts_->Compute(call, &res);
+      host_call_s = SecondsSince(t0);
+      return st;
+    });
+  };
+  RETURN_IF_ERROR(GpuExperts(il, &call, start_host));
   if (predict) {
     const int32_t* pred = static_cast<const int32_t*>(ws.pin_pred_ids->data());
     RETURN_IF_ERROR(expert_cache_->Prefetch(il + 1, absl::MakeConstSpan(pred, n * k)));
   }
   stats_.expert_cache_misses += call.expert_ids.size();
   stats_.host_seconds += SecondsSince(t_host);
-  if (call.expert_ids.empty()) return absl::OkStatus();  // every pair hit the cache
-  model::ExpertResult res;
-  const auto t0 = SteadyClock::now();
-  RETURN_IF_ERROR(experts_->Compute(call, &res));
-  stats_.expert_seconds += SecondsSince(t0);
+  if (call.expert_ids.empty()) return absl::OkStatus();  // every pair ran on the GPU
+  if (host_done.valid()) {
+    RETURN_IF_ERROR(host_done.get());
+  } else {
+    const auto t0 = SteadyClock::now();
+    RETURN_IF_ERROR(experts_->Compute(call, &res));
+    host_call_s = SecondsSince(t0);
+  }
+  stats_.expert_seconds += host_call_s;
   stats_.expert_calls++;
   t_host = SteadyClock::now();
   if (res.call_id != call.call_id || res.partial.size() != static_cast<size_t>(n * d)) {
@@ -708,7 +728,8 @@ absl::Status CudaForward::MoeFfn(int il, int64_t n) {
   return absl::OkStatus();
 }
 
-absl::Status CudaForward::GpuExperts(int il, model::ExpertCall* call) {
+absl::Status CudaForward::GpuExperts(int il, model::ExpertCall* call,
+                                     const std::function<void()>& start_host) {
   GpuExpertCache* cache = expert_cache_.get();
   const int64_t n = call->n_tokens;
   const int64_t threshold = options_.stream_min_tokens;
@@ -750,6 +771,11 @@ absl::Status CudaForward::GpuExperts(int il, model::ExpertCall* call) {
       }
     }
     RETURN_IF_ERROR(cache->UploadAdmissions(from_host));
+    if (from_host.size() != admitted.size()) {
+      // Slots the compute stream fills from staging below: after every
+      // upload queued so far (one may target the same slot).
+      RETURN_IF_ERROR(cache->OrderAfterUploads(stream_.get()));
+    }
   }
   // The host's share, and the GPU's rows grouped by expert (ascending id).
   std::vector<uint32_t> offsets(n + 1, 0);
@@ -765,6 +791,11 @@ absl::Status CudaForward::GpuExperts(int il, model::ExpertCall* call) {
   }
   const uint64_t n_gpu = call->expert_ids.size() - ids.size();
   if (n_gpu == 0) return absl::OkStatus();
+  // From here `call` is the host's share.
+  call->token_offsets = std::move(offsets);
+  call->expert_ids = std::move(ids);
+  call->weights = std::move(weights);
+  if (streams && !call->expert_ids.empty() && start_host) start_host();
   Workspace& ws = *ws_;
   void* s = stream_->native();
   int32_t* pin_idx = static_cast<int32_t*>(ws.pin_ex_idx->data());
@@ -814,9 +845,6 @@ absl::Status CudaForward::GpuExperts(int il, model::ExpertCall* call) {
     off += cnt;
   }
   stats_.expert_cache_hits += cached_pairs;
-  call->token_offsets = std::move(offsets);
-  call->expert_ids = std::move(ids);
-  call->weights = std::move(weights);
   return absl::OkStatus();
 }
 

@@ -40,6 +40,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -209,7 +210,10 @@ class CudaForward {
   // Computes the entries of `call` whose expert is resident in the cache or
   // streamed on the GPU (x += w * E(h)), removes them from `call`, and
   // drives the cache's policy for layer il.
-  absl::Status GpuExperts(int il, model::ExpertCall* call);
+  // start_host (may be empty) is called once the call holds only the host's
+  // share, before streamed copies are queued.
+  absl::Status GpuExperts(int il, model::ExpertCall* call,
+                          const std::function<void()>& start_host);
   // Queues x[rows] += w * E(h[rows]) for the `cnt` rows at ws.ex_idx + off.
   absl::Status ExpertOnGpu(const GpuExpertCache::Weights& w, int64_t off, int64_t cnt);
   absl::Status Head(int64_t first, int64_t rows, float* out);

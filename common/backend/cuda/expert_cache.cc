@@ -100,8 +100,11 @@ absl::StatusOr<std::unique_ptr<GpuExpertCache>> GpuExpertCache::Create(
   for (auto& e : c->ready_) {
     ASSIGN_OR_RETURN(e, device->CreateEvent());
   }
-  c->pending_.assign(m.n_layer(), false);
+  c->want_.assign(m.n_layer(), 0);
+  c->waited_.assign(m.n_layer(), 0);
   ASSIGN_OR_RETURN(c->copies_, device->CreateEvent());
+  GpuExpertCache* self = c.get();
+  c->uploader_ = std::thread([self] { self->UploaderLoop(); });
   c->Publish();
   return c;
 }
@@ -135,6 +138,7 @@ absl::Status GpuExpertCache::Preload(absl::Span<const ExpertKey> resident) {
     all.insert(all.end(), admitted.begin(), admitted.end());
   }
   RETURN_IF_ERROR(UploadAdmissions(all));
+  RETURN_IF_ERROR(WaitIssued(queued_seq_));
   RETURN_IF_ERROR(copy_->Synchronize());
   // The preload is not traffic: counters start at zero.
   policy_.ResetStats();
@@ -144,15 +148,77 @@ absl::Status GpuExpertCache::Preload(absl::Span<const ExpertKey> resident) {
 }
 
 GpuExpertCache::~GpuExpertCache() {
+  if (uploader_.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(qmu_);
+      stop_ = true;
+    }
+    qcv_.notify_all();
+    uploader_.join();
+  }
   if (copy_ != nullptr) copy_->Synchronize().IgnoreError();
 }
 
+void GpuExpertCache::UploaderLoop() {
+  for (;;) {
+    Job job;
+    {
+      std::unique_lock<std::mutex> lock(qmu_);
+      qcv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stop_ and nothing left
+      job = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    absl::Status st;
+    {
+      std::lock_guard<std::mutex> lock(qmu_);
+      st = upload_error_;
+    }
+    // After a failure nothing more is copied (the error is reported to the
+    // forward at its next call); the jobs are still marked issued.
+    if (st.ok()) {
+      std::vector<bool> touched(ready_.size(), false);
+      for (const model::ExpertAdmission& a : job.admitted) {
+        uint64_t off = static_cast<uint64_t>(a.slot) * slot_bytes_;
+        for (const model::ExpertTensorView* v : Parts(model_->layer(a.layer))) {
+          if (st.ok()) st = copy_->CopyToDevice(*slots_, off, v->Expert(a.expert).data, v->expert_bytes);
+          off += v->expert_bytes;
+        }
+        touched[a.layer] = true;
+      }
+      for (size_t l = 0; l < touched.size() && st.ok(); ++l) {
+        if (touched[l]) st = copy_->Record(*ready_[l]);
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(qmu_);
+      if (!st.ok() && upload_error_.ok()) upload_error_ = st;
+      issued_seq_ = job.seq;
+    }
+    qcv_.notify_all();
+  }
+}
+
+absl::Status GpuExpertCache::WaitIssued(uint64_t seq) {
+  std::unique_lock<std::mutex> lock(qmu_);
+  qcv_.wait(lock, [&] { return issued_seq_ >= seq; });
+  return upload_error_;
+}
+
 absl::Status GpuExpertCache::WaitReady(int layer, backend::Stream* compute) {
-  if (layer < 0 || layer >= static_cast<int>(pending_.size()) || !pending_[layer]) {
+  if (layer < 0 || layer >= static_cast<int>(want_.size()) || want_[layer] <= waited_[layer]) {
     return absl::OkStatus();
   }
-  pending_[layer] = false;
+  RETURN_IF_ERROR(WaitIssued(want_[layer]));
+  waited_[layer] = want_[layer];
   return compute->Wait(*ready_[layer]);
+}
+
+absl::Status GpuExpertCache::OrderAfterUploads(backend::Stream* compute) {
+  RETURN_IF_ERROR(WaitIssued(queued_seq_));
+  // The uploader is idle now (only this thread queues): its stream is ours.
+  RETURN_IF_ERROR(copy_->Record(*copies_));
+  return compute->Wait(*copies_);
 }
 
 absl::Status GpuExpertCache::Access(int layer, absl::Span<const int32_t> experts,
@@ -167,30 +233,24 @@ absl::Status GpuExpertCache::Prefetch(int layer, absl::Span<const int32_t> exper
   return UploadAdmissions(admitted);
 }
 
-absl::Status GpuExpertCache::EndStep(backend::Stream* compute) {
+void GpuExpertCache::EndStep() {
   policy_.EndStep();
   Publish();
-  RETURN_IF_ERROR(copy_->Record(*copies_));
-  return compute->Wait(*copies_);
 }
 
 absl::Status GpuExpertCache::UploadAdmissions(
     absl::Span<const model::ExpertAdmission> admitted) {
-  std::vector<bool> touched(pending_.size(), false);
-  for (const model::ExpertAdmission& a : admitted) {
-    uint8_t* dst = slot(a.slot);
-    uint64_t off = static_cast<uint64_t>(dst - static_cast<uint8_t*>(slots_->data()));
-    for (const model::ExpertTensorView* v : Parts(model_->layer(a.layer))) {
-      RETURN_IF_ERROR(copy_->CopyToDevice(*slots_, off, v->Expert(a.expert).data, v->expert_bytes));
-      off += v->expert_bytes;
-    }
-    touched[a.layer] = true;
+  if (admitted.empty()) return absl::OkStatus();
+  Job job;
+  job.admitted.assign(admitted.begin(), admitted.end());
+  {
+    std::lock_guard<std::mutex> lock(qmu_);
+    RETURN_IF_ERROR(upload_error_);
+    job.seq = ++queued_seq_;
+    for (const model::ExpertAdmission& a : admitted) want_[a.layer] = job.seq;
+    queue_.push_back(std::move(job));
   }
-  for (size_t l = 0; l < touched.size(); ++l) {
-    if (!touched[l]) continue;
-    RETURN_IF_ERROR(copy_->Record(*ready_[l]));
-    pending_[l] = true;
-  }
+  qcv_.notify_all();
   return absl::OkStatus();
 }
 

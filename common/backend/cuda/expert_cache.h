@@ -11,22 +11,26 @@
 //      of the layer's slots that are still in flight;
 //   3. Access(layer, routed ids): the policy counts hits and misses and
 //      admits missed experts that now win a slot; their weights are copied
-//      host -> device on the cache's own copy stream (overlapping the CPU
-//      experts and the next layers) unless the caller has them on the device
-//      already (streamed prefill: CopyFromDevice on the compute stream);
+//      host -> device (UploadAdmissions) unless the caller has them on the
+//      device already (streamed prefill: CopyFromDevice on the compute
+//      stream). Uploads are issued by the cache's own uploader thread on its
+//      own copy stream: from pageable memory cudaMemcpyAsync blocks the
+//      issuing thread while it stages the bytes, so the forward's thread
+//      never issues them and goes on (CPU experts, next layers);
 //   4. Prefetch(layer + 1, predicted ids): the same for the next layer's
 //      predicted experts (its router applied to this layer's hidden state);
-//   5. EndStep(compute) after the step: the policy decays and unpins, and
-//      the compute stream's later work waits for every copy queued so far
-//      (a slot refilled on the compute stream in the next step must not race
-//      a copy into it still in flight on the copy stream).
+//   5. EndStep() after the step: the policy decays and unpins.
 //
 // Hazards: a slot is only ever overwritten for an expert the policy admits,
 // and the policy never evicts an expert touched in the current step (pinned),
 // while CudaForward synchronises its compute stream at the start of every
 // step: no kernel in flight reads a slot that a copy overwrites. A copy into
 // a slot of layer l is followed by an event that the compute stream waits
-// for before it next computes layer l (WaitReady).
+// for before it next computes layer l (WaitReady waits on the host until the
+// uploader has issued that copy, then orders the compute stream after it).
+// Before the compute stream writes a slot itself (CopyFromDevice), the
+// caller calls OrderAfterUploads: every upload issued so far (possibly to
+// the same slot for an earlier occupant) comes first.
 //
 // Host source: the model's expert tensors (the GGUF mapping, or any host
 // view with the GGUF layout). Copies from pageable memory are slower than
@@ -39,9 +43,12 @@
 // may be called from any thread.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -116,11 +123,14 @@ class GpuExpertCache {
   absl::Status Access(int layer, absl::Span<const int32_t> experts,
                       std::vector<model::ExpertAdmission>* admitted);
   absl::Status Prefetch(int layer, absl::Span<const int32_t> experts);
-  absl::Status EndStep(backend::Stream* compute);
+  void EndStep();
 
   // Copies the host weights of each admission into its slot on the copy
   // stream and marks the layer for WaitReady.
   absl::Status UploadAdmissions(absl::Span<const model::ExpertAdmission> admitted);
+  // Orders `compute` after every upload queued so far (waits on the host
+  // until the uploader has issued them). Call before CopyFromDevice.
+  absl::Status OrderAfterUploads(backend::Stream* compute);
   // Fills the slot of an admitted (layer, expert) from `src` (SlotBytes of
   // device memory holding that expert at WeightsAt's layout), on `stream`.
   absl::Status CopyFromDevice(int layer, int expert, const void* src, backend::Stream* stream);
@@ -144,6 +154,10 @@ class GpuExpertCache {
       : model_(std::move(model)), policy_(std::move(policy)), options_(options) {}
   uint8_t* slot(int64_t s) const { return static_cast<uint8_t*>(slots_->data()) + s * slot_bytes_; }
   void Publish();
+  // The uploader thread: issues the copies of queued admissions in order.
+  void UploaderLoop();
+  // Waits until the uploader has issued job `seq`; its first error if any.
+  absl::Status WaitIssued(uint64_t seq);
 
   std::shared_ptr<const model::Model> model_;
   model::ExpertCache policy_;
@@ -152,10 +166,24 @@ class GpuExpertCache {
   uint64_t slot_bytes_ = 0;
   int64_t n_ff_ = 0;
   std::unique_ptr<backend::Buffer> slots_;
-  std::unique_ptr<backend::Stream> copy_;
-  std::vector<std::unique_ptr<backend::Event>> ready_;  // per layer
-  std::vector<bool> pending_;                           // per layer: copies since WaitReady
-  std::unique_ptr<backend::Event> copies_;              // end of the step's copies
+  std::unique_ptr<backend::Stream> copy_;               // the uploader's (and OrderAfterUploads')
+  std::vector<std::unique_ptr<backend::Event>> ready_;  // per layer, recorded by the uploader
+  std::unique_ptr<backend::Event> copies_;              // OrderAfterUploads' mark
+  // Forward thread only: per layer, the last upload job touching it and the
+  // last one the compute stream was ordered after.
+  std::vector<uint64_t> want_, waited_;
+  // The uploader's queue (guarded by qmu_).
+  struct Job {
+    uint64_t seq = 0;
+    std::vector<model::ExpertAdmission> admitted;
+  };
+  std::mutex qmu_;
+  std::condition_variable qcv_;
+  std::deque<Job> queue_;
+  uint64_t queued_seq_ = 0, issued_seq_ = 0;
+  absl::Status upload_error_;
+  bool stop_ = false;
+  std::thread uploader_;
   mutable std::mutex mu_;
   GpuExpertCacheSnapshot published_;                    // guarded by mu_
 };
