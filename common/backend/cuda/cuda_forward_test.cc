@@ -259,24 +259,41 @@ INSTANTIATE_TEST_SUITE_P(
       return i.param.arch + "_" + std::string(GgmlTypeName(i.param.type));
     });
 
-class CudaForwardTest : public ::testing::Test {
+// A GPU (skips without one) and a tiny generated model with its in-process
+// experts; forwards made on demand.
+class CudaTinyTest : public ::testing::Test {
  protected:
   void SetUp() override {
     gpu_ = Gpu();
     if (gpu_ == nullptr) GTEST_SKIP() << "no CUDA device";
-    auto m = model::testing::MakeTinyModel(Tiny("qwen3moe", GgmlType::kQ8_0));
+  }
+  // Use with ASSERT_NO_FATAL_FAILURE.
+  void Load(const model::testing::TinyModelOptions& o) {
+    auto m = model::testing::MakeTinyModel(o);
     ASSERT_TRUE(m.ok()) << m.status();
     model_ = *m;
     experts_ = std::make_unique<model::InProcessExperts>(model::ExpertStore(model_), nullptr);
   }
+  absl::StatusOr<std::unique_ptr<CudaForward>> Create(const CudaForwardOptions& o) {
+    return CudaForward::Create(model_, experts_.get(), gpu_.get(), o);
+  }
   std::unique_ptr<CudaForward> Make(CudaForwardOptions o) {
-    auto f = CudaForward::Create(model_, experts_.get(), gpu_.get(), o);
+    auto f = Create(o);
     EXPECT_TRUE(f.ok()) << f.status();
     return f.ok() ? std::move(*f) : nullptr;
   }
   std::unique_ptr<backend::Device> gpu_;
   std::shared_ptr<const model::Model> model_;
   std::unique_ptr<model::InProcessExperts> experts_;
+};
+
+class CudaForwardTest : public CudaTinyTest {
+ protected:
+  void SetUp() override {
+    CudaTinyTest::SetUp();
+    if (IsSkipped()) return;
+    Load(Tiny("qwen3moe", GgmlType::kQ8_0));
+  }
 };
 
 TEST_F(CudaForwardTest, MicroBatchesAndSingleTokensGiveTheSameLogits) {
@@ -379,27 +396,26 @@ absl::StatusOr<std::unique_ptr<GpuExpertCache>> Preloaded(backend::Device* gpu,
   return cache;
 }
 
+class CudaExpertCacheTest : public CudaTinyTest {};
+class CudaStreamedPrefillTest : public CudaTinyTest {};
+
 // Experts resident in the GPU cache are computed on the GPU, the rest by the
 // backend; with F32 weights both give the CPU's numbers.
-TEST(CudaExpertCacheTest, HitsMatchTheCpuExperts) {
-  auto gpu = Gpu();
-  if (gpu == nullptr) GTEST_SKIP() << "no CUDA device";
-  auto m = model::testing::MakeTinyModel(Tiny("qwen2moe", GgmlType::kF32));
-  ASSERT_TRUE(m.ok()) << m.status();
-  const auto& hp = (*m)->hparams();
-  model::InProcessExperts experts(model::ExpertStore(*m), nullptr);
+TEST_F(CudaExpertCacheTest, HitsMatchTheCpuExperts) {
+  ASSERT_NO_FATAL_FAILURE(Load(Tiny("qwen2moe", GgmlType::kF32)));
+  const auto& hp = model_->hparams();
   CudaForwardOptions o;
   o.n_ctx = 64;
-  auto plain = CudaForward::Create(*m, &experts, gpu.get(), o);
-  auto cached = CudaForward::Create(*m, &experts, gpu.get(), o);
+  auto plain = Create(o);
+  auto cached = Create(o);
   ASSERT_TRUE(plain.ok() && cached.ok());
   // Half the experts of every layer; then all of them.
   for (int64_t per_layer : {hp.n_expert / 2, hp.n_expert}) {
     std::vector<ExpertKey> keys;
-    for (int l = 0; l < (*m)->n_layer(); ++l) {
+    for (int l = 0; l < model_->n_layer(); ++l) {
       for (int e = 0; e < per_layer; ++e) keys.push_back({l, static_cast<int>(hp.n_expert - 1 - e)});
     }
-    auto cache = Preloaded(gpu.get(), *m, keys);
+    auto cache = Preloaded(gpu_.get(), model_, keys);
     ASSERT_TRUE(cache.ok()) << cache.status();
     EXPECT_EQ((*cache)->n_resident(), static_cast<int64_t>(keys.size()));
     (*cached)->AttachExpertCache(std::move(*cache));
@@ -422,7 +438,7 @@ TEST(CudaExpertCacheTest, HitsMatchTheCpuExperts) {
     EXPECT_LE(sd.worst_nmse, 1e-6) << Describe(sd);
     const uint64_t hits = (*cached)->stats().expert_cache_hits - before.expert_cache_hits;
     const uint64_t misses = (*cached)->stats().expert_cache_misses - before.expert_cache_misses;
-    EXPECT_EQ(hits + misses, static_cast<uint64_t>(14 * hp.n_expert_used * (*m)->n_layer()));
+    EXPECT_EQ(hits + misses, static_cast<uint64_t>(14 * hp.n_expert_used * model_->n_layer()));
     EXPECT_GT(hits, 0u);
     if (per_layer == hp.n_expert) {
       EXPECT_EQ(misses, 0u);
@@ -430,7 +446,7 @@ TEST(CudaExpertCacheTest, HitsMatchTheCpuExperts) {
   }
   GpuExpertCacheOptions co;
   co.n_slots = 2;
-  auto cache = GpuExpertCache::Create(gpu.get(), *m, co);
+  auto cache = GpuExpertCache::Create(gpu_.get(), model_, co);
   ASSERT_TRUE(cache.ok());
   const ExpertKey bad[1] = {{0, static_cast<int>(hp.n_expert)}};
   EXPECT_EQ((*cache)->Preload(bad).code(), absl::StatusCode::kInvalidArgument);
@@ -443,22 +459,18 @@ TEST(CudaExpertCacheTest, HitsMatchTheCpuExperts) {
 
 // The frequency-aware cache fills itself from the routing (admissions copied
 // on the copy stream, next-layer prefetch) while the logits stay the CPU's.
-TEST(CudaExpertCacheTest, DynamicCacheLearnsTheRoutingAndKeepsTheLogits) {
-  auto gpu = Gpu();
-  if (gpu == nullptr) GTEST_SKIP() << "no CUDA device";
-  auto m = model::testing::MakeTinyModel(Tiny("qwen3moe", GgmlType::kF32));
-  ASSERT_TRUE(m.ok()) << m.status();
-  const auto& hp = (*m)->hparams();
-  model::InProcessExperts experts(model::ExpertStore(*m), nullptr);
+TEST_F(CudaExpertCacheTest, DynamicCacheLearnsTheRoutingAndKeepsTheLogits) {
+  ASSERT_NO_FATAL_FAILURE(Load(Tiny("qwen3moe", GgmlType::kF32)));
+  const auto& hp = model_->hparams();
   CudaForwardOptions o;
   o.n_ctx = 64;
-  auto plain = CudaForward::Create(*m, &experts, gpu.get(), o);
-  auto cached = CudaForward::Create(*m, &experts, gpu.get(), o);
+  auto plain = Create(o);
+  auto cached = Create(o);
   ASSERT_TRUE(plain.ok() && cached.ok());
   GpuExpertCacheOptions co;
-  co.n_slots = (*m)->n_layer() * hp.n_expert / 4;
+  co.n_slots = model_->n_layer() * hp.n_expert / 4;
   co.decay = 0.9;
-  auto cache = GpuExpertCache::Create(gpu.get(), *m, co);
+  auto cache = GpuExpertCache::Create(gpu_.get(), model_, co);
   ASSERT_TRUE(cache.ok()) << cache.status();
   std::shared_ptr<GpuExpertCache> shared = std::move(*cache);
   (*cached)->AttachExpertCache(shared);
@@ -488,7 +500,7 @@ TEST(CudaExpertCacheTest, DynamicCacheLearnsTheRoutingAndKeepsTheLogits) {
               (unsigned long long)(*cached)->stats().expert_cache_misses);
   EXPECT_EQ(snap.n_slots, co.n_slots);
   EXPECT_GT(st.admissions, 0u);
-  EXPECT_EQ(st.h2d_bytes, st.admissions * GpuExpertCache::ExpertBytes(**m, 0));
+  EXPECT_EQ(st.h2d_bytes, st.admissions * GpuExpertCache::ExpertBytes(*model_, 0));
   EXPECT_GT(st.prefetch_hits + st.prefetch_misses, 0u);
   EXPECT_GT((*cached)->stats().expert_cache_hits, 0u);
   int64_t resident = 0;
@@ -501,30 +513,26 @@ TEST(CudaExpertCacheTest, DynamicCacheLearnsTheRoutingAndKeepsTheLogits) {
 // computed there. The same kernels as cache hits, in the same order: the
 // logits equal a forward whose cache holds every expert, bit for bit, and
 // match the CPU's for F32 weights.
-TEST(CudaStreamedPrefillTest, StreamedExpertsGiveTheLogitsOfResidentOnes) {
-  auto gpu = Gpu();
-  if (gpu == nullptr) GTEST_SKIP() << "no CUDA device";
+TEST_F(CudaStreamedPrefillTest, StreamedExpertsGiveTheLogitsOfResidentOnes) {
   for (GgmlType type : {GgmlType::kF32, GgmlType::kQ8_0}) {
     // 16 experts, 2 per token: ~5 of the prompt's tokens each, so a
     // threshold of 5 streams some experts and leaves others to the CPU.
     model::testing::TinyModelOptions to = Tiny("qwen3moe", type);
     to.n_expert = 16;
-    auto m = model::testing::MakeTinyModel(to);
-    ASSERT_TRUE(m.ok()) << m.status();
-    const auto& hp = (*m)->hparams();
-    model::InProcessExperts experts(model::ExpertStore(*m), nullptr);
+    ASSERT_NO_FATAL_FAILURE(Load(to));
+    const auto& hp = model_->hparams();
     CudaForwardOptions o;
     o.n_ctx = 64;
-    auto plain = CudaForward::Create(*m, &experts, gpu.get(), o);
-    auto resident = CudaForward::Create(*m, &experts, gpu.get(), o);
+    auto plain = Create(o);
+    auto resident = Create(o);
     o.stream_min_tokens = 5;
-    auto streamed = CudaForward::Create(*m, &experts, gpu.get(), o);
+    auto streamed = Create(o);
     ASSERT_TRUE(plain.ok() && resident.ok() && streamed.ok()) << streamed.status();
     std::vector<ExpertKey> all;
-    for (int l = 0; l < (*m)->n_layer(); ++l) {
+    for (int l = 0; l < model_->n_layer(); ++l) {
       for (int e = 0; e < hp.n_expert; ++e) all.push_back({l, e});
     }
-    auto cache = Preloaded(gpu.get(), *m, all);
+    auto cache = Preloaded(gpu_.get(), model_, all);
     ASSERT_TRUE(cache.ok()) << cache.status();
     (*resident)->AttachExpertCache(std::move(*cache));
     const std::vector<int32_t> prompt = Prompt(40, static_cast<int>(hp.n_vocab));
@@ -543,8 +551,8 @@ TEST(CudaStreamedPrefillTest, StreamedExpertsGiveTheLogitsOfResidentOnes) {
     EXPECT_GT(st.streamed_experts, 0u);
     EXPECT_GT(st.expert_cache_misses, 0u);  // experts with one token stay on the CPU
     EXPECT_EQ(st.streamed_pairs + st.expert_cache_misses,
-              static_cast<uint64_t>(40 * hp.n_expert_used * (*m)->n_layer()));
-    EXPECT_EQ(st.streamed_bytes, st.streamed_experts * GpuExpertCache::ExpertBytes(**m, 0));
+              static_cast<uint64_t>(40 * hp.n_expert_used * model_->n_layer()));
+    EXPECT_EQ(st.streamed_bytes, st.streamed_experts * GpuExpertCache::ExpertBytes(*model_, 0));
     if (type == GgmlType::kF32) {
       EXPECT_LE(Compare(ls, la, hp.n_vocab).worst_nmse, 1e-6);
     } else {
@@ -565,24 +573,20 @@ TEST(CudaStreamedPrefillTest, StreamedExpertsGiveTheLogitsOfResidentOnes) {
 
 // With a cache attached, streamed experts that win a slot are copied into it
 // from the staging buffer; decode then hits them.
-TEST(CudaStreamedPrefillTest, StreamedExpertsFillTheCache) {
-  auto gpu = Gpu();
-  if (gpu == nullptr) GTEST_SKIP() << "no CUDA device";
-  auto m = model::testing::MakeTinyModel(Tiny("qwen3moe", GgmlType::kF32));
-  ASSERT_TRUE(m.ok()) << m.status();
-  const auto& hp = (*m)->hparams();
-  model::InProcessExperts experts(model::ExpertStore(*m), nullptr);
+TEST_F(CudaStreamedPrefillTest, StreamedExpertsFillTheCache) {
+  ASSERT_NO_FATAL_FAILURE(Load(Tiny("qwen3moe", GgmlType::kF32)));
+  const auto& hp = model_->hparams();
   CudaForwardOptions o;
   o.n_ctx = 64;
-  auto plain = CudaForward::Create(*m, &experts, gpu.get(), o);
+  auto plain = Create(o);
   o.stream_min_tokens = 1;
   o.stream_buffers = 3;
-  auto fwd = CudaForward::Create(*m, &experts, gpu.get(), o);
+  auto fwd = Create(o);
   ASSERT_TRUE(plain.ok() && fwd.ok());
   GpuExpertCacheOptions co;
-  co.n_slots = (*m)->n_layer() * hp.n_expert / 2;
+  co.n_slots = model_->n_layer() * hp.n_expert / 2;
   co.prefetch = false;
-  auto cache = GpuExpertCache::Create(gpu.get(), *m, co);
+  auto cache = GpuExpertCache::Create(gpu_.get(), model_, co);
   ASSERT_TRUE(cache.ok());
   std::shared_ptr<GpuExpertCache> shared = std::move(*cache);
   (*fwd)->AttachExpertCache(shared);
@@ -595,7 +599,7 @@ TEST(CudaStreamedPrefillTest, StreamedExpertsFillTheCache) {
   EXPECT_LE(Compare(lb, la, hp.n_vocab).worst_nmse, 1e-6);
   EXPECT_EQ(shared->n_resident(), co.n_slots);  // filled from the staging buffers
   EXPECT_EQ(shared->policy().stats().h2d_bytes,
-            shared->policy().stats().admissions * GpuExpertCache::ExpertBytes(**m, 0));
+            shared->policy().stats().admissions * GpuExpertCache::ExpertBytes(*model_, 0));
   // Decode without streaming: the residents filled from staging are hits
   // and must hold the right weights.
   (*fwd)->set_stream_min_tokens(0);
@@ -609,16 +613,12 @@ TEST(CudaStreamedPrefillTest, StreamedExpertsFillTheCache) {
   EXPECT_GT((*fwd)->stats().expert_cache_hits, hits0);
 }
 
-TEST(CudaStreamedPrefillTest, MeasuredSwitchOverSetsTheThreshold) {
-  auto gpu = Gpu();
-  if (gpu == nullptr) GTEST_SKIP() << "no CUDA device";
-  auto m = model::testing::MakeTinyModel(Tiny("qwen3moe", GgmlType::kQ8_0));
-  ASSERT_TRUE(m.ok()) << m.status();
-  model::InProcessExperts experts(model::ExpertStore(*m), nullptr);
+TEST_F(CudaStreamedPrefillTest, MeasuredSwitchOverSetsTheThreshold) {
+  ASSERT_NO_FATAL_FAILURE(Load(Tiny("qwen3moe", GgmlType::kQ8_0)));
   CudaForwardOptions o;
   o.n_ctx = 64;
   o.max_batch = 64;
-  auto fwd = CudaForward::Create(*m, &experts, gpu.get(), o);
+  auto fwd = Create(o);
   ASSERT_TRUE(fwd.ok());
   EXPECT_EQ((*fwd)->MeasurePrefillSwitch(0).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ((*fwd)->MeasurePrefillSwitch(65).status().code(), absl::StatusCode::kInvalidArgument);
@@ -635,17 +635,17 @@ TEST(CudaStreamedPrefillTest, MeasuredSwitchOverSetsTheThreshold) {
   EXPECT_EQ((*fwd)->stream_min_tokens(), sw->threshold_tokens.value_or(0));
   // The measurement leaves the forward usable: a prompt still matches a
   // fresh forward's logits (streamed or not, within the quantised criteria).
-  auto ref = CudaForward::Create(*m, &experts, gpu.get(), o);
+  auto ref = Create(o);
   ASSERT_TRUE(ref.ok());
-  const std::vector<int32_t> prompt = Prompt(20, static_cast<int>((*m)->hparams().n_vocab));
+  const std::vector<int32_t> prompt = Prompt(20, static_cast<int>(model_->hparams().n_vocab));
   auto ca = (*fwd)->CreateCache(), cb = (*ref)->CreateCache();
   ASSERT_TRUE(ca.ok() && cb.ok());
   std::vector<float> la, lb;
   ASSERT_TRUE((*fwd)->Eval(prompt, ca->get(), LogitsMode::kAll, &la).ok());
   ASSERT_TRUE((*ref)->Eval(prompt, cb->get(), LogitsMode::kAll, &lb).ok());
-  EXPECT_LE(Compare(la, lb, (*m)->hparams().n_vocab).median_nmse, 5e-3);
+  EXPECT_LE(Compare(la, lb, model_->hparams().n_vocab).median_nmse, 5e-3);
   o.stream_buffers = 0;
-  EXPECT_EQ(CudaForward::Create(*m, &experts, gpu.get(), o).status().code(),
+  EXPECT_EQ(Create(o).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 
