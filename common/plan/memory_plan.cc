@@ -17,8 +17,6 @@ namespace {
 using model::TensorRole;
 
 constexpr int64_t kQuantBlock = 32;        // q8_0 / q4_0 elements per block
-constexpr int64_t kDecodeSplitLen = 512;   // positions per split-K partial
-constexpr int64_t kMinOutputSliceRows = 256;
 
 bool IsQuantized(GgmlType t) {
   return t != GgmlType::kF32 && t != GgmlType::kF16 && t != GgmlType::kBF16;
@@ -146,61 +144,67 @@ DenseWeightBytes DenseBytes(const ModelShape& s, uint64_t* host_embd, uint64_t* 
   return d;
 }
 
-// The widest input of a GPU matrix product (for the f16 activation copy) and
-// the largest quantised per-layer dense matrix, in elements.
-void MatrixExtents(const ModelShape& s, int64_t* widest_input, int64_t* largest_layer) {
-  *widest_input = s.hp.n_embd;
-  *largest_layer = 0;
+// The widest input of a GPU matrix product, in elements.
+int64_t WidestGpuInput(const ModelShape& s) {
+  int64_t widest = std::max(s.hp.n_embd, s.hp.n_ff_exp);
   for (const ShapeTensor& t : s.tensors) {
     if (t.ne.size() != 2 || t.ne[1] == 1) continue;
     const bool gpu = t.role == TensorRole::kDense || t.role == TensorRole::kSharedExpert ||
                      t.role == TensorRole::kRouter || t.role == TensorRole::kOutput ||
                      (t.role == TensorRole::kEmbeddings && s.tied_output);
-    if (!gpu) continue;
-    *widest_input = std::max(*widest_input, t.ne[0]);
-    if (t.layer >= 0 && IsQuantized(t.type)) {
-      *largest_layer = std::max(*largest_layer, t.ne[0] * t.ne[1]);
-    }
+    if (gpu) widest = std::max(widest, t.ne[0]);
   }
+  return widest;
 }
 
-WorkspaceBytes Workspace(const ModelShape& s, const PlanOptions& o, bool shared_expert,
-                         int64_t* slice_rows) {
+}  // namespace
+
+GpuWorkspaceElems GpuWorkspace(const ModelShape& s, int64_t B, int64_t n_ctx,
+                               int stream_buffers) {
   const model::HyperParams& hp = s.hp;
-  const int64_t u = o.n_ubatch, d = hp.n_embd;
-  const int64_t ff_shexp = shared_expert ? hp.n_ff_shexp : 0;
-  const int64_t kvd = hp.n_head_kv * (hp.head_dim_k + hp.head_dim_v);
-  WorkspaceBytes w;
-  const int64_t floats = 5 * d + hp.n_head * hp.head_dim_k + kvd + hp.n_head * hp.head_dim_v +
-                         hp.n_expert + 2 * hp.n_expert_used * hp.n_ff_exp +
-                         2 * ff_shexp;
-  int64_t widest = 0, largest = 0;
-  MatrixExtents(s, &widest, &largest);
-  w.activations = static_cast<uint64_t>(u) * (4 * floats + 2 * widest);
-  w.logits = static_cast<uint64_t>(hp.n_vocab) * u * 4;
-  const uint64_t f16_kv =
-      o.kv_type == KvType::kF16 ? 0 : static_cast<uint64_t>(o.n_ctx) * kvd * 2;
-  const uint64_t partials = static_cast<uint64_t>(o.n_parallel) * hp.n_head *
-                            CeilDiv(o.n_ctx, kDecodeSplitLen) * (hp.head_dim_v + 2) * 4;
-  w.attention = f16_kv + partials;
-  // The output head (when quantised) goes through the scratch in slices.
-  bool output_quantised = false;
-  for (const ShapeTensor& t : s.tensors) {
-    const bool head = t.role == TensorRole::kOutput ||
-                      (t.role == TensorRole::kEmbeddings && s.tied_output);
-    if (head && IsQuantized(t.type)) output_quantised = true;
-  }
-  int64_t scratch = largest;
-  *slice_rows = 0;
-  if (output_quantised) {
-    *slice_rows = std::max<int64_t>(kMinOutputSliceRows, largest / d);
-    *slice_rows = std::min(*slice_rows, hp.n_vocab);
-    scratch = std::max(scratch, *slice_rows * d);
-  }
-  w.dequant = static_cast<uint64_t>(scratch) * 2;
-  w.cublas = o.cublas_workspace_bytes;
+  bool shared_expert = false;
+  for (const ShapeTensor& t : s.tensors) shared_expert |= t.role == TensorRole::kSharedExpert;
+  GpuWorkspaceElems w;
+  w.x = B * hp.n_embd;
+  w.q = B * hp.n_head * hp.head_dim_k;
+  w.k = B * hp.n_head_kv * hp.head_dim_k;
+  w.v = B * hp.n_head_kv * hp.head_dim_v;
+  w.attn = B * hp.n_head * hp.head_dim_v;
+  w.router = B * hp.n_expert;
+  w.topk = B * hp.n_expert_used;
+  w.sh = shared_expert ? B * hp.n_ff_shexp : 0;
+  w.ex_ff = B * hp.n_ff_exp;
+  w.rope = B * hp.rope.n_rot;
+  w.head_rows = std::min(B, kGpuHeadRows);
+  w.logits = w.head_rows * hp.n_vocab;
+  w.scratch = B * WidestGpuInput(s);
+  w.split = kGpuDecodeTokens * hp.n_head *
+            static_cast<int64_t>(CeilDiv(n_ctx, kGpuAttentionChunk)) * (hp.head_dim_v + 2);
+  w.tokens = B;
+  for (uint64_t b : ExpertBytesPerLayer(s)) w.slot_bytes = std::max(w.slot_bytes, b);
+  w.stream_buffers = hp.n_expert > 0 ? stream_buffers : 0;
   return w;
 }
+
+WorkspaceBytes GpuWorkspaceElems::Bytes() const {
+  WorkspaceBytes b;
+  const uint64_t floats = 6 * x + q + k + v + attn + 2 * router + 3 * topk + 2 * ex_ff + rope +
+                          (sh > 0 ? 2 * sh + tokens : 0);
+  const uint64_t ints = 3 * topk + tokens;
+  b.activations = 4 * (floats + ints);
+  b.logits = 4 * static_cast<uint64_t>(logits);
+  b.attention = 4 * static_cast<uint64_t>(split);
+  b.rounding = 4 * static_cast<uint64_t>(scratch);
+  b.staging = slot_bytes * static_cast<uint64_t>(stream_buffers);
+  return b;
+}
+
+uint64_t GpuKvCacheBytes(uint64_t bytes_per_position, int64_t n_ctx) {
+  const uint64_t pages = CeilDiv(n_ctx, kGpuKvPage);
+  return pages * kGpuKvPage * bytes_per_position + pages * sizeof(int32_t);
+}
+
+namespace {
 
 absl::Status CheckOptions(const ModelShape& s, const PlanOptions& o) {
   if (o.budget_bytes == 0) return absl::InvalidArgumentError("the GPU memory budget must be > 0");
@@ -238,9 +242,9 @@ MemoryPlan FixedPart(const ModelShape& s, const PlanOptions& o) {
   p.dense = DenseBytes(s, &p.host_token_embd, &p.host_routed_experts);
   const int64_t kvd = s.hp.n_head_kv * (s.hp.head_dim_k + s.hp.head_dim_v);
   p.kv_bytes_per_position = static_cast<uint64_t>(s.hp.n_layer) * KvElementBytes(o.kv_type, kvd);
-  p.kv_cache = p.kv_bytes_per_position * static_cast<uint64_t>(o.n_ctx) *
+  p.kv_cache = GpuKvCacheBytes(p.kv_bytes_per_position, o.n_ctx) *
                static_cast<uint64_t>(o.n_parallel);
-  p.workspace = Workspace(s, o, p.dense.shared_experts > 0, &p.output_head_slice_rows);
+  p.workspace = GpuWorkspace(s, o.n_ubatch, o.n_ctx, o.stream_buffers).Bytes();
   p.margin = o.margin_bytes;
   return p;
 }
@@ -386,11 +390,9 @@ std::string FormatPlanTable(const MemoryPlan& p) {
   Row(&out, "  activations", p.workspace.activations);
   Row(&out, "  logits", p.workspace.logits);
   Row(&out, "  attention scratch", p.workspace.attention);
-  Row(&out, "  dequant scratch", p.workspace.dequant,
-      p.output_head_slice_rows > 0
-          ? absl::StrFormat("(output head in slices of %d rows)", p.output_head_slice_rows)
-          : "");
-  Row(&out, "  cuBLAS", p.workspace.cublas);
+  Row(&out, "  rounding scratch", p.workspace.rounding);
+  Row(&out, "  prefill staging", p.workspace.staging,
+      absl::StrFormat("(%d streamed experts in flight)", o.stream_buffers));
   Row(&out, "margin", p.margin);
   const ExpertCachePlan& c = p.expert_cache;
   const int64_t all = c.moe_layers * c.experts_per_layer;
@@ -429,9 +431,8 @@ std::string FormatPlanJson(const MemoryPlan& p) {
         {"activations", p.workspace.activations},
         {"logits", p.workspace.logits},
         {"attention", p.workspace.attention},
-        {"dequant", p.workspace.dequant},
-        {"cublas", p.workspace.cublas},
-        {"output_head_slice_rows", p.output_head_slice_rows}}},
+        {"rounding", p.workspace.rounding},
+        {"staging", p.workspace.staging}}},
       {"margin", p.margin},
       {"expert_cache",
        {{"total", p.expert_cache.bytes},

@@ -17,24 +17,26 @@
 //      layer's position holds n_head_kv x (head_dim_k + head_dim_v) elements
 //      of the KV type: f16 2 bytes; q8_0 34 bytes per 32; q4_0 18 bytes per
 //      32 (ggml's block sizes; the head dims must then be multiples of 32).
-//   3. compute workspace, for the largest micro-batch (n_ubatch tokens):
-//      - activations: n_ubatch x 4 bytes x (5 d [residual, normed input,
-//        attention output projection, routed sum, worker partials]
-//        + n_head hd_k [q] + n_head_kv (hd_k + hd_v) [k, v] + n_head hd_v
-//        [attention output] + n_expert [router logits] + 2 top_k ff_exp
-//        [gate/up of GPU-cached experts] + 2 ff_shexp [shared expert, if any]),
-//        plus n_ubatch x 2 bytes x the widest matrix input (f16 copy of the
-//        activations for cuBLAS);
-//      - logits: n_vocab x n_ubatch x 4 bytes;
-//      - attention scratch: for a quantised KV type, one layer's K and V of
-//        one sequence's whole context converted to f16 (n_ctx x n_head_kv x
-//        (hd_k + hd_v) x 2 bytes), plus split-K decode partials
-//        (n_parallel x n_head x ceil(n_ctx / 512) x (hd_v + 2) x 4 bytes);
-//      - dequantise-to-f16 scratch for cuBLAS prefill: 2 bytes x the largest
-//        quantised per-layer dense matrix; the output head is dequantised in
-//        slices of `output_head_slice_rows` rows that fit the same scratch
-//        (at least 256 rows);
-//      - cuBLAS workspace (PlanOptions::cublas_workspace_bytes).
+//   2'. the KV cache is paged: n_ctx rounds up to whole pages of
+//      kGpuKvPage positions, plus a 4-byte block-table entry per page.
+//   3. compute workspace: exactly the buffers cuda::CudaForward allocates
+//      for micro-batches of B = n_ubatch tokens (GpuWorkspace):
+//      - activations, 4 bytes each: 6 B d [residual, normed input,
+//        attention / shared-expert output, worker partials, GPU-expert
+//        gather and result] + B n_head hd_k [q] + B n_head_kv (hd_k + hd_v)
+//        [k, v] + B n_head hd_v [attention output] + 2 B n_expert [router
+//        logits, next-layer prediction] + 6 B top_k [weights, ids, GPU-expert
+//        rows and weights, predicted ids and weights] + 2 B n_ff_exp
+//        [GPU-expert gate/up] + 2 B ff_shexp + B [shared expert, if any] +
+//        B n_rot [RoPE angles] + B [token ids];
+//      - logits: min(B, 32) rows x n_vocab x 4 bytes (the head runs in
+//        groups of 32 rows);
+//      - attention scratch: split-K chunk partials for 8 tokens at the full
+//        context: 8 x n_head x ceil(n_ctx / 256) x (hd_v + 2) x 4 bytes;
+//      - rounding scratch: B x the widest matrix input x 4 bytes (activations
+//        rounded to the weight's vec_dot_type);
+//      - streamed-prefill staging: stream_buffers x the largest routed
+//        expert.
 //   4. a margin (PlanOptions::margin_bytes) for allocator rounding and small
 //      buffers.
 //   5. the hot-expert cache: everything left, in slots of the largest
@@ -104,6 +106,13 @@ absl::StatusOr<ModelShape> ShapeFromTypes(
 // row is not whole blocks).
 absl::Status SetTensorBytes(ShapeTensor* t);
 
+// The CUDA forward's fixed geometry (cuda_forward.cc checks it against the
+// kernels' constants).
+inline constexpr int64_t kGpuKvPage = 256;         // positions per KV page
+inline constexpr int64_t kGpuAttentionChunk = 256; // positions per split-K chunk
+inline constexpr int64_t kGpuDecodeTokens = 8;     // tokens per attention launch at n_ctx
+inline constexpr int64_t kGpuHeadRows = 32;        // output-head rows per group
+
 struct PlanOptions {
   uint64_t budget_bytes = 0;   // GPU memory to plan for (> 0)
   int64_t n_ctx = 0;           // positions per sequence (> 0)
@@ -111,7 +120,7 @@ struct PlanOptions {
   KvType kv_type = KvType::kF16;
   int64_t n_ubatch = 512;      // largest micro-batch (tokens per forward step)
   uint64_t margin_bytes = uint64_t{256} << 20;
-  uint64_t cublas_workspace_bytes = uint64_t{32} << 20;
+  int stream_buffers = 2;      // streamed-prefill staging buffers
 };
 
 struct DenseWeightBytes {
@@ -127,10 +136,25 @@ struct WorkspaceBytes {
   uint64_t activations = 0;
   uint64_t logits = 0;
   uint64_t attention = 0;
-  uint64_t dequant = 0;
-  uint64_t cublas = 0;
-  uint64_t total() const { return activations + logits + attention + dequant + cublas; }
+  uint64_t rounding = 0;
+  uint64_t staging = 0;
+  uint64_t total() const { return activations + logits + attention + rounding + staging; }
 };
+
+// Element counts of the CUDA forward's workspace buffers for micro-batches
+// of B tokens (see item 3 of the file comment for what each holds).
+struct GpuWorkspaceElems {
+  int64_t x = 0, q = 0, k = 0, v = 0, attn = 0, router = 0, topk = 0, sh = 0, ex_ff = 0,
+          rope = 0, head_rows = 0, logits = 0, scratch = 0, split = 0, tokens = 0;
+  uint64_t slot_bytes = 0;  // one staging buffer: the largest routed expert
+  int stream_buffers = 0;
+  WorkspaceBytes Bytes() const;
+};
+GpuWorkspaceElems GpuWorkspace(const ModelShape& shape, int64_t ubatch, int64_t n_ctx,
+                               int stream_buffers);
+// Bytes of a paged KV cache of n_ctx positions (one sequence): whole pages
+// plus the block table.
+uint64_t GpuKvCacheBytes(uint64_t bytes_per_position, int64_t n_ctx);
 
 struct ExpertCachePlan {
   uint64_t bytes = 0;          // all that is left of the budget
@@ -149,7 +173,6 @@ struct MemoryPlan {
   uint64_t kv_cache = 0;
   uint64_t kv_bytes_per_position = 0;  // all layers, one sequence
   WorkspaceBytes workspace;
-  int64_t output_head_slice_rows = 0;  // rows per dequantised output slice
   uint64_t margin = 0;
   ExpertCachePlan expert_cache;
   // Host

@@ -55,6 +55,7 @@ model::HyperParams Qwen3_30B_A3B() {
   hp.n_ff = 6144;
   hp.n_ff_exp = 768;
   hp.n_ff_shexp = 0;
+  hp.rope.n_rot = 128;
   return hp;
 }
 
@@ -102,26 +103,29 @@ TEST(MemoryPlanTest, Qwen3_30B_A3B_Q4KM_64K_Q8_0_On8GiB) {
   EXPECT_EQ(p->host_token_embd, 151936u * 2048 / 256 * 144);     // Q4_K, on the host
   // KV: 4 heads x (128 + 128) = 1024 elements = 32 q8_0 blocks of 34 bytes.
   EXPECT_EQ(p->kv_bytes_per_position, 48u * 1088);
-  EXPECT_EQ(p->kv_cache, uint64_t{48} * 1088 * 65536);
-  EXPECT_EQ(p->kv_cache, 3422552064u);
-  // Workspace for 512 tokens.
-  const uint64_t floats = 5 * 2048 + 4096 + 1024 + 4096 + 128 + 2 * 8 * 768;
-  EXPECT_EQ(p->workspace.activations, 512u * (4 * floats + 2 * 4096));
-  EXPECT_EQ(p->workspace.logits, 151936u * 512 * 4);
-  EXPECT_EQ(p->workspace.attention, uint64_t{65536} * 1024 * 2 + 32u * 128 * 130 * 4);
-  EXPECT_EQ(p->workspace.dequant, 2u * 4096 * 2048);
-  EXPECT_EQ(p->output_head_slice_rows, 4096);
-  EXPECT_EQ(p->workspace.cublas, 32u << 20);
-  EXPECT_EQ(p->workspace.total(), 567312384u);
+  // 256 pages of 256 positions, plus the block table.
+  EXPECT_EQ(p->kv_cache, uint64_t{48} * 1088 * 65536 + 256 * 4);
+  EXPECT_EQ(p->kv_cache, 3422553088u);
+  // Workspace for 512 tokens (the CUDA forward's buffers): per token, 6 d
+  // + q + k + v + attention output + 2 router rows + 3 x top-8 + 2 expert
+  // FFN rows + RoPE angles in f32; 3 x top-8 + the token id in int32.
+  const uint64_t floats = 6 * 2048 + 4096 + 512 + 512 + 4096 + 2 * 128 + 3 * 8 + 2 * 768 + 128;
+  EXPECT_EQ(p->workspace.activations, 512u * 4 * (floats + 3 * 8 + 1));
+  EXPECT_EQ(p->workspace.logits, 32u * 151936 * 4);  // the head in groups of 32 rows
+  // Split-K partials: 8 tokens x 32 heads x 256 chunks x (128 + 2).
+  EXPECT_EQ(p->workspace.attention, 8u * 32 * 256 * 130 * 4);
+  EXPECT_EQ(p->workspace.rounding, 512u * 4096 * 4);  // widest input: attn_output's 4096
+  EXPECT_EQ(p->workspace.staging, 2u * 3059712);      // two of the largest expert
+  EXPECT_EQ(p->workspace.total(), 116107264u);
   EXPECT_EQ(p->margin, 256u << 20);
-  EXPECT_EQ(p->fixed_bytes(), 5080823808u);
+  EXPECT_EQ(p->fixed_bytes(), 4629619712u);
   // Experts: gate + up Q4_K (884,736 each) + down Q6_K (1,290,240) in the
   // more-bits layers: the slot is 3,059,712 bytes.
-  EXPECT_EQ(p->expert_cache.bytes, 8 * kGiB - 5080823808u);
+  EXPECT_EQ(p->expert_cache.bytes, 8 * kGiB - 4629619712u);
   EXPECT_EQ(p->expert_cache.slot_bytes, 3059712u);
-  EXPECT_EQ(p->expert_cache.slots, 1146);
+  EXPECT_EQ(p->expert_cache.slots, 1294);
   EXPECT_EQ(p->expert_cache.moe_layers, 48);
-  EXPECT_EQ(p->expert_cache.slots_per_layer, 23);
+  EXPECT_EQ(p->expert_cache.slots_per_layer, 26);
   EXPECT_EQ(p->host_routed_experts, uint64_t{128} * 24 * (3059712 + 2654208));
   EXPECT_LE(p->gpu_total(), 8 * kGiB);
   EXPECT_GT(p->gpu_total() + p->expert_cache.slot_bytes, 8 * kGiB - 1);
@@ -134,7 +138,7 @@ TEST(MemoryPlanTest, ExpertCacheOptionsFromThePlan) {
   const model::ExpertCacheOptions o = ExpertCacheOptionsFor(shape, *p);
   EXPECT_EQ(o.n_layer, 48);
   EXPECT_EQ(o.n_expert, 128);
-  EXPECT_EQ(o.n_slots, 1146);
+  EXPECT_EQ(o.n_slots, 1294);
   ASSERT_EQ(o.expert_bytes.size(), 48u);
   EXPECT_EQ(o.expert_bytes[0], 3059712u);  // "more bits" layer: down in Q6_K
   EXPECT_EQ(o.expert_bytes[6], 2654208u);  // Q4_K throughout
@@ -147,10 +151,9 @@ TEST(MemoryPlanTest, F16KvAt64KAlsoFitsButLeavesLessForExperts) {
   o.kv_type = KvType::kF16;
   absl::StatusOr<MemoryPlan> p = PlanMemory(Qwen3Shape(), o);
   ASSERT_TRUE(p.ok()) << p.status();
-  EXPECT_EQ(p->kv_cache, uint64_t{48} * 2048 * 65536);
-  EXPECT_EQ(p->workspace.attention, 32u * 128 * 130 * 4);  // no f16 conversion
-  EXPECT_EQ(p->fixed_bytes(), 7966504960u);
-  EXPECT_EQ(p->expert_cache.slots, (8 * kGiB - 7966504960u) / 3059712);
+  EXPECT_EQ(p->kv_cache, uint64_t{48} * 2048 * 65536 + 256 * 4);
+  EXPECT_EQ(p->fixed_bytes(), 7649518592u);
+  EXPECT_EQ(p->expert_cache.slots, (8 * kGiB - 7649518592u) / 3059712);
 }
 
 TEST(MemoryPlanTest, RefusesWhatDoesNotFitSayingByHowMuch) {
@@ -160,16 +163,16 @@ TEST(MemoryPlanTest, RefusesWhatDoesNotFitSayingByHowMuch) {
   absl::StatusOr<MemoryPlan> p = PlanMemory(Qwen3Shape(), o);
   ASSERT_FALSE(p.ok());
   EXPECT_EQ(p.status().code(), absl::StatusCode::kResourceExhausted);
-  // 7,966,504,960 bytes = 7.42 GiB; short by 1,524,054,016 = 1.42 GiB. The
-  // largest multiple of 1024 positions that fits is 48 x 1024.
-  EXPECT_THAT(p.status().message(), HasSubstr("needs 7.42 GiB"));
+  // 7,649,518,592 bytes = 7.12 GiB; short by 1,207,067,648 = 1.12 GiB. The
+  // largest multiple of 1024 positions that fits is 52 x 1024.
+  EXPECT_THAT(p.status().message(), HasSubstr("needs 7.12 GiB"));
   EXPECT_THAT(p.status().message(), HasSubstr("KV cache 6.00 GiB"));
-  EXPECT_THAT(p.status().message(), HasSubstr("budget 6.00 GiB: 1.42 GiB short"));
-  EXPECT_THAT(p.status().message(), HasSubstr("try --ctx 49152 or --kv-type q8_0"));
+  EXPECT_THAT(p.status().message(), HasSubstr("budget 6.00 GiB: 1.12 GiB short"));
+  EXPECT_THAT(p.status().message(), HasSubstr("try --ctx 53248 or --kv-type q8_0"));
   // The suggestions do fit.
-  o.n_ctx = 49152;
+  o.n_ctx = 53248;
   EXPECT_TRUE(PlanMemory(Qwen3Shape(), o).ok());
-  o.n_ctx = 50176;
+  o.n_ctx = 54272;
   EXPECT_FALSE(PlanMemory(Qwen3Shape(), o).ok());
 
   // Parallel sequences multiply the KV cache.
@@ -254,12 +257,14 @@ TEST(MemoryPlanTest, TableAndJson) {
   ASSERT_TRUE(p.ok());
   const std::string table = FormatPlanTable(*p);
   EXPECT_THAT(table, HasSubstr("KV cache"));
-  EXPECT_THAT(table, HasSubstr("3422552064"));
-  EXPECT_THAT(table, HasSubstr("1146 experts of 3059712 bytes = 23 per layer of 128"));
+  EXPECT_THAT(table, HasSubstr("3422553088"));
+  EXPECT_THAT(table, HasSubstr("1294 experts of 3059712 bytes = 26 per layer of 128"));
+  EXPECT_THAT(table, HasSubstr("prefill staging"));
   const nlohmann::json j = nlohmann::json::parse(FormatPlanJson(*p));
   EXPECT_EQ(j["budget_bytes"].get<uint64_t>(), 8 * kGiB);
-  EXPECT_EQ(j["gpu"]["kv_cache"]["total"].get<uint64_t>(), 3422552064u);
-  EXPECT_EQ(j["gpu"]["expert_cache"]["slots"].get<int64_t>(), 1146);
+  EXPECT_EQ(j["gpu"]["kv_cache"]["total"].get<uint64_t>(), 3422553088u);
+  EXPECT_EQ(j["gpu"]["expert_cache"]["slots"].get<int64_t>(), 1294);
+  EXPECT_EQ(j["gpu"]["workspace"]["staging"].get<uint64_t>(), 2u * 3059712);
   EXPECT_EQ(j["gpu"]["total"].get<uint64_t>(), p->gpu_total());
   EXPECT_EQ(j["options"]["kv_type"], "q8_0");
 }

@@ -145,6 +145,7 @@ model::HyperParams ToHyperParams(const TestModelSpec& s) {
   hp.n_ff = s.n_ff;
   hp.n_ff_exp = s.n_ff_exp;
   hp.n_ff_shexp = s.n_ff_shexp;
+  hp.rope.n_rot = s.head_dim;  // full rotary, as the written models declare
   return hp;
 }
 

@@ -14,6 +14,7 @@
 #include "common/backend/cuda/internal/cuda_raw.h"
 #include "common/base/status.h"
 #include "common/model/internal/ops.h"
+#include "common/quant/quant.h"
 
 namespace moesplit::cuda {
 
@@ -161,48 +162,14 @@ void ForEachLayerMatrix(const model::Model& m, Fn fn) {
   }
 }
 
-// Element counts of the workspace buffers for micro-batches of B tokens.
-struct WorkspaceSizes {
-  int64_t x, q, kv_k, kv_v, attn, router, topk, sh, rope, logits, scratch, head_rows, split,
-      ex_ff;
-  uint64_t staging = 0;  // bytes of the streamed-prefill staging buffers
-  uint64_t DeviceBytes() const {
-    // x, h, o, part: B x d each.
-    // x, h, o, part, ex_in, ex_out: B x d each; sh_g, sh_u, sh_s; ex_g, ex_u;
-    // ex_w + wts; ids, ex_idx, tokens.
-    // Prediction of the next layer: router logits, top-k ids and weights.
-    return sizeof(float) * (6 * x + q + kv_k + kv_v + attn + 2 * router + 3 * topk + 3 * sh +
-                            2 * ex_ff + rope + logits + scratch + split) +
-           sizeof(int32_t) * (3 * topk + x) + staging;
-  }
-};
-
+// The workspace's element counts: the memory planner's arithmetic
+// (common/plan), so that `moesplit plan` and the dense service's plan are
+// what this forward allocates. The geometry constants must agree.
+static_assert(plan::kGpuAttentionChunk == raw::kAttentionChunk);
+static_assert(plan::kGpuDecodeTokens == raw::kDecodeTokens);
+using WorkspaceSizes = plan::GpuWorkspaceElems;
 WorkspaceSizes Sizes(const model::Model& m, int64_t B, int64_t n_ctx, int stream_buffers) {
-  const HyperParams& hp = m.hparams();
-  WorkspaceSizes s;
-  s.x = B * hp.n_embd;
-  s.q = B * hp.n_head * hp.head_dim_k;
-  s.kv_k = B * hp.n_head_kv * hp.head_dim_k;
-  s.kv_v = B * hp.n_head_kv * hp.head_dim_v;
-  s.attn = B * hp.n_head * hp.head_dim_v;
-  s.router = B * hp.n_expert;
-  s.topk = B * hp.n_expert_used;
-  int64_t ff = 0;
-  for (int il = 0; il < m.n_layer(); ++il) ff = std::max(ff, m.layer(il).shexp_up.n_rows);
-  s.sh = B * ff;
-  s.rope = B * hp.rope.n_rot;
-  s.head_rows = std::min<int64_t>(B, 32);
-  s.logits = s.head_rows * hp.n_vocab;
-  // The rounded activations of one product (MatMul's GemmContext): B rows of
-  // the widest input (the expert cache's down projections read n_ff_exp).
-  int64_t max_cols = std::max(m.output().n_cols, hp.n_ff_exp);
-  ForEachLayerMatrix(m, [&](const quant::WeightView& w) { max_cols = std::max(max_cols, w.n_cols); });
-  s.scratch = B * max_cols;
-  s.ex_ff = B * hp.n_ff_exp;
-  s.split = raw::AttentionScratchElems(static_cast<int>(hp.n_head), static_cast<int>(hp.head_dim_v),
-                                       n_ctx);
-  s.staging = hp.n_expert > 0 ? GpuExpertCache::SlotBytes(m) * stream_buffers : 0;
-  return s;
+  return plan::GpuWorkspace(plan::ShapeOfModel(m), B, n_ctx, stream_buffers);
 }
 
 absl::Status CheckSupported(const model::Model& m) {
@@ -249,7 +216,7 @@ struct CudaForward::Workspace {
         *ex_g = nullptr, *ex_u = nullptr, *ex_w = nullptr, *pred_logits = nullptr,
         *pred_wts = nullptr;
   int32_t *tokens = nullptr, *ids = nullptr, *ex_idx = nullptr, *pred_ids = nullptr;
-  std::unique_ptr<PinnedHostBuffer> pin_h, pin_ids, pin_wts, pin_part, pin_ex_idx, pin_ex_w,
+  std::unique_ptr<PinnedHostBuffer> pin_h, pin_x, pin_ids, pin_wts, pin_part, pin_ex_idx, pin_ex_w,
       pin_pred_ids;
   std::vector<float> rope_host;
 };
@@ -268,8 +235,10 @@ absl::StatusOr<GpuMemoryPlan> CudaForward::Plan(const model::Model& m,
         absl::StrCat("stream_min_tokens ", o.stream_min_tokens, " is negative"));
   }
   GpuMemoryPlan p;
-  p.dense_weights = MatrixBytes(m.token_embd()) + VecBytes(m.output_norm()) +
-                    (m.tied_output() ? 0 : MatrixBytes(m.output()));
+  // The token embedding stays on the host (only the step's rows are gathered
+  // and copied up, as llama.cpp does) unless it is also the output head.
+  p.dense_weights = VecBytes(m.output_norm()) +
+                    (m.tied_output() ? MatrixBytes(m.token_embd()) : MatrixBytes(m.output()));
   ForEachLayerMatrix(m, [&](const quant::WeightView& w) { p.dense_weights += MatrixBytes(w); });
   for (int il = 0; il < m.n_layer(); ++il) {
     const model::LayerWeights& L = m.layer(il);
@@ -278,7 +247,7 @@ absl::StatusOr<GpuMemoryPlan> CudaForward::Plan(const model::Model& m,
     }
   }
   ASSIGN_OR_RETURN(p.kv_cache, CudaKvCache::Bytes(m.hparams(), o.n_ctx, o.kv_type, o.kv_page_size));
-  p.workspace = Sizes(m, o.max_batch, o.n_ctx, o.stream_buffers).DeviceBytes();
+  p.workspace = Sizes(m, o.max_batch, o.n_ctx, o.stream_buffers).Bytes().total();
   return p;
 }
 
@@ -351,8 +320,8 @@ absl::StatusOr<std::unique_ptr<CudaForward>> CudaForward::Create(
   backend::Stream* s = f->stream_.get();
   f->w_ = std::make_unique<Weights>();
   Weights& W = *f->w_;
-  RETURN_IF_ERROR(UploadMatrix(device, s, m.token_embd(), &W.embd));
   if (m.tied_output()) {
+    RETURN_IF_ERROR(UploadMatrix(device, s, m.token_embd(), &W.embd));
     W.output.m = W.embd.m;
   } else {
     RETURN_IF_ERROR(UploadMatrix(device, s, m.output(), &W.output));
@@ -398,15 +367,15 @@ absl::StatusOr<std::unique_ptr<CudaForward>> CudaForward::Create(
   RETURN_IF_ERROR(alloc(z.x, &ws.o));
   RETURN_IF_ERROR(alloc(z.x, &ws.part));
   RETURN_IF_ERROR(alloc(z.q, &ws.q));
-  RETURN_IF_ERROR(alloc(z.kv_k, &ws.k));
-  RETURN_IF_ERROR(alloc(z.kv_v, &ws.v));
+  RETURN_IF_ERROR(alloc(z.k, &ws.k));
+  RETURN_IF_ERROR(alloc(z.v, &ws.v));
   RETURN_IF_ERROR(alloc(z.attn, &ws.attn));
   RETURN_IF_ERROR(alloc(z.router, &ws.router));
   RETURN_IF_ERROR(alloc(z.topk, &ws.wts));
   RETURN_IF_ERROR(alloc(z.topk, &ws.ids));
   RETURN_IF_ERROR(alloc(z.sh, &ws.sh_g));
   RETURN_IF_ERROR(alloc(z.sh, &ws.sh_u));
-  RETURN_IF_ERROR(alloc(options.max_batch, &ws.sh_s));
+  if (z.sh > 0) RETURN_IF_ERROR(alloc(z.tokens, &ws.sh_s));
   RETURN_IF_ERROR(alloc(z.rope, &ws.rope));
   RETURN_IF_ERROR(alloc(z.logits, &ws.logits));
   RETURN_IF_ERROR(alloc(z.scratch, &ws.scratch));
@@ -417,7 +386,7 @@ absl::StatusOr<std::unique_ptr<CudaForward>> CudaForward::Create(
   RETURN_IF_ERROR(alloc(z.ex_ff, &ws.ex_u));
   RETURN_IF_ERROR(alloc(z.topk, &ws.ex_w));
   RETURN_IF_ERROR(alloc(z.topk, &ws.ex_idx));
-  RETURN_IF_ERROR(alloc(options.max_batch, &ws.tokens));
+  RETURN_IF_ERROR(alloc(z.tokens, &ws.tokens));
   RETURN_IF_ERROR(alloc(z.router, &ws.pred_logits));
   RETURN_IF_ERROR(alloc(z.topk, &ws.pred_wts));
   RETURN_IF_ERROR(alloc(z.topk, &ws.pred_ids));
@@ -428,11 +397,10 @@ absl::StatusOr<std::unique_ptr<CudaForward>> CudaForward::Create(
     return absl::UnimplementedError(
         "streamed prefill: the routed experts are not all in a GGUF format the kernels decode");
   }
-  if (z.staging > 0 && f->experts_on_gpu_) {
+  if (z.stream_buffers > 0 && z.slot_bytes > 0) {
     ASSIGN_OR_RETURN(f->stage_copy_, device->CreateStream());
-    const uint64_t slot = z.staging / options.stream_buffers;
-    for (int i = 0; i < options.stream_buffers; ++i) {
-      ASSIGN_OR_RETURN(auto b, device->Allocate(slot));
+    for (int i = 0; i < z.stream_buffers; ++i) {
+      ASSIGN_OR_RETURN(auto b, device->Allocate(z.slot_bytes));
       ASSIGN_OR_RETURN(auto ready, device->CreateEvent());
       ASSIGN_OR_RETURN(auto free, device->CreateEvent());
       f->staging_.push_back(std::move(b));
@@ -461,6 +429,7 @@ absl::StatusOr<std::unique_ptr<CudaForward>> CudaForward::Create(
     f->stats_.expert_source_pinned = f->pinned_source_ != nullptr;
   }
   ASSIGN_OR_RETURN(ws.pin_h, PinnedHostBuffer::Create(z.x * sizeof(float)));
+  ASSIGN_OR_RETURN(ws.pin_x, PinnedHostBuffer::Create(z.x * sizeof(float)));
   ASSIGN_OR_RETURN(ws.pin_part, PinnedHostBuffer::Create(z.x * sizeof(float)));
   ASSIGN_OR_RETURN(ws.pin_ids, PinnedHostBuffer::Create(z.topk * sizeof(int32_t)));
   ASSIGN_OR_RETURN(ws.pin_wts, PinnedHostBuffer::Create(z.topk * sizeof(float)));
@@ -548,8 +517,19 @@ absl::Status CudaForward::EvalChunk(absl::Span<const int32_t> tokens, int64_t po
   }
   RETURN_IF_CUDA_ERROR(raw::MemcpyAsync(ws.rope, ws.rope_host.data(),
                                         ws.rope_host.size() * sizeof(float), 0, s));
-  RETURN_IF_CUDA_ERROR(raw::MemcpyAsync(ws.tokens, tokens.data(), n * sizeof(int32_t), 0, s));
-  RETURN_IF_CUDA_ERROR(raw::DequantRows(w_->embd.m, ws.tokens, 0, n, ws.x, s));
+  if (w_->embd.present()) {
+    RETURN_IF_CUDA_ERROR(raw::MemcpyAsync(ws.tokens, tokens.data(), n * sizeof(int32_t), 0, s));
+    RETURN_IF_CUDA_ERROR(raw::DequantRows(w_->embd.m, ws.tokens, 0, n, ws.x, s));
+  } else {
+    // The embedding rows on the host (the CPU reference's dequantiser), up.
+    const quant::WeightView& e = model_->token_embd();
+    float* x = static_cast<float*>(ws.pin_x->data());
+    for (int64_t t = 0; t < n; ++t) {
+      RETURN_IF_ERROR(quant::DequantizeRow(e.type, e.data + tokens[t] * e.row_bytes,
+                                           x + t * hp.n_embd, hp.n_embd));
+    }
+    RETURN_IF_CUDA_ERROR(raw::MemcpyAsync(ws.x, x, n * hp.n_embd * sizeof(float), 0, s));
+  }
   for (int il = 0; il < model_->n_layer(); ++il) {
     layer_start_ = SteadyClock::now();
     RETURN_IF_ERROR(Attention(il, n, pos0, cache));

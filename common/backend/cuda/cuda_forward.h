@@ -52,6 +52,7 @@
 #include "common/model/expert.h"
 #include "common/model/forward.h"
 #include "common/model/model.h"
+#include "common/plan/memory_plan.h"
 #include "common/plan/prefill_switch.h"
 
 namespace moesplit::cuda {

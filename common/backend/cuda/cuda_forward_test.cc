@@ -18,6 +18,7 @@
 #include "common/model/expert.h"
 #include "common/model/forward.h"
 #include "common/model/testing/tiny_model.h"
+#include "common/plan/memory_plan.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
@@ -394,6 +395,50 @@ absl::StatusOr<std::unique_ptr<GpuExpertCache>> Preloaded(backend::Device* gpu,
   ASSIGN_OR_RETURN(auto cache, GpuExpertCache::Create(gpu, std::move(m), co));
   RETURN_IF_ERROR(cache->Preload(keys));
   return cache;
+}
+
+class CudaMemoryPlanTest : public CudaTinyTest {};
+
+// One memory budget: the forward's plan is the planner's (`moesplit plan`,
+// the dense service's metrics and cache size), and it is what the device
+// gets: dense weights + workspace at Create, the KV cache at CreateCache.
+TEST_F(CudaMemoryPlanTest, ThePlannersNumbersAreWhatTheForwardAllocates) {
+  struct Case {
+    const char* arch;
+    GgmlType type;
+    GgmlType kv;
+    int64_t n_ctx, max_batch;
+  };
+  for (const Case& c : {Case{"qwen3moe", GgmlType::kF32, GgmlType::kF16, 300, 64},
+                        Case{"qwen2moe", GgmlType::kQ4_K, GgmlType::kQ8_0, 512, 512},
+                        Case{"qwen3moe", GgmlType::kQ8_0, GgmlType::kQ4_0, 1000, 7}}) {
+    SCOPED_TRACE(std::string(c.arch) + " " + std::string(GgmlTypeName(c.type)));
+    ASSERT_NO_FATAL_FAILURE(Load(Tiny(c.arch, c.type)));
+    CudaForwardOptions o;
+    o.n_ctx = c.n_ctx;
+    o.kv_type = c.kv;
+    o.max_batch = c.max_batch;
+    auto gp = CudaForward::Plan(*model_, o);
+    ASSERT_TRUE(gp.ok()) << gp.status();
+    plan::PlanOptions po;
+    po.budget_bytes = uint64_t{1} << 40;
+    po.n_ctx = c.n_ctx;
+    po.kv_type = c.kv == GgmlType::kF16 ? plan::KvType::kF16
+                 : c.kv == GgmlType::kQ8_0 ? plan::KvType::kQ8_0 : plan::KvType::kQ4_0;
+    po.n_ubatch = c.max_batch;
+    auto mp = plan::PlanMemory(plan::ShapeOfModel(*model_), po);
+    ASSERT_TRUE(mp.ok()) << mp.status();
+    EXPECT_EQ(gp->dense_weights, mp->dense.total());
+    EXPECT_EQ(gp->kv_cache, mp->kv_cache);
+    EXPECT_EQ(gp->workspace, mp->workspace.total());
+    const uint64_t before = gpu_->allocated_bytes();
+    auto fwd = Create(o);
+    ASSERT_TRUE(fwd.ok()) << fwd.status();
+    EXPECT_EQ(gpu_->allocated_bytes() - before, gp->dense_weights + gp->workspace);
+    auto cache = (*fwd)->CreateCache();
+    ASSERT_TRUE(cache.ok());
+    EXPECT_EQ(gpu_->allocated_bytes() - before, gp->total());
+  }
 }
 
 class CudaExpertCacheTest : public CudaTinyTest {};
