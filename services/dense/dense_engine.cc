@@ -30,7 +30,7 @@ absl::StatusOr<std::unique_ptr<transport::RemoteExperts>> ConnectExperts(
 
 struct DenseEngine::Sequence {
   std::shared_ptr<RequestHandle> req;
-  std::unique_ptr<model::KvCache> cache;
+  std::unique_ptr<model::KvCache> cache;  // on the CPU; on the GPU: a runner slot
   Sampler sampler;
   StopMatcher stops;
   StreamDecoder decoder;
@@ -41,6 +41,7 @@ struct DenseEngine::Sequence {
   std::vector<float> logits;
   std::chrono::steady_clock::time_point last_token;
   GenerateOutcome outcome;
+  int slot = -1;  // the GPU runner's KV cache slot
 
   bool decoding() const { return prefilled == req->params_.prompt.size(); }
 };
@@ -80,6 +81,7 @@ absl::StatusOr<std::unique_ptr<DenseEngine>> DenseEngine::Create(const EngineOpt
     ro.n_ctx = e->n_ctx_;
     ro.gpu_memory = options.gpu_memory;
     ro.kv_type = options.kv_type;
+    ro.n_parallel = options.max_sequences;
     ro.expert_cache_slots = options.expert_cache_slots;
     ro.prefill_stream_min_tokens = options.prefill_stream_min_tokens;
     ro.pin_experts = options.pin_experts;
@@ -87,7 +89,8 @@ absl::StatusOr<std::unique_ptr<DenseEngine>> DenseEngine::Create(const EngineOpt
                      CreateSequenceRunner(e->model_, backend, e->pool_.get(), ro));
     if (runner->name() != "cpu") {
       e->gpu_runner_ = std::move(runner);
-      e->options_.max_sequences = 1;
+      e->options_.max_sequences = e->gpu_runner_->slots();
+      e->gpu_slot_used_.assign(e->gpu_runner_->slots(), false);
     }
   }
   e->kv_bytes_per_position_ = static_cast<uint64_t>(hp.n_layer) * hp.n_head_kv *
@@ -265,8 +268,15 @@ absl::Status DenseEngine::StartSequence(std::shared_ptr<RequestHandle> r) {
   const int limit = p.max_tokens > 0 ? p.max_tokens : n_ctx_;
   const int64_t positions = std::min<int64_t>(n_ctx_, prompt + limit);
   std::unique_ptr<model::KvCache> cache;
+  int slot = -1;
   if (gpu_runner_ != nullptr) {
-    gpu_runner_->Clear();  // the GPU's one sequence: its KV cache is the plan's
+    // One of the runner's KV caches (planned at start-up): max_sequences is
+    // their number, so one is free.
+    for (size_t i = 0; i < gpu_slot_used_.size() && slot < 0; ++i) {
+      if (!gpu_slot_used_[i]) slot = static_cast<int>(i);
+    }
+    if (slot < 0) return absl::ResourceExhaustedError("no free GPU sequence slot");
+    gpu_runner_->Clear(slot);
   } else {
     ASSIGN_OR_RETURN(cache, model::KvCache::Create(model_->hparams(), positions));
     kv_used_ += cache->bytes();
@@ -274,6 +284,8 @@ absl::Status DenseEngine::StartSequence(std::shared_ptr<RequestHandle> r) {
   sequences_.push_back(Sequence{std::move(r), std::move(cache), std::move(sampler),
                                 std::move(stops), StreamDecoder(tokenizer_.get(), false)});
   Sequence& s = sequences_.back();
+  s.slot = slot;
+  if (slot >= 0) gpu_slot_used_[slot] = true;
   s.limit = limit;
   s.outcome.prompt_tokens = static_cast<int>(prompt);
   return absl::OkStatus();
@@ -318,11 +330,12 @@ void DenseEngine::Step() {
   metrics_->batch_tokens.Observe(static_cast<double>(n_tokens));
   absl::Status eval;
   if (gpu_runner_ != nullptr) {
-    // One sequence at a time on the GPU: its entries in order.
-    for (const model::SequenceBatch& b : batch) {
-      eval = gpu_runner_->Eval(b.tokens, b.mode, b.logits);
-      if (!eval.ok()) break;
+    // The same step on the GPU: each sequence in its own KV cache slot.
+    std::vector<RunnerEntry> entries;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      entries.push_back({who[i]->slot, batch[i].tokens, batch[i].mode, batch[i].logits});
     }
+    eval = gpu_runner_->EvalBatch(entries);
   } else {
     eval = forward_->EvalBatch(batch);
   }
@@ -373,7 +386,7 @@ absl::StatusOr<bool> DenseEngine::Advance(Sequence& s) {
   StopMatcher::Result r = s.stops.Feed(piece);
   const bool full = s.completion >= s.limit ||
                     (s.cache != nullptr ? s.cache->n_past() >= s.cache->n_ctx()
-                                        : gpu_runner_->n_past() >= n_ctx_);
+                                        : gpu_runner_->n_past(s.slot) >= n_ctx_);
   delta.text = std::move(r.text);
   if (eog || (full && !r.stopped)) {
     if (!eog) delta.text += s.decoder.Flush();
@@ -400,6 +413,7 @@ void DenseEngine::Finish(std::list<Sequence>::iterator it,
                          absl::StatusOr<GenerateOutcome> result) {
   std::shared_ptr<RequestHandle> r = it->req;
   if (it->cache != nullptr) kv_used_ -= it->cache->bytes();
+  if (it->slot >= 0) gpu_slot_used_[it->slot] = false;
   sequences_.erase(it);  // frees the KV cache now
   metrics_->request_duration.Observe(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - r->submitted_).count());

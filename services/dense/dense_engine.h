@@ -62,8 +62,8 @@ struct EngineOptions {
   int step_tokens = 512;  // tokens per forward step (decodes + prefill chunks)
   // Where the dense part runs: auto | cpu | cuda, the GPU memory budget
   // (0 = free memory) and the GPU KV cache type (sequence_runner.h). On the
-  // GPU one sequence runs at a time (max_sequences is taken as 1) on one
-  // SequenceRunner whose KV cache is sized by the memory plan.
+  // GPU the runner holds max_sequences KV caches of n_ctx (the memory
+  // planner checks they fit the budget) and batches them like the CPU.
   std::string backend = "auto";
   uint64_t gpu_memory = 0;
   std::string kv_type = "f16";
@@ -194,6 +194,7 @@ class DenseEngine {
   std::unique_ptr<model::Forward> forward_;
   // Set when the dense forward runs on the GPU (one sequence at a time).
   std::unique_ptr<SequenceRunner> gpu_runner_;
+  std::vector<bool> gpu_slot_used_;  // per runner slot: held by a sequence
   std::vector<std::string> expert_addresses_;
   int n_ctx_ = 0;
   uint64_t kv_bytes_per_position_ = 0;

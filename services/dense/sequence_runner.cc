@@ -1,11 +1,13 @@
 #include "services/dense/sequence_runner.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status.h"
+#include "common/plan/memory_plan.h"
 
 #if MOESPLIT_HAVE_CUDA
 #include "common/backend/cuda/cuda_backend.h"
@@ -16,16 +18,35 @@
 namespace moesplit::dense {
 namespace {
 
+// InvalidArgument for a slot outside [0, n) or listed twice.
+absl::Status CheckSlots(absl::Span<const RunnerEntry> entries, int n) {
+  std::vector<bool> seen(n, false);
+  for (const RunnerEntry& e : entries) {
+    if (e.slot < 0 || e.slot >= n) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence slot ", e.slot, " outside [0, ", n, ")"));
+    }
+    if (seen[e.slot]) {
+      return absl::InvalidArgumentError(absl::StrCat("sequence slot ", e.slot, " listed twice"));
+    }
+    seen[e.slot] = true;
+  }
+  return absl::OkStatus();
+}
+
 class CpuRunner final : public SequenceRunner {
  public:
   CpuRunner(std::unique_ptr<model::Forward> f, std::unique_ptr<model::KvCache> c)
       : forward_(std::move(f)), cache_(std::move(c)) {}
-  absl::Status Eval(absl::Span<const int32_t> tokens, model::LogitsMode mode,
-                    std::vector<float>* logits) override {
-    return forward_->Eval(tokens, cache_.get(), mode, logits);
+  int slots() const override { return 1; }
+  absl::Status EvalBatch(absl::Span<const RunnerEntry> entries) override {
+    RETURN_IF_ERROR(CheckSlots(entries, 1));
+    std::vector<model::SequenceBatch> b;
+    for (const RunnerEntry& e : entries) b.push_back({cache_.get(), e.tokens, e.mode, e.logits});
+    return forward_->EvalBatch(b);
   }
-  int64_t n_past() const override { return cache_->n_past(); }
-  void Clear() override { cache_->Clear(); }
+  int64_t n_past(int) const override { return cache_->n_past(); }
+  void Clear(int) override { cache_->Clear(); }
   std::string name() const override { return "cpu"; }
 
  private:
@@ -37,24 +58,29 @@ class CpuRunner final : public SequenceRunner {
 class CudaRunner final : public SequenceRunner {
  public:
   CudaRunner(std::unique_ptr<backend::Device> d, std::unique_ptr<cuda::CudaForward> f,
-             std::unique_ptr<cuda::CudaKvCache> c, std::shared_ptr<cuda::GpuExpertCache> ec,
-             GpuRunnerInfo info)
+             std::vector<std::unique_ptr<cuda::CudaKvCache>> c,
+             std::shared_ptr<cuda::GpuExpertCache> ec, GpuRunnerInfo info)
       : device_(std::move(d)),
         forward_(std::move(f)),
-        cache_(std::move(c)),
+        caches_(std::move(c)),
         expert_cache_(std::move(ec)),
         info_(std::move(info)) {}
   ~CudaRunner() override {
-    cache_.reset();
+    caches_.clear();
     forward_.reset();
     expert_cache_.reset();
   }
-  absl::Status Eval(absl::Span<const int32_t> tokens, model::LogitsMode mode,
-                    std::vector<float>* logits) override {
-    return forward_->Eval(tokens, cache_.get(), mode, logits);
+  int slots() const override { return static_cast<int>(caches_.size()); }
+  absl::Status EvalBatch(absl::Span<const RunnerEntry> entries) override {
+    RETURN_IF_ERROR(CheckSlots(entries, slots()));
+    std::vector<cuda::CudaSequenceBatch> b;
+    for (const RunnerEntry& e : entries) {
+      b.push_back({caches_[e.slot].get(), e.tokens, e.mode, e.logits});
+    }
+    return forward_->EvalBatch(b);
   }
-  int64_t n_past() const override { return cache_->n_past(); }
-  void Clear() override { cache_->Clear(); }
+  int64_t n_past(int slot) const override { return caches_[slot]->n_past(); }
+  void Clear(int slot) override { caches_[slot]->Clear(); }
   std::string name() const override { return "cuda:" + device_->name(); }
   GpuRunnerInfo gpu_info() const override {
     GpuRunnerInfo info = info_;
@@ -69,7 +95,7 @@ class CudaRunner final : public SequenceRunner {
  private:
   std::unique_ptr<backend::Device> device_;
   std::unique_ptr<cuda::CudaForward> forward_;
-  std::unique_ptr<cuda::CudaKvCache> cache_;
+  std::vector<std::unique_ptr<cuda::CudaKvCache>> caches_;
   std::shared_ptr<cuda::GpuExpertCache> expert_cache_;
   const GpuRunnerInfo info_;  // the fields fixed at start-up
 };
@@ -80,6 +106,25 @@ absl::StatusOr<std::unique_ptr<SequenceRunner>> MakeCuda(
   auto kv = GgmlTypeFromName(o.kv_type);
   if (!kv) return absl::InvalidArgumentError(absl::StrCat("unknown KV type '", o.kv_type, "'"));
   ASSIGN_OR_RETURN(auto device, cuda::CreateCudaDevice(0));
+  // The memory planner first: n_parallel KV caches, the workspace and the
+  // dense weights must fit the budget (its refusal says by how much and
+  // what would fit).
+  {
+    plan::PlanOptions po;
+    po.budget_bytes = o.gpu_memory;
+    if (po.budget_bytes == 0) {
+      ASSIGN_OR_RETURN(const backend::MemoryInfo mem, device->Memory());
+      po.budget_bytes = mem.free_bytes;
+    }
+    po.n_ctx = o.n_ctx;
+    po.n_parallel = o.n_parallel;
+    ASSIGN_OR_RETURN(po.kv_type, plan::ParseKvType(o.kv_type));
+    auto p = plan::PlanMemory(plan::ShapeOfModel(*model), po);
+    if (p.status().code() == absl::StatusCode::kResourceExhausted) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("GPU memory plan does not fit: ", p.status().message()));
+    }
+  }
   cuda::CudaForwardOptions co;
   co.n_ctx = o.n_ctx;
   co.kv_type = *kv;
@@ -87,7 +132,11 @@ absl::StatusOr<std::unique_ptr<SequenceRunner>> MakeCuda(
   co.pin_expert_source = o.pin_experts;
   if (o.prefill_stream_min_tokens > 0) co.stream_min_tokens = o.prefill_stream_min_tokens;
   ASSIGN_OR_RETURN(auto forward, cuda::CudaForward::Create(model, experts, device.get(), co));
-  ASSIGN_OR_RETURN(auto cache, forward->CreateCache());
+  std::vector<std::unique_ptr<cuda::CudaKvCache>> caches;
+  for (int i = 0; i < o.n_parallel; ++i) {
+    ASSIGN_OR_RETURN(auto cache, forward->CreateCache());
+    caches.push_back(std::move(cache));
+  }
   GpuRunnerInfo info;
   // Streamed prefill: the switch-over measured here unless configured.
   if (o.prefill_stream_min_tokens < 0) {
@@ -130,7 +179,7 @@ absl::StatusOr<std::unique_ptr<SequenceRunner>> MakeCuda(
     }
   }
   return std::unique_ptr<SequenceRunner>(
-      new CudaRunner(std::move(device), std::move(forward), std::move(cache),
+      new CudaRunner(std::move(device), std::move(forward), std::move(caches),
                      std::move(expert_cache), std::move(info)));
 }
 #endif
@@ -163,6 +212,10 @@ absl::StatusOr<std::unique_ptr<SequenceRunner>> CreateSequenceRunner(
     return absl::InvalidArgumentError(
         absl::StrCat("unknown KV type '", o.kv_type, "' (f16, q8_0 or q4_0)"));
   }
+  if (o.n_parallel < 1 || o.n_parallel > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("parallel sequences ", o.n_parallel, " not in [1, 1024]"));
+  }
   if (o.expert_cache_slots < -1 || o.prefill_stream_min_tokens < -1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "expert cache slots (", o.expert_cache_slots, ") and the prefill stream threshold (",
@@ -172,7 +225,12 @@ absl::StatusOr<std::unique_ptr<SequenceRunner>> CreateSequenceRunner(
 #if MOESPLIT_HAVE_CUDA
     auto gpu = MakeCuda(model, experts, o);
     if (gpu.ok() || o.backend == "cuda") return gpu;
-    // auto: fall back to the CPU when there is no usable device.
+    // auto: fall back to the CPU when there is no usable device (saying why
+    // when there is a device but the plan does not fit it).
+    if (gpu.status().code() != absl::StatusCode::kUnavailable) {
+      std::fprintf(stderr, "moesplit: not using the GPU: %s\n",
+                   std::string(gpu.status().message()).c_str());
+    }
 #else
     if (o.backend == "cuda") {
       return absl::UnavailableError("this build has no CUDA backend (nvcc was not found)");

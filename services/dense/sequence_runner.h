@@ -30,6 +30,9 @@ struct RunnerOptions {
   int64_t n_ctx = 4096;
   uint64_t gpu_memory = 0;        // bytes; 0 = the device's free memory
   std::string kv_type = "f16";    // GPU KV cache: f16 | q8_0 | q4_0
+  // Sequences the GPU runner holds at once (one KV cache of n_ctx each,
+  // checked against the budget by the memory planner). The CPU runner has 1.
+  int n_parallel = 1;
   // GPU hot-expert cache slots: -1 = what the budget leaves after the plan
   // (less kExpertCacheMargin); 0 = no cache.
   int64_t expert_cache_slots = -1;
@@ -53,14 +56,33 @@ struct GpuRunnerInfo {
   std::string stream_note;            // how the threshold was set (measured rates, or why off)
 };
 
+// One slot's part of a step (SequenceRunner::EvalBatch).
+struct RunnerEntry {
+  int slot = 0;
+  absl::Span<const int32_t> tokens;
+  model::LogitsMode mode = model::LogitsMode::kNone;
+  std::vector<float>* logits = nullptr;
+};
+
 class SequenceRunner {
  public:
   virtual ~SequenceRunner() = default;
-  // As model::Forward::Eval on this runner's cache.
-  virtual absl::Status Eval(absl::Span<const int32_t> tokens, model::LogitsMode mode,
-                            std::vector<float>* logits) = 0;
-  virtual int64_t n_past() const = 0;
-  virtual void Clear() = 0;
+  // Sequences held at once (one KV cache each), slots 0 .. slots() - 1.
+  virtual int slots() const = 0;
+  // One step for several slots, as model::Forward::EvalBatch on their caches
+  // (a token's logits as if alone). InvalidArgument, changing nothing, for a
+  // slot out of range or listed twice.
+  virtual absl::Status EvalBatch(absl::Span<const RunnerEntry> entries) = 0;
+  virtual int64_t n_past(int slot) const = 0;
+  virtual void Clear(int slot) = 0;
+  // Slot 0 alone.
+  absl::Status Eval(absl::Span<const int32_t> tokens, model::LogitsMode mode,
+                    std::vector<float>* logits) {
+    const RunnerEntry e[1] = {{0, tokens, mode, logits}};
+    return EvalBatch(e);
+  }
+  int64_t n_past() const { return n_past(0); }
+  void Clear() { Clear(0); }
   // "cpu" or "cuda:<device name>".
   virtual std::string name() const = 0;
   // Thread-safe (may be called while another thread runs Eval).

@@ -81,5 +81,49 @@ TEST(SequenceRunnerTest, ChoosesTheBackend) {
   }
 }
 
+// Several sequences on one runner: the GPU runner holds n_parallel KV caches
+// and batches them; each slot gets the logits it gets alone.
+TEST(SequenceRunnerTest, SlotsBatchLikeSeparateSequences) {
+  model::testing::TinyModelOptions o;
+  o.head_dim = 32;
+  auto m = model::testing::MakeTinyModel(o);
+  ASSERT_TRUE(m.ok()) << m.status();
+  model::InProcessExperts experts(model::ExpertStore(*m), nullptr);
+  RunnerOptions ro;
+  ro.n_ctx = 32;
+  ro.n_parallel = 0;
+  EXPECT_EQ(CreateSequenceRunner(*m, &experts, nullptr, ro).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  ro.n_parallel = 2;
+  // No GPU expert cache: it learns between the runs below, moving experts
+  // from the CPU's kernels to the GPU's (equal within rounding, not bits).
+  ro.expert_cache_slots = 0;
+  auto r = CreateSequenceRunner(*m, &experts, nullptr, ro);
+  ASSERT_TRUE(r.ok()) << r.status();
+  // The CPU runner keeps one slot (the engine batches CPU sequences itself).
+  EXPECT_EQ((*r)->slots(), (*r)->name() == "cpu" ? 1 : 2) << (*r)->name();
+  const int32_t a[3] = {1, 2, 3}, b[2] = {7, 8};
+  std::vector<float> la, lb, ga, gb;
+  ASSERT_TRUE((*r)->Eval(a, model::LogitsMode::kLast, &la).ok());
+  (*r)->Clear(0);
+  ASSERT_TRUE((*r)->Eval(b, model::LogitsMode::kLast, &lb).ok());
+  (*r)->Clear(0);
+  const int last = (*r)->slots() - 1;
+  const RunnerEntry both[2] = {{0, a, model::LogitsMode::kLast, &ga},
+                               {last, b, model::LogitsMode::kLast, &gb}};
+  if (last == 1) {
+    ASSERT_TRUE((*r)->EvalBatch(both).ok());
+    EXPECT_EQ(ga, la);
+    EXPECT_EQ(gb, lb);
+    EXPECT_EQ((*r)->n_past(0), 3);
+    EXPECT_EQ((*r)->n_past(1), 2);
+  }
+  const RunnerEntry out_of_range[1] = {{(*r)->slots(), a, model::LogitsMode::kNone, nullptr}};
+  EXPECT_EQ((*r)->EvalBatch(out_of_range).code(), absl::StatusCode::kInvalidArgument);
+  const RunnerEntry twice[2] = {{0, a, model::LogitsMode::kNone, nullptr},
+                                {0, b, model::LogitsMode::kNone, nullptr}};
+  EXPECT_EQ((*r)->EvalBatch(twice).code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace moesplit::dense

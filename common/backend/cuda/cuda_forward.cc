@@ -458,47 +458,95 @@ double SecondsSince(SteadyClock::time_point t) {
 
 absl::Status CudaForward::Eval(absl::Span<const int32_t> tokens, CudaKvCache* cache,
                                LogitsMode mode, std::vector<float>* logits) {
+  const CudaSequenceBatch one[1] = {{cache, tokens, mode, logits}};
+  return EvalBatch(one);
+}
+
+absl::Status CudaForward::EvalBatch(absl::Span<const CudaSequenceBatch> seqs) {
   const HyperParams& hp = model_->hparams();
-  if (tokens.empty()) return absl::InvalidArgumentError("Eval: empty batch");
-  if (cache == nullptr || !cache->Matches(hp)) {
-    return absl::InvalidArgumentError("Eval: KV cache missing or made for another model");
+  if (seqs.empty()) return absl::InvalidArgumentError("EvalBatch: no sequences");
+  int64_t total = 0;
+  for (size_t e = 0; e < seqs.size(); ++e) {
+    const CudaSequenceBatch& q = seqs[e];
+    const std::string who = seqs.size() == 1 ? "Eval" : absl::StrCat("EvalBatch entry ", e);
+    if (q.tokens.empty()) return absl::InvalidArgumentError(absl::StrCat(who, ": empty batch"));
+    if (q.cache == nullptr || !q.cache->Matches(hp)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(who, ": KV cache missing or made for another model"));
+    }
+    for (size_t f = 0; f < e; ++f) {
+      if (seqs[f].cache == q.cache) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(who, ": the KV cache of entry ", f, " appears twice"));
+      }
+    }
+    if (q.mode != LogitsMode::kNone && q.logits == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(who, ": logits requested without an output vector"));
+    }
+    for (size_t i = 0; i < q.tokens.size(); ++i) {
+      if (q.tokens[i] < 0 || q.tokens[i] >= hp.n_vocab) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            who, ": token ", i, " has id ", q.tokens[i], ", outside [0, ", hp.n_vocab, ")"));
+      }
+    }
+    RETURN_IF_ERROR(q.cache->CheckRoom(static_cast<int64_t>(q.tokens.size())));
+    total += static_cast<int64_t>(q.tokens.size());
   }
-  if (mode != LogitsMode::kNone && logits == nullptr) {
-    return absl::InvalidArgumentError("Eval: logits requested without an output vector");
+  if (total > INT32_MAX / hp.n_expert_used) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Eval: batch of ", total, " tokens is too large"));
   }
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    if (tokens[i] < 0 || tokens[i] >= hp.n_vocab) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Eval: token ", i, " has id ", tokens[i], ", outside [0, ", hp.n_vocab, ")"));
+  const int64_t nv = hp.n_vocab;
+  for (const CudaSequenceBatch& q : seqs) {
+    if (q.mode == LogitsMode::kAll) q.logits->resize(q.tokens.size() * nv);
+    if (q.mode == LogitsMode::kLast) q.logits->resize(nv);
+  }
+  const auto t_eval = SteadyClock::now();
+  // The entries' tokens one after another, in micro-batches of max_batch
+  // tokens; a micro-batch may hold parts of several sequences (Segments).
+  std::vector<int32_t> all;
+  all.reserve(total);
+  std::vector<int64_t> first(seqs.size());
+  for (size_t e = 0; e < seqs.size(); ++e) {
+    first[e] = static_cast<int64_t>(all.size());
+    all.insert(all.end(), seqs[e].tokens.begin(), seqs[e].tokens.end());
+  }
+  const int64_t B = options_.max_batch;
+  std::vector<Segment> segs;
+  for (int64_t s = 0; s < total; s += B) {
+    const int64_t cn = std::min(B, total - s);
+    segs.clear();
+    for (size_t e = 0; e < seqs.size(); ++e) {
+      const int64_t b = std::max(first[e], s);
+      const int64_t end = std::min<int64_t>(first[e] + seqs[e].tokens.size(), s + cn);
+      if (b >= end) continue;
+      segs.push_back({seqs[e].cache, b - s, end - b, seqs[e].cache->n_past() + (b - first[e])});
+    }
+    RETURN_IF_ERROR(EvalChunk(absl::MakeConstSpan(all).subspan(s, cn), segs));
+    for (size_t e = 0; e < seqs.size(); ++e) {
+      const CudaSequenceBatch& q = seqs[e];
+      const int64_t b = std::max(first[e], s);
+      const int64_t end = std::min<int64_t>(first[e] + q.tokens.size(), s + cn);
+      if (b >= end) continue;
+      if (q.mode == LogitsMode::kAll) {
+        RETURN_IF_ERROR(Head(b - s, end - b, q.logits->data() + (b - first[e]) * nv));
+      } else if (q.mode == LogitsMode::kLast &&
+                 end == first[e] + static_cast<int64_t>(q.tokens.size())) {
+        RETURN_IF_ERROR(Head(end - 1 - s, 1, q.logits->data()));
+      }
     }
   }
-  RETURN_IF_ERROR(cache->CheckRoom(static_cast<int64_t>(tokens.size())));
-  if (tokens.size() > static_cast<size_t>(INT32_MAX / hp.n_expert_used)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Eval: batch of ", tokens.size(), " tokens is too large"));
-  }
-  const int64_t n = static_cast<int64_t>(tokens.size());
-  const int64_t nv = hp.n_vocab;
-  if (mode == LogitsMode::kAll) logits->resize(n * nv);
-  if (mode == LogitsMode::kLast) logits->resize(nv);
-  const auto t_eval = SteadyClock::now();
-  const int64_t B = options_.max_batch;
-  for (int64_t s = 0; s < n; s += B) {
-    const int64_t cn = std::min(B, n - s);
-    RETURN_IF_ERROR(EvalChunk(tokens.subspan(s, cn), cache->n_past() + s, cache));
-    if (mode == LogitsMode::kAll) RETURN_IF_ERROR(Head(0, cn, logits->data() + s * nv));
-    if (mode == LogitsMode::kLast && s + cn == n) RETURN_IF_ERROR(Head(cn - 1, 1, logits->data()));
-  }
   RETURN_IF_ERROR(stream_->Synchronize());
-  cache->Commit(n);
+  for (const CudaSequenceBatch& q : seqs) q.cache->Commit(static_cast<int64_t>(q.tokens.size()));
   stats_.eval_seconds += SecondsSince(t_eval);
   stats_.evals++;
-  stats_.tokens += n;
+  stats_.tokens += total;
   return absl::OkStatus();
 }
 
-absl::Status CudaForward::EvalChunk(absl::Span<const int32_t> tokens, int64_t pos0,
-                                    CudaKvCache* cache) {
+absl::Status CudaForward::EvalChunk(absl::Span<const int32_t> tokens,
+                                    absl::Span<const Segment> segs) {
   const HyperParams& hp = model_->hparams();
   Workspace& ws = *ws_;
   void* s = stream_->native();
@@ -508,11 +556,13 @@ absl::Status CudaForward::EvalChunk(absl::Span<const int32_t> tokens, int64_t po
   const int64_t half = hp.rope.n_rot / 2;
   ws.rope_host.resize(n * half * 2);
   model::internal::RopeAngles a;
-  for (int64_t t = 0; t < n; ++t) {
-    model::internal::ComputeRopeAngles(hp.rope, pos0 + t, &a);
-    for (int64_t i = 0; i < half; ++i) {
-      ws.rope_host[(t * half + i) * 2] = a.cos[i];
-      ws.rope_host[(t * half + i) * 2 + 1] = a.sin[i];
+  for (const Segment& g : segs) {
+    for (int64_t t = g.first; t < g.first + g.n; ++t) {
+      model::internal::ComputeRopeAngles(hp.rope, g.pos0 + (t - g.first), &a);
+      for (int64_t i = 0; i < half; ++i) {
+        ws.rope_host[(t * half + i) * 2] = a.cos[i];
+        ws.rope_host[(t * half + i) * 2 + 1] = a.sin[i];
+      }
     }
   }
   RETURN_IF_CUDA_ERROR(raw::MemcpyAsync(ws.rope, ws.rope_host.data(),
@@ -532,14 +582,14 @@ absl::Status CudaForward::EvalChunk(absl::Span<const int32_t> tokens, int64_t po
   }
   for (int il = 0; il < model_->n_layer(); ++il) {
     layer_start_ = SteadyClock::now();
-    RETURN_IF_ERROR(Attention(il, n, pos0, cache));
+    RETURN_IF_ERROR(Attention(il, n, segs));
     RETURN_IF_ERROR(MoeFfn(il, n));
   }
   if (expert_cache_ != nullptr) expert_cache_->EndStep();
   return absl::OkStatus();
 }
 
-absl::Status CudaForward::Attention(int il, int64_t n, int64_t pos0, CudaKvCache* cache) {
+absl::Status CudaForward::Attention(int il, int64_t n, absl::Span<const Segment> segs) {
   const HyperParams& hp = model_->hparams();
   const LayerW& L = w_->layers[il];
   Workspace& ws = *ws_;
@@ -568,29 +618,34 @@ absl::Status CudaForward::Attention(int il, int64_t n, int64_t pos0, CudaKvCache
   RETURN_IF_CUDA_ERROR(raw::QkNormRope(ws.q, L.q_norm.p, hp.n_head, ws.k, L.k_norm.p,
                                         hp.n_head_kv, n, hd, hp.rms_eps, hp.rope.n_rot,
                                         ws.rope, s));
-  raw::PagedKv kv;
-  kv.type = cache->type();
-  kv.k = cache->k(il);
-  kv.v = cache->v(il);
-  kv.k_row_bytes = cache->k_row_bytes();
-  kv.v_row_bytes = cache->v_row_bytes();
-  kv.page_size = cache->page_size();
-  kv.block_table = cache->block_table();
-  RETURN_IF_CUDA_ERROR(
-      raw::KvWrite(kv, ws.k, ws.v, n, pos0, hp.n_head_kv * hd, hp.n_head_kv * hd, s));
-  raw::AttentionParams ap;
-  ap.q = ws.q;
-  ap.out = ws.attn;
-  ap.kv = kv;
-  ap.n_tok = n;
-  ap.pos0 = pos0;
-  ap.n_head = static_cast<int>(hp.n_head);
-  ap.n_head_kv = static_cast<int>(hp.n_head_kv);
-  ap.head_dim = static_cast<int>(hd);
-  ap.scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  ap.split_scratch = ws.split;
-  ap.split_scratch_elems = ws.sizes.split;
-  RETURN_IF_CUDA_ERROR(raw::Attention(ap, s));
+  // Each sequence's tokens against its own paged cache.
+  const int64_t kd = hp.n_head_kv * hd, qd = hp.n_head * hd;
+  for (const Segment& g : segs) {
+    const CudaKvCache* cache = g.cache;
+    raw::PagedKv kv;
+    kv.type = cache->type();
+    kv.k = cache->k(il);
+    kv.v = cache->v(il);
+    kv.k_row_bytes = cache->k_row_bytes();
+    kv.v_row_bytes = cache->v_row_bytes();
+    kv.page_size = cache->page_size();
+    kv.block_table = cache->block_table();
+    RETURN_IF_CUDA_ERROR(raw::KvWrite(kv, ws.k + g.first * kd, ws.v + g.first * kd, g.n, g.pos0,
+                                      kd, kd, s));
+    raw::AttentionParams ap;
+    ap.q = ws.q + g.first * qd;
+    ap.out = ws.attn + g.first * hp.n_head * hp.head_dim_v;
+    ap.kv = kv;
+    ap.n_tok = g.n;
+    ap.pos0 = g.pos0;
+    ap.n_head = static_cast<int>(hp.n_head);
+    ap.n_head_kv = static_cast<int>(hp.n_head_kv);
+    ap.head_dim = static_cast<int>(hd);
+    ap.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    ap.split_scratch = ws.split;
+    ap.split_scratch_elems = ws.sizes.split;
+    RETURN_IF_CUDA_ERROR(raw::Attention(ap, s));
+  }
   RETURN_IF_CUDA_ERROR(raw::MatMul(L.wo.m, ws.attn, n, ws.o, g, s));
   RETURN_IF_CUDA_ERROR(raw::Add(ws.x, ws.o, n * d, s));
   return absl::OkStatus();

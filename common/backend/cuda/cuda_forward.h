@@ -153,6 +153,17 @@ struct CudaForwardStats {
   double head_seconds = 0;     // output norm + head, logits copy included
 };
 
+// One sequence's part of a batched step (CudaForward::EvalBatch), as
+// model::SequenceBatch: `tokens` run at positions cache->n_past() .. and are
+// appended to `cache`; *logits receives n_vocab floats per requested
+// position of this sequence.
+struct CudaSequenceBatch {
+  CudaKvCache* cache = nullptr;
+  absl::Span<const int32_t> tokens;
+  model::LogitsMode mode = model::LogitsMode::kNone;
+  std::vector<float>* logits = nullptr;
+};
+
 class CudaForward {
  public:
   // Checks that the model is supported (qwen3moe / qwen2moe shapes: head_dim
@@ -199,14 +210,27 @@ class CudaForward {
   // unchanged; n_past only advances on success).
   absl::Status Eval(absl::Span<const int32_t> tokens, CudaKvCache* cache,
                     model::LogitsMode mode, std::vector<float>* logits);
+  // Several sequences in one step (continuous batching): their tokens share
+  // the micro-batches, the products and one expert call per layer; each
+  // attends its own cache. A token's logits are those Eval gives it alone,
+  // bit for bit. Errors as Eval, checked for every entry before any work;
+  // also InvalidArgument for no entries or a cache listed twice. n_past of
+  // every cache advances only when the whole step succeeds.
+  absl::Status EvalBatch(absl::Span<const CudaSequenceBatch> seqs);
 
   struct Weights;
   struct Workspace;
 
  private:
   CudaForward() = default;
-  absl::Status EvalChunk(absl::Span<const int32_t> tokens, int64_t pos0, CudaKvCache* cache);
-  absl::Status Attention(int il, int64_t n, int64_t pos0, CudaKvCache* cache);
+  // A sequence's run of tokens inside a micro-batch: rows [first, first +
+  // n) of the micro-batch, at positions pos0 .. of `cache`.
+  struct Segment {
+    CudaKvCache* cache = nullptr;
+    int64_t first = 0, n = 0, pos0 = 0;
+  };
+  absl::Status EvalChunk(absl::Span<const int32_t> tokens, absl::Span<const Segment> segs);
+  absl::Status Attention(int il, int64_t n, absl::Span<const Segment> segs);
   absl::Status MoeFfn(int il, int64_t n);
   // Computes the entries of `call` whose expert is resident in the cache or
   // streamed on the GPU (x += w * E(h)), removes them from `call`, and

@@ -330,6 +330,59 @@ TEST_F(CudaForwardTest, MicroBatchesAndSingleTokensGiveTheSameLogits) {
   EXPECT_LE(Compare(seq, la, nv).worst_nmse, 1e-5);
 }
 
+// Continuous batching on the GPU: sequences at different positions share a
+// step (and micro-batches that cut across them) and get the logits they get
+// alone, bit for bit; bad entries change no cache.
+TEST_F(CudaForwardTest, EvalBatchGivesEachSequenceItsOwnLogits) {
+  CudaForwardOptions o;
+  o.n_ctx = 64;
+  o.max_batch = 5;  // micro-batches cut across the sequences
+  auto fwd = Make(o);
+  ASSERT_NE(fwd, nullptr);
+  const int nv = static_cast<int>(model_->hparams().n_vocab);
+  const std::vector<int32_t> a = Prompt(7, nv), b = {5, 17, 99, 250}, c = {3};
+  // Alone: a then b's prefix, each in its own cache.
+  auto ca = fwd->CreateCache(), cb = fwd->CreateCache(), cc = fwd->CreateCache();
+  ASSERT_TRUE(ca.ok() && cb.ok() && cc.ok());
+  std::vector<float> la, lb, lc;
+  ASSERT_TRUE(fwd->Eval(a, ca->get(), LogitsMode::kAll, &la).ok());
+  ASSERT_TRUE(fwd->Eval(absl::MakeConstSpan(b).subspan(0, 2), cb->get(), LogitsMode::kNone,
+                        nullptr).ok());
+  ASSERT_TRUE(fwd->Eval(absl::MakeConstSpan(b).subspan(2), cb->get(), LogitsMode::kLast, &lb).ok());
+  ASSERT_TRUE(fwd->Eval(c, cc->get(), LogitsMode::kLast, &lc).ok());
+  // Together: b's prefix first (so b is at position 2 in the batched step),
+  // then a (prefill, all logits), b's rest (last) and c (one token) in one step.
+  auto ba = fwd->CreateCache(), bb = fwd->CreateCache(), bc = fwd->CreateCache();
+  ASSERT_TRUE(ba.ok() && bb.ok() && bc.ok());
+  ASSERT_TRUE(fwd->Eval(absl::MakeConstSpan(b).subspan(0, 2), bb->get(), LogitsMode::kNone,
+                        nullptr).ok());
+  std::vector<float> ga, gb, gc;
+  const CudaSequenceBatch step[3] = {
+      {ba->get(), a, LogitsMode::kAll, &ga},
+      {bb->get(), absl::MakeConstSpan(b).subspan(2), LogitsMode::kLast, &gb},
+      {bc->get(), c, LogitsMode::kLast, &gc}};
+  ASSERT_TRUE(fwd->EvalBatch(step).ok());
+  EXPECT_EQ(ga, la);
+  EXPECT_EQ(gb, lb);
+  EXPECT_EQ(gc, lc);
+  EXPECT_EQ((*ba)->n_past(), 7);
+  EXPECT_EQ((*bb)->n_past(), 4);
+  EXPECT_EQ((*bc)->n_past(), 1);
+  // Refusals, checked before any work: nothing advances.
+  const int32_t bad[1] = {nv};
+  const CudaSequenceBatch twice[2] = {{ba->get(), c, LogitsMode::kNone, nullptr},
+                                      {ba->get(), c, LogitsMode::kNone, nullptr}};
+  EXPECT_EQ(fwd->EvalBatch(twice).code(), absl::StatusCode::kInvalidArgument);
+  const CudaSequenceBatch bad_second[2] = {{ba->get(), c, LogitsMode::kNone, nullptr},
+                                           {bb->get(), bad, LogitsMode::kNone, nullptr}};
+  const absl::Status st = fwd->EvalBatch(bad_second);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("entry 1"), std::string::npos) << st;
+  EXPECT_EQ(fwd->EvalBatch({}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*ba)->n_past(), 7);
+  EXPECT_EQ((*bb)->n_past(), 4);
+}
+
 TEST_F(CudaForwardTest, QuantisedKvCachesStayClose) {
   const int64_t nv = model_->hparams().n_vocab;
   const std::vector<int32_t> prompt = Prompt(17, static_cast<int>(nv));
