@@ -203,6 +203,7 @@ int Run(int argc, char** argv) {
   if ((*engine)->backend_name() != "cpu") {
     plan::PlanOptions po;
     po.n_ctx = (*engine)->n_ctx();
+    po.n_parallel = opt.max_sequences;  // one GPU KV cache per sequence
     po.budget_bytes = opt.gpu_memory > 0 ? opt.gpu_memory : QueryGpuMemory().free;
     auto kv = plan::ParseKvType(opt.kv_type);
     if (kv.ok()) po.kv_type = *kv;
