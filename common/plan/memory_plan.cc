@@ -18,10 +18,6 @@ using model::TensorRole;
 
 constexpr int64_t kQuantBlock = 32;        // q8_0 / q4_0 elements per block
 
-bool IsQuantized(GgmlType t) {
-  return t != GgmlType::kF32 && t != GgmlType::kF16 && t != GgmlType::kBF16;
-}
-
 uint64_t CeilDiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
 }  // namespace

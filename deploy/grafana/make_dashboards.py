@@ -130,6 +130,7 @@ b.add([
     ts("Hit rate", [target(f"sum(rate(moesplit_expert_cache_hits_total{I}[$__rate_interval])) / (sum(rate(moesplit_expert_cache_hits_total{I}[$__rate_interval])) + sum(rate(moesplit_expert_cache_misses_total{I}[$__rate_interval])))", "hit rate")], "percentunit"),
     ts("Host-to-device copies", [target(f"sum by (instance) (rate(moesplit_expert_cache_h2d_bytes_total{I}[$__rate_interval]))", "{{instance}}")], "Bps"),
     ts("Prefetch by outcome", [target(f"sum by (outcome) (rate(moesplit_expert_prefetch_total{I}[$__rate_interval]))", "{{outcome}}")], "ops", stack=True),
+    stat("Streamed-prefill threshold (tokens per expert; 0 = off)", [target(f"max(moesplit_prefill_stream_min_tokens{I})", "")], "short"),
 ])
 gpu = b.json()
 
