@@ -8,44 +8,54 @@
 namespace moesplit::dense {
 namespace {
 
-TEST(SequenceRunnerTest, ChoosesTheBackend) {
-  model::testing::TinyModelOptions o;
-  o.head_dim = 32;
-  auto m = model::testing::MakeTinyModel(o);
-  ASSERT_TRUE(m.ok()) << m.status();
-  model::InProcessExperts experts(model::ExpertStore(*m), nullptr);
+// A tiny model (head_dim 32, for the GPU attention) and its in-process experts.
+class SequenceRunnerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    model::testing::TinyModelOptions o;
+    o.head_dim = 32;
+    auto m = model::testing::MakeTinyModel(o);
+    ASSERT_TRUE(m.ok()) << m.status();
+    model_ = *m;
+    experts_ = std::make_unique<model::InProcessExperts>(model::ExpertStore(model_), nullptr);
+  }
+  std::shared_ptr<const model::Model> model_;
+  std::unique_ptr<model::InProcessExperts> experts_;
+};
+
+TEST_F(SequenceRunnerTest, ChoosesTheBackend) {
   RunnerOptions ro;
   ro.n_ctx = 32;
   ro.backend = "tpu";
-  EXPECT_EQ(CreateSequenceRunner(*m, &experts, nullptr, ro).status().code(),
+  EXPECT_EQ(CreateSequenceRunner(model_, experts_.get(), nullptr, ro).status().code(),
             absl::StatusCode::kInvalidArgument);
   ro.backend = "cpu";
   ro.kv_type = "q5_0";
-  EXPECT_EQ(CreateSequenceRunner(*m, &experts, nullptr, ro).status().code(),
+  EXPECT_EQ(CreateSequenceRunner(model_, experts_.get(), nullptr, ro).status().code(),
             absl::StatusCode::kInvalidArgument);
   ro.kv_type = "f16";
   ro.expert_cache_slots = -2;
-  EXPECT_EQ(CreateSequenceRunner(*m, &experts, nullptr, ro).status().code(),
+  EXPECT_EQ(CreateSequenceRunner(model_, experts_.get(), nullptr, ro).status().code(),
             absl::StatusCode::kInvalidArgument);
   ro.expert_cache_slots = -1;
   ro.prefill_stream_min_tokens = -5;
-  EXPECT_EQ(CreateSequenceRunner(*m, &experts, nullptr, ro).status().code(),
+  EXPECT_EQ(CreateSequenceRunner(model_, experts_.get(), nullptr, ro).status().code(),
             absl::StatusCode::kInvalidArgument);
   ro.prefill_stream_min_tokens = -1;
-  auto cpu = CreateSequenceRunner(*m, &experts, nullptr, ro);
+  auto cpu = CreateSequenceRunner(model_, experts_.get(), nullptr, ro);
   ASSERT_TRUE(cpu.ok()) << cpu.status();
   EXPECT_EQ((*cpu)->name(), "cpu");
   std::vector<float> logits;
   const int32_t tokens[3] = {1, 2, 3};
   ASSERT_TRUE((*cpu)->Eval(tokens, model::LogitsMode::kLast, &logits).ok());
   EXPECT_EQ((*cpu)->n_past(), 3);
-  EXPECT_EQ(logits.size(), static_cast<size_t>((*m)->hparams().n_vocab));
+  EXPECT_EQ(logits.size(), static_cast<size_t>(model_->hparams().n_vocab));
   (*cpu)->Clear();
   EXPECT_EQ((*cpu)->n_past(), 0);
 
   // auto: the GPU when usable, else the CPU; both evaluate the same tokens.
   ro.backend = "auto";
-  auto any = CreateSequenceRunner(*m, &experts, nullptr, ro);
+  auto any = CreateSequenceRunner(model_, experts_.get(), nullptr, ro);
   ASSERT_TRUE(any.ok()) << any.status();
   std::vector<float> again;
   ASSERT_TRUE((*any)->Eval(tokens, model::LogitsMode::kLast, &again).ok());
@@ -69,11 +79,11 @@ TEST(SequenceRunnerTest, ChoosesTheBackend) {
     EXPECT_TRUE(info.expert_cache);
     EXPECT_GT(info.cache_slots, 0);
     EXPECT_FALSE(info.stream_note.empty());
-    EXPECT_EQ(info.resident_per_layer.size(), static_cast<size_t>((*m)->n_layer()));
+    EXPECT_EQ(info.resident_per_layer.size(), static_cast<size_t>(model_->n_layer()));
   }
 
   ro.backend = "cuda";
-  auto gpu = CreateSequenceRunner(*m, &experts, nullptr, ro);
+  auto gpu = CreateSequenceRunner(model_, experts_.get(), nullptr, ro);
   if ((*any)->name() == "cpu") {
     EXPECT_EQ(gpu.status().code(), absl::StatusCode::kUnavailable) << gpu.status();
   } else {
@@ -83,22 +93,17 @@ TEST(SequenceRunnerTest, ChoosesTheBackend) {
 
 // Several sequences on one runner: the GPU runner holds n_parallel KV caches
 // and batches them; each slot gets the logits it gets alone.
-TEST(SequenceRunnerTest, SlotsBatchLikeSeparateSequences) {
-  model::testing::TinyModelOptions o;
-  o.head_dim = 32;
-  auto m = model::testing::MakeTinyModel(o);
-  ASSERT_TRUE(m.ok()) << m.status();
-  model::InProcessExperts experts(model::ExpertStore(*m), nullptr);
+TEST_F(SequenceRunnerTest, SlotsBatchLikeSeparateSequences) {
   RunnerOptions ro;
   ro.n_ctx = 32;
   ro.n_parallel = 0;
-  EXPECT_EQ(CreateSequenceRunner(*m, &experts, nullptr, ro).status().code(),
+  EXPECT_EQ(CreateSequenceRunner(model_, experts_.get(), nullptr, ro).status().code(),
             absl::StatusCode::kInvalidArgument);
   ro.n_parallel = 2;
   // No GPU expert cache: it learns between the runs below, moving experts
   // from the CPU's kernels to the GPU's (equal within rounding, not bits).
   ro.expert_cache_slots = 0;
-  auto r = CreateSequenceRunner(*m, &experts, nullptr, ro);
+  auto r = CreateSequenceRunner(model_, experts_.get(), nullptr, ro);
   ASSERT_TRUE(r.ok()) << r.status();
   // The CPU runner keeps one slot (the engine batches CPU sequences itself).
   EXPECT_EQ((*r)->slots(), (*r)->name() == "cpu" ? 1 : 2) << (*r)->name();
