@@ -253,19 +253,6 @@ absl::StatusOr<GpuMemoryPlan> CudaForward::Plan(const model::Model& m,
 
 namespace {
 
-// Whether every routed expert can be copied to the device as it is (GGUF
-// layout, a format the kernels decode).
-bool ExpertsCopyable(const model::Model& m) {
-  if (m.hparams().n_expert < 1) return false;
-  for (int il = 0; il < m.n_layer(); ++il) {
-    const model::LayerWeights& L = m.layer(il);
-    for (const model::ExpertTensorView* v : {&L.gate_exps, &L.up_exps, &L.down_exps}) {
-      if (v->data != nullptr && (v->packed || !raw::DeviceSupports(v->type))) return false;
-    }
-  }
-  return true;
-}
-
 absl::Status UploadMatrix(backend::Device* dev, backend::Stream* s, const quant::WeightView& w,
                           DeviceMatrixBuf* out) {
   if (w.data == nullptr) return absl::OkStatus();
@@ -392,7 +379,7 @@ absl::StatusOr<std::unique_ptr<CudaForward>> CudaForward::Create(
   RETURN_IF_ERROR(alloc(z.topk, &ws.pred_ids));
   ASSIGN_OR_RETURN(ws.pin_pred_ids, PinnedHostBuffer::Create(z.topk * sizeof(int32_t)));
   // Streamed prefill: staging buffers, their copy stream and events.
-  f->experts_on_gpu_ = ExpertsCopyable(m);
+  f->experts_on_gpu_ = m.hparams().n_expert > 0 && GpuExpertCache::CheckCopyable(m).ok();
   if (options.stream_min_tokens > 0 && !f->experts_on_gpu_) {
     return absl::UnimplementedError(
         "streamed prefill: the routed experts are not all in a GGUF format the kernels decode");
@@ -521,19 +508,17 @@ absl::Status CudaForward::EvalBatch(absl::Span<const CudaSequenceBatch> seqs) {
       const int64_t b = std::max(first[e], s);
       const int64_t end = std::min<int64_t>(first[e] + seqs[e].tokens.size(), s + cn);
       if (b >= end) continue;
-      segs.push_back({seqs[e].cache, b - s, end - b, seqs[e].cache->n_past() + (b - first[e])});
+      segs.push_back({seqs[e].cache, b - s, end - b, seqs[e].cache->n_past() + (b - first[e]), e});
     }
     RETURN_IF_ERROR(EvalChunk(absl::MakeConstSpan(all).subspan(s, cn), segs));
-    for (size_t e = 0; e < seqs.size(); ++e) {
-      const CudaSequenceBatch& q = seqs[e];
-      const int64_t b = std::max(first[e], s);
-      const int64_t end = std::min<int64_t>(first[e] + q.tokens.size(), s + cn);
-      if (b >= end) continue;
+    for (const Segment& g : segs) {
+      const CudaSequenceBatch& q = seqs[g.entry];
+      const int64_t done = g.pos0 - q.cache->n_past();  // the entry's tokens before g
       if (q.mode == LogitsMode::kAll) {
-        RETURN_IF_ERROR(Head(b - s, end - b, q.logits->data() + (b - first[e]) * nv));
+        RETURN_IF_ERROR(Head(g.first, g.n, q.logits->data() + done * nv));
       } else if (q.mode == LogitsMode::kLast &&
-                 end == first[e] + static_cast<int64_t>(q.tokens.size())) {
-        RETURN_IF_ERROR(Head(end - 1 - s, 1, q.logits->data()));
+                 done + g.n == static_cast<int64_t>(q.tokens.size())) {
+        RETURN_IF_ERROR(Head(g.first + g.n - 1, 1, q.logits->data()));
       }
     }
   }
@@ -859,12 +844,8 @@ absl::Status CudaForward::GpuExperts(int il, model::ExpertCall* call,
       const size_t b = static_cast<size_t>(next_stage_++ % static_cast<int64_t>(staging_.size()));
       backend::Buffer& buf = *staging_[b];
       RETURN_IF_ERROR(stage_copy_->Wait(*stage_free_[b]));
-      uint64_t at = 0;
-      const model::LayerWeights& L = m.layer(il);
-      for (const model::ExpertTensorView* v : {&L.gate_exps, &L.up_exps, &L.down_exps}) {
-        RETURN_IF_ERROR(stage_copy_->CopyToDevice(buf, at, v->Expert(e).data, v->expert_bytes));
-        at += v->expert_bytes;
-      }
+      RETURN_IF_ERROR(GpuExpertCache::CopyExpert(m, il, static_cast<int>(e), stage_copy_.get(),
+                                                 buf, 0));
       RETURN_IF_ERROR(stage_copy_->Record(*stage_ready_[b]));
       RETURN_IF_ERROR(stream_->Wait(*stage_ready_[b]));
       RETURN_IF_ERROR(ExpertOnGpu(GpuExpertCache::WeightsAt(m, il, static_cast<int>(e), buf.data()),
@@ -875,7 +856,7 @@ absl::Status CudaForward::GpuExperts(int il, model::ExpertCall* call,
       RETURN_IF_ERROR(stream_->Record(*stage_free_[b]));
       stats_.streamed_experts++;
       stats_.streamed_pairs += cnt;
-      stats_.streamed_bytes += at;
+      stats_.streamed_bytes += GpuExpertCache::ExpertBytes(m, il);
     }
     off += cnt;
   }
@@ -924,20 +905,14 @@ absl::StatusOr<plan::PrefillSwitch> CudaForward::MeasurePrefillSwitch(int64_t to
   int il = 0;
   while (il < m.n_layer() && m.layer(il).gate_exps.data == nullptr) ++il;
   if (il == m.n_layer()) return absl::FailedPreconditionError("the model has no routed experts");
-  const model::LayerWeights& L = m.layer(il);
   Workspace& ws = *ws_;
   void* s = stream_->native();
   RETURN_IF_ERROR(stream_->Synchronize());
   RETURN_IF_ERROR(stage_copy_->Synchronize());
   const uint64_t expert_bytes = GpuExpertCache::ExpertBytes(m, il);
   backend::Buffer& buf = *staging_[0];
-  auto copy_expert = [&](int64_t e) -> absl::Status {
-    uint64_t at = 0;
-    for (const model::ExpertTensorView* v : {&L.gate_exps, &L.up_exps, &L.down_exps}) {
-      RETURN_IF_ERROR(stage_copy_->CopyToDevice(buf, at, v->Expert(e).data, v->expert_bytes));
-      at += v->expert_bytes;
-    }
-    return absl::OkStatus();
+  auto copy_expert = [&](int64_t e) {
+    return GpuExpertCache::CopyExpert(m, il, static_cast<int>(e), stage_copy_.get(), buf, 0);
   };
   // 1. Host -> device, from the real source (first pass untimed: it may read
   // the file into the page cache).

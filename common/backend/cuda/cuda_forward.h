@@ -228,6 +228,7 @@ class CudaForward {
   struct Segment {
     CudaKvCache* cache = nullptr;
     int64_t first = 0, n = 0, pos0 = 0;
+    size_t entry = 0;  // index into EvalBatch's entries
   };
   absl::Status EvalChunk(absl::Span<const int32_t> tokens, absl::Span<const Segment> segs);
   absl::Status Attention(int il, int64_t n, absl::Span<const Segment> segs);

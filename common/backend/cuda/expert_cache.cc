@@ -16,7 +16,9 @@ std::array<const model::ExpertTensorView*, 3> Parts(const model::LayerWeights& L
   return {&L.gate_exps, &L.up_exps, &L.down_exps};
 }
 
-absl::Status CheckUploadable(const model::Model& m) {
+}  // namespace
+
+absl::Status GpuExpertCache::CheckCopyable(const model::Model& m) {
   for (int l = 0; l < m.n_layer(); ++l) {
     for (const model::ExpertTensorView* v : Parts(m.layer(l))) {
       if (v->data == nullptr) continue;
@@ -33,7 +35,15 @@ absl::Status CheckUploadable(const model::Model& m) {
   return absl::OkStatus();
 }
 
-}  // namespace
+absl::Status GpuExpertCache::CopyExpert(const model::Model& model, int layer, int expert,
+                                        backend::Stream* stream, backend::Buffer& dst,
+                                        uint64_t offset) {
+  for (const model::ExpertTensorView* v : Parts(model.layer(layer))) {
+    RETURN_IF_ERROR(stream->CopyToDevice(dst, offset, v->Expert(expert).data, v->expert_bytes));
+    offset += v->expert_bytes;
+  }
+  return absl::OkStatus();
+}
 
 uint64_t GpuExpertCache::ExpertBytes(const model::Model& model, int layer) {
   const model::LayerWeights& L = model.layer(layer);
@@ -72,7 +82,7 @@ absl::StatusOr<std::unique_ptr<GpuExpertCache>> GpuExpertCache::Create(
   }
   const model::HyperParams& hp = model->hparams();
   if (hp.n_expert < 1) return absl::InvalidArgumentError("GPU expert cache: the model has no experts");
-  RETURN_IF_ERROR(CheckUploadable(*model));
+  RETURN_IF_ERROR(CheckCopyable(*model));
   model::ExpertCacheOptions po;
   po.n_layer = model->n_layer();
   po.n_expert = static_cast<int>(hp.n_expert);
@@ -179,10 +189,9 @@ void GpuExpertCache::UploaderLoop() {
     if (st.ok()) {
       std::vector<bool> touched(ready_.size(), false);
       for (const model::ExpertAdmission& a : job.admitted) {
-        uint64_t off = static_cast<uint64_t>(a.slot) * slot_bytes_;
-        for (const model::ExpertTensorView* v : Parts(model_->layer(a.layer))) {
-          if (st.ok()) st = copy_->CopyToDevice(*slots_, off, v->Expert(a.expert).data, v->expert_bytes);
-          off += v->expert_bytes;
+        if (st.ok()) {
+          st = CopyExpert(*model_, a.layer, a.expert, copy_.get(), *slots_,
+                          static_cast<uint64_t>(a.slot) * slot_bytes_);
         }
         touched[a.layer] = true;
       }

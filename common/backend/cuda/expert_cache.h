@@ -105,6 +105,13 @@ class GpuExpertCache {
   };
   // REQUIRES: Resident(layer, expert).
   Weights weights(int layer, int expert) const;
+  // OK when every routed expert of `model` can be copied to the device as it
+  // is (GGUF layout, a format the kernels decode); Unimplemented naming why.
+  static absl::Status CheckCopyable(const model::Model& model);
+  // Queues the copy of (layer, expert)'s gate, up and down from the model's
+  // host tensors into `dst` at `offset` (WeightsAt's layout) on `stream`.
+  static absl::Status CopyExpert(const model::Model& model, int layer, int expert,
+                                 backend::Stream* stream, backend::Buffer& dst, uint64_t offset);
   // The device matrices of (layer, expert) laid out at `base` (a slot or a
   // staging buffer of SlotBytes).
   static Weights WeightsAt(const model::Model& model, int layer, int expert, void* base);
