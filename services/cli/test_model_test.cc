@@ -236,7 +236,7 @@ TEST_F(TestModelTest, EngineRunsEveryFileType) {
       ASSERT_TRUE(m.ok()) << type << " " << m.status();
       model::InProcessExperts experts(model::ExpertStore(*m), nullptr);
       model::Forward fwd(*m, &experts, nullptr);
-      auto cache = model::KvCache::Create((*m)->hparams(), 8);
+      auto cache = model::SequenceState::Create((*m)->hparams(), 8);
       ASSERT_TRUE(cache.ok());
       const std::vector<int32_t> tokens = {5, 100, 7, 250, 31, 31, 2, 200};
       std::vector<float> logits;
