@@ -63,7 +63,8 @@ absl::Status RunPlan(const Args& args, const CommandIo& io) {
   FlagParser f;
   f.AddString("model|m", &model_path, "GGUF model (or --preset)");
   f.AddString("preset", &preset,
-              "plan for a shape without a file: qwen3-30b-a3b (vocab 151936) | tiny");
+              "plan for a shape without a file: qwen3-30b-a3b (vocab 151936) | "
+              "qwen3.5-35b-a3b (vocab 248320) | tiny");
   f.AddString("type", &type,
               absl::StrCat("file type of --preset (default Q4_K_M): ",
                            absl::StrJoin(FileTypeMixNames(), " ")));
