@@ -189,7 +189,7 @@ int Run(int argc, char** argv) {
     // Per expert call: tokens, round trip, the workers' own time. The
     // observer keeps the metrics (and their registry) alive as long as the
     // engine may call it.
-    (*engine)->remote()->SetCallObserver(
+    (*engine)->remote()->SetRoundTripObserver(
         [m = expert_metrics, registry](const model::ExpertCall& call, double round_trip_s,
                                        uint64_t worker_ns) {
           m->ObserveCall(call, round_trip_s, worker_ns);

@@ -41,17 +41,8 @@ void SubCall(const model::ExpertCall& call, int eb, int ee, model::ExpertCall* s
   sub->n_tokens = call.n_tokens;
   sub->d = call.d;
   sub->hidden = call.hidden;
-  sub->token_offsets.assign(1, 0);
-  sub->expert_ids.clear();
-  sub->weights.clear();
-  for (int t = 0; t < call.n_tokens; ++t) {
-    for (uint32_t k = call.token_offsets[t]; k < call.token_offsets[t + 1]; ++k) {
-      if (call.expert_ids[k] < eb || call.expert_ids[k] >= ee) continue;
-      sub->expert_ids.push_back(call.expert_ids[k]);
-      sub->weights.push_back(call.weights[k]);
-    }
-    sub->token_offsets.push_back(static_cast<uint32_t>(sub->expert_ids.size()));
-  }
+  model::FilterRouting(call, 0, call.n_tokens, [&](int e) { return e >= eb && e < ee; },
+                       &sub->token_offsets, &sub->expert_ids, &sub->weights);
 }
 
 }  // namespace

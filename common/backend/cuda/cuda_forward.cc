@@ -805,17 +805,11 @@ absl::Status CudaForward::GpuExperts(int il, model::ExpertCall* call,
     }
   }
   // The host's share, and the GPU's rows grouped by expert (ascending id).
-  std::vector<uint32_t> offsets(n + 1, 0);
+  std::vector<uint32_t> offsets;
   std::vector<int32_t> ids;
   std::vector<float> weights;
-  for (int64_t t = 0; t < n; ++t) {
-    for (uint32_t i = call->token_offsets[t]; i < call->token_offsets[t + 1]; ++i) {
-      if (where[call->expert_ids[i]] != kHost) continue;
-      ids.push_back(call->expert_ids[i]);
-      weights.push_back(call->weights[i]);
-    }
-    offsets[t + 1] = static_cast<uint32_t>(ids.size());
-  }
+  model::FilterRouting(*call, 0, static_cast<int>(n), [&](int e) { return where[e] == kHost; },
+                       &offsets, &ids, &weights);
   const uint64_t n_gpu = call->expert_ids.size() - ids.size();
   if (n_gpu == 0) return absl::OkStatus();
   // From here `call` is the host's share.
