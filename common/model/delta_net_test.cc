@@ -60,6 +60,25 @@ TEST(DeltaNetKernelTest, DeltaRuleMatchesNaiveRecurrence) {
   for (int64_t i = 0; i < dim * dim; ++i) EXPECT_NEAR(s1[i], S[i], 1e-5) << i;
 }
 
+// The SIMD paths follow the reference loops' order: the same bits.
+TEST(DeltaNetKernelTest, SimdDeltaRuleGivesTheReferenceBits) {
+  for (int64_t dim : {16, 32, 48, 128, 40}) {
+    const int64_t n = 5;
+    std::vector<float> q = Random(n * dim, 11), k = Random(n * dim, 12), v = Random(n * dim, 13);
+    std::vector<float> g = Random(n, 14, 0.5f), beta = Random(n, 15, 0.5f);
+    const std::vector<float> s0 = Random(dim * dim, 16, 0.1f);
+    std::vector<float> a(dim * dim), b(dim * dim), oa(n * dim), ob(n * dim);
+    internal::DeltaRuleHead ha{q.data(), k.data(), v.data(), dim, dim, dim, g.data(),
+                               beta.data(), 1, oa.data(), dim};
+    internal::DeltaRuleHead hb = ha;
+    hb.out = ob.data();
+    internal::DeltaRule(ha, n, dim, s0.data(), a.data());
+    internal::DeltaRuleReference(hb, n, dim, s0.data(), b.data());
+    ASSERT_EQ(oa, ob) << dim;
+    ASSERT_EQ(a, b) << dim;
+  }
+}
+
 TEST(DeltaNetKernelTest, ConvSiluMatchesNaiveAndCarriesTheState) {
   const int64_t C = 20, K = 4, n = 5;
   const std::vector<float> x = Random(n * C, 7), w = Random(C * K, 8), st = Random(C * (K - 1), 9);

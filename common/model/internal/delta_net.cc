@@ -5,13 +5,8 @@
 
 #include "common/model/internal/ops.h"
 
-// The kernels are written as independent 16-lane loops; each clone below is
-// the same arithmetic (no contraction: the library builds with
-// -ffp-contract=off) vectorised for its instruction set.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define MOESPLIT_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define MOESPLIT_CLONES
+#if defined(__x86_64__)
+#include <immintrin.h>
 #endif
 
 namespace moesplit::model::internal {
@@ -77,9 +72,8 @@ void L2NormRows(float* x, int64_t rows, int64_t n, int64_t stride, float eps) {
 
 float Softplus(float x) { return x > 20.0f ? x : std::log(1.0f + std::exp(x)); }
 
-MOESPLIT_CLONES
-void DeltaRule(const DeltaRuleHead& h, int64_t n, int64_t dim, const float* state_in,
-               float* state_out) {
+void DeltaRuleReference(const DeltaRuleHead& h, int64_t n, int64_t dim, const float* state_in,
+                        float* state_out) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
   const float* src = state_in;
   for (int64_t t = 0; t < n; ++t) {
@@ -102,6 +96,151 @@ void DeltaRule(const DeltaRuleHead& h, int64_t n, int64_t dim, const float* stat
     src = state_out;
   }
   if (n == 0) std::copy(state_in, state_in + dim * dim, state_out);
+}
+
+#if defined(__x86_64__)
+namespace {
+
+constexpr int64_t kRows = 4;  // rows per pass: independent chains hide the adds' latency
+
+// DotLanes' pairwise reduction of 16 lanes: [l] + [l + 8], then + 4, + 2, + 1.
+inline float ReduceLanes(float* l) {
+  for (int64_t w = kLanes / 2; w >= 1; w /= 2) {
+    for (int64_t i = 0; i < w; ++i) l[i] += l[i + w];
+  }
+  return l[0];
+}
+
+__attribute__((target("avx2"))) inline float Reduce8(__m256 lo, __m256 hi) {
+  alignas(32) float l[16];
+  _mm256_store_ps(l, lo);
+  _mm256_store_ps(l + 8, hi);
+  return ReduceLanes(l);
+}
+
+__attribute__((target("avx512f,avx512dq,avx2"))) inline float Reduce16(__m512 acc) {
+  alignas(64) float l[16];
+  _mm512_store_ps(l, acc);
+  return ReduceLanes(l);
+}
+
+// DeltaRuleReference's arithmetic, 16 lanes per register, kRows rows at a time.
+// REQUIRES: dim % 16 == 0.
+__attribute__((target("avx512f,avx512dq,avx2"))) void DeltaRuleAvx512(const DeltaRuleHead& h, int64_t n,
+                                                             int64_t dim, const float* state_in,
+                                                             float* state_out) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
+  const float* src = state_in;
+  for (int64_t t = 0; t < n; ++t) {
+    const float* q = h.q + t * h.q_stride;
+    const float* k = h.k + t * h.k_stride;
+    const float* v = h.v + t * h.v_stride;
+    const __m512 decay = _mm512_set1_ps(std::exp(h.g[t * h.g_stride]));
+    const float beta = h.beta[t * h.g_stride];
+    float* o = h.out + t * h.out_stride;
+    for (int64_t j = 0; j < dim; j += kRows) {
+      __m512 acc[kRows];
+      for (int64_t r = 0; r < kRows; ++r) acc[r] = _mm512_setzero_ps();
+      for (int64_t i = 0; i < dim; i += 16) {
+        const __m512 kk = _mm512_loadu_ps(k + i);
+        for (int64_t r = 0; r < kRows; ++r) {
+          const __m512 x = _mm512_mul_ps(_mm512_loadu_ps(src + (j + r) * dim + i), decay);
+          _mm512_storeu_ps(state_out + (j + r) * dim + i, x);
+          acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(x, kk));
+        }
+      }
+      __m512 delta[kRows];
+      for (int64_t r = 0; r < kRows; ++r) {
+        delta[r] = _mm512_set1_ps((v[j + r] - Reduce16(acc[r])) * beta);
+        acc[r] = _mm512_setzero_ps();
+      }
+      for (int64_t i = 0; i < dim; i += 16) {
+        const __m512 kk = _mm512_loadu_ps(k + i), qq = _mm512_loadu_ps(q + i);
+        for (int64_t r = 0; r < kRows; ++r) {
+          float* row = state_out + (j + r) * dim + i;
+          const __m512 x = _mm512_add_ps(_mm512_loadu_ps(row), _mm512_mul_ps(kk, delta[r]));
+          _mm512_storeu_ps(row, x);
+          acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(x, qq));
+        }
+      }
+      for (int64_t r = 0; r < kRows; ++r) o[j + r] = Reduce16(acc[r]) * scale;
+    }
+    src = state_out;
+  }
+  if (n == 0) std::copy(state_in, state_in + dim * dim, state_out);
+}
+
+// The same with lanes 0-7 and 8-15 in two AVX2 registers.
+__attribute__((target("avx2"))) void DeltaRuleAvx2(const DeltaRuleHead& h, int64_t n,
+                                                   int64_t dim, const float* state_in,
+                                                   float* state_out) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
+  const float* src = state_in;
+  for (int64_t t = 0; t < n; ++t) {
+    const float* q = h.q + t * h.q_stride;
+    const float* k = h.k + t * h.k_stride;
+    const float* v = h.v + t * h.v_stride;
+    const __m256 decay = _mm256_set1_ps(std::exp(h.g[t * h.g_stride]));
+    const float beta = h.beta[t * h.g_stride];
+    float* o = h.out + t * h.out_stride;
+    for (int64_t j = 0; j < dim; j += kRows) {
+      __m256 lo[kRows], hi[kRows];
+      for (int64_t r = 0; r < kRows; ++r) lo[r] = hi[r] = _mm256_setzero_ps();
+      for (int64_t i = 0; i < dim; i += 16) {
+        const __m256 k0 = _mm256_loadu_ps(k + i), k1 = _mm256_loadu_ps(k + i + 8);
+        for (int64_t r = 0; r < kRows; ++r) {
+          const float* in = src + (j + r) * dim + i;
+          float* out = state_out + (j + r) * dim + i;
+          const __m256 x0 = _mm256_mul_ps(_mm256_loadu_ps(in), decay);
+          const __m256 x1 = _mm256_mul_ps(_mm256_loadu_ps(in + 8), decay);
+          _mm256_storeu_ps(out, x0);
+          _mm256_storeu_ps(out + 8, x1);
+          lo[r] = _mm256_add_ps(lo[r], _mm256_mul_ps(x0, k0));
+          hi[r] = _mm256_add_ps(hi[r], _mm256_mul_ps(x1, k1));
+        }
+      }
+      __m256 delta[kRows];
+      for (int64_t r = 0; r < kRows; ++r) {
+        delta[r] = _mm256_set1_ps((v[j + r] - Reduce8(lo[r], hi[r])) * beta);
+        lo[r] = hi[r] = _mm256_setzero_ps();
+      }
+      for (int64_t i = 0; i < dim; i += 16) {
+        const __m256 k0 = _mm256_loadu_ps(k + i), k1 = _mm256_loadu_ps(k + i + 8);
+        const __m256 q0 = _mm256_loadu_ps(q + i), q1 = _mm256_loadu_ps(q + i + 8);
+        for (int64_t r = 0; r < kRows; ++r) {
+          float* row = state_out + (j + r) * dim + i;
+          const __m256 x0 = _mm256_add_ps(_mm256_loadu_ps(row), _mm256_mul_ps(k0, delta[r]));
+          const __m256 x1 = _mm256_add_ps(_mm256_loadu_ps(row + 8), _mm256_mul_ps(k1, delta[r]));
+          _mm256_storeu_ps(row, x0);
+          _mm256_storeu_ps(row + 8, x1);
+          lo[r] = _mm256_add_ps(lo[r], _mm256_mul_ps(x0, q0));
+          hi[r] = _mm256_add_ps(hi[r], _mm256_mul_ps(x1, q1));
+        }
+      }
+      for (int64_t r = 0; r < kRows; ++r) {
+        o[j + r] = Reduce8(lo[r], hi[r]) * scale;
+      }
+    }
+    src = state_out;
+  }
+  if (n == 0) std::copy(state_in, state_in + dim * dim, state_out);
+}
+
+}  // namespace
+#endif
+
+void DeltaRule(const DeltaRuleHead& h, int64_t n, int64_t dim, const float* state_in,
+               float* state_out) {
+#if defined(__x86_64__)
+  static const bool kAvx2 = __builtin_cpu_supports("avx2");
+  static const bool kAvx512 =
+      kAvx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+  if (dim % 16 == 0 && dim > 0) {
+    if (kAvx512) return DeltaRuleAvx512(h, n, dim, state_in, state_out);
+    if (kAvx2) return DeltaRuleAvx2(h, n, dim, state_in, state_out);
+  }
+#endif
+  DeltaRuleReference(h, n, dim, state_in, state_out);
 }
 
 }  // namespace moesplit::model::internal

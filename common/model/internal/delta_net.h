@@ -52,8 +52,13 @@ struct DeltaRuleHead {
   float* out;
   int64_t out_stride;
 };
+// On AVX-512 and AVX2 CPUs (dim a multiple of 16) 16 lanes per step, 4 rows
+// at a time, in DeltaRuleReference's order: the same bits on every CPU.
 void DeltaRule(const DeltaRuleHead& h, int64_t n, int64_t dim, const float* state_in,
                float* state_out);
+// The plain loops (the order every SIMD path follows); for tests.
+void DeltaRuleReference(const DeltaRuleHead& h, int64_t n, int64_t dim, const float* state_in,
+                        float* state_out);
 
 // ggml_silu of n values into y (y may alias x): the first n - n % 16 with
 // ggml's vectorised exp, the rest with expf.
