@@ -10,9 +10,9 @@
 #include <sstream>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/ascii.h"
 #include "absl/strings/strip.h"
 
 namespace moesplit {

@@ -19,9 +19,9 @@ TEST(CpuCountTest, CpuMaxLines) {
     const char* line;
     int cpus;
   } cases[] = {
-      {"max 100000\n", 0},     {"400000 100000\n", 4}, {"150000 100000", 1},
-      {"50000 100000", 1},     {"200000", 2},          {"", 0},
-      {"garbage 100000", 0},   {"100000 0", 0},        {"-1 100000", 0},
+      {"max 100000\n", 0},      {"400000 100000\n", 4}, {"150000 100000", 1},
+      {"50000 100000", 1},      {"200000", 2},          {"", 0},
+      {"garbage 100000", 0},    {"100000 0", 0},        {"-1 100000", 0},
       {"  800000 100000  ", 8},
   };
   for (const auto& c : cases) EXPECT_EQ(CpusOfCpuMax(c.line), c.cpus) << "[" << c.line << "]";
@@ -76,7 +76,8 @@ TEST_F(CgroupTreeTest, MissingFilesMeanNoLimit) {
 }
 
 TEST_F(CgroupTreeTest, V1CfsQuota) {
-  std::ofstream(files_.proc_self_cgroup) << "4:memory:/docker/abc\n3:cpu,cpuacct:/docker/abc\n0::/\n";
+  std::ofstream(files_.proc_self_cgroup)
+      << "4:memory:/docker/abc\n3:cpu,cpuacct:/docker/abc\n0::/\n";
   Write("cpu,cpuacct/docker/abc/cpu.cfs_quota_us", "250000\n");
   Write("cpu,cpuacct/docker/abc/cpu.cfs_period_us", "100000\n");
   Write("cpu,cpuacct/cpu.cfs_quota_us", "-1\n");

@@ -93,7 +93,9 @@ void AddDenseServiceFlags(FlagParser& p, DenseServiceFlags* f, const FlagNames& 
         .DefaultText("off");
   }
   if (want("metrics")) {
-    p.AddString("metrics", &f->metrics, "serve Prometheus /metrics at this address").HostPort().DefaultText("off");
+    p.AddString("metrics", &f->metrics, "serve Prometheus /metrics at this address")
+        .HostPort()
+        .DefaultText("off");
   }
   if (want("chat-template-file")) {
     p.AddString("chat-template-file", &f->chat_template_file,
@@ -137,7 +139,8 @@ void AddDenseServiceFlags(FlagParser& p, DenseServiceFlags* f, const FlagNames& 
         .Meta("MS");
   }
   if (want("backend")) {
-    p.AddString("backend", &f->backend, "dense forward on: auto (the GPU when there is one), cpu, cuda")
+    p.AddString("backend", &f->backend,
+                "dense forward on: auto (the GPU when there is one), cpu, cuda")
         .OneOf({"auto", "cpu", "cuda"});
   }
   if (want("gpu-memory")) {

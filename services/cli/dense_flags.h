@@ -26,21 +26,21 @@ namespace moesplit::cli {
 // The member initialisers are the service's defaults.
 struct DenseServiceFlags {
   std::string model;
-  std::string experts;                // comma-separated; --experts may repeat; "" = in-process
+  std::string experts;  // comma-separated; --experts may repeat; "" = in-process
   std::string grpc = "127.0.0.1:50051";
-  std::string metrics, http;          // "" = off
-  std::string chat_template_file;     // "" = the model's template
-  int64_t parallel = 4;               // sequences at once (one KV cache each)
+  std::string metrics, http;       // "" = off
+  std::string chat_template_file;  // "" = the model's template
+  int64_t parallel = 4;            // sequences at once (one KV cache each)
   int64_t max_queue = 64;
   int64_t step_tokens = 512;
-  int64_t threads = 0;                // 0 = AvailableCpuCount()
-  int64_t ctx = 4096;                 // capped at the model's training context
+  int64_t threads = 0;  // 0 = AvailableCpuCount()
+  int64_t ctx = 4096;   // capped at the model's training context
   int64_t expert_timeout_ms = 10000;
   int64_t connect_timeout_ms = 60000;
-  std::string backend = "auto";       // auto | cpu | cuda
-  std::string gpu_memory;             // "" = the device's free memory
-  std::string kv_type = "f16";        // f16 | q8_0 | q4_0
-  std::string expert_cache = "auto";  // auto | off | N slots
+  std::string backend = "auto";         // auto | cpu | cuda
+  std::string gpu_memory;               // "" = the device's free memory
+  std::string kv_type = "f16";          // f16 | q8_0 | q4_0
+  std::string expert_cache = "auto";    // auto | off | N slots
   std::string prefill_stream = "auto";  // auto | off | N tokens
   bool pin_experts = false;
 };

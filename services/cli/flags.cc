@@ -90,10 +90,18 @@ FlagParser::FlagRef FlagParser::Add(absl::string_view names, Kind kind, void* ds
   }
   // The default the help shows: the bound variable's value now.
   switch (kind) {
-    case Kind::kString: flag.default_text = *static_cast<std::string*>(dst); break;
-    case Kind::kInt: flag.default_text = absl::StrCat(*static_cast<int64_t*>(dst)); break;
-    case Kind::kDouble: flag.default_text = absl::StrCat(*static_cast<double*>(dst)); break;
-    case Kind::kBool: flag.default_text = *static_cast<bool*>(dst) ? "true" : ""; break;
+    case Kind::kString:
+      flag.default_text = *static_cast<std::string*>(dst);
+      break;
+    case Kind::kInt:
+      flag.default_text = absl::StrCat(*static_cast<int64_t*>(dst));
+      break;
+    case Kind::kDouble:
+      flag.default_text = absl::StrCat(*static_cast<double*>(dst));
+      break;
+    case Kind::kBool:
+      flag.default_text = *static_cast<bool*>(dst) ? "true" : "";
+      break;
   }
   flags_.push_back(std::move(flag));
   return FlagRef(this, flags_.size() - 1);
@@ -106,8 +114,7 @@ FlagParser::FlagRef FlagParser::AddString(absl::string_view names, std::string* 
 FlagParser::FlagRef FlagParser::AddInt(absl::string_view names, int64_t* dst, std::string help) {
   return Add(names, Kind::kInt, dst, std::move(help));
 }
-FlagParser::FlagRef FlagParser::AddDouble(absl::string_view names, double* dst,
-                                          std::string help) {
+FlagParser::FlagRef FlagParser::AddDouble(absl::string_view names, double* dst, std::string help) {
   return Add(names, Kind::kDouble, dst, std::move(help));
 }
 FlagParser::FlagRef FlagParser::AddBool(absl::string_view names, bool* dst, std::string help) {
@@ -126,9 +133,9 @@ absl::Status FlagParser::CheckValue(const Flag& flag, absl::string_view shown,
     if (flag.kind == Kind::kDouble) v = *static_cast<double*>(flag.dst);
     if (v < flag.lo || v > flag.hi) {
       const bool integer = flag.kind == Kind::kInt;
-      return absl::InvalidArgumentError(absl::StrCat(
-          "flag ", shown, " must be in ", BoundText(flag.lo, integer), "..",
-          BoundText(flag.hi, integer), ", got ", value));
+      return absl::InvalidArgumentError(absl::StrCat("flag ", shown, " must be in ",
+                                                     BoundText(flag.lo, integer), "..",
+                                                     BoundText(flag.hi, integer), ", got ", value));
     }
   }
   if (!flag.one_of.empty() &&
@@ -251,8 +258,7 @@ absl::Status FlagParser::Parse(const std::vector<std::string>& args) {
   }
   for (const Flag& flag : flags_) {
     if (flag.required && !flag.set) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(DashedName(flag.names[0]), " is required"));
+      return absl::InvalidArgumentError(absl::StrCat(DashedName(flag.names[0]), " is required"));
     }
   }
   return absl::OkStatus();
@@ -331,7 +337,8 @@ std::string FlagParser::Usage() const {
   }
   if (!sections.empty() && !sections.back().empty()) absl::StrAppend(&out, "\n");
   absl::StrAppend(&out, line("-h, --help", "print this help and exit"));
-  if (!version_line_.empty()) absl::StrAppend(&out, line("--version", "print the version and exit"));
+  if (!version_line_.empty())
+    absl::StrAppend(&out, line("--version", "print the version and exit"));
   return out;
 }
 
@@ -365,8 +372,8 @@ absl::Status CheckHostPort(absl::string_view value) {
   absl::string_view host = value.substr(0, colon);
   const absl::string_view port = value.substr(colon + 1);
   if (host.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "expected HOST:PORT, got '", value, "' (no host: e.g. 127.0.0.1", value, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected HOST:PORT, got '", value, "' (no host: e.g. 127.0.0.1", value, ")"));
   }
   if (host.front() == '[') {
     if (host.size() < 3 || host.back() != ']' ||
@@ -378,9 +385,9 @@ absl::Status CheckHostPort(absl::string_view value) {
           absl::StrCat("expected HOST:PORT, got '", value, "' (bad IPv6 address ", host, ")"));
     }
   } else if (host.find(':') != absl::string_view::npos) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "expected HOST:PORT, got '", value, "' (an IPv6 address needs brackets: [", host,
-        "]:", port, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("expected HOST:PORT, got '", value,
+                                                   "' (an IPv6 address needs brackets: [", host,
+                                                   "]:", port, ")"));
   } else if (!std::all_of(host.begin(), host.end(), ValidHostChar)) {
     return absl::InvalidArgumentError(
         absl::StrCat("expected HOST:PORT, got '", value, "' (bad host name '", host, "')"));
@@ -388,8 +395,8 @@ absl::Status CheckHostPort(absl::string_view value) {
   int64_t p = -1;
   if (port.empty() || !std::all_of(port.begin(), port.end(), absl::ascii_isdigit) ||
       port.size() > 6 || !absl::SimpleAtoi(port, &p) || p > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "expected HOST:PORT, got '", value, "' (port '", port, "' is not a number in 0..65535)"));
+    return absl::InvalidArgumentError(absl::StrCat("expected HOST:PORT, got '", value, "' (port '",
+                                                   port, "' is not a number in 0..65535)"));
   }
   return absl::OkStatus();
 }

@@ -28,15 +28,14 @@ TEST(FlagParserTest, ParsesEveryForm) {
   FlagParser p;
   Bound b;
   Register(p, b);
-  ASSERT_TRUE(p.Parse({"pos1", "--model", "a.gguf", "-n", "12", "--temp=0.25",
-                       "--special", "pos2", "--", "--not-a-flag"})
+  ASSERT_TRUE(p.Parse({"pos1", "--model", "a.gguf", "-n", "12", "--temp=0.25", "--special", "pos2",
+                       "--", "--not-a-flag"})
                   .ok());
   EXPECT_EQ(b.model, "a.gguf");
   EXPECT_EQ(b.n, 12);
   EXPECT_DOUBLE_EQ(b.temp, 0.25);
   EXPECT_TRUE(b.special);
-  EXPECT_THAT(p.positional(),
-              testing::ElementsAre("pos1", "pos2", "--not-a-flag"));
+  EXPECT_THAT(p.positional(), testing::ElementsAre("pos1", "pos2", "--not-a-flag"));
   EXPECT_TRUE(p.WasSet("model"));
   EXPECT_TRUE(p.WasSet("m"));
   EXPECT_TRUE(p.WasSet("n-predict"));
@@ -231,9 +230,9 @@ TEST(FlagParserTest, RepeatableJoinsAndGivenArgsPassOn) {
   p.AddString("kv-type", &kv, "");
   p.AddInt("ctx|c", &ctx, "");
   p.AddBool("pin", &pin, "");
-  ASSERT_TRUE(p.Parse({"--experts", "shm://a", "--own", "x", "--experts=grpc://h:1", "-c", "256",
-                       "--pin"})
-                  .ok());
+  ASSERT_TRUE(
+      p.Parse({"--experts", "shm://a", "--own", "x", "--experts=grpc://h:1", "-c", "256", "--pin"})
+          .ok());
   EXPECT_EQ(experts, "shm://a,grpc://h:1");
   EXPECT_THAT(p.GivenArgs("service"),
               testing::ElementsAre("--experts=shm://a,grpc://h:1", "--ctx=256", "--pin=true"));
@@ -286,16 +285,23 @@ TEST(HostPortTest, Table) {
 }
 
 TEST(ClosestNameTest, Table) {
-  const std::vector<std::string> names = {"model", "gpu-memory", "kv-type", "ctx", "parallel",
-                                          "prefill-stream", "n", "m"};
+  const std::vector<std::string> names = {"model",    "gpu-memory",     "kv-type", "ctx",
+                                          "parallel", "prefill-stream", "n",       "m"};
   const struct {
     const char* typed;
     const char* best;
   } cases[] = {
-      {"modle", "model"},          {"gpu-memroy", "gpu-memory"}, {"gpu-mem", "gpu-memory"},
-      {"kvtype", "kv-type"},       {"kv_type", "kv-type"},       {"cxt", "ctx"},
-      {"paralel", "parallel"},     {"prefil-stream", "prefill-stream"},
-      {"x", ""},                   {"zzzzzz", ""},               {"p", ""},
+      {"modle", "model"},
+      {"gpu-memroy", "gpu-memory"},
+      {"gpu-mem", "gpu-memory"},
+      {"kvtype", "kv-type"},
+      {"kv_type", "kv-type"},
+      {"cxt", "ctx"},
+      {"paralel", "parallel"},
+      {"prefil-stream", "prefill-stream"},
+      {"x", ""},
+      {"zzzzzz", ""},
+      {"p", ""},
   };
   for (const auto& c : cases) EXPECT_EQ(ClosestName(c.typed, names), c.best) << c.typed;
   EXPECT_EQ(EditDistance("", "abc"), 3);

@@ -71,12 +71,15 @@ absl::Status RunPlan(const Args& args, const CommandIo& io) {
   FlagParser f;
   f.AddString("model|m", &model_path, "GGUF model (required, or --preset)").Meta("PATH");
   f.AddString("preset", &preset,
-              "plan for a shape without a file: qwen3-30b-a3b (vocab 151936) | tiny (required, or --model)")
+              "plan for a shape without a file: qwen3-30b-a3b (vocab 151936) | tiny (required, "
+              "or --model)")
       .Meta("NAME");
   f.AddString("type", &type,
               absl::StrCat("file type of --preset: ", absl::StrJoin(FileTypeMixNames(), " ")))
       .Meta("TYPE");
-  f.AddInt("vocab", &vocab, "vocabulary size of --preset").DefaultText("the preset's").Range(0, 1 << 24);
+  f.AddInt("vocab", &vocab, "vocabulary size of --preset")
+      .DefaultText("the preset's")
+      .Range(0, 1 << 24);
   f.AddString("gpu-memory", &gpu_memory,
               "GPU memory budget, e.g. 8GiB, 7.5G, 8000MiB, bytes")
       .Meta("SIZE")

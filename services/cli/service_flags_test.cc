@@ -30,14 +30,42 @@ TEST(DenseServiceFlagsTest, DefaultsStayWhenAbsent) {
 
 TEST(DenseServiceFlagsTest, ParsesEveryFlag) {
   DenseServiceFlags f;
-  auto r = ParseDenseServiceFlags(
-      {"--model=m.gguf", "--experts", "shm://w0", "--experts=grpc://10.0.0.2:50061", "--grpc",
-       "0.0.0.0:1", "--http", "[::1]:8080", "--metrics", "127.0.0.1:0", "--parallel", "8",
-       "--max-queue", "0", "--step-tokens", "64", "--threads", "3", "--ctx", "8192",
-       "--expert-timeout", "5", "--connect-timeout", "0", "--backend", "cuda", "--gpu-memory",
-       "7.5G", "--kv-type", "q8_0", "--expert-cache", "off", "--prefill-stream", "32",
-       "--pin-experts"},
-      &f);
+  auto r = ParseDenseServiceFlags({"--model=m.gguf",
+                                   "--experts",
+                                   "shm://w0",
+                                   "--experts=grpc://10.0.0.2:50061",
+                                   "--grpc",
+                                   "0.0.0.0:1",
+                                   "--http",
+                                   "[::1]:8080",
+                                   "--metrics",
+                                   "127.0.0.1:0",
+                                   "--parallel",
+                                   "8",
+                                   "--max-queue",
+                                   "0",
+                                   "--step-tokens",
+                                   "64",
+                                   "--threads",
+                                   "3",
+                                   "--ctx",
+                                   "8192",
+                                   "--expert-timeout",
+                                   "5",
+                                   "--connect-timeout",
+                                   "0",
+                                   "--backend",
+                                   "cuda",
+                                   "--gpu-memory",
+                                   "7.5G",
+                                   "--kv-type",
+                                   "q8_0",
+                                   "--expert-cache",
+                                   "off",
+                                   "--prefill-stream",
+                                   "32",
+                                   "--pin-experts"},
+                                  &f);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(f.experts, "shm://w0,grpc://10.0.0.2:50061");
   EXPECT_EQ(f.http, "[::1]:8080");
@@ -72,19 +100,22 @@ TEST(DenseServiceFlagsTest, BadValuesFailWhileParsing) {
       {{"--model", "m", "--ctx", "8"}, "flag --ctx must be in 16..16777216, got 8"},
       {{"--model", "m", "--threads", "-2"}, "flag --threads must be in 0..1024"},
       {{"--model", "m", "--expert-timeout", "0"}, "flag --expert-timeout must be in 1.."},
-      {{"--model", "m", "--backend", "gpu"}, "flag --backend must be one of auto, cpu, cuda; got 'gpu'"},
+      {{"--model", "m", "--backend", "gpu"},
+       "flag --backend must be one of auto, cpu, cuda; got 'gpu'"},
       {{"--model", "m", "--kv-type", "q5_1"}, "flag --kv-type must be one of f16, q8_0, q4_0"},
       {{"--model", "m", "--gpu-memory", "8XB"}, "flag --gpu-memory: bad size '8XB'"},
       {{"--model", "m", "--gpu-memory", "0"}, "flag --gpu-memory: must be more than 0 bytes"},
       {{"--model", "m", "--expert-cache", "-1"},
        "flag --expert-cache: must be auto, off or a positive number, got '-1'"},
       {{"--model", "m", "--prefill-stream", "many"}, "flag --prefill-stream: must be auto, off"},
-      {{"--model", "m", "--experts", "tcp://x:1"}, "'tcp://x:1' is not shm://NAME or grpc://HOST:PORT"},
+      {{"--model", "m", "--experts", "tcp://x:1"},
+       "'tcp://x:1' is not shm://NAME or grpc://HOST:PORT"},
       {{"--model", "m", "--experts", "grpc://host"}, "flag --experts: expected HOST:PORT"},
       {{"--model", "m", "--experts", "shm://a b"}, "shm name 'a b'"},
       {{"--model", "m", "--chat-template-file", "/nonexistent/t.jinja"},
        "flag --chat-template-file: cannot read '/nonexistent/t.jinja'"},
-      {{"--model", "m", "--gpu-memroy", "8GiB"}, "unknown flag --gpu-memroy (did you mean --gpu-memory?)"},
+      {{"--model", "m", "--gpu-memroy", "8GiB"},
+       "unknown flag --gpu-memroy (did you mean --gpu-memory?)"},
       {{"--model", "m", "--kvtype", "q8_0"}, "(did you mean --kv-type?)"},
       {{"--model", "m", "--parallel"}, "flag --parallel needs a value"},
   };
@@ -119,12 +150,18 @@ TEST(DenseServiceFlagsTest, ExceptLeavesTheNamesToTheCaller) {
 
 TEST(ExpertWorkerFlagsTest, DefaultsAndEveryFlag) {
   ExpertWorkerFlags f;
-  auto r = ParseExpertWorkerFlags(
-      {"--model", "m", "--listen-shm", "w0", "--listen-grpc", "0.0.0.0:50061", "--shard",
-       "layers=0-3,experts=0-63", "--threads", "2", "--numa", "off", "--expert-memory",
-       "private", "--metrics", "0.0.0.0:9401", "--max-tokens", "64", "--worker-id", "a",
-       "--idle-timeout", "5"},
-      &f);
+  auto r = ParseExpertWorkerFlags({"--model",         "m",
+                                   "--listen-shm",    "w0",
+                                   "--listen-grpc",   "0.0.0.0:50061",
+                                   "--shard",         "layers=0-3,experts=0-63",
+                                   "--threads",       "2",
+                                   "--numa",          "off",
+                                   "--expert-memory", "private",
+                                   "--metrics",       "0.0.0.0:9401",
+                                   "--max-tokens",    "64",
+                                   "--worker-id",     "a",
+                                   "--idle-timeout",  "5"},
+                                  &f);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(f.shard, "layers=0-3,experts=0-63");
   EXPECT_EQ(f.numa, "off");
@@ -152,8 +189,7 @@ TEST(ExpertWorkerFlagsTest, BadValuesFailWhileParsing) {
        "flag --max-tokens must be in 1..65536, got 0"},
       {{"--model", "m", "--listen-shm", "w", "--threads", "x"},
        "flag --threads expects an integer, got 'x'"},
-      {{"--model", "m", "--listen-shm", "w", "--listen-shmm", "x"},
-       "(did you mean --listen-shm?)"},
+      {{"--model", "m", "--listen-shm", "w", "--listen-shmm", "x"}, "(did you mean --listen-shm?)"},
   };
   for (const BadCase& c : cases) {
     ExpertWorkerFlags f;

@@ -162,7 +162,8 @@ absl::Status RunUp(const Args& args, const CommandIo& io) {
     dargs.insert(dargs.end(), {"--threads", std::to_string(f.dense_threads)});
   }
   for (std::string& a : p.GivenArgs(kDenseSection)) dargs.push_back(std::move(a));
-  std::fprintf(io.err, "moesplit up: starting moesplit-dense %s\n", absl::StrJoin(dargs, " ").c_str());
+  std::fprintf(io.err, "moesplit up: starting moesplit-dense %s\n",
+               absl::StrJoin(dargs, " ").c_str());
   Subprocess dense(dir + "/moesplit-dense", dargs, /*echo_stderr=*/true);
   RETURN_IF_ERROR(dense.WaitFor("ready", 600s));
   absl::Status result;
@@ -170,7 +171,9 @@ absl::Status RunUp(const Args& args, const CommandIo& io) {
     result = RunPrompt(f, io);
   } else {
     std::fprintf(io.err, "moesplit up: serving gRPC on %s%s (Ctrl-C stops)\n", f.grpc.c_str(),
-                 dense_flags.http.empty() ? "" : absl::StrCat(", HTTP on ", dense_flags.http).c_str());
+                 dense_flags.http.empty()
+                     ? ""
+                     : absl::StrCat(", HTTP on ", dense_flags.http).c_str());
     while (!g_stop) {
       if (dense.Wait(200ms) >= 0) {
         result = absl::InternalError("the dense service exited");

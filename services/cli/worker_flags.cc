@@ -36,13 +36,15 @@ void AddExpertWorkerFlags(FlagParser& p, ExpertWorkerFlags* f, const FlagNames& 
         .Meta("PATH");
   }
   if (want("shard")) {
-    p.AddString("shard", &f->shard, "the routed experts this worker owns: layers=A-B and/or experts=C-D")
+    p.AddString("shard", &f->shard,
+                "the routed experts this worker owns: layers=A-B and/or experts=C-D")
         .Check(CheckShard)
         .Meta("SPEC")
         .DefaultText("every layer and expert");
   }
   if (want("listen-shm")) {
-    p.AddString("listen-shm", &f->listen_shm, "serve dense services on this host over shared memory under this name")
+    p.AddString("listen-shm", &f->listen_shm,
+                "serve dense services on this host over shared memory under this name")
         .Check(CheckShmName)
         .Meta("NAME")
         .DefaultText("off");
@@ -75,7 +77,8 @@ void AddExpertWorkerFlags(FlagParser& p, ExpertWorkerFlags* f, const FlagNames& 
         .DefaultText("off");
   }
   if (want("max-tokens")) {
-    p.AddInt("max-tokens", &f->max_tokens, "largest expert call accepted, in tokens").Range(1, 65536);
+    p.AddInt("max-tokens", &f->max_tokens, "largest expert call accepted, in tokens")
+        .Range(1, 65536);
   }
   if (want("worker-id")) {
     p.AddString("worker-id", &f->worker_id, "name reported by Describe")

@@ -24,13 +24,13 @@ namespace moesplit::cli {
 // The member initialisers are the worker's defaults.
 struct ExpertWorkerFlags {
   std::string model;
-  std::string shard;                   // "" = every layer and expert
-  std::string listen_shm, listen_grpc; // at least one
-  std::string metrics;                 // "" = off
-  std::string worker_id;               // "" = the shm name, else the gRPC address
-  std::string numa = "auto";           // auto | off | NODE
-  std::string expert_memory = "auto";  // auto | shared | private
-  int64_t threads = 0;                 // 0 = AvailableCpuCount()
+  std::string shard;                    // "" = every layer and expert
+  std::string listen_shm, listen_grpc;  // at least one
+  std::string metrics;                  // "" = off
+  std::string worker_id;                // "" = the shm name, else the gRPC address
+  std::string numa = "auto";            // auto | off | NODE
+  std::string expert_memory = "auto";   // auto | shared | private
+  int64_t threads = 0;                  // 0 = AvailableCpuCount()
   int64_t max_tokens = 512;
   int64_t idle_timeout_s = 600;
 };

@@ -102,8 +102,11 @@ int Run(int argc, char** argv) {
   opt.registry = registry;
   auto engine = DenseEngine::Create(opt);
   if (!engine.ok()) return Fail(engine.status());
-  std::fprintf(stderr, "moesplit-dense: dense forward on %s, %d threads, context %d positions x %d sequences\n",
-               (*engine)->backend_name().c_str(), opt.threads, (*engine)->n_ctx(), opt.max_sequences);
+  std::fprintf(stderr,
+               "moesplit-dense: dense forward on %s, %d threads, context %d positions x %d "
+               "sequences\n",
+               (*engine)->backend_name().c_str(), opt.threads, (*engine)->n_ctx(),
+               opt.max_sequences);
   std::string template_source;
   if (!template_file.empty()) {
     std::ifstream in(template_file, std::ios::binary);
@@ -160,7 +163,9 @@ int Run(int argc, char** argv) {
       gpu_metrics.SetPlan(*memory_plan);
       // The plan this service runs with (what `moesplit plan` prints for the same flags).
       for (absl::string_view line : absl::StrSplit(plan::FormatPlanTable(*memory_plan), '\n')) {
-        if (!line.empty()) std::fprintf(stderr, "moesplit-dense: plan: %s\n", std::string(line).c_str());
+        if (!line.empty()) {
+          std::fprintf(stderr, "moesplit-dense: plan: %s\n", std::string(line).c_str());
+        }
       }
     } else {
       std::fprintf(stderr, "moesplit-dense: warning: no GPU memory plan for the metrics: %s\n",
