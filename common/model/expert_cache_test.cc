@@ -322,7 +322,7 @@ TEST(ExpertPredictorTest, PredictsWhatTheForwardRoutes) {
   InProcessExperts experts(ExpertStore(*m), nullptr);
   RecordingExperts rec(&experts);
   Forward fwd(*m, &rec, nullptr);
-  auto cache = KvCache::Create((*m)->hparams(), 128);
+  auto cache = SequenceState::Create((*m)->hparams(), 128);
   ASSERT_TRUE(cache.ok());
   std::vector<int32_t> tokens;
   for (int i = 0; i < 48; ++i) tokens.push_back((i * 37 + 5) % 64);

@@ -257,7 +257,7 @@ absl::Status RunBench(const Args& args, const CommandIo& io) {
   }
   RecordingExperts recorder(engine->experts());
   model::Forward forward(engine->shared_model(), &recorder, engine->pool());
-  ASSIGN_OR_RETURN(std::unique_ptr<model::KvCache> cache, model::KvCache::Create(hp, n_ctx));
+  ASSIGN_OR_RETURN(std::unique_ptr<model::SequenceState> cache, model::SequenceState::Create(hp, n_ctx));
   const std::vector<uint64_t> by_layer = ExpertBytesByLayer(m);
   const int n_expert = static_cast<int>(hp.n_expert);
   std::vector<float> logits;

@@ -61,8 +61,8 @@ absl::Status Generate(const Engine& engine, const std::string& prompt,
         hp.n_ctx_train));
   }
   const int64_t n_gen_max = std::min(o.n_predict, hp.n_ctx_train - n_prompt);
-  ASSIGN_OR_RETURN(std::unique_ptr<model::KvCache> cache,
-                   model::KvCache::Create(hp, n_prompt + n_gen_max));
+  ASSIGN_OR_RETURN(std::unique_ptr<model::SequenceState> cache,
+                   model::SequenceState::Create(hp, n_prompt + n_gen_max));
   std::vector<float> logits;
   auto start = std::chrono::steady_clock::now();
   RETURN_IF_ERROR(engine.forward().Eval(tokens, cache.get(),

@@ -96,8 +96,8 @@ absl::Status RunLogits(const Args& args, const CommandIo& io) {
                    Engine::Open(model_path, ThreadCount(threads), experts));
   ASSIGN_OR_RETURN(std::vector<int32_t> tokens,
                    InputTokens(f, tokens_flag, text_file, special, *engine));
-  ASSIGN_OR_RETURN(std::unique_ptr<model::KvCache> cache,
-                   model::KvCache::Create(engine->model().hparams(),
+  ASSIGN_OR_RETURN(std::unique_ptr<model::SequenceState> cache,
+                   model::SequenceState::Create(engine->model().hparams(),
                                           static_cast<int64_t>(tokens.size())));
   std::vector<float> logits;
   const auto start = std::chrono::steady_clock::now();

@@ -32,6 +32,12 @@ constexpr ShapeFlag kShapeFlags[] = {
     {"ffn", &TestModelSpec::n_ff, "feed_forward_length (metadata only)"},
     {"vocab", &TestModelSpec::n_vocab, "vocabulary size (>= 259)"},
     {"ctx", &TestModelSpec::n_ctx, "context length"},
+    {"rope-dims", &TestModelSpec::n_rot, "rotary dimensions per head (the preset's: head-dim)"},
+    {"attention-interval", &TestModelSpec::full_attention_interval,
+     "qwen35moe: every N-th layer full attention, the rest gated DeltaNet"},
+    {"ssm-k-heads", &TestModelSpec::ssm_n_k_heads, "qwen35moe: DeltaNet key heads"},
+    {"ssm-v-heads", &TestModelSpec::ssm_n_v_heads, "qwen35moe: DeltaNet value heads"},
+    {"ssm-head", &TestModelSpec::ssm_head, "qwen35moe: DeltaNet head size"},
 };
 
 void PrintWritten(const TestModelSpec& spec, const std::string& out,
@@ -60,8 +66,8 @@ absl::Status RunMakeTestModel(const Args& args, const CommandIo& io) {
   TestModelSpec shape;  // receives the shape flags
   FlagParser f;
   f.AddString("out|o", &out, "output GGUF path (required)");
-  f.AddString("arch", &arch, "qwen3moe | qwen2moe");
-  f.AddString("preset", &preset, "qwen3-30b-a3b | tiny");
+  f.AddString("arch", &arch, "qwen3moe | qwen2moe | qwen35moe").DefaultText("the preset's");
+  f.AddString("preset", &preset, "qwen3-30b-a3b | qwen3.5-35b-a3b | tiny");
   f.AddString("type", &type,
               absl::StrCat("file type: ", absl::StrJoin(FileTypeMixNames(), " ")))
       .Meta("TYPE");
@@ -82,7 +88,7 @@ absl::Status RunMakeTestModel(const Args& args, const CommandIo& io) {
     return absl::InvalidArgumentError("make-test-model: missing --out FILE");
   }
   ASSIGN_OR_RETURN(TestModelSpec spec, PresetSpec(preset));
-  spec.arch = arch;
+  if (f.WasSet("arch")) spec.arch = arch;
   spec.type = type;
   spec.name = name;
   spec.seed = static_cast<uint64_t>(seed);

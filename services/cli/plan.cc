@@ -71,8 +71,8 @@ absl::Status RunPlan(const Args& args, const CommandIo& io) {
   FlagParser f;
   f.AddString("model|m", &model_path, "GGUF model (required, or --preset)").Meta("PATH");
   f.AddString("preset", &preset,
-              "plan for a shape without a file: qwen3-30b-a3b (vocab 151936) | tiny (required, "
-              "or --model)")
+              "plan for a shape without a file: qwen3-30b-a3b (vocab 151936) | "
+              "qwen3.5-35b-a3b (vocab 248320) | tiny (required, or --model)")
       .Meta("NAME");
   f.AddString("type", &type,
               absl::StrCat("file type of --preset: ", absl::StrJoin(FileTypeMixNames(), " ")))

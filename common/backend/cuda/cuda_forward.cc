@@ -174,12 +174,19 @@ WorkspaceSizes Sizes(const model::Model& m, int64_t B, int64_t n_ctx, int stream
 
 absl::Status CheckSupported(const model::Model& m) {
   const HyperParams& hp = m.hparams();
+  for (int il = 0; il < m.n_layer(); ++il) {
+    if (hp.layers[il].mixer != model::MixerKind::kAttention) {
+      return absl::UnimplementedError(absl::StrCat(
+          "CUDA forward: layer ", il, " is ", AbslView(model::MixerKindName(hp.layers[il].mixer)),
+          "; the GPU kernels cover attention layers only (the CPU backend runs ", hp.arch, ")"));
+    }
+  }
   if (hp.head_dim_k != hp.head_dim_v || hp.head_dim_k % 32 != 0 || hp.head_dim_k > 256) {
     return absl::UnimplementedError(absl::StrCat("CUDA attention needs head_dim_k == head_dim_v, "
                                                  "a multiple of 32 up to 256; the model has ",
                                                  hp.head_dim_k, " / ", hp.head_dim_v));
   }
-  if (hp.rope.type != model::RopeType::kNeox || hp.rope.n_rot > hp.head_dim_k) {
+  if (hp.rope.multi_section || hp.rope.n_rot > hp.head_dim_k) {
     return absl::UnimplementedError("CUDA forward: only NEOX RoPE with n_rot <= head_dim");
   }
   if (hp.n_expert > 1024 || hp.n_expert_used < 1) {
