@@ -130,7 +130,8 @@ void PrintTensors(const model::ModelSummary& s, std::FILE* out) {
 absl::Status RunInspect(const Args& args, const CommandIo& io) {
   std::string model_path;
   FlagParser flags;
-  flags.AddString("model|m", &model_path, "GGUF model (or give it positionally)");
+  flags.AddString("model|m", &model_path, "GGUF model (required, or give it positionally)")
+      .Meta("PATH");
   ASSIGN_OR_RETURN(bool go, ParseFlags(flags, args, "inspect MODEL", io));
   if (!go) return absl::OkStatus();
   if (model_path.empty() && flags.positional().size() == 1) {

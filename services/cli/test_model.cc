@@ -10,6 +10,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/cpu_count.h"
 #include "common/base/status.h"
 #include "common/base/thread_pool.h"
 #include "common/quant/quant.h"
@@ -447,7 +448,7 @@ absl::Status WriteTestModel(const TestModelSpec& spec,
   const int threads =
       spec.threads > 0
           ? spec.threads
-          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+          : AvailableCpuCount();
   ThreadPool pool(threads);
   GgufWriter writer;
   RETURN_IF_ERROR(AddTestModel(spec, &writer, &pool));

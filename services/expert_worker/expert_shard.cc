@@ -9,6 +9,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/cpu_count.h"
 #include "common/base/status.h"
 #include "common/gguf/gguf.h"
 #include "common/model/model.h"
@@ -80,7 +81,7 @@ absl::StatusOr<std::unique_ptr<ExpertShard>> ExpertShard::Load(const ShardOption
                    ExpertArena::Create(nodes, sizes, shared ? options.shm_prefix : std::string()));
   const int total_threads = options.threads > 0
                                 ? options.threads
-                                : static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+                                : AvailableCpuCount();
   std::set<std::string> formats;
   for (int i = 0; i < n_nodes; ++i) {
     NodePart& part = *s->parts_[i];
