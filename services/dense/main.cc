@@ -13,6 +13,7 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -92,6 +93,30 @@ int Run(int argc, char** argv) {
               "(measured at start-up), off, or a number");
   p.AddBool("pin-experts", &opt.pin_experts,
             "page-lock the model's expert tensors for faster host-to-GPU copies");
+  // The HTTP front end's limits (http_server.h).
+  HttpServerOptions http_opt;
+  int64_t http_header_ms = http_opt.header_timeout.count(),
+          http_body_ms = http_opt.body_timeout.count(),
+          http_idle_ms = http_opt.idle_timeout.count(),
+          http_write_ms = http_opt.write_timeout.count(),
+          http_max_requests = http_opt.max_requests_per_connection,
+          http_max_connections = http_opt.max_connections,
+          http_max_header = http_opt.max_header_bytes, http_max_uri = http_opt.max_uri_bytes;
+  std::string max_body = std::to_string(http_opt.max_body_bytes);
+  p.AddInt("http-header-timeout", &http_header_ms,
+           "ms a client may take to send a request's line and headers");
+  p.AddInt("http-body-timeout", &http_body_ms, "ms a client may take to send a request's body");
+  p.AddInt("http-idle-timeout", &http_idle_ms, "ms a kept-alive connection may wait between requests");
+  p.AddInt("http-write-timeout", &http_write_ms,
+           "ms one response write may take (a client that stops reading is dropped)");
+  p.AddInt("http-max-requests-per-connection", &http_max_requests,
+           "requests served on one kept-alive connection");
+  p.AddInt("http-max-connections", &http_max_connections,
+           "open HTTP connections; more are answered 503 and closed");
+  p.AddString("max-body-bytes", &max_body, "largest HTTP request body, e.g. 4MiB (more: 413)");
+  p.AddInt("http-max-header-bytes", &http_max_header,
+           "largest request line + headers (more: 431)");
+  p.AddInt("http-max-uri-bytes", &http_max_uri, "longest request target (more: 414)");
   std::vector<std::string> args(argv + 1, argv + argc);
   // --experts may repeat: join the values.
   std::vector<std::string> rest;
@@ -146,6 +171,21 @@ int Run(int argc, char** argv) {
       step_tokens > 1 << 20) {
     return Fail(absl::InvalidArgumentError(
         "--parallel in 1..1024, --max-queue in 0..100000, --step-tokens >= 1 required"));
+  }
+  {
+    auto body_bytes = plan::ParseByteSize(max_body);
+    if (!body_bytes.ok()) return Fail(body_bytes.status());
+    auto in_int = [](int64_t v) { return static_cast<int>(std::clamp<int64_t>(v, -1, INT32_MAX)); };
+    http_opt.header_timeout = std::chrono::milliseconds(http_header_ms);
+    http_opt.body_timeout = std::chrono::milliseconds(http_body_ms);
+    http_opt.idle_timeout = std::chrono::milliseconds(http_idle_ms);
+    http_opt.write_timeout = std::chrono::milliseconds(http_write_ms);
+    http_opt.max_requests_per_connection = in_int(http_max_requests);
+    http_opt.max_connections = in_int(http_max_connections);
+    http_opt.max_body_bytes = *body_bytes;
+    http_opt.max_header_bytes = static_cast<uint32_t>(std::clamp<int64_t>(http_max_header, 0, 1 << 24));
+    http_opt.max_uri_bytes = static_cast<uint32_t>(std::clamp<int64_t>(http_max_uri, 0, 1 << 24));
+    if (absl::Status s = ValidateHttpOptions(http_opt); !s.ok()) return Fail(s);
   }
   opt.max_sequences = static_cast<int>(parallel);
   opt.max_queue = static_cast<int>(max_queue);
@@ -247,7 +287,7 @@ int Run(int argc, char** argv) {
   } join_poll{&stop_gpu_poll, &gpu_poll};
   std::unique_ptr<HttpServer> http;
   if (!http_addr.empty()) {
-    auto h = HttpServer::Start(http_addr, served);
+    auto h = HttpServer::Start(http_addr, served, http_opt);
     if (!h.ok()) return Fail(h.status());
     http = std::move(*h);
   }
