@@ -160,6 +160,10 @@ absl::Status ParseCommon(const Json& body, bool chat, const ServedModel& served,
     if (stop->is_string()) {
       c->params.stop.push_back(stop->get<std::string>());
     } else if (stop->is_array()) {
+      if (stop->size() > kMaxStop) {
+        return Bad("stop", absl::StrCat("stop holds at most ", kMaxStop, " strings, got ",
+                                        stop->size()));
+      }
       for (const auto& x : *stop) {
         if (!x.is_string()) return Bad("stop", "stop must be a string or an array of strings");
         c->params.stop.push_back(x.get<std::string>());
@@ -220,18 +224,36 @@ struct Job {
 Json FinishReason(const std::string& r) { return r == "cancelled" ? Json("stop") : Json(r); }
 
 
+// Fails when a text prompt of `bytes` bytes cannot fit the context: every
+// token covers at most `max_token_bytes` bytes of text, so such a prompt has
+// at least bytes / max_token_bytes tokens (invalid UTF-8 only grows it).
+absl::Status CheckPromptBytes(size_t bytes, size_t max_token_bytes, int n_ctx,
+                              const char* param) {
+  const size_t at_least = (bytes + max_token_bytes - 1) / max_token_bytes;
+  if (at_least < static_cast<size_t>(n_ctx)) return absl::OkStatus();
+  return Bad(param, absl::StrCat("the prompt has at least ", at_least, " tokens (", bytes,
+                                 " bytes), the context holds ", n_ctx));
+}
+
 // The parts of a request body that become a prompt; `job->c` parsed first.
-absl::Status PreparePrompt(const Json& body, const ServedModel& served, Job* job) {
+absl::Status PreparePrompt(const Json& body, const ServedModel& served, size_t max_token_bytes,
+                           Job* job) {
   const Tokenizer& tok = served.engine->tokenizer();
+  const int n_ctx = served.engine->n_ctx();
   if (job->chat) {
     auto m = body.find("messages");
     if (m == body.end()) return Bad("messages", "messages is required");
+    if (m->is_array() && m->size() > kMaxMessages) {
+      return Bad("messages", absl::StrCat("messages holds at most ", kMaxMessages,
+                                          " entries, got ", m->size()));
+    }
     ChatPromptOptions co;
     if (auto k = body.find("chat_template_kwargs"); k != body.end() && k->is_object()) {
       ASSIGN_OR_RETURN(co.enable_thinking, Bool(*k, "enable_thinking", true));
     }
     absl::StatusOr<std::string> prompt = served.chat->Render(*m, co);
     if (!prompt.ok()) return WithParam(prompt.status(), "messages");
+    RETURN_IF_ERROR(CheckPromptBytes(prompt->size(), max_token_bytes, n_ctx, "messages"));
     job->prompt_text = *prompt;
     const bool has_bos = !served.chat->bos_token().empty() &&
                          prompt->rfind(served.chat->bos_token(), 0) == 0;
@@ -243,8 +265,13 @@ absl::Status PreparePrompt(const Json& body, const ServedModel& served, Job* job
   if (p->is_array() && p->size() == 1 && (*p)[0].is_string()) p = p->begin();
   if (p->is_string()) {
     const std::string& text = p->get_ref<const std::string&>();
+    RETURN_IF_ERROR(CheckPromptBytes(text.size(), max_token_bytes, n_ctx, "prompt"));
     ASSIGN_OR_RETURN(job->c.params.prompt, tok.Encode(text, true));
   } else if (p->is_array() && !p->empty() && (*p)[0].is_number_integer()) {
+    if (p->size() >= static_cast<size_t>(n_ctx)) {
+      return Bad("prompt", absl::StrCat("the prompt has ", p->size(),
+                                        " tokens, the context holds ", n_ctx));
+    }
     for (const auto& t : *p) {
       if (!t.is_number_integer()) return Bad("prompt", "prompt token ids must be integers");
       job->c.params.prompt.push_back(static_cast<int32_t>(t.get<int64_t>()));
@@ -256,10 +283,11 @@ absl::Status PreparePrompt(const Json& body, const ServedModel& served, Job* job
 }
 
 absl::StatusOr<std::shared_ptr<RequestHandle>> Prepare(const std::string& text,
-                                                       const ServedModel& served, Job* job) {
+                                                       const ServedModel& served,
+                                                       size_t max_token_bytes, Job* job) {
   ASSIGN_OR_RETURN(Json body, ParseBody(text));
   RETURN_IF_ERROR(ParseCommon(body, job->chat, served, &job->c));
-  RETURN_IF_ERROR(PreparePrompt(body, served, job));
+  RETURN_IF_ERROR(PreparePrompt(body, served, max_token_bytes, job));
   job->id = NewId(job->chat ? "chatcmpl-" : "cmpl-");
   job->created = Now();
   job->model = served.name;
@@ -416,14 +444,19 @@ void Stream(const ServedModel& served, RequestHandle& h, const Job& job, const s
 
 }  // namespace
 
-OpenAiApi::OpenAiApi(ServedModel served) : served_(std::move(served)) {}
+OpenAiApi::OpenAiApi(ServedModel served) : served_(std::move(served)) {
+  const Tokenizer& tok = served_.engine->tokenizer();
+  for (int32_t id = 0; id < tok.n_vocab(); ++id) {
+    max_token_bytes_ = std::max(max_token_bytes_, tok.Piece(id).size());
+  }
+}
 
 void OpenAiApi::Completions(const std::string& body, bool chat, HttpResponder& out) {
   const std::string endpoint = chat ? "chat_completions" : "completions";
   Job job;
   job.chat = chat;
   absl::StatusOr<std::shared_ptr<RequestHandle>> handle =
-      Prepare(body, served_, &job);
+      Prepare(body, served_, max_token_bytes_, &job);
   if (!handle.ok()) {
     served_.engine->metrics().CountRequest("http", endpoint,
                                            ServingMetrics::Outcome(handle.status()));

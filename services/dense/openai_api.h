@@ -10,9 +10,16 @@
 //   GET  /v1/models, GET /health, GET /metrics (Prometheus text of the
 //     engine's registry, the same one the --metrics exposer serves)
 // Errors are OpenAI's shape, {"error":{"message","type","param","code"}}:
-// 400 (bad request, prompt longer than the context), 404 (unknown model), 429 + Retry-After (queue full), 503 (an
+// 400 (bad request, prompt longer than the context, list fields longer than
+// allowed), 404 (unknown model), 429 + Retry-After (queue full), 503 (an
 // expert worker failed), 500 (other). Protocol errors (404 unknown route,
 // 405, 408, 413, 414, 415, 431) come from ProtocolError with the same shape.
+//
+// Bounds checked before work is spent: `stop` holds at most kMaxStop
+// strings, `messages` at most kMaxMessages entries, a token-id prompt at
+// most the context; a text prompt whose byte length proves it longer than
+// the context (more bytes than context x the longest token's bytes) is
+// refused before it is tokenized.
 //
 // Thread-safe. Completions blocks until the request ends (run it on a thread
 // of its own, never on an I/O thread); the other routes return at once.
@@ -25,6 +32,11 @@
 #include "services/dense/inference_service.h"
 
 namespace moesplit::dense {
+
+// OpenAI's limit on `stop`.
+inline constexpr int kMaxStop = 4;
+// OpenAI's limit on `messages`.
+inline constexpr int kMaxMessages = 2048;
 
 struct HttpReply {
   int status = 200;
@@ -70,6 +82,7 @@ class OpenAiApi {
 
  private:
   const ServedModel served_;
+  size_t max_token_bytes_ = 1;  // the longest token's bytes
 };
 
 }  // namespace moesplit::dense
