@@ -235,6 +235,17 @@ absl::Status CheckPromptBytes(size_t bytes, size_t max_token_bytes, int n_ctx,
                                  " bytes), the context holds ", n_ctx));
 }
 
+// Tokenizes a prompt, stopping once it cannot fit the context.
+absl::StatusOr<std::vector<int32_t>> EncodePrompt(const Tokenizer& tok, const std::string& text,
+                                                  bool add_special, int n_ctx,
+                                                  const char* param) {
+  ASSIGN_OR_RETURN(std::vector<int32_t> ids,
+                   tok.Encode(text, /*parse_special=*/true, add_special, n_ctx - 1));
+  if (ids.size() < static_cast<size_t>(n_ctx)) return ids;
+  return Bad(param, absl::StrCat("the prompt has at least ", ids.size(),
+                                 " tokens, the context holds ", n_ctx));
+}
+
 // The parts of a request body that become a prompt; `job->c` parsed first.
 absl::Status PreparePrompt(const Json& body, const ServedModel& served, size_t max_token_bytes,
                            Job* job) {
@@ -257,7 +268,8 @@ absl::Status PreparePrompt(const Json& body, const ServedModel& served, size_t m
     job->prompt_text = *prompt;
     const bool has_bos = !served.chat->bos_token().empty() &&
                          prompt->rfind(served.chat->bos_token(), 0) == 0;
-    ASSIGN_OR_RETURN(job->c.params.prompt, tok.Encode(*prompt, true, !has_bos));
+    ASSIGN_OR_RETURN(job->c.params.prompt,
+                     EncodePrompt(tok, *prompt, !has_bos, n_ctx, "messages"));
     return absl::OkStatus();
   }
   auto p = body.find("prompt");
@@ -266,7 +278,7 @@ absl::Status PreparePrompt(const Json& body, const ServedModel& served, size_t m
   if (p->is_string()) {
     const std::string& text = p->get_ref<const std::string&>();
     RETURN_IF_ERROR(CheckPromptBytes(text.size(), max_token_bytes, n_ctx, "prompt"));
-    ASSIGN_OR_RETURN(job->c.params.prompt, tok.Encode(text, true));
+    ASSIGN_OR_RETURN(job->c.params.prompt, EncodePrompt(tok, text, true, n_ctx, "prompt"));
   } else if (p->is_array() && !p->empty() && (*p)[0].is_number_integer()) {
     if (p->size() >= static_cast<size_t>(n_ctx)) {
       return Bad("prompt", absl::StrCat("the prompt has ", p->size(),

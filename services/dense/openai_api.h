@@ -19,7 +19,8 @@
 // strings, `messages` at most kMaxMessages entries, a token-id prompt at
 // most the context; a text prompt whose byte length proves it longer than
 // the context (more bytes than context x the longest token's bytes) is
-// refused before it is tokenized.
+// refused before it is tokenized, and tokenizing stops as soon as a prompt
+// has more tokens than the context holds.
 //
 // Thread-safe. Completions blocks until the request ends (run it on a thread
 // of its own, never on an I/O thread); the other routes return at once.

@@ -379,6 +379,12 @@ class LimitsTest(HttpTest):
         self.assertEqual(err["param"], "prompt")
         self.assertIn("at least", err["message"])
         self.assertIn("the context holds 512", err["message"])
+        # Few enough bytes to pass that bound: tokenizing stops past the context.
+        body = json.dumps({"prompt": "word " * 600}).encode()  # 600 tokens
+        err = self.assertError(request(self.dense, "POST", "/v1/completions", body), 400, None)
+        m = re.search(r"the prompt has at least (\d+) tokens, the context holds 512", err["message"])
+        self.assertTrue(m, err["message"])
+        self.assertLess(int(m.group(1)), 600)
         ids = json.dumps({"prompt": list(range(1, 600))}).encode()
         err = self.assertError(request(self.dense, "POST", "/v1/completions", ids), 400, None)
         self.assertIn("the context holds 512", err["message"])
