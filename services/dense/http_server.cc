@@ -74,14 +74,18 @@ struct Shared {
   int request_threads = 0;  // guarded by mu
 };
 
-std::string Serialize(const HttpReply& r, bool keep_alive, bool chunked) {
+// How the body of a response ends: after Content-Length bytes, with the
+// last chunk, or (an HTTP/1.0 stream) with the connection.
+enum class Framing { kLength, kChunked, kUntilClose };
+
+std::string Serialize(const HttpReply& r, bool keep_alive, Framing framing) {
   std::string s = absl::StrCat("HTTP/1.1 ", r.status, " ",
                                std::string(http::obsolete_reason(http::int_to_status(r.status))),
                                "\r\nContent-Type: ", r.content_type, "\r\n");
   for (const auto& [k, v] : r.headers) absl::StrAppend(&s, k, ": ", v, "\r\n");
-  if (chunked) {
+  if (framing == Framing::kChunked) {
     s += "Transfer-Encoding: chunked\r\n";
-  } else {
+  } else if (framing == Framing::kLength) {
     absl::StrAppend(&s, "Content-Length: ", r.body.size(), "\r\n");
   }
   absl::StrAppend(&s, "Connection: ", keep_alive ? "keep-alive" : "close", "\r\n\r\n");
@@ -124,14 +128,15 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
   // HttpResponder (any thread).
   void Reply(HttpReply reply) override {
     replied_ = true;
-    std::string bytes = Serialize(reply, keep_alive_, false);
+    std::string bytes = Serialize(reply, keep_alive_, Framing::kLength);
     bytes += reply.body;
     Enqueue(std::move(bytes), /*last=*/true);
   }
   bool StartStream(HttpReply head) override {
     replied_ = true;
     if (!chunked_) keep_alive_ = false;  // HTTP/1.0: the body ends with the connection
-    Enqueue(Serialize(head, keep_alive_, chunked_), false);
+    Enqueue(Serialize(head, keep_alive_, chunked_ ? Framing::kChunked : Framing::kUntilClose),
+            false);
     return !ClientGone();
   }
   bool WriteChunk(std::string data) override {

@@ -365,6 +365,18 @@ class LimitsTest(HttpTest):
             self.assertEqual(status, 200, out)
             self.assertEqual(json.loads(out)["usage"]["completion_tokens"], 2)
 
+    def test_http10_stream_ends_with_the_connection(self):
+        body = json.dumps({"prompt": "Hello", "max_tokens": 3, "temperature": 0,
+                           "stream": True}).encode()
+        data = (b"POST /v1/completions HTTP/1.0\r\nContent-Length: %d\r\n\r\n" % len(body)) + body
+        status, headers, out = raw(self.dense, data)
+        self.assertEqual(status, 200)
+        self.assertNotIn("content-length", headers)
+        self.assertNotIn("transfer-encoding", headers)
+        events = [e for e in out.decode().split("\n\n") if e]
+        self.assertEqual(events[-1], "data: [DONE]")
+        self.assertEqual(len(events), 3 + 1 + 1)  # tokens, finish, [DONE]
+
     def test_stop_list_is_capped_at_4(self):
         body = json.dumps({"prompt": "hi", "stop": ["a", "b", "c", "d", "e"]}).encode()
         err = self.assertError(request(self.dense, "POST", "/v1/completions", body), 400, None)
