@@ -4,6 +4,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <list>
 #include <mutex>
 #include <optional>
 #include <system_error>
@@ -61,6 +62,8 @@ constexpr RouteSpec kRoutes[] = {
     {"/metrics", http::verb::get, Route::kMetrics},
 };
 
+class Connection;
+
 // What every connection shares: the options, the API, the counts that
 // bound them and the in-flight request threads the destructor waits for.
 struct Shared {
@@ -72,6 +75,11 @@ struct Shared {
   std::mutex mu;
   std::condition_variable cv;
   int request_threads = 0;  // guarded by mu
+  // Connections without a complete request yet (reading one, or kept
+  // alive between requests), oldest first: at the connection limit the
+  // oldest is closed to admit a new connection.
+  std::mutex waiting_mu;
+  std::list<std::weak_ptr<Connection>> waiting;  // guarded by waiting_mu
 };
 
 // How the body of a response ends: after Content-Length bytes, with the
@@ -105,7 +113,27 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
     if (counted_) ++shared_->connections;
   }
   ~Connection() override {
+    LeaveWaiting();
     if (counted_) --shared_->connections;
+  }
+
+  // At the connection limit: takes the oldest connection still without a
+  // complete request out of the waiting list; null when there is none.
+  static std::shared_ptr<Connection> TakeOldestWaiting(Shared& shared) {
+    std::lock_guard<std::mutex> l(shared.waiting_mu);
+    for (auto it = shared.waiting.begin(); it != shared.waiting.end(); ++it) {
+      std::shared_ptr<Connection> c = it->lock();
+      if (c == nullptr) continue;  // being destroyed: its destructor unlinks it
+      shared.waiting.erase(it);
+      c->in_waiting_ = false;
+      return c;
+    }
+    return nullptr;
+  }
+
+  // Closes the connection if it still has no complete request (strand).
+  void Evict() {
+    if (reading_) Close();
   }
 
   net::any_io_executor executor() { return socket_.get_executor(); }
@@ -198,7 +226,23 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
  private:
   // --- reading a request
 
+  void EnterWaiting() {
+    reading_ = true;
+    std::lock_guard<std::mutex> l(shared_->waiting_mu);
+    if (in_waiting_) return;
+    waiting_it_ = shared_->waiting.insert(shared_->waiting.end(), weak_from_this());
+    in_waiting_ = true;
+  }
+  void LeaveWaiting() {
+    reading_ = false;
+    std::lock_guard<std::mutex> l(shared_->waiting_mu);
+    if (!in_waiting_) return;
+    shared_->waiting.erase(waiting_it_);
+    in_waiting_ = false;
+  }
+
   void ReadHeader() {
+    EnterWaiting();
     parser_.emplace();
     parser_->header_limit(opt_.max_header_bytes);
     parser_->body_limit(opt_.max_body_bytes);
@@ -336,6 +380,7 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
   // --- answering
 
   void Dispatch() {
+    LeaveWaiting();
     ClearDeadline();
     ++requests_;
     keep_alive_ = parser_->keep_alive() && requests_ < opt_.max_requests_per_connection &&
@@ -355,6 +400,7 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
 
   // An answer decided on the strand before any route ran.
   void Respond(HttpReply reply, bool keep_alive) {
+    LeaveWaiting();
     ClearDeadline();
     ++requests_;
     keep_alive_ = keep_alive && parser_ && parser_->keep_alive() &&
@@ -459,6 +505,7 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
 
   void WaitNextRequest() {
     if (buffer_.size() > 0) return ReadHeader();
+    EnterWaiting();
     SetDeadline(opt_.idle_timeout);
     socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](beast::error_code ec) {
       if (ec) return self->Close();
@@ -491,6 +538,7 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
     if (closed_) return;
     closed_ = true;
     gone_ = true;
+    LeaveWaiting();
     cv_.notify_all();
     ClearDeadline();
     beast::error_code ignored;
@@ -530,6 +578,7 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
   bool closed_ = false;
   uint64_t deadline_gen_ = 0;
   std::string writing_bytes_;
+  bool reading_ = false;  // no complete request yet (or idle between requests)
 
   // Set on the strand before a route runs, read by its thread.
   bool keep_alive_ = false;
@@ -542,6 +591,9 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
   std::deque<std::string> out_;  // guarded by mu_
   size_t out_bytes_ = 0;         // guarded by mu_: queued or being written
   bool out_last_ = false;        // guarded by mu_: the response's last bytes are queued
+  // Guarded by shared_->waiting_mu.
+  bool in_waiting_ = false;
+  std::list<std::weak_ptr<Connection>>::iterator waiting_it_;
 };
 
 }  // namespace
@@ -563,7 +615,15 @@ struct HttpServer::Impl {
         });
         return;
       }
-      const bool over = shared->connections.load() >= shared->options.max_connections;
+      bool over = shared->connections.load() >= shared->options.max_connections;
+      if (over) {
+        // Make room by closing the connection that has waited longest
+        // without sending a complete request; refuse when all are busy.
+        if (std::shared_ptr<Connection> oldest = Connection::TakeOldestWaiting(*shared)) {
+          net::post(oldest->executor(), [oldest] { oldest->Evict(); });
+          over = false;
+        }
+      }
       auto c = std::make_shared<Connection>(std::move(s), shared, !over);
       net::dispatch(c->executor(), [c, over] { over ? c->Refuse() : c->Start(); });
       Accept();

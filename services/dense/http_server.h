@@ -15,8 +15,12 @@
 //     answer says `Connection: close`);
 //   - one write may take at most write_timeout (a client that stops reading
 //     a stream is dropped, which cancels its request).
-// Beyond max_connections open connections a new one is answered 503
-// (code "too_many_connections") and closed.
+// At max_connections open connections, a new one takes the place of the
+// connection that has waited longest without sending a complete request
+// (still reading one, or idle between requests), which is closed; when every
+// connection has a request in progress the new one is answered 503 (code
+// "too_many_connections") and closed. So trickling clients can delay new
+// ones by no more than their share of the limit, however many they open.
 //
 // Bounded input, refused before the body is read or parsed, with OpenAI's
 // error shape {"error":{"message","type","param","code"}} and

@@ -262,6 +262,12 @@ class SlowlorisTest(HttpTest):
         self.assertLess(max(latencies), 1.0)
 
 
+class SlowlorisOverTheLimitTest(SlowlorisTest):
+    """The same 200 tricklers against a limit of 64 connections: each new
+    connection takes the place of the longest-waiting trickler."""
+    flags = ("--http-max-connections", "64")
+
+
 class DeadlineTest(HttpTest):
     flags = ("--http-header-timeout", "1500", "--http-body-timeout", "1500",
              "--http-idle-timeout", "1000", "--http-max-requests-per-connection", "3")
@@ -401,19 +407,46 @@ class LimitsTest(HttpTest):
         err = self.assertError(request(self.dense, "POST", "/v1/completions", ids), 400, None)
         self.assertIn("the context holds 512", err["message"])
 
-    def test_connections_beyond_the_limit_get_503(self):
-        held = [self.dense.connect() for _ in range(16)]
+    def test_at_the_connection_limit_the_oldest_waiting_connection_makes_room(self):
+        held = []
         try:
+            for _ in range(16):
+                held.append(self.dense.connect())
+                time.sleep(0.01)  # an order the server sees
             time.sleep(0.2)
-            status, _, body = request(self.dense, "GET", "/health")
-            self.assertEqual(status, 503, body)
-            self.assertEqual(json.loads(body)["error"]["code"], "too_many_connections")
+            self.assertEqual(request(self.dense, "GET", "/health")[0], 200)
+            self.assertTrue(closed_by_peer(held[0], 2), "the oldest connection was not closed")
+            held[-1].sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            self.assertEqual(read_response(held[-1])[0], 200)
         finally:
             for s in held:
                 s.close()
+
+
+class BusyConnectionLimitTest(HttpTest):
+    """Every connection has a request running: a new one gets 503."""
+    flags = ("--http-max-connections", "2")
+    options = {"parallel": 2}
+
+    def test_connections_beyond_the_limit_get_503_when_all_are_busy(self):
+        d = self.dense
+        body = json.dumps({"prompt": "Another long story:", "max_tokens": 0,
+                           "temperature": 0}).encode()
+        busy = [d.connect() for _ in range(2)]
+        try:
+            for s in busy:
+                s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                          b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            time.sleep(0.3)
+            status, _, out = request(d, "GET", "/health")
+            self.assertEqual(status, 503, out)
+            self.assertEqual(json.loads(out)["error"]["code"], "too_many_connections")
+        finally:
+            for s in busy:
+                s.close()
         deadline = time.monotonic() + 5
         while True:
-            status = request(self.dense, "GET", "/health")[0]
+            status = request(d, "GET", "/health")[0]
             if status == 200 or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
