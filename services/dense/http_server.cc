@@ -247,10 +247,9 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
     parser_->header_limit(opt_.max_header_bytes);
     parser_->body_limit(opt_.max_body_bytes);
     SetDeadline(opt_.header_timeout);
-    http::async_read_header(socket_, buffer_, *parser_,
-                            [self = shared_from_this()](beast::error_code ec, size_t) {
-                              self->OnHeader(ec);
-                            });
+    http::async_read_header(
+        socket_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
   }
 
   // On a header_limit error the parser has consumed nothing yet: the buffer
@@ -277,10 +276,11 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
     }
     const bool no_body = parser_->is_done();
     if (found == nullptr && !path_known) {
-      return Respond(OpenAiApi::ProtocolError(
-                         404, "unknown_url",
-                         absl::StrCat("no route ", std::string(Sv(req.method_string())), " ", path)),
-                     no_body);
+      return Respond(
+          OpenAiApi::ProtocolError(
+              404, "unknown_url",
+              absl::StrCat("no route ", std::string(Sv(req.method_string())), " ", path)),
+          no_body);
     }
     if (found == nullptr) {
       std::string allowed;
@@ -298,19 +298,19 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
     if (auto it = req.find(http::field::content_encoding); it != req.end()) {
       const std::string v = absl::AsciiStrToLower(absl::StripAsciiWhitespace(Sv(it->value())));
       if (v != "identity") {
-        return Respond(OpenAiApi::ProtocolError(
-                           415, "unsupported_encoding",
-                           absl::StrCat("Content-Encoding '", v,
-                                        "' is not accepted; send the body uncompressed")),
-                       false);
+        return Respond(
+            OpenAiApi::ProtocolError(415, "unsupported_encoding",
+                                     absl::StrCat("Content-Encoding '", v,
+                                                  "' is not accepted; send the body uncompressed")),
+            false);
       }
     }
     if (auto it = req.find(http::field::transfer_encoding); it != req.end()) {
       const std::string v = absl::AsciiStrToLower(absl::StripAsciiWhitespace(Sv(it->value())));
       if (v != "chunked") {
-        return Respond(OpenAiApi::ProtocolError(
-                           415, "unsupported_encoding",
-                           absl::StrCat("Transfer-Encoding '", v, "' is not accepted; only chunked")),
+        return Respond(OpenAiApi::ProtocolError(415, "unsupported_encoding",
+                                                absl::StrCat("Transfer-Encoding '", v,
+                                                             "' is not accepted; only chunked")),
                        false);
       }
     }
@@ -345,16 +345,16 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
       if (RequestLineTooLong()) return UriTooLong();
       return Respond(OpenAiApi::ProtocolError(
                          431, "headers_too_large",
-                         absl::StrCat("the request line and headers exceed ",
-                                      opt_.max_header_bytes, " bytes (--http-max-header-bytes)")),
+                         absl::StrCat("the request line and headers exceed ", opt_.max_header_bytes,
+                                      " bytes (--http-max-header-bytes)")),
                      false);
     }
     if (ec == http::error::body_limit) {
-      return Respond(OpenAiApi::ProtocolError(
-                         413, "request_too_large",
-                         absl::StrCat("the request body exceeds ", opt_.max_body_bytes,
-                                      " bytes (--max-body-bytes)")),
-                     false);
+      return Respond(
+          OpenAiApi::ProtocolError(413, "request_too_large",
+                                   absl::StrCat("the request body exceeds ", opt_.max_body_bytes,
+                                                " bytes (--max-body-bytes)")),
+          false);
     }
     if (ec == http::error::end_of_stream || ec == net::error::eof ||
         ec == net::error::operation_aborted || ec == net::error::connection_reset) {
@@ -363,9 +363,10 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
     if (ec.category() == http::make_error_code(http::error::end_of_stream).category() ||
         ec == http::error::partial_message) {
       // A malformed request (bad method, target, version, field, chunk...).
-      return Respond(OpenAiApi::ProtocolError(400, "invalid_request",
-                                              absl::StrCat("malformed HTTP request: ", ec.message())),
-                     false);
+      return Respond(
+          OpenAiApi::ProtocolError(400, "invalid_request",
+                                   absl::StrCat("malformed HTTP request: ", ec.message())),
+          false);
     }
     Close();
   }
@@ -383,12 +384,15 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
     LeaveWaiting();
     ClearDeadline();
     ++requests_;
-    keep_alive_ = parser_->keep_alive() && requests_ < opt_.max_requests_per_connection &&
-                  !shared_->stopping;
+    keep_alive_ =
+        parser_->keep_alive() && requests_ < opt_.max_requests_per_connection && !shared_->stopping;
     switch (route_) {
-      case Route::kModels: return Reply(shared_->api.Models());
-      case Route::kHealth: return Reply(shared_->api.Health());
-      case Route::kMetrics: return Reply(shared_->api.Metrics());
+      case Route::kModels:
+        return Reply(shared_->api.Models());
+      case Route::kHealth:
+        return Reply(shared_->api.Health());
+      case Route::kMetrics:
+        return Reply(shared_->api.Metrics());
       case Route::kChat:
       case Route::kCompletions:
         processing_ = true;
@@ -414,10 +418,9 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
   void Watch() {
     if (buffer_.size() >= opt_.max_header_bytes) return;  // enough pipelined; stop reading
     watching_ = true;
-    socket_.async_read_some(buffer_.prepare(4096),
-                            [self = shared_from_this()](beast::error_code ec, size_t n) {
-                              self->OnWatch(ec, n);
-                            });
+    socket_.async_read_some(
+        buffer_.prepare(4096),
+        [self = shared_from_this()](beast::error_code ec, size_t n) { self->OnWatch(ec, n); });
   }
 
   void OnWatch(beast::error_code ec, size_t n) {
@@ -467,10 +470,9 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
     }
     writing_ = true;
     SetDeadline(opt_.write_timeout);
-    net::async_write(socket_, net::buffer(writing_bytes_),
-                     [self = shared_from_this()](beast::error_code ec, size_t) {
-                       self->OnWrite(ec);
-                     });
+    net::async_write(
+        socket_, net::buffer(writing_bytes_),
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->OnWrite(ec); });
   }
 
   void OnWrite(beast::error_code ec) {
@@ -600,9 +602,7 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
 
 struct HttpServer::Impl {
   Impl(HttpServerOptions options, ServedModel served)
-      : shared(std::make_shared<Shared>(options, std::move(served))),
-        acceptor(ioc),
-        retry(ioc) {}
+      : shared(std::make_shared<Shared>(options, std::move(served))), acceptor(ioc), retry(ioc) {}
 
   void Accept() {
     acceptor.async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket s) {
@@ -640,14 +640,19 @@ struct HttpServer::Impl {
 
 absl::Status ValidateHttpOptions(const HttpServerOptions& o) {
   auto positive = [](ms d) { return d.count() > 0; };
-  if (!positive(o.header_timeout)) return absl::InvalidArgumentError("--http-header-timeout must be > 0");
-  if (!positive(o.body_timeout)) return absl::InvalidArgumentError("--http-body-timeout must be > 0");
-  if (!positive(o.idle_timeout)) return absl::InvalidArgumentError("--http-idle-timeout must be > 0");
-  if (!positive(o.write_timeout)) return absl::InvalidArgumentError("--http-write-timeout must be > 0");
+  if (!positive(o.header_timeout))
+    return absl::InvalidArgumentError("--http-header-timeout must be > 0");
+  if (!positive(o.body_timeout))
+    return absl::InvalidArgumentError("--http-body-timeout must be > 0");
+  if (!positive(o.idle_timeout))
+    return absl::InvalidArgumentError("--http-idle-timeout must be > 0");
+  if (!positive(o.write_timeout))
+    return absl::InvalidArgumentError("--http-write-timeout must be > 0");
   if (o.max_requests_per_connection < 1) {
     return absl::InvalidArgumentError("--http-max-requests-per-connection must be >= 1");
   }
-  if (o.max_connections < 1) return absl::InvalidArgumentError("--http-max-connections must be >= 1");
+  if (o.max_connections < 1)
+    return absl::InvalidArgumentError("--http-max-connections must be >= 1");
   if (o.max_body_bytes < 1) return absl::InvalidArgumentError("--max-body-bytes must be >= 1");
   if (o.max_header_bytes < 256) {
     return absl::InvalidArgumentError("--http-max-header-bytes must be >= 256");
@@ -672,7 +677,8 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
   int want = -1;
   if (colon == std::string::npos || !absl::SimpleAtoi(host_port.substr(colon + 1), &want) ||
       want < 0 || want > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat("--http wants HOST:PORT, got '", host_port, "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--http wants HOST:PORT, got '", host_port, "'"));
   }
   std::string host = host_port.substr(0, colon);
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {

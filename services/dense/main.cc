@@ -183,8 +183,9 @@ int Run(int argc, char** argv) {
     http_opt.max_requests_per_connection = in_int(http_max_requests);
     http_opt.max_connections = in_int(http_max_connections);
     http_opt.max_body_bytes = *body_bytes;
-    http_opt.max_header_bytes = static_cast<uint32_t>(std::clamp<int64_t>(http_max_header, 0, 1 << 24));
-    http_opt.max_uri_bytes = static_cast<uint32_t>(std::clamp<int64_t>(http_max_uri, 0, 1 << 24));
+    auto in_u32 = [](int64_t v) { return static_cast<uint32_t>(std::clamp<int64_t>(v, 0, 1 << 24)); };
+    http_opt.max_header_bytes = in_u32(http_max_header);
+    http_opt.max_uri_bytes = in_u32(http_max_uri);
     if (absl::Status s = ValidateHttpOptions(http_opt); !s.ok()) return Fail(s);
   }
   opt.max_sequences = static_cast<int>(parallel);

@@ -409,7 +409,9 @@ void Stream(const ServedModel& served, RequestHandle& h, const Job& job, const s
   head.content_type = "text/event-stream";
   head.headers.emplace_back("Cache-Control", "no-cache");
   bool ok = out.StartStream(std::move(head));
-  auto send = [&](const Json& j) { return out.WriteChunk(absl::StrCat("data: ", Dump(j), "\n\n")); };
+  auto send = [&](const Json& j) {
+    return out.WriteChunk(absl::StrCat("data: ", Dump(j), "\n\n"));
+  };
   chat::ReasoningStream reasoning(chat::PromptOpensReasoning(job.prompt_text));
   if (ok && job.chat) {
     ok = send(Chunk(job, {{"index", 0},
@@ -422,7 +424,9 @@ void Stream(const ServedModel& served, RequestHandle& h, const Job& job, const s
         chat::ReasoningSplit split;
         if (job.chat) split = reasoning.Push(d.text);
         Json c = ChoiceDelta(job, split, d.text);
-        if (job.c.logprobs) c["logprobs"] = LogprobsJson(served.engine->tokenizer(), job, {d.sampled});
+        if (job.c.logprobs) {
+          c["logprobs"] = LogprobsJson(served.engine->tokenizer(), job, {d.sampled});
+        }
         ok = ok && send(Chunk(job, std::move(c)));
         return ok;
       },

@@ -400,7 +400,8 @@ class LimitsTest(HttpTest):
         # Few enough bytes to pass that bound: tokenizing stops past the context.
         body = json.dumps({"prompt": "word " * 600}).encode()  # 600 tokens
         err = self.assertError(request(self.dense, "POST", "/v1/completions", body), 400, None)
-        m = re.search(r"the prompt has at least (\d+) tokens, the context holds 512", err["message"])
+        m = re.search(r"the prompt has at least (\d+) tokens, the context holds 512",
+                      err["message"])
         self.assertTrue(m, err["message"])
         self.assertLess(int(m.group(1)), 600)
         ids = json.dumps({"prompt": list(range(1, 600))}).encode()
