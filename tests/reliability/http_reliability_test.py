@@ -454,6 +454,107 @@ class BusyConnectionLimitTest(HttpTest):
         self.assertEqual(status, 200)
 
 
+def sse_text(body):
+    """The concatenated text of a completions stream, and whether it ended with [DONE]."""
+    events = [e[len("data: "):] for e in body.decode().split("\n\n") if e.startswith("data: ")]
+    done = bool(events) and events[-1] == "[DONE]"
+    text = "".join(c["text"] for e in events if e != "[DONE]"
+                   for c in json.loads(e).get("choices", []))
+    return text, done
+
+
+class ConcurrentStreamsTest(HttpTest):
+    """64 concurrent streams against --parallel 4 --max-queue 8: only 200s and
+    429s, and every 200 streams exactly what the same request gets alone."""
+    options = {"parallel": 4, "max_queue": 8}
+
+    def test_64_streams_get_200_or_429_and_outputs_equal_solo(self):
+        d = self.dense
+        prompts = ["Request number %d: %s" % (i, "and more " * i) for i in range(8)]
+
+        def body(p):
+            return json.dumps({"prompt": p, "max_tokens": 12, "temperature": 0,
+                               "stream": True}).encode()
+
+        solo = {}
+        for p in prompts:
+            status, _, out = request(d, "POST", "/v1/completions", body(p))
+            self.assertEqual(status, 200, out)
+            solo[p], done = sse_text(out)
+            self.assertTrue(done)
+        results = [None] * 64
+
+        def run(i):
+            try:
+                results[i] = request(d, "POST", "/v1/completions", body(prompts[i % 8]))
+            except Exception as e:  # noqa: BLE001 - reported below
+                results[i] = e
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(64)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(50)
+        counts = {}
+        for i, r in enumerate(results):
+            self.assertIsInstance(r, tuple, "request %d: %r" % (i, r))
+            status, headers, out = r
+            counts[status] = counts.get(status, 0) + 1
+            self.assertIn(status, (200, 429), out[:300])
+            if status == 200:
+                text, done = sse_text(out)
+                self.assertTrue(done, i)
+                self.assertEqual(text, solo[prompts[i % 8]], "request %d" % i)
+            else:
+                self.assertIn("retry-after", headers)
+                self.assertEqual(json.loads(out)["error"]["code"], "server_busy")
+        print("64 concurrent streams: %s" % counts)
+        self.assertGreaterEqual(counts.get(200, 0), 12)
+        self.assertTrue(d.wait_idle())
+
+
+class NoLeakTest(HttpTest):
+    """Descriptors and threads return to their baseline after mixed traffic:
+    served, refused, abandoned mid-header, abandoned mid-request."""
+    flags = ("--max-body-bytes", "64KiB")
+
+    def counts(self):
+        pid = self.dense.proc.pid
+        fds = len(os.listdir("/proc/%d/fd" % pid))
+        with open("/proc/%d/status" % pid) as f:
+            threads = int(re.search(r"^Threads:\s+(\d+)", f.read(), re.M).group(1))
+        return fds, threads
+
+    def test_descriptors_and_threads_return_to_baseline(self):
+        d = self.dense
+        request(d, "GET", "/health")
+        base = self.counts()
+        long_body = json.dumps({"prompt": "Another long story:", "max_tokens": 0,
+                                "temperature": 0}).encode()
+        small = json.dumps({"prompt": "Hi", "max_tokens": 2}).encode()
+        for i in range(40):
+            self.assertEqual(request(d, "POST", "/v1/completions", small)[0], 200)
+            self.assertEqual(request(d, "GET", "/v1/nothing")[0], 404)
+            self.assertEqual(raw(d, b"POST /v1/completions HTTP/1.1\r\nContent-Length: "
+                                 b"999999999\r\n\r\n")[0], 413)
+            with d.connect() as s:
+                s.sendall(b"GET /heal")  # gone mid-header
+            with d.connect() as s:
+                s.sendall(b"POST /v1/completions HTTP/1.1\r\nContent-Length: %d\r\n\r\n%s" %
+                          (len(long_body), long_body))
+                time.sleep(0.01)  # gone mid-request
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            now = self.counts()
+            if now[0] <= base[0] and now[1] <= base[1]:
+                break
+            time.sleep(0.1)
+        print("baseline fds/threads %s, after 200 requests %s" % (base, now))
+        self.assertLessEqual(now[0], base[0])
+        self.assertLessEqual(now[1], base[1])
+        self.assertTrue(d.wait_idle())
+
+
 class AbandonedRequestTest(HttpTest):
     """--parallel 1 --max-queue 0: while a request holds the only slot, another
     gets 429; a non-streaming request whose client leaves frees it at once."""
