@@ -602,7 +602,9 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
 
 struct HttpServer::Impl {
   Impl(HttpServerOptions options, ServedModel served)
-      : shared(std::make_shared<Shared>(options, std::move(served))), acceptor(ioc), retry(ioc) {}
+      : shared(std::make_shared<Shared>(options, std::move(served))),
+        acceptor(net::make_strand(ioc)),
+        retry(acceptor.get_executor()) {}
 
   void Accept() {
     acceptor.async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket s) {
@@ -714,7 +716,7 @@ HttpServer::~HttpServer() {
   // Every connection now reads as gone: running requests are cancelled in
   // the engine, their threads end without writing.
   s.shared->stopping = true;
-  net::post(s.ioc, [&s] {
+  net::post(s.acceptor.get_executor(), [&s] {
     beast::error_code ignored;
     s.acceptor.close(ignored);
     s.retry.cancel();
