@@ -146,11 +146,13 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
 
   // At the connection limit: a 503, then close.
   void Refuse() {
-    Respond(OpenAiApi::ProtocolError(
-                503, "too_many_connections",
-                absl::StrCat("the server holds its maximum of ", opt_.max_connections,
-                             " connections (--http-max-connections); retry later")),
-            /*keep_alive=*/false);
+    HttpReply reply = OpenAiApi::ProtocolError(
+        503, "too_many_connections",
+        absl::StrCat("the server holds its maximum of ", opt_.max_connections,
+                     " connections (--http-max-connections), each with a request running; "
+                     "retry later"));
+    reply.headers.emplace_back("Retry-After", "1");
+    Respond(std::move(reply), /*keep_alive=*/false);
   }
 
   // HttpResponder (any thread).

@@ -439,8 +439,9 @@ class BusyConnectionLimitTest(HttpTest):
                 s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
                           b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
             time.sleep(0.3)
-            status, _, out = request(d, "GET", "/health")
+            status, headers, out = request(d, "GET", "/health")
             self.assertEqual(status, 503, out)
+            self.assertEqual(headers.get("retry-after"), "1")
             self.assertEqual(json.loads(out)["error"]["code"], "too_many_connections")
         finally:
             for s in busy:
