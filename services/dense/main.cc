@@ -174,7 +174,10 @@ int Run(int argc, char** argv) {
   }
   {
     auto body_bytes = plan::ParseByteSize(max_body);
-    if (!body_bytes.ok()) return Fail(body_bytes.status());
+    if (!body_bytes.ok()) {
+      return Fail(absl::InvalidArgumentError(
+          absl::StrCat("--max-body-bytes: ", body_bytes.status().message())));
+    }
     auto in_int = [](int64_t v) { return static_cast<int>(std::clamp<int64_t>(v, -1, INT32_MAX)); };
     http_opt.header_timeout = std::chrono::milliseconds(http_header_ms);
     http_opt.body_timeout = std::chrono::milliseconds(http_body_ms);
