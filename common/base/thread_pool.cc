@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cstdlib>
 
+#include "common/base/cpu_count.h"
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -59,7 +61,7 @@ int ThreadPool::DefaultSpinUs() {
 ThreadPool::ThreadPool(int n_threads, int spin_us)
     : n_threads_(n_threads > 0
                      ? n_threads
-                     : std::max(1u, std::thread::hardware_concurrency())),
+                     : AvailableCpuCount()),
       spin_us_(spin_us >= 0 ? spin_us : DefaultSpinUs()) {
   for (int i = 1; i < n_threads_; ++i) {
     workers_.emplace_back([this, i] { WorkerLoop(i); });

@@ -27,7 +27,7 @@ namespace moesplit {
 class ThreadPool {
  public:
   // n_threads counts the calling thread: 1 means no extra workers.
-  // 0 picks std::thread::hardware_concurrency(). spin_us < 0: the default.
+  // 0 picks AvailableCpuCount() (cpu_count.h). spin_us < 0: the default.
   explicit ThreadPool(int n_threads = 0, int spin_us = -1);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;

@@ -1,5 +1,6 @@
 #include "common/model/arch.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -16,60 +17,131 @@ using D = Dim;
 using R = TensorRole;
 using T = TensorId;
 
-// Tensors every attention + MoE-FFN architecture of the family has; the
-// per-architecture lists below add or drop the optional ones.
-std::vector<TensorSpec> CommonTensors() {
+// The global tensors every architecture has.
+std::vector<TensorSpec> GlobalTensors() {
   return {
       {T::kTokenEmbd, "token_embd.weight", R::kEmbeddings, 2, {D::kEmbd, D::kVocab}, true},
       {T::kOutputNorm, "output_norm.weight", R::kNorm, 1, {D::kEmbd}, true},
       // Absent output -> tied to token_embd.
       {T::kOutput, "output.weight", R::kOutput, 2, {D::kEmbd, D::kVocab}, false},
-      {T::kAttnNorm, "attn_norm.weight", R::kNorm, 1, {D::kEmbd}, true},
-      {T::kAttnQ, "attn_q.weight", R::kDense, 2, {D::kEmbd, D::kQ}, true},
-      {T::kAttnK, "attn_k.weight", R::kDense, 2, {D::kEmbd, D::kK}, true},
-      {T::kAttnV, "attn_v.weight", R::kDense, 2, {D::kEmbd, D::kV}, true},
-      {T::kAttnOutput, "attn_output.weight", R::kDense, 2, {D::kAttnOut, D::kEmbd}, true},
-      {T::kFfnNorm, "ffn_norm.weight", R::kNorm, 1, {D::kEmbd}, true},
-      {T::kRouter, "ffn_gate_inp.weight", R::kRouter, 2, {D::kEmbd, D::kExpert}, true},
-      {T::kExpGate, "ffn_gate_exps.weight", R::kRoutedExpert, 3,
-       {D::kEmbd, D::kFfExp, D::kExpert}, true},
-      {T::kExpUp, "ffn_up_exps.weight", R::kRoutedExpert, 3,
-       {D::kEmbd, D::kFfExp, D::kExpert}, true},
-      {T::kExpDown, "ffn_down_exps.weight", R::kRoutedExpert, 3,
-       {D::kFfExp, D::kEmbd, D::kExpert}, true},
   };
 }
 
+// The attention projections of the layers `sel`; `q` is kQ, or kQGated for
+// gated attention (query and gate per head).
+void AddAttention(std::vector<TensorSpec>& t, LayerSel sel, Dim q) {
+  t.push_back({T::kAttnQ, "attn_q.weight", R::kDense, 2, {D::kEmbd, q}, true, sel});
+  t.push_back({T::kAttnK, "attn_k.weight", R::kDense, 2, {D::kEmbd, D::kK}, true, sel});
+  t.push_back({T::kAttnV, "attn_v.weight", R::kDense, 2, {D::kEmbd, D::kV}, true, sel});
+  t.push_back(
+      {T::kAttnOutput, "attn_output.weight", R::kDense, 2, {D::kAttnOut, D::kEmbd}, true, sel});
+}
+
+void AddQkNorm(std::vector<TensorSpec>& t, LayerSel sel) {
+  t.push_back({T::kAttnQNorm, "attn_q_norm.weight", R::kNorm, 1, {D::kHeadK}, true, sel});
+  t.push_back({T::kAttnKNorm, "attn_k_norm.weight", R::kNorm, 1, {D::kHeadK}, true, sel});
+}
+
+// The router and the routed experts of the MoE layers.
+void AddRoutedExperts(std::vector<TensorSpec>& t) {
+  const LayerSel m = LayerSel::kMoe;
+  t.push_back({T::kRouter, "ffn_gate_inp.weight", R::kRouter, 2, {D::kEmbd, D::kExpert}, true, m});
+  t.push_back({T::kExpGate, "ffn_gate_exps.weight", R::kRoutedExpert, 3,
+               {D::kEmbd, D::kFfExp, D::kExpert}, true, m});
+  t.push_back({T::kExpUp, "ffn_up_exps.weight", R::kRoutedExpert, 3,
+               {D::kEmbd, D::kFfExp, D::kExpert}, true, m});
+  t.push_back({T::kExpDown, "ffn_down_exps.weight", R::kRoutedExpert, 3,
+               {D::kFfExp, D::kEmbd, D::kExpert}, true, m});
+}
+
+// A shared expert scaled by sigmoid(ffn_gate_inp_shexp . h).
+void AddGatedSharedExpert(std::vector<TensorSpec>& t) {
+  const LayerSel m = LayerSel::kMoe;
+  t.push_back({T::kShexpGateInp, "ffn_gate_inp_shexp.weight", R::kSharedExpert, 1,
+               {D::kEmbd}, true, m});
+  t.push_back({T::kShexpGate, "ffn_gate_shexp.weight", R::kSharedExpert, 2,
+               {D::kEmbd, D::kFfShexp}, true, m});
+  t.push_back({T::kShexpUp, "ffn_up_shexp.weight", R::kSharedExpert, 2,
+               {D::kEmbd, D::kFfShexp}, true, m});
+  t.push_back({T::kShexpDown, "ffn_down_shexp.weight", R::kSharedExpert, 2,
+               {D::kFfShexp, D::kEmbd}, true, m});
+}
+
+// The tensors of every attention + MoE-FFN layer, in the order the earlier
+// descriptions listed them (the order test models are written in).
+std::vector<TensorSpec> AttentionMoeTensors() {
+  std::vector<TensorSpec> t = GlobalTensors();
+  t.push_back({T::kAttnNorm, "attn_norm.weight", R::kNorm, 1, {D::kEmbd}, true});
+  AddAttention(t, LayerSel::kAll, D::kQ);
+  t.push_back({T::kFfnNorm, "ffn_norm.weight", R::kNorm, 1, {D::kEmbd}, true});
+  AddRoutedExperts(t);
+  return t;
+}
+
 std::vector<TensorSpec> Qwen3MoeTensors() {
-  std::vector<TensorSpec> t = CommonTensors();
-  t.push_back({T::kAttnQNorm, "attn_q_norm.weight", R::kNorm, 1, {D::kHeadK}, true});
-  t.push_back({T::kAttnKNorm, "attn_k_norm.weight", R::kNorm, 1, {D::kHeadK}, true});
+  std::vector<TensorSpec> t = AttentionMoeTensors();
+  AddQkNorm(t, LayerSel::kAll);
   return t;
 }
 
 std::vector<TensorSpec> Qwen2MoeTensors() {
-  std::vector<TensorSpec> t = CommonTensors();
+  std::vector<TensorSpec> t = AttentionMoeTensors();
   t.push_back({T::kAttnQBias, "attn_q.bias", R::kDense, 1, {D::kQ}, true});
   t.push_back({T::kAttnKBias, "attn_k.bias", R::kDense, 1, {D::kK}, true});
   t.push_back({T::kAttnVBias, "attn_v.bias", R::kDense, 1, {D::kV}, true});
-  t.push_back({T::kShexpGateInp, "ffn_gate_inp_shexp.weight", R::kSharedExpert, 1,
-               {D::kEmbd}, true});
-  t.push_back({T::kShexpGate, "ffn_gate_shexp.weight", R::kSharedExpert, 2,
-               {D::kEmbd, D::kFfShexp}, true});
-  t.push_back({T::kShexpUp, "ffn_up_shexp.weight", R::kSharedExpert, 2,
-               {D::kEmbd, D::kFfShexp}, true});
-  t.push_back({T::kShexpDown, "ffn_down_shexp.weight", R::kSharedExpert, 2,
-               {D::kFfShexp, D::kEmbd}, true});
+  AddGatedSharedExpert(t);
+  return t;
+}
+
+// llama.cpp: llama_model_qwen35moe (load_arch_tensors).
+std::vector<TensorSpec> Qwen35MoeTensors() {
+  std::vector<TensorSpec> t = GlobalTensors();
+  t.push_back({T::kAttnNorm, "attn_norm.weight", R::kNorm, 1, {D::kEmbd}, true});
+  AddAttention(t, LayerSel::kAttention, D::kQGated);
+  AddQkNorm(t, LayerSel::kAttention);
+  const LayerSel dn = LayerSel::kDeltaNet;
+  t.push_back({T::kSsmQkv, "attn_qkv.weight", R::kDense, 2, {D::kEmbd, D::kSsmConvDim}, true, dn});
+  t.push_back({T::kSsmZ, "attn_gate.weight", R::kDense, 2, {D::kEmbd, D::kSsmInner}, true, dn});
+  t.push_back(
+      {T::kSsmConv, "ssm_conv1d.weight", R::kDense, 2, {D::kSsmKernel, D::kSsmConvDim}, true, dn});
+  t.push_back({T::kSsmDtBias, "ssm_dt.bias", R::kDense, 1, {D::kSsmVHeads}, true, dn});
+  t.push_back({T::kSsmA, "ssm_a", R::kDense, 1, {D::kSsmVHeads}, true, dn});
+  t.push_back({T::kSsmBeta, "ssm_beta.weight", R::kDense, 2, {D::kEmbd, D::kSsmVHeads}, true, dn});
+  t.push_back(
+      {T::kSsmAlpha, "ssm_alpha.weight", R::kDense, 2, {D::kEmbd, D::kSsmVHeads}, true, dn});
+  t.push_back({T::kSsmNorm, "ssm_norm.weight", R::kNorm, 1, {D::kSsmHeadV}, true, dn});
+  t.push_back({T::kSsmOut, "ssm_out.weight", R::kDense, 2, {D::kSsmInner, D::kEmbd}, true, dn});
+  // The residual stream after the mixer is normed by post_attention_norm
+  // before the FFN: the role of ffn_norm elsewhere.
+  t.push_back({T::kFfnNorm, "post_attention_norm.weight", R::kNorm, 1, {D::kEmbd}, true});
+  AddRoutedExperts(t);
+  AddGatedSharedExpert(t);
   return t;
 }
 
 const std::vector<ArchDescription>& Registry() {
   static const auto* const kArchs = new std::vector<ArchDescription>{
       // llama.cpp: llm_build_qwen3moe, build_moe_ffn(norm_w = true).
-      {"qwen3moe", "qwen3moe", Gating::kSoftmax, true, RopeType::kNeox, Qwen3MoeTensors()},
+      {.name = "qwen3moe",
+       .key_prefix = "qwen3moe",
+       .router = {.default_norm_topk = true},
+       .tensors = Qwen3MoeTensors()},
       // llama.cpp: llm_build_qwen2moe, build_moe_ffn(norm_w = false) plus a
       // shared expert scaled by sigmoid(ffn_gate_inp_shexp . h).
-      {"qwen2moe", "qwen2moe", Gating::kSoftmax, false, RopeType::kNeox, Qwen2MoeTensors()},
+      {.name = "qwen2moe",
+       .key_prefix = "qwen2moe",
+       .router = {.default_norm_topk = false},
+       .tensors = Qwen2MoeTensors()},
+      // llama.cpp: llama_model_qwen35moe: three gated-DeltaNet layers for
+      // every gated full-attention layer (IMROPE), build_moe_ffn(norm_w =
+      // true), a shared expert scaled by sigmoid(ffn_gate_inp_shexp . h).
+      {.name = "qwen35moe",
+       .key_prefix = "qwen35moe",
+       .router = {.default_norm_topk = true},
+       .pattern = LayerPattern::kFullAttentionInterval,
+       .attention = MixerKind::kGatedAttention,
+       .multi_section_rope = true,
+       .tensors = Qwen35MoeTensors()},
   };
   return *kArchs;
 }
@@ -236,12 +308,137 @@ absl::Status ParseExperts(const GgufFile& f, const std::string& p,
     if (!b.ok()) return absl::InvalidArgumentError(b.status().message());
     hp->norm_topk = *b;
   } else {
-    hp->norm_topk = arch.default_norm_topk;
+    hp->norm_topk = arch.router.default_norm_topk;
   }
   return absl::OkStatus();
 }
 
+// The gated-DeltaNet hyper-parameters (llama.cpp's ssm_* keys).
+absl::Status ParseDeltaNet(const GgufFile& f, const std::string& p, HyperParams* hp) {
+  ASSIGN_OR_RETURN(hp->ssm_conv_kernel, ReadInt(f, p + ".ssm.conv_kernel", std::nullopt));
+  RETURN_IF_ERROR(Positive(f, "ssm.conv_kernel", hp->ssm_conv_kernel, 64));
+  ASSIGN_OR_RETURN(hp->ssm_head_k, ReadInt(f, p + ".ssm.state_size", std::nullopt));
+  RETURN_IF_ERROR(Positive(f, "ssm.state_size", hp->ssm_head_k, 4096));
+  ASSIGN_OR_RETURN(hp->ssm_n_k_heads, ReadInt(f, p + ".ssm.group_count", std::nullopt));
+  RETURN_IF_ERROR(Positive(f, "ssm.group_count", hp->ssm_n_k_heads, 4096));
+  ASSIGN_OR_RETURN(hp->ssm_n_v_heads, ReadInt(f, p + ".ssm.time_step_rank", std::nullopt));
+  RETURN_IF_ERROR(Positive(f, "ssm.time_step_rank", hp->ssm_n_v_heads, 4096));
+  ASSIGN_OR_RETURN(const int64_t inner, ReadInt(f, p + ".ssm.inner_size", std::nullopt));
+  RETURN_IF_ERROR(Positive(f, "ssm.inner_size", inner, int64_t{1} << 20));
+  if (inner % hp->ssm_n_v_heads != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(f.path(), ": ssm.inner_size ", inner,
+                     " is not a multiple of ssm.time_step_rank ", hp->ssm_n_v_heads));
+  }
+  hp->ssm_head_v = inner / hp->ssm_n_v_heads;
+  if (hp->ssm_n_v_heads % hp->ssm_n_k_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        f.path(), ": ssm.time_step_rank ", hp->ssm_n_v_heads,
+        " (value heads) is not a multiple of ssm.group_count ", hp->ssm_n_k_heads));
+  }
+  if (hp->ssm_head_v != hp->ssm_head_k) {
+    // llama.cpp's delta rule (ggml_gated_delta_net) requires square states.
+    return absl::InvalidArgumentError(absl::StrCat(
+        f.path(), ": gated DeltaNet value head size ", hp->ssm_head_v,
+        " (ssm.inner_size / ssm.time_step_rank) differs from ssm.state_size ", hp->ssm_head_k));
+  }
+  return absl::OkStatus();
+}
+
+// One LayerSpec per layer from the description's pattern.
+absl::Status ParseLayers(const GgufFile& f, const std::string& p, const ArchDescription& arch,
+                         HyperParams* hp) {
+  if (arch.attention == MixerKind::kGatedAttention && hp->head_dim_k != hp->head_dim_v) {
+    // The gate has head_dim_k values per head and scales the head's output.
+    return absl::InvalidArgumentError(absl::StrCat(
+        f.path(), ": gated attention needs attention.key_length ", hp->head_dim_k,
+        " == attention.value_length ", hp->head_dim_v));
+  }
+  int64_t interval = 4;
+  if (arch.pattern == LayerPattern::kFullAttentionInterval) {
+    ASSIGN_OR_RETURN(interval, ReadInt(f, p + ".full_attention_interval", 4));
+    RETURN_IF_ERROR(Positive(f, "full_attention_interval", interval, hp->n_layer + 1));
+  }
+  hp->layers = LayerSpecs(arch, hp->n_layer, interval);
+  if (hp->n_recurrent_layers() > 0) RETURN_IF_ERROR(ParseDeltaNet(f, p, hp));
+  return absl::OkStatus();
+}
+
+// rope.dimension_sections: four section sizes in rotary pairs.
+absl::Status ParseRopeSections(const GgufFile& f, const std::string& p, HyperParams* hp) {
+  const std::string key = p + ".rope.dimension_sections";
+  const GgufValue* v = f.Find(key);
+  if (v == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(f.path(), ": missing hyper-parameter '", key, "'"));
+  }
+  std::vector<int64_t> vals = v->ints();
+  for (uint64_t u : v->uints()) vals.push_back(static_cast<int64_t>(u));
+  if (v->type() != GgufValueType::kArray || vals.empty() || vals.size() > 4) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(f.path(), ": key '", key, "' must be an array of up to 4 integers"));
+  }
+  RopeParams& r = hp->rope;
+  int64_t sum = 0;
+  for (size_t i = 0; i < vals.size(); ++i) {
+    if (vals[i] < 0 || vals[i] > 4096) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(f.path(), ": key '", key, "' has a section of ", vals[i], " pairs"));
+    }
+    r.sections[i] = static_cast<int>(vals[i]);
+    sum += vals[i];
+  }
+  if (r.sections[0] + r.sections[1] + r.sections[2] == 0 || sum > hp->head_dim_k) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        f.path(), ": key '", key, "' sections sum to ", sum, " pairs; need 1 .. ",
+        hp->head_dim_k, " with a time, height or width section"));
+  }
+  r.multi_section = true;
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+std::string_view MixerKindName(MixerKind kind) {
+  switch (kind) {
+    case MixerKind::kAttention: return "attention";
+    case MixerKind::kGatedAttention: return "gated_attention";
+    case MixerKind::kGatedDeltaNet: return "gated_deltanet";
+  }
+  return "?";
+}
+
+std::vector<LayerSpec> LayerSpecs(const ArchDescription& arch, int64_t n_layer,
+                                  int64_t full_attention_interval) {
+  std::vector<LayerSpec> layers(std::max<int64_t>(n_layer, 0),
+                                LayerSpec{arch.attention, FfnKind::kMoe});
+  if (arch.pattern == LayerPattern::kFullAttentionInterval) {
+    for (int64_t il = 0; il < n_layer; ++il) {
+      if ((il + 1) % full_attention_interval != 0) layers[il].mixer = MixerKind::kGatedDeltaNet;
+    }
+  }
+  return layers;
+}
+
+bool LayerSelected(LayerSel sel, const LayerSpec& spec) {
+  switch (sel) {
+    case LayerSel::kAll: return true;
+    case LayerSel::kAttention: return IsAttention(spec.mixer);
+    case LayerSel::kDeltaNet: return spec.mixer == MixerKind::kGatedDeltaNet;
+    case LayerSel::kMoe: return spec.ffn == FfnKind::kMoe;
+  }
+  return false;
+}
+
+int HyperParams::n_attention_layers() const {
+  int n = 0;
+  for (const LayerSpec& l : layers) n += IsAttention(l.mixer);
+  return n;
+}
+
+int HyperParams::n_recurrent_layers() const {
+  return static_cast<int>(layers.size()) - n_attention_layers();
+}
 
 std::string_view TensorRoleName(TensorRole role) {
   switch (role) {
@@ -291,7 +488,9 @@ absl::StatusOr<HyperParams> ParseHyperParams(const GgufFile& f,
   RETURN_IF_ERROR(Positive(f, "context_length", hp.n_ctx_train, int64_t{1} << 30));
   RETURN_IF_ERROR(ParseAttention(f, p, &hp));
   RETURN_IF_ERROR(ParseRope(f, p, &hp));
+  if (arch.multi_section_rope) RETURN_IF_ERROR(ParseRopeSections(f, p, &hp));
   RETURN_IF_ERROR(ParseExperts(f, p, arch, &hp));
+  RETURN_IF_ERROR(ParseLayers(f, p, arch, &hp));
   return hp;
 }
 
@@ -308,6 +507,12 @@ int64_t ResolveDim(const HyperParams& hp, Dim dim) {
     case Dim::kFfExp: return hp.n_ff_exp;
     case Dim::kFfShexp: return hp.n_ff_shexp;
     case Dim::kVocab: return hp.n_vocab;
+    case Dim::kQGated: return 2 * hp.n_head * hp.head_dim_k;
+    case Dim::kSsmConvDim: return hp.ssm_conv_channels();
+    case Dim::kSsmInner: return hp.ssm_inner();
+    case Dim::kSsmVHeads: return hp.ssm_n_v_heads;
+    case Dim::kSsmHeadV: return hp.ssm_head_v;
+    case Dim::kSsmKernel: return hp.ssm_conv_kernel;
   }
   return 0;
 }

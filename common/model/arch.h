@@ -6,22 +6,28 @@
 //   2. the global tensors (embeddings, output norm, output head) and the
 //      per-layer tensors, each with its GGUF name, its role (dense / router /
 //      shared expert / routed expert / embeddings / output / norm), its shape
-//      in terms of hyper-parameters (ggml order, ne[0] innermost) and whether
-//      it is required,
-//   3. the gating (softmax over all experts, top-k; whether the selected
-//      weights are renormalised to sum 1 by default — the metadata key
-//      `{prefix}.expert_weights_norm` overrides it),
-//   4. the RoPE type (NEOX: rotate pairs (i, i + n_rot/2)).
-// The forward pass is written against roles and the presence of optional
-// tensors, so adding an architecture of the same family (attention + MoE FFN)
-// means adding one description to arch.cc.
+//      in terms of hyper-parameters (ggml order, ne[0] innermost), whether it
+//      is required, and which layers it belongs to (every layer, or only the
+//      layers of one mixer or FFN kind: LayerSel),
+//   3. the layer pattern: which mixer each layer has (every layer the same,
+//      or gated DeltaNet with a full-attention layer every
+//      `{prefix}.full_attention_interval` layers),
+//   4. the router (RouterSpec: softmax over all experts, top-k; whether the
+//      selected weights are renormalised by default — the metadata key
+//      `{prefix}.expert_weights_norm` overrides it).
+// The parsed hyper-parameters carry one LayerSpec per layer (mixer, FFN);
+// everything downstream (forward passes, sequence state, memory planner,
+// engine, workers) reads those specs instead of assuming one layer kind.
+// Adding an architecture means a description here plus the kernels of any
+// mixer it introduces.
 //
 // Hyper-parameters (all under the prefix):
 //   embedding_length, block_count, context_length, attention.head_count,
 //   attention.head_count_kv (default head_count), attention.key_length /
 //   attention.value_length (default embedding_length / head_count),
 //   attention.layer_norm_rms_epsilon, rope.freq_base (default 10000),
-//   rope.dimension_count (default key_length), rope.scaling.type
+//   rope.dimension_count (default key_length), rope.dimension_sections
+//   (multi-section RoPE, qwen35moe), rope.scaling.type
 //   ("none" | "linear" | "yarn"; default none, or linear when a factor is
 //   given), rope.scaling.factor (freq_scale = 1/factor),
 //   rope.scaling.original_context_length (default context_length),
@@ -29,7 +35,11 @@
 //   attn_factor (ggml defaults), expert_count, expert_used_count,
 //   expert_feed_forward_length (default feed_forward_length/expert_used_count),
 //   expert_shared_feed_forward_length (default feed_forward_length),
-//   feed_forward_length (optional), expert_weights_norm (optional).
+//   feed_forward_length (optional), expert_weights_norm (optional);
+//   gated DeltaNet layers: ssm.conv_kernel, ssm.state_size (key head size),
+//   ssm.group_count (key heads), ssm.time_step_rank (value heads),
+//   ssm.inner_size (value heads x value head size), full_attention_interval
+//   (default 4).
 // Integer keys may also be arrays with one equal value per layer.
 //
 // Thread-safe: descriptions are immutable; parsing functions are pure.
@@ -74,7 +84,19 @@ enum class TensorId : int {
   kAttnVBias,
   kAttnQNorm,
   kAttnKNorm,
-  kFfnNorm,
+  kFfnNorm,       // the norm before the FFN (qwen35moe: post_attention_norm)
+  // gated attention (qwen35moe's full-attention layers) uses kAttnQ with a
+  // doubled output: per head [query, gate].
+  // gated DeltaNet:
+  kSsmQkv,        // attn_qkv: fused q, k, v projection (the conv's input)
+  kSsmZ,          // attn_gate: the output gate z
+  kSsmConv,       // ssm_conv1d: depthwise conv kernel, ne = [kernel, channels]
+  kSsmDtBias,     // ssm_dt.bias, per value head
+  kSsmA,          // ssm_a = -exp(A_log), per value head
+  kSsmBeta,       // ssm_beta: write strength projection, n_embd -> value heads
+  kSsmAlpha,      // ssm_alpha: decay projection, n_embd -> value heads
+  kSsmNorm,       // ssm_norm: RMSNorm of each value head's output
+  kSsmOut,        // ssm_out: value heads x head size -> n_embd
   kRouter,
   kExpGate,
   kExpUp,
@@ -93,6 +115,7 @@ enum class Dim {
   kOne,
   kEmbd,       // n_embd
   kQ,          // n_head * head_dim_k
+  kQGated,     // 2 * n_head * head_dim_k (query and gate per head)
   kK,          // n_head_kv * head_dim_k
   kV,          // n_head_kv * head_dim_v
   kAttnOut,    // n_head * head_dim_v
@@ -101,6 +124,19 @@ enum class Dim {
   kFfExp,      // n_ff_exp
   kFfShexp,    // n_ff_shexp
   kVocab,      // n_vocab (taken from token_embd)
+  kSsmConvDim, // 2 * ssm key heads * key head size + ssm.inner_size
+  kSsmInner,   // ssm.inner_size (value heads x value head size)
+  kSsmVHeads,  // ssm value heads
+  kSsmHeadV,   // ssm value head size
+  kSsmKernel,  // ssm.conv_kernel
+};
+
+// The layers a per-layer tensor belongs to.
+enum class LayerSel {
+  kAll,
+  kAttention,  // full (softmax) attention mixers, gated or not
+  kDeltaNet,   // gated DeltaNet mixers
+  kMoe,        // routed-MoE FFNs
 };
 
 struct TensorSpec {
@@ -112,17 +148,50 @@ struct TensorSpec {
   int n_dims;                 // 1..3
   std::array<Dim, 3> shape;   // ggml order; entries past n_dims unused
   bool required;
+  LayerSel layers = LayerSel::kAll;
 };
 
-enum class Gating { kSoftmax };
-enum class RopeType { kNeox };
+// A layer's token mixer.
+enum class MixerKind {
+  kAttention,       // GQA softmax attention with a KV cache
+  kGatedAttention,  // the same, output scaled by sigmoid(gate) from a doubled q projection
+  kGatedDeltaNet,   // linear attention with a fixed-size conv + recurrent state
+};
+std::string_view MixerKindName(MixerKind kind);
+inline bool IsAttention(MixerKind k) {
+  return k == MixerKind::kAttention || k == MixerKind::kGatedAttention;
+}
+
+// A layer's feed-forward block.
+enum class FfnKind {
+  kMoe,  // routed experts (computed by the expert backend), plus the shared expert when present
+};
+
+struct LayerSpec {
+  MixerKind mixer = MixerKind::kAttention;
+  FfnKind ffn = FfnKind::kMoe;
+};
+
+// Which mixer each layer has.
+enum class LayerPattern {
+  kUniform,                // every layer has ArchDescription::attention
+  kFullAttentionInterval,  // layer i is `attention` when (i + 1) % interval == 0, else gated DeltaNet
+};
+
+// How the router turns its logits into the chosen experts and their weights.
+struct RouterSpec {
+  enum class Scoring { kSoftmax };  // softmax over all experts, then top-k
+  Scoring scoring = Scoring::kSoftmax;
+  bool default_norm_topk = false;   // renormalise the selected weights to sum 1
+};
 
 struct ArchDescription {
   std::string_view name;        // general.architecture
   std::string_view key_prefix;  // metadata prefix
-  Gating gating;
-  bool default_norm_topk;       // renormalise selected expert weights
-  RopeType rope_type;
+  RouterSpec router;
+  LayerPattern pattern = LayerPattern::kUniform;
+  MixerKind attention = MixerKind::kAttention;  // the kind of the full-attention layers
+  bool multi_section_rope = false;  // rope.dimension_sections required (RopeParams)
   // The shared expert output is scaled by sigmoid(ffn_gate_inp_shexp . h)
   // when that tensor is present.
   std::vector<TensorSpec> tensors;  // global then per layer
@@ -130,15 +199,22 @@ struct ArchDescription {
 
 // The description of `arch`, or nullptr.
 const ArchDescription* FindArch(std::string_view arch);
-// Names of all described architectures ("qwen2moe, qwen3moe").
+// Names of all described architectures ("qwen2moe, qwen3moe, qwen35moe").
 std::string SupportedArchNames();
 
 enum class RopeScaling { kNone, kLinear, kYarn };
 std::string_view RopeScalingName(RopeScaling s);
 
+// Rotary embeddings, NEOX style: pairs (i, i + n_rot/2) of each head rotate.
 struct RopeParams {
-  RopeType type = RopeType::kNeox;
   int64_t n_rot = 0;          // rotated dimensions per head (even)
+  // Interleaved multi-section RoPE (ggml's IMROPE, Qwen3.5): pair i takes
+  // the time, height or width position by i % 3 within the sections, or
+  // the extra position (0 for text) past them. Text tokens have equal
+  // time, height and width positions, so only pairs that fall on the extra
+  // position differ from plain NEOX RoPE: they are not rotated.
+  bool multi_section = false;
+  std::array<int, 4> sections = {0, 0, 0, 0};
   float freq_base = 10000.0f;
   RopeScaling scaling = RopeScaling::kNone;
   float freq_scale = 1.0f;    // 1 / rope.scaling.factor
@@ -167,6 +243,21 @@ struct HyperParams {
   int64_t n_ff_exp = 0;
   int64_t n_ff_shexp = 0;  // 0 when neither key nor fallback exists
   bool norm_topk = false;  // renormalise the selected expert weights
+  // Gated DeltaNet layers (0 when the model has none).
+  int64_t ssm_conv_kernel = 0;  // conv taps per channel
+  int64_t ssm_head_k = 0;       // key (and query) head size
+  int64_t ssm_n_k_heads = 0;    // key heads; value head h reads key head h % ssm_n_k_heads
+  int64_t ssm_n_v_heads = 0;    // value heads
+  int64_t ssm_head_v = 0;       // value head size
+  // One entry per layer.
+  std::vector<LayerSpec> layers;
+
+  bool is_recurrent(int il) const { return layers[il].mixer == MixerKind::kGatedDeltaNet; }
+  int n_attention_layers() const;
+  int n_recurrent_layers() const;
+  // The DeltaNet conv input width: q, k and v channels.
+  int64_t ssm_conv_channels() const { return 2 * ssm_n_k_heads * ssm_head_k + ssm_inner(); }
+  int64_t ssm_inner() const { return ssm_n_v_heads * ssm_head_v; }
 };
 
 // Reads and checks the hyper-parameters of `arch` from `file`'s metadata.
@@ -175,6 +266,14 @@ struct HyperParams {
 // of head_count_kv, expert_used_count > expert_count, odd n_rot, ...).
 absl::StatusOr<HyperParams> ParseHyperParams(const GgufFile& file,
                                              const ArchDescription& arch);
+
+// The per-layer specs of `arch` for n_layer layers; `full_attention_interval`
+// is read for LayerPattern::kFullAttentionInterval only (REQUIRES: >= 1).
+std::vector<LayerSpec> LayerSpecs(const ArchDescription& arch, int64_t n_layer,
+                                  int64_t full_attention_interval = 4);
+
+// Whether a per-layer tensor of `sel` belongs to layer `spec`.
+bool LayerSelected(LayerSel sel, const LayerSpec& spec);
 
 // The number of elements a symbolic dimension stands for.
 int64_t ResolveDim(const HyperParams& hp, Dim dim);

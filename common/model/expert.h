@@ -52,6 +52,28 @@ struct ExpertCall {
   std::vector<float> weights;
 };
 
+// The routing entries of tokens [t0, t1) of `call` whose expert keep(e)
+// accepts, in order, as CSR: *offsets gets t1 - t0 + 1 entries starting at 0.
+// Returns how many entries were kept. (How a call is split between workers,
+// expert-id shards of one worker, and the GPU expert cache.)
+template <typename Keep>
+size_t FilterRouting(const ExpertCall& call, int t0, int t1, Keep keep,
+                     std::vector<uint32_t>* offsets, std::vector<int32_t>* ids,
+                     std::vector<float>* weights) {
+  offsets->assign(1, 0);
+  ids->clear();
+  weights->clear();
+  for (int t = t0; t < t1; ++t) {
+    for (uint32_t k = call.token_offsets[t]; k < call.token_offsets[t + 1]; ++k) {
+      if (!keep(call.expert_ids[k])) continue;
+      ids->push_back(call.expert_ids[k]);
+      weights->push_back(call.weights[k]);
+    }
+    offsets->push_back(static_cast<uint32_t>(ids->size()));
+  }
+  return ids->size();
+}
+
 struct ExpertResult {
   uint64_t call_id = 0;
   std::vector<float> partial;  // n_tokens x d, sum_k w_k * expert_k(h)

@@ -6,7 +6,6 @@
 #include <map>
 #include <random>
 
-#include "common/model/expert_predictor.h"
 #include "common/model/forward.h"
 #include "common/model/testing/tiny_model.h"
 #include "gmock/gmock.h"
@@ -289,91 +288,6 @@ TEST(ExpertCacheTest, ZeroSlotsAndBadInput) {
   EXPECT_THAT(ExpertCache::Create(o).status().message(), HasSubstr("expert_bytes"));
   o = Options(2, 8, -1);
   EXPECT_FALSE(ExpertCache::Create(o).ok());
-}
-
-// Records every layer's call on the way to the real experts.
-class RecordingExperts final : public ExpertBackend {
- public:
-  explicit RecordingExperts(ExpertBackend* inner) : inner_(inner) {}
-  absl::Status Compute(const ExpertCall& call, ExpertResult* result) override {
-    calls.push_back(call);
-    return inner_->Compute(call, result);
-  }
-  std::vector<ExpertCall> calls;
-
- private:
-  ExpertBackend* inner_;
-};
-
-TEST(ExpertPredictorTest, PredictsWhatTheForwardRoutes) {
-  testing::TinyModelOptions mo;
-  mo.n_layer = 6;
-  mo.n_embd = 128;
-  mo.n_head = 4;
-  mo.n_head_kv = 2;
-  mo.head_dim = 32;
-  mo.n_expert = 16;
-  mo.n_expert_used = 4;
-  mo.n_ff_exp = 64;
-  mo.n_vocab = 64;
-  mo.matrix_type = GgmlType::kQ8_0;
-  absl::StatusOr<std::shared_ptr<const Model>> m = testing::MakeTinyModel(mo);
-  ASSERT_TRUE(m.ok()) << m.status();
-  InProcessExperts experts(ExpertStore(*m), nullptr);
-  RecordingExperts rec(&experts);
-  Forward fwd(*m, &rec, nullptr);
-  auto cache = KvCache::Create((*m)->hparams(), 128);
-  ASSERT_TRUE(cache.ok());
-  std::vector<int32_t> tokens;
-  for (int i = 0; i < 48; ++i) tokens.push_back((i * 37 + 5) % 64);
-  ASSERT_TRUE(fwd.Eval(tokens, cache->get(), LogitsMode::kNone, nullptr).ok());
-  ASSERT_EQ(rec.calls.size(), 6u);
-  const int n = 48, k = 4;
-
-  // Applied to layer l+1's own input, the predictor is the router: exact.
-  for (int l = 0; l + 1 < 6; ++l) {
-    std::vector<int32_t> ids;
-    ASSERT_TRUE(PredictNextLayerExperts(**m, l, rec.calls[l + 1].hidden.data(), n, nullptr, &ids)
-                    .ok());
-    EXPECT_EQ(ids, rec.calls[l + 1].expert_ids) << "layer " << l + 1;
-  }
-  // From layer l's input (what prefetch has): measure the hit rate, and run
-  // it through the cache's prefetch counters one token per step (decode).
-  ExpertCache c = *ExpertCache::Create(Options(6, 16, 24));
-  uint64_t hits = 0, total = 0;
-  for (int t = 0; t < n; ++t) {
-    for (int l = 0; l < 6; ++l) {
-      const ExpertCall& call = rec.calls[l];
-      std::vector<int32_t> actual(call.expert_ids.begin() + t * k,
-                                  call.expert_ids.begin() + (t + 1) * k);
-      ASSERT_TRUE(c.Access(l, actual, nullptr).ok());
-      if (l + 1 == 6) continue;
-      std::vector<int32_t> pred;
-      ASSERT_TRUE(PredictNextLayerExperts(**m, l, call.hidden.data() + t * 128, 1, nullptr, &pred)
-                      .ok());
-      const std::vector<int32_t>& next = rec.calls[l + 1].expert_ids;
-      for (int32_t e : pred) {
-        hits += std::find(next.begin() + t * k, next.begin() + (t + 1) * k, e) !=
-                next.begin() + (t + 1) * k;
-        ++total;
-      }
-      ASSERT_TRUE(c.Prefetch(l + 1, pred, nullptr).ok());
-    }
-    c.EndStep();
-  }
-  const double rate = static_cast<double>(hits) / total;
-  std::printf("prefetch predictor (router of l+1 on h_l): %llu / %llu = %.3f hit rate "
-              "(random guess %.3f)\n",
-              static_cast<unsigned long long>(hits), static_cast<unsigned long long>(total),
-              rate, static_cast<double>(k) / 16);
-  EXPECT_EQ(c.stats().prefetch_hits, hits);
-  EXPECT_EQ(c.stats().prefetch_hits + c.stats().prefetch_misses, total);
-  EXPECT_GT(rate, static_cast<double>(k) / 16);  // better than guessing
-
-  std::vector<int32_t> ids;
-  EXPECT_THAT(PredictNextLayerExperts(**m, 5, rec.calls[5].hidden.data(), 1, nullptr, &ids)
-                  .message(),
-              HasSubstr("no next layer"));
 }
 
 }  // namespace

@@ -12,68 +12,12 @@
 #include "common/base/scratch_buffer.h"
 #include "common/base/status.h"
 #include "common/model/internal/attention.h"
+#include "common/model/internal/delta_net.h"
 #include "common/model/internal/ops.h"
 #include "common/quant/packed.h"
 #include "common/quant/quant.h"
 
 namespace moesplit::model {
-
-// ------------------------------------------------------------------ KvCache
-
-absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const HyperParams& hp,
-                                                         int64_t n_ctx) {
-  if (n_ctx < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("KV cache size n_ctx = ", n_ctx, " < 1"));
-  }
-  std::unique_ptr<KvCache> c(new KvCache());
-  c->n_ctx_ = n_ctx;
-  c->k_row_ = hp.n_head_kv * hp.head_dim_k;
-  c->v_row_ = hp.n_head_kv * hp.head_dim_v;
-  constexpr int64_t kMaxElements = int64_t{1} << 40;  // 2 TiB of f16 per layer
-  if (c->k_row_ <= 0 || c->v_row_ <= 0 || n_ctx > kMaxElements / (c->k_row_ + c->v_row_)) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("KV cache of ", n_ctx, " positions is too large for this model"));
-  }
-  try {
-    c->k_.resize(hp.n_layer);
-    c->v_.resize(hp.n_layer);
-    for (int64_t l = 0; l < hp.n_layer; ++l) {
-      c->k_[l].reset(new uint16_t[static_cast<size_t>(n_ctx * c->k_row_)]);
-      c->v_[l].reset(new uint16_t[static_cast<size_t>(n_ctx * c->v_row_)]);
-    }
-  } catch (const std::bad_alloc&) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "KV cache of ", n_ctx, " positions x ", hp.n_layer, " layers does not fit in memory"));
-  }
-  return c;
-}
-
-uint64_t KvCache::bytes() const {
-  return static_cast<uint64_t>(k_.size()) * n_ctx_ * (k_row_ + v_row_) * sizeof(uint16_t);
-}
-
-bool KvCache::Matches(const HyperParams& hp) const {
-  return static_cast<int64_t>(k_.size()) == hp.n_layer &&
-         k_row_ == hp.n_head_kv * hp.head_dim_k && v_row_ == hp.n_head_kv * hp.head_dim_v;
-}
-
-absl::Status KvCache::Truncate(int64_t n) {
-  if (n < 0 || n > n_past_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot truncate the KV cache to ", n, " positions; it holds ", n_past_));
-  }
-  n_past_ = n;
-  return absl::OkStatus();
-}
-
-absl::Status KvCache::CheckRoom(int64_t n_new) const {
-  if (n_new < 0 || n_new > n_ctx_ - n_past_) {
-    return absl::OutOfRangeError(absl::StrCat(
-        "KV cache full: ", n_past_, " positions used + ", n_new, " new > capacity n_ctx ",
-        n_ctx_));
-  }
-  return absl::OkStatus();
-}
 
 // ------------------------------------------------------------------ Forward
 
@@ -112,13 +56,15 @@ int64_t MinRows(int64_t row_elements, int64_t work = 16384) {
 // Activation buffers of one step, reused across layers and calls.
 struct Forward::Workspace {
   FloatBuffer x, h, q, k, v, attn, o, router, gate, up, shared, shexp_g, head_h, logits;
+  FloatBuffer q_gate, qkv, conv, z, beta, alpha;  // gated attention, DeltaNet
   ExpertCall call;
   ExpertResult res;
 
   uint64_t bytes() const {
     uint64_t b = 0;
     for (const FloatBuffer* f : {&x, &h, &q, &k, &v, &attn, &o, &router, &gate, &up, &shared,
-                                 &shexp_g, &head_h, &logits}) {
+                                 &shexp_g, &head_h, &logits, &q_gate, &qkv, &conv, &z, &beta,
+                                 &alpha}) {
       b += f->bytes();
     }
     return b + (call.hidden.capacity() + res.partial.capacity()) * sizeof(float);
@@ -129,7 +75,7 @@ struct Forward::Batch {
   int64_t n = 0;                           // tokens of every sequence, concatenated
   float* x = nullptr;                      // n x n_embd residual stream
   std::vector<internal::RopeAngles> rope;  // per token
-  std::vector<KvCache*> cache;             // per token: its sequence's cache
+  std::vector<SequenceState*> state;       // per token: its sequence's state
   std::vector<int64_t> pos;                // per token: its position there
   Workspace* ws = nullptr;
 };
@@ -141,8 +87,8 @@ Forward::Forward(std::shared_ptr<const Model> model, ExpertBackend* experts,
   uint64_t total = PackedCopyBytes(model_->output(), p);
   for (int il = 0; il < model_->n_layer(); ++il) {
     const LayerWeights& L = model_->layer(il);
-    for (const quant::WeightView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.shexp_gate, &L.shexp_up,
-                                       &L.shexp_down}) {
+    for (const quant::WeightView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.ssm_qkv, &L.ssm_z,
+                                       &L.ssm_out, &L.shexp_gate, &L.shexp_up, &L.shexp_down}) {
       total += PackedCopyBytes(*w, p);
     }
   }
@@ -152,7 +98,8 @@ Forward::Forward(std::shared_ptr<const Model> model, ExpertBackend* experts,
     const LayerWeights& L = model_->layer(il);
     dense_.push_back({MaybePacked(L.wq, p, &arena), MaybePacked(L.wk, p, &arena),
                       MaybePacked(L.wv, p, &arena), MaybePacked(L.wo, p, &arena),
-                      MaybePacked(L.shexp_gate, p, &arena), MaybePacked(L.shexp_up, p, &arena),
+                      MaybePacked(L.ssm_qkv, p, &arena), MaybePacked(L.ssm_z, p, &arena),
+                      MaybePacked(L.ssm_out, p, &arena), MaybePacked(L.shexp_gate, p, &arena), MaybePacked(L.shexp_up, p, &arena),
                       MaybePacked(L.shexp_down, p, &arena)});
   }
   output_ = MaybePacked(model_->output(), p, &arena);
@@ -209,18 +156,18 @@ void Forward::ReleaseWorkspace(std::unique_ptr<Workspace> ws) const {
   ws_free_.push_back(std::move(ws));
 }
 
-absl::Status Forward::Eval(absl::Span<const int32_t> tokens, KvCache* cache,
+absl::Status Forward::Eval(absl::Span<const int32_t> tokens, SequenceState* state,
                            LogitsMode mode, std::vector<float>* logits) const {
   if (tokens.empty()) return absl::InvalidArgumentError("Eval: empty batch");
-  const SequenceBatch one[1] = {{cache, tokens, mode, logits}};
+  const SequenceBatch one[1] = {{state, tokens, mode, logits}};
   return EvalBatch(one);
 }
 
 absl::Status Forward::CheckEntry(const SequenceBatch& s) const {
   const HyperParams& hp = model_->hparams();
   if (s.tokens.empty()) return absl::InvalidArgumentError("Eval: empty batch");
-  if (s.cache == nullptr || !s.cache->Matches(hp)) {
-    return absl::InvalidArgumentError("Eval: KV cache missing or made for another model");
+  if (s.state == nullptr || !s.state->Matches(hp)) {
+    return absl::InvalidArgumentError("Eval: sequence state missing or made for another model");
   }
   if (s.mode != LogitsMode::kNone && s.logits == nullptr) {
     return absl::InvalidArgumentError("Eval: logits requested without an output vector");
@@ -231,7 +178,7 @@ absl::Status Forward::CheckEntry(const SequenceBatch& s) const {
           "Eval: token ", i, " has id ", s.tokens[i], ", outside [0, ", hp.n_vocab, ")"));
     }
   }
-  return s.cache->CheckRoom(static_cast<int64_t>(s.tokens.size()));
+  return s.state->CheckRoom(static_cast<int64_t>(s.tokens.size()));
 }
 
 absl::Status Forward::EvalBatch(absl::Span<const SequenceBatch> seqs) const {
@@ -241,9 +188,9 @@ absl::Status Forward::EvalBatch(absl::Span<const SequenceBatch> seqs) const {
   for (size_t i = 0; i < seqs.size(); ++i) {
     RETURN_IF_ERROR(CheckEntry(seqs[i]));
     for (size_t j = 0; j < i; ++j) {
-      if (seqs[j].cache == seqs[i].cache) {
+      if (seqs[j].state == seqs[i].state) {
         return absl::InvalidArgumentError(
-            absl::StrCat("EvalBatch: sequences ", j, " and ", i, " share a KV cache"));
+            absl::StrCat("EvalBatch: sequences ", j, " and ", i, " share a sequence state"));
       }
     }
     total += seqs[i].tokens.size();
@@ -267,22 +214,22 @@ absl::Status Forward::EvalBatch(absl::Span<const SequenceBatch> seqs) const {
   }
   ReleaseWorkspace(std::move(ws));
   RETURN_IF_ERROR(st);
-  for (const SequenceBatch& s : seqs) s.cache->Commit(static_cast<int64_t>(s.tokens.size()));
+  for (const SequenceBatch& s : seqs) s.state->Commit(static_cast<int64_t>(s.tokens.size()));
   return absl::OkStatus();
 }
 
 absl::Status Forward::Step(absl::Span<const SequenceBatch> seqs, Batch& b) const {
   const HyperParams& hp = model_->hparams();
   b.rope.resize(b.n);
-  b.cache.resize(b.n);
+  b.state.resize(b.n);
   b.pos.resize(b.n);
   std::vector<int32_t> tokens;
   tokens.reserve(b.n);
   int64_t t = 0;
   for (const SequenceBatch& s : seqs) {
     for (size_t i = 0; i < s.tokens.size(); ++i, ++t) {
-      b.cache[t] = s.cache;
-      b.pos[t] = s.cache->n_past() + static_cast<int64_t>(i);
+      b.state[t] = s.state;
+      b.pos[t] = s.state->n_past() + static_cast<int64_t>(i);
       tokens.push_back(s.tokens[i]);
     }
   }
@@ -292,8 +239,15 @@ absl::Status Forward::Step(absl::Span<const SequenceBatch> seqs, Batch& b) const
   b.x = b.ws->x.Get(b.n * hp.n_embd);
   RETURN_IF_ERROR(Embed(tokens, b.x));
   for (int il = 0; il < model_->n_layer(); ++il) {
-    RETURN_IF_ERROR(Attention(il, b));
-    RETURN_IF_ERROR(MoeFfn(il, b));
+    const LayerSpec& spec = hp.layers[il];
+    if (IsAttention(spec.mixer)) {
+      RETURN_IF_ERROR(Attention(il, b));
+    } else {
+      RETURN_IF_ERROR(DeltaNet(il, b));
+    }
+    switch (spec.ffn) {
+      case FfnKind::kMoe: RETURN_IF_ERROR(MoeFfn(il, b)); break;
+    }
   }
   return Head(b, seqs);
 }
@@ -367,7 +321,26 @@ absl::Status Forward::Attention(int il, Batch& b) const {
   float* k = ws.k.Get(n * kd);
   float* v = ws.v.Get(n * vd);
   const DenseWeights& W = dense_[il];
-  RETURN_IF_ERROR(quant::MatMul(W.wq, h, n, q, pool_));
+  const bool gated = hp.layers[il].mixer == MixerKind::kGatedAttention;
+  float* gate = nullptr;
+  if (gated) {
+    // Wq gives per head [query, gate]: split them (llama.cpp's views of Qcur_full).
+    float* qg = ws.q_gate.Get(n * 2 * qd);
+    gate = ws.gate.Get(n * qd);
+    RETURN_IF_ERROR(quant::MatMul(W.wq, h, n, qg, pool_));
+    const int64_t hd = hp.head_dim_k;
+    For(pool_, n, MinRows(2 * qd), [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        for (int64_t head = 0; head < hp.n_head; ++head) {
+          const float* src = qg + t * 2 * qd + head * 2 * hd;
+          std::copy(src, src + hd, q + t * qd + head * hd);
+          std::copy(src + hd, src + 2 * hd, gate + t * qd + head * hd);
+        }
+      }
+    });
+  } else {
+    RETURN_IF_ERROR(quant::MatMul(W.wq, h, n, q, pool_));
+  }
   RETURN_IF_ERROR(quant::MatMul(W.wk, h, n, k, pool_));
   RETURN_IF_ERROR(quant::MatMul(W.wv, h, n, v, pool_));
   For(pool_, n, MinRows(qd + kd, 8192), [&](int64_t t0, int64_t t1) {
@@ -379,15 +352,120 @@ absl::Status Forward::Attention(int il, Batch& b) const {
     NormAndRope(k, t0, t1, hp.n_head_kv, hp.head_dim_k, L.k_norm, hp.rms_eps, hp.rope.n_rot,
                 b.rope);
     for (int64_t t = t0; t < t1; ++t) {
-      internal::ToF16(kd, k + t * kd, b.cache[t]->k(il, b.pos[t]));
-      internal::ToF16(vd, v + t * vd, b.cache[t]->v(il, b.pos[t]));
+      internal::ToF16(kd, k + t * kd, b.state[t]->k(il, b.pos[t]));
+      internal::ToF16(vd, v + t * vd, b.state[t]->v(il, b.pos[t]));
     }
   });
   const int64_t ad = hp.n_head * hp.head_dim_v;
   float* attn = ws.attn.Get(n * ad);
   AttendHeads(il, b, q, attn);
+  if (gated) {
+    For(pool_, n, MinRows(ad), [&](int64_t t0, int64_t t1) {
+      for (int64_t i = t0 * ad; i < t1 * ad; ++i) attn[i] *= internal::Sigmoid(gate[i]);
+    });
+  }
   float* o = ws.o.Get(n * d);
   RETURN_IF_ERROR(quant::MatMul(W.wo, attn, n, o, pool_));
+  For(pool_, n, MinRows(d), [&](int64_t t0, int64_t t1) {
+    for (int64_t i = t0 * d; i < t1 * d; ++i) b.x[i] += o[i];
+  });
+  return absl::OkStatus();
+}
+
+absl::Status Forward::DeltaNet(int il, Batch& b) const {
+  const HyperParams& hp = model_->hparams();
+  const LayerWeights& L = model_->layer(il);
+  const DenseWeights& W = dense_[il];
+  Workspace& ws = *b.ws;
+  const int64_t n = b.n, d = hp.n_embd;
+  const int64_t channels = hp.ssm_conv_channels(), inner = hp.ssm_inner();
+  const int64_t n_v = hp.ssm_n_v_heads, n_k = hp.ssm_n_k_heads, dim = hp.ssm_head_k;
+  const int64_t taps = hp.ssm_conv_kernel - 1;
+  float* h = ws.h.Get(n * d);
+  NormRows(pool_, b.x, L.attn_norm, n, d, hp.rms_eps, h);
+  float* qkv = ws.qkv.Get(n * channels);
+  float* z = ws.z.Get(n * inner);
+  float* beta = ws.beta.Get(n * n_v);
+  float* g = ws.alpha.Get(n * n_v);
+  RETURN_IF_ERROR(quant::MatMul(W.ssm_qkv, h, n, qkv, pool_));
+  RETURN_IF_ERROR(quant::MatMul(W.ssm_z, h, n, z, pool_));
+  RETURN_IF_ERROR(quant::MatMul(L.ssm_beta, h, n, beta, pool_));
+  RETURN_IF_ERROR(quant::MatMul(L.ssm_alpha, h, n, g, pool_));
+  for (int64_t i = 0; i < n * n_v; ++i) {
+    const int64_t head = i % n_v;
+    beta[i] = internal::Sigmoid(beta[i]);
+    g[i] = internal::Softplus(g[i] + L.ssm_dt_bias[head]) * L.ssm_a[head];
+  }
+  // The step lays its tokens out sequence by sequence: one segment each.
+  struct Segment {
+    int64_t t0, n;
+    SequenceState* state;
+  };
+  std::vector<Segment> segs;
+  for (int64_t t = 0; t < n;) {
+    int64_t e = t + 1;
+    while (e < n && b.state[e] == b.state[t]) ++e;
+    segs.push_back({t, e - t, b.state[t]});
+    t = e;
+  }
+  const int64_t n_segs = static_cast<int64_t>(segs.size());
+  // Conv + SiLU, then L2-normalised q and k heads: per (segment, block of
+  // channels) for the conv, per token for the norms.
+  float* conv = ws.conv.Get(n * channels);
+  const int64_t kBlock = 256;
+  const int64_t blocks = (channels + kBlock - 1) / kBlock;
+  For(pool_, n_segs * blocks, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const Segment& sg = segs[i / blocks];
+      const int64_t c0 = (i % blocks) * kBlock, nc = std::min(kBlock, channels - c0);
+      internal::ConvSilu(qkv + sg.t0 * channels + c0, channels, sg.n, nc,
+                         L.ssm_conv.data() + c0 * hp.ssm_conv_kernel, hp.ssm_conv_kernel,
+                         sg.state->conv(il) + c0 * taps, sg.state->next_conv(il) + c0 * taps,
+                         conv + sg.t0 * channels + c0, channels);
+    }
+  });
+  For(pool_, n, 16, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      internal::L2NormRows(conv + t * channels, 2 * n_k, dim, dim, hp.rms_eps);
+    }
+  });
+  // The delta rule per (segment, value head), tokens in order.
+  float* out = ws.attn.Get(n * inner);
+  const float* q_all = conv;
+  const float* k_all = conv + n_k * dim;
+  const float* v_all = conv + 2 * n_k * dim;
+  For(pool_, n_segs * n_v, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const Segment& sg = segs[i / n_v];
+      const int64_t head = i % n_v, kh = head % n_k;  // ggml: key head = value head % key heads
+      internal::DeltaRuleHead dh;
+      dh.q = q_all + sg.t0 * channels + kh * dim;
+      dh.k = k_all + sg.t0 * channels + kh * dim;
+      dh.v = v_all + sg.t0 * channels + head * dim;
+      dh.q_stride = dh.k_stride = dh.v_stride = channels;
+      dh.g = g + sg.t0 * n_v + head;
+      dh.beta = beta + sg.t0 * n_v + head;
+      dh.g_stride = n_v;
+      dh.out = out + sg.t0 * inner + head * dim;
+      dh.out_stride = inner;
+      internal::DeltaRule(dh, sg.n, dim, sg.state->recurrent(il) + head * dim * dim,
+                          sg.state->next_recurrent(il) + head * dim * dim);
+    }
+  });
+  // RMSNorm(o) * ssm_norm * SiLU(z) per value head, then W_out.
+  For(pool_, n, MinRows(inner), [&](int64_t t0, int64_t t1) {
+    internal::RmsNormRows(out + t0 * inner, dim, L.ssm_norm.data(), (t1 - t0) * n_v, dim,
+                          hp.rms_eps, out + t0 * inner, dim);
+    for (int64_t t = t0; t < t1; ++t) {
+      for (int64_t head = 0; head < n_v; ++head) {
+        float* zh = z + t * inner + head * dim;
+        internal::SiluRow(zh, dim, zh);
+      }
+      for (int64_t i = t * inner; i < (t + 1) * inner; ++i) out[i] *= z[i];
+    }
+  });
+  float* o = ws.o.Get(n * d);
+  RETURN_IF_ERROR(quant::MatMul(W.ssm_out, out, n, o, pool_));
   For(pool_, n, MinRows(d), [&](int64_t t0, int64_t t1) {
     for (int64_t i = t0 * d; i < t1 * d; ++i) b.x[i] += o[i];
   });
@@ -408,7 +486,7 @@ void Forward::AttendHeads(int il, const Batch& b, const float* q, float* out) co
   std::vector<Block> blocks;
   for (int64_t t = 0; t < b.n;) {
     int64_t e = t + 1;
-    while (e < b.n && e - t < kBlockTokens && b.cache[e] == b.cache[t]) ++e;
+    while (e < b.n && e - t < kBlockTokens && b.state[e] == b.state[t]) ++e;
     blocks.push_back({t, e - t, (e - t) * (b.pos[e - 1] + 1)});
     t = e;
   }
@@ -434,7 +512,7 @@ void Forward::AttendHeads(int il, const Batch& b, const float* q, float* out) co
     for (int64_t idx; (idx = next.fetch_add(1, std::memory_order_relaxed)) < items;) {
       const Block& blk = blocks[idx / n_kv_heads];
       const int64_t kvh = idx % n_kv_heads;
-      const KvCache& cache = *b.cache[blk.t0];
+      const SequenceState& cache = *b.state[blk.t0];
       g.k = cache.k(il, 0) + kvh * hk;
       g.v = cache.v(il, 0) + kvh * hv;
       g.n_q = 0;
@@ -570,7 +648,7 @@ absl::Status Forward::Head(const Batch& b, absl::Span<const SequenceBatch> seqs)
 // ---------------------------------------------------------------- decoding
 
 absl::StatusOr<std::vector<int32_t>> GreedyGenerate(
-    const Forward& forward, KvCache* cache, absl::Span<const int32_t> prompt, int n_predict,
+    const Forward& forward, SequenceState* cache, absl::Span<const int32_t> prompt, int n_predict,
     absl::Span<const int32_t> stop_ids, const std::function<bool(int32_t)>& on_token) {
   std::vector<int32_t> out;
   if (n_predict <= 0) {

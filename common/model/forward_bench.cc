@@ -46,7 +46,7 @@ int Measure(const std::string& path, int64_t n_vocab, const std::string& type_na
   ThreadPool pool(threads);
   InProcessExperts experts(LocalExpertStore(*model, &pool), &pool);
   Forward forward(*model, &experts, &pool);
-  auto cache = KvCache::Create((*model)->hparams(), n_prompt + n_gen + 1);
+  auto cache = SequenceState::Create((*model)->hparams(), n_prompt + n_gen + 1);
   if (!cache.ok()) return 1;
   std::vector<int32_t> prompt(n_prompt);
   for (int64_t i = 0; i < n_prompt; ++i) prompt[i] = static_cast<int32_t>((i * 7919) % n_vocab);
@@ -86,11 +86,11 @@ int Measure(const std::string& path, int64_t n_vocab, const std::string& type_na
   // EvalBatch step, after a short prompt each.
   if (!batched) return 0;
   for (int b : {1, 4, 16}) {
-    std::vector<std::unique_ptr<KvCache>> caches;
+    std::vector<std::unique_ptr<SequenceState>> caches;
     std::vector<std::vector<float>> out(b);
     std::vector<int32_t> toks(b);
     for (int s = 0; s < b; ++s) {
-      caches.push_back(std::move(*KvCache::Create((*model)->hparams(), n_gen + 9)));
+      caches.push_back(std::move(*SequenceState::Create((*model)->hparams(), n_gen + 9)));
       const int32_t p[8] = {1, 2, 3, 4, 5, 6, 7, static_cast<int32_t>(s % n_vocab)};
       if (!forward.Eval(p, caches.back().get(), LogitsMode::kNone, nullptr).ok()) return 1;
     }

@@ -191,8 +191,8 @@ Engine MakeEngine(const TinyModelOptions& o, int threads = 2) {
   return e;
 }
 
-std::unique_ptr<KvCache> Cache(const Engine& e, int64_t n_ctx) {
-  auto c = KvCache::Create(e.model->hparams(), n_ctx);
+std::unique_ptr<SequenceState> Cache(const Engine& e, int64_t n_ctx) {
+  auto c = SequenceState::Create(e.model->hparams(), n_ctx);
   EXPECT_TRUE(c.ok()) << c.status();
   return c.ok() ? std::move(*c) : nullptr;
 }
@@ -292,7 +292,7 @@ TEST_P(EvalBatchTest, EverySequenceGetsTheBitsItGetsAlone) {
     auto c = Cache(e, 32);
     ASSERT_TRUE(e.forward->Eval(seqs[s], c.get(), LogitsMode::kAll, &alone[s]).ok());
   }
-  std::vector<std::unique_ptr<KvCache>> caches;
+  std::vector<std::unique_ptr<SequenceState>> caches;
   for (size_t s = 0; s < seqs.size(); ++s) caches.push_back(Cache(e, 32));
   std::vector<std::vector<float>> got(seqs.size()), step_logits(seqs.size());
   std::vector<size_t> done(seqs.size(), 0);
@@ -446,7 +446,7 @@ TEST(ForwardTest, CausalPrefixIsUnaffectedByLaterTokens) {
             std::vector<float>(b.begin() + 6 * nv, b.begin() + 7 * nv));
 }
 
-TEST(KvCacheTest, RefusesOverflowNamingBothNumbers) {
+TEST(SequenceStateTest, RefusesOverflowNamingBothNumbers) {
   Engine e = MakeEngine(TinyModelOptions());
   ASSERT_NE(e.forward, nullptr);
   auto cache = Cache(e, 8);
@@ -467,11 +467,11 @@ TEST(KvCacheTest, RefusesOverflowNamingBothNumbers) {
   EXPECT_TRUE(cache->CheckRoom(8).ok());
   EXPECT_FALSE(cache->CheckRoom(9).ok());
   EXPECT_EQ(cache->Truncate(1).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(KvCache::Create(e.model->hparams(), 0).status().code(),
+  EXPECT_EQ(SequenceState::Create(e.model->hparams(), 0).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 
-TEST(KvCacheTest, TruncateThenReplayGivesSameLogits) {
+TEST(SequenceStateTest, TruncateThenReplayGivesSameLogits) {
   Engine e = MakeEngine(TinyModelOptions());
   ASSERT_NE(e.forward, nullptr);
   auto cache = Cache(e, 16);
@@ -527,7 +527,7 @@ TEST(ForwardTest, RoutesTopKWithArchitectureNormalisation) {
     ASSERT_TRUE(m.ok()) << m.status();
     RecordingExperts rec;
     Forward f(*m, &rec, nullptr);
-    auto cache = KvCache::Create((*m)->hparams(), 8);
+    auto cache = SequenceState::Create((*m)->hparams(), 8);
     ASSERT_TRUE(cache.ok());
     ASSERT_TRUE(f.Eval({4, 5, 6}, cache->get(), LogitsMode::kNone, nullptr).ok());
     ASSERT_EQ(rec.calls.size(), 2u) << arch;

@@ -154,6 +154,7 @@ absl::Status Model::BindTensors() {
       continue;
     }
     for (int il = 0; il < hparams_.n_layer; ++il) {
+      if (!LayerSelected(spec.layers, hparams_.layers[il])) continue;
       RETURN_IF_ERROR(CheckTensor(f, hparams_, spec, il, &per_layer_[il][id]));
     }
   }
@@ -193,6 +194,15 @@ absl::Status Model::BindLayer(int il) {
   ASSIGN_OR_RETURN(L.bv, Vector(f, at(TensorId::kAttnVBias)));
   ASSIGN_OR_RETURN(L.q_norm, Vector(f, at(TensorId::kAttnQNorm)));
   ASSIGN_OR_RETURN(L.k_norm, Vector(f, at(TensorId::kAttnKNorm)));
+  L.ssm_qkv = Matrix(at(TensorId::kSsmQkv));
+  L.ssm_z = Matrix(at(TensorId::kSsmZ));
+  L.ssm_beta = Matrix(at(TensorId::kSsmBeta));
+  L.ssm_alpha = Matrix(at(TensorId::kSsmAlpha));
+  L.ssm_out = Matrix(at(TensorId::kSsmOut));
+  ASSIGN_OR_RETURN(L.ssm_conv, Vector(f, at(TensorId::kSsmConv)));
+  ASSIGN_OR_RETURN(L.ssm_dt_bias, Vector(f, at(TensorId::kSsmDtBias)));
+  ASSIGN_OR_RETURN(L.ssm_a, Vector(f, at(TensorId::kSsmA)));
+  ASSIGN_OR_RETURN(L.ssm_norm, Vector(f, at(TensorId::kSsmNorm)));
   ASSIGN_OR_RETURN(L.ffn_norm, Vector(f, at(TensorId::kFfnNorm)));
   L.router = Matrix(at(TensorId::kRouter));
   L.gate_exps = Experts(at(TensorId::kExpGate));

@@ -46,13 +46,23 @@ struct ExpertTensorView {
   }
 };
 
-// Weights of one block. Optional tensors: a WeightView with data == nullptr,
-// an empty vector.
+// Weights of one block. Optional tensors, and those of another layer kind
+// (HyperParams::layers): a WeightView with data == nullptr, an empty vector.
 struct LayerWeights {
   std::vector<float> attn_norm;          // n_embd
+  // Attention mixers. Gated attention: wq has 2 x head_dim_k rows per head,
+  // the query then the gate.
   quant::WeightView wq, wk, wv, wo;
   std::vector<float> bq, bk, bv;         // optional biases
   std::vector<float> q_norm, k_norm;     // optional QK-norm (head_dim_k)
+  // Gated DeltaNet mixers (arch.h, TensorId::kSsm*).
+  quant::WeightView ssm_qkv;             // conv channels x n_embd
+  quant::WeightView ssm_z;               // inner x n_embd
+  quant::WeightView ssm_beta, ssm_alpha; // value heads x n_embd
+  quant::WeightView ssm_out;             // n_embd x inner
+  std::vector<float> ssm_conv;           // channels x kernel (tap k of channel c at c * kernel + k)
+  std::vector<float> ssm_dt_bias, ssm_a; // value heads
+  std::vector<float> ssm_norm;           // value head size
   std::vector<float> ffn_norm;           // n_embd
   quant::WeightView router;              // n_expert x n_embd
   ExpertTensorView gate_exps, up_exps, down_exps;

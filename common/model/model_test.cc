@@ -25,8 +25,8 @@ TEST(ArchTest, DescriptionsExist) {
   ASSERT_NE(FindArch("qwen3moe"), nullptr);
   ASSERT_NE(FindArch("qwen2moe"), nullptr);
   EXPECT_EQ(FindArch("llama"), nullptr);
-  EXPECT_TRUE(FindArch("qwen3moe")->default_norm_topk);
-  EXPECT_FALSE(FindArch("qwen2moe")->default_norm_topk);
+  EXPECT_TRUE(FindArch("qwen3moe")->router.default_norm_topk);
+  EXPECT_FALSE(FindArch("qwen2moe")->router.default_norm_topk);
   EXPECT_THAT(SupportedArchNames(), HasSubstr("qwen2moe"));
 }
 

@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/base/status.h"
+#include "common/model/sequence_state.h"
 #include "common/plan/byte_size.h"
 #include "nlohmann/json.hpp"
 
@@ -97,6 +98,10 @@ absl::StatusOr<ModelShape> ShapeFromTypes(
   if (hp.n_layer <= 0 || hp.n_embd <= 0 || hp.n_vocab <= 0 || hp.n_expert <= 0) {
     return absl::InvalidArgumentError("n_layer, n_embd, n_vocab and n_expert must be positive");
   }
+  if (static_cast<int64_t>(hp.layers.size()) != hp.n_layer) {
+    return absl::InvalidArgumentError(absl::StrCat("the hyper-parameters describe ",
+                                                   hp.layers.size(), " layers of ", hp.n_layer));
+  }
   ModelShape s;
   s.hp = hp;
   s.tied_output = true;
@@ -104,6 +109,7 @@ absl::StatusOr<ModelShape> ShapeFromTypes(
     if (!spec.required && include_optional != nullptr && !include_optional(spec)) continue;
     const bool per_layer = model::IsLayerTensor(spec.id);
     for (int il = per_layer ? 0 : -1; il < (per_layer ? hp.n_layer : 0); ++il) {
+      if (il >= 0 && !model::LayerSelected(spec.layers, hp.layers[il])) continue;
       ShapeTensor t;
       t.name = model::TensorName(spec, il < 0 ? 0 : il);
       t.role = spec.role;
@@ -237,9 +243,17 @@ MemoryPlan FixedPart(const ModelShape& s, const PlanOptions& o) {
   p.hp = s.hp;
   p.dense = DenseBytes(s, &p.host_token_embd, &p.host_routed_experts);
   const int64_t kvd = s.hp.n_head_kv * (s.hp.head_dim_k + s.hp.head_dim_v);
-  p.kv_bytes_per_position = static_cast<uint64_t>(s.hp.n_layer) * KvElementBytes(o.kv_type, kvd);
-  p.kv_cache = GpuKvCacheBytes(p.kv_bytes_per_position, o.n_ctx) *
-               static_cast<uint64_t>(o.n_parallel);
+  // Only the attention layers keep a KV cache; DeltaNet layers keep a
+  // fixed-size state (model::SequenceState's arithmetic).
+  p.kv_bytes_per_position =
+      static_cast<uint64_t>(s.hp.n_attention_layers()) * KvElementBytes(o.kv_type, kvd);
+  p.kv_cache = p.kv_bytes_per_position == 0
+                   ? 0
+                   : GpuKvCacheBytes(p.kv_bytes_per_position, o.n_ctx) *
+                         static_cast<uint64_t>(o.n_parallel);
+  p.recurrent_bytes_per_sequence =
+      model::SequenceState::kRecurrentBuffers * model::SequenceState::RecurrentBytes(s.hp);
+  p.recurrent_state = p.recurrent_bytes_per_sequence * static_cast<uint64_t>(o.n_parallel);
   p.workspace = GpuWorkspace(s, o.n_ubatch, o.n_ctx, o.stream_buffers).Bytes();
   p.margin = o.margin_bytes;
   return p;
@@ -340,7 +354,9 @@ absl::StatusOr<MemoryPlan> PlanMemory(const ModelShape& shape, const PlanOptions
     }
     return absl::ResourceExhaustedError(absl::StrCat(
         "needs ", Gib(need), " (dense weights ", Gib(p.dense.total()), " + KV cache ",
-        Gib(p.kv_cache), " + workspace ", Gib(p.workspace.total()), " + margin ", Gib(p.margin),
+        Gib(p.kv_cache),
+        p.recurrent_state > 0 ? absl::StrCat(" + recurrent state ", Gib(p.recurrent_state)) : "",
+        " + workspace ", Gib(p.workspace.total()), " + margin ", Gib(p.margin),
         "), budget ", Gib(options.budget_bytes), ": ", Gib(need - options.budget_bytes),
         " short", hint));
   }
@@ -366,6 +382,13 @@ std::string FormatPlanTable(const MemoryPlan& p) {
                         "expert FFN %d, vocab %d\n",
                         hp.arch, hp.n_layer, hp.n_embd, hp.n_head, hp.n_head_kv, hp.head_dim_k,
                         hp.n_expert, hp.n_expert_used, hp.n_ff_exp, hp.n_vocab);
+  if (hp.n_recurrent_layers() > 0) {
+    absl::StrAppendFormat(&out,
+                          "layers:   %d gated DeltaNet (%d/%d heads x %d, conv %d) + %d "
+                          "attention\n",
+                          hp.n_recurrent_layers(), hp.ssm_n_k_heads, hp.ssm_n_v_heads,
+                          hp.ssm_head_k, hp.ssm_conv_kernel, hp.n_attention_layers());
+  }
   absl::StrAppendFormat(&out, "options:  ctx %d x %d sequence%s, KV %s, micro-batch %d\n",
                         o.n_ctx, o.n_parallel, o.n_parallel == 1 ? "" : "s",
                         AbslView(KvTypeName(o.kv_type)), o.n_ubatch);
@@ -373,15 +396,23 @@ std::string FormatPlanTable(const MemoryPlan& p) {
                         FormatBytes(o.budget_bytes));
   absl::StrAppendFormat(&out, "  %-24s %16s  %10s\n", "GPU", "bytes", "");
   Row(&out, "dense weights", p.dense.total());
-  Row(&out, "  attention", p.dense.attention);
+  Row(&out, hp.n_recurrent_layers() > 0 ? "  attention + DeltaNet" : "  attention",
+      p.dense.attention);
   Row(&out, "  norms", p.dense.norms);
   Row(&out, "  routers", p.dense.routers);
   Row(&out, "  shared experts", p.dense.shared_experts);
   Row(&out, "  output head", p.dense.output_head,
       p.host_token_embd == 0 ? "(tied: the token embedding, on the GPU)" : "");
   Row(&out, "KV cache", p.kv_cache,
-      absl::StrFormat("%d bytes/position x %d x %d", p.kv_bytes_per_position, o.n_ctx,
-                      o.n_parallel));
+      absl::StrFormat("%d bytes/position x %d x %d (%d attention layer%s)",
+                      p.kv_bytes_per_position, o.n_ctx, o.n_parallel, hp.n_attention_layers(),
+                      hp.n_attention_layers() == 1 ? "" : "s"));
+  if (p.recurrent_state > 0) {
+    Row(&out, "recurrent state", p.recurrent_state,
+        absl::StrFormat("%d bytes/sequence x %d (%d DeltaNet layers, any context)",
+                        p.recurrent_bytes_per_sequence, o.n_parallel,
+                        hp.n_recurrent_layers()));
+  }
   Row(&out, "workspace", p.workspace.total());
   Row(&out, "  activations", p.workspace.activations);
   Row(&out, "  logits", p.workspace.logits);
@@ -421,7 +452,14 @@ std::string FormatPlanJson(const MemoryPlan& p) {
         {"routers", p.dense.routers},
         {"shared_experts", p.dense.shared_experts},
         {"output_head", p.dense.output_head}}},
-      {"kv_cache", {{"total", p.kv_cache}, {"bytes_per_position", p.kv_bytes_per_position}}},
+      {"kv_cache",
+       {{"total", p.kv_cache},
+        {"bytes_per_position", p.kv_bytes_per_position},
+        {"attention_layers", p.hp.n_attention_layers()}}},
+      {"recurrent_state",
+       {{"total", p.recurrent_state},
+        {"bytes_per_sequence", p.recurrent_bytes_per_sequence},
+        {"deltanet_layers", p.hp.n_recurrent_layers()}}},
       {"workspace",
        {{"total", p.workspace.total()},
         {"activations", p.workspace.activations},

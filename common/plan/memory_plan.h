@@ -13,12 +13,17 @@
 //      case the matrix lives on the GPU once and serves both.
 //      Routed experts stay on the host (expert-workers) except the copies in
 //      the hot-expert cache (5).
-//   2. KV cache: n_layer x n_ctx x n_parallel x per-position bytes, where one
+//   2. per-sequence state (model::SequenceState's layout): the KV cache of
+//      the attention layers, n_attention_layers x n_ctx x n_parallel x
+//      per-position bytes, where one
 //      layer's position holds n_head_kv x (head_dim_k + head_dim_v) elements
 //      of the KV type: f16 2 bytes; q8_0 34 bytes per 32; q4_0 18 bytes per
 //      32 (ggml's block sizes; the head dims must then be multiples of 32).
 //   2'. the KV cache is paged: n_ctx rounds up to whole pages of
 //      kGpuKvPage positions, plus a 4-byte block-table entry per page.
+//   2''. the DeltaNet layers' conv and recurrent states, f32, independent of
+//      n_ctx, two buffers each (a step writes the next state and commits it
+//      only when it succeeds), x n_parallel.
 //   3. compute workspace: exactly the buffers cuda::CudaForward allocates
 //      for micro-batches of B = n_ubatch tokens (GpuWorkspace):
 //      - activations, 4 bytes each: 6 B d [residual, normed input,
@@ -171,7 +176,10 @@ struct MemoryPlan {
   // GPU
   DenseWeightBytes dense;
   uint64_t kv_cache = 0;
-  uint64_t kv_bytes_per_position = 0;  // all layers, one sequence
+  uint64_t kv_bytes_per_position = 0;  // the attention layers, one sequence
+  // DeltaNet conv + recurrent states (double-buffered: model::SequenceState).
+  uint64_t recurrent_state = 0;
+  uint64_t recurrent_bytes_per_sequence = 0;
   WorkspaceBytes workspace;
   uint64_t margin = 0;
   ExpertCachePlan expert_cache;
@@ -179,8 +187,10 @@ struct MemoryPlan {
   uint64_t host_token_embd = 0;       // 0 when tied (then on the GPU)
   uint64_t host_routed_experts = 0;   // all routed experts, on the workers
 
-  // dense + kv + workspace + margin (what must fit before the cache).
-  uint64_t fixed_bytes() const { return dense.total() + kv_cache + workspace.total() + margin; }
+  // dense + kv + recurrent + workspace + margin (what must fit before the cache).
+  uint64_t fixed_bytes() const {
+    return dense.total() + kv_cache + recurrent_state + workspace.total() + margin;
+  }
   uint64_t gpu_total() const { return fixed_bytes() + expert_cache.bytes; }
 };
 

@@ -56,6 +56,7 @@ model::HyperParams Qwen3_30B_A3B() {
   hp.n_ff_exp = 768;
   hp.n_ff_shexp = 0;
   hp.rope.n_rot = 128;
+  hp.layers = model::LayerSpecs(*model::FindArch("qwen3moe"), hp.n_layer);
   return hp;
 }
 
@@ -209,6 +210,7 @@ TEST(MemoryPlanTest, RejectsBadOptions) {
   model::HyperParams hp = Qwen3_30B_A3B();
   hp.head_dim_k = hp.head_dim_v = 48;
   hp.n_layer = 2;
+  hp.layers.resize(2);
   absl::StatusOr<ModelShape> s = ShapeFromTypes(hp, Q4KM, Qwen3Optional);
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_THAT(PlanMemory(*s, Mission()).status().message(), HasSubstr("multiples of 32"));

@@ -1,6 +1,7 @@
 #include "common/telemetry/metrics.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/base/build_info.h"
 
 namespace moesplit::telemetry {
 
@@ -11,6 +12,20 @@ prometheus::Histogram::BucketBoundaries LatencyBuckets() {
 
 prometheus::Histogram::BucketBoundaries TokenBuckets() {
   return {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024};
+}
+
+void ExportBuildInfo(prometheus::Registry& registry, const std::string& service) {
+  const BuildInfo& b = GetBuildInfo();
+  prometheus::BuildGauge()
+      .Name("moesplit_build_info")
+      .Help("Always 1; the labels say which build of which service runs")
+      .Register(registry)
+      .Add({{"service", service},
+            {"version", b.version},
+            {"revision", b.revision},
+            {"build_type", b.build_type},
+            {"cuda", b.cuda ? "true" : "false"}})
+      .Set(1);
 }
 
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string& host_port) {

@@ -102,6 +102,10 @@ class DenseExpertMetrics {
   std::vector<transport::TransportCounters> last_;  // per client, for deltas
 };
 
+// moesplit_build_info{service,version,revision,build_type,cuda} = 1: what
+// runs (common/base/build_info.h), for dashboards and fleet queries.
+void ExportBuildInfo(prometheus::Registry& registry, const std::string& service);
+
 // Histogram buckets shared by both services.
 prometheus::Histogram::BucketBoundaries LatencyBuckets();
 prometheus::Histogram::BucketBoundaries TokenBuckets();

@@ -7,6 +7,8 @@
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
+#include "common/base/build_info.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -71,6 +73,20 @@ TEST(MetricsTest, WorkerMetricsAreServed) {
   EXPECT_THAT(body, HasSubstr("moesplit_transport_received_bytes_total{transport=\"shm\"} 200"));
   EXPECT_THAT(body, HasSubstr("moesplit_expert_call_duration_seconds_bucket"));
   EXPECT_EQ(m.heat_map()->count(1, 3), 2u);
+}
+
+TEST(MetricsTest, BuildInfoIsOne) {
+  auto server = MetricsServer::Start("127.0.0.1:0");
+  ASSERT_TRUE(server.ok()) << server.status();
+  ExportBuildInfo((*server)->registry(), "moesplit-expert-worker");
+  const std::string body = Scrape((*server)->port());
+  const BuildInfo& b = GetBuildInfo();
+  EXPECT_FALSE(b.version.empty());
+  EXPECT_THAT(body, HasSubstr("moesplit_build_info{"));
+  EXPECT_THAT(body, HasSubstr("service=\"moesplit-expert-worker\""));
+  EXPECT_THAT(body, HasSubstr(absl::StrCat("version=\"", b.version, "\"")));
+  EXPECT_THAT(body, HasSubstr(absl::StrCat("revision=\"", b.revision, "\"")));
+  EXPECT_THAT(body, testing::ContainsRegex("moesplit_build_info\\{[^}]*\\} 1\n"));
 }
 
 TEST(MetricsTest, BadAddressIsUnavailable) {

@@ -14,7 +14,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/base/fp16.h"
 #include "common/base/status.h"
 #include "common/transport/describe_codec.h"
 #include "common/transport/grpc_status.h"
@@ -26,53 +25,39 @@ namespace {
 constexpr char kIdentityHeader[] = "moesplit-model-identity";
 constexpr int kMaxMessageBytes = 256 << 20;
 
-// Decodes a proto call into the domain type (bf16 hidden states widened).
+// Decodes a proto call into the domain type. Hidden states travel as f32
+// (bit-identical results on every transport); another dtype is refused.
 absl::Status CallFromProto(const v1::ExpertCall& p, model::ExpertCall* call) {
+  if (p.dtype() != v1::HIDDEN_DTYPE_F32) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "call %d: hidden dtype %d; this worker takes f32 hidden states only", p.call_id(),
+        static_cast<int>(p.dtype())));
+  }
   const size_t n = static_cast<size_t>(std::max(0, p.n_tokens())) * std::max(0, p.d());
-  const size_t elem = p.dtype() == v1::HIDDEN_DTYPE_BF16 ? 2 : 4;
-  if (p.n_tokens() < 0 || p.d() <= 0 || p.hidden().size() != n * elem) {
+  if (p.n_tokens() < 0 || p.d() <= 0 || p.hidden().size() != n * 4) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "call %d: hidden holds %d bytes, n_tokens %d x d %d needs %d", p.call_id(),
-        p.hidden().size(), p.n_tokens(), p.d(), n * elem));
+        p.hidden().size(), p.n_tokens(), p.d(), n * 4));
   }
   call->call_id = p.call_id();
   call->layer = p.layer();
   call->n_tokens = p.n_tokens();
   call->d = p.d();
   call->hidden.resize(n);
-  if (elem == 4) {
-    std::memcpy(call->hidden.data(), p.hidden().data(), 4 * n);
-  } else {
-    const auto* src = reinterpret_cast<const uint8_t*>(p.hidden().data());
-    for (size_t i = 0; i < n; ++i) {
-      uint16_t h;
-      std::memcpy(&h, src + 2 * i, 2);
-      call->hidden[i] = Bf16ToFp32(h);
-    }
-  }
+  std::memcpy(call->hidden.data(), p.hidden().data(), 4 * n);
   call->token_offsets.assign(p.token_offsets().begin(), p.token_offsets().end());
   call->expert_ids.assign(p.expert_ids().begin(), p.expert_ids().end());
   call->weights.assign(p.weights().begin(), p.weights().end());
   return absl::OkStatus();
 }
 
-void CallToProto(const model::ExpertCall& c, bool bf16, v1::ExpertCall* p) {
+void CallToProto(const model::ExpertCall& c, v1::ExpertCall* p) {
   p->set_call_id(c.call_id);
   p->set_layer(c.layer);
   p->set_n_tokens(c.n_tokens);
   p->set_d(c.d);
-  if (bf16) {
-    p->set_dtype(v1::HIDDEN_DTYPE_BF16);
-    std::string* h = p->mutable_hidden();
-    h->resize(2 * c.hidden.size());
-    for (size_t i = 0; i < c.hidden.size(); ++i) {
-      const uint16_t v = Fp32ToBf16(c.hidden[i]);
-      std::memcpy(h->data() + 2 * i, &v, 2);
-    }
-  } else {
-    p->set_dtype(v1::HIDDEN_DTYPE_F32);
-    p->set_hidden(c.hidden.data(), 4 * c.hidden.size());
-  }
+  p->set_dtype(v1::HIDDEN_DTYPE_F32);
+  p->set_hidden(c.hidden.data(), 4 * c.hidden.size());
   *p->mutable_token_offsets() = {c.token_offsets.begin(), c.token_offsets.end()};
   *p->mutable_expert_ids() = {c.expert_ids.begin(), c.expert_ids.end()};
   *p->mutable_weights() = {c.weights.begin(), c.weights.end()};
@@ -397,7 +382,7 @@ absl::StatusOr<uint64_t> GrpcExpertClient::Submit(const model::ExpertCall& call)
         absl::StrCat("more than ", kMaxInFlight, " calls in flight on ", address_));
   }
   request_.Clear();
-  CallToProto(call, /*bf16=*/false, &request_);
+  CallToProto(call, &request_);
   if (!stream_->Write(request_)) {
     return Fail(absl::UnavailableError(
         absl::StrCat("expert worker ", address_, ": the stream broke while sending")));

@@ -77,23 +77,12 @@ bool RemoteExperts::BuildSubCall(const model::ExpertCall& call, int w, int t0, i
   sub->d = d;
   sub->hidden.assign(call.hidden.begin() + static_cast<size_t>(t0) * d,
                      call.hidden.begin() + static_cast<size_t>(t1) * d);
-  sub->token_offsets.assign(1, 0);
-  sub->expert_ids.clear();
-  sub->weights.clear();
   const int* owner = owner_.data() + static_cast<size_t>(call.layer) * n_expert_;
-  for (int t = t0; t < t1; ++t) {
-    for (uint32_t k = call.token_offsets[t]; k < call.token_offsets[t + 1]; ++k) {
-      const int e = call.expert_ids[k];
-      if (owner[e] != w) continue;
-      sub->expert_ids.push_back(e);
-      sub->weights.push_back(call.weights[k]);
-    }
-    sub->token_offsets.push_back(static_cast<uint32_t>(sub->expert_ids.size()));
-  }
-  return !sub->expert_ids.empty();
+  return model::FilterRouting(call, t0, t1, [&](int e) { return owner[e] == w; },
+                              &sub->token_offsets, &sub->expert_ids, &sub->weights) > 0;
 }
 
-void RemoteExperts::SetCallObserver(CallObserver observer) {
+void RemoteExperts::SetRoundTripObserver(RoundTripObserver observer) {
   absl::MutexLock lock(&observer_mu_);
   observer_ = std::move(observer);
 }

@@ -43,9 +43,9 @@ class RemoteExperts final : public model::ExpertBackend {
   // call, its round trip (all workers, all chunks) and the workers' own time
   // (ExpertResult::worker_ns): the dense service's metrics. May be set or
   // replaced (nullptr: none) while calls run, from any thread.
-  using CallObserver = std::function<void(const model::ExpertCall& call,
-                                          double round_trip_seconds, uint64_t worker_ns)>;
-  void SetCallObserver(CallObserver observer);
+  using RoundTripObserver = std::function<void(const model::ExpertCall& call,
+                                               double round_trip_seconds, uint64_t worker_ns)>;
+  void SetRoundTripObserver(RoundTripObserver observer);
 
   const std::vector<std::unique_ptr<ExpertClient>>& clients() const { return clients_; }
   const std::vector<WorkerDescription>& workers() const { return workers_; }
@@ -66,7 +66,7 @@ class RemoteExperts final : public model::ExpertBackend {
   std::vector<model::ExpertCall> subs_;
   std::vector<model::ExpertResult> results_;
   absl::Mutex observer_mu_;
-  CallObserver observer_ ABSL_GUARDED_BY(observer_mu_);
+  RoundTripObserver observer_ ABSL_GUARDED_BY(observer_mu_);
 };
 
 // Human-readable expert ranges: "experts 3-7 of layers 0-1".

@@ -36,8 +36,8 @@ struct ClientFlags {
   bool no_think = false;
 
   void Register(FlagParser& p) {
-    p.AddString("server|addr", &server, "the dense service's gRPC address HOST:PORT");
-    p.AddString("model", &model, "model name to ask for (default: whatever is served)");
+    p.AddString("server|addr", &server, "the dense service's gRPC address").HostPort();
+    p.AddString("model", &model, "model name to ask for").DefaultText("whatever is served");
     p.AddInt("n", &n, "most tokens per answer (0: until the end or the context)");
     p.AddDouble("temp", &temp, "sampling temperature (0 = greedy)");
     p.AddDouble("top-p", &top_p, "nucleus sampling mass");
@@ -61,7 +61,7 @@ absl::Status RunChat(const Args& args, const CommandIo& io) {
   ClientFlags f;
   FlagParser p;
   f.Register(p);
-  p.AddString("system", &f.system, "system message");
+  p.AddString("system", &f.system, "system message").DefaultText("none");
   p.AddBool("no-think", &f.no_think, "ask a reasoning model not to think");
   ASSIGN_OR_RETURN(const bool go, ParseFlags(p, args, "chat --server H:P [flags]  (one user turn per stdin line)", io));
   if (!go) return absl::OkStatus();
@@ -137,8 +137,10 @@ absl::Status RunRenderTemplate(const Args& args, const CommandIo& io) {
   p.AddString("messages-json", &messages_file,
               "JSON file: an array of messages, or {\"messages\": [...], \"tools\": [...]} (required)");
   p.AddBool("no-generation-prompt", &no_gen, "do not open the assistant's turn");
-  p.AddString("template-file", &template_file, "use this Jinja template instead of the model's");
-  p.AddString("date", &date, "date for strftime_now, YYYY-MM-DD (default: today)");
+  p.AddString("template-file", &template_file, "use this Jinja template instead of the model's")
+      .Meta("PATH")
+      .DefaultText("the model's");
+  p.AddString("date", &date, "date for strftime_now, YYYY-MM-DD").DefaultText("today");
   ASSIGN_OR_RETURN(const bool go,
                    ParseFlags(p, args,
                               "render-template --model M --messages-json F "

@@ -202,15 +202,16 @@ absl::Status RunBench(const Args& args, const CommandIo& io) {
   ExpertsFlag experts;
   experts.experts = "shm";
   FlagParser f;
-  f.AddString("model|m", &model_path,
-              "GGUF model (default: a cached random-weight Qwen3-30B-A3B-shaped "
-              "model with 4 layers, Q4_K_M)");
-  f.AddInt("threads|t", &threads, "threads for the dense part and for each worker (default 2)");
-  f.AddInt("prompt", &n_prompt, "prefill prompt length in tokens (default 512)");
-  f.AddInt("gen", &n_gen, "tokens generated per decode run (default 128)");
-  f.AddString("depth", &depths_flag,
-              "context depth(s) before decoding, comma-separated (default 0)");
-  f.AddInt("reps", &reps, "timed prefills, and worker-alone decode rounds (default 3)");
+  f.AddString("model|m", &model_path, "GGUF model")
+      .Meta("PATH")
+      .DefaultText("a cached random-weight Qwen3-30B-A3B-shaped model with 4 layers, Q4_K_M");
+  f.AddInt("threads|t", &threads,
+           "threads for the dense part and for each worker; 0: every CPU the process may use");
+  f.AddInt("prompt", &n_prompt, "prefill prompt length in tokens");
+  f.AddInt("gen", &n_gen, "tokens generated per decode run");
+  f.AddString("depth", &depths_flag, "context depth(s) before decoding, comma-separated")
+      .Meta("D[,D...]");
+  f.AddInt("reps", &reps, "timed prefills, and worker-alone decode rounds");
   f.AddBool("json", &json, "print one JSON object instead of a table");
   AddExpertsFlags(f, &experts);
   ASSIGN_OR_RETURN(bool go, ParseFlags(f, args,
@@ -256,7 +257,7 @@ absl::Status RunBench(const Args& args, const CommandIo& io) {
   }
   RecordingExperts recorder(engine->experts());
   model::Forward forward(engine->shared_model(), &recorder, engine->pool());
-  ASSIGN_OR_RETURN(std::unique_ptr<model::KvCache> cache, model::KvCache::Create(hp, n_ctx));
+  ASSIGN_OR_RETURN(std::unique_ptr<model::SequenceState> cache, model::SequenceState::Create(hp, n_ctx));
   const std::vector<uint64_t> by_layer = ExpertBytesByLayer(m);
   const int n_expert = static_cast<int>(hp.n_expert);
   std::vector<float> logits;

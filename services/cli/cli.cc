@@ -6,6 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "common/base/build_info.h"
+#include "common/base/cpu_count.h"
+#include "common/base/status.h"
 #include "services/cli/commands.h"
 
 namespace moesplit::cli {
@@ -39,7 +42,7 @@ constexpr Command kCommands[] = {
 
 void PrintUsage(std::FILE* f) {
   std::fprintf(f, "usage: moesplit <command> [flags]  (moesplit <command> "
-                  "--help for its flags)\n\ncommands:\n");
+                  "--help for its flags; moesplit --version)\n\ncommands:\n");
   for (const Command& c : kCommands) {
     std::fprintf(f, "  %-16s %s\n", std::string(c.name).c_str(),
                  std::string(c.summary).c_str());
@@ -70,16 +73,9 @@ int ExitCodeFor(const absl::Status& status) {
 absl::StatusOr<bool> ParseFlags(FlagParser& flags, const Args& args,
                                 absl::string_view synopsis,
                                 const CommandIo& io) {
-  for (const std::string& a : args) {
-    if (a == "--") break;
-    if (a == "--help" || a == "-h") {
-      std::fprintf(io.out, "usage: moesplit %s\n\nflags:\n%s",
-                   std::string(synopsis).c_str(), flags.Usage().c_str());
-      return false;
-    }
-  }
-  if (absl::Status s = flags.Parse(args); !s.ok()) return s;
-  return true;
+  ASSIGN_OR_RETURN(const ParsedCommandLine r,
+                   ParseCommandLine(flags, args, absl::StrCat("moesplit ", synopsis), io.out));
+  return r == ParsedCommandLine::kRun;
 }
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
@@ -109,7 +105,7 @@ absl::StatusOr<std::string> ReadTextFlag(const FlagParser& f,
 
 int ThreadCount(int64_t requested) {
   if (requested > 0) return static_cast<int>(std::min<int64_t>(requested, 1024));
-  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  return AvailableCpuCount();
 }
 
 int RunCli(const Args& args, const CommandIo& io) {
@@ -121,18 +117,25 @@ int RunCli(const Args& args, const CommandIo& io) {
   } else if (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     PrintUsage(io.out);
     return 0;
+  } else if (args[0] == "--version" || args[0] == "version") {
+    std::fprintf(io.out, "%s\n", VersionLine("moesplit").c_str());
+    return 0;
   } else {
     const Command* found = nullptr;
+    std::vector<std::string> names;
     for (const Command& c : kCommands) {
       if (c.name == args[0]) found = &c;
+      names.emplace_back(c.name);
     }
     if (found == nullptr) {
+      const std::string guess = ClosestName(args[0], names);
       status = absl::InvalidArgumentError(
           args[0].rfind('-', 0) == 0
               ? absl::StrCat("unknown flag ", args[0],
                              " (give a command first: ", CommandNames(), ")")
-              : absl::StrCat("unknown command '", args[0],
-                             "' (commands: ", CommandNames(), ")"));
+              : absl::StrCat("unknown command '", args[0], "' (",
+                             guess.empty() ? "" : absl::StrCat("did you mean ", guess, "? "),
+                             "commands: ", CommandNames(), ")"));
     } else {
       status = found->run(Args(args.begin() + 1, args.end()), io);
     }

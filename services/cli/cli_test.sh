@@ -59,18 +59,41 @@ if [[ $(rc inspect) == 0 ]] && grep -q "architecture:  qwen3moe" "$WORK/inspect.
 
 # The GPU memory plan (no GPU needed): the 2-layer model from its file, and
 # the full Qwen3-30B-A3B shape at Q4_K_M from hyper-parameters alone.
-run plan -- plan --model "$MODEL" --gpu-memory 8GiB --ctx 65536 --kv-type q8_0
+run plan -- plan --model "$MODEL" --gpu-memory 8GiB --ctx 65536 --kv-type q8_0 --parallel 1
 # KV: 2 layers x 4 KV heads x (128 + 128) q8_0 = 2 x 1088 bytes per position, in
 # 256 pages of 256 positions (+ a 4-byte block-table entry each).
 if [[ $(rc plan) == 0 ]] && grep -Eq "KV cache +142607360 " "$WORK/plan.out" &&
    grep -q "expert cache" "$WORK/plan.out" && grep -q "routed experts" "$WORK/plan.out"; then
   pass "plan --model"; else fail "plan --model: $(cat "$WORK/plan.out" "$WORK/plan.err")"; fi
-run plan30 -- plan --preset qwen3-30b-a3b --type Q4_K_M --gpu-memory 8GiB --ctx 65536 --kv-type q8_0
+run plan30 -- plan --preset qwen3-30b-a3b --type Q4_K_M --gpu-memory 8GiB --ctx 65536 --kv-type q8_0 --parallel 1
 if [[ $(rc plan30) == 0 ]] && grep -Eq "KV cache +3422553088 " "$WORK/plan30.out" &&
    grep -Eq "dense weights +822523904 " "$WORK/plan30.out" &&
    grep -q "1294 experts of 3059712 bytes = 26 per layer of 128" "$WORK/plan30.out"; then
   pass "plan --preset qwen3-30b-a3b (64K, q8_0, 8 GiB)"; else
   fail "plan --preset: $(cat "$WORK/plan30.out" "$WORK/plan30.err")"; fi
+# Qwen3.5-35B-A3B (hybrid): KV for the 10 attention layers only, 10 x 2 KV
+# heads x (256 + 256) f16 = 20480 bytes per position; the 30 DeltaNet layers'
+# conv (3 x 8192) + recurrent (32 x 128 x 128) f32 state, two buffers, of any
+# context: 2 x 30 x (24576 + 524288) x 4 bytes.
+run plan35 -- plan --preset qwen3.5-35b-a3b --gpu-memory 8GiB --ctx 65536 --parallel 1
+if [[ $(rc plan35) == 0 ]] && grep -Eq "KV cache +1342178304 .*10 attention layers" "$WORK/plan35.out" &&
+   grep -Eq "recurrent state +131727360 .*30 DeltaNet layers" "$WORK/plan35.out" &&
+   grep -q "30 gated DeltaNet (16/32 heads x 128, conv 4) + 10 attention" "$WORK/plan35.out"; then
+  pass "plan --preset qwen3.5-35b-a3b (64K, 8 GiB)"; else
+  fail "plan --preset qwen3.5: $(cat "$WORK/plan35.out" "$WORK/plan35.err")"; fi
+run plan35l -- plan --preset qwen3.5-35b-a3b --gpu-memory 8GiB --ctx 262144 --kv-type q8_0 --parallel 1
+if [[ $(rc plan35l) == 0 ]] && grep -Eq "KV cache +2852130816 " "$WORK/plan35l.out"; then
+  pass "plan --preset qwen3.5-35b-a3b (262144, q8_0, 8 GiB)"; else
+  fail "plan 262144: $(cat "$WORK/plan35l.out" "$WORK/plan35l.err")"; fi
+# The main job on a hybrid model: two workers, the dense service, a prompt.
+HYBRID=$WORK/qwen35-small.gguf
+run make35 -- make-test-model --preset qwen3.5-35b-a3b --layers 4 --experts 16 --vocab 1024 \
+  --out "$HYBRID"
+run up35 -- up --model "$HYBRID" --prompt "The quick brown fox" -n 8 --workers 2 \
+  --grpc "127.0.0.1:$((20000 + RANDOM % 20000))"
+if [[ $(rc make35) == 0 && $(rc up35) == 0 ]] && grep -q "8 tokens" "$WORK/up35.err"; then
+  pass "up on a qwen35moe model (2 workers)"; else
+  fail "up qwen35moe: $(cat "$WORK/make35.err" "$WORK/up35.out" "$WORK/up35.err")"; fi
 run planj -- plan --model "$MODEL" --gpu-memory 7.5G --ctx 4096 --parallel 2 --json
 if [[ $(rc planj) == 0 ]] && grep -q '"budget_bytes": 8053063680' "$WORK/planj.out" &&
    grep -q '"parallel": 2' "$WORK/planj.out" && grep -q '"expert_cache"' "$WORK/planj.out"; then
@@ -195,10 +218,10 @@ expect_error bench-bad-reps "--reps must be in 1..100, got 0" bench --model "$MO
 expect_error tokenize-two-texts "exactly one of --text and --text-file" tokenize --model "$MODEL" --text a --text-file "$WORK/text.txt"
 expect_error tokenize-missing-text-file "no-such.txt" tokenize --model "$MODEL" --text-file "$WORK/no-such.txt"
 expect_error flag-needs-value "flag --model needs a value" tokenize --text hi --model
-expect_error plan-does-not-fit "budget 6.00 GiB: 1.12 GiB short; try --ctx 53248 or --kv-type q8_0" plan --preset qwen3-30b-a3b --gpu-memory 6GiB --ctx 65536
+expect_error plan-does-not-fit "budget 6.00 GiB: 1.12 GiB short; try --ctx 53248 or --kv-type q8_0" plan --preset qwen3-30b-a3b --gpu-memory 6GiB --ctx 65536 --parallel 1
 expect_error plan-bad-size "bad size '8XB': unknown unit 'XB'" plan --model "$MODEL" --gpu-memory 8XB
-expect_error plan-no-budget "missing --gpu-memory" plan --model "$MODEL"
-expect_error plan-bad-kv-type "unknown KV type 'q5_1'" plan --model "$MODEL" --gpu-memory 8GiB --kv-type q5_1
+expect_error plan-no-budget "--gpu-memory is required" plan --model "$MODEL"
+expect_error plan-bad-kv-type "flag --kv-type must be one of f16, q8_0, q4_0; got 'q5_1'" plan --model "$MODEL" --gpu-memory 8GiB --kv-type q5_1
 expect_error plan-model-and-preset "exactly one of --model and --preset" plan --model "$MODEL" --preset tiny --gpu-memory 8GiB
 
 [[ -f "$WORK/x.gguf" ]] && fail "a failed make-test-model left $WORK/x.gguf"

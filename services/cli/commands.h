@@ -65,7 +65,7 @@ absl::StatusOr<std::string> ReadTextFlag(const FlagParser& f,
                                          const std::string& text,
                                          const std::string& text_file);
 
-// `--threads`: 0 -> every core.
+// `--threads`: 0 -> every CPU this process may use (AvailableCpuCount()).
 int ThreadCount(int64_t requested);
 
 }  // namespace moesplit::cli

@@ -11,9 +11,13 @@ namespace moesplit::cli {
 void AddExpertsFlags(FlagParser& flags, ExpertsFlag* dst) {
   flags.AddString("experts", &dst->experts,
                   "where routed experts run: local | shm | grpc (start --workers "
-                  "workers) | shm://NAME,grpc://HOST:PORT (running workers)");
-  flags.AddInt("workers", &dst->workers, "expert-workers to start for --experts shm|grpc");
-  flags.AddInt("expert-timeout", &dst->timeout_ms, "ms before an unanswered expert call fails");
+                  "workers) | shm://NAME,grpc://HOST:PORT (running workers)")
+      .Meta("WHERE");
+  flags.AddInt("workers", &dst->workers, "expert-workers to start for --experts shm|grpc")
+      .Range(1, 64);
+  flags.AddInt("expert-timeout", &dst->timeout_ms, "ms before an unanswered expert call fails")
+      .Range(1, 86400000)
+      .Meta("MS");
 }
 
 namespace {

@@ -3,7 +3,7 @@
 // experts and the forward pass — opened from one GGUF path.
 //
 // Ownership: the Engine owns all of them; destroy it after the last use of
-// any KvCache evaluated with it. Not thread-safe (one command at a time).
+// any SequenceState evaluated with it. Not thread-safe (one command at a time).
 #pragma once
 
 #include <memory>

@@ -61,8 +61,8 @@ absl::Status Generate(const Engine& engine, const std::string& prompt,
         hp.n_ctx_train));
   }
   const int64_t n_gen_max = std::min(o.n_predict, hp.n_ctx_train - n_prompt);
-  ASSIGN_OR_RETURN(std::unique_ptr<model::KvCache> cache,
-                   model::KvCache::Create(hp, n_prompt + n_gen_max));
+  ASSIGN_OR_RETURN(std::unique_ptr<model::SequenceState> cache,
+                   model::SequenceState::Create(hp, n_prompt + n_gen_max));
   std::vector<float> logits;
   auto start = std::chrono::steady_clock::now();
   RETURN_IF_ERROR(engine.forward().Eval(tokens, cache.get(),
@@ -105,22 +105,21 @@ absl::Status RunGenerate(const Args& args, const CommandIo& io) {
   double temp = sp.temperature, top_p = sp.top_p, min_p = sp.min_p,
          repeat = sp.repetition_penalty;
   FlagParser f;
-  f.AddString("model|m", &model_path,
-              "GGUF model (default: a cached random-weight test model)");
-  f.AddString("prompt|p", &prompt, "prompt text (required)");
-  f.AddInt("n|n-predict", &o.n_predict, "tokens to generate (default 32)");
-  f.AddDouble("temp", &temp, "temperature in [0, 2], 0 = argmax (default 0.8)");
-  f.AddInt("top-k", &top_k, "top-k, 0 = off (default 40)");
-  f.AddDouble("top-p", &top_p, "top-p, 1 = off (default 0.95)");
-  f.AddDouble("min-p", &min_p, "min-p, 0 = off (default 0.05)");
-  f.AddDouble("repeat-penalty", &repeat,
-              "repetition penalty over the last 64 tokens, 1 = off (default 1)");
-  f.AddInt("seed|s", &seed, "sampling seed (default 42)");
-  f.AddInt("threads|t", &threads, "threads (default: all cores)");
+  f.AddString("model|m", &model_path, "GGUF model")
+      .Meta("PATH")
+      .DefaultText("a cached random-weight test model");
+  f.AddString("prompt|p", &prompt, "prompt text (required)").Meta("TEXT");
+  f.AddInt("n|n-predict", &o.n_predict, "tokens to generate");
+  f.AddDouble("temp", &temp, "temperature in [0, 2], 0 = argmax");
+  f.AddInt("top-k", &top_k, "top-k, 0 = off");
+  f.AddDouble("top-p", &top_p, "top-p, 1 = off");
+  f.AddDouble("min-p", &min_p, "min-p, 0 = off");
+  f.AddDouble("repeat-penalty", &repeat, "repetition penalty over the last 64 tokens, 1 = off");
+  f.AddInt("seed|s", &seed, "sampling seed");
+  f.AddInt("threads|t", &threads, "threads; 0: every CPU the process may use").Range(0, 1024);
   ExpertsFlag experts;
   AddExpertsFlags(f, &experts);
-  f.AddBool("special", &o.special,
-            "parse special tokens in the prompt (default true)");
+  f.AddBool("special", &o.special, "parse special tokens in the prompt");
   ASSIGN_OR_RETURN(bool go, ParseFlags(f, args,
                                        "generate [--model M] --prompt S [-n N] "
                                        "[--temp T] [--seed S] [--threads T]",

@@ -4,6 +4,7 @@
 #include <cinttypes>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
 #include "common/base/status.h"
 #include "common/model/model.h"
@@ -54,6 +55,31 @@ void PrintHyperParams(const model::ModelSummary& s, std::FILE* out) {
                               hp.rope.freq_base, hp.rope.n_rot,
                               std::string(model::RopeScalingName(hp.rope.scaling)),
                               1.0 / hp.rope.freq_scale));
+  if (hp.rope.multi_section) {
+    row("rope sections", absl::StrFormat("%d %d %d %d (multi-section)", hp.rope.sections[0],
+                                         hp.rope.sections[1], hp.rope.sections[2],
+                                         hp.rope.sections[3]));
+  }
+  // The layer mix: runs of equal mixers ("0-2 gated_deltanet, 3 gated_attention, ...").
+  std::vector<std::string> runs;
+  for (int il = 0; il < static_cast<int>(hp.layers.size());) {
+    int end = il;
+    while (end + 1 < static_cast<int>(hp.layers.size()) &&
+           hp.layers[end + 1].mixer == hp.layers[il].mixer) {
+      ++end;
+    }
+    runs.push_back(absl::StrCat(il == end ? absl::StrCat(il) : absl::StrCat(il, "-", end), " ",
+                                AbslView(model::MixerKindName(hp.layers[il].mixer))));
+    il = end + 1;
+  }
+  if (runs.size() > 8) runs.resize(8), runs.push_back("...");
+  row("layers", absl::StrCat(hp.n_attention_layers(), " attention, ", hp.n_recurrent_layers(),
+                             " DeltaNet: ", absl::StrJoin(runs, ", ")));
+  if (hp.n_recurrent_layers() > 0) {
+    row("deltanet", absl::StrFormat("%d key / %d value heads x %d, conv kernel %d",
+                                    hp.ssm_n_k_heads, hp.ssm_n_v_heads, hp.ssm_head_k,
+                                    hp.ssm_conv_kernel));
+  }
 }
 
 
@@ -104,7 +130,8 @@ void PrintTensors(const model::ModelSummary& s, std::FILE* out) {
 absl::Status RunInspect(const Args& args, const CommandIo& io) {
   std::string model_path;
   FlagParser flags;
-  flags.AddString("model|m", &model_path, "GGUF model (or give it positionally)");
+  flags.AddString("model|m", &model_path, "GGUF model (required, or give it positionally)")
+      .Meta("PATH");
   ASSIGN_OR_RETURN(bool go, ParseFlags(flags, args, "inspect MODEL", io));
   if (!go) return absl::OkStatus();
   if (model_path.empty() && flags.positional().size() == 1) {

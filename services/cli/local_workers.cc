@@ -3,7 +3,10 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cstdio>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/base/status.h"
 #include "services/expert_worker/shard_spec.h"
 
@@ -34,6 +37,11 @@ absl::StatusOr<std::unique_ptr<LocalWorkers>> LocalWorkers::Start(const LocalWor
     if (o.threads > 0) args.insert(args.end(), {"--threads", std::to_string(o.threads)});
     if (!o.metrics_host.empty()) {
       args.insert(args.end(), {"--metrics", absl::StrCat(o.metrics_host, ":", o.metrics_port + i)});
+    }
+    args.insert(args.end(), o.extra_args.begin(), o.extra_args.end());
+    if (o.echo_stderr) {
+      std::fprintf(stderr, "moesplit: starting moesplit-expert-worker %s\n",
+                   absl::StrJoin(args, " ").c_str());
     }
     w->processes_.push_back(std::make_unique<Subprocess>(binary, args, o.echo_stderr));
   }

@@ -23,6 +23,10 @@ struct LocalWorkerOptions {
   int threads = 0;               // per worker; 0 = all CPUs
   std::string metrics_host;      // non-empty: worker i serves /metrics on port metrics_port+i
   int metrics_port = 0;
+  // Passed to every worker after the flags above ("--numa=off", ...).
+  std::vector<std::string> extra_args;
+  // The workers' stderr is copied to ours, after a line with each one's
+  // command line ("moesplit: starting moesplit-expert-worker ...").
   bool echo_stderr = false;
   std::chrono::seconds ready_timeout{600};
 };

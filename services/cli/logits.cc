@@ -65,11 +65,13 @@ absl::Status RunLogits(const Args& args, const CommandIo& io) {
   int64_t threads = 0;
   FlagParser f;
   f.AddString("model|m", &model_path, "GGUF model (required)");
-  f.AddString("tokens", &tokens_flag, "token ids, e.g. 1,2,3");
-  f.AddString("text-file", &text_file, "tokenize this file instead");
+  f.AddString("tokens", &tokens_flag, "token ids, e.g. 1,2,3 (required, or --text-file)")
+      .Meta("IDS");
+  f.AddString("text-file", &text_file, "tokenize this file instead (required, or --tokens)")
+      .Meta("PATH");
   f.AddBool("special", &special, "with --text-file: parse special tokens");
   f.AddString("out|o", &out_path, "output file (required)");
-  f.AddInt("threads|t", &threads, "threads (default: all cores)");
+  f.AddInt("threads|t", &threads, "threads; 0: every CPU the process may use");
   ExpertsFlag experts;
   AddExpertsFlags(f, &experts);
   ASSIGN_OR_RETURN(bool go, ParseFlags(f, args,
@@ -94,8 +96,8 @@ absl::Status RunLogits(const Args& args, const CommandIo& io) {
                    Engine::Open(model_path, ThreadCount(threads), experts));
   ASSIGN_OR_RETURN(std::vector<int32_t> tokens,
                    InputTokens(f, tokens_flag, text_file, special, *engine));
-  ASSIGN_OR_RETURN(std::unique_ptr<model::KvCache> cache,
-                   model::KvCache::Create(engine->model().hparams(),
+  ASSIGN_OR_RETURN(std::unique_ptr<model::SequenceState> cache,
+                   model::SequenceState::Create(engine->model().hparams(),
                                           static_cast<int64_t>(tokens.size())));
   std::vector<float> logits;
   const auto start = std::chrono::steady_clock::now();

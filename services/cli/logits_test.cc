@@ -2,6 +2,7 @@
 // and against llama.cpp's logits for a fixture model.
 #include <unistd.h>
 
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -68,7 +69,7 @@ TEST_F(LogitsTest, EqualsTheEngineInProcess) {
   ASSERT_TRUE(m.ok()) << m.status();
   model::InProcessExperts experts(model::ExpertStore(*m), nullptr);
   model::Forward fwd(*m, &experts, nullptr);
-  auto cache = model::KvCache::Create((*m)->hparams(), tokens.size());
+  auto cache = model::SequenceState::Create((*m)->hparams(), tokens.size());
   ASSERT_TRUE(cache.ok());
   std::vector<float> want;
   ASSERT_TRUE(
@@ -79,11 +80,12 @@ TEST_F(LogitsTest, EqualsTheEngineInProcess) {
   }
 }
 
-// The CLI reproduces llama.cpp's logits on the f16 fixture (the suggested
+// The CLI reproduces llama.cpp's logits on the f16 fixtures (the suggested
 // oracle acceptance: per-position NMSE <= 1e-4 on >= 95% of positions).
-TEST_F(LogitsTest, MatchesLlamaCppOnTheF16Fixture) {
-  const std::string base =
-      absl::StrCat(MOESPLIT_FIXTURES_DIR, "/models/qwen3moe-tiny-f16");
+class FixtureLogitsTest : public LogitsTest, public testing::WithParamInterface<std::string> {};
+
+TEST_P(FixtureLogitsTest, MatchesLlamaCppOnTheF16Fixture) {
+  const std::string base = absl::StrCat(MOESPLIT_FIXTURES_DIR, "/models/", GetParam());
   std::ifstream json_in(base + ".json");
   ASSERT_TRUE(json_in.good());
   const nlohmann::json cases = nlohmann::json::parse(json_in);
@@ -115,6 +117,14 @@ TEST_F(LogitsTest, MatchesLlamaCppOnTheF16Fixture) {
   }
   EXPECT_GE(good, 0.95 * positions) << good << " of " << positions;
 }
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureLogitsTest,
+                         testing::Values("qwen3moe-tiny-f16", "qwen35moe-tiny-f16"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& c : n) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+                           return n;
+                         });
 
 }  // namespace
 }  // namespace moesplit::cli

@@ -19,7 +19,7 @@ struct ShapeFlag {
 };
 
 constexpr ShapeFlag kShapeFlags[] = {
-    {"layers", &TestModelSpec::n_layer, "block count (preset: 48 / tiny: 4)"},
+    {"layers", &TestModelSpec::n_layer, "block count (qwen3-30b-a3b: 48, tiny: 4)"},
     {"d", &TestModelSpec::n_embd, "embedding length"},
     {"heads", &TestModelSpec::n_head, "query heads"},
     {"kv-heads", &TestModelSpec::n_head_kv, "key/value heads"},
@@ -28,10 +28,16 @@ constexpr ShapeFlag kShapeFlags[] = {
     {"top-k", &TestModelSpec::n_expert_used, "experts used per token"},
     {"expert-ffn", &TestModelSpec::n_ff_exp, "expert FFN width"},
     {"shared-ffn", &TestModelSpec::n_ff_shexp,
-     "shared-expert FFN width (qwen2moe; default 512)"},
+     "shared-expert FFN width (qwen2moe)"},
     {"ffn", &TestModelSpec::n_ff, "feed_forward_length (metadata only)"},
-    {"vocab", &TestModelSpec::n_vocab, "vocabulary size (>= 259; default 1024)"},
-    {"ctx", &TestModelSpec::n_ctx, "context length (default 4096)"},
+    {"vocab", &TestModelSpec::n_vocab, "vocabulary size (>= 259)"},
+    {"ctx", &TestModelSpec::n_ctx, "context length"},
+    {"rope-dims", &TestModelSpec::n_rot, "rotary dimensions per head (the preset's: head-dim)"},
+    {"attention-interval", &TestModelSpec::full_attention_interval,
+     "qwen35moe: every N-th layer full attention, the rest gated DeltaNet"},
+    {"ssm-k-heads", &TestModelSpec::ssm_n_k_heads, "qwen35moe: DeltaNet key heads"},
+    {"ssm-v-heads", &TestModelSpec::ssm_n_v_heads, "qwen35moe: DeltaNet value heads"},
+    {"ssm-head", &TestModelSpec::ssm_head, "qwen35moe: DeltaNet head size"},
 };
 
 void PrintWritten(const TestModelSpec& spec, const std::string& out,
@@ -60,17 +66,17 @@ absl::Status RunMakeTestModel(const Args& args, const CommandIo& io) {
   TestModelSpec shape;  // receives the shape flags
   FlagParser f;
   f.AddString("out|o", &out, "output GGUF path (required)");
-  f.AddString("arch", &arch, "qwen3moe | qwen2moe (default qwen3moe)");
-  f.AddString("preset", &preset, "qwen3-30b-a3b | tiny (default tiny)");
+  f.AddString("arch", &arch, "qwen3moe | qwen2moe | qwen35moe").DefaultText("the preset's");
+  f.AddString("preset", &preset, "qwen3-30b-a3b | qwen3.5-35b-a3b | tiny");
   f.AddString("type", &type,
-              absl::StrCat("file type (default Q4_K_M): ",
-                           absl::StrJoin(FileTypeMixNames(), " ")));
+              absl::StrCat("file type: ", absl::StrJoin(FileTypeMixNames(), " ")))
+      .Meta("TYPE");
   for (const ShapeFlag& s : kShapeFlags) {
-    f.AddInt(s.name, &(shape.*s.field), s.help);
+    f.AddInt(s.name, &(shape.*s.field), s.help).DefaultText("the preset's");
   }
-  f.AddString("name", &name, "general.name");
-  f.AddInt("seed", &seed, "weight seed (default 1)");
-  f.AddInt("threads|t", &threads, "fill threads (default: all cores)");
+  f.AddString("name", &name, "general.name").DefaultText("from the preset and type");
+  f.AddInt("seed", &seed, "weight seed");
+  f.AddInt("threads|t", &threads, "fill threads; 0: every CPU the process may use");
   ASSIGN_OR_RETURN(bool go, ParseFlags(f, args,
                                        "make-test-model --out F [flags]", io));
   if (!go) return absl::OkStatus();
@@ -82,7 +88,7 @@ absl::Status RunMakeTestModel(const Args& args, const CommandIo& io) {
     return absl::InvalidArgumentError("make-test-model: missing --out FILE");
   }
   ASSIGN_OR_RETURN(TestModelSpec spec, PresetSpec(preset));
-  spec.arch = arch;
+  if (f.WasSet("arch")) spec.arch = arch;
   spec.type = type;
   spec.name = name;
   spec.seed = static_cast<uint64_t>(seed);

@@ -1,5 +1,6 @@
 // moesplit plan: the dense service's GPU memory plan (common/plan) for a
 // model file, or for a named shape and file type without any file.
+#include <algorithm>
 #include <cinttypes>
 
 #include "absl/strings/ascii.h"
@@ -12,6 +13,7 @@
 #include "common/plan/byte_size.h"
 #include "common/plan/memory_plan.h"
 #include "services/cli/commands.h"
+#include "services/cli/dense_flags.h"
 #include "services/cli/test_model.h"
 #include "services/cli/type_mix.h"
 
@@ -56,25 +58,41 @@ absl::StatusOr<plan::ModelShape> PresetShape(const std::string& preset,
 }  // namespace
 
 absl::Status RunPlan(const Args& args, const CommandIo& io) {
-  std::string model_path, preset, type = "Q4_K_M", gpu_memory, kv_type = "f16";
-  std::string margin = "256MiB";
-  int64_t ctx = 0, parallel = 1, ubatch = 512, vocab = 0;
+  // The dense service's defaults: the plan printed is the one it runs with
+  // the same flags (dense_flags.h).
+  const DenseServiceFlags service;
+  const plan::PlanOptions plan_defaults;
+  std::string model_path, preset, type = "Q4_K_M", gpu_memory, kv_type = service.kv_type;
+  std::string margin = plan::FormatBytes(plan_defaults.margin_bytes);
+  margin.erase(std::remove(margin.begin(), margin.end(), ' '), margin.end());
+  int64_t ctx = service.ctx, parallel = service.parallel, ubatch = plan_defaults.n_ubatch;
+  int64_t vocab = 0;
   bool json = false;
   FlagParser f;
-  f.AddString("model|m", &model_path, "GGUF model (or --preset)");
+  f.AddString("model|m", &model_path, "GGUF model (required, or --preset)").Meta("PATH");
   f.AddString("preset", &preset,
-              "plan for a shape without a file: qwen3-30b-a3b (vocab 151936) | tiny");
+              "plan for a shape without a file: qwen3-30b-a3b (vocab 151936) | "
+              "qwen3.5-35b-a3b (vocab 248320) | tiny (required, or --model)")
+      .Meta("NAME");
   f.AddString("type", &type,
-              absl::StrCat("file type of --preset (default Q4_K_M): ",
-                           absl::StrJoin(FileTypeMixNames(), " ")));
-  f.AddInt("vocab", &vocab, "vocabulary size of --preset");
+              absl::StrCat("file type of --preset: ", absl::StrJoin(FileTypeMixNames(), " ")))
+      .Meta("TYPE");
+  f.AddInt("vocab", &vocab, "vocabulary size of --preset")
+      .DefaultText("the preset's")
+      .Range(0, 1 << 24);
   f.AddString("gpu-memory", &gpu_memory,
-              "GPU memory budget, e.g. 8GiB, 7.5G, 8000MiB, bytes (required)");
-  f.AddInt("ctx|c", &ctx, "context positions per sequence (default: the model's)");
-  f.AddString("kv-type", &kv_type, "KV cache element type: f16 | q8_0 | q4_0 (default f16)");
-  f.AddInt("parallel", &parallel, "sequences served at once (default 1)");
-  f.AddInt("ubatch", &ubatch, "largest micro-batch in tokens (default 512)");
-  f.AddString("margin", &margin, "memory kept free for rounding and small buffers (default 256MiB)");
+              "GPU memory budget, e.g. 8GiB, 7.5G, 8000MiB, bytes")
+      .Meta("SIZE")
+      .Required();
+  f.AddInt("ctx|c", &ctx,
+           "context positions per sequence, as moesplit-dense --ctx (capped at the model's "
+           "context, as the service does, unless given)")
+      .Range(16, 1 << 24);
+  f.AddString("kv-type", &kv_type, "KV cache element type").OneOf({"f16", "q8_0", "q4_0"});
+  f.AddInt("parallel", &parallel, "sequences served at once, as moesplit-dense --parallel")
+      .Range(1, 1024);
+  f.AddInt("ubatch", &ubatch, "largest micro-batch in tokens").Range(1, 1 << 20);
+  f.AddString("margin", &margin, "memory kept free for rounding and small buffers").Meta("SIZE");
   f.AddBool("json", &json, "print the plan as JSON");
   ASSIGN_OR_RETURN(bool go, ParseFlags(f, args,
                                        "plan (--model M | --preset P) --gpu-memory SIZE "
@@ -87,9 +105,6 @@ absl::Status RunPlan(const Args& args, const CommandIo& io) {
   }
   if (model_path.empty() == preset.empty()) {
     return absl::InvalidArgumentError("plan: give exactly one of --model and --preset");
-  }
-  if (!f.WasSet("gpu-memory")) {
-    return absl::InvalidArgumentError("plan: missing --gpu-memory (e.g. --gpu-memory 8GiB)");
   }
   plan::PlanOptions o;
   absl::StatusOr<uint64_t> budget = plan::ParseByteSize(gpu_memory);
@@ -113,7 +128,9 @@ absl::Status RunPlan(const Args& args, const CommandIo& io) {
   } else {
     ASSIGN_OR_RETURN(shape, PresetShape(preset, type, vocab));
   }
-  o.n_ctx = f.WasSet("ctx") ? ctx : shape.hp.n_ctx_train;
+  // moesplit-dense caps its context at the model's; a --ctx given here is
+  // planned as given (e.g. for a longer context than the file says).
+  o.n_ctx = f.WasSet("ctx") ? ctx : std::min<int64_t>(ctx, shape.hp.n_ctx_train);
   absl::StatusOr<plan::MemoryPlan> p = plan::PlanMemory(shape, o);
   if (!p.ok()) {
     // A configuration that does not fit is the caller's to change: exit 2.

@@ -113,9 +113,9 @@ absl::Status RunHealth(const Args& args, const CommandIo& io) {
   std::string addr = "127.0.0.1:50051", service;
   int64_t timeout_ms = 3000;
   FlagParser f;
-  f.AddString("addr", &addr, "gRPC address HOST:PORT of a moesplit service");
-  f.AddString("service", &service, "service name to check (default: the whole server)");
-  f.AddInt("timeout-ms", &timeout_ms, "deadline of the check");
+  f.AddString("addr", &addr, "gRPC address of a moesplit service").HostPort();
+  f.AddString("service", &service, "service name to check").DefaultText("the whole server");
+  f.AddInt("timeout-ms", &timeout_ms, "deadline of the check").Range(1, 86400000).Meta("MS");
   ASSIGN_OR_RETURN(const bool go,
                    ParseFlags(f, args, "health [--addr HOST:PORT] [--service S]", io));
   if (!go) return absl::OkStatus();
@@ -134,12 +134,14 @@ absl::Status RunComplete(const Args& args, const CommandIo& io) {
   r.addr = "127.0.0.1:50051";
   r.timeout_ms = 120000;
   FlagParser f;
-  f.AddString("addr", &r.addr, "the dense service's gRPC address HOST:PORT");
-  f.AddString("prompt|p", &r.prompt, "prompt text (required)");
+  f.AddString("addr", &r.addr, "the dense service's gRPC address").HostPort();
+  f.AddString("prompt|p", &r.prompt, "prompt text (required)").Meta("TEXT");
   f.AddInt("n", &r.max_tokens, "tokens to generate");
   f.AddDouble("temp", &r.temperature, "sampling temperature (0 = greedy)");
   f.AddInt("seed", &r.seed, "sampling seed");
-  f.AddInt("timeout-ms", &r.timeout_ms, "deadline of the whole completion (0 = none)");
+  f.AddInt("timeout-ms", &r.timeout_ms, "deadline of the whole completion (0 = none)")
+      .Range(0, 86400000)
+      .Meta("MS");
   ASSIGN_OR_RETURN(const bool go,
                    ParseFlags(f, args, "complete --addr HOST:PORT --prompt S [-n N]", io));
   if (!go) return absl::OkStatus();

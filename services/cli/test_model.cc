@@ -10,6 +10,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/cpu_count.h"
 #include "common/base/status.h"
 #include "common/base/thread_pool.h"
 #include "common/quant/quant.h"
@@ -85,6 +86,34 @@ absl::Status CheckShape(const TestModelSpec& s) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--vocab ", s.n_vocab, " is below 259 (256 bytes + 3 specials)"));
   }
+  if (s.n_rot < 0 || s.n_rot > s.head_dim || s.n_rot % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--rope-dims ", s.n_rot, " must be even and at most --head-dim ", s.head_dim));
+  }
+  const model::ArchDescription* arch = model::FindArch(s.arch);
+  if (arch != nullptr && arch->pattern == model::LayerPattern::kFullAttentionInterval) {
+    const Field ssm[] = {{"attention-interval", s.full_attention_interval, s.n_layer},
+                         {"ssm-k-heads", s.ssm_n_k_heads, 4096},
+                         {"ssm-v-heads", s.ssm_n_v_heads, 4096},
+                         {"ssm-head", s.ssm_head, 4096}};
+    for (const Field& f : ssm) {
+      if (f.value < 1 || f.value > f.max) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--", f.name, " = ", f.value, " out of range [1, ", f.max, "]"));
+      }
+    }
+    if (s.ssm_n_v_heads % s.ssm_n_k_heads != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("--ssm-v-heads ", s.ssm_n_v_heads,
+                                                     " is not a multiple of --ssm-k-heads ",
+                                                     s.ssm_n_k_heads));
+    }
+    int64_t pairs = 0;
+    for (int64_t x : s.rope_sections) pairs += x;
+    if (pairs > s.head_dim || s.rope_sections.size() != 4) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rope sections sum to ", pairs, " pairs; at most --head-dim ", s.head_dim));
+    }
+  }
   if (!(s.rope_freq_base > 1) || !(s.rms_eps > 0)) {
     return absl::InvalidArgumentError("rope base must be > 1, rms eps > 0");
   }
@@ -145,7 +174,21 @@ model::HyperParams ToHyperParams(const TestModelSpec& s) {
   hp.n_ff = s.n_ff;
   hp.n_ff_exp = s.n_ff_exp;
   hp.n_ff_shexp = s.n_ff_shexp;
-  hp.rope.n_rot = s.head_dim;  // full rotary, as the written models declare
+  hp.rope.n_rot = s.n_rot > 0 ? s.n_rot : s.head_dim;
+  const model::ArchDescription* arch = model::FindArch(s.arch);
+  if (arch != nullptr) {
+    hp.layers = model::LayerSpecs(*arch, s.n_layer, s.full_attention_interval);
+    hp.rope.multi_section = arch->multi_section_rope;
+    for (size_t i = 0; i < 4 && i < s.rope_sections.size(); ++i) {
+      hp.rope.sections[i] = static_cast<int>(s.rope_sections[i]);
+    }
+  }
+  if (hp.n_recurrent_layers() > 0) {
+    hp.ssm_conv_kernel = s.ssm_conv_kernel;
+    hp.ssm_head_k = hp.ssm_head_v = s.ssm_head;
+    hp.ssm_n_k_heads = s.ssm_n_k_heads;
+    hp.ssm_n_v_heads = s.ssm_n_v_heads;
+  }
   return hp;
 }
 
@@ -166,8 +209,32 @@ absl::StatusOr<TestModelSpec> PresetSpec(absl::string_view preset) {
     s.n_ff = 6144;
     return s;
   }
+  if (p == "qwen3.5-35b-a3b") {
+    s.arch = "qwen35moe";
+    s.n_layer = 40;
+    s.n_embd = 2048;
+    s.n_head = 16;
+    s.n_head_kv = 2;
+    s.head_dim = 256;
+    s.n_rot = 64;
+    s.rope_sections = {11, 11, 10, 0};
+    s.rope_freq_base = 1e7;
+    s.ssm_conv_kernel = 4;
+    s.ssm_n_k_heads = 16;
+    s.ssm_n_v_heads = 32;
+    s.ssm_head = 128;
+    s.full_attention_interval = 4;
+    s.n_expert = 256;
+    s.n_expert_used = 8;
+    s.n_ff_exp = 512;
+    s.n_ff_shexp = 512;
+    s.n_ff = 512;
+    s.n_vocab = 248320;
+    s.n_ctx = 262144;
+    return s;
+  }
   return absl::InvalidArgumentError(absl::StrCat(
-      "unknown preset '", preset, "' (supported: qwen3-30b-a3b, tiny)"));
+      "unknown preset '", preset, "' (supported: qwen3-30b-a3b, qwen3.5-35b-a3b, tiny)"));
 }
 
 absl::StatusOr<std::vector<PlannedTensor>> PlanTensors(
@@ -195,6 +262,8 @@ absl::StatusOr<std::vector<PlannedTensor>> PlanTensors(
     }
     p.role = t.role;
     p.ones = t.role == model::TensorRole::kNorm;
+    // ssm_a = -exp(A_log) < 0: a decaying state (-1: exp(g) in (0.37, 1)).
+    if (t.id == model::TensorId::kSsmA) p.constant = -1.0f;
     int64_t rows = 1;
     for (size_t i = 1; i < p.ne.size(); ++i) rows *= p.ne[i];
     const float scale = p.ones ? 1.0f : ScaleFor(t, p.ne, spec);
@@ -205,6 +274,7 @@ absl::StatusOr<std::vector<PlannedTensor>> PlanTensors(
         mix, {p.name, t.n_dims, p.ne[0], static_cast<int>(spec.n_layer),
               static_cast<int>(spec.n_expert),
               static_cast<int>(spec.n_head / spec.n_head_kv)});
+    if (p.constant.has_value()) p.type = GgmlType::kF32;
     out.push_back(std::move(p));
   };
   for (const model::TensorSpec& t : arch->tensors) {
@@ -212,7 +282,9 @@ absl::StatusOr<std::vector<PlannedTensor>> PlanTensors(
   }
   for (int il = 0; il < spec.n_layer; ++il) {
     for (const model::TensorSpec& t : arch->tensors) {
-      if (model::IsLayerTensor(t.id)) add(t, il);
+      if (model::IsLayerTensor(t.id) && model::LayerSelected(t.layers, hp.layers[il])) {
+        add(t, il);
+      }
     }
   }
   for (const PlannedTensor& p : out) {
@@ -231,7 +303,7 @@ absl::Status ValidateSpec(const TestModelSpec& spec) {
   // Every (type, scale) must be fillable; try one block of each.
   std::vector<uint8_t> block(1024);
   for (const PlannedTensor& p : plan) {
-    if (p.ones) continue;
+    if (p.ones || p.constant.has_value()) continue;
     const GgmlTypeInfo& info = TypeInfo(p.type);
     for (float scale : {p.segments[0].scale, p.segments[0].scale / 20}) {
       RETURN_IF_ERROR(quant::FillRandomBlocks(p.type, 0, scale, block.data(),
@@ -266,11 +338,11 @@ struct FillJob {
 void FillTensor(const PlannedTensor& p, uint64_t seed, ThreadPool* pool,
                 uint8_t* dst) {
   const int64_t row = p.ne[0];
-  if (p.ones) {
+  if (p.ones || p.constant.has_value()) {  // F32
     int64_t n = 0;
     for (const RowSegment& g : p.segments) n += g.n_rows * row;
-    const float one = 1.0f;
-    for (int64_t i = 0; i < n; ++i) std::memcpy(dst + 4 * i, &one, 4);
+    const float value = p.constant.value_or(1.0f);
+    for (int64_t i = 0; i < n; ++i) std::memcpy(dst + 4 * i, &value, 4);
     return;
   }
   const uint64_t row_bytes = *RowBytes(p.type, row);
@@ -336,6 +408,20 @@ absl::Status AddTestModel(const TestModelSpec& spec, GgufWriter* writer,
                  static_cast<float>(spec.rms_eps));
   u32("expert_count", spec.n_expert);
   u32("expert_used_count", spec.n_expert_used);
+  const model::HyperParams hp = ToHyperParams(spec);
+  if (spec.n_rot > 0) u32("rope.dimension_count", spec.n_rot);
+  if (model::FindArch(a)->multi_section_rope) {
+    writer->Set(absl::StrCat(a, ".rope.dimension_sections"),
+                GgufValue::IntArray(GgufValueType::kInt32, spec.rope_sections));
+  }
+  if (hp.n_recurrent_layers() > 0) {
+    u32("ssm.conv_kernel", spec.ssm_conv_kernel);
+    u32("ssm.state_size", spec.ssm_head);
+    u32("ssm.group_count", spec.ssm_n_k_heads);
+    u32("ssm.time_step_rank", spec.ssm_n_v_heads);
+    u32("ssm.inner_size", spec.ssm_n_v_heads * spec.ssm_head);
+    u32("full_attention_interval", spec.full_attention_interval);
+  }
   RETURN_IF_ERROR(WriteVocabSpec(vocab, writer));
   // Qwen's files say it explicitly (llama.cpp's BPE default would add BOS).
   if (!vocab.add_bos) writer->SetBool("tokenizer.ggml.add_bos_token", false);
@@ -362,7 +448,7 @@ absl::Status WriteTestModel(const TestModelSpec& spec,
   const int threads =
       spec.threads > 0
           ? spec.threads
-          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+          : AvailableCpuCount();
   ThreadPool pool(threads);
   GgufWriter writer;
   RETURN_IF_ERROR(AddTestModel(spec, &writer, &pool));

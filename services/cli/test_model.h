@@ -30,6 +30,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,7 +56,15 @@ struct TestModelSpec {
   int64_t n_expert = 8;
   int64_t n_expert_used = 2;
   int64_t n_ff_exp = 256;
-  int64_t n_ff_shexp = 512;  // qwen2moe only
+  int64_t n_ff_shexp = 512;  // qwen2moe, qwen35moe
+  // qwen35moe: partial multi-section rotary and the gated DeltaNet layers.
+  int64_t n_rot = 0;  // rope.dimension_count; 0 = head_dim
+  std::vector<int64_t> rope_sections = {11, 11, 10, 0};
+  int64_t ssm_conv_kernel = 4;
+  int64_t ssm_n_k_heads = 16;
+  int64_t ssm_n_v_heads = 32;
+  int64_t ssm_head = 128;
+  int64_t full_attention_interval = 4;
   int64_t n_ff = 512;        // feed_forward_length (metadata only)
   int64_t n_vocab = 1024;
   int64_t n_ctx = 4096;
@@ -67,9 +76,15 @@ struct TestModelSpec {
 };
 
 // Named shapes. "qwen3-30b-a3b": 48 layers, n_embd 2048, 32 query / 4 KV
-// heads of 128, 128 experts top-8, expert FFN 768, FFN 6144; "tiny" (the
-// defaults above, the oracle fixtures' shape). The vocabulary stays small
-// (n_vocab 1024) and the context 4096 in both. InvalidArgument otherwise.
+// heads of 128, 128 experts top-8, expert FFN 768, FFN 6144 (vocabulary
+// 1024); "qwen3.5-35b-a3b" (Qwen3.5/3.6-35B-A3B's published config): 40
+// layers, 10 x (3 gated DeltaNet + 1 gated attention), n_embd 2048,
+// attention 16 / 2 heads of 256 with 64 rotary dims in sections 11/11/10,
+// DeltaNet 16 key and 32 value heads of 128, conv kernel 4, 256 experts
+// top-8 of FFN 512 plus a shared expert of 512, vocabulary 248320, context
+// 262144; "tiny" (the defaults above, the oracle fixtures' shape). The
+// context is 4096 unless the preset says otherwise. InvalidArgument
+// otherwise.
 absl::StatusOr<TestModelSpec> PresetSpec(absl::string_view preset);
 
 // The hyper-parameters the spec describes (n_ff_shexp as given, also for
@@ -97,6 +112,9 @@ struct PlannedTensor {
   std::vector<int64_t> ne;  // ggml order
   model::TensorRole role;
   bool ones = false;        // RMSNorm weight: every element 1
+  // Every element this value instead of random (DeltaNet's ssm_a, which
+  // must be negative for the state to decay).
+  std::optional<float> constant;
   // Cover every row, in order; one segment unless rows differ in scale.
   std::vector<RowSegment> segments;
 };

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <array>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -9,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/gguf/gguf.h"
 #include "common/model/expert.h"
@@ -83,6 +85,67 @@ TEST_F(TestModelTest, Qwen3_30B_PresetPlan) {
 
 // Same shape and mix as llama.cpp's fixture -> same names, shapes, types and
 // metadata keys.
+// Qwen3.5/3.6-35B-A3B as published: 40 layers, 3 gated DeltaNet for every
+// gated attention layer, and the tensors llama.cpp's qwen35moe loads.
+TEST_F(TestModelTest, Qwen35_35B_PresetPlan) {
+  auto spec = PresetSpec("qwen3.5-35b-a3b");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->arch, "qwen35moe");
+  EXPECT_EQ(spec->n_vocab, 248320);
+  const model::HyperParams hp = ToHyperParams(*spec);
+  EXPECT_EQ(hp.n_recurrent_layers(), 30);
+  EXPECT_EQ(hp.n_attention_layers(), 10);
+  EXPECT_EQ(hp.layers[3].mixer, model::MixerKind::kGatedAttention);
+  EXPECT_EQ(hp.layers[4].mixer, model::MixerKind::kGatedDeltaNet);
+  auto plan = PlanTensors(*spec);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  int qkv = 0, q = 0;
+  for (const PlannedTensor& t : *plan) {
+    if (t.name == "blk.0.attn_qkv.weight") {
+      EXPECT_EQ(t.ne, (std::vector<int64_t>{2048, 8192}));  // 2 x 16 x 128 + 32 x 128
+    }
+    if (t.name == "blk.3.attn_q.weight") {
+      EXPECT_EQ(t.ne, (std::vector<int64_t>{2048, 8192}));  // 16 heads x 256 x (q, gate)
+    }
+    if (t.name == "blk.0.ssm_conv1d.weight") {
+      EXPECT_EQ(t.ne, (std::vector<int64_t>{4, 8192}));
+      EXPECT_EQ(t.type, GgmlType::kF32);
+    }
+    if (t.name == "blk.0.ssm_a") {
+      EXPECT_EQ(t.type, GgmlType::kF32);
+      EXPECT_EQ(t.constant, -1.0f);
+    }
+    if (t.name == "blk.0.ffn_down_exps.weight") {
+      EXPECT_EQ(t.ne, (std::vector<int64_t>{512, 2048, 256}));
+    }
+    qkv += absl::EndsWith(t.name, ".attn_qkv.weight");
+    q += absl::EndsWith(t.name, ".attn_q.weight");
+  }
+  EXPECT_EQ(qkv, 30);
+  EXPECT_EQ(q, 10);
+
+  // A small file of the same kind loads and runs.
+  spec->n_layer = 4;
+  spec->n_expert = 8;
+  spec->n_vocab = 512;
+  spec->type = "Q8_0";
+  const std::string path = Path("q35.gguf");
+  ASSERT_TRUE(WriteTestModel(*spec, path).ok());
+  auto m = model::Model::Open(path);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ((*m)->hparams().n_recurrent_layers(), 3);
+  EXPECT_EQ((*m)->hparams().rope.n_rot, 64);
+  EXPECT_EQ((*m)->hparams().rope.sections, (std::array<int, 4>{11, 11, 10, 0}));
+  EXPECT_EQ((*m)->layer(0).ssm_a, std::vector<float>(32, -1.0f));
+  model::InProcessExperts experts(model::ExpertStore(*m), nullptr);
+  model::Forward forward(*m, &experts, nullptr);
+  auto state = model::SequenceState::Create((*m)->hparams(), 16);
+  ASSERT_TRUE(state.ok());
+  std::vector<float> logits;
+  ASSERT_TRUE(forward.Eval({1, 2, 3, 4}, state->get(), model::LogitsMode::kLast, &logits).ok());
+  for (float x : logits) ASSERT_TRUE(std::isfinite(x));
+}
+
 TEST_F(TestModelTest, MatchesTheLlamaCppFixtures) {
   for (const std::string arch : {"qwen3moe", "qwen2moe"}) {
     const std::string fixture = absl::StrCat(MOESPLIT_FIXTURES_DIR, "/models/",
@@ -236,7 +299,7 @@ TEST_F(TestModelTest, EngineRunsEveryFileType) {
       ASSERT_TRUE(m.ok()) << type << " " << m.status();
       model::InProcessExperts experts(model::ExpertStore(*m), nullptr);
       model::Forward fwd(*m, &experts, nullptr);
-      auto cache = model::KvCache::Create((*m)->hparams(), 8);
+      auto cache = model::SequenceState::Create((*m)->hparams(), 8);
       ASSERT_TRUE(cache.ok());
       const std::vector<int32_t> tokens = {5, 100, 7, 250, 31, 31, 2, 200};
       std::vector<float> logits;

@@ -13,8 +13,8 @@ absl::Status RunTokenize(const Args& args, const CommandIo& io) {
   bool special = false;
   FlagParser f;
   f.AddString("model|m", &model_path, "GGUF model or vocabulary (required)");
-  f.AddString("text", &text, "text to tokenize");
-  f.AddString("text-file", &text_file, "file whose bytes are tokenized");
+  f.AddString("text", &text, "text to tokenize (required, or --text-file)");
+  f.AddString("text-file", &text_file, "file whose bytes are tokenized (required, or --text)").Meta("PATH");
   f.AddBool("special", &special,
             "parse special tokens written in the text (<|im_start|>, ...)");
   ASSIGN_OR_RETURN(bool go, ParseFlags(f, args,

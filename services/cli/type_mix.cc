@@ -74,6 +74,7 @@ bool Quantisable(const TensorTypeQuery& q) {
   if (!absl::EndsWith(q.name, "weight")) return false;
   if (absl::StrContains(q.name, "_norm.weight")) return false;
   if (absl::StrContains(q.name, "ffn_gate_inp.weight")) return false;
+  if (absl::StrContains(q.name, "ssm_conv1d")) return false;  // tiny conv taps
   return true;
 }
 

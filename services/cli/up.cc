@@ -19,7 +19,10 @@
 #include "common/base/status.h"
 #include "common/base/subprocess.h"
 #include "common/gguf/gguf.h"
+#include "common/transport/shm_transport.h"
 #include "services/cli/commands.h"
+#include "services/cli/dense_flags.h"
+#include "services/cli/worker_flags.h"
 #include "services/cli/model_cache.h"
 #include "services/cli/local_workers.h"
 #include "services/cli/remote.h"
@@ -33,11 +36,15 @@ std::atomic<bool> g_stop{false};
 void OnStopSignal(int) { g_stop = true; }
 
 struct UpFlags {
-  std::string model, grpc = "127.0.0.1:50051", metrics, prompt, name, http;
-  int64_t workers = 1, threads = 0, n = 64, ctx = 4096, seed = 42, timeout_ms = 10000;
-  int64_t parallel = 4, max_queue = 64;
+  std::string model, grpc = DenseServiceFlags{}.grpc, metrics, prompt, name;
+  int64_t workers = 1, threads = 0, dense_threads = 0, n = 64, seed = 42;
   double temp = 0;
 };
+
+// The Usage() sections whose flags are passed on as given.
+constexpr absl::string_view kDenseSection = "moesplit-dense flags (passed on to the dense service)";
+constexpr absl::string_view kWorkerSection =
+    "moesplit-expert-worker flags (passed on to every worker)";
 
 // Streams one completion from the dense service; prints text to io.out.
 absl::Status RunPrompt(const UpFlags& f, const CommandIo& io) {
@@ -63,31 +70,55 @@ absl::Status RunPrompt(const UpFlags& f, const CommandIo& io) {
 
 absl::Status RunUp(const Args& args, const CommandIo& io) {
   UpFlags f;
+  DenseServiceFlags dense_flags;
+  ExpertWorkerFlags worker_flags;
   FlagParser p;
-  p.AddString("model|m", &f.model, "GGUF model (default: a generated Qwen3-30B-A3B-shaped test model)");
-  p.AddInt("workers", &f.workers, "expert-workers to start (layers split evenly)");
-  p.AddString("grpc", &f.grpc, "the dense service's Inference API address");
-  p.AddString("http", &f.http, "also serve the OpenAI-compatible HTTP API on HOST:PORT");
-  p.AddInt("parallel", &f.parallel, "sequences the dense service generates at once");
-  p.AddInt("max-queue", &f.max_queue, "requests that may wait for a slot");
+  p.AddString("model|m", &f.model, "GGUF model")
+      .Meta("PATH")
+      .DefaultText("a generated Qwen3-30B-A3B-shaped test model");
+  p.AddInt("workers", &f.workers, "expert-workers to start (layers split evenly)").Range(1, 64);
+  p.AddString("grpc", &f.grpc, "the dense service's Inference gRPC API address").HostPort();
   p.AddString("metrics", &f.metrics,
-              "HOST:PORT for the dense service's /metrics; worker i uses PORT+1+i");
-  p.AddString("prompt|p", &f.prompt, "run this prompt through the services, print, and stop");
-  p.AddInt("n", &f.n, "tokens to generate for --prompt");
-  p.AddDouble("temp", &f.temp, "sampling temperature for --prompt (0 = greedy)");
+              "the dense service's /metrics address; worker i serves PORT+1+i on the same host")
+      .HostPort()
+      .DefaultText("off");
+  p.AddString("prompt|p", &f.prompt, "run this prompt through the services, print, and stop")
+      .Meta("TEXT")
+      .DefaultText("serve until Ctrl-C");
+  p.AddInt("n", &f.n, "tokens to generate for --prompt").Range(0, 1 << 24);
+  p.AddDouble("temp", &f.temp, "sampling temperature for --prompt (0 = greedy)").Range(0, 2);
   p.AddInt("seed", &f.seed, "sampling seed for --prompt");
-  p.AddInt("threads", &f.threads, "threads per worker (default: all)");
-  p.AddInt("ctx", &f.ctx, "context length of the dense service");
-  p.AddInt("expert-timeout", &f.timeout_ms, "ms before an unanswered expert call fails");
-  p.AddString("name", &f.name, "shared-memory name prefix (default: moesplit-<pid>)");
+  p.AddInt("threads", &f.threads,
+           "compute threads per worker; 0: every CPU the process may use (affinity mask, "
+           "cgroup quota)")
+      .Range(0, 1024);
+  p.AddInt("dense-threads", &f.dense_threads,
+           "CPU threads of the dense service (its --threads); 0: every CPU the process may use")
+      .Range(0, 1024);
+  p.AddString("name", &f.name, "shared-memory name prefix")
+      .Check([](absl::string_view v) {
+        return transport::ValidShmName(absl::StrCat(v, "-w0"))
+                   ? absl::OkStatus()
+                   : absl::InvalidArgumentError("use up to 60 characters of [A-Za-z0-9_.-]");
+      })
+      .Meta("PREFIX")
+      .DefaultText("moesplit-<pid>");
+  // Everything else the two services take, checked here and passed on.
+  p.Section(std::string(kDenseSection));
+  AddDenseServiceFlags(p, &dense_flags, {"model", "experts", "grpc", "metrics", "threads"});
+  p.Section(std::string(kWorkerSection));
+  AddExpertWorkerFlags(p, &worker_flags,
+                       {"model", "shard", "listen-shm", "listen-grpc", "metrics", "threads",
+                        "worker-id"});
   ASSIGN_OR_RETURN(const bool go,
                    ParseFlags(p, args,
                               "up [--model M] [--grpc H:P] [--http H:P] [--workers N] "
-                              "[--prompt S] [flags]",
+                              "[--prompt S] [any moesplit-dense or expert-worker flag]",
                               io));
   if (!go) return absl::OkStatus();
-  if (f.workers < 1 || f.workers > 64) {
-    return absl::InvalidArgumentError("--workers must be in 1..64");
+  if (!p.positional().empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("up: unexpected argument '", p.positional()[0], "'"));
   }
   if (p.WasSet("prompt") && f.prompt.empty()) {
     return absl::InvalidArgumentError("--prompt is empty");
@@ -121,16 +152,18 @@ absl::Status RunUp(const Args& args, const CommandIo& io) {
   wo.metrics_port = metrics_port > 0 ? metrics_port + 1 : 0;
   if (metrics_port == 0) wo.metrics_host.clear();
   wo.echo_stderr = true;
+  wo.extra_args = p.GivenArgs(kWorkerSection);
   ASSIGN_OR_RETURN(std::unique_ptr<LocalWorkers> workers, LocalWorkers::Start(wo));
   const std::vector<std::string>& addrs = workers->addresses();
-  std::vector<std::string> dargs = {"--model", f.model, "--grpc", f.grpc, "--ctx",
-                                    std::to_string(f.ctx), "--expert-timeout",
-                                    std::to_string(f.timeout_ms), "--experts",
+  std::vector<std::string> dargs = {"--model", f.model, "--grpc", f.grpc, "--experts",
                                     absl::StrJoin(addrs, ",")};
   if (!f.metrics.empty()) dargs.insert(dargs.end(), {"--metrics", f.metrics});
-  if (!f.http.empty()) dargs.insert(dargs.end(), {"--http", f.http});
-  dargs.insert(dargs.end(), {"--parallel", std::to_string(f.parallel), "--max-queue",
-                             std::to_string(f.max_queue)});
+  if (p.WasSet("dense-threads")) {
+    dargs.insert(dargs.end(), {"--threads", std::to_string(f.dense_threads)});
+  }
+  for (std::string& a : p.GivenArgs(kDenseSection)) dargs.push_back(std::move(a));
+  std::fprintf(io.err, "moesplit up: starting moesplit-dense %s\n",
+               absl::StrJoin(dargs, " ").c_str());
   Subprocess dense(dir + "/moesplit-dense", dargs, /*echo_stderr=*/true);
   RETURN_IF_ERROR(dense.WaitFor("ready", 600s));
   absl::Status result;
@@ -138,7 +171,9 @@ absl::Status RunUp(const Args& args, const CommandIo& io) {
     result = RunPrompt(f, io);
   } else {
     std::fprintf(io.err, "moesplit up: serving gRPC on %s%s (Ctrl-C stops)\n", f.grpc.c_str(),
-                 f.http.empty() ? "" : absl::StrCat(", HTTP on ", f.http).c_str());
+                 dense_flags.http.empty()
+                     ? ""
+                     : absl::StrCat(", HTTP on ", dense_flags.http).c_str());
     while (!g_stop) {
       if (dense.Wait(200ms) >= 0) {
         result = absl::InternalError("the dense service exited");

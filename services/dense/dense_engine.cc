@@ -30,18 +30,17 @@ absl::StatusOr<std::unique_ptr<transport::RemoteExperts>> ConnectExperts(
 
 struct DenseEngine::Sequence {
   std::shared_ptr<RequestHandle> req;
-  std::unique_ptr<model::KvCache> cache;  // on the CPU; on the GPU: a runner slot
   Sampler sampler;
   StopMatcher stops;
   StreamDecoder decoder;
-  size_t prefilled = 0;  // prompt tokens in the cache
+  size_t prefilled = 0;  // prompt tokens in the sequence's state
   int32_t next = -1;     // the last sampled token, fed in the next step
   int completion = 0;
   int limit = 0;
   std::vector<float> logits;
   std::chrono::steady_clock::time_point last_token;
   GenerateOutcome outcome;
-  int slot = -1;  // the GPU runner's KV cache slot
+  int slot = -1;  // the runner slot holding the sequence's state
 
   bool decoding() const { return prefilled == req->params_.prompt.size(); }
 };
@@ -73,34 +72,24 @@ absl::StatusOr<std::unique_ptr<DenseEngine>> DenseEngine::Create(const EngineOpt
     backend = e->remote_.get();
     e->expert_addresses_ = options.experts;
   }
-  e->forward_ = std::make_unique<model::Forward>(e->model_, backend, e->pool_.get());
   e->n_ctx_ = static_cast<int>(std::min<int64_t>(options.n_ctx, hp.n_ctx_train));
-  if (options.backend != "cpu") {
-    RunnerOptions ro;
-    ro.backend = options.backend;
-    ro.n_ctx = e->n_ctx_;
-    ro.gpu_memory = options.gpu_memory;
-    ro.kv_type = options.kv_type;
-    ro.n_parallel = options.max_sequences;
-    ro.expert_cache_slots = options.expert_cache_slots;
-    ro.prefill_stream_min_tokens = options.prefill_stream_min_tokens;
-    ro.pin_experts = options.pin_experts;
-    ASSIGN_OR_RETURN(std::unique_ptr<SequenceRunner> runner,
-                     CreateSequenceRunner(e->model_, backend, e->pool_.get(), ro));
-    if (runner->name() != "cpu") {
-      e->gpu_runner_ = std::move(runner);
-      e->options_.max_sequences = e->gpu_runner_->slots();
-      e->gpu_slot_used_.assign(e->gpu_runner_->slots(), false);
-    }
-  }
-  e->kv_bytes_per_position_ = static_cast<uint64_t>(hp.n_layer) * hp.n_head_kv *
-                              (hp.head_dim_k + hp.head_dim_v) * sizeof(uint16_t);
+  RunnerOptions ro;
+  ro.backend = options.backend;
+  ro.n_ctx = e->n_ctx_;
+  ro.gpu_memory = options.gpu_memory;
+  ro.kv_type = options.kv_type;
+  ro.n_parallel = options.max_sequences;
+  ro.expert_cache_slots = options.expert_cache_slots;
+  ro.prefill_stream_min_tokens = options.prefill_stream_min_tokens;
+  ro.pin_experts = options.pin_experts;
+  ASSIGN_OR_RETURN(e->runner_, CreateSequenceRunner(e->model_, backend, e->pool_.get(), ro));
+  e->options_.max_sequences = e->runner_->slots();
+  e->slot_used_.assign(e->runner_->slots(), false);
   e->registry_ = options.registry ? options.registry : std::make_shared<prometheus::Registry>();
   e->metrics_ = std::make_unique<ServingMetrics>(*e->registry_);
   e->metrics_->max_sequences.Set(e->options_.max_sequences);
   e->metrics_->queue_capacity.Set(options.max_queue);
-  e->metrics_->kv_capacity_bytes.Set(
-      static_cast<double>(e->kv_bytes_per_sequence() * e->options_.max_sequences));
+  e->metrics_->kv_capacity_bytes.Set(static_cast<double>(e->runner_->state_bytes_capacity()));
   e->loop_ = std::thread([p = e.get()] { p->Loop(); });
   return e;
 }
@@ -267,25 +256,18 @@ absl::Status DenseEngine::StartSequence(std::shared_ptr<RequestHandle> r) {
   const int64_t prompt = static_cast<int64_t>(p.prompt.size());
   const int limit = p.max_tokens > 0 ? p.max_tokens : n_ctx_;
   const int64_t positions = std::min<int64_t>(n_ctx_, prompt + limit);
-  std::unique_ptr<model::KvCache> cache;
+  // max_sequences is the runner's slot count, so one is free.
   int slot = -1;
-  if (gpu_runner_ != nullptr) {
-    // One of the runner's KV caches (planned at start-up): max_sequences is
-    // their number, so one is free.
-    for (size_t i = 0; i < gpu_slot_used_.size() && slot < 0; ++i) {
-      if (!gpu_slot_used_[i]) slot = static_cast<int>(i);
-    }
-    if (slot < 0) return absl::ResourceExhaustedError("no free GPU sequence slot");
-    gpu_runner_->Clear(slot);
-  } else {
-    ASSIGN_OR_RETURN(cache, model::KvCache::Create(model_->hparams(), positions));
-    kv_used_ += cache->bytes();
+  for (size_t i = 0; i < slot_used_.size() && slot < 0; ++i) {
+    if (!slot_used_[i]) slot = static_cast<int>(i);
   }
-  sequences_.push_back(Sequence{std::move(r), std::move(cache), std::move(sampler),
-                                std::move(stops), StreamDecoder(tokenizer_.get(), false)});
+  if (slot < 0) return absl::ResourceExhaustedError("no free sequence slot");
+  RETURN_IF_ERROR(runner_->Start(slot, positions));
+  slot_used_[slot] = true;
+  sequences_.push_back(Sequence{std::move(r), std::move(sampler), std::move(stops),
+                                StreamDecoder(tokenizer_.get(), false)});
   Sequence& s = sequences_.back();
   s.slot = slot;
-  if (slot >= 0) gpu_slot_used_[slot] = true;
   s.limit = limit;
   s.outcome.prompt_tokens = static_cast<int>(prompt);
   return absl::OkStatus();
@@ -302,13 +284,13 @@ void DenseEngine::Step() {
   }
   UpdateGauges();
   if (sequences_.empty()) return;
-  std::vector<model::SequenceBatch> batch;
+  std::vector<RunnerEntry> batch;
   std::vector<std::list<Sequence>::iterator> who;
   std::vector<int64_t> chunk;  // prompt tokens per entry (0: a decode)
   int64_t n_tokens = 0;
   for (auto it = sequences_.begin(); it != sequences_.end(); ++it) {
     if (!it->decoding()) continue;
-    batch.push_back({it->cache.get(), absl::MakeConstSpan(&it->next, 1), model::LogitsMode::kLast,
+    batch.push_back({it->slot, absl::MakeConstSpan(&it->next, 1), model::LogitsMode::kLast,
                      &it->logits});
     who.push_back(it);
     chunk.push_back(0);
@@ -320,7 +302,7 @@ void DenseEngine::Step() {
     const auto& prompt = it->req->params_.prompt;
     const int64_t n = std::min<int64_t>(budget, prompt.size() - it->prefilled);
     const bool last = it->prefilled + n == prompt.size();
-    batch.push_back({it->cache.get(), absl::MakeConstSpan(prompt).subspan(it->prefilled, n),
+    batch.push_back({it->slot, absl::MakeConstSpan(prompt).subspan(it->prefilled, n),
                      last ? model::LogitsMode::kLast : model::LogitsMode::kNone, &it->logits});
     who.push_back(it);
     chunk.push_back(n);
@@ -328,18 +310,7 @@ void DenseEngine::Step() {
     n_tokens += n;
   }
   metrics_->batch_tokens.Observe(static_cast<double>(n_tokens));
-  absl::Status eval;
-  if (gpu_runner_ != nullptr) {
-    // The same step on the GPU: each sequence in its own KV cache slot.
-    std::vector<RunnerEntry> entries;
-    for (size_t i = 0; i < batch.size(); ++i) {
-      entries.push_back({who[i]->slot, batch[i].tokens, batch[i].mode, batch[i].logits});
-    }
-    eval = gpu_runner_->EvalBatch(entries);
-  } else {
-    eval = forward_->EvalBatch(batch);
-  }
-  if (absl::Status s = eval; !s.ok()) {
+  if (absl::Status s = runner_->EvalBatch(batch); !s.ok()) {
     for (auto it : who) Finish(it, s);
     UpdateGauges();
     return;
@@ -384,9 +355,8 @@ absl::StatusOr<bool> DenseEngine::Advance(Sequence& s) {
     ASSIGN_OR_RETURN(piece, s.decoder.Push(delta.token));
   }
   StopMatcher::Result r = s.stops.Feed(piece);
-  const bool full = s.completion >= s.limit ||
-                    (s.cache != nullptr ? s.cache->n_past() >= s.cache->n_ctx()
-                                        : gpu_runner_->n_past(s.slot) >= n_ctx_);
+  const bool full =
+      s.completion >= s.limit || runner_->n_past(s.slot) >= runner_->capacity(s.slot);
   delta.text = std::move(r.text);
   if (eog || (full && !r.stopped)) {
     if (!eog) delta.text += s.decoder.Flush();
@@ -412,9 +382,9 @@ absl::StatusOr<bool> DenseEngine::Advance(Sequence& s) {
 void DenseEngine::Finish(std::list<Sequence>::iterator it,
                          absl::StatusOr<GenerateOutcome> result) {
   std::shared_ptr<RequestHandle> r = it->req;
-  if (it->cache != nullptr) kv_used_ -= it->cache->bytes();
-  if (it->slot >= 0) gpu_slot_used_[it->slot] = false;
-  sequences_.erase(it);  // frees the KV cache now
+  runner_->Release(it->slot);  // frees the sequence's state now
+  slot_used_[it->slot] = false;
+  sequences_.erase(it);
   metrics_->request_duration.Observe(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - r->submitted_).count());
   {
@@ -431,7 +401,7 @@ void DenseEngine::Finish(std::list<Sequence>::iterator it,
 }
 
 void DenseEngine::UpdateGauges() {
-  metrics_->kv_used_bytes.Set(static_cast<double>(kv_used_));
+  metrics_->kv_used_bytes.Set(static_cast<double>(runner_->state_bytes_used()));
   std::lock_guard<std::mutex> l(mu_);
   metrics_->running_sequences.Set(running_);
   metrics_->queue_depth.Set(static_cast<double>(waiting_.size()));

@@ -16,9 +16,12 @@
 // forward pass gives a token the same bits whatever shares its step
 // (forward.h), a greedy request produces exactly what it produces alone.
 //
-// KV memory: a sequence's cache holds min(context, prompt + max_tokens)
-// positions (context when max_tokens is 0), allocated when the sequence
-// starts and freed the moment it ends (finished, failed or cancelled).
+// Sequence state: each running sequence holds one runner slot
+// (sequence_runner.h, CPU or GPU alike); on the CPU its state holds
+// min(context, prompt + max_tokens) positions (context when max_tokens is
+// 0), allocated when the sequence starts and freed the moment it ends
+// (finished, failed or cancelled); the GPU runner's slots are planned for
+// the full context at start-up.
 //
 // Thread-safe: Submit/Generate and the handles may be used from any thread.
 #pragma once
@@ -153,13 +156,15 @@ class DenseEngine {
   int n_ctx() const { return n_ctx_; }
   int max_sequences() const { return options_.max_sequences; }
   int max_queue() const { return options_.max_queue; }
-  // KV bytes of one sequence at full context.
-  uint64_t kv_bytes_per_sequence() const { return kv_bytes_per_position_ * n_ctx_; }
+  // State bytes (KV + recurrent) of one sequence at full context.
+  uint64_t kv_bytes_per_sequence() const {
+    return runner_->state_bytes_capacity() / static_cast<uint64_t>(runner_->slots());
+  }
   ServingMetrics& metrics() { return *metrics_; }
   // "cpu" or "cuda:<device>": where the dense forward runs.
-  std::string backend_name() const { return gpu_runner_ ? gpu_runner_->name() : "cpu"; }
+  std::string backend_name() const { return runner_->name(); }
   // The GPU runner's cache and streaming state (zeros on the CPU); thread-safe.
-  GpuRunnerInfo gpu_info() const { return gpu_runner_ ? gpu_runner_->gpu_info() : GpuRunnerInfo{}; }
+  GpuRunnerInfo gpu_info() const { return runner_->gpu_info(); }
   prometheus::Registry& registry() { return *registry_; }
   // Sequences running and requests queued now.
   int running() const;
@@ -191,13 +196,11 @@ class DenseEngine {
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<transport::RemoteExperts> remote_;
   std::unique_ptr<model::ExpertBackend> local_;
-  std::unique_ptr<model::Forward> forward_;
-  // Set when the dense forward runs on the GPU (one sequence at a time).
-  std::unique_ptr<SequenceRunner> gpu_runner_;
-  std::vector<bool> gpu_slot_used_;  // per runner slot: held by a sequence
+  // The sequences' state and the forward pass, CPU or GPU alike.
+  std::unique_ptr<SequenceRunner> runner_;
+  std::vector<bool> slot_used_;  // per runner slot: held by a sequence (engine thread)
   std::vector<std::string> expert_addresses_;
   int n_ctx_ = 0;
-  uint64_t kv_bytes_per_position_ = 0;
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<ServingMetrics> metrics_;
 
@@ -208,7 +211,6 @@ class DenseEngine {
   bool stop_ = false;                                  // guarded by mu_
 
   std::list<Sequence> sequences_;  // engine thread only
-  uint64_t kv_used_ = 0;           // engine thread only
   std::thread loop_;
 };
 

@@ -99,7 +99,7 @@ std::vector<std::vector<int32_t>> Reference(const std::vector<std::vector<int32_
   model::Forward f(*m, &experts, &pool);
   std::vector<std::vector<int32_t>> out;
   for (const auto& p : prompts) {
-    auto cache = model::KvCache::Create((*m)->hparams(), 128);
+    auto cache = model::SequenceState::Create((*m)->hparams(), 128);
     auto g = model::GreedyGenerate(f, cache->get(), p, n);
     EXPECT_TRUE(g.ok()) << g.status();
     out.push_back(*g);

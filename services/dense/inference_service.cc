@@ -304,7 +304,7 @@ grpc::ServerUnaryReactor* InferenceService::GetModel(grpc::CallbackServerContext
   }
   for (const auto& a : engine.expert_addresses()) response->add_expert_workers(a);
   v1::MemoryPlan* plan = response->mutable_memory_plan();
-  plan->set_backend("cpu");
+  plan->set_backend(engine.backend_name());
   uint64_t dense = 0;
   for (const auto& [role, bytes] : m.Summary().bytes_by_role) {
     if (role != "routed_experts") dense += bytes;

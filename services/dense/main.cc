@@ -13,7 +13,6 @@
 
 #include <pthread.h>
 
-#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -25,12 +24,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/base/cpu_count.h"
 #include "common/base/status.h"
 #include "common/plan/byte_size.h"
 #include "common/plan/memory_plan.h"
 #include "common/telemetry/gpu_metrics.h"
 #include "common/telemetry/metrics.h"
-#include "services/cli/flags.h"
+#include "services/cli/dense_flags.h"
 #include "services/dense/chat_prompt.h"
 #include "services/dense/dense_engine.h"
 #include "services/dense/http_server.h"
@@ -59,147 +59,70 @@ int Run(int argc, char** argv) {
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // Every flag is checked here, before anything is loaded (dense_flags.h).
+  cli::DenseServiceFlags f;
+  auto parsed = cli::ParseDenseServiceFlags(std::vector<std::string>(argv + 1, argv + argc), &f);
+  if (!parsed.ok()) return Fail(parsed.status());
+  if (*parsed == cli::ParsedCommandLine::kExit) return 0;
+  const std::string &grpc_addr = f.grpc, &metrics_addr = f.metrics, &http_addr = f.http;
+  const std::string& template_file = f.chat_template_file;
+  const int64_t parallel = f.parallel;
   EngineOptions opt;
-  std::string grpc_addr = "127.0.0.1:50051", metrics_addr, experts_csv, http_addr;
-  std::string template_file;
-  int64_t threads = 0, ctx = 4096, timeout_ms = 10000, connect_ms = 60000;
-  int64_t parallel = 4, max_queue = 64, step_tokens = 512;
-  cli::FlagParser p;
-  p.AddString("model", &opt.model_path, "GGUF model file");
-  p.AddString("experts", &experts_csv,
-              "expert workers: shm://NAME or grpc://HOST:PORT, comma-separated (or repeat); "
-              "empty: in-process");
-  p.AddString("grpc", &grpc_addr, "serve the Inference API on HOST:PORT");
-  p.AddString("metrics", &metrics_addr, "serve Prometheus /metrics on HOST:PORT");
-  p.AddString("http", &http_addr, "also serve the OpenAI-compatible HTTP API on HOST:PORT");
-  p.AddString("chat-template-file", &template_file,
-              "Jinja chat template to use instead of the model's");
-  p.AddInt("parallel", &parallel, "sequences generated at once (continuous batching)");
-  p.AddInt("max-queue", &max_queue, "requests that may wait for a slot; more get 429/RESOURCE_EXHAUSTED");
-  p.AddInt("step-tokens", &step_tokens, "tokens per forward step (decodes + prompt chunks)");
-  p.AddInt("threads", &threads, "CPU threads (default: all)");
-  p.AddInt("ctx", &ctx, "context length");
-  p.AddInt("expert-timeout", &timeout_ms, "ms before an unanswered expert call fails");
-  p.AddInt("connect-timeout", &connect_ms, "ms to wait for the workers at start");
-  std::string gpu_memory;
-  p.AddString("backend", &opt.backend, "dense forward on: auto (GPU when present), cpu, cuda");
-  p.AddString("gpu-memory", &gpu_memory, "GPU memory budget, e.g. 8GiB (default: free memory)");
-  p.AddString("kv-type", &opt.kv_type, "GPU KV cache type: f16, q8_0, q4_0");
-  std::string expert_cache = "auto", prefill_stream = "auto";
-  p.AddString("expert-cache", &expert_cache,
-              "GPU hot-expert cache slots: auto (what the budget leaves), off, or a number");
-  p.AddString("prefill-stream", &prefill_stream,
-              "tokens an expert needs in a step to be streamed to the GPU for prefill: auto "
-              "(measured at start-up), off, or a number");
-  p.AddBool("pin-experts", &opt.pin_experts,
-            "page-lock the model's expert tensors for faster host-to-GPU copies");
-  // The HTTP front end's limits (http_server.h).
-  HttpServerOptions http_opt;
-  int64_t http_header_ms = http_opt.header_timeout.count(),
-          http_body_ms = http_opt.body_timeout.count(),
-          http_idle_ms = http_opt.idle_timeout.count(),
-          http_write_ms = http_opt.write_timeout.count(),
-          http_max_requests = http_opt.max_requests_per_connection,
-          http_max_connections = http_opt.max_connections,
-          http_max_header = http_opt.max_header_bytes, http_max_uri = http_opt.max_uri_bytes;
-  std::string max_body = std::to_string(http_opt.max_body_bytes);
-  p.AddInt("http-header-timeout", &http_header_ms,
-           "ms a client may take to send a request's line and headers");
-  p.AddInt("http-body-timeout", &http_body_ms, "ms a client may take to send a request's body");
-  p.AddInt("http-idle-timeout", &http_idle_ms, "ms a kept-alive connection may wait between requests");
-  p.AddInt("http-write-timeout", &http_write_ms,
-           "ms one response write may take (a client that stops reading is dropped)");
-  p.AddInt("http-max-requests-per-connection", &http_max_requests,
-           "requests served on one kept-alive connection");
-  p.AddInt("http-max-connections", &http_max_connections,
-           "open HTTP connections; more are answered 503 and closed");
-  p.AddString("max-body-bytes", &max_body, "largest HTTP request body, e.g. 4MiB (more: 413)");
-  p.AddInt("http-max-header-bytes", &http_max_header,
-           "largest request line + headers (more: 431)");
-  p.AddInt("http-max-uri-bytes", &http_max_uri, "longest request target (more: 414)");
-  std::vector<std::string> args(argv + 1, argv + argc);
-  // --experts may repeat: join the values.
-  std::vector<std::string> rest;
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--experts" && i + 1 < args.size()) {
-      experts_csv += (experts_csv.empty() ? "" : ",") + args[++i];
-    } else if (args[i].rfind("--experts=", 0) == 0) {
-      experts_csv += (experts_csv.empty() ? "" : ",") + args[i].substr(10);
-    } else {
-      rest.push_back(args[i]);
-    }
-  }
-  if (absl::Status s = p.Parse(rest); !s.ok()) return Fail(s);
-  if (opt.model_path.empty()) return Fail(absl::InvalidArgumentError("--model is required"));
-  if (ctx < 16 || timeout_ms < 1 || connect_ms < 0) {
-    return Fail(absl::InvalidArgumentError("--ctx >= 16, --expert-timeout >= 1 required"));
-  }
-  for (absl::string_view a : absl::StrSplit(experts_csv, ',', absl::SkipEmpty())) {
+  opt.model_path = f.model;
+  for (absl::string_view a : absl::StrSplit(f.experts, ',', absl::SkipEmpty())) {
     opt.experts.emplace_back(a);
   }
-  if (!gpu_memory.empty()) {
-    auto bytes = plan::ParseByteSize(gpu_memory);
+  if (!f.gpu_memory.empty()) {
+    auto bytes = plan::ParseByteSize(f.gpu_memory);
     if (!bytes.ok()) return Fail(bytes.status());
     opt.gpu_memory = *bytes;
   }
-  auto auto_off_or_count = [](const std::string& flag, const std::string& v,
-                              int64_t* out) -> absl::Status {
-    if (v == "auto") {
-      *out = -1;
-    } else if (v == "off") {
-      *out = 0;
-    } else if (!absl::SimpleAtoi(v, out) || *out < 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--", flag, " must be auto, off or a positive number, got '", v, "'"));
-    }
-    return absl::OkStatus();
-  };
-  if (absl::Status s = auto_off_or_count("expert-cache", expert_cache, &opt.expert_cache_slots);
-      !s.ok()) {
-    return Fail(s);
-  }
-  if (absl::Status s = auto_off_or_count("prefill-stream", prefill_stream,
-                                         &opt.prefill_stream_min_tokens);
-      !s.ok()) {
-    return Fail(s);
-  }
-  opt.threads = static_cast<int>(threads);
-  opt.n_ctx = static_cast<int>(ctx);
-  opt.expert_timeout = std::chrono::milliseconds(timeout_ms);
-  opt.connect_timeout = std::chrono::milliseconds(connect_ms);
-  if (parallel < 1 || parallel > 1024 || max_queue < 0 || max_queue > 100000 || step_tokens < 1 ||
-      step_tokens > 1 << 20) {
-    return Fail(absl::InvalidArgumentError(
-        "--parallel in 1..1024, --max-queue in 0..100000, --step-tokens >= 1 required"));
-  }
-  {
-    auto body_bytes = plan::ParseByteSize(max_body);
-    if (!body_bytes.ok()) {
-      return Fail(absl::InvalidArgumentError(
-          absl::StrCat("--max-body-bytes: ", body_bytes.status().message())));
-    }
-    auto in_int = [](int64_t v) { return static_cast<int>(std::clamp<int64_t>(v, -1, INT32_MAX)); };
-    http_opt.header_timeout = std::chrono::milliseconds(http_header_ms);
-    http_opt.body_timeout = std::chrono::milliseconds(http_body_ms);
-    http_opt.idle_timeout = std::chrono::milliseconds(http_idle_ms);
-    http_opt.write_timeout = std::chrono::milliseconds(http_write_ms);
-    http_opt.max_requests_per_connection = in_int(http_max_requests);
-    http_opt.max_connections = in_int(http_max_connections);
+  auto cache_slots = cli::ParseAutoOffOrCount(f.expert_cache);
+  auto stream_min = cli::ParseAutoOffOrCount(f.prefill_stream);
+  if (!cache_slots.ok()) return Fail(cache_slots.status());
+  if (!stream_min.ok()) return Fail(stream_min.status());
+  opt.expert_cache_slots = *cache_slots;
+  opt.prefill_stream_min_tokens = *stream_min;
+  opt.backend = f.backend;
+  opt.kv_type = f.kv_type;
+  opt.pin_experts = f.pin_experts;
+  opt.threads = f.threads > 0 ? static_cast<int>(f.threads) : AvailableCpuCount();
+  opt.n_ctx = static_cast<int>(f.ctx);
+  opt.expert_timeout = std::chrono::milliseconds(f.expert_timeout_ms);
+  opt.connect_timeout = std::chrono::milliseconds(f.connect_timeout_ms);
+  opt.max_sequences = static_cast<int>(f.parallel);
+  opt.max_queue = static_cast<int>(f.max_queue);
+  opt.step_tokens = static_cast<int>(f.step_tokens);
+  // The GPU budget the runner plans with, read before the model takes its share.
+  const uint64_t plan_budget =
+      opt.gpu_memory > 0 ? opt.gpu_memory : (opt.backend != "cpu" ? QueryGpuMemory().free : 0);
+  // The HTTP front end's limits (http_server.h); dense_flags.cc checked their ranges.
+  HttpServerOptions http_opt;
+  http_opt.header_timeout = std::chrono::milliseconds(f.http_header_timeout_ms);
+  http_opt.body_timeout = std::chrono::milliseconds(f.http_body_timeout_ms);
+  http_opt.idle_timeout = std::chrono::milliseconds(f.http_idle_timeout_ms);
+  http_opt.write_timeout = std::chrono::milliseconds(f.http_write_timeout_ms);
+  http_opt.max_requests_per_connection = static_cast<int>(f.http_max_requests_per_connection);
+  http_opt.max_connections = static_cast<int>(f.http_max_connections);
+  if (auto body_bytes = plan::ParseByteSize(f.max_body_bytes); body_bytes.ok()) {
     http_opt.max_body_bytes = *body_bytes;
-    auto in_u32 = [](int64_t v) { return static_cast<uint32_t>(std::clamp<int64_t>(v, 0, 1 << 24)); };
-    http_opt.max_header_bytes = in_u32(http_max_header);
-    http_opt.max_uri_bytes = in_u32(http_max_uri);
-    if (absl::Status s = ValidateHttpOptions(http_opt); !s.ok()) return Fail(s);
+  } else {
+    return Fail(body_bytes.status());
   }
-  opt.max_sequences = static_cast<int>(parallel);
-  opt.max_queue = static_cast<int>(max_queue);
-  opt.step_tokens = static_cast<int>(step_tokens);
+  http_opt.max_header_bytes = static_cast<uint32_t>(f.http_max_header_bytes);
+  http_opt.max_uri_bytes = static_cast<uint32_t>(f.http_max_uri_bytes);
+  if (absl::Status s = ValidateHttpOptions(http_opt); !s.ok()) return Fail(s);
   // One registry for the --metrics exposer and HTTP GET /metrics.
   auto registry = std::make_shared<prometheus::Registry>();
+  telemetry::ExportBuildInfo(*registry, "moesplit-dense");
   opt.registry = registry;
   auto engine = DenseEngine::Create(opt);
   if (!engine.ok()) return Fail(engine.status());
-  std::fprintf(stderr, "moesplit-dense: dense forward on %s\n", (*engine)->backend_name().c_str());
+  std::fprintf(stderr,
+               "moesplit-dense: dense forward on %s, %d threads, context %d positions x %d "
+               "sequences\n",
+               (*engine)->backend_name().c_str(), opt.threads, (*engine)->n_ctx(),
+               opt.max_sequences);
   std::string template_source;
   if (!template_file.empty()) {
     std::ifstream in(template_file, std::ios::binary);
@@ -233,7 +156,7 @@ int Run(int argc, char** argv) {
     // Per expert call: tokens, round trip, the workers' own time. The
     // observer keeps the metrics (and their registry) alive as long as the
     // engine may call it.
-    (*engine)->remote()->SetCallObserver(
+    (*engine)->remote()->SetRoundTripObserver(
         [m = expert_metrics, registry](const model::ExpertCall& call, double round_trip_s,
                                        uint64_t worker_ns) {
           m->ObserveCall(call, round_trip_s, worker_ns);
@@ -248,12 +171,18 @@ int Run(int argc, char** argv) {
     plan::PlanOptions po;
     po.n_ctx = (*engine)->n_ctx();
     po.n_parallel = opt.max_sequences;  // one GPU KV cache per sequence
-    po.budget_bytes = opt.gpu_memory > 0 ? opt.gpu_memory : QueryGpuMemory().free;
+    po.budget_bytes = plan_budget;
     auto kv = plan::ParseKvType(opt.kv_type);
     if (kv.ok()) po.kv_type = *kv;
     auto memory_plan = plan::PlanMemory(plan::ShapeOfModel((*engine)->model()), po);
     if (memory_plan.ok()) {
       gpu_metrics.SetPlan(*memory_plan);
+      // The plan this service runs with (what `moesplit plan` prints for the same flags).
+      for (absl::string_view line : absl::StrSplit(plan::FormatPlanTable(*memory_plan), '\n')) {
+        if (!line.empty()) {
+          std::fprintf(stderr, "moesplit-dense: plan: %s\n", std::string(line).c_str());
+        }
+      }
     } else {
       std::fprintf(stderr, "moesplit-dense: warning: no GPU memory plan for the metrics: %s\n",
                    std::string(memory_plan.status().message()).c_str());

@@ -1,6 +1,7 @@
 #include "services/dense/sequence_runner.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <string>
 #include <utility>
@@ -18,13 +19,17 @@
 namespace moesplit::dense {
 namespace {
 
-// InvalidArgument for a slot outside [0, n) or listed twice.
-absl::Status CheckSlots(absl::Span<const RunnerEntry> entries, int n) {
+// InvalidArgument for a slot outside [0, n), not started or listed twice.
+absl::Status CheckSlots(absl::Span<const RunnerEntry> entries, const std::vector<bool>& started) {
+  const int n = static_cast<int>(started.size());
   std::vector<bool> seen(n, false);
   for (const RunnerEntry& e : entries) {
     if (e.slot < 0 || e.slot >= n) {
       return absl::InvalidArgumentError(
           absl::StrCat("sequence slot ", e.slot, " outside [0, ", n, ")"));
+    }
+    if (!started[e.slot]) {
+      return absl::InvalidArgumentError(absl::StrCat("sequence slot ", e.slot, " is not started"));
     }
     if (seen[e.slot]) {
       return absl::InvalidArgumentError(absl::StrCat("sequence slot ", e.slot, " listed twice"));
@@ -34,24 +39,64 @@ absl::Status CheckSlots(absl::Span<const RunnerEntry> entries, int n) {
   return absl::OkStatus();
 }
 
+// The checks Start shares on both backends.
+absl::Status CheckStart(int slot, int64_t positions, const std::vector<bool>& started,
+                        int64_t n_ctx) {
+  if (slot < 0 || slot >= static_cast<int>(started.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sequence slot ", slot, " outside [0, ", started.size(), ")"));
+  }
+  if (started[slot]) {
+    return absl::FailedPreconditionError(absl::StrCat("sequence slot ", slot, " is in use"));
+  }
+  if (positions < 1 || positions > n_ctx) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a sequence of ", positions, " positions; the context holds 1 .. ", n_ctx));
+  }
+  return absl::OkStatus();
+}
+
 class CpuRunner final : public SequenceRunner {
  public:
-  CpuRunner(std::unique_ptr<model::Forward> f, std::unique_ptr<model::KvCache> c)
-      : forward_(std::move(f)), cache_(std::move(c)) {}
-  int slots() const override { return 1; }
+  CpuRunner(std::unique_ptr<model::Forward> f, int slots, int64_t n_ctx)
+      : forward_(std::move(f)), n_ctx_(n_ctx), states_(slots), started_(slots, false) {}
+  int slots() const override { return static_cast<int>(states_.size()); }
+  absl::Status Start(int slot, int64_t positions) override {
+    RETURN_IF_ERROR(CheckStart(slot, positions, started_, n_ctx_));
+    ASSIGN_OR_RETURN(states_[slot],
+                     model::SequenceState::Create(forward_->model().hparams(), positions));
+    started_[slot] = true;
+    used_ += states_[slot]->bytes();
+    return absl::OkStatus();
+  }
+  void Release(int slot) override {
+    if (slot < 0 || slot >= slots() || !started_[slot]) return;
+    used_ -= states_[slot]->bytes();
+    states_[slot].reset();
+    started_[slot] = false;
+  }
   absl::Status EvalBatch(absl::Span<const RunnerEntry> entries) override {
-    RETURN_IF_ERROR(CheckSlots(entries, 1));
+    RETURN_IF_ERROR(CheckSlots(entries, started_));
     std::vector<model::SequenceBatch> b;
-    for (const RunnerEntry& e : entries) b.push_back({cache_.get(), e.tokens, e.mode, e.logits});
+    for (const RunnerEntry& e : entries) {
+      b.push_back({states_[e.slot].get(), e.tokens, e.mode, e.logits});
+    }
     return forward_->EvalBatch(b);
   }
-  int64_t n_past(int) const override { return cache_->n_past(); }
-  void Clear(int) override { cache_->Clear(); }
+  int64_t n_past(int slot) const override { return states_[slot]->n_past(); }
+  int64_t capacity(int slot) const override { return states_[slot]->n_ctx(); }
+  uint64_t state_bytes_used() const override { return used_; }
+  uint64_t state_bytes_capacity() const override {
+    return model::SequenceState::BytesFor(forward_->model().hparams(), n_ctx_) * slots();
+  }
   std::string name() const override { return "cpu"; }
 
  private:
   std::unique_ptr<model::Forward> forward_;
-  std::unique_ptr<model::KvCache> cache_;
+  const int64_t n_ctx_;
+  std::vector<std::unique_ptr<model::SequenceState>> states_;
+  std::vector<bool> started_;
+  std::atomic<uint64_t> used_{0};
 };
 
 #if MOESPLIT_HAVE_CUDA
@@ -71,8 +116,20 @@ class CudaRunner final : public SequenceRunner {
     expert_cache_.reset();
   }
   int slots() const override { return static_cast<int>(caches_.size()); }
+  absl::Status Start(int slot, int64_t positions) override {
+    RETURN_IF_ERROR(CheckStart(slot, positions, started_, caches_[0]->n_ctx()));
+    caches_[slot]->Clear();
+    started_[slot] = true;
+    used_ += caches_[slot]->bytes();
+    return absl::OkStatus();
+  }
+  void Release(int slot) override {
+    if (slot < 0 || slot >= slots() || !started_[slot]) return;
+    started_[slot] = false;
+    used_ -= caches_[slot]->bytes();
+  }
   absl::Status EvalBatch(absl::Span<const RunnerEntry> entries) override {
-    RETURN_IF_ERROR(CheckSlots(entries, slots()));
+    RETURN_IF_ERROR(CheckSlots(entries, started_));
     std::vector<cuda::CudaSequenceBatch> b;
     for (const RunnerEntry& e : entries) {
       b.push_back({caches_[e.slot].get(), e.tokens, e.mode, e.logits});
@@ -80,7 +137,11 @@ class CudaRunner final : public SequenceRunner {
     return forward_->EvalBatch(b);
   }
   int64_t n_past(int slot) const override { return caches_[slot]->n_past(); }
-  void Clear(int slot) override { caches_[slot]->Clear(); }
+  int64_t capacity(int slot) const override { return caches_[slot]->n_ctx(); }
+  uint64_t state_bytes_used() const override { return used_; }
+  uint64_t state_bytes_capacity() const override {
+    return caches_.empty() ? 0 : caches_[0]->bytes() * caches_.size();
+  }
   std::string name() const override { return "cuda:" + device_->name(); }
   GpuRunnerInfo gpu_info() const override {
     GpuRunnerInfo info = info_;
@@ -96,6 +157,8 @@ class CudaRunner final : public SequenceRunner {
   std::unique_ptr<backend::Device> device_;
   std::unique_ptr<cuda::CudaForward> forward_;
   std::vector<std::unique_ptr<cuda::CudaKvCache>> caches_;
+  std::vector<bool> started_ = std::vector<bool>(caches_.size(), false);
+  std::atomic<uint64_t> used_{0};
   std::shared_ptr<cuda::GpuExpertCache> expert_cache_;
   const GpuRunnerInfo info_;  // the fields fixed at start-up
 };
@@ -237,9 +300,9 @@ absl::StatusOr<std::unique_ptr<SequenceRunner>> CreateSequenceRunner(
     }
 #endif
   }
+  if (o.n_ctx < 1) return absl::InvalidArgumentError(absl::StrCat("context ", o.n_ctx, " < 1"));
   auto forward = std::make_unique<model::Forward>(model, experts, pool);
-  ASSIGN_OR_RETURN(auto cache, model::KvCache::Create(model->hparams(), o.n_ctx));
-  return std::unique_ptr<SequenceRunner>(new CpuRunner(std::move(forward), std::move(cache)));
+  return std::unique_ptr<SequenceRunner>(new CpuRunner(std::move(forward), o.n_parallel, o.n_ctx));
 }
 
 }  // namespace moesplit::dense

@@ -1,13 +1,26 @@
-// SequenceRunner: one sequence's forward pass and KV cache behind one
-// interface, so the dense engine runs on the CPU reference forward
-// (model::Forward + model::KvCache) or on the GPU (cuda::CudaForward +
-// cuda::CudaKvCache) alike.
+// SequenceRunner: the per-sequence state of every running sequence and the
+// forward pass that advances them, behind one interface, so the dense engine
+// runs on the CPU reference forward (model::Forward + model::SequenceState)
+// or on the GPU (cuda::CudaForward + cuda::CudaKvCache) without branching
+// on the backend. A runner has slots() slots; the engine Starts a slot for a
+// new sequence, steps any set of started slots together (EvalBatch: a
+// token's logits as if alone), and Releases the slot when the sequence
+// ends. The runner owns the state's memory and reports it
+// (state_bytes_used / state_bytes_capacity), so metrics are right on both
+// backends.
+//
+// CPU: Start allocates a SequenceState of the positions asked for (KV of the
+// attention layers + the DeltaNet layers' fixed state), Release frees it.
+// GPU: the slots' caches are planned and allocated at start-up for the full
+// context (the memory planner checks they fit); Start clears one.
 //
 // --backend auto picks CUDA when a device exists (and the model fits the
-// budget), else the CPU; cuda fails with UNAVAILABLE / RESOURCE_EXHAUSTED
-// when it cannot; cpu never touches the GPU.
+// budget and the GPU kernels cover its layers), else the CPU, saying why;
+// cuda fails with UNAVAILABLE / RESOURCE_EXHAUSTED / UNIMPLEMENTED when it
+// cannot; cpu never touches the GPU.
 //
-// Thread-safety: not thread-safe (the engine serialises sequences).
+// Thread-safety: not thread-safe (the engine thread drives it), except
+// gpu_info() and state_bytes_used(), which may be read from any thread.
 #pragma once
 
 #include <cstdint>
@@ -30,8 +43,8 @@ struct RunnerOptions {
   int64_t n_ctx = 4096;
   uint64_t gpu_memory = 0;        // bytes; 0 = the device's free memory
   std::string kv_type = "f16";    // GPU KV cache: f16 | q8_0 | q4_0
-  // Sequences the GPU runner holds at once (one KV cache of n_ctx each,
-  // checked against the budget by the memory planner). The CPU runner has 1.
+  // Sequences the runner holds at once (slots). On the GPU one KV cache of
+  // n_ctx each, checked against the budget by the memory planner.
   int n_parallel = 1;
   // GPU hot-expert cache slots: -1 = what the budget leaves after the plan
   // (less kExpertCacheMargin); 0 = no cache.
@@ -67,25 +80,30 @@ struct RunnerEntry {
 class SequenceRunner {
  public:
   virtual ~SequenceRunner() = default;
-  // Sequences held at once (one KV cache each), slots 0 .. slots() - 1.
+  // Sequences held at once, slots 0 .. slots() - 1.
   virtual int slots() const = 0;
-  // One step for several slots, as model::Forward::EvalBatch on their caches
-  // (a token's logits as if alone). InvalidArgument, changing nothing, for a
-  // slot out of range or listed twice.
+  // Readies `slot` for a new sequence of up to `positions` positions
+  // (1 .. n_ctx): empty state, n_past 0. InvalidArgument for a slot or size
+  // out of range, FailedPrecondition for a slot already started,
+  // ResourceExhausted when the state does not fit in memory.
+  virtual absl::Status Start(int slot, int64_t positions) = 0;
+  // Ends the slot's sequence and frees what it held. A no-op for a slot not
+  // started.
+  virtual void Release(int slot) = 0;
+  // One step for several started slots, as model::Forward::EvalBatch on
+  // their states (a token's logits as if alone). InvalidArgument, changing
+  // nothing, for a slot out of range, not started or listed twice.
   virtual absl::Status EvalBatch(absl::Span<const RunnerEntry> entries) = 0;
+  // REQUIRES: slot started.
   virtual int64_t n_past(int slot) const = 0;
-  virtual void Clear(int slot) = 0;
-  // Slot 0 alone.
-  absl::Status Eval(absl::Span<const int32_t> tokens, model::LogitsMode mode,
-                    std::vector<float>* logits) {
-    const RunnerEntry e[1] = {{0, tokens, mode, logits}};
-    return EvalBatch(e);
-  }
-  int64_t n_past() const { return n_past(0); }
-  void Clear() { Clear(0); }
+  virtual int64_t capacity(int slot) const = 0;  // positions the slot holds
+  // Bytes of per-sequence state held now, and what slots() sequences at the
+  // full context take (the KV-cache gauges).
+  virtual uint64_t state_bytes_used() const = 0;
+  virtual uint64_t state_bytes_capacity() const = 0;
   // "cpu" or "cuda:<device name>".
   virtual std::string name() const = 0;
-  // Thread-safe (may be called while another thread runs Eval).
+  // Thread-safe (may be called while another thread runs EvalBatch).
   virtual GpuRunnerInfo gpu_info() const { return {}; }
 };
 

@@ -9,6 +9,13 @@ namespace moesplit::dense {
 namespace {
 
 // A tiny model (head_dim 32, for the GPU attention) and its in-process experts.
+// Starts slot 0 for the whole context and evaluates `tokens` there.
+absl::Status Eval(SequenceRunner& r, absl::Span<const int32_t> tokens, std::vector<float>* logits) {
+  if (absl::Status s = r.Start(0, 32); !s.ok()) return s;
+  const RunnerEntry e[1] = {{0, tokens, model::LogitsMode::kLast, logits}};
+  return r.EvalBatch(e);
+}
+
 class SequenceRunnerTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -47,18 +54,20 @@ TEST_F(SequenceRunnerTest, ChoosesTheBackend) {
   EXPECT_EQ((*cpu)->name(), "cpu");
   std::vector<float> logits;
   const int32_t tokens[3] = {1, 2, 3};
-  ASSERT_TRUE((*cpu)->Eval(tokens, model::LogitsMode::kLast, &logits).ok());
-  EXPECT_EQ((*cpu)->n_past(), 3);
+  ASSERT_TRUE(Eval(**cpu, tokens, &logits).ok());
+  EXPECT_EQ((*cpu)->n_past(0), 3);
   EXPECT_EQ(logits.size(), static_cast<size_t>(model_->hparams().n_vocab));
-  (*cpu)->Clear();
-  EXPECT_EQ((*cpu)->n_past(), 0);
+  (*cpu)->Release(0);
+  ASSERT_TRUE((*cpu)->Start(0, 32).ok());
+  EXPECT_EQ((*cpu)->n_past(0), 0);
+  (*cpu)->Release(0);
 
   // auto: the GPU when usable, else the CPU; both evaluate the same tokens.
   ro.backend = "auto";
   auto any = CreateSequenceRunner(model_, experts_.get(), nullptr, ro);
   ASSERT_TRUE(any.ok()) << any.status();
   std::vector<float> again;
-  ASSERT_TRUE((*any)->Eval(tokens, model::LogitsMode::kLast, &again).ok());
+  ASSERT_TRUE(Eval(**any, tokens, &again).ok());
   ASSERT_EQ(again.size(), logits.size());
   double err = 0, ref = 0;
   for (size_t i = 0; i < logits.size(); ++i) {
@@ -105,29 +114,54 @@ TEST_F(SequenceRunnerTest, SlotsBatchLikeSeparateSequences) {
   ro.expert_cache_slots = 0;
   auto r = CreateSequenceRunner(model_, experts_.get(), nullptr, ro);
   ASSERT_TRUE(r.ok()) << r.status();
-  // The CPU runner keeps one slot (the engine batches CPU sequences itself).
-  EXPECT_EQ((*r)->slots(), (*r)->name() == "cpu" ? 1 : 2) << (*r)->name();
+  // CPU and GPU runners alike hold n_parallel slots.
+  EXPECT_EQ((*r)->slots(), 2) << (*r)->name();
   const int32_t a[3] = {1, 2, 3}, b[2] = {7, 8};
   std::vector<float> la, lb, ga, gb;
-  ASSERT_TRUE((*r)->Eval(a, model::LogitsMode::kLast, &la).ok());
-  (*r)->Clear(0);
-  ASSERT_TRUE((*r)->Eval(b, model::LogitsMode::kLast, &lb).ok());
-  (*r)->Clear(0);
-  const int last = (*r)->slots() - 1;
+  ASSERT_TRUE(Eval(**r, a, &la).ok());
+  (*r)->Release(0);
+  ASSERT_TRUE(Eval(**r, b, &lb).ok());
+  (*r)->Release(0);
+  ASSERT_TRUE((*r)->Start(0, 32).ok());
+  ASSERT_TRUE((*r)->Start(1, 8).ok());
+  EXPECT_EQ((*r)->Start(1, 8).code(), absl::StatusCode::kFailedPrecondition);
   const RunnerEntry both[2] = {{0, a, model::LogitsMode::kLast, &ga},
-                               {last, b, model::LogitsMode::kLast, &gb}};
-  if (last == 1) {
-    ASSERT_TRUE((*r)->EvalBatch(both).ok());
-    EXPECT_EQ(ga, la);
-    EXPECT_EQ(gb, lb);
-    EXPECT_EQ((*r)->n_past(0), 3);
-    EXPECT_EQ((*r)->n_past(1), 2);
-  }
+                               {1, b, model::LogitsMode::kLast, &gb}};
+  ASSERT_TRUE((*r)->EvalBatch(both).ok());
+  EXPECT_EQ(ga, la);
+  EXPECT_EQ(gb, lb);
+  EXPECT_EQ((*r)->n_past(0), 3);
+  EXPECT_EQ((*r)->n_past(1), 2);
   const RunnerEntry out_of_range[1] = {{(*r)->slots(), a, model::LogitsMode::kNone, nullptr}};
   EXPECT_EQ((*r)->EvalBatch(out_of_range).code(), absl::StatusCode::kInvalidArgument);
   const RunnerEntry twice[2] = {{0, a, model::LogitsMode::kNone, nullptr},
                                 {0, b, model::LogitsMode::kNone, nullptr}};
   EXPECT_EQ((*r)->EvalBatch(twice).code(), absl::StatusCode::kInvalidArgument);
+  (*r)->Release(1);
+  const RunnerEntry released[1] = {{1, b, model::LogitsMode::kNone, nullptr}};
+  EXPECT_EQ((*r)->EvalBatch(released).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*r)->n_past(0), 3);  // the refused steps changed nothing
+}
+
+// The runner owns the state accounting the engine's KV gauges show.
+TEST_F(SequenceRunnerTest, ReportsTheStateItHolds) {
+  RunnerOptions ro;
+  ro.backend = "cpu";
+  ro.n_ctx = 32;
+  ro.n_parallel = 3;
+  auto r = CreateSequenceRunner(model_, experts_.get(), nullptr, ro);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const uint64_t full = model::SequenceState::BytesFor(model_->hparams(), 32);
+  EXPECT_EQ((*r)->state_bytes_capacity(), 3 * full);
+  EXPECT_EQ((*r)->state_bytes_used(), 0u);
+  ASSERT_TRUE((*r)->Start(2, 8).ok());
+  EXPECT_EQ((*r)->capacity(2), 8);
+  EXPECT_EQ((*r)->state_bytes_used(), model::SequenceState::BytesFor(model_->hparams(), 8));
+  EXPECT_EQ((*r)->Start(0, 33).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*r)->Start(3, 8).code(), absl::StatusCode::kInvalidArgument);
+  (*r)->Release(2);
+  (*r)->Release(2);  // twice: a no-op
+  EXPECT_EQ((*r)->state_bytes_used(), 0u);
 }
 
 }  // namespace

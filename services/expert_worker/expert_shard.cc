@@ -9,6 +9,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/cpu_count.h"
 #include "common/base/status.h"
 #include "common/gguf/gguf.h"
 #include "common/model/model.h"
@@ -41,17 +42,8 @@ void SubCall(const model::ExpertCall& call, int eb, int ee, model::ExpertCall* s
   sub->n_tokens = call.n_tokens;
   sub->d = call.d;
   sub->hidden = call.hidden;
-  sub->token_offsets.assign(1, 0);
-  sub->expert_ids.clear();
-  sub->weights.clear();
-  for (int t = 0; t < call.n_tokens; ++t) {
-    for (uint32_t k = call.token_offsets[t]; k < call.token_offsets[t + 1]; ++k) {
-      if (call.expert_ids[k] < eb || call.expert_ids[k] >= ee) continue;
-      sub->expert_ids.push_back(call.expert_ids[k]);
-      sub->weights.push_back(call.weights[k]);
-    }
-    sub->token_offsets.push_back(static_cast<uint32_t>(sub->expert_ids.size()));
-  }
+  model::FilterRouting(call, 0, call.n_tokens, [&](int e) { return e >= eb && e < ee; },
+                       &sub->token_offsets, &sub->expert_ids, &sub->weights);
 }
 
 }  // namespace
@@ -89,7 +81,7 @@ absl::StatusOr<std::unique_ptr<ExpertShard>> ExpertShard::Load(const ShardOption
                    ExpertArena::Create(nodes, sizes, shared ? options.shm_prefix : std::string()));
   const int total_threads = options.threads > 0
                                 ? options.threads
-                                : static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+                                : AvailableCpuCount();
   std::set<std::string> formats;
   for (int i = 0; i < n_nodes; ++i) {
     NodePart& part = *s->parts_[i];

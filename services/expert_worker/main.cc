@@ -19,48 +19,11 @@
 #include "common/telemetry/metrics.h"
 #include "common/transport/grpc_transport.h"
 #include "common/transport/shm_transport.h"
-#include "services/cli/flags.h"
+#include "services/cli/worker_flags.h"
 #include "services/expert_worker/expert_shard.h"
 
 namespace moesplit::worker {
 namespace {
-
-struct WorkerFlags {
-  std::string model, shard, listen_shm, listen_grpc, numa = "auto", metrics, worker_id;
-  std::string expert_memory = "auto";
-  int64_t threads = 0, max_tokens = 512, idle_timeout_s = 600;
-};
-
-absl::Status ParseFlags(int argc, char** argv, WorkerFlags* f) {
-  cli::FlagParser p;
-  p.AddString("model", &f->model, "GGUF model file (first part of a split model)");
-  p.AddString("shard", &f->shard, "layers=A-B and/or experts=A-B (default: all)");
-  p.AddString("listen-shm", &f->listen_shm, "serve shared memory under this name");
-  p.AddString("listen-grpc", &f->listen_grpc, "serve gRPC on HOST:PORT");
-  p.AddInt("threads", &f->threads, "compute threads (default: all CPUs)");
-  p.AddString("numa", &f->numa, "auto | off | NODE");
-  p.AddString("expert-memory", &f->expert_memory,
-              "auto | shared | private: with --listen-shm, experts in shared segments the dense "
-              "service can map, or in private memory; auto picks shared only when the kernel "
-              "gives shared memory huge pages");
-  p.AddString("metrics", &f->metrics, "serve Prometheus /metrics on HOST:PORT");
-  p.AddInt("max-tokens", &f->max_tokens, "largest call accepted, in tokens");
-  p.AddString("worker-id", &f->worker_id, "name reported by Describe");
-  p.AddInt("idle-timeout", &f->idle_timeout_s, "seconds before an idle shm connection closes");
-  RETURN_IF_ERROR(p.Parse(std::vector<std::string>(argv + 1, argv + argc)));
-  if (f->model.empty()) return absl::InvalidArgumentError("--model is required");
-  if (f->listen_shm.empty() && f->listen_grpc.empty()) {
-    return absl::InvalidArgumentError("give --listen-shm NAME and/or --listen-grpc HOST:PORT");
-  }
-  if (f->max_tokens < 1 || f->max_tokens > 65536) {
-    return absl::InvalidArgumentError("--max-tokens must be in 1..65536");
-  }
-  if (!f->listen_shm.empty() && !transport::ValidShmName(f->listen_shm)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--listen-shm '", f->listen_shm, "': use 1-64 characters of [A-Za-z0-9_.-]"));
-  }
-  return absl::OkStatus();
-}
 
 int Run(int argc, char** argv) {
   // SIGINT/SIGTERM are taken by sigwait() below: block them before any thread
@@ -70,9 +33,12 @@ int Run(int argc, char** argv) {
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-  WorkerFlags f;
+  // Every flag is checked here, before the shard is loaded (worker_flags.h).
+  cli::ExpertWorkerFlags f;
   ShardOptions opt;
-  absl::Status s = ParseFlags(argc, argv, &f);
+  auto parsed = cli::ParseExpertWorkerFlags(std::vector<std::string>(argv + 1, argv + argc), &f);
+  if (parsed.ok() && *parsed == cli::ParsedCommandLine::kExit) return 0;
+  absl::Status s = parsed.status();
   absl::StatusOr<ShardSpec> spec = s.ok() ? ParseShardSpec(f.shard) : absl::StatusOr<ShardSpec>(s);
   absl::StatusOr<NumaPolicy> numa = ParseNumaPolicy(f.numa);
   absl::StatusOr<ExpertMemory> memory = ParseExpertMemory(f.expert_memory);
@@ -113,6 +79,7 @@ int Run(int argc, char** argv) {
       return 1;
     }
     metrics = std::move(*m);
+    telemetry::ExportBuildInfo(metrics->registry(), "moesplit-expert-worker");
     worker_metrics = std::make_unique<telemetry::WorkerMetrics>(metrics->registry(), d.n_layer,
                                                                 d.n_expert);
     metrics->Register(worker_metrics->heat_map());

@@ -1,15 +1,66 @@
 #!/usr/bin/env bash
-# Runs llama.cpp's CPU build (the npm package node-llama-cpp@3.21.1, installed
-# into a scratch folder outside the repository) on MODEL and prints its
-# prefill speed as JSON, for side-by-side comparison with `moesplit bench`.
-#   tests/bench/llamacpp_peer.sh MODEL [--threads 2] [--prompt 512] [--gen 32] [--reps 3]
+# llama.cpp's own benchmark (`llama-bench`, built natively: GGML_NATIVE=ON,
+# so AVX-512/VNNI where the CPU has them) on MODEL, for side-by-side figures
+# with `moesplit bench`. The source is the release node-llama-cpp@3.21.1
+# ships (node_modules/node-llama-cpp/llama/gitRelease.bundle, the same
+# llama.cpp that made the oracle fixtures), cloned and built once into a
+# cache folder outside the repository ($MOESPLIT_PEER_DIR, default
+# ~/.cache/moesplit). Prints one JSON object:
+#   {"prefill_tok_s", "decode_tok_s", "depth", "threads", "llama_bench": [...]}
+#
+#   tests/bench/llamacpp_peer.sh MODEL [--threads 2] [--prompt 512] [--gen 128]
+#                                [--reps 3] [--depth 0]
+# `--build-only` builds the peer and exits.
 set -euo pipefail
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-scratch=${MOESPLIT_PEER_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/moesplit/node-llama-cpp}
-if [[ ! -d "$scratch/node_modules/node-llama-cpp" ]]; then
-  mkdir -p "$scratch"
-  echo "llamacpp_peer: installing node-llama-cpp@3.21.1 into $scratch" >&2
-  npm install --prefix "$scratch" --no-audit --no-fund node-llama-cpp@3.21.1 >&2
-fi
-cp "$here/llamacpp_peer.mjs" "$scratch/llamacpp_peer.mjs"
-exec node "$scratch/llamacpp_peer.mjs" "$@"
+dir=${MOESPLIT_PEER_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/moesplit}
+src=$dir/llama.cpp
+bin=$src/build-native/bin/llama-bench
+
+build_peer() {
+  if [[ -x "$bin" ]]; then return; fi
+  mkdir -p "$dir"
+  if [[ ! -d "$src/.git" ]]; then
+    local npm_dir=$dir/node-llama-cpp
+    if [[ ! -f "$npm_dir/package/llama/gitRelease.bundle" ]]; then
+      mkdir -p "$npm_dir"
+      echo "llamacpp_peer: fetching node-llama-cpp@3.21.1 (for llama.cpp's source)" >&2
+      (cd "$npm_dir" && npm pack --silent node-llama-cpp@3.21.1 >/dev/null &&
+       tar xzf node-llama-cpp-3.21.1.tgz package/llama/gitRelease.bundle)
+    fi
+    git clone -q "$npm_dir/package/llama/gitRelease.bundle" "$src"
+  fi
+  echo "llamacpp_peer: building llama-bench (GGML_NATIVE=ON) in $src/build-native" >&2
+  cmake -S "$src" -B "$src/build-native" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF >&2
+  cmake --build "$src/build-native" -j"$(nproc)" --target llama-bench >&2
+}
+
+model=${1:?usage: llamacpp_peer.sh MODEL [--threads T] [--prompt N] [--gen N] [--reps R] [--depth D]}
+if [[ "$model" == --build-only ]]; then build_peer; exit 0; fi
+shift
+threads=2 prompt=512 gen=128 reps=3 depth=0
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --threads) threads=$2; shift 2 ;;
+    --prompt) prompt=$2; shift 2 ;;
+    --gen) gen=$2; shift 2 ;;
+    --reps) reps=$2; shift 2 ;;
+    --depth) depth=$2; shift 2 ;;
+    *) echo "llamacpp_peer: unknown flag $1" >&2; exit 2 ;;
+  esac
+done
+build_peer
+# CPU only (no GPU layers), memory-mapped as moesplit maps it; one JSON array.
+out=$("$bin" -m "$model" -t "$threads" -p "$prompt" -n "$gen" -d "$depth" -r "$reps" \
+      -ngl 0 -o json 2>/dev/null)
+python3 - "$out" "$threads" "$depth" <<'EOF'
+import json, sys
+rows = json.loads(sys.argv[1])
+pp = [r["avg_ts"] for r in rows if r.get("n_prompt", 0) > 0 and r.get("n_gen", 0) == 0]
+tg = [r["avg_ts"] for r in rows if r.get("n_gen", 0) > 0 and r.get("n_prompt", 0) == 0]
+print(json.dumps({"prefill_tok_s": pp[0] if pp else None, "decode_tok_s": tg[0] if tg else None,
+                  "depth": int(sys.argv[3]), "threads": int(sys.argv[2]),
+                  "llama_bench": [{k: r.get(k) for k in ("n_prompt", "n_gen", "n_depth",
+                                                          "avg_ts", "stddev_ts", "build_commit")}
+                                  for r in rows]}))
+EOF

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Prefill (and decode) of `moesplit bench` and of llama.cpp's CPU build
-# (llamacpp_peer.sh) on the same model, alternated ROUNDS times in one sitting
-# so that both see the same machine: on a shared VM the speed of either drifts
-# by tens of percent within minutes, so only ratios taken side by side mean
-# anything. Prints each round and the median of the per-round prefill ratios.
-#   tests/bench/side_by_side.sh [MODEL] [ROUNDS=5] [THREADS=2]
+# Prefill and decode of `moesplit bench` and of llama.cpp's own llama-bench
+# (built natively, llamacpp_peer.sh) on the same model, alternated ROUNDS
+# times in one sitting so that both see the same machine: on a shared VM the
+# speed of either drifts by tens of percent within minutes, so only ratios
+# taken side by side mean anything. Prints each round and the median of the
+# per-round ratios.
+#   tests/bench/side_by_side.sh [MODEL] [ROUNDS=5] [THREADS=2] [DEPTH=0]
 # Without MODEL it uses the cached Qwen3-30B-A3B-shaped model `moesplit bench`
-# writes. Needs build/bin/moesplit (built) and node/npm (for the peer).
+# writes. Needs build/bin/moesplit (built); the peer builds itself once.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -14,25 +15,32 @@ bin=${MOESPLIT_BIN:-$root/build/bin/moesplit}
 model=${1:-}
 rounds=${2:-5}
 threads=${3:-2}
+depth=${4:-0}
+prompt=${PROMPT:-512}
+gen=${GEN:-128}
 if [[ -z "$model" ]]; then
   # The bench's default model (written on first use).
   model=$("$bin" bench --threads "$threads" --prompt 8 --gen 1 --reps 1 --json 2>/dev/null | \
           sed -n 's/.*"model":"\([^"]*\)".*/\1/p')
 fi
-num() { sed -n "s/.*\"$1\":\([0-9.e+-]*\).*/\1/p"; }
-ratios=()
-printf "%-6s %14s %14s %8s %14s %16s\n" round "ours prefill" "peer prefill" ratio "ours decode" "worker % DRAM"
+bash "$here/llamacpp_peer.sh" --build-only
+num() { python3 -c "import json,sys; v=json.loads(sys.stdin.read()).get('$1'); print(v if v is not None else 'nan')"; }
+pre=() dec=()
+printf "%-6s %12s %12s %7s %12s %12s %7s\n" round "ours pp" "llama pp" ratio "ours tg" "llama tg" ratio
 for ((r = 1; r <= rounds; ++r)); do
-  ours=$("$bin" bench --model "$model" --threads "$threads" --prompt 512 --gen 128 --reps 3 --json 2>/dev/null)
-  peer=$(bash "$here/llamacpp_peer.sh" "$model" --threads "$threads" --prompt 512 --reps 3 2>/dev/null | tail -1)
+  ours=$("$bin" bench --model "$model" --threads "$threads" --prompt "$prompt" --gen "$gen" \
+         --depth "$depth" --reps 3 --json 2>/dev/null)
+  peer=$(bash "$here/llamacpp_peer.sh" "$model" --threads "$threads" --prompt "$prompt" \
+         --gen "$gen" --depth "$depth" --reps 3 2>/dev/null | tail -1)
   op=$(num prefill_tok_s <<<"$ours")
+  od=$(num decode_tok_s <<<"$ours")  # at --depth (one depth given)
   pp=$(num prefill_tok_s <<<"$peer")
-  od=$(num decode_tok_s <<<"$ours")
-  wf=$(num worker_weight_fraction_of_dram <<<"$ours")
-  ratio=$(awk -v a="$op" -v b="$pp" 'BEGIN { printf "%.2f", a / b }')
-  ratios+=("$ratio")
-  printf "%-6s %14.1f %14.1f %8s %14.1f %15.1f%%\n" "$r" "$op" "$pp" "$ratio" "$od" \
-    "$(awk -v f="$wf" 'BEGIN { print 100 * f }')"
+  pd=$(num decode_tok_s <<<"$peer")
+  rp=$(awk -v a="$op" -v b="$pp" 'BEGIN { printf "%.2f", a / b }')
+  rd=$(awk -v a="$od" -v b="$pd" 'BEGIN { printf "%.2f", a / b }')
+  pre+=("$rp") dec+=("$rd")
+  printf "%-6s %12.1f %12.1f %7s %12.1f %12.1f %7s\n" "$r" "$op" "$pp" "$rp" "$od" "$pd" "$rd"
 done
-median=$(printf "%s\n" "${ratios[@]}" | sort -n | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }')
-echo "median prefill ratio (ours / llama.cpp CPU): $median over $rounds rounds"
+median() { printf "%s\n" "$@" | sort -n | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+echo "median ratio (moesplit / llama.cpp llama-bench), $rounds rounds, $threads threads, depth $depth:" \
+     "prefill $(median "${pre[@]}"), decode $(median "${dec[@]}")"

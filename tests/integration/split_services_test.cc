@@ -63,7 +63,7 @@ std::vector<std::vector<float>> AllLogits(const std::string& model_name,
   model::Forward forward(m, experts, pool);
   std::vector<std::vector<float>> out;
   for (const auto& prompt : FixturePrompts(model_name)) {
-    auto cache = model::KvCache::Create(m->hparams(), 256);
+    auto cache = model::SequenceState::Create(m->hparams(), 256);
     EXPECT_TRUE(cache.ok());
     std::vector<float> logits;
     absl::Status s = forward.Eval(prompt, cache->get(), model::LogitsMode::kAll, &logits);
@@ -126,7 +126,8 @@ TEST_P(FixtureLogitsTest, IdenticalAcrossLocalShmGrpcAndTwoWorkers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureLogitsTest,
-                         ::testing::Values("qwen3moe-tiny-q4_k_m", "qwen2moe-tiny-q8_0"));
+                         ::testing::Values("qwen3moe-tiny-q4_k_m", "qwen2moe-tiny-q8_0",
+                                           "qwen35moe-tiny-f16", "qwen35moe-tiny-q8_0"));
 
 TEST(SplitServicesTest, ExpertShardsSplitByIdAgreeClosely) {
   const std::string name = "qwen3moe-tiny-q8_0";

@@ -174,12 +174,19 @@ WorkspaceSizes Sizes(const model::Model& m, int64_t B, int64_t n_ctx, int stream
 
 absl::Status CheckSupported(const model::Model& m) {
   const HyperParams& hp = m.hparams();
+  for (int il = 0; il < m.n_layer(); ++il) {
+    if (hp.layers[il].mixer != model::MixerKind::kAttention) {
+      return absl::UnimplementedError(absl::StrCat(
+          "CUDA forward: layer ", il, " is ", AbslView(model::MixerKindName(hp.layers[il].mixer)),
+          "; the GPU kernels cover attention layers only (the CPU backend runs ", hp.arch, ")"));
+    }
+  }
   if (hp.head_dim_k != hp.head_dim_v || hp.head_dim_k % 32 != 0 || hp.head_dim_k > 256) {
     return absl::UnimplementedError(absl::StrCat("CUDA attention needs head_dim_k == head_dim_v, "
                                                  "a multiple of 32 up to 256; the model has ",
                                                  hp.head_dim_k, " / ", hp.head_dim_v));
   }
-  if (hp.rope.type != model::RopeType::kNeox || hp.rope.n_rot > hp.head_dim_k) {
+  if (hp.rope.multi_section || hp.rope.n_rot > hp.head_dim_k) {
     return absl::UnimplementedError("CUDA forward: only NEOX RoPE with n_rot <= head_dim");
   }
   if (hp.n_expert > 1024 || hp.n_expert_used < 1) {
@@ -798,17 +805,11 @@ absl::Status CudaForward::GpuExperts(int il, model::ExpertCall* call,
     }
   }
   // The host's share, and the GPU's rows grouped by expert (ascending id).
-  std::vector<uint32_t> offsets(n + 1, 0);
+  std::vector<uint32_t> offsets;
   std::vector<int32_t> ids;
   std::vector<float> weights;
-  for (int64_t t = 0; t < n; ++t) {
-    for (uint32_t i = call->token_offsets[t]; i < call->token_offsets[t + 1]; ++i) {
-      if (where[call->expert_ids[i]] != kHost) continue;
-      ids.push_back(call->expert_ids[i]);
-      weights.push_back(call->weights[i]);
-    }
-    offsets[t + 1] = static_cast<uint32_t>(ids.size());
-  }
+  model::FilterRouting(*call, 0, static_cast<int>(n), [&](int e) { return where[e] == kHost; },
+                       &offsets, &ids, &weights);
   const uint64_t n_gpu = call->expert_ids.size() - ids.size();
   if (n_gpu == 0) return absl::OkStatus();
   // From here `call` is the host's share.

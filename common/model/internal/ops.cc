@@ -201,6 +201,16 @@ void RopeYarnCorrDims(int64_t n_rot, int64_t n_ctx_orig, float freq_base, float 
   dims[1] = std::min(static_cast<float>(n_rot - 1), end);
 }
 
+bool MultiSectionPairRotates(const std::array<int, 4>& sec, int64_t pair) {
+  const int sect_dims = sec[0] + sec[1] + sec[2] + sec[3];
+  if (sect_dims <= 0) return true;
+  const int64_t s = pair % sect_dims;
+  // ggml_mrope_cache_init, is_imrope: time, height and width positions
+  // interleaved by s % 3 while each section lasts, the extra one after.
+  return (s % 3 == 1 && s < 3 * sec[1]) || (s % 3 == 2 && s < 3 * sec[2]) ||
+         (s % 3 == 0 && s < 3 * sec[0]);
+}
+
 void ComputeRopeAngles(const RopeParams& p, int64_t pos, RopeAngles* out) {
   const int64_t half = p.n_rot / 2;
   out->cos.resize(half);
@@ -222,6 +232,11 @@ void ComputeRopeAngles(const RopeParams& p, int64_t pos, RopeAngles* out) {
       const float mix = ramp * p.ext_factor;
       theta = theta_interp * (1 - mix) + theta_extrap * mix;
       mscale *= 1.0f + 0.1f * std::log(1.0f / p.freq_scale);
+    }
+    if (p.multi_section && !MultiSectionPairRotates(p.sections, i)) {
+      // ggml_mrope_cache_init: the extra position is 0 for text tokens,
+      // so theta = 0 whatever the scaling.
+      theta = 0.0f;
     }
     out->cos[i] = std::cos(theta) * mscale;
     out->sin[i] = std::sin(theta) * mscale;

@@ -5,6 +5,7 @@
 // Thread-safe: pure functions.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -56,6 +57,10 @@ struct RopeAngles {
   std::vector<float> cos, sin;  // n_rot / 2 each
 };
 void ComputeRopeAngles(const RopeParams& p, int64_t pos, RopeAngles* out);
+// Multi-section RoPE (RopeParams::multi_section): whether rotary pair
+// `pair` takes the token's position (true) or the extra position, 0 for
+// text (false: not rotated).
+bool MultiSectionPairRotates(const std::array<int, 4>& sections, int64_t pair);
 
 // NEOX rotation of one head vector of `head_dim` elements in place: pairs
 // (x[i], x[i + n_rot/2]) for i < n_rot/2; dimensions >= n_rot unchanged.

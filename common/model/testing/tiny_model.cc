@@ -27,6 +27,14 @@ HyperParams ShapesOf(const TinyModelOptions& o) {
   hp.n_ff_exp = o.n_ff_exp;
   hp.n_ff_shexp = o.n_ff_shexp;
   hp.n_vocab = o.n_vocab;
+  hp.n_layer = o.n_layer;
+  hp.ssm_conv_kernel = o.ssm_conv_kernel;
+  hp.ssm_head_k = hp.ssm_head_v = o.ssm_head;
+  hp.ssm_n_k_heads = o.ssm_n_k_heads;
+  hp.ssm_n_v_heads = o.ssm_n_v_heads;
+  const ArchDescription* arch = FindArch(o.arch);
+  hp.layers = LayerSpecs(arch != nullptr ? *arch : *FindArch("qwen3moe"), o.n_layer,
+                         o.full_attention_interval);
   return hp;
 }
 
@@ -53,7 +61,22 @@ void SetMetadata(const TinyModelOptions& o, GgufWriter* w) {
   f32(p + ".attention.layer_norm_rms_epsilon", 1e-6f);
   u32(p + ".expert_count", o.n_expert);
   u32(p + ".expert_used_count", o.n_expert_used);
-  if (o.arch == "qwen2moe") u32(p + ".expert_shared_feed_forward_length", o.n_ff_shexp);
+  if (o.n_rot > 0) u32(p + ".rope.dimension_count", o.n_rot);
+  if (o.arch == "qwen2moe" || o.arch == "qwen35moe") {
+    u32(p + ".expert_shared_feed_forward_length", o.n_ff_shexp);
+  }
+  if (o.arch == "qwen35moe") {
+    u32(p + ".ssm.conv_kernel", o.ssm_conv_kernel);
+    u32(p + ".ssm.state_size", o.ssm_head);
+    u32(p + ".ssm.group_count", o.ssm_n_k_heads);
+    u32(p + ".ssm.time_step_rank", o.ssm_n_v_heads);
+    u32(p + ".ssm.inner_size", o.ssm_n_v_heads * o.ssm_head);
+    u32(p + ".full_attention_interval", o.full_attention_interval);
+    if (!o.drop_keys.count(p + ".rope.dimension_sections")) {
+      w->Set(p + ".rope.dimension_sections",
+             GgufValue::IntArray(GgufValueType::kInt32, o.rope_sections));
+    }
+  }
   if (o.edit_metadata) o.edit_metadata(w);
 }
 
@@ -80,7 +103,9 @@ void FillTensor(const TensorSpec& spec, GgmlType type, const std::vector<int64_t
 }
 
 GgmlType DefaultType(const TinyModelOptions& o, const TensorSpec& spec) {
-  if (spec.n_dims == 1 || spec.role == TensorRole::kRouter) return GgmlType::kF32;
+  if (spec.n_dims == 1 || spec.role == TensorRole::kRouter || spec.id == TensorId::kSsmConv) {
+    return GgmlType::kF32;
+  }
   return o.matrix_type;
 }
 
@@ -97,6 +122,7 @@ absl::Status WriteTinyModel(const TinyModelOptions& o, const std::string& path) 
     if (spec.id == TensorId::kOutput && o.tied_output) continue;
     const int n_layers = IsLayerTensor(spec.id) ? static_cast<int>(o.n_layer) : 1;
     for (int il = 0; il < n_layers; ++il) {
+      if (IsLayerTensor(spec.id) && !LayerSelected(spec.layers, hp.layers[il])) continue;
       const std::string name = TensorName(spec, il);
       if (o.drop_tensors.count(name)) continue;
       std::vector<int64_t> ne;

@@ -32,7 +32,16 @@ struct TinyModelOptions {
   int64_t n_expert = 4;
   int64_t n_expert_used = 2;
   int64_t n_ff_exp = 32;
-  int64_t n_ff_shexp = 64;  // qwen2moe only
+  int64_t n_ff_shexp = 64;  // qwen2moe, qwen35moe
+  int64_t n_rot = 0;        // rope.dimension_count; 0 = head_dim
+  // qwen35moe: the gated DeltaNet layers (ssm.*), every
+  // full_attention_interval-th layer full attention, multi-section RoPE.
+  int64_t ssm_conv_kernel = 4;
+  int64_t ssm_n_k_heads = 2;
+  int64_t ssm_n_v_heads = 4;
+  int64_t ssm_head = 16;
+  int64_t full_attention_interval = 2;
+  std::vector<int64_t> rope_sections = {2, 2, 4, 0};
   int64_t n_vocab = 40;
   int64_t n_ctx_train = 256;
   float rope_base = 10000.0f;

@@ -1,0 +1,136 @@
+// SequenceState: everything one sequence carries from one forward step to
+// the next on the CPU, built from the model's layer specs (HyperParams::
+// layers) so that the forward pass, the memory planner and the engine all
+// count the same bytes:
+//   - an attention layer keeps K and V of up to n_ctx positions as IEEE f16
+//     (llama.cpp's default cache), position-major:
+//       K of layer l, position p: n_head_kv * head_dim_k values at k(l, p);
+//       V of layer l, position p: n_head_kv * head_dim_v values at v(l, p);
+//   - a gated-DeltaNet layer keeps, whatever the context, its conv state
+//     (the last ssm_conv_kernel - 1 conv inputs, channel-major: channel c's
+//     taps at conv(l) + c * (kernel - 1), oldest first) and its recurrent
+//     state (per value head a head_v x head_k matrix, row j = value
+//     dimension j, as llama.cpp's ggml_gated_delta_net stores it), f32.
+//
+// A step must not change a sequence when it fails, but a recurrent state
+// cannot be recomputed from less than the whole history: every recurrent
+// layer has two buffers, the forward pass reads current and writes next,
+// and Commit() (the step's success) makes next current. A failed step
+// leaves n_past and the current buffers as they were.
+//
+// Rewinding ("truncate"): K/V positions can simply be forgotten; a
+// recurrent state cannot be un-applied. The rule: Truncate(n) succeeds when
+//   - n == n_past (nothing to undo), or n == 0 (back to the zero state), or
+//   - the model has no recurrent layers, or
+//   - a checkpoint taken at exactly n exists (Checkpoint() copies the
+//     recurrent and conv states at the current n_past; the prefix cache
+//     takes them at block boundaries). The recurrent state is restored from
+//     it and checkpoints past n are dropped.
+// Otherwise FailedPrecondition naming the nearest checkpoint, state
+// unchanged.
+//
+// Thread-safety: not thread-safe; one step at a time per state.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/model/arch.h"
+
+namespace moesplit::model {
+
+class SequenceState {
+ public:
+  // InvalidArgument for n_ctx < 1; ResourceExhausted when the allocation
+  // fails or is absurdly large.
+  static absl::StatusOr<std::unique_ptr<SequenceState>> Create(const HyperParams& hp,
+                                                               int64_t n_ctx);
+
+  // f16 K + V bytes of one position over the attention layers.
+  static uint64_t KvBytesPerPosition(const HyperParams& hp);
+  // Conv + recurrent state bytes of the DeltaNet layers (one buffer each).
+  static uint64_t RecurrentBytes(const HyperParams& hp);
+  // Buffers per recurrent layer (current and next; see the file comment).
+  static constexpr int kRecurrentBuffers = 2;
+  // What Create(hp, n_ctx)->bytes() is (double-buffered recurrent layers).
+  static uint64_t BytesFor(const HyperParams& hp, int64_t n_ctx);
+
+  int64_t n_ctx() const { return n_ctx_; }
+  int64_t n_past() const { return n_past_; }
+  int n_layer() const { return static_cast<int>(layers_.size()); }
+  // Everything allocated, checkpoints included.
+  uint64_t bytes() const;
+  // Whether the layout fits a model with these hyper-parameters.
+  bool Matches(const HyperParams& hp) const;
+
+  // Forgets every position and zeroes the recurrent states; drops checkpoints.
+  void Clear();
+  // See the file comment. InvalidArgument when n < 0 or n > n_past().
+  absl::Status Truncate(int64_t n);
+  // OkStatus when n_new more positions fit; OutOfRange naming n_past, n_new
+  // and n_ctx otherwise.
+  absl::Status CheckRoom(int64_t n_new) const;
+
+  // Copies the recurrent layers' state at n_past() (replacing one taken at
+  // the same position). A no-op without recurrent layers.
+  void Checkpoint();
+  // Positions with a checkpoint, ascending.
+  std::vector<int64_t> checkpoints() const;
+
+  // Attention layers: raw K/V storage (the forward pass writes positions >=
+  // n_past, then Commit). REQUIRES: layer is an attention layer.
+  uint16_t* k(int layer, int64_t pos) { return layers_[layer].k.get() + pos * k_row_; }
+  const uint16_t* k(int layer, int64_t pos) const {
+    return layers_[layer].k.get() + pos * k_row_;
+  }
+  uint16_t* v(int layer, int64_t pos) { return layers_[layer].v.get() + pos * v_row_; }
+  const uint16_t* v(int layer, int64_t pos) const {
+    return layers_[layer].v.get() + pos * v_row_;
+  }
+
+  // DeltaNet layers: the committed conv / recurrent state, and the buffers
+  // the running step writes. REQUIRES: layer is a DeltaNet layer.
+  const float* conv(int layer) const { return Cur(layer).conv.data(); }
+  const float* recurrent(int layer) const { return Cur(layer).ssm.data(); }
+  float* next_conv(int layer) { return Next(layer).conv.data(); }
+  float* next_recurrent(int layer) { return Next(layer).ssm.data(); }
+
+  // Makes n_new more positions part of the sequence and the next recurrent
+  // buffers current. REQUIRES: CheckRoom(n_new).ok().
+  void Commit(int64_t n_new);
+
+ private:
+  struct Recurrent {
+    std::vector<float> conv, ssm;
+  };
+  struct Layer {
+    // Attention: left uninitialised (a large allocation's pages are only
+    // touched as positions are written, so a sequence that reserves the
+    // whole context costs memory for what it uses).
+    std::unique_ptr<uint16_t[]> k, v;
+    // DeltaNet: buf[cur] is committed.
+    Recurrent buf[2];
+    int cur = 0;
+  };
+  SequenceState() = default;
+  const Recurrent& Cur(int layer) const { return layers_[layer].buf[layers_[layer].cur]; }
+  Recurrent& Next(int layer) { return layers_[layer].buf[1 - layers_[layer].cur]; }
+
+  int64_t n_ctx_ = 0;
+  int64_t n_past_ = 0;
+  int64_t k_row_ = 0;  // n_head_kv * head_dim_k
+  int64_t v_row_ = 0;  // n_head_kv * head_dim_v
+  int64_t conv_floats_ = 0;
+  int64_t ssm_floats_ = 0;
+  int n_recurrent_ = 0;
+  std::vector<MixerKind> kinds_;
+  std::vector<Layer> layers_;
+  // Position -> the recurrent layers' states there (in layer order).
+  std::map<int64_t, std::vector<Recurrent>> checkpoints_;
+};
+
+}  // namespace moesplit::model

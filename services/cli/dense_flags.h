@@ -1,0 +1,74 @@
+// moesplit-dense's flag table: names, defaults, help and checks, defined once.
+// The service parses its command line with it; `moesplit up` registers the
+// same table (less the flags it sets itself) to accept every dense-service
+// flag and pass on those given (FlagParser::GivenArgs); `moesplit plan`
+// takes its defaults from DenseServiceFlags, so the plan it prints is the one
+// the service runs with the same flags.
+//
+// The struct holds the values as parsed (strings for sizes and "auto|off|N"
+// values); the service turns them into its options after parsing. Every check
+// that needs no model runs while parsing, so a bad value is reported before
+// anything is loaded.
+//
+// Thread-safe: plain functions and data.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "services/cli/flags.h"
+
+namespace moesplit::cli {
+
+// The member initialisers are the service's defaults.
+struct DenseServiceFlags {
+  std::string model;
+  std::string experts;  // comma-separated; --experts may repeat; "" = in-process
+  std::string grpc = "127.0.0.1:50051";
+  std::string metrics, http;       // "" = off
+  std::string chat_template_file;  // "" = the model's template
+  int64_t parallel = 4;            // sequences at once (one KV cache each)
+  int64_t max_queue = 64;
+  int64_t step_tokens = 512;
+  int64_t threads = 0;  // 0 = AvailableCpuCount()
+  int64_t ctx = 4096;   // capped at the model's training context
+  int64_t expert_timeout_ms = 10000;
+  int64_t connect_timeout_ms = 60000;
+  std::string backend = "auto";         // auto | cpu | cuda
+  std::string gpu_memory;               // "" = the device's free memory
+  std::string kv_type = "f16";          // f16 | q8_0 | q4_0
+  std::string expert_cache = "auto";    // auto | off | N slots
+  std::string prefill_stream = "auto";  // auto | off | N tokens
+  bool pin_experts = false;
+  // The HTTP front end's limits (services/dense/http_server.h).
+  int64_t http_header_timeout_ms = 10000;
+  int64_t http_body_timeout_ms = 30000;
+  int64_t http_idle_timeout_ms = 30000;
+  int64_t http_write_timeout_ms = 30000;
+  int64_t http_max_requests_per_connection = 1000;
+  int64_t http_max_connections = 512;
+  std::string max_body_bytes = "4MiB";
+  int64_t http_max_header_bytes = 16384;
+  int64_t http_max_uri_bytes = 8192;
+};
+
+// Registers the flags, bound to `f`, on `p` (all but those in `except`).
+void AddDenseServiceFlags(FlagParser& p, DenseServiceFlags* f, const FlagNames& except = {});
+
+inline constexpr absl::string_view kDenseSynopsis =
+    "moesplit-dense --model M [--experts shm://NAME|grpc://HOST:PORT[,...]] "
+    "[--grpc HOST:PORT] [--http HOST:PORT] [flags]";
+
+// The service's command line (argv without the program name): see
+// ParseCommandLine (flags.h); --version prints VersionLine("moesplit-dense").
+absl::StatusOr<ParsedCommandLine> ParseDenseServiceFlags(const std::vector<std::string>& args,
+                                                         DenseServiceFlags* f);
+
+// "auto" -> -1, "off" -> 0, a positive number -> itself; InvalidArgument
+// otherwise (--expert-cache, --prefill-stream).
+absl::StatusOr<int64_t> ParseAutoOffOrCount(absl::string_view value);
+
+}  // namespace moesplit::cli

@@ -1,0 +1,112 @@
+#include "services/cli/worker_flags.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/base/build_info.h"
+#include "common/base/status.h"
+#include "common/transport/shm_transport.h"
+#include "services/expert_worker/numa_arena.h"
+#include "services/expert_worker/shard_spec.h"
+
+namespace moesplit::cli {
+namespace {
+
+absl::Status CheckShard(absl::string_view value) {
+  return worker::ParseShardSpec(std::string(value)).status();
+}
+
+absl::Status CheckNuma(absl::string_view value) {
+  return worker::ParseNumaPolicy(std::string(value)).status();
+}
+
+absl::Status CheckShmName(absl::string_view value) {
+  if (!transport::ValidShmName(std::string(value))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", value, "': use 1-64 characters of [A-Za-z0-9_.-]"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void AddExpertWorkerFlags(FlagParser& p, ExpertWorkerFlags* f, const FlagNames& except) {
+  auto want = [&](const char* name) { return !except.contains(name); };
+  if (want("model")) {
+    p.AddString("model", &f->model, "GGUF model file (the first part of a split model)")
+        .Required()
+        .Meta("PATH");
+  }
+  if (want("shard")) {
+    p.AddString("shard", &f->shard,
+                "the routed experts this worker owns: layers=A-B and/or experts=C-D")
+        .Check(CheckShard)
+        .Meta("SPEC")
+        .DefaultText("every layer and expert");
+  }
+  if (want("listen-shm")) {
+    p.AddString("listen-shm", &f->listen_shm,
+                "serve dense services on this host over shared memory under this name")
+        .Check(CheckShmName)
+        .Meta("NAME")
+        .DefaultText("off");
+  }
+  if (want("listen-grpc")) {
+    p.AddString("listen-grpc", &f->listen_grpc, "serve the ExpertWorker gRPC API at this address")
+        .HostPort()
+        .DefaultText("off");
+  }
+  if (want("threads")) {
+    p.AddInt("threads", &f->threads,
+             "compute threads; 0: every CPU the process may use (affinity mask, cgroup quota)")
+        .Range(0, 1024);
+  }
+  if (want("numa")) {
+    p.AddString("numa", &f->numa, "NUMA placement: auto (every node), off, or one node number")
+        .Check(CheckNuma)
+        .Meta("auto|off|NODE");
+  }
+  if (want("expert-memory")) {
+    p.AddString("expert-memory", &f->expert_memory,
+                "with --listen-shm, experts in shared segments the dense service can map, or in "
+                "private memory; auto picks shared only when the kernel gives shared memory huge "
+                "pages")
+        .OneOf({"auto", "shared", "private"});
+  }
+  if (want("metrics")) {
+    p.AddString("metrics", &f->metrics, "serve Prometheus /metrics at this address")
+        .HostPort()
+        .DefaultText("off");
+  }
+  if (want("max-tokens")) {
+    p.AddInt("max-tokens", &f->max_tokens, "largest expert call accepted, in tokens")
+        .Range(1, 65536);
+  }
+  if (want("worker-id")) {
+    p.AddString("worker-id", &f->worker_id, "name reported by Describe")
+        .Meta("NAME")
+        .DefaultText("the shm name, else the gRPC address");
+  }
+  if (want("idle-timeout")) {
+    p.AddInt("idle-timeout", &f->idle_timeout_s, "seconds before an idle shm connection closes")
+        .Range(1, 31536000)
+        .Meta("S");
+  }
+}
+
+absl::StatusOr<ParsedCommandLine> ParseExpertWorkerFlags(const std::vector<std::string>& args,
+                                                         ExpertWorkerFlags* f) {
+  FlagParser p;
+  AddExpertWorkerFlags(p, f);
+  p.SetVersionLine(VersionLine("moesplit-expert-worker"));
+  ASSIGN_OR_RETURN(const ParsedCommandLine r, ParseCommandLine(p, args, kWorkerSynopsis));
+  if (r != ParsedCommandLine::kRun) return r;
+  if (!p.positional().empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unexpected argument '", p.positional()[0], "' (flags start with --)"));
+  }
+  if (f->listen_shm.empty() && f->listen_grpc.empty()) {
+    return absl::InvalidArgumentError("give --listen-shm NAME and/or --listen-grpc HOST:PORT");
+  }
+  return r;
+}
+
+}  // namespace moesplit::cli
