@@ -31,7 +31,7 @@ FROM debian:12-slim AS runtime
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       libgrpc++1.51 libprotobuf32 libabsl20220623 libnuma1 libpcre2-8-0 \
-      libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libcpp-httplib0.11 libbrotli1 \
+      libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 \
       ca-certificates \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=cuda-runtime /usr/local/cuda/lib64/ /usr/local/cuda/lib64/

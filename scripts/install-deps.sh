@@ -11,7 +11,8 @@ PACKAGES=(
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libpcre2-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libboost-dev prometheus-cpp-dev libnuma-dev libcpp-httplib-dev
+  libboost-dev prometheus-cpp-dev libnuma-dev
+  libcpp-httplib-dev  # the HTTP client of tests/integration/api_test (configured with the tree)
 )
 if [[ "${MOESPLIT_BUILD_ONLY:-0}" != 1 ]]; then
   # The tests' tools: Prometheus (promtool), docker-compose, python3 + yaml and

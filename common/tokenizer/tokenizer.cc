@@ -299,6 +299,7 @@ std::vector<Tokenizer::Fragment> Tokenizer::Partition(
 }
 
 absl::Status Tokenizer::EncodeText(std::string_view text, WordCache* cache,
+                                   size_t limit,
                                    std::vector<int32_t>* out) const {
   std::string sanitized;
   if (!tokenizer_internal::IsValidUtf8(text)) {
@@ -309,6 +310,7 @@ absl::Status Tokenizer::EncodeText(std::string_view text, WordCache* cache,
   RETURN_IF_ERROR(pre_->Split(text, &words));
   std::string encoded;
   for (std::string_view word : words) {
+    if (out->size() > limit) break;
     const bool cacheable = word.size() <= WordCache::kMaxWordBytes;
     if (cacheable) {
       auto it = cache->ranges.find(AbslView(word));
@@ -330,19 +332,22 @@ absl::Status Tokenizer::EncodeText(std::string_view text, WordCache* cache,
 }
 
 absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(
-    std::string_view text, bool parse_special, bool add_special) const {
+    std::string_view text, bool parse_special, bool add_special,
+    size_t limit) const {
   std::vector<int32_t> out;
-  out.reserve(text.size() / 3 + 2);
+  out.reserve(std::min(text.size(), limit) / 3 + 2);
   if (add_special && add_bos_) out.push_back(bos_);
   WordCache cache;
   for (const Fragment& f : Partition(text, parse_special)) {
+    if (out.size() > limit) return out;
     if (f.token >= 0) {
       out.push_back(f.token);
     } else {
       RETURN_IF_ERROR(
-          EncodeText(text.substr(f.offset, f.length), &cache, &out));
+          EncodeText(text.substr(f.offset, f.length), &cache, limit, &out));
     }
   }
+  if (out.size() > limit) return out;
   if (add_special && add_eos_) out.push_back(eos_);
   return out;
 }

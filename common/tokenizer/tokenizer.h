@@ -86,9 +86,13 @@ class Tokenizer {
   // whether BOS/EOS are added as the metadata asks (Qwen asks for neither).
   // User-defined tokens are cut out either way. Internal error only if PCRE2
   // fails to match (resource limits).
-  absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text,
-                                              bool parse_special,
-                                              bool add_special = true) const;
+  // `limit`: stop as soon as more than `limit` ids are produced (a prompt
+  // that cannot fit a context need not be tokenized in full); the result is
+  // then an exact prefix of the full encoding with more than `limit` ids
+  // (the word that crossed the limit is complete; no EOS is added).
+  absl::StatusOr<std::vector<int32_t>> Encode(
+      std::string_view text, bool parse_special, bool add_special = true,
+      size_t limit = SIZE_MAX) const;
 
   // The bytes of `ids`, concatenated. InvalidArgument naming the first id
   // outside [0, n_vocab) and the vocabulary size.
@@ -131,7 +135,7 @@ class Tokenizer {
   std::vector<Fragment> Partition(std::string_view text,
                                   bool parse_special) const;
   absl::Status EncodeText(std::string_view text, WordCache* cache,
-                          std::vector<int32_t>* out) const;
+                          size_t limit, std::vector<int32_t>* out) const;
   std::string RenderPiece(int32_t id) const;
 
   // Constant after construction.

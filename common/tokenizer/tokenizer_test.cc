@@ -2,6 +2,7 @@
 // llama.cpp's tests/test-tokenizer-0 reads them) and the tiny models' prompts.
 #include "common/tokenizer/tokenizer.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <fstream>
@@ -234,6 +235,22 @@ TEST(TokenizerTest, RepeatedTextEncodesTheSameEachTime) {
   std::vector<int32_t> expected = *one;
   expected.insert(expected.end(), one->begin(), one->end());
   EXPECT_EQ(*two, expected);
+}
+
+TEST(TokenizerTest, EncodeStopsPastTheLimitWithAPrefix) {
+  const Tokenizer& tok = LoadVocab("qwen2");
+  std::string text;
+  for (int i = 0; i < 20; ++i) text += std::string(TestVocabText()) + "<|im_end|>";
+  const std::vector<int32_t> full = *tok.Encode(text, true);
+  ASSERT_GT(full.size(), 200u);
+  for (size_t limit : {size_t{0}, size_t{1}, size_t{10}, size_t{150}, full.size() - 1}) {
+    auto cut = tok.Encode(text, true, true, limit);
+    ASSERT_TRUE(cut.ok()) << limit;
+    EXPECT_GT(cut->size(), limit) << limit;
+    EXPECT_LT(cut->size(), limit + 64) << limit;
+    EXPECT_TRUE(std::equal(cut->begin(), cut->end(), full.begin())) << limit;
+  }
+  EXPECT_EQ(*tok.Encode(text, true, true, full.size()), full);
 }
 
 TEST(TokenizerTest, ConcurrentEncodesAgree) {

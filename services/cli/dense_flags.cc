@@ -58,6 +58,54 @@ absl::Status CheckAutoOffOrCount(absl::string_view value) {
   return ParseAutoOffOrCount(value).status();
 }
 
+// The HTTP front end's deadlines and limits (http_server.h).
+template <typename Want>
+void AddHttpLimitFlags(FlagParser& p, DenseServiceFlags* f, const Want& want) {
+  struct Ms {
+    const char* name;
+    int64_t* dst;
+    const char* help;
+  };
+  for (const Ms& m : {
+           Ms{"http-header-timeout", &f->http_header_timeout_ms,
+              "ms an HTTP client may take to send a request's line and headers"},
+           Ms{"http-body-timeout", &f->http_body_timeout_ms,
+              "ms an HTTP client may take to send a request's body"},
+           Ms{"http-idle-timeout", &f->http_idle_timeout_ms,
+              "ms a kept-alive HTTP connection may wait between requests"},
+           Ms{"http-write-timeout", &f->http_write_timeout_ms,
+              "ms one HTTP response write may take (a client that stops reading is dropped)"},
+       }) {
+    if (want(m.name)) p.AddInt(m.name, m.dst, m.help).Range(1, 86400000).Meta("MS");
+  }
+  if (want("http-max-requests-per-connection")) {
+    p.AddInt("http-max-requests-per-connection", &f->http_max_requests_per_connection,
+             "requests served on one kept-alive HTTP connection")
+        .Range(1, 1 << 30);
+  }
+  if (want("http-max-connections")) {
+    p.AddInt("http-max-connections", &f->http_max_connections,
+             "open HTTP connections; at the limit the longest-waiting one without a request "
+             "makes room, else 503")
+        .Range(1, 1 << 20);
+  }
+  if (want("max-body-bytes")) {
+    p.AddString("max-body-bytes", &f->max_body_bytes, "largest HTTP request body (more: 413)")
+        .Check(CheckByteSize)
+        .Meta("SIZE");
+  }
+  if (want("http-max-header-bytes")) {
+    p.AddInt("http-max-header-bytes", &f->http_max_header_bytes,
+             "largest HTTP request line + headers (more: 431)")
+        .Range(256, 1 << 24);
+  }
+  if (want("http-max-uri-bytes")) {
+    p.AddInt("http-max-uri-bytes", &f->http_max_uri_bytes,
+             "longest HTTP request target (more: 414; at most --http-max-header-bytes)")
+        .Range(16, 1 << 24);
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<int64_t> ParseAutoOffOrCount(absl::string_view value) {
@@ -169,6 +217,7 @@ void AddDenseServiceFlags(FlagParser& p, DenseServiceFlags* f, const FlagNames& 
     p.AddBool("pin-experts", &f->pin_experts,
               "page-lock the model's expert tensors for faster host-to-GPU copies");
   }
+  AddHttpLimitFlags(p, f, want);
 }
 
 absl::StatusOr<ParsedCommandLine> ParseDenseServiceFlags(const std::vector<std::string>& args,

@@ -43,6 +43,16 @@ struct DenseServiceFlags {
   std::string expert_cache = "auto";    // auto | off | N slots
   std::string prefill_stream = "auto";  // auto | off | N tokens
   bool pin_experts = false;
+  // The HTTP front end's limits (services/dense/http_server.h).
+  int64_t http_header_timeout_ms = 10000;
+  int64_t http_body_timeout_ms = 30000;
+  int64_t http_idle_timeout_ms = 30000;
+  int64_t http_write_timeout_ms = 30000;
+  int64_t http_max_requests_per_connection = 1000;
+  int64_t http_max_connections = 512;
+  std::string max_body_bytes = "4MiB";
+  int64_t http_max_header_bytes = 16384;
+  int64_t http_max_uri_bytes = 8192;
 };
 
 // Registers the flags, bound to `f`, on `p` (all but those in `except`).

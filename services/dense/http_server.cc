@@ -1,500 +1,734 @@
 #include "services/dense/http_server.h"
 
-#include <httplib.h>
-
+#include <algorithm>
 #include <atomic>
-#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <list>
+#include <mutex>
+#include <optional>
+#include <system_error>
+#include <thread>
+#include <vector>
 
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/status.h"
-#include "common/chat/reasoning.h"
-#include "prometheus/text_serializer.h"
+#include "services/dense/openai_api.h"
 
 namespace moesplit::dense {
 namespace {
 
-using Json = nlohmann::ordered_json;
-constexpr char kParamPayload[] = "moesplit/param";
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+using ms = std::chrono::milliseconds;
 
-absl::Status WithParam(absl::Status s, const std::string& param) {
-  s.SetPayload(kParamPayload, absl::Cord(param));
+absl::string_view Sv(beast::string_view v) { return absl::string_view(v.data(), v.size()); }
+
+// Bytes a stream may queue ahead of a slow reader before the producing
+// thread waits for them to drain.
+constexpr size_t kMaxQueuedBytes = 1 << 20;
+// After the last response on a connection: how long and how much of what
+// the client still sends is read and dropped before closing, so that a
+// refused upload sees its answer instead of a reset.
+constexpr ms kLinger{2000};
+constexpr size_t kLingerBytes = 1 << 20;
+
+enum class Route { kChat, kCompletions, kModels, kHealth, kMetrics };
+
+struct RouteSpec {
+  const char* path;
+  http::verb method;
+  Route route;
+};
+constexpr RouteSpec kRoutes[] = {
+    {"/v1/chat/completions", http::verb::post, Route::kChat},
+    {"/v1/completions", http::verb::post, Route::kCompletions},
+    {"/v1/models", http::verb::get, Route::kModels},
+    {"/health", http::verb::get, Route::kHealth},
+    {"/metrics", http::verb::get, Route::kMetrics},
+};
+
+class Connection;
+
+// What every connection shares: the options, the API, the counts that
+// bound them and the in-flight request threads the destructor waits for.
+struct Shared {
+  Shared(HttpServerOptions o, ServedModel served) : options(o), api(std::move(served)) {}
+  const HttpServerOptions options;
+  OpenAiApi api;
+  std::atomic<bool> stopping{false};
+  std::atomic<int> connections{0};
+  std::mutex mu;
+  std::condition_variable cv;
+  int request_threads = 0;  // guarded by mu
+  // Connections without a complete request yet (reading one, or kept
+  // alive between requests), oldest first: at the connection limit the
+  // oldest is closed to admit a new connection.
+  std::mutex waiting_mu;
+  std::list<std::weak_ptr<Connection>> waiting;  // guarded by waiting_mu
+};
+
+// How the body of a response ends: after Content-Length bytes, with the
+// last chunk, or (an HTTP/1.0 stream) with the connection.
+enum class Framing { kLength, kChunked, kUntilClose };
+
+std::string Serialize(const HttpReply& r, bool keep_alive, Framing framing) {
+  std::string s = absl::StrCat("HTTP/1.1 ", r.status, " ",
+                               std::string(http::obsolete_reason(http::int_to_status(r.status))),
+                               "\r\nContent-Type: ", r.content_type, "\r\n");
+  for (const auto& [k, v] : r.headers) absl::StrAppend(&s, k, ": ", v, "\r\n");
+  if (framing == Framing::kChunked) {
+    s += "Transfer-Encoding: chunked\r\n";
+  } else if (framing == Framing::kLength) {
+    absl::StrAppend(&s, "Content-Length: ", r.body.size(), "\r\n");
+  }
+  absl::StrAppend(&s, "Connection: ", keep_alive ? "keep-alive" : "close", "\r\n\r\n");
   return s;
 }
 
-absl::Status Bad(const std::string& param, const std::string& message) {
-  return WithParam(absl::InvalidArgumentError(message), param);
-}
-
-int HttpStatus(const absl::Status& s) {
-  switch (s.code()) {
-    case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kOutOfRange:
-    case absl::StatusCode::kFailedPrecondition: return 400;
-    case absl::StatusCode::kNotFound: return 404;
-    case absl::StatusCode::kResourceExhausted: return 429;
-    case absl::StatusCode::kUnavailable: return 503;
-    case absl::StatusCode::kDeadlineExceeded: return 504;
-    default: return 500;
-  }
-}
-
-// The parameter an error is about: the payload, else a known field name
-// that opens the message (the sampling validator names its field first).
-Json ParamOf(const absl::Status& s) {
-  if (auto p = s.GetPayload(kParamPayload)) return std::string(*p);
-  const std::string m(s.message());
-  for (const char* f : {"temperature", "top_k", "top_p", "min_p", "repetition_penalty",
-                        "presence_penalty", "frequency_penalty", "logprobs", "max_tokens",
-                        "messages", "stop", "prompt", "seed"}) {
-    if (m.rfind(f, 0) == 0) return f;
-  }
-  return nullptr;
-}
-
-Json ErrorJson(const absl::Status& s) {
-  const int http = HttpStatus(s);
-  const char* type = http == 400 || http == 404 ? "invalid_request_error"
-                     : http == 429           ? "rate_limit_exceeded"
-                                             : "server_error";
-  Json code = nullptr;
-  if (s.code() == absl::StatusCode::kNotFound) code = "model_not_found";
-  if (http == 429) code = "server_busy";
-  return Json{{"error",
-               {{"message", std::string(s.message())}, {"type", type}, {"param", ParamOf(s)},
-                {"code", code}}}};
-}
-
-void SendError(httplib::Response& res, const absl::Status& s) {
-  res.status = HttpStatus(s);
-  if (res.status == 429) res.set_header("Retry-After", "1");
-  res.set_content(ErrorJson(s).dump(-1, ' ', false, Json::error_handler_t::replace),
-                  "application/json");
-}
-
-// --- request fields
-
-absl::StatusOr<double> Number(const Json& body, const char* key, double def) {
-  auto it = body.find(key);
-  if (it == body.end() || it->is_null()) return def;
-  if (!it->is_number()) return Bad(key, absl::StrCat(key, " must be a number"));
-  return it->get<double>();
-}
-
-absl::StatusOr<int64_t> Integer(const Json& body, const char* key, int64_t def) {
-  auto it = body.find(key);
-  if (it == body.end() || it->is_null()) return def;
-  if (!it->is_number_integer()) return Bad(key, absl::StrCat(key, " must be an integer"));
-  return it->get<int64_t>();
-}
-
-absl::StatusOr<bool> Bool(const Json& body, const char* key, bool def) {
-  auto it = body.find(key);
-  if (it == body.end() || it->is_null()) return def;
-  if (!it->is_boolean()) return Bad(key, absl::StrCat(key, " must be true or false"));
-  return it->get<bool>();
-}
-
-struct Common {
-  GenerateParams params;
-  bool stream = false;
-  bool include_usage = false;
-  int top_logprobs = 0;
-  bool logprobs = false;
-};
-
-// Fields shared by both endpoints. `chat`: logprobs is a bool plus
-// top_logprobs (chat) or an integer 0..5 (completions).
-absl::Status ParseCommon(const Json& body, bool chat, const ServedModel& served, Common* c) {
-  if (auto m = body.find("model"); m != body.end() && !m->is_null()) {
-    if (!m->is_string()) return Bad("model", "model must be a string");
-    RETURN_IF_ERROR(WithParam(served.CheckName(m->get<std::string>()), "model"));
-  }
-  ASSIGN_OR_RETURN(int64_t n, Integer(body, "n", 1));
-  if (n != 1) return Bad("n", absl::StrCat("n must be 1 (got ", n, ")"));
-  const char* max_key = chat && body.contains("max_completion_tokens") ? "max_completion_tokens"
-                                                                        : "max_tokens";
-  ASSIGN_OR_RETURN(int64_t max_tokens, Integer(body, max_key, chat ? 0 : 16));
-  if (max_tokens < 0 || max_tokens > INT32_MAX) {
-    return Bad(max_key, absl::StrCat(max_key, " must be >= 0, got ", max_tokens));
-  }
-  c->params.max_tokens = static_cast<int>(max_tokens);
-  SamplingParams& s = c->params.sampling;
-  ASSIGN_OR_RETURN(double t, Number(body, "temperature", 1.0));
-  ASSIGN_OR_RETURN(double top_p, Number(body, "top_p", 1.0));
-  ASSIGN_OR_RETURN(int64_t top_k, Integer(body, "top_k", 0));
-  ASSIGN_OR_RETURN(double min_p, Number(body, "min_p", 0.0));
-  ASSIGN_OR_RETURN(double rep, Number(body, "repetition_penalty", 1.0));
-  ASSIGN_OR_RETURN(double pres, Number(body, "presence_penalty", 0.0));
-  ASSIGN_OR_RETURN(double freq, Number(body, "frequency_penalty", 0.0));
-  s.temperature = static_cast<float>(t);
-  s.top_p = static_cast<float>(top_p);
-  if (top_k < 0 || top_k > INT32_MAX) return Bad("top_k", absl::StrCat("top_k must be >= 0, got ", top_k));
-  s.top_k = static_cast<int32_t>(top_k);
-  s.min_p = static_cast<float>(min_p);
-  s.repetition_penalty = static_cast<float>(rep);
-  s.presence_penalty = static_cast<float>(pres);
-  s.frequency_penalty = static_cast<float>(freq);
-  if (auto seed = body.find("seed"); seed != body.end() && !seed->is_null()) {
-    if (!seed->is_number_integer()) return Bad("seed", "seed must be an integer");
-    s.seed = seed->is_number_unsigned() ? seed->get<uint64_t>()
-                                        : static_cast<uint64_t>(seed->get<int64_t>());
-    s.has_seed = true;
-  }
-  if (chat) {
-    ASSIGN_OR_RETURN(c->logprobs, Bool(body, "logprobs", false));
-    ASSIGN_OR_RETURN(int64_t top, Integer(body, "top_logprobs", 0));
-    if (top < 0 || top > kMaxTopLogprobs) {
-      return Bad("top_logprobs", absl::StrCat("top_logprobs must be in [0, ", kMaxTopLogprobs,
-                                              "], got ", top));
-    }
-    c->top_logprobs = static_cast<int>(top);
-  } else {
-    ASSIGN_OR_RETURN(int64_t lp, Integer(body, "logprobs", 0));
-    if (lp < 0 || lp > 5) return Bad("logprobs", absl::StrCat("logprobs must be in [0, 5], got ", lp));
-    c->logprobs = body.contains("logprobs") && !body["logprobs"].is_null();
-    c->top_logprobs = static_cast<int>(lp);
-  }
-  s.return_logprob = c->logprobs;
-  s.logprobs = c->logprobs ? c->top_logprobs : 0;
-  if (auto stop = body.find("stop"); stop != body.end() && !stop->is_null()) {
-    if (stop->is_string()) {
-      c->params.stop.push_back(stop->get<std::string>());
-    } else if (stop->is_array()) {
-      for (const auto& x : *stop) {
-        if (!x.is_string()) return Bad("stop", "stop must be a string or an array of strings");
-        c->params.stop.push_back(x.get<std::string>());
-      }
-    } else {
-      return Bad("stop", "stop must be a string or an array of strings");
-    }
-  }
-  ASSIGN_OR_RETURN(c->stream, Bool(body, "stream", false));
-  if (auto so = body.find("stream_options"); so != body.end() && !so->is_null()) {
-    if (!so->is_object()) return Bad("stream_options", "stream_options must be an object");
-    ASSIGN_OR_RETURN(c->include_usage, Bool(*so, "include_usage", false));
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<Json> ParseBody(const httplib::Request& req) {
-  Json body;
-  try {
-    body = Json::parse(req.body);
-  } catch (const Json::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("the request body is not valid JSON: ", e.what()));
-  }
-  if (!body.is_object()) return absl::InvalidArgumentError("the request body must be a JSON object");
-  return body;
-}
-
-Json Usage(const GenerateOutcome& o) {
-  return {{"prompt_tokens", o.prompt_tokens},
-          {"completion_tokens", o.completion_tokens},
-          {"total_tokens", o.prompt_tokens + o.completion_tokens}};
-}
-
-std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
-
-int64_t Now() {
-  return std::chrono::duration_cast<std::chrono::seconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-std::string NewId(const char* prefix) {
-  static std::atomic<uint64_t> next{1};
-  return absl::StrCat(prefix, Now(), "-", next.fetch_add(1));
-}
-
-// One request in flight: what the endpoint-specific code needs to build
-// its JSON.
-struct Job {
-  bool chat = false;
-  Common c;
-  std::string prompt_text;  // chat: the rendered prompt (reasoning detection)
-  std::string id;
-  int64_t created = 0;
-  std::string model;
-};
-
-Json FinishReason(const std::string& r) { return r == "cancelled" ? Json("stop") : Json(r); }
-
-class Api {
+// One TCP connection. Everything but the HttpResponder methods runs on the
+// connection's strand.
+class Connection : public std::enable_shared_from_this<Connection>, public HttpResponder {
  public:
-  explicit Api(ServedModel served) : served_(std::move(served)) {}
-
-  void Completions(const httplib::Request& req, httplib::Response& res, bool chat) {
-    const std::string endpoint = chat ? "chat_completions" : "completions";
-    Job job;
-    job.chat = chat;
-    absl::StatusOr<std::shared_ptr<RequestHandle>> handle = Prepare(req, &job);
-    if (!handle.ok()) {
-      served_.engine->metrics().CountRequest("http", endpoint,
-                                             ServingMetrics::Outcome(handle.status()));
-      SendError(res, handle.status());
-      return;
-    }
-    if (job.c.stream) {
-      Stream(std::move(*handle), std::move(job), res, endpoint);
-    } else {
-      Whole(**handle, job, res, endpoint);
-    }
+  Connection(tcp::socket socket, std::shared_ptr<Shared> shared, bool counted)
+      : socket_(std::move(socket)),
+        timer_(socket_.get_executor()),
+        shared_(std::move(shared)),
+        opt_(shared_->options),
+        counted_(counted) {
+    if (counted_) ++shared_->connections;
+  }
+  ~Connection() override {
+    LeaveWaiting();
+    if (counted_) --shared_->connections;
   }
 
-  void Models(httplib::Response& res) {
-    Json m = {{"id", served_.name},
-              {"object", "model"},
-              {"created", 0},
-              {"owned_by", "moesplit"},
-              {"context_length", served_.engine->n_ctx()}};
-    res.set_content(Dump(Json{{"object", "list"}, {"data", Json::array({m})}}),
-                    "application/json");
-    served_.engine->metrics().CountRequest("http", "models", "ok");
+  // At the connection limit: takes the oldest connection still without a
+  // complete request out of the waiting list; null when there is none.
+  static std::shared_ptr<Connection> TakeOldestWaiting(Shared& shared) {
+    std::lock_guard<std::mutex> l(shared.waiting_mu);
+    for (auto it = shared.waiting.begin(); it != shared.waiting.end(); ++it) {
+      std::shared_ptr<Connection> c = it->lock();
+      if (c == nullptr) continue;  // being destroyed: its destructor unlinks it
+      shared.waiting.erase(it);
+      c->in_waiting_ = false;
+      return c;
+    }
+    return nullptr;
   }
 
-  void Metrics(httplib::Response& res) {
-    prometheus::TextSerializer ser;
-    res.set_content(ser.Serialize(served_.engine->registry().Collect()),
-                    "text/plain; version=0.0.4");
+  // Closes the connection if it still has no complete request (strand).
+  void Evict() {
+    if (reading_) Close();
+  }
+
+  net::any_io_executor executor() { return socket_.get_executor(); }
+
+  void Start() {
+    beast::error_code ec;
+    socket_.set_option(tcp::no_delay(true), ec);
+    ReadHeader();
+  }
+
+  // At the connection limit: a 503, then close.
+  void Refuse() {
+    HttpReply reply = OpenAiApi::ProtocolError(
+        503, "too_many_connections",
+        absl::StrCat("the server holds its maximum of ", opt_.max_connections,
+                     " connections (--http-max-connections), each with a request running; "
+                     "retry later"));
+    reply.headers.emplace_back("Retry-After", "1");
+    Respond(std::move(reply), /*keep_alive=*/false);
+  }
+
+  // HttpResponder (any thread).
+  void Reply(HttpReply reply) override {
+    replied_ = true;
+    std::string bytes = Serialize(reply, keep_alive_, Framing::kLength);
+    bytes += reply.body;
+    Enqueue(std::move(bytes), /*last=*/true);
+  }
+  bool StartStream(HttpReply head) override {
+    replied_ = true;
+    if (!chunked_) keep_alive_ = false;  // HTTP/1.0: the body ends with the connection
+    Enqueue(Serialize(head, keep_alive_, chunked_ ? Framing::kChunked : Framing::kUntilClose),
+            false);
+    return !ClientGone();
+  }
+  bool WriteChunk(std::string data) override {
+    if (data.empty()) return !ClientGone();
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      while (out_bytes_ > kMaxQueuedBytes && !ClientGone()) cv_.wait_for(l, ms(50));
+    }
+    if (chunked_) {
+      std::string framed = absl::StrCat(absl::Hex(data.size()), "\r\n");
+      framed += data;
+      framed += "\r\n";
+      data = std::move(framed);
+    }
+    Enqueue(std::move(data), false);
+    return !ClientGone();
+  }
+  void EndStream() override { Enqueue(chunked_ ? "0\r\n\r\n" : "", /*last=*/true); }
+  bool ClientGone() const override { return gone_.load() || shared_->stopping.load(); }
+
+  // Runs a completion on a thread of its own.
+  void RunCompletion(bool chat) {
+    auto self = shared_from_this();
+    auto shared = shared_;
+    {
+      std::lock_guard<std::mutex> l(shared->mu);
+      ++shared->request_threads;
+    }
+    auto run = [self = std::move(self), shared, chat,
+                body = std::move(parser_->get().body())]() mutable {
+      try {
+        shared->api.Completions(body, chat, *self);
+      } catch (const std::exception& e) {
+        if (!self->replied_) {
+          self->Reply(OpenAiApi::ProtocolError(500, "internal_error", e.what()));
+        }
+      }
+      if (!self->replied_) {
+        self->Reply(OpenAiApi::ProtocolError(500, "internal_error", "no response"));
+      }
+      self.reset();
+      std::lock_guard<std::mutex> l(shared->mu);
+      --shared->request_threads;
+      shared->cv.notify_all();
+    };
+    try {
+      std::thread(std::move(run)).detach();
+    } catch (const std::system_error& e) {  // out of threads
+      {
+        std::lock_guard<std::mutex> l(shared_->mu);
+        --shared_->request_threads;
+      }
+      shared_->cv.notify_all();
+      Reply(OpenAiApi::ProtocolError(503, "server_busy",
+                                     absl::StrCat("cannot start a request thread: ", e.what())));
+    }
   }
 
  private:
-  absl::StatusOr<std::shared_ptr<RequestHandle>> Prepare(const httplib::Request& req, Job* job) {
-    ASSIGN_OR_RETURN(Json body, ParseBody(req));
-    RETURN_IF_ERROR(ParseCommon(body, job->chat, served_, &job->c));
-    const Tokenizer& tok = served_.engine->tokenizer();
-    if (job->chat) {
-      auto m = body.find("messages");
-      if (m == body.end()) return Bad("messages", "messages is required");
-      ChatPromptOptions co;
-      if (auto k = body.find("chat_template_kwargs"); k != body.end() && k->is_object()) {
-        ASSIGN_OR_RETURN(co.enable_thinking, Bool(*k, "enable_thinking", true));
+  // --- reading a request
+
+  void EnterWaiting() {
+    reading_ = true;
+    std::lock_guard<std::mutex> l(shared_->waiting_mu);
+    if (in_waiting_) return;
+    waiting_it_ = shared_->waiting.insert(shared_->waiting.end(), weak_from_this());
+    in_waiting_ = true;
+  }
+  void LeaveWaiting() {
+    reading_ = false;
+    std::lock_guard<std::mutex> l(shared_->waiting_mu);
+    if (!in_waiting_) return;
+    shared_->waiting.erase(waiting_it_);
+    in_waiting_ = false;
+  }
+
+  void ReadHeader() {
+    EnterWaiting();
+    parser_.emplace();
+    parser_->header_limit(opt_.max_header_bytes);
+    parser_->body_limit(opt_.max_body_bytes);
+    SetDeadline(opt_.header_timeout);
+    http::async_read_header(
+        socket_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
+  }
+
+  // On a header_limit error the parser has consumed nothing yet: the buffer
+  // starts with the request line, complete or not.
+  bool RequestLineTooLong() const {
+    const auto data = buffer_.cdata();
+    const absl::string_view text(static_cast<const char*>(data.data()), data.size());
+    const size_t eol = text.find("\r\n");
+    return eol == absl::string_view::npos || eol > opt_.max_uri_bytes;
+  }
+
+  void OnHeader(beast::error_code ec) {
+    if (ec) return OnReadError(ec);
+    const auto& req = parser_->get();
+    if (req.target().size() > opt_.max_uri_bytes) return UriTooLong();
+    const absl::string_view target = Sv(req.target());
+    const absl::string_view path = target.substr(0, target.find('?'));
+    const RouteSpec* found = nullptr;
+    bool path_known = false;
+    for (const RouteSpec& r : kRoutes) {
+      if (path != r.path) continue;
+      path_known = true;
+      if (req.method() == r.method) found = &r;
+    }
+    const bool no_body = parser_->is_done();
+    if (found == nullptr && !path_known) {
+      return Respond(
+          OpenAiApi::ProtocolError(
+              404, "unknown_url",
+              absl::StrCat("no route ", std::string(Sv(req.method_string())), " ", path)),
+          no_body);
+    }
+    if (found == nullptr) {
+      std::string allowed;
+      for (const RouteSpec& r : kRoutes) {
+        if (path == r.path) allowed = std::string(Sv(http::to_string(r.method)));
       }
-      absl::StatusOr<std::string> prompt = served_.chat->Render(*m, co);
-      if (!prompt.ok()) return WithParam(prompt.status(), "messages");
-      job->prompt_text = *prompt;
-      const bool has_bos = !served_.chat->bos_token().empty() &&
-                           prompt->rfind(served_.chat->bos_token(), 0) == 0;
-      ASSIGN_OR_RETURN(job->c.params.prompt, tok.Encode(*prompt, true, !has_bos));
-    } else {
-      auto p = body.find("prompt");
-      if (p == body.end()) return Bad("prompt", "prompt is required");
-      if (p->is_array() && p->size() == 1 && (*p)[0].is_string()) p = p->begin();
-      if (p->is_string()) {
-        ASSIGN_OR_RETURN(job->c.params.prompt, tok.Encode(p->get<std::string>(), true));
-      } else if (p->is_array() && !p->empty() && (*p)[0].is_number_integer()) {
-        for (const auto& t : *p) {
-          if (!t.is_number_integer()) return Bad("prompt", "prompt token ids must be integers");
-          job->c.params.prompt.push_back(static_cast<int32_t>(t.get<int64_t>()));
-        }
+      HttpReply reply = OpenAiApi::ProtocolError(
+          405, "method_not_allowed",
+          absl::StrCat("method ", std::string(Sv(req.method_string())), " is not allowed on ", path,
+                       " (allowed: ", allowed, ")"));
+      reply.headers.emplace_back("Allow", allowed);
+      return Respond(std::move(reply), no_body);
+    }
+    route_ = found->route;
+    if (auto it = req.find(http::field::content_encoding); it != req.end()) {
+      const std::string v = absl::AsciiStrToLower(absl::StripAsciiWhitespace(Sv(it->value())));
+      if (v != "identity") {
+        return Respond(
+            OpenAiApi::ProtocolError(415, "unsupported_encoding",
+                                     absl::StrCat("Content-Encoding '", v,
+                                                  "' is not accepted; send the body uncompressed")),
+            false);
+      }
+    }
+    if (auto it = req.find(http::field::transfer_encoding); it != req.end()) {
+      const std::string v = absl::AsciiStrToLower(absl::StripAsciiWhitespace(Sv(it->value())));
+      if (v != "chunked") {
+        return Respond(OpenAiApi::ProtocolError(415, "unsupported_encoding",
+                                                absl::StrCat("Transfer-Encoding '", v,
+                                                             "' is not accepted; only chunked")),
+                       false);
+      }
+    }
+    chunked_ = req.version() >= 11;
+    if (no_body) return Dispatch();
+    auto expect = req.find(http::field::expect);
+    if (expect != req.end() && absl::EqualsIgnoreCase(Sv(expect->value()), "100-continue")) {
+      static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+      SetDeadline(opt_.write_timeout);
+      net::async_write(socket_, net::buffer(kContinue),
+                       [self = shared_from_this()](beast::error_code ec, size_t) {
+                         if (ec) return self->Close();
+                         self->ReadBody();
+                       });
+      return;
+    }
+    ReadBody();
+  }
+
+  void ReadBody() {
+    SetDeadline(opt_.body_timeout);
+    http::async_read(socket_, buffer_, *parser_,
+                     [self = shared_from_this()](beast::error_code ec, size_t) {
+                       if (ec) return self->OnReadError(ec);
+                       self->Dispatch();
+                     });
+  }
+
+  void OnReadError(beast::error_code ec) {
+    if (closed_) return;
+    if (ec == http::error::header_limit) {
+      if (RequestLineTooLong()) return UriTooLong();
+      return Respond(OpenAiApi::ProtocolError(
+                         431, "headers_too_large",
+                         absl::StrCat("the request line and headers exceed ", opt_.max_header_bytes,
+                                      " bytes (--http-max-header-bytes)")),
+                     false);
+    }
+    if (ec == http::error::body_limit) {
+      return Respond(
+          OpenAiApi::ProtocolError(413, "request_too_large",
+                                   absl::StrCat("the request body exceeds ", opt_.max_body_bytes,
+                                                " bytes (--max-body-bytes)")),
+          false);
+    }
+    if (ec == http::error::end_of_stream || ec == net::error::eof ||
+        ec == net::error::operation_aborted || ec == net::error::connection_reset) {
+      return Close();
+    }
+    if (ec.category() == http::make_error_code(http::error::end_of_stream).category() ||
+        ec == http::error::partial_message) {
+      // A malformed request (bad method, target, version, field, chunk...).
+      return Respond(
+          OpenAiApi::ProtocolError(400, "invalid_request",
+                                   absl::StrCat("malformed HTTP request: ", ec.message())),
+          false);
+    }
+    Close();
+  }
+
+  void UriTooLong() {
+    Respond(OpenAiApi::ProtocolError(414, "uri_too_long",
+                                     absl::StrCat("the request target exceeds ", opt_.max_uri_bytes,
+                                                  " bytes (--http-max-uri-bytes)")),
+            false);
+  }
+
+  // --- answering
+
+  void Dispatch() {
+    LeaveWaiting();
+    ClearDeadline();
+    ++requests_;
+    keep_alive_ =
+        parser_->keep_alive() && requests_ < opt_.max_requests_per_connection && !shared_->stopping;
+    switch (route_) {
+      case Route::kModels:
+        return Reply(shared_->api.Models());
+      case Route::kHealth:
+        return Reply(shared_->api.Health());
+      case Route::kMetrics:
+        return Reply(shared_->api.Metrics());
+      case Route::kChat:
+      case Route::kCompletions:
+        processing_ = true;
+        Watch();
+        RunCompletion(route_ == Route::kChat);
+        return;
+    }
+  }
+
+  // An answer decided on the strand before any route ran.
+  void Respond(HttpReply reply, bool keep_alive) {
+    LeaveWaiting();
+    ClearDeadline();
+    ++requests_;
+    keep_alive_ = keep_alive && parser_ && parser_->keep_alive() &&
+                  requests_ < opt_.max_requests_per_connection && !shared_->stopping;
+    Reply(std::move(reply));
+  }
+
+  // While a request is processed: read on, so that the client closing its
+  // end (or resetting) is noticed. Bytes of a pipelined next request are
+  // kept in the buffer.
+  void Watch() {
+    if (buffer_.size() >= opt_.max_header_bytes) return;  // enough pipelined; stop reading
+    watching_ = true;
+    socket_.async_read_some(
+        buffer_.prepare(4096),
+        [self = shared_from_this()](beast::error_code ec, size_t n) { self->OnWatch(ec, n); });
+  }
+
+  void OnWatch(beast::error_code ec, size_t n) {
+    watching_ = false;
+    if (!ec) buffer_.commit(n);
+    if (after_watch_ != AfterWatch::kNothing) {
+      const AfterWatch next = after_watch_;
+      after_watch_ = AfterWatch::kNothing;
+      if (ec && ec != net::error::operation_aborted) return Close();
+      return next == AfterWatch::kLinger ? Linger() : WaitNextRequest();
+    }
+    if (ec) {
+      gone_ = true;
+      cv_.notify_all();
+      return Close();
+    }
+    if (processing_) Watch();
+  }
+
+  void Enqueue(std::string bytes, bool last) {
+    if (ClientGone()) return;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      out_bytes_ += bytes.size();
+      if (!bytes.empty()) out_.push_back(std::move(bytes));
+      if (last) out_last_ = true;
+    }
+    net::post(socket_.get_executor(), [self = shared_from_this()] { self->Pump(); });
+  }
+
+  void Pump() {
+    if (writing_ || closed_) return;
+    bool finished = false;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (out_.empty()) {
+        finished = out_last_;
+        out_last_ = false;
       } else {
-        return Bad("prompt", "prompt must be a string, one string in an array, or token ids");
+        writing_bytes_ = std::move(out_.front());
+        out_.pop_front();
       }
     }
-    job->id = NewId(job->chat ? "chatcmpl-" : "cmpl-");
-    job->created = Now();
-    job->model = served_.name;
-    absl::StatusOr<std::shared_ptr<RequestHandle>> h = served_.engine->Submit(job->c.params);
-    if (!h.ok() && h.status().code() == absl::StatusCode::kInvalidArgument &&
-        ParamOf(h.status()).is_null()) {
-      return WithParam(h.status(), job->chat ? "messages" : "prompt");
+    if (writing_bytes_.empty()) {
+      if (finished) AfterResponse();
+      return;
     }
-    return h;
+    writing_ = true;
+    SetDeadline(opt_.write_timeout);
+    net::async_write(
+        socket_, net::buffer(writing_bytes_),
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->OnWrite(ec); });
   }
 
-  Json LogprobsJson(const Job& job, const std::vector<SampledToken>& toks) {
-    const Tokenizer& tok = served_.engine->tokenizer();
-    if (job.chat) {
-      Json content = Json::array();
-      for (const SampledToken& s : toks) {
-        Json top = Json::array();
-        for (const TokenLogprob& t : s.top_logprobs) {
-          top.push_back({{"token", tok.Piece(t.token)}, {"logprob", t.logprob}, {"bytes", nullptr}});
-        }
-        content.push_back({{"token", tok.Piece(s.token)},
-                           {"logprob", s.logprob},
-                           {"bytes", nullptr},
-                           {"top_logprobs", std::move(top)}});
-      }
-      return {{"content", std::move(content)}};
+  void OnWrite(beast::error_code ec) {
+    writing_ = false;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      out_bytes_ -= writing_bytes_.size();
     }
-    Json tokens = Json::array(), lps = Json::array(), tops = Json::array();
-    for (const SampledToken& s : toks) {
-      tokens.push_back(tok.Piece(s.token));
-      lps.push_back(s.logprob);
-      Json top = Json::object();
-      for (const TokenLogprob& t : s.top_logprobs) top[tok.Piece(t.token)] = t.logprob;
-      tops.push_back(std::move(top));
+    cv_.notify_all();
+    writing_bytes_.clear();
+    if (ec) {
+      gone_ = true;
+      return Close();
     }
-    return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}};
+    ClearDeadline();
+    Pump();
   }
 
-  void Whole(RequestHandle& h, const Job& job, httplib::Response& res, const std::string& ep) {
-    std::string text;
-    std::vector<SampledToken> sampled;
-    absl::StatusOr<GenerateOutcome> o = h.Wait([&](const GenerateDelta& d) {
-      text += d.text;
-      if (job.c.logprobs) sampled.push_back(d.sampled);
-      return true;
+  void AfterResponse() {
+    processing_ = false;
+    if (ClientGone()) return Close();
+    if (watching_) {
+      // The watch read must end before the next read starts.
+      after_watch_ = keep_alive_ ? AfterWatch::kNextRequest : AfterWatch::kLinger;
+      beast::error_code ignored;
+      socket_.cancel(ignored);
+      return;
+    }
+    if (!keep_alive_) return Linger();
+    WaitNextRequest();
+  }
+
+  void WaitNextRequest() {
+    if (buffer_.size() > 0) return ReadHeader();
+    EnterWaiting();
+    SetDeadline(opt_.idle_timeout);
+    socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](beast::error_code ec) {
+      if (ec) return self->Close();
+      self->ReadHeader();
     });
-    served_.engine->metrics().CountRequest("http", ep, ServingMetrics::Outcome(o.status()));
-    if (!o.ok()) return SendError(res, o.status());
-    Json choice = {{"index", 0}};
-    if (job.chat) {
-      chat::ReasoningSplit split =
-          chat::SplitReasoning(text, chat::PromptOpensReasoning(job.prompt_text));
-      Json msg = {{"role", "assistant"}, {"content", split.content}};
-      if (!split.reasoning_content.empty()) msg["reasoning_content"] = split.reasoning_content;
-      choice["message"] = std::move(msg);
-    } else {
-      choice["text"] = text;
-    }
-    choice["logprobs"] = job.c.logprobs ? LogprobsJson(job, sampled) : Json(nullptr);
-    choice["finish_reason"] = FinishReason(o->finish_reason);
-    Json out = {{"id", job.id},
-                {"object", job.chat ? "chat.completion" : "text_completion"},
-                {"created", job.created},
-                {"model", job.model},
-                {"choices", Json::array({std::move(choice)})},
-                {"usage", Usage(*o)}};
-    res.set_content(Dump(out), "application/json");
   }
 
-  Json Chunk(const Job& job, Json choice) {
-    return {{"id", job.id},
-            {"object", job.chat ? "chat.completion.chunk" : "text_completion"},
-            {"created", job.created},
-            {"model", job.model},
-            {"choices", Json::array({std::move(choice)})}};
+  // --- closing
+
+  // Sends FIN, then reads and drops what the client still sends (bounded in
+  // time and bytes) before closing.
+  void Linger() {
+    if (closed_) return;
+    beast::error_code ignored;
+    socket_.shutdown(tcp::socket::shutdown_send, ignored);
+    SetDeadline(kLinger);
+    Drain(0);
   }
 
-  Json ChoiceDelta(const Job& job, const chat::ReasoningSplit& split, const std::string& text) {
-    Json c = {{"index", 0}};
-    if (job.chat) {
-      Json delta = Json::object();
-      if (!split.reasoning_content.empty()) delta["reasoning_content"] = split.reasoning_content;
-      if (!split.content.empty() || split.reasoning_content.empty()) delta["content"] = split.content;
-      c["delta"] = std::move(delta);
-    } else {
-      c["text"] = text;
-    }
-    c["logprobs"] = nullptr;
-    c["finish_reason"] = nullptr;
-    return c;
+  void Drain(size_t drained) {
+    buffer_.clear();
+    socket_.async_read_some(buffer_.prepare(16384),
+                            [self = shared_from_this(), drained](beast::error_code ec, size_t n) {
+                              if (ec || drained + n > kLingerBytes) return self->Close();
+                              self->Drain(drained + n);
+                            });
   }
 
-  void Stream(std::shared_ptr<RequestHandle> h, Job job, httplib::Response& res,
-              const std::string& ep) {
-    auto ended = std::make_shared<std::atomic<bool>>(false);
-    res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider(
-        "text/event-stream",
-        [this, h, job, ep, ended](size_t, httplib::DataSink& sink) {
-          auto send = [&](const Json& j) {
-            const std::string line = absl::StrCat("data: ", Dump(j), "\n\n");
-            return sink.write(line.data(), line.size());
-          };
-          chat::ReasoningStream reasoning(chat::PromptOpensReasoning(job.prompt_text));
-          bool ok = true;
-          if (job.chat) {
-            ok = send(Chunk(job, {{"index", 0},
-                                  {"delta", {{"role", "assistant"}, {"content", ""}}},
-                                  {"logprobs", nullptr},
-                                  {"finish_reason", nullptr}}));
-          }
-          absl::StatusOr<GenerateOutcome> o = h->Wait(
-              [&](const GenerateDelta& d) {
-                chat::ReasoningSplit split;
-                if (job.chat) split = reasoning.Push(d.text);
-                Json c = ChoiceDelta(job, split, d.text);
-                if (job.c.logprobs) c["logprobs"] = LogprobsJson(job, {d.sampled});
-                ok = ok && send(Chunk(job, std::move(c)));
-                return ok;
-              },
-              [&] { return !ok; });
-          *ended = true;
-          const std::string outcome =
-              !o.ok() ? ServingMetrics::Outcome(o.status())
-                      : (!ok || o->finish_reason == "cancelled" ? "cancelled" : "ok");
-          served_.engine->metrics().CountRequest("http", ep, outcome);
-          if (!ok) return false;  // the client is gone
-          if (!o.ok()) {
-            send(ErrorJson(o.status()));
-          } else {
-            chat::ReasoningSplit rest;
-            if (job.chat) rest = reasoning.Finish();
-            Json c = ChoiceDelta(job, rest, "");
-            if (job.chat && rest.content.empty() && rest.reasoning_content.empty()) {
-              c["delta"] = Json::object();
-            }
-            c["finish_reason"] = FinishReason(o->finish_reason);
-            send(Chunk(job, std::move(c)));
-            if (job.c.include_usage) {
-              Json u = Chunk(job, nullptr);
-              u["choices"] = Json::array();
-              u["usage"] = Usage(*o);
-              send(u);
-            }
-          }
-          const std::string done = "data: [DONE]\n\n";
-          sink.write(done.data(), done.size());
-          sink.done();
-          return true;
-        },
-        [h, ended](bool) {
-          if (!*ended) h->Cancel();  // never streamed: the client left first
-        });
+  void Close() {
+    if (closed_) return;
+    closed_ = true;
+    gone_ = true;
+    LeaveWaiting();
+    cv_.notify_all();
+    ClearDeadline();
+    beast::error_code ignored;
+    socket_.shutdown(tcp::socket::shutdown_both, ignored);
+    socket_.close(ignored);
   }
 
-  const ServedModel served_;
+  void SetDeadline(ms d) {
+    timer_.expires_after(d);
+    timer_.async_wait([self = shared_from_this(), gen = ++deadline_gen_](beast::error_code ec) {
+      if (ec || gen != self->deadline_gen_) return;
+      self->Close();
+    });
+  }
+  void ClearDeadline() {
+    ++deadline_gen_;
+    timer_.cancel();
+  }
+
+  // Constant after construction.
+  tcp::socket socket_;
+  net::steady_timer timer_;
+  const std::shared_ptr<Shared> shared_;
+  const HttpServerOptions& opt_;
+  const bool counted_;
+
+  // Strand only.
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  Route route_ = Route::kHealth;
+  int requests_ = 0;
+  bool processing_ = false;
+  bool watching_ = false;
+  // What to do once the watch read ends (AfterResponse cancelled it).
+  enum class AfterWatch { kNothing, kNextRequest, kLinger } after_watch_ = AfterWatch::kNothing;
+  bool writing_ = false;
+  bool closed_ = false;
+  uint64_t deadline_gen_ = 0;
+  std::string writing_bytes_;
+  bool reading_ = false;  // no complete request yet (or idle between requests)
+
+  // Set on the strand before a route runs, read by its thread.
+  bool keep_alive_ = false;
+  bool chunked_ = true;
+  // Shared with the request's thread.
+  std::atomic<bool> gone_{false};
+  std::atomic<bool> replied_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::string> out_;  // guarded by mu_
+  size_t out_bytes_ = 0;         // guarded by mu_: queued or being written
+  bool out_last_ = false;        // guarded by mu_: the response's last bytes are queued
+  // Guarded by shared_->waiting_mu.
+  bool in_waiting_ = false;
+  std::list<std::weak_ptr<Connection>>::iterator waiting_it_;
 };
 
 }  // namespace
 
+struct HttpServer::Impl {
+  Impl(HttpServerOptions options, ServedModel served)
+      : shared(std::make_shared<Shared>(options, std::move(served))),
+        acceptor(net::make_strand(ioc)),
+        retry(acceptor.get_executor()) {}
+
+  void Accept() {
+    acceptor.async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket s) {
+      if (shared->stopping) return;
+      if (ec) {
+        // Out of descriptors and the like: try again shortly, without spinning.
+        retry.expires_after(ms(50));
+        retry.async_wait([this](beast::error_code) {
+          if (!shared->stopping) Accept();
+        });
+        return;
+      }
+      bool over = shared->connections.load() >= shared->options.max_connections;
+      if (over) {
+        // Make room by closing the connection that has waited longest
+        // without sending a complete request; refuse when all are busy.
+        if (std::shared_ptr<Connection> oldest = Connection::TakeOldestWaiting(*shared)) {
+          net::post(oldest->executor(), [oldest] { oldest->Evict(); });
+          over = false;
+        }
+      }
+      auto c = std::make_shared<Connection>(std::move(s), shared, !over);
+      net::dispatch(c->executor(), [c, over] { over ? c->Refuse() : c->Start(); });
+      Accept();
+    });
+  }
+
+  std::shared_ptr<Shared> shared;
+  net::io_context ioc;
+  tcp::acceptor acceptor;
+  net::steady_timer retry;
+  std::vector<std::thread> threads;
+  int port = 0;
+};
+
+absl::Status ValidateHttpOptions(const HttpServerOptions& o) {
+  auto positive = [](ms d) { return d.count() > 0; };
+  if (!positive(o.header_timeout))
+    return absl::InvalidArgumentError("--http-header-timeout must be > 0");
+  if (!positive(o.body_timeout))
+    return absl::InvalidArgumentError("--http-body-timeout must be > 0");
+  if (!positive(o.idle_timeout))
+    return absl::InvalidArgumentError("--http-idle-timeout must be > 0");
+  if (!positive(o.write_timeout))
+    return absl::InvalidArgumentError("--http-write-timeout must be > 0");
+  if (o.max_requests_per_connection < 1) {
+    return absl::InvalidArgumentError("--http-max-requests-per-connection must be >= 1");
+  }
+  if (o.max_connections < 1)
+    return absl::InvalidArgumentError("--http-max-connections must be >= 1");
+  if (o.max_body_bytes < 1) return absl::InvalidArgumentError("--max-body-bytes must be >= 1");
+  if (o.max_header_bytes < 256) {
+    return absl::InvalidArgumentError("--http-max-header-bytes must be >= 256");
+  }
+  if (o.max_uri_bytes < 16 || o.max_uri_bytes > o.max_header_bytes) {
+    return absl::InvalidArgumentError(
+        "--http-max-uri-bytes must be >= 16 and at most --http-max-header-bytes");
+  }
+  if (o.io_threads < 1) return absl::InvalidArgumentError("the HTTP server needs an I/O thread");
+  return absl::OkStatus();
+}
+
+HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+int HttpServer::port() const { return impl_->port; }
+
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& host_port,
-                                                              ServedModel served) {
+                                                              ServedModel served,
+                                                              HttpServerOptions options) {
+  RETURN_IF_ERROR(ValidateHttpOptions(options));
   const size_t colon = host_port.rfind(':');
-  if (colon == std::string::npos) {
-    return absl::InvalidArgumentError(absl::StrCat("--http wants HOST:PORT, got '", host_port, "'"));
+  int want = -1;
+  if (colon == std::string::npos || !absl::SimpleAtoi(host_port.substr(colon + 1), &want) ||
+      want < 0 || want > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--http wants HOST:PORT, got '", host_port, "'"));
   }
-  const std::string host = host_port.substr(0, colon);
-  const int want = std::atoi(host_port.c_str() + colon + 1);
-  std::unique_ptr<HttpServer> s(new HttpServer());
-  s->server_ = std::make_unique<httplib::Server>();
-  httplib::Server& svr = *s->server_;
-  const size_t threads = static_cast<size_t>(
-      std::min(512, served.engine->max_sequences() + served.engine->max_queue() + 8));
-  svr.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  auto api = std::make_shared<Api>(served);
-  svr.Post("/v1/chat/completions", [api](const httplib::Request& q, httplib::Response& r) {
-    api->Completions(q, r, true);
-  });
-  svr.Post("/v1/completions", [api](const httplib::Request& q, httplib::Response& r) {
-    api->Completions(q, r, false);
-  });
-  svr.Get("/v1/models", [api](const httplib::Request&, httplib::Response& r) { api->Models(r); });
-  svr.Get("/health", [](const httplib::Request&, httplib::Response& r) {
-    r.set_content("{\"status\":\"ok\"}", "application/json");
-  });
-  svr.Get("/metrics", [api](const httplib::Request&, httplib::Response& r) { api->Metrics(r); });
-  svr.set_error_handler([](const httplib::Request& q, httplib::Response& r) {
-    if (!r.body.empty()) return;
-    SendError(r, r.status == 404
-                     ? absl::Status(absl::StatusCode::kNotFound,
-                                    absl::StrCat("no route ", q.method, " ", q.path))
-                     : absl::InternalError(absl::StrCat("HTTP status ", r.status)));
-  });
-  s->port_ = want == 0 ? svr.bind_to_any_port(host) : (svr.bind_to_port(host, want) ? want : -1);
-  if (s->port_ <= 0) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", host_port, " (HTTP)"));
+  std::string host = host_port.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
   }
-  s->thread_ = std::thread([&svr] { svr.listen_after_bind(); });
-  return s;
+  auto impl = std::make_unique<Impl>(options, std::move(served));
+  beast::error_code ec;
+  tcp::resolver resolver(impl->ioc);
+  auto endpoints = resolver.resolve(host, std::to_string(want), tcp::resolver::passive, ec);
+  if (ec || endpoints.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--http: cannot resolve '", host, "': ", ec.message()));
+  }
+  const tcp::endpoint endpoint = endpoints.begin()->endpoint();
+  impl->acceptor.open(endpoint.protocol(), ec);
+  if (!ec) impl->acceptor.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) impl->acceptor.bind(endpoint, ec);
+  if (!ec) impl->acceptor.listen(net::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", host_port, " (HTTP): ", ec.message()));
+  }
+  impl->port = impl->acceptor.local_endpoint().port();
+  impl->Accept();
+  for (int i = 0; i < options.io_threads; ++i) {
+    impl->threads.emplace_back([io = &impl->ioc] { io->run(); });
+  }
+  return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));
 }
 
 HttpServer::~HttpServer() {
-  if (server_) server_->stop();
-  if (thread_.joinable()) thread_.join();
+  Impl& s = *impl_;
+  // Every connection now reads as gone: running requests are cancelled in
+  // the engine, their threads end without writing.
+  s.shared->stopping = true;
+  net::post(s.acceptor.get_executor(), [&s] {
+    beast::error_code ignored;
+    s.acceptor.close(ignored);
+    s.retry.cancel();
+  });
+  {
+    std::unique_lock<std::mutex> l(s.shared->mu);
+    s.shared->cv.wait(l, [&] { return s.shared->request_threads == 0; });
+  }
+  s.ioc.stop();
+  for (std::thread& t : s.threads) t.join();
 }
 
 }  // namespace moesplit::dense

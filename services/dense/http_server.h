@@ -1,50 +1,93 @@
 // HttpServer: the OpenAI-compatible HTTP API of the dense service, in the
-// same process as the gRPC API (cpp-httplib; JSON by nlohmann-json).
+// same process as the gRPC API. The routes and their JSON are OpenAiApi's
+// (openai_api.h); this is the transport: an asynchronous HTTP/1.1 server on
+// Boost.Beast/Asio that slow or hostile clients cannot stall.
 //
-//   POST /v1/chat/completions   chat messages -> the model's chat template
-//   POST /v1/completions        a text prompt (or token ids)
-//     both: "stream": true answers with server-sent events, one
-//     `data: {chunk}` per token, then (with stream_options.include_usage) a
-//     chunk with usage and no choices, then `data: [DONE]`.
-//   GET  /v1/models, GET /health, GET /metrics (Prometheus text of the
-//     engine's registry, the same one the --metrics exposer serves)
-// Errors are OpenAI's shape, {"error":{"message","type","param","code"}},
-// with 400 (bad request, prompt longer than the context), 404 (unknown
-// model or path), 429 + Retry-After (queue full), 503 (an expert worker
-// failed), 500 (other).
-// A streaming client that disconnects cancels its request at the next
-// token; the sequence and its KV cache are freed.
+// Connections. A few I/O threads multiplex every connection; nothing blocks
+// on them. Each completion request runs on a thread of its own (it waits on
+// the engine), the other routes answer on the I/O thread. Per connection:
+//   - the request line and headers must arrive within header_timeout (from
+//     the connection's start, or from the first byte of a kept-alive
+//     connection's next request), the body within body_timeout after them;
+//     a connection past either is closed (slowloris);
+//   - a kept-alive connection waits at most idle_timeout for its next
+//     request and serves at most max_requests_per_connection (the last
+//     answer says `Connection: close`);
+//   - one write may take at most write_timeout (a client that stops reading
+//     a stream is dropped, which cancels its request).
+// At max_connections open connections, a new one takes the place of the
+// connection that has waited longest without sending a complete request
+// (still reading one, or idle between requests), which is closed; when every
+// connection has a request in progress the new one is answered 503 (code
+// "too_many_connections") and closed. So trickling clients can delay new
+// ones by no more than their share of the limit, however many they open.
 //
-// Thread-safe; handlers run on the server's own thread pool.
+// Bounded input, refused before the body is read or parsed, with OpenAI's
+// error shape {"error":{"message","type","param","code"}} and
+// `Connection: close`:
+//   413 request_too_large     body over max_body_bytes (declared or chunked)
+//   414 uri_too_long          request target over max_uri_bytes
+//   431 headers_too_large     request line + headers over max_header_bytes
+//   415 unsupported_encoding  Content-Encoding other than identity, or a
+//                             Transfer-Encoding other than chunked
+//                             (compressed bodies are never inflated)
+//   404 unknown_url           no such route
+//   405 method_not_allowed    a route with another method (Allow: says which)
+//   400 invalid_request       a malformed request (never a 500)
+// `Expect: 100-continue` is answered once the headers pass these checks.
+//
+// Client disconnects. While a request is processed the connection keeps
+// reading: end of stream or an error marks the client gone, and the
+// request — streaming or not — is cancelled in the engine within ~20 ms,
+// which frees its slot and KV cache. (A client that half-closes its side
+// after sending a request counts as gone.)
+//
+// Thread-safe; the destructor stops accepting, cancels every request still
+// running, waits for their threads and joins the I/O threads.
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "absl/status/statusor.h"
 #include "services/dense/inference_service.h"
 
-namespace httplib {
-class Server;
-}
-
 namespace moesplit::dense {
+
+struct HttpServerOptions {
+  std::chrono::milliseconds header_timeout{10000};  // --http-header-timeout
+  std::chrono::milliseconds body_timeout{30000};    // --http-body-timeout
+  std::chrono::milliseconds idle_timeout{30000};    // --http-idle-timeout
+  std::chrono::milliseconds write_timeout{30000};   // --http-write-timeout
+  int max_requests_per_connection = 1000;           // --http-max-requests-per-connection
+  int max_connections = 512;                        // --http-max-connections
+  uint64_t max_body_bytes = 4u << 20;               // --max-body-bytes
+  uint32_t max_header_bytes = 16384;                // --http-max-header-bytes
+  uint32_t max_uri_bytes = 8192;                    // --http-max-uri-bytes
+  int io_threads = 2;
+};
+
+// InvalidArgument naming the option that is out of range.
+absl::Status ValidateHttpOptions(const HttpServerOptions& options);
 
 class HttpServer {
  public:
-  // Listens on HOST:PORT (port 0 picks one). Unavailable when it cannot bind.
+  // Listens on HOST:PORT (port 0 picks one; HOST may be a name). Errors:
+  // InvalidArgument (bad address or options), Unavailable (cannot bind).
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(const std::string& host_port,
-                                                           ServedModel served);
-  ~HttpServer();  // stops listening and joins
+                                                           ServedModel served,
+                                                           HttpServerOptions options = {});
+  ~HttpServer();
 
-  int port() const { return port_; }
+  int port() const;
+
+  struct Impl;
 
  private:
-  HttpServer() = default;
-  std::unique_ptr<httplib::Server> server_;
-  std::thread thread_;
-  int port_ = 0;
+  explicit HttpServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace moesplit::dense

@@ -96,6 +96,22 @@ int Run(int argc, char** argv) {
   // The GPU budget the runner plans with, read before the model takes its share.
   const uint64_t plan_budget =
       opt.gpu_memory > 0 ? opt.gpu_memory : (opt.backend != "cpu" ? QueryGpuMemory().free : 0);
+  // The HTTP front end's limits (http_server.h); dense_flags.cc checked their ranges.
+  HttpServerOptions http_opt;
+  http_opt.header_timeout = std::chrono::milliseconds(f.http_header_timeout_ms);
+  http_opt.body_timeout = std::chrono::milliseconds(f.http_body_timeout_ms);
+  http_opt.idle_timeout = std::chrono::milliseconds(f.http_idle_timeout_ms);
+  http_opt.write_timeout = std::chrono::milliseconds(f.http_write_timeout_ms);
+  http_opt.max_requests_per_connection = static_cast<int>(f.http_max_requests_per_connection);
+  http_opt.max_connections = static_cast<int>(f.http_max_connections);
+  if (auto body_bytes = plan::ParseByteSize(f.max_body_bytes); body_bytes.ok()) {
+    http_opt.max_body_bytes = *body_bytes;
+  } else {
+    return Fail(body_bytes.status());
+  }
+  http_opt.max_header_bytes = static_cast<uint32_t>(f.http_max_header_bytes);
+  http_opt.max_uri_bytes = static_cast<uint32_t>(f.http_max_uri_bytes);
+  if (absl::Status s = ValidateHttpOptions(http_opt); !s.ok()) return Fail(s);
   // One registry for the --metrics exposer and HTTP GET /metrics.
   auto registry = std::make_shared<prometheus::Registry>();
   telemetry::ExportBuildInfo(*registry, "moesplit-dense");
@@ -204,7 +220,7 @@ int Run(int argc, char** argv) {
   } join_poll{&stop_gpu_poll, &gpu_poll};
   std::unique_ptr<HttpServer> http;
   if (!http_addr.empty()) {
-    auto h = HttpServer::Start(http_addr, served);
+    auto h = HttpServer::Start(http_addr, served, http_opt);
     if (!h.ok()) return Fail(h.status());
     http = std::move(*h);
   }

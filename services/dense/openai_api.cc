@@ -1,0 +1,524 @@
+#include "services/dense/openai_api.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/status.h"
+#include "common/chat/reasoning.h"
+#include "prometheus/text_serializer.h"
+
+namespace moesplit::dense {
+namespace {
+
+using Json = nlohmann::ordered_json;
+constexpr char kParamPayload[] = "moesplit/param";
+
+absl::Status WithParam(absl::Status s, const std::string& param) {
+  s.SetPayload(kParamPayload, absl::Cord(param));
+  return s;
+}
+
+absl::Status Bad(const std::string& param, const std::string& message) {
+  return WithParam(absl::InvalidArgumentError(message), param);
+}
+
+int HttpStatus(const absl::Status& s) {
+  switch (s.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kFailedPrecondition: return 400;
+    case absl::StatusCode::kNotFound: return 404;
+    case absl::StatusCode::kResourceExhausted: return 429;
+    case absl::StatusCode::kUnavailable: return 503;
+    case absl::StatusCode::kDeadlineExceeded: return 504;
+    default: return 500;
+  }
+}
+
+// The parameter an error is about: the payload, else a known field name
+// that opens the message (the sampling validator names its field first).
+Json ParamOf(const absl::Status& s) {
+  if (auto p = s.GetPayload(kParamPayload)) return std::string(*p);
+  const std::string m(s.message());
+  for (const char* f : {"temperature", "top_k", "top_p", "min_p", "repetition_penalty",
+                        "presence_penalty", "frequency_penalty", "logprobs", "max_tokens",
+                        "messages", "stop", "prompt", "seed"}) {
+    if (m.rfind(f, 0) == 0) return f;
+  }
+  return nullptr;
+}
+
+Json ErrorJson(const absl::Status& s) {
+  const int http = HttpStatus(s);
+  const char* type = http == 400 || http == 404 ? "invalid_request_error"
+                     : http == 429           ? "rate_limit_exceeded"
+                                             : "server_error";
+  Json code = nullptr;
+  if (s.code() == absl::StatusCode::kNotFound) code = "model_not_found";
+  if (http == 429) code = "server_busy";
+  return Json{{"error",
+               {{"message", std::string(s.message())}, {"type", type}, {"param", ParamOf(s)},
+                {"code", code}}}};
+}
+
+HttpReply ErrorReply(const absl::Status& s) {
+  HttpReply r;
+  r.status = HttpStatus(s);
+  if (r.status == 429) r.headers.emplace_back("Retry-After", "1");
+  r.body = ErrorJson(s).dump(-1, ' ', false, Json::error_handler_t::replace);
+  return r;
+}
+
+// --- request fields
+
+absl::StatusOr<double> Number(const Json& body, const char* key, double def) {
+  auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return def;
+  if (!it->is_number()) return Bad(key, absl::StrCat(key, " must be a number"));
+  return it->get<double>();
+}
+
+absl::StatusOr<int64_t> Integer(const Json& body, const char* key, int64_t def) {
+  auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return def;
+  if (!it->is_number_integer()) return Bad(key, absl::StrCat(key, " must be an integer"));
+  return it->get<int64_t>();
+}
+
+absl::StatusOr<bool> Bool(const Json& body, const char* key, bool def) {
+  auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return def;
+  if (!it->is_boolean()) return Bad(key, absl::StrCat(key, " must be true or false"));
+  return it->get<bool>();
+}
+
+struct Common {
+  GenerateParams params;
+  bool stream = false;
+  bool include_usage = false;
+  int top_logprobs = 0;
+  bool logprobs = false;
+};
+
+// Fields shared by both endpoints. `chat`: logprobs is a bool plus
+// top_logprobs (chat) or an integer 0..5 (completions).
+absl::Status ParseCommon(const Json& body, bool chat, const ServedModel& served, Common* c) {
+  if (auto m = body.find("model"); m != body.end() && !m->is_null()) {
+    if (!m->is_string()) return Bad("model", "model must be a string");
+    RETURN_IF_ERROR(WithParam(served.CheckName(m->get<std::string>()), "model"));
+  }
+  ASSIGN_OR_RETURN(int64_t n, Integer(body, "n", 1));
+  if (n != 1) return Bad("n", absl::StrCat("n must be 1 (got ", n, ")"));
+  const char* max_key = chat && body.contains("max_completion_tokens") ? "max_completion_tokens"
+                                                                        : "max_tokens";
+  ASSIGN_OR_RETURN(int64_t max_tokens, Integer(body, max_key, chat ? 0 : 16));
+  if (max_tokens < 0 || max_tokens > INT32_MAX) {
+    return Bad(max_key, absl::StrCat(max_key, " must be >= 0, got ", max_tokens));
+  }
+  c->params.max_tokens = static_cast<int>(max_tokens);
+  SamplingParams& s = c->params.sampling;
+  ASSIGN_OR_RETURN(double t, Number(body, "temperature", 1.0));
+  ASSIGN_OR_RETURN(double top_p, Number(body, "top_p", 1.0));
+  ASSIGN_OR_RETURN(int64_t top_k, Integer(body, "top_k", 0));
+  ASSIGN_OR_RETURN(double min_p, Number(body, "min_p", 0.0));
+  ASSIGN_OR_RETURN(double rep, Number(body, "repetition_penalty", 1.0));
+  ASSIGN_OR_RETURN(double pres, Number(body, "presence_penalty", 0.0));
+  ASSIGN_OR_RETURN(double freq, Number(body, "frequency_penalty", 0.0));
+  s.temperature = static_cast<float>(t);
+  s.top_p = static_cast<float>(top_p);
+  if (top_k < 0 || top_k > INT32_MAX) return Bad("top_k", absl::StrCat("top_k must be >= 0, got ", top_k));
+  s.top_k = static_cast<int32_t>(top_k);
+  s.min_p = static_cast<float>(min_p);
+  s.repetition_penalty = static_cast<float>(rep);
+  s.presence_penalty = static_cast<float>(pres);
+  s.frequency_penalty = static_cast<float>(freq);
+  if (auto seed = body.find("seed"); seed != body.end() && !seed->is_null()) {
+    if (!seed->is_number_integer()) return Bad("seed", "seed must be an integer");
+    s.seed = seed->is_number_unsigned() ? seed->get<uint64_t>()
+                                        : static_cast<uint64_t>(seed->get<int64_t>());
+    s.has_seed = true;
+  }
+  if (chat) {
+    ASSIGN_OR_RETURN(c->logprobs, Bool(body, "logprobs", false));
+    ASSIGN_OR_RETURN(int64_t top, Integer(body, "top_logprobs", 0));
+    if (top < 0 || top > kMaxTopLogprobs) {
+      return Bad("top_logprobs", absl::StrCat("top_logprobs must be in [0, ", kMaxTopLogprobs,
+                                              "], got ", top));
+    }
+    c->top_logprobs = static_cast<int>(top);
+  } else {
+    ASSIGN_OR_RETURN(int64_t lp, Integer(body, "logprobs", 0));
+    if (lp < 0 || lp > 5) return Bad("logprobs", absl::StrCat("logprobs must be in [0, 5], got ", lp));
+    c->logprobs = body.contains("logprobs") && !body["logprobs"].is_null();
+    c->top_logprobs = static_cast<int>(lp);
+  }
+  s.return_logprob = c->logprobs;
+  s.logprobs = c->logprobs ? c->top_logprobs : 0;
+  if (auto stop = body.find("stop"); stop != body.end() && !stop->is_null()) {
+    if (stop->is_string()) {
+      c->params.stop.push_back(stop->get<std::string>());
+    } else if (stop->is_array()) {
+      if (stop->size() > kMaxStop) {
+        return Bad("stop", absl::StrCat("stop holds at most ", kMaxStop, " strings, got ",
+                                        stop->size()));
+      }
+      for (const auto& x : *stop) {
+        if (!x.is_string()) return Bad("stop", "stop must be a string or an array of strings");
+        c->params.stop.push_back(x.get<std::string>());
+      }
+    } else {
+      return Bad("stop", "stop must be a string or an array of strings");
+    }
+  }
+  ASSIGN_OR_RETURN(c->stream, Bool(body, "stream", false));
+  if (auto so = body.find("stream_options"); so != body.end() && !so->is_null()) {
+    if (!so->is_object()) return Bad("stream_options", "stream_options must be an object");
+    ASSIGN_OR_RETURN(c->include_usage, Bool(*so, "include_usage", false));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Json> ParseBody(const std::string& text) {
+  Json body;
+  try {
+    body = Json::parse(text);
+  } catch (const Json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("the request body is not valid JSON: ", e.what()));
+  }
+  if (!body.is_object()) return absl::InvalidArgumentError("the request body must be a JSON object");
+  return body;
+}
+
+Json Usage(const GenerateOutcome& o) {
+  return {{"prompt_tokens", o.prompt_tokens},
+          {"completion_tokens", o.completion_tokens},
+          {"total_tokens", o.prompt_tokens + o.completion_tokens}};
+}
+
+std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
+int64_t Now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string NewId(const char* prefix) {
+  static std::atomic<uint64_t> next{1};
+  return absl::StrCat(prefix, Now(), "-", next.fetch_add(1));
+}
+
+// One request in flight: what the endpoint-specific code needs to build
+// its JSON.
+struct Job {
+  bool chat = false;
+  Common c;
+  std::string prompt_text;  // chat: the rendered prompt (reasoning detection)
+  std::string id;
+  int64_t created = 0;
+  std::string model;
+};
+
+Json FinishReason(const std::string& r) { return r == "cancelled" ? Json("stop") : Json(r); }
+
+
+// Fails when a text prompt of `bytes` bytes cannot fit the context: every
+// token covers at most `max_token_bytes` bytes of text, so such a prompt has
+// at least bytes / max_token_bytes tokens (invalid UTF-8 only grows it).
+absl::Status CheckPromptBytes(size_t bytes, size_t max_token_bytes, int n_ctx,
+                              const char* param) {
+  const size_t at_least = (bytes + max_token_bytes - 1) / max_token_bytes;
+  if (at_least < static_cast<size_t>(n_ctx)) return absl::OkStatus();
+  return Bad(param, absl::StrCat("the prompt has at least ", at_least, " tokens (", bytes,
+                                 " bytes), the context holds ", n_ctx));
+}
+
+// Tokenizes a prompt, stopping once it cannot fit the context.
+absl::StatusOr<std::vector<int32_t>> EncodePrompt(const Tokenizer& tok, const std::string& text,
+                                                  bool add_special, int n_ctx,
+                                                  const char* param) {
+  ASSIGN_OR_RETURN(std::vector<int32_t> ids,
+                   tok.Encode(text, /*parse_special=*/true, add_special, n_ctx - 1));
+  if (ids.size() < static_cast<size_t>(n_ctx)) return ids;
+  return Bad(param, absl::StrCat("the prompt has at least ", ids.size(),
+                                 " tokens, the context holds ", n_ctx));
+}
+
+// The parts of a request body that become a prompt; `job->c` parsed first.
+absl::Status PreparePrompt(const Json& body, const ServedModel& served, size_t max_token_bytes,
+                           Job* job) {
+  const Tokenizer& tok = served.engine->tokenizer();
+  const int n_ctx = served.engine->n_ctx();
+  if (job->chat) {
+    auto m = body.find("messages");
+    if (m == body.end()) return Bad("messages", "messages is required");
+    if (m->is_array() && m->size() > kMaxMessages) {
+      return Bad("messages", absl::StrCat("messages holds at most ", kMaxMessages,
+                                          " entries, got ", m->size()));
+    }
+    ChatPromptOptions co;
+    if (auto k = body.find("chat_template_kwargs"); k != body.end() && k->is_object()) {
+      ASSIGN_OR_RETURN(co.enable_thinking, Bool(*k, "enable_thinking", true));
+    }
+    absl::StatusOr<std::string> prompt = served.chat->Render(*m, co);
+    if (!prompt.ok()) return WithParam(prompt.status(), "messages");
+    RETURN_IF_ERROR(CheckPromptBytes(prompt->size(), max_token_bytes, n_ctx, "messages"));
+    job->prompt_text = *prompt;
+    const bool has_bos = !served.chat->bos_token().empty() &&
+                         prompt->rfind(served.chat->bos_token(), 0) == 0;
+    ASSIGN_OR_RETURN(job->c.params.prompt,
+                     EncodePrompt(tok, *prompt, !has_bos, n_ctx, "messages"));
+    return absl::OkStatus();
+  }
+  auto p = body.find("prompt");
+  if (p == body.end()) return Bad("prompt", "prompt is required");
+  if (p->is_array() && p->size() == 1 && (*p)[0].is_string()) p = p->begin();
+  if (p->is_string()) {
+    const std::string& text = p->get_ref<const std::string&>();
+    RETURN_IF_ERROR(CheckPromptBytes(text.size(), max_token_bytes, n_ctx, "prompt"));
+    ASSIGN_OR_RETURN(job->c.params.prompt, EncodePrompt(tok, text, true, n_ctx, "prompt"));
+  } else if (p->is_array() && !p->empty() && (*p)[0].is_number_integer()) {
+    if (p->size() >= static_cast<size_t>(n_ctx)) {
+      return Bad("prompt", absl::StrCat("the prompt has ", p->size(),
+                                        " tokens, the context holds ", n_ctx));
+    }
+    for (const auto& t : *p) {
+      if (!t.is_number_integer()) return Bad("prompt", "prompt token ids must be integers");
+      job->c.params.prompt.push_back(static_cast<int32_t>(t.get<int64_t>()));
+    }
+  } else {
+    return Bad("prompt", "prompt must be a string, one string in an array, or token ids");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<RequestHandle>> Prepare(const std::string& text,
+                                                       const ServedModel& served,
+                                                       size_t max_token_bytes, Job* job) {
+  ASSIGN_OR_RETURN(Json body, ParseBody(text));
+  RETURN_IF_ERROR(ParseCommon(body, job->chat, served, &job->c));
+  RETURN_IF_ERROR(PreparePrompt(body, served, max_token_bytes, job));
+  job->id = NewId(job->chat ? "chatcmpl-" : "cmpl-");
+  job->created = Now();
+  job->model = served.name;
+  absl::StatusOr<std::shared_ptr<RequestHandle>> h = served.engine->Submit(job->c.params);
+  if (!h.ok() && h.status().code() == absl::StatusCode::kInvalidArgument &&
+      ParamOf(h.status()).is_null()) {
+    return WithParam(h.status(), job->chat ? "messages" : "prompt");
+  }
+  return h;
+}
+
+Json LogprobsJson(const Tokenizer& tok, const Job& job, const std::vector<SampledToken>& toks) {
+  if (job.chat) {
+    Json content = Json::array();
+    for (const SampledToken& s : toks) {
+      Json top = Json::array();
+      for (const TokenLogprob& t : s.top_logprobs) {
+        top.push_back({{"token", tok.Piece(t.token)}, {"logprob", t.logprob}, {"bytes", nullptr}});
+      }
+      content.push_back({{"token", tok.Piece(s.token)},
+                         {"logprob", s.logprob},
+                         {"bytes", nullptr},
+                         {"top_logprobs", std::move(top)}});
+    }
+    return {{"content", std::move(content)}};
+  }
+  Json tokens = Json::array(), lps = Json::array(), tops = Json::array();
+  for (const SampledToken& s : toks) {
+    tokens.push_back(tok.Piece(s.token));
+    lps.push_back(s.logprob);
+    Json top = Json::object();
+    for (const TokenLogprob& t : s.top_logprobs) top[tok.Piece(t.token)] = t.logprob;
+    tops.push_back(std::move(top));
+  }
+  return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}};
+}
+
+Json Chunk(const Job& job, Json choice) {
+  return {{"id", job.id},
+          {"object", job.chat ? "chat.completion.chunk" : "text_completion"},
+          {"created", job.created},
+          {"model", job.model},
+          {"choices", Json::array({std::move(choice)})}};
+}
+
+Json ChoiceDelta(const Job& job, const chat::ReasoningSplit& split, const std::string& text) {
+  Json c = {{"index", 0}};
+  if (job.chat) {
+    Json delta = Json::object();
+    if (!split.reasoning_content.empty()) delta["reasoning_content"] = split.reasoning_content;
+    if (!split.content.empty() || split.reasoning_content.empty()) delta["content"] = split.content;
+    c["delta"] = std::move(delta);
+  } else {
+    c["text"] = text;
+  }
+  c["logprobs"] = nullptr;
+  c["finish_reason"] = nullptr;
+  return c;
+}
+
+// The whole answer at once. The client leaving cancels the request.
+void Whole(const ServedModel& served, RequestHandle& h, const Job& job, const std::string& ep,
+           HttpResponder& out) {
+  std::string text;
+  std::vector<SampledToken> sampled;
+  absl::StatusOr<GenerateOutcome> o = h.Wait(
+      [&](const GenerateDelta& d) {
+        text += d.text;
+        if (job.c.logprobs) sampled.push_back(d.sampled);
+        return true;
+      },
+      [&] { return out.ClientGone(); });
+  const bool gone = out.ClientGone();
+  served.engine->metrics().CountRequest(
+      "http", ep, o.ok() && gone ? "cancelled" : ServingMetrics::Outcome(o.status()));
+  if (gone) return;
+  if (!o.ok()) return out.Reply(ErrorReply(o.status()));
+  Json choice = {{"index", 0}};
+  if (job.chat) {
+    chat::ReasoningSplit split =
+        chat::SplitReasoning(text, chat::PromptOpensReasoning(job.prompt_text));
+    Json msg = {{"role", "assistant"}, {"content", split.content}};
+    if (!split.reasoning_content.empty()) msg["reasoning_content"] = split.reasoning_content;
+    choice["message"] = std::move(msg);
+  } else {
+    choice["text"] = text;
+  }
+  choice["logprobs"] =
+      job.c.logprobs ? LogprobsJson(served.engine->tokenizer(), job, sampled) : Json(nullptr);
+  choice["finish_reason"] = FinishReason(o->finish_reason);
+  Json body = {{"id", job.id},
+               {"object", job.chat ? "chat.completion" : "text_completion"},
+               {"created", job.created},
+               {"model", job.model},
+               {"choices", Json::array({std::move(choice)})},
+               {"usage", Usage(*o)}};
+  HttpReply r;
+  r.body = Dump(body);
+  out.Reply(std::move(r));
+}
+
+// Server-sent events, one per token; a failed write (the client is gone)
+// cancels the request at the next token.
+void Stream(const ServedModel& served, RequestHandle& h, const Job& job, const std::string& ep,
+            HttpResponder& out) {
+  HttpReply head;
+  head.content_type = "text/event-stream";
+  head.headers.emplace_back("Cache-Control", "no-cache");
+  bool ok = out.StartStream(std::move(head));
+  auto send = [&](const Json& j) {
+    return out.WriteChunk(absl::StrCat("data: ", Dump(j), "\n\n"));
+  };
+  chat::ReasoningStream reasoning(chat::PromptOpensReasoning(job.prompt_text));
+  if (ok && job.chat) {
+    ok = send(Chunk(job, {{"index", 0},
+                          {"delta", {{"role", "assistant"}, {"content", ""}}},
+                          {"logprobs", nullptr},
+                          {"finish_reason", nullptr}}));
+  }
+  absl::StatusOr<GenerateOutcome> o = h.Wait(
+      [&](const GenerateDelta& d) {
+        chat::ReasoningSplit split;
+        if (job.chat) split = reasoning.Push(d.text);
+        Json c = ChoiceDelta(job, split, d.text);
+        if (job.c.logprobs) {
+          c["logprobs"] = LogprobsJson(served.engine->tokenizer(), job, {d.sampled});
+        }
+        ok = ok && send(Chunk(job, std::move(c)));
+        return ok;
+      },
+      [&] { return !ok || out.ClientGone(); });
+  ok = ok && !out.ClientGone();
+  const std::string outcome = !o.ok() ? ServingMetrics::Outcome(o.status())
+                              : (!ok || o->finish_reason == "cancelled" ? "cancelled" : "ok");
+  served.engine->metrics().CountRequest("http", ep, outcome);
+  if (!ok) return;  // the client is gone
+  if (!o.ok()) {
+    send(ErrorJson(o.status()));
+  } else {
+    chat::ReasoningSplit rest;
+    if (job.chat) rest = reasoning.Finish();
+    Json c = ChoiceDelta(job, rest, "");
+    if (job.chat && rest.content.empty() && rest.reasoning_content.empty()) {
+      c["delta"] = Json::object();
+    }
+    c["finish_reason"] = FinishReason(o->finish_reason);
+    send(Chunk(job, std::move(c)));
+    if (job.c.include_usage) {
+      Json u = Chunk(job, nullptr);
+      u["choices"] = Json::array();
+      u["usage"] = Usage(*o);
+      send(u);
+    }
+  }
+  out.WriteChunk("data: [DONE]\n\n");
+  out.EndStream();
+}
+
+}  // namespace
+
+OpenAiApi::OpenAiApi(ServedModel served) : served_(std::move(served)) {
+  const Tokenizer& tok = served_.engine->tokenizer();
+  for (int32_t id = 0; id < tok.n_vocab(); ++id) {
+    max_token_bytes_ = std::max(max_token_bytes_, tok.Piece(id).size());
+  }
+}
+
+void OpenAiApi::Completions(const std::string& body, bool chat, HttpResponder& out) {
+  const std::string endpoint = chat ? "chat_completions" : "completions";
+  Job job;
+  job.chat = chat;
+  absl::StatusOr<std::shared_ptr<RequestHandle>> handle =
+      Prepare(body, served_, max_token_bytes_, &job);
+  if (!handle.ok()) {
+    served_.engine->metrics().CountRequest("http", endpoint,
+                                           ServingMetrics::Outcome(handle.status()));
+    return out.Reply(ErrorReply(handle.status()));
+  }
+  if (job.c.stream) {
+    Stream(served_, **handle, job, endpoint, out);
+  } else {
+    Whole(served_, **handle, job, endpoint, out);
+  }
+}
+
+HttpReply OpenAiApi::Models() {
+  Json m = {{"id", served_.name},
+            {"object", "model"},
+            {"created", 0},
+            {"owned_by", "moesplit"},
+            {"context_length", served_.engine->n_ctx()}};
+  HttpReply r;
+  r.body = Dump(Json{{"object", "list"}, {"data", Json::array({m})}});
+  served_.engine->metrics().CountRequest("http", "models", "ok");
+  return r;
+}
+
+HttpReply OpenAiApi::Metrics() {
+  prometheus::TextSerializer ser;
+  HttpReply r;
+  r.content_type = "text/plain; version=0.0.4";
+  r.body = ser.Serialize(served_.engine->registry().Collect());
+  return r;
+}
+
+HttpReply OpenAiApi::Health() {
+  HttpReply r;
+  r.body = "{\"status\":\"ok\"}";
+  return r;
+}
+
+HttpReply OpenAiApi::ProtocolError(int http_status, const std::string& code,
+                                   const std::string& message) {
+  HttpReply r;
+  r.status = http_status;
+  const char* type = http_status >= 500 ? "server_error" : "invalid_request_error";
+  r.body = Dump(Json{{"error",
+                      {{"message", message}, {"type", type}, {"param", nullptr}, {"code", code}}}});
+  return r;
+}
+
+}  // namespace moesplit::dense
