@@ -14,6 +14,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "common/base/utf8.h"
 #include "common/chat/chat_template.h"
 #include "common/gguf/gguf.h"
 #include "common/tokenizer/tokenizer.h"
@@ -50,8 +51,5 @@ class ChatPrompt {
 
 // Checks the messages as described above.
 absl::Status ValidateMessages(const nlohmann::ordered_json& messages);
-
-// True when `s` is well-formed UTF-8 (no overlongs, surrogates or > U+10FFFF).
-bool IsValidUtf8(std::string_view s);
 
 }  // namespace moesplit::dense

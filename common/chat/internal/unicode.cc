@@ -1,5 +1,7 @@
 #include "common/chat/internal/unicode.h"
 
+#include "common/base/utf8.h"
+
 #include <locale.h>
 #include <wctype.h>
 
@@ -48,22 +50,11 @@ std::vector<uint32_t> DecodeUtf8(std::string_view s) {
 }
 
 void AppendUtf8(uint32_t cp, std::string* out) {
-  if (IsInvalidMarker(cp)) { out->push_back(static_cast<char>(cp - kInvalidBase)); return; }
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  if (IsInvalidMarker(cp)) {
+    out->push_back(static_cast<char>(cp - kInvalidBase));
+    return;
   }
+  ::moesplit::AppendUtf8(cp, out);
 }
 
 std::string EncodeUtf8(const std::vector<uint32_t>& cps, size_t begin, size_t end) {

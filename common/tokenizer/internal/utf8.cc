@@ -63,38 +63,6 @@ bool DecodeUtf8(std::string_view s, size_t pos, uint32_t* cp, size_t* len) {
   return true;
 }
 
-void AppendUtf8(uint32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
-
-bool IsValidUtf8(std::string_view s) {
-  size_t pos = 0;
-  while (pos < s.size()) {
-    if (static_cast<uint8_t>(s[pos]) < 0x80) {
-      ++pos;
-      continue;
-    }
-    size_t need = 0;
-    if (MatchLength(s, pos, &need) != need || need == 0) return false;
-    pos += need;
-  }
-  return true;
-}
-
 std::string SanitizeUtf8(std::string_view s) {
   std::string out;
   out.reserve(s.size() + 8);

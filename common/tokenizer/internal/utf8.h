@@ -12,6 +12,8 @@
 #include <string>
 #include <string_view>
 
+#include "common/base/utf8.h"
+
 namespace moesplit::tokenizer_internal {
 
 inline constexpr uint32_t kReplacementChar = 0xFFFD;
@@ -21,10 +23,9 @@ inline constexpr uint32_t kReplacementChar = 0xFFFD;
 // not start a valid (and complete) sequence.
 bool DecodeUtf8(std::string_view s, size_t pos, uint32_t* cp, size_t* len);
 
-// Appends the UTF-8 encoding of `cp` (REQUIRES: cp <= 0x10FFFF).
-void AppendUtf8(uint32_t cp, std::string* out);
-
-bool IsValidUtf8(std::string_view s);
+// AppendUtf8 and IsValidUtf8: common/base/utf8.h.
+using ::moesplit::AppendUtf8;
+using ::moesplit::IsValidUtf8;
 
 // Returns `s` with every byte that does not belong to a valid sequence
 // replaced by U+FFFD, one replacement per byte. This is how llama.cpp's
