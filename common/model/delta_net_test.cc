@@ -111,12 +111,7 @@ TEST(DeltaNetKernelTest, ConvSiluMatchesNaiveAndCarriesTheState) {
 
 // ---------------------------------------------------------- hybrid forward
 
-struct Hybrid {
-  std::shared_ptr<const Model> model;
-  std::unique_ptr<ThreadPool> pool;
-  std::unique_ptr<InProcessExperts> experts;
-  std::unique_ptr<Forward> forward;
-};
+using Hybrid = testing::TinyEngine;
 
 TinyModelOptions HybridOptions(GgmlType type = GgmlType::kF32) {
   TinyModelOptions o;
@@ -130,16 +125,10 @@ TinyModelOptions HybridOptions(GgmlType type = GgmlType::kF32) {
   return o;
 }
 
-Hybrid MakeHybrid(const TinyModelOptions& o, int threads = 2) {
-  Hybrid h;
-  auto m = MakeTinyModel(o);
-  EXPECT_TRUE(m.ok()) << m.status();
-  if (!m.ok()) return h;
-  h.model = *m;
-  h.pool = std::make_unique<ThreadPool>(threads);
-  h.experts = std::make_unique<InProcessExperts>(ExpertStore(h.model), h.pool.get());
-  h.forward = std::make_unique<Forward>(h.model, h.experts.get(), h.pool.get());
-  return h;
+Hybrid MakeHybrid(const TinyModelOptions& o) {
+  auto h = testing::MakeTinyEngine(o);
+  EXPECT_TRUE(h.ok()) << h.status();
+  return h.ok() ? std::move(*h) : Hybrid{};
 }
 
 std::unique_ptr<SequenceState> State(const Hybrid& h, int64_t n_ctx) {

@@ -172,23 +172,12 @@ double Nmse(const float* ours, const Vec& ref) {
 
 // ------------------------------------------------------------------ fixture
 
-struct Engine {
-  std::shared_ptr<const Model> model;
-  std::unique_ptr<ThreadPool> pool;
-  std::unique_ptr<InProcessExperts> experts;
-  std::unique_ptr<Forward> forward;
-};
+using Engine = testing::TinyEngine;
 
 Engine MakeEngine(const TinyModelOptions& o, int threads = 2) {
-  Engine e;
-  auto m = MakeTinyModel(o);
-  EXPECT_TRUE(m.ok()) << m.status();
-  if (!m.ok()) return e;
-  e.model = *m;
-  e.pool = std::make_unique<ThreadPool>(threads);
-  e.experts = std::make_unique<InProcessExperts>(ExpertStore(e.model), e.pool.get());
-  e.forward = std::make_unique<Forward>(e.model, e.experts.get(), e.pool.get());
-  return e;
+  auto e = testing::MakeTinyEngine(o, threads);
+  EXPECT_TRUE(e.ok()) << e.status();
+  return e.ok() ? std::move(*e) : Engine{};
 }
 
 std::unique_ptr<SequenceState> Cache(const Engine& e, int64_t n_ctx) {

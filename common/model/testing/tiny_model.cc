@@ -153,4 +153,13 @@ absl::StatusOr<std::shared_ptr<const Model>> MakeTinyModel(const TinyModelOption
   return model;
 }
 
+absl::StatusOr<TinyEngine> MakeTinyEngine(const TinyModelOptions& o, int threads) {
+  TinyEngine e;
+  ASSIGN_OR_RETURN(e.model, MakeTinyModel(o));
+  e.pool = std::make_unique<ThreadPool>(threads);
+  e.experts = std::make_unique<InProcessExperts>(ExpertStore(e.model), e.pool.get());
+  e.forward = std::make_unique<Forward>(e.model, e.experts.get(), e.pool.get());
+  return e;
+}
+
 }  // namespace moesplit::model::testing

@@ -18,6 +18,9 @@
 #include "absl/status/statusor.h"
 #include "common/gguf/gguf_writer.h"
 #include "common/gguf/types.h"
+#include "common/base/thread_pool.h"
+#include "common/model/expert.h"
+#include "common/model/forward.h"
 #include "common/model/model.h"
 
 namespace moesplit::model::testing {
@@ -61,5 +64,15 @@ absl::Status WriteTinyModel(const TinyModelOptions& o, const std::string& path);
 
 // Writes to a fresh file under the test temp dir and loads it.
 absl::StatusOr<std::shared_ptr<const Model>> MakeTinyModel(const TinyModelOptions& o);
+
+// A tiny model, its routed experts in process and the CPU forward over
+// them, sharing one pool of `threads`.
+struct TinyEngine {
+  std::shared_ptr<const Model> model;
+  std::unique_ptr<ThreadPool> pool;
+  std::unique_ptr<InProcessExperts> experts;
+  std::unique_ptr<Forward> forward;
+};
+absl::StatusOr<TinyEngine> MakeTinyEngine(const TinyModelOptions& o, int threads = 2);
 
 }  // namespace moesplit::model::testing
