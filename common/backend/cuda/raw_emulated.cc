@@ -34,6 +34,7 @@
 
 #include "common/backend/cuda/internal/block_codec.h"
 #include "common/backend/cuda/internal/cuda_raw.h"
+#include "common/backend/cuda/internal/emulated.h"
 #include "common/backend/cuda/internal/router_row.h"
 
 namespace moesplit::cuda::raw {
@@ -391,6 +392,8 @@ void AttentionMerge(const AttentionParams& p, int64_t t0, int64_t nt, int n_chun
 }  // namespace
 
 // ------------------------------------------------------------------ runtime
+bool EmulatedOnDevice(const void* p, uint64_t bytes) { return OnDevice(p, bytes); }
+
 int DeviceCount() { return 1; }
 
 CallResult DeviceProperties(int index, RawDeviceInfo* info) {
