@@ -201,7 +201,7 @@ GpuWorkspaceElems GpuWorkspace(const ModelShape& s, int64_t B, int64_t n_ctx,
 WorkspaceBytes GpuWorkspaceElems::Bytes() const {
   WorkspaceBytes b;
   const uint64_t floats = 6 * x + q + k + v + attn + 2 * router + 3 * topk + 2 * ex_ff + rope +
-                          (sh > 0 ? 2 * sh + tokens : 0) + qg + dn_qkv + 2 * dn_inner +
+                          (sh > 0 ? 2 * sh + tokens : 0) + mixer() + 2 * dn_inner +
                           2 * dn_heads;
   const uint64_t ints = 3 * topk + tokens;
   b.activations = 4 * (floats + ints);

@@ -128,7 +128,8 @@ struct CudaForward::Workspace {
         *ex_g = nullptr, *ex_u = nullptr, *ex_w = nullptr, *pred_logits = nullptr,
         *pred_wts = nullptr;
   // Gated attention: the doubled q projection. Gated DeltaNet: qkv (then
-  // the conv output, in place), z, the per-head gates, the heads' output.
+  // the conv output, in place; the same buffer as qg), z, the per-head
+  // gates, the heads' output.
   float *qg = nullptr, *dn_qkv = nullptr, *dn_z = nullptr, *dn_beta = nullptr, *dn_g = nullptr,
         *dn_out = nullptr;
   int32_t *tokens = nullptr, *ids = nullptr, *ex_idx = nullptr, *pred_ids = nullptr;
@@ -306,8 +307,8 @@ absl::StatusOr<std::unique_ptr<CudaForward>> CudaForward::Create(
   RETURN_IF_ERROR(alloc(z.router, &ws.pred_logits));
   RETURN_IF_ERROR(alloc(z.topk, &ws.pred_wts));
   RETURN_IF_ERROR(alloc(z.topk, &ws.pred_ids));
-  RETURN_IF_ERROR(alloc(z.qg, &ws.qg));
-  RETURN_IF_ERROR(alloc(z.dn_qkv, &ws.dn_qkv));
+  RETURN_IF_ERROR(alloc(z.mixer(), &ws.qg));
+  ws.dn_qkv = ws.qg;  // one buffer: no layer is both gated attention and DeltaNet
   RETURN_IF_ERROR(alloc(z.dn_inner, &ws.dn_z));
   RETURN_IF_ERROR(alloc(z.dn_inner, &ws.dn_out));
   RETURN_IF_ERROR(alloc(z.dn_heads, &ws.dn_beta));
