@@ -1,3 +1,5 @@
+// CudaKvCache (cuda_forward.h): one sequence's KV pages and DeltaNet states on the
+// device, and their commit-on-success rule.
 #include <algorithm>
 #include <vector>
 

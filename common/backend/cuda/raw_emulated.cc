@@ -21,6 +21,9 @@
 // scratch and the in-order chunk merge). Host expf / sqrtf are not the
 // device's, so the results are close to the GPU's, not bit-identical (with an
 // F16 cache the attention is the CPU reference's to the bit).
+// The gated-DeltaNet ops and the gated attention's gate (delta_net.cu) are
+// emulated in delta_net_emulated.cc, on the same allocation table
+// (EmulatedOnDevice, internal/emulated.h).
 // Thread-safe: the allocation table has a mutex; kernels touch only their
 // arguments.
 #include <algorithm>
