@@ -183,6 +183,16 @@ GpuWorkspaceElems GpuWorkspace(const ModelShape& s, int64_t B, int64_t n_ctx,
   w.split = kGpuDecodeTokens * hp.n_head *
             static_cast<int64_t>(CeilDiv(n_ctx, kGpuAttentionChunk)) * (hp.head_dim_v + 2);
   w.tokens = B;
+  bool gated_attention = false;
+  for (const model::LayerSpec& l : hp.layers) {
+    gated_attention |= l.mixer == model::MixerKind::kGatedAttention;
+  }
+  if (gated_attention) w.qg = 2 * B * hp.n_head * hp.head_dim_k;
+  if (hp.n_recurrent_layers() > 0) {
+    w.dn_qkv = B * hp.ssm_conv_channels();
+    w.dn_inner = B * hp.ssm_inner();
+    w.dn_heads = B * hp.ssm_n_v_heads;
+  }
   for (uint64_t b : ExpertBytesPerLayer(s)) w.slot_bytes = std::max(w.slot_bytes, b);
   w.stream_buffers = hp.n_expert > 0 ? stream_buffers : 0;
   return w;
@@ -191,7 +201,8 @@ GpuWorkspaceElems GpuWorkspace(const ModelShape& s, int64_t B, int64_t n_ctx,
 WorkspaceBytes GpuWorkspaceElems::Bytes() const {
   WorkspaceBytes b;
   const uint64_t floats = 6 * x + q + k + v + attn + 2 * router + 3 * topk + 2 * ex_ff + rope +
-                          (sh > 0 ? 2 * sh + tokens : 0);
+                          (sh > 0 ? 2 * sh + tokens : 0) + mixer() + 2 * dn_inner +
+                          2 * dn_heads;
   const uint64_t ints = 3 * topk + tokens;
   b.activations = 4 * (floats + ints);
   b.logits = 4 * static_cast<uint64_t>(logits);

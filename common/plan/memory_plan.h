@@ -33,7 +33,12 @@
 //        logits, next-layer prediction] + 6 B top_k [weights, ids, GPU-expert
 //        rows and weights, predicted ids and weights] + 2 B n_ff_exp
 //        [GPU-expert gate/up] + 2 B ff_shexp + B [shared expert, if any] +
-//        B n_rot [RoPE angles] + B [token ids];
+//        B n_rot [RoPE angles] + B [token ids]; one buffer of the larger of
+//        2 B n_head hd_k [gated attention: the doubled q projection, queries
+//        and gates] and B conv_channels [gated DeltaNet: qkv, then the conv
+//        output] (no layer needs both); with gated-DeltaNet layers also
+//        2 B ssm_inner [z, the heads' output] + 2 B ssm_v_heads [beta,
+//        decay];
 //      - logits: min(B, 32) rows x n_vocab x 4 bytes (the head runs in
 //        groups of 32 rows);
 //      - attention scratch: split-K chunk partials for 8 tokens at the full
@@ -151,6 +156,11 @@ struct WorkspaceBytes {
 struct GpuWorkspaceElems {
   int64_t x = 0, q = 0, k = 0, v = 0, attn = 0, router = 0, topk = 0, sh = 0, ex_ff = 0,
           rope = 0, head_rows = 0, logits = 0, scratch = 0, split = 0, tokens = 0;
+  int64_t qg = 0;                                 // gated attention
+  int64_t dn_qkv = 0, dn_inner = 0, dn_heads = 0;  // gated DeltaNet
+  // The one buffer that holds qg in a gated-attention layer and dn_qkv in a
+  // DeltaNet layer.
+  int64_t mixer() const { return qg > dn_qkv ? qg : dn_qkv; }
   uint64_t slot_bytes = 0;  // one staging buffer: the largest routed expert
   int stream_buffers = 0;
   WorkspaceBytes Bytes() const;

@@ -159,13 +159,8 @@ TEST_P(SchedulerTest, ConcurrentGreedyEqualsDecodingAlone) {
 }
 
 // 1: every prompt token its own step next to the decodes; 5: chunks that
-// cut prompts anywhere; 512: whole prompts. The hybrid model's recurrent
-// state runs on the CPU only for now (no CUDA DeltaNet kernels yet).
-#ifdef MOESPLIT_CUDA_EMULATED
-#define MOESPLIT_ENGINE_ARCHS ::testing::Values("qwen3moe")
-#else
+// cut prompts anywhere; 512: whole prompts. qwen35moe: recurrent state.
 #define MOESPLIT_ENGINE_ARCHS ::testing::Values("qwen3moe", "qwen35moe")
-#endif
 INSTANTIATE_TEST_SUITE_P(StepTokens, SchedulerTest,
                          ::testing::Combine(MOESPLIT_ENGINE_ARCHS, ::testing::Values(1, 5, 512)),
                          [](const auto& info) {

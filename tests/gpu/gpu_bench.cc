@@ -1,12 +1,15 @@
 // gpu_bench: speed of the CUDA dense forward (attention, norms, routers and
 // the head on the GPU; routed experts on the CPU through InProcessExperts).
 //
-//   gpu_bench --model PATH [--generate] [--gpu-memory 8GiB] [--ctx 65536]
-//             [--kv-type q8_0] [--prompt 512] [--decode 32] [--threads 0] [--no-pin]
+//   gpu_bench --model PATH [--generate [--preset NAME] [--layers N]]
+//             [--gpu-memory 8GiB] [--ctx 65536] [--kv-type q8_0] [--prompt 512]
+//             [--decode 32] [--threads 0] [--no-pin]
 //
-// --generate writes a random-weight Qwen3-30B-A3B-shaped model (48 layers,
-// d 2048, 32/4 heads x 128, 128 experts top-8, expert FFN 768, Q4_K_M) to
-// PATH first when PATH does not exist (services/cli/test_model.h). Prints
+// --generate writes a random-weight model of a preset shape (default
+// qwen3-30b-a3b: 48 layers, d 2048, 32/4 heads x 128, 128 experts top-8,
+// expert FFN 768; qwen3.5-35b-a3b: 40 layers, 30 gated DeltaNet + 10 gated
+// attention; --layers overrides the layer count) in Q4_K_M to PATH first
+// when PATH does not exist (services/cli/test_model.h). Prints
 // "key: value" lines: prefill and decode tokens/s, the share of time in the
 // CPU experts, the GPU memory plan and peak use; the streamed-prefill
 // switch-over measured on this machine and prefill with it (and with every
@@ -44,6 +47,8 @@ double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::
 struct Args {
   std::string model;
   bool generate = false;
+  std::string preset = "qwen3-30b-a3b";
+  int64_t layers = 0;  // 0: the preset's
   uint64_t gpu_memory = uint64_t{8} << 30;
   int64_t ctx = 65536;
   GgmlType kv = GgmlType::kQ8_0;
@@ -59,6 +64,8 @@ bool Parse(int argc, char** argv, Args* a) {
     auto val = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
     if (k == "--model") a->model = val();
     else if (k == "--generate") a->generate = true;
+    else if (k == "--preset") a->preset = val();
+    else if (k == "--layers") a->layers = std::atoll(val().c_str());
     else if (k == "--gpu-memory") {
       auto bytes = plan::ParseByteSize(val());
       if (!bytes.ok()) return false;
@@ -172,9 +179,13 @@ int Run(const Args& a) {
       std::fprintf(stderr, "%s does not exist (use --generate)\n", a.model.c_str());
       return 2;
     }
-    auto spec = cli::PresetSpec("qwen3-30b-a3b");
-    if (!spec.ok()) return 2;
+    auto spec = cli::PresetSpec(a.preset);
+    if (!spec.ok()) {
+      std::fprintf(stderr, "preset: %s\n", std::string(spec.status().message()).c_str());
+      return 2;
+    }
     spec->type = "Q4_K_M";
+    if (a.layers > 0) spec->n_layer = a.layers;
     spec->n_ctx = std::max<int64_t>(spec->n_ctx, a.ctx);
     const auto t = Clock::now();
     absl::Status s = cli::WriteTestModel(*spec, a.model);
@@ -190,6 +201,12 @@ int Run(const Args& a) {
   if (!model.ok()) {
     std::fprintf(stderr, "open: %s\n", std::string(model.status().message()).c_str());
     return 1;
+  }
+  {
+    const model::HyperParams& hp = (*model)->hparams();
+    Line("model_layers", absl::StrCat(hp.arch, ", ", hp.n_layer, " layers: ",
+                                      hp.n_attention_layers(), " attention, ",
+                                      hp.n_recurrent_layers(), " gated DeltaNet"));
   }
   ThreadPool pool(a.threads);
   Line("cpu_threads", absl::StrCat(pool.size()));
@@ -215,6 +232,7 @@ int Run(const Args& a) {
   Line("plan_dense_weights", GiB(plan.dense_weights));
   Line("plan_kv_cache", absl::StrCat(GiB(plan.kv_cache), " ctx ", a.ctx, " ",
                                      std::string(GgmlTypeName(a.kv))));
+  if (plan.recurrent_state > 0) Line("plan_recurrent_state", GiB(plan.recurrent_state));
   Line("plan_workspace", GiB(plan.workspace));
   Line("expert_source_pinned", (*fwd)->stats().expert_source_pinned ? "yes" : "no");
 
@@ -396,8 +414,9 @@ int main(int argc, char** argv) {
   moesplit::Args a;
   if (!moesplit::Parse(argc, argv, &a)) {
     std::fprintf(stderr,
-                 "usage: gpu_bench --model PATH [--generate] [--gpu-memory 8GiB] [--ctx 65536] "
-                 "[--kv-type q8_0] [--prompt 512] [--decode 32] [--threads 0] [--no-pin]\n");
+                 "usage: gpu_bench --model PATH [--generate [--preset NAME] [--layers N]] "
+                 "[--gpu-memory 8GiB] [--ctx 65536] [--kv-type q8_0] [--prompt 512] "
+                 "[--decode 32] [--threads 0] [--no-pin]\n");
     return 2;
   }
   return moesplit::Run(a);

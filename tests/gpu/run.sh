@@ -2,10 +2,14 @@
 # Runs ON the GPU machine, from the repo root, with gpu-pack/ (made by
 # tests/gpu/package.sh) carried along:
 #   1. the CUDA tests: block decoders, device, backend consistency (every op
-#      vs the CPU reference), the GPU forward vs llama.cpp's fixture logits
-#      and vs the CPU forward;
+#      vs the CPU reference, the DeltaNet ops included), the GPU forward vs
+#      llama.cpp's fixture logits (qwen3moe, qwen2moe and qwen35moe: the
+#      package carries qwen35moe-tiny-f16 and -q8_0; the summary says
+#      whether they ran) and vs the CPU forward;
 #   2. gpu_bench on a Qwen3-30B-A3B-shaped Q4_K_M model generated into
-#      /dev/shm (--gpu-memory 8GiB --ctx 65536 --kv-type q8_0).
+#      /dev/shm (--gpu-memory 8GiB --ctx 65536 --kv-type q8_0), then, with
+#      the time left, on a Qwen3.5-35B-A3B-shaped one (40 layers: 30 gated
+#      DeltaNet + 10 gated attention; the same options).
 # Writes a summary to $OUT/summary.txt (and logs to $OUT/logs/) when $OUT is
 # set, and prints it. Without a GPU the tests skip and the bench reports it;
 # a summary is written either way. Budget: under 8 minutes.
@@ -18,6 +22,7 @@ MODEL_DIR=/dev/shm
 [ "$(free_gib /dev/shm || echo 0)" -ge 22 ] 2>/dev/null || MODEL_DIR=/tmp
 [ -f /dev/shm/moesplit-qwen3-30b-a3b-q4_k_m.gguf ] && MODEL_DIR=/dev/shm
 MODEL=${MOESPLIT_BENCH_MODEL:-$MODEL_DIR/moesplit-qwen3-30b-a3b-q4_k_m.gguf}
+MODEL35=${MOESPLIT_BENCH_MODEL35:-$MODEL_DIR/moesplit-qwen3.5-35b-a3b-q4_k_m.gguf}
 if [ -n "${OUT:-}" ]; then
   mkdir -p "$OUT/logs"
   LOGS=$OUT/logs
@@ -71,6 +76,11 @@ run_test cuda_ops_test 120
 run_test cuda_forward_test 180
 run_test sequence_runner_test 60
 grep -E 'case [0-9]|prefill:|KV Q|expert cache|dynamic cache|streamed|switch-over' "$LOGS/cuda_forward_test.log" | sed 's/^/    /' | tee -a "$SUMMARY"
+# The qwen35moe fixtures and tests: ran (OK / FAILED) or not (skipped, absent).
+for t in CudaOracleTest.MatchesLlamaCppLogits/qwen35moe_tiny_f16 \
+         CudaOracleTest.MatchesLlamaCppLogits/qwen35moe_tiny_q8_0 CudaHybridTest CudaVsCpuTest.LogitsMatchTheCpuForward/qwen35moe; do
+  say "qwen35moe $t: $(grep -E "^\[ *(OK|FAILED|SKIPPED) *\] [^ ]*$t" "$LOGS/cuda_forward_test.log" | sed -E 's/^\[ *([A-Z]+) *\].*/\1/' | sort | uniq -c | tr -s ' \n' ' ' || true)"
+done
 
 # Benchmark: generate the model once (kept in /dev/shm for a rerun), then run.
 left=$(( 450 - ($(date +%s) - T0) ))
@@ -78,9 +88,28 @@ if [ $left -lt 60 ]; then
   say "gpu_bench: skipped, only ${left}s left of the 8-minute budget"
   exit 0
 fi
-say "gpu_bench: model $MODEL, ${left}s allowed"
-timeout "$left" "$PKG/bin/gpu_bench" --model "$MODEL" --generate --gpu-memory 8GiB \
+# Half of what is left for the qwen3moe bench, the rest for qwen35moe.
+first=$(( left / 2 > 200 ? left / 2 : (left > 200 ? 200 : left) ))
+say "gpu_bench: model $MODEL, ${first}s allowed"
+timeout "$first" "$PKG/bin/gpu_bench" --model "$MODEL" --generate --gpu-memory 8GiB \
   --ctx 65536 --kv-type q8_0 --prompt 512 --decode 32 > "$LOGS/gpu_bench.log" 2>&1
 rc=$?
 sed 's/^/    /' "$LOGS/gpu_bench.log" | tail -40 | tee -a "$SUMMARY"
 say "gpu_bench: rc=$rc$([ $rc -eq 124 ] && echo ' TIMEOUT')"
+
+left=$(( 450 - ($(date +%s) - T0) ))
+if [ $left -lt 60 ]; then
+  say "gpu_bench qwen35moe: skipped, only ${left}s left of the 8-minute budget"
+  exit 0
+fi
+# One of the two bench models in memory at a time when /dev/shm is tight.
+if [ "$MODEL_DIR" = /dev/shm ] && [ "$(free_gib /dev/shm || echo 0)" -lt 22 ]; then
+  rm -f "$MODEL"
+fi
+say "gpu_bench qwen35moe: model $MODEL35, ${left}s allowed"
+timeout "$left" "$PKG/bin/gpu_bench" --model "$MODEL35" --generate --preset qwen3.5-35b-a3b \
+  --gpu-memory 8GiB --ctx 65536 --kv-type q8_0 --prompt 512 --decode 32 \
+  > "$LOGS/gpu_bench_qwen35moe.log" 2>&1
+rc=$?
+sed 's/^/    /' "$LOGS/gpu_bench_qwen35moe.log" | tail -40 | tee -a "$SUMMARY"
+say "gpu_bench qwen35moe: rc=$rc$([ $rc -eq 124 ] && echo ' TIMEOUT')"

@@ -12,6 +12,7 @@
 #include "common/backend/cuda/cuda_status.h"
 #include "common/backend/cuda/internal/block_codec.h"
 #include "common/backend/cuda/internal/cuda_raw.h"
+#include "common/backend/cuda/internal/forward_buffers.h"
 #include "common/base/status.h"
 #include "common/model/internal/ops.h"
 #include "common/quant/quant.h"
@@ -20,129 +21,13 @@ namespace moesplit::cuda {
 
 using model::HyperParams;
 using model::LogitsMode;
-
-// ------------------------------------------------------------------ CudaKvCache
-
-absl::StatusOr<uint64_t> CudaKvCache::Bytes(const HyperParams& hp, int64_t n_ctx, GgmlType type,
-                                            int page_size) {
-  if (n_ctx < 1 || page_size < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("KV cache: n_ctx = ", n_ctx, ", page size = ", page_size));
-  }
-  if (!raw::KvTypeSupported(type)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("KV cache type ", std::string(GgmlTypeName(type)), " (supported: F16, Q8_0, Q4_0)"));
-  }
-  const auto kr = RowBytes(type, hp.n_head_kv * hp.head_dim_k);
-  const auto vr = RowBytes(type, hp.n_head_kv * hp.head_dim_v);
-  if (!kr || !vr) {
-    return absl::InvalidArgumentError(absl::StrCat("KV rows of ", hp.n_head_kv * hp.head_dim_k,
-                                                   " elements do not fit ", std::string(GgmlTypeName(type)),
-                                                   " blocks"));
-  }
-  const int64_t pages = (n_ctx + page_size - 1) / page_size;
-  const long double total = static_cast<long double>(pages) * page_size * (*kr + *vr) * hp.n_layer;
-  if (total > static_cast<long double>(uint64_t{1} << 50)) {
-    return absl::ResourceExhaustedError(absl::StrCat("KV cache of ", n_ctx, " positions is too large"));
-  }
-  return static_cast<uint64_t>(pages) * page_size * (*kr + *vr) * hp.n_layer +
-         static_cast<uint64_t>(pages) * sizeof(int32_t);
-}
-
-absl::StatusOr<std::unique_ptr<CudaKvCache>> CudaKvCache::Create(backend::Device* device,
-                                                                 const HyperParams& hp,
-                                                                 int64_t n_ctx, GgmlType type,
-                                                                 int page_size) {
-  ASSIGN_OR_RETURN(const uint64_t bytes, Bytes(hp, n_ctx, type, page_size));
-  std::unique_ptr<CudaKvCache> c(new CudaKvCache());
-  c->device_ = device;
-  c->n_ctx_ = n_ctx;
-  c->page_size_ = page_size;
-  c->type_ = type;
-  c->n_pages_ = (n_ctx + page_size - 1) / page_size;
-  c->k_row_bytes_ = *RowBytes(type, hp.n_head_kv * hp.head_dim_k);
-  c->v_row_bytes_ = *RowBytes(type, hp.n_head_kv * hp.head_dim_v);
-  c->bytes_ = bytes;
-  const uint64_t slots = static_cast<uint64_t>(c->n_pages_) * page_size;
-  for (int64_t l = 0; l < hp.n_layer; ++l) {
-    ASSIGN_OR_RETURN(auto kb, device->Allocate(slots * c->k_row_bytes_));
-    ASSIGN_OR_RETURN(auto vb, device->Allocate(slots * c->v_row_bytes_));
-    c->k_.push_back(std::move(kb));
-    c->v_.push_back(std::move(vb));
-  }
-  ASSIGN_OR_RETURN(c->table_, device->Allocate(c->n_pages_ * sizeof(int32_t)));
-  std::vector<int32_t> identity(c->n_pages_);
-  for (int64_t i = 0; i < c->n_pages_; ++i) identity[i] = static_cast<int32_t>(i);
-  RETURN_IF_ERROR(c->SetBlockTable(identity));
-  return c;
-}
-
-bool CudaKvCache::Matches(const HyperParams& hp) const {
-  const auto kr = RowBytes(type_, hp.n_head_kv * hp.head_dim_k);
-  const auto vr = RowBytes(type_, hp.n_head_kv * hp.head_dim_v);
-  return static_cast<int64_t>(k_.size()) == hp.n_layer && kr && vr && *kr == k_row_bytes_ &&
-         *vr == v_row_bytes_;
-}
-
-absl::Status CudaKvCache::Truncate(int64_t n) {
-  if (n < 0 || n > n_past_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot truncate the KV cache to ", n, " positions; it holds ", n_past_));
-  }
-  n_past_ = n;
-  return absl::OkStatus();
-}
-
-absl::Status CudaKvCache::CheckRoom(int64_t n_new) const {
-  if (n_new < 0 || n_new > n_ctx_ - n_past_) {
-    return absl::OutOfRangeError(absl::StrCat("KV cache full: ", n_past_, " positions used + ",
-                                              n_new, " new > capacity n_ctx ", n_ctx_));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CudaKvCache::SetBlockTable(absl::Span<const int32_t> pages) {
-  if (static_cast<int64_t>(pages.size()) != n_pages_) {
-    return absl::InvalidArgumentError(absl::StrCat("block table of ", pages.size(),
-                                                   " pages; the cache needs ", n_pages_));
-  }
-  std::vector<bool> seen(n_pages_, false);
-  for (size_t i = 0; i < pages.size(); ++i) {
-    if (pages[i] < 0 || pages[i] >= n_pages_ || seen[pages[i]]) {
-      return absl::InvalidArgumentError(absl::StrCat("block table entry ", i, " = ", pages[i],
-                                                     " is out of range or repeated"));
-    }
-    seen[pages[i]] = true;
-  }
-  RETURN_IF_CUDA_ERROR(raw::MemcpyAsync(table_->data(), pages.data(),
-                                        pages.size() * sizeof(int32_t), 0, nullptr));
-  RETURN_IF_CUDA_ERROR(raw::StreamSynchronize(nullptr));
-  return absl::OkStatus();
-}
-
-uint8_t* CudaKvCache::k(int layer) const { return static_cast<uint8_t*>(k_[layer]->data()); }
-uint8_t* CudaKvCache::v(int layer) const { return static_cast<uint8_t*>(v_[layer]->data()); }
-const int32_t* CudaKvCache::block_table() const {
-  return static_cast<const int32_t*>(table_->data());
-}
+using internal::DeviceMatrixBuf;
+using internal::DeviceVec;
+using internal::LayerW;
 
 // ------------------------------------------------------------------ weights
 
 namespace {
-
-struct DeviceMatrixBuf {
-  std::unique_ptr<backend::Buffer> buf;
-  raw::DeviceMatrix m;
-  bool present() const { return m.data != nullptr; }
-};
-struct DeviceVec {
-  std::unique_ptr<backend::Buffer> buf;
-  const float* p = nullptr;
-};
-struct LayerW {
-  DeviceVec attn_norm, bq, bk, bv, q_norm, k_norm, ffn_norm;
-  DeviceMatrixBuf wq, wk, wv, wo, router, sh_gate_inp, sh_gate, sh_up, sh_down;
-};
 
 uint64_t MatrixBytes(const quant::WeightView& w) {
   return w.data == nullptr ? 0 : static_cast<uint64_t>(w.n_rows) * w.row_bytes;
@@ -154,9 +39,10 @@ template <typename Fn>
 void ForEachLayerMatrix(const model::Model& m, Fn fn) {
   for (int il = 0; il < m.n_layer(); ++il) {
     const model::LayerWeights& L = m.layer(il);
-    for (const quant::WeightView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.router,
-                                       &L.shexp_gate_inp, &L.shexp_gate, &L.shexp_up,
-                                       &L.shexp_down}) {
+    for (const quant::WeightView* w :
+         {&L.wq, &L.wk, &L.wv, &L.wo, &L.ssm_qkv, &L.ssm_z, &L.ssm_beta, &L.ssm_alpha,
+          &L.ssm_out, &L.router, &L.shexp_gate_inp, &L.shexp_gate, &L.shexp_up,
+          &L.shexp_down}) {
       if (w->data != nullptr) fn(*w);
     }
   }
@@ -167,18 +53,24 @@ void ForEachLayerMatrix(const model::Model& m, Fn fn) {
 // what this forward allocates. The geometry constants must agree.
 static_assert(plan::kGpuAttentionChunk == raw::kAttentionChunk);
 static_assert(plan::kGpuDecodeTokens == raw::kDecodeTokens);
-using WorkspaceSizes = plan::GpuWorkspaceElems;
 WorkspaceSizes Sizes(const model::Model& m, int64_t B, int64_t n_ctx, int stream_buffers) {
   return plan::GpuWorkspace(plan::ShapeOfModel(m), B, n_ctx, stream_buffers);
 }
 
 absl::Status CheckSupported(const model::Model& m) {
   const HyperParams& hp = m.hparams();
-  for (int il = 0; il < m.n_layer(); ++il) {
-    if (hp.layers[il].mixer != model::MixerKind::kAttention) {
+  if (hp.n_recurrent_layers() > 0) {
+    const int64_t dim = hp.ssm_head_k;
+    if (hp.ssm_head_v != dim || dim % 16 != 0 || dim < 16 || dim > raw::kMaxDeltaDim ||
+        hp.ssm_n_k_heads < 1 || hp.ssm_n_v_heads < 1) {
       return absl::UnimplementedError(absl::StrCat(
-          "CUDA forward: layer ", il, " is ", AbslView(model::MixerKindName(hp.layers[il].mixer)),
-          "; the GPU kernels cover attention layers only (the CPU backend runs ", hp.arch, ")"));
+          "CUDA gated DeltaNet needs equal key and value head sizes, a multiple of 16 up to ",
+          raw::kMaxDeltaDim, "; the model has ", hp.ssm_head_k, " / ", hp.ssm_head_v));
+    }
+    if (hp.ssm_conv_kernel < 2 || hp.ssm_conv_kernel > raw::kMaxConvKernel) {
+      return absl::UnimplementedError(absl::StrCat("CUDA gated DeltaNet: conv kernel ",
+                                                   hp.ssm_conv_kernel, " not in [2, ",
+                                                   raw::kMaxConvKernel, "]"));
     }
   }
   if (hp.head_dim_k != hp.head_dim_v || hp.head_dim_k % 32 != 0 || hp.head_dim_k > 256) {
@@ -186,7 +78,7 @@ absl::Status CheckSupported(const model::Model& m) {
                                                  "a multiple of 32 up to 256; the model has ",
                                                  hp.head_dim_k, " / ", hp.head_dim_v));
   }
-  if (hp.rope.multi_section || hp.rope.n_rot > hp.head_dim_k) {
+  if (hp.rope.n_rot > hp.head_dim_k) {
     return absl::UnimplementedError("CUDA forward: only NEOX RoPE with n_rot <= head_dim");
   }
   if (hp.n_expert > 1024 || hp.n_expert_used < 1) {
@@ -206,27 +98,6 @@ absl::Status CheckSupported(const model::Model& m) {
 }
 
 }  // namespace
-
-struct CudaForward::Weights {
-  DeviceMatrixBuf embd, output;
-  DeviceVec output_norm;
-  std::vector<LayerW> layers;
-};
-
-struct CudaForward::Workspace {
-  WorkspaceSizes sizes;
-  std::vector<std::unique_ptr<backend::Buffer>> bufs;
-  float *x = nullptr, *h = nullptr, *o = nullptr, *part = nullptr, *q = nullptr, *k = nullptr,
-        *v = nullptr, *attn = nullptr, *router = nullptr, *wts = nullptr, *sh_g = nullptr,
-        *sh_u = nullptr, *sh_s = nullptr, *rope = nullptr, *logits = nullptr,
-        *scratch = nullptr, *split = nullptr, *ex_in = nullptr, *ex_out = nullptr,
-        *ex_g = nullptr, *ex_u = nullptr, *ex_w = nullptr, *pred_logits = nullptr,
-        *pred_wts = nullptr;
-  int32_t *tokens = nullptr, *ids = nullptr, *ex_idx = nullptr, *pred_ids = nullptr;
-  std::unique_ptr<PinnedHostBuffer> pin_h, pin_x, pin_ids, pin_wts, pin_part, pin_ex_idx, pin_ex_w,
-      pin_pred_ids;
-  std::vector<float> rope_host;
-};
 
 absl::StatusOr<GpuMemoryPlan> CudaForward::Plan(const model::Model& m,
                                                 const CudaForwardOptions& o) {
@@ -249,11 +120,14 @@ absl::StatusOr<GpuMemoryPlan> CudaForward::Plan(const model::Model& m,
   ForEachLayerMatrix(m, [&](const quant::WeightView& w) { p.dense_weights += MatrixBytes(w); });
   for (int il = 0; il < m.n_layer(); ++il) {
     const model::LayerWeights& L = m.layer(il);
-    for (const auto* v : {&L.attn_norm, &L.bq, &L.bk, &L.bv, &L.q_norm, &L.k_norm, &L.ffn_norm}) {
+    for (const auto* v : {&L.attn_norm, &L.bq, &L.bk, &L.bv, &L.q_norm, &L.k_norm, &L.ffn_norm,
+                          &L.ssm_conv, &L.ssm_dt_bias, &L.ssm_a, &L.ssm_norm}) {
       p.dense_weights += VecBytes(*v);
     }
   }
-  ASSIGN_OR_RETURN(p.kv_cache, CudaKvCache::Bytes(m.hparams(), o.n_ctx, o.kv_type, o.kv_page_size));
+  ASSIGN_OR_RETURN(p.kv_cache,
+                   CudaKvCache::KvBytes(m.hparams(), o.n_ctx, o.kv_type, o.kv_page_size));
+  p.recurrent_state = CudaKvCache::RecurrentBytes(m.hparams());
   p.workspace = Sizes(m, o.max_batch, o.n_ctx, o.stream_buffers).Bytes().total();
   return p;
 }
@@ -297,7 +171,8 @@ absl::StatusOr<std::unique_ptr<CudaForward>> CudaForward::Create(
   if (plan.total() + device->allocated_bytes() > budget) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "GPU memory plan of ", plan.total(), " bytes (dense weights ", plan.dense_weights,
-        ", KV cache ", plan.kv_cache, ", workspace ", plan.workspace, ") exceeds the budget of ",
+        ", KV cache ", plan.kv_cache, ", recurrent state ", plan.recurrent_state, ", workspace ",
+        plan.workspace, ") exceeds the budget of ",
         budget, " bytes (", device->allocated_bytes(), " already in use)"));
   }
   if (device->budget() == 0 || device->budget() > budget) device->set_budget(budget);
@@ -341,6 +216,15 @@ absl::StatusOr<std::unique_ptr<CudaForward>> CudaForward::Create(
     RETURN_IF_ERROR(UploadMatrix(device, s, L.shexp_gate, &D.sh_gate));
     RETURN_IF_ERROR(UploadMatrix(device, s, L.shexp_up, &D.sh_up));
     RETURN_IF_ERROR(UploadMatrix(device, s, L.shexp_down, &D.sh_down));
+    RETURN_IF_ERROR(UploadVec(device, s, L.ssm_conv, &D.ssm_conv));
+    RETURN_IF_ERROR(UploadVec(device, s, L.ssm_dt_bias, &D.ssm_dt_bias));
+    RETURN_IF_ERROR(UploadVec(device, s, L.ssm_a, &D.ssm_a));
+    RETURN_IF_ERROR(UploadVec(device, s, L.ssm_norm, &D.ssm_norm));
+    RETURN_IF_ERROR(UploadMatrix(device, s, L.ssm_qkv, &D.ssm_qkv));
+    RETURN_IF_ERROR(UploadMatrix(device, s, L.ssm_z, &D.ssm_z));
+    RETURN_IF_ERROR(UploadMatrix(device, s, L.ssm_beta, &D.ssm_beta));
+    RETURN_IF_ERROR(UploadMatrix(device, s, L.ssm_alpha, &D.ssm_alpha));
+    RETURN_IF_ERROR(UploadMatrix(device, s, L.ssm_out, &D.ssm_out));
   }
   RETURN_IF_ERROR(s->Synchronize());
 
@@ -384,6 +268,12 @@ absl::StatusOr<std::unique_ptr<CudaForward>> CudaForward::Create(
   RETURN_IF_ERROR(alloc(z.router, &ws.pred_logits));
   RETURN_IF_ERROR(alloc(z.topk, &ws.pred_wts));
   RETURN_IF_ERROR(alloc(z.topk, &ws.pred_ids));
+  RETURN_IF_ERROR(alloc(z.mixer(), &ws.qg));
+  ws.dn_qkv = ws.qg;  // one buffer: no layer is both gated attention and DeltaNet
+  RETURN_IF_ERROR(alloc(z.dn_inner, &ws.dn_z));
+  RETURN_IF_ERROR(alloc(z.dn_inner, &ws.dn_out));
+  RETURN_IF_ERROR(alloc(z.dn_heads, &ws.dn_beta));
+  RETURN_IF_ERROR(alloc(z.dn_heads, &ws.dn_g));
   ASSIGN_OR_RETURN(ws.pin_pred_ids, PinnedHostBuffer::Create(z.topk * sizeof(int32_t)));
   // Streamed prefill: staging buffers, their copy stream and events.
   f->experts_on_gpu_ = m.hparams().n_expert > 0 && GpuExpertCache::CheckCopyable(m).ok();
@@ -574,72 +464,14 @@ absl::Status CudaForward::EvalChunk(absl::Span<const int32_t> tokens,
   }
   for (int il = 0; il < model_->n_layer(); ++il) {
     layer_start_ = SteadyClock::now();
-    RETURN_IF_ERROR(Attention(il, n, segs));
+    if (hp.is_recurrent(il)) {
+      RETURN_IF_ERROR(DeltaNet(il, n, segs));
+    } else {
+      RETURN_IF_ERROR(Attention(il, n, segs));
+    }
     RETURN_IF_ERROR(MoeFfn(il, n));
   }
   if (expert_cache_ != nullptr) expert_cache_->EndStep();
-  return absl::OkStatus();
-}
-
-absl::Status CudaForward::Attention(int il, int64_t n, absl::Span<const Segment> segs) {
-  const HyperParams& hp = model_->hparams();
-  const LayerW& L = w_->layers[il];
-  Workspace& ws = *ws_;
-  void* s = stream_->native();
-  const raw::GemmContext g{ws.scratch, ws.sizes.scratch};
-  const int64_t d = hp.n_embd, hd = hp.head_dim_k;
-  RETURN_IF_CUDA_ERROR(raw::RmsNorm(ws.x, L.attn_norm.p, n, d, hp.rms_eps, ws.h, s));
-  {
-    // Q, K and V read the same rounded activations: round once.
-    const float* in = ws.h;
-    raw::GemmContext gi = g;
-    const auto r = codec::ActRoundingOf(L.wq.m.type);
-    if (r != codec::ActRounding::kNone && r == codec::ActRoundingOf(L.wk.m.type) &&
-        r == codec::ActRoundingOf(L.wv.m.type) && n * d <= ws.sizes.scratch) {
-      RETURN_IF_CUDA_ERROR(raw::RoundActivations(L.wq.m.type, ws.h, n, d, ws.scratch, s));
-      in = ws.scratch;
-      gi = raw::GemmContext{};  // already rounded
-    }
-    RETURN_IF_CUDA_ERROR(raw::MatMul(L.wq.m, in, n, ws.q, gi, s));
-    RETURN_IF_CUDA_ERROR(raw::MatMul(L.wk.m, in, n, ws.k, gi, s));
-    RETURN_IF_CUDA_ERROR(raw::MatMul(L.wv.m, in, n, ws.v, gi, s));
-  }
-  if (L.bq.p) RETURN_IF_CUDA_ERROR(raw::AddBias(ws.q, L.bq.p, n, hp.n_head * hd, s));
-  if (L.bk.p) RETURN_IF_CUDA_ERROR(raw::AddBias(ws.k, L.bk.p, n, hp.n_head_kv * hd, s));
-  if (L.bv.p) RETURN_IF_CUDA_ERROR(raw::AddBias(ws.v, L.bv.p, n, hp.n_head_kv * hd, s));
-  RETURN_IF_CUDA_ERROR(raw::QkNormRope(ws.q, L.q_norm.p, hp.n_head, ws.k, L.k_norm.p,
-                                        hp.n_head_kv, n, hd, hp.rms_eps, hp.rope.n_rot,
-                                        ws.rope, s));
-  // Each sequence's tokens against its own paged cache.
-  const int64_t kd = hp.n_head_kv * hd, qd = hp.n_head * hd;
-  for (const Segment& g : segs) {
-    const CudaKvCache* cache = g.cache;
-    raw::PagedKv kv;
-    kv.type = cache->type();
-    kv.k = cache->k(il);
-    kv.v = cache->v(il);
-    kv.k_row_bytes = cache->k_row_bytes();
-    kv.v_row_bytes = cache->v_row_bytes();
-    kv.page_size = cache->page_size();
-    kv.block_table = cache->block_table();
-    RETURN_IF_CUDA_ERROR(raw::KvWrite(kv, ws.k + g.first * kd, ws.v + g.first * kd, g.n, g.pos0,
-                                      kd, kd, s));
-    raw::AttentionParams ap;
-    ap.q = ws.q + g.first * qd;
-    ap.out = ws.attn + g.first * hp.n_head * hp.head_dim_v;
-    ap.kv = kv;
-    ap.n_tok = g.n;
-    ap.pos0 = g.pos0;
-    ap.n_head = static_cast<int>(hp.n_head);
-    ap.n_head_kv = static_cast<int>(hp.n_head_kv);
-    ap.head_dim = static_cast<int>(hd);
-    ap.scale = 1.0f / std::sqrt(static_cast<float>(hd));
-    ap.split_scratch = ws.split;
-    ap.split_scratch_elems = ws.sizes.split;
-    RETURN_IF_CUDA_ERROR(raw::Attention(ap, s));
-  }
-  RETURN_IF_CUDA_ERROR(raw::MatMul(L.wo.m, ws.attn, n, ws.o, g, s));
-  RETURN_IF_CUDA_ERROR(raw::Add(ws.x, ws.o, n * d, s));
   return absl::OkStatus();
 }
 

@@ -1,7 +1,17 @@
 // The GPU dense forward pass: model::Forward's contract (common/model/
 // forward.h) with attention, norms, routers, shared experts and the output
 // head on a CUDA device, and the routed experts through an ExpertBackend on
-// the CPU. Per MoE layer:
+// the CPU. The mixer of each layer (HyperParams::layers) runs on the GPU:
+//   attention: q/k/v products, QK-norm + NEOX RoPE (partial and
+//        multi-section: the host-computed angle table leaves the pairs on
+//        the extra position unrotated), paged attention; gated attention
+//        (qwen35moe) splits the doubled q projection into queries and gates
+//        and scales the heads' output by sigmoid(gate);
+//   gated DeltaNet (qwen35moe): qkv / z / beta / alpha products, the gates,
+//        causal conv + SiLU over the sequence's conv state, L2-normed q and
+//        k heads, the recurrent delta rule over its recurrent state, the
+//        gated RMSNorm, ssm_out (delta_net.cu; internal/cuda_raw.h);
+// then per MoE layer:
 //   GPU: h = ffn_norm(x); router logits -> softmax top-k (ties -> lower id)
 //   GPU -> host: h, ids, weights (pinned, async; an event marks them)
 //   GPU: shared expert (+ sigmoid gate) queued, x += shared   (overlaps)
@@ -28,7 +38,8 @@
 // micro-batches and decode give the same logits bit for bit. Attention reads a
 // paged KV cache (f16, q8_0 or q4_0; CudaKvCache) through a block table.
 //
-// Memory: Plan() gives the bytes of dense weights, one KV cache of n_ctx and
+// Memory: Plan() gives the bytes of dense weights, one sequence's state
+// (KV of n_ctx positions for the attention layers, the DeltaNet states) and
 // the workspace; Create() refuses with RESOURCE_EXHAUSTED (allocating
 // nothing) when they exceed the budget (options.gpu_memory_budget, else the
 // device's free memory), and the device's budget is set to it, so the hot
@@ -76,15 +87,37 @@ struct CudaForwardOptions {
 
 struct GpuMemoryPlan {
   uint64_t dense_weights = 0;  // attention, norms, routers, shared experts, embeddings, head
-  uint64_t kv_cache = 0;       // one cache of n_ctx positions
+  uint64_t kv_cache = 0;       // one sequence's KV of n_ctx positions (attention layers)
+  uint64_t recurrent_state = 0;  // one sequence's DeltaNet conv + recurrent states (both buffers)
   uint64_t workspace = 0;      // activations, GEMM scratch, prefill staging buffers
-  uint64_t total() const { return dense_weights + kv_cache + workspace; }
+  uint64_t total() const { return dense_weights + kv_cache + recurrent_state + workspace; }
 };
 
-// Keys and values of every layer on the device, in pages of page_size
-// positions; position p of the sequence is in page block_table[p /
-// page_size]. By default the table is 0, 1, 2, ... (the pages in order); a
-// paged-KV allocator may set its own.
+// One sequence's state on the device (the GPU counterpart of
+// model::SequenceState, from the same layer specs; cuda_kv_cache.cc):
+//   - attention layers (plain or gated): keys and values in pages of
+//     page_size positions; position p of the sequence is in page
+//     block_table[p / page_size]. By default the table is 0, 1, 2, ... (the
+//     pages in order); a paged-KV allocator may set its own. DeltaNet layers
+//     have no KV (k(l) / v(l) REQUIRE an attention layer).
+//   - gated-DeltaNet layers: two buffers of f32 each, the conv state
+//     (channels x (kernel - 1), channel-major, oldest tap first) followed by
+//     the recurrent state (value heads x head_v x head_k, row j = value
+//     dimension j): model::SequenceState's layout.
+// Commit on success, as the CPU state: a step reads the current buffer
+// (conv_in / recurrent_in) and writes the other one (conv_out /
+// recurrent_out; a sequence whose tokens span several micro-batches of one
+// step updates it in place after its first); Commit() makes it current. A
+// failed step never commits, so n_past and the current buffers stay as
+// they were (K/V rows past n_past may have been overwritten). A fresh
+// state (after Create, Clear or Truncate(0)) has no current buffer: the
+// *_in views are null and the kernels read zeros, so clearing costs no
+// device work.
+// Rewinding: K/V positions can be forgotten; a recurrent state cannot, and
+// the GPU keeps no checkpoints: with DeltaNet layers Truncate(n) succeeds
+// only for n == n_past or n == 0 (FailedPrecondition otherwise, nothing
+// changed).
+// Not thread-safe; one step at a time.
 class CudaKvCache {
  public:
   // InvalidArgument: n_ctx < 1, page_size < 1, unsupported type, rows not a
@@ -93,9 +126,15 @@ class CudaKvCache {
                                                              const model::HyperParams& hp,
                                                              int64_t n_ctx, GgmlType type,
                                                              int page_size);
-  // Bytes Create would allocate (for planning).
+  // Bytes Create would allocate (for planning): KvBytes + RecurrentBytes.
   static absl::StatusOr<uint64_t> Bytes(const model::HyperParams& hp, int64_t n_ctx,
                                         GgmlType type, int page_size);
+  // The attention layers' pages and the block table (0 without attention layers).
+  static absl::StatusOr<uint64_t> KvBytes(const model::HyperParams& hp, int64_t n_ctx,
+                                          GgmlType type, int page_size);
+  // Both buffers of every DeltaNet layer (plan::MemoryPlan::recurrent_state
+  // for one sequence).
+  static uint64_t RecurrentBytes(const model::HyperParams& hp);
 
   int64_t n_ctx() const { return n_ctx_; }
   int64_t n_past() const { return n_past_; }
@@ -105,10 +144,14 @@ class CudaKvCache {
   uint64_t bytes() const { return bytes_; }
   bool Matches(const model::HyperParams& hp) const;
 
-  void Clear() { n_past_ = 0; }
+  void Clear() {
+    n_past_ = 0;
+    fresh_ = true;
+  }
   absl::Status Truncate(int64_t n);
   absl::Status CheckRoom(int64_t n_new) const;
-  void Commit(int64_t n_new) { n_past_ += n_new; }
+  // n_past += n_new; the written recurrent buffers become current.
+  void Commit(int64_t n_new);
 
   // Sets the block table: ceil(n_ctx / page_size) distinct page ids in [0,
   // n_pages). InvalidArgument otherwise (nothing changed). Blocks until
@@ -121,16 +164,28 @@ class CudaKvCache {
   uint64_t k_row_bytes() const { return k_row_bytes_; }
   uint64_t v_row_bytes() const { return v_row_bytes_; }
   const int32_t* block_table() const;
+  // DeltaNet layers: the committed states (null when fresh) and the buffers
+  // the running step writes.
+  const float* conv_in(int layer) const;
+  const float* recurrent_in(int layer) const;
+  float* conv_out(int layer) const;
+  float* recurrent_out(int layer) const;
 
  private:
   CudaKvCache() = default;
+  bool recurrent() const;
   backend::Device* device_ = nullptr;
   int64_t n_ctx_ = 0, n_past_ = 0, n_pages_ = 0;
   int page_size_ = 0;
   GgmlType type_ = GgmlType::kF16;
   uint64_t k_row_bytes_ = 0, v_row_bytes_ = 0, bytes_ = 0;
-  std::vector<std::unique_ptr<backend::Buffer>> k_, v_;
-  std::unique_ptr<backend::Buffer> table_;
+  int64_t conv_floats_ = 0, ssm_floats_ = 0;
+  std::vector<model::MixerKind> kinds_;
+  std::vector<std::unique_ptr<backend::Buffer>> k_, v_;  // per layer; null for DeltaNet
+  std::vector<std::unique_ptr<backend::Buffer>> rec_[2];  // per layer; null for attention
+  int cur_ = 0;        // rec_[cur_] is committed unless fresh_
+  bool fresh_ = true;  // no step committed since Create / Clear
+  std::unique_ptr<backend::Buffer> table_;  // null without attention layers
 };
 
 // Cumulative counters of one CudaForward.
@@ -166,9 +221,11 @@ struct CudaSequenceBatch {
 
 class CudaForward {
  public:
-  // Checks that the model is supported (qwen3moe / qwen2moe shapes: head_dim
-  // a multiple of 32 up to 256 with head_dim_k == head_dim_v, n_expert <=
-  // 1024, every weight in a format the kernels decode; InvalidArgument /
+  // Checks that the model is supported (qwen3moe / qwen2moe / qwen35moe
+  // shapes: head_dim a multiple of 32 up to 256 with head_dim_k ==
+  // head_dim_v; DeltaNet heads of equal key and value size, a multiple of 16
+  // up to 256, conv kernel 2..8; n_expert <= 1024, every weight in a format
+  // the kernels decode; InvalidArgument /
   // Unimplemented otherwise), checks the plan against the budget, uploads the
   // dense weights. `device` must be a CUDA device; `experts` and `device`
   // must outlive the object.
@@ -232,6 +289,7 @@ class CudaForward {
   };
   absl::Status EvalChunk(absl::Span<const int32_t> tokens, absl::Span<const Segment> segs);
   absl::Status Attention(int il, int64_t n, absl::Span<const Segment> segs);
+  absl::Status DeltaNet(int il, int64_t n, absl::Span<const Segment> segs);
   absl::Status MoeFfn(int il, int64_t n);
   // Computes the entries of `call` whose expert is resident in the cache or
   // streamed on the GPU (x += w * E(h)), removes them from `call`, and

@@ -124,12 +124,6 @@ TEST_P(CudaOracleTest, MatchesLlamaCppLogits) {
   CudaForwardOptions o;
   o.n_ctx = 256;
   auto fwd = CudaForward::Create(*m, &experts, gpu.get(), o);
-  if (!fwd.ok() && fwd.status().code() == absl::StatusCode::kUnimplemented &&
-      (*m)->hparams().n_recurrent_layers() > 0) {
-    // The CPU forward runs this model (tests/oracle); the GPU kernels of
-    // its gated-DeltaNet layers are still to be written.
-    GTEST_SKIP() << name << ": no CUDA gated-DeltaNet kernels yet: " << fwd.status();
-  }
   ASSERT_TRUE(fwd.ok()) << fwd.status();
   const bool float_model = name.size() > 4 && (name.substr(name.size() - 4) == "-f16" ||
                                                name.substr(name.size() - 4) == "-f32");
@@ -203,6 +197,18 @@ model::testing::TinyModelOptions Tiny(const std::string& arch, GgmlType type) {
   o.n_ff_shexp = 256;
   o.matrix_type = type;
   o.n_vocab = 300;
+  if (arch == "qwen35moe") {
+    // DeltaNet, gated attention, DeltaNet, gated attention; DeltaNet heads
+    // of 32 (2 key heads, 4 value heads); partial rotary (8 of 16 pairs)
+    // with multi-section RoPE: pairs 6 and 7 of every 8 are not rotated.
+    o.n_layer = 4;
+    o.full_attention_interval = 2;
+    o.ssm_head = 32;
+    o.ssm_n_k_heads = 2;
+    o.ssm_n_v_heads = 4;
+    o.n_rot = 16;
+    o.rope_sections = {2, 2, 2, 2};
+  }
   return o;
 }
 
@@ -266,7 +272,10 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(GpuCase{"qwen3moe", GgmlType::kF32, 1e-4},
                       GpuCase{"qwen2moe", GgmlType::kF32, 1e-4},
                       GpuCase{"qwen3moe", GgmlType::kQ8_0, 5e-3},
-                      GpuCase{"qwen2moe", GgmlType::kQ4_K, 5e-3}),
+                      GpuCase{"qwen2moe", GgmlType::kQ4_K, 5e-3},
+                      GpuCase{"qwen35moe", GgmlType::kF32, 1e-4},
+                      GpuCase{"qwen35moe", GgmlType::kQ8_0, 5e-3},
+                      GpuCase{"qwen35moe", GgmlType::kF16, 1e-4}),
     [](const ::testing::TestParamInfo<GpuCase>& i) {
       return i.param.arch + "_" + std::string(GgmlTypeName(i.param.type));
     });
@@ -475,7 +484,9 @@ TEST_F(CudaMemoryPlanTest, ThePlannersNumbersAreWhatTheForwardAllocates) {
   };
   for (const Case& c : {Case{"qwen3moe", GgmlType::kF32, GgmlType::kF16, 300, 64},
                         Case{"qwen2moe", GgmlType::kQ4_K, GgmlType::kQ8_0, 512, 512},
-                        Case{"qwen3moe", GgmlType::kQ8_0, GgmlType::kQ4_0, 1000, 7}}) {
+                        Case{"qwen3moe", GgmlType::kQ8_0, GgmlType::kQ4_0, 1000, 7},
+                        Case{"qwen35moe", GgmlType::kQ8_0, GgmlType::kF16, 300, 64},
+                        Case{"qwen35moe", GgmlType::kF32, GgmlType::kQ8_0, 1000, 7}}) {
     SCOPED_TRACE(std::string(c.arch) + " " + std::string(GgmlTypeName(c.type)));
     ASSERT_NO_FATAL_FAILURE(Load(Tiny(c.arch, c.type)));
     CudaForwardOptions o;
@@ -494,6 +505,8 @@ TEST_F(CudaMemoryPlanTest, ThePlannersNumbersAreWhatTheForwardAllocates) {
     ASSERT_TRUE(mp.ok()) << mp.status();
     EXPECT_EQ(gp->dense_weights, mp->dense.total());
     EXPECT_EQ(gp->kv_cache, mp->kv_cache);
+    EXPECT_EQ(gp->recurrent_state, mp->recurrent_state);
+    EXPECT_EQ(mp->recurrent_state > 0, model_->hparams().n_recurrent_layers() > 0);
     EXPECT_EQ(gp->workspace, mp->workspace.total());
     const uint64_t before = gpu_->allocated_bytes();
     auto fwd = Create(o);
@@ -756,6 +769,223 @@ TEST_F(CudaStreamedPrefillTest, MeasuredSwitchOverSetsTheThreshold) {
   o.stream_buffers = 0;
   EXPECT_EQ(Create(o).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// ------------------------------------------------------------ qwen35moe
+
+// Fails the expert call of one layer on demand.
+class FlakyExperts : public model::ExpertBackend {
+ public:
+  explicit FlakyExperts(model::ExpertBackend* inner) : inner_(inner) {}
+  absl::Status Compute(const model::ExpertCall& call, model::ExpertResult* result) override {
+    if (call.layer == fail_layer) return absl::UnavailableError("worker gone");
+    return inner_->Compute(call, result);
+  }
+  int fail_layer = -1;
+
+ private:
+  model::ExpertBackend* inner_;
+};
+
+// qwen35moe (gated DeltaNet + gated attention) on the GPU forward: its
+// sequence state and the rules the other models keep.
+class CudaHybridTest : public CudaTinyTest {
+ protected:
+  void SetUp() override {
+    CudaTinyTest::SetUp();
+    if (IsSkipped()) return;
+    Load(Tiny("qwen35moe", GgmlType::kQ8_0));
+  }
+};
+
+// The conv and the delta rule run token by token inside a batch, so one
+// batch, micro-batches that split the prompt (the state continues in
+// place) and single tokens give the same bits.
+TEST_F(CudaHybridTest, MicroBatchesAndSingleTokensGiveTheSameLogits) {
+  const int64_t nv = model_->hparams().n_vocab;
+  const std::vector<int32_t> prompt = Prompt(40, static_cast<int>(nv));
+  CudaForwardOptions whole;
+  whole.n_ctx = 64;
+  CudaForwardOptions small = whole;
+  small.max_batch = 7;
+  small.kv_page_size = 3;
+  auto a = Make(whole), b = Make(small);
+  ASSERT_TRUE(a && b);
+  auto ca = a->CreateCache(), cb = b->CreateCache(), cc = a->CreateCache();
+  ASSERT_TRUE(ca.ok() && cb.ok() && cc.ok());
+  std::vector<float> la, lb, one, seq;
+  ASSERT_TRUE(a->Eval(prompt, ca->get(), LogitsMode::kAll, &la).ok());
+  ASSERT_TRUE(b->Eval(prompt, cb->get(), LogitsMode::kAll, &lb).ok());
+  EXPECT_EQ(lb, la);
+  for (int32_t t : prompt) {
+    const int32_t tok[1] = {t};
+    ASSERT_TRUE(a->Eval(tok, cc->get(), LogitsMode::kLast, &one).ok());
+    seq.insert(seq.end(), one.begin(), one.end());
+  }
+  EXPECT_EQ(seq, la);
+  EXPECT_EQ((*cc)->n_past(), 40);
+}
+
+// Continuous batching with recurrent state: sequences at different
+// positions share a step (micro-batches cut across them) and get, bit for
+// bit, what they get alone.
+TEST_F(CudaHybridTest, EvalBatchGivesEachSequenceWhatItGetsAlone) {
+  CudaForwardOptions o;
+  o.n_ctx = 64;
+  o.max_batch = 5;
+  auto fwd = Make(o);
+  ASSERT_NE(fwd, nullptr);
+  const int nv = static_cast<int>(model_->hparams().n_vocab);
+  const std::vector<int32_t> a = Prompt(9, nv), b = {5, 17, 99, 250, 8, 1}, c = {3};
+  auto ca = fwd->CreateCache(), cb = fwd->CreateCache(), cc = fwd->CreateCache();
+  ASSERT_TRUE(ca.ok() && cb.ok() && cc.ok());
+  std::vector<float> la, lb, lc;
+  ASSERT_TRUE(fwd->Eval(a, ca->get(), LogitsMode::kAll, &la).ok());
+  ASSERT_TRUE(fwd->Eval(absl::MakeConstSpan(b).subspan(0, 2), cb->get(), LogitsMode::kNone,
+                        nullptr).ok());
+  ASSERT_TRUE(fwd->Eval(absl::MakeConstSpan(b).subspan(2), cb->get(), LogitsMode::kAll, &lb).ok());
+  ASSERT_TRUE(fwd->Eval(c, cc->get(), LogitsMode::kLast, &lc).ok());
+  auto ba = fwd->CreateCache(), bb = fwd->CreateCache(), bc = fwd->CreateCache();
+  ASSERT_TRUE(ba.ok() && bb.ok() && bc.ok());
+  ASSERT_TRUE(fwd->Eval(absl::MakeConstSpan(b).subspan(0, 2), bb->get(), LogitsMode::kNone,
+                        nullptr).ok());
+  std::vector<float> ga, gb, gc;
+  const CudaSequenceBatch step[3] = {
+      {ba->get(), a, LogitsMode::kAll, &ga},
+      {bb->get(), absl::MakeConstSpan(b).subspan(2), LogitsMode::kAll, &gb},
+      {bc->get(), c, LogitsMode::kLast, &gc}};
+  ASSERT_TRUE(fwd->EvalBatch(step).ok());
+  EXPECT_EQ(ga, la);
+  EXPECT_EQ(gb, lb);
+  EXPECT_EQ(gc, lc);
+  EXPECT_EQ((*ba)->n_past(), 9);
+  EXPECT_EQ((*bb)->n_past(), 6);
+  // And decode steps of all three together, against each alone.
+  for (int step_i = 0; step_i < 3; ++step_i) {
+    const int32_t t[1] = {static_cast<int32_t>((step_i * 41 + 5) % nv)};
+    std::vector<float> wa, wb, wc;
+    ASSERT_TRUE(fwd->Eval(t, ca->get(), LogitsMode::kLast, &wa).ok());
+    ASSERT_TRUE(fwd->Eval(t, cb->get(), LogitsMode::kLast, &wb).ok());
+    ASSERT_TRUE(fwd->Eval(t, cc->get(), LogitsMode::kLast, &wc).ok());
+    const CudaSequenceBatch dec[3] = {{ba->get(), t, LogitsMode::kLast, &ga},
+                                      {bb->get(), t, LogitsMode::kLast, &gb},
+                                      {bc->get(), t, LogitsMode::kLast, &gc}};
+    ASSERT_TRUE(fwd->EvalBatch(dec).ok());
+    EXPECT_EQ(ga, wa) << "decode step " << step_i;
+    EXPECT_EQ(gb, wb) << "decode step " << step_i;
+    EXPECT_EQ(gc, wc) << "decode step " << step_i;
+  }
+}
+
+// A step that fails (here: the expert call of the last layer, after every
+// DeltaNet layer has written its next state) commits nothing: the
+// sequence continues as if it had not run, bit for bit. Also for a fresh
+// state and for a step split into micro-batches.
+TEST_F(CudaHybridTest, AFailedExpertCallLeavesTheStateUnchanged) {
+  FlakyExperts flaky(experts_.get());
+  for (int64_t max_batch : {512, 2}) {
+    SCOPED_TRACE(max_batch);
+    CudaForwardOptions o;
+    o.n_ctx = 32;
+    o.max_batch = max_batch;
+    auto f = CudaForward::Create(model_, &flaky, gpu_.get(), o);
+    ASSERT_TRUE(f.ok()) << f.status();
+    const std::vector<int32_t> head = {3, 17, 5, 39, 0, 22}, tail = {22, 8, 11, 30, 2};
+    auto ref = (*f)->CreateCache(), st = (*f)->CreateCache();
+    ASSERT_TRUE(ref.ok() && st.ok());
+    std::vector<float> want_head, want, got;
+    ASSERT_TRUE((*f)->Eval(head, ref->get(), LogitsMode::kAll, &want_head).ok());
+    ASSERT_TRUE((*f)->Eval(tail, ref->get(), LogitsMode::kAll, &want).ok());
+    const int last = model_->n_layer() - 1;
+    flaky.fail_layer = last;
+    EXPECT_EQ((*f)->Eval(head, st->get(), LogitsMode::kAll, &got).code(),
+              absl::StatusCode::kUnavailable);
+    EXPECT_EQ((*st)->n_past(), 0);
+    flaky.fail_layer = -1;
+    ASSERT_TRUE((*f)->Eval(head, st->get(), LogitsMode::kAll, &got).ok());
+    EXPECT_EQ(got, want_head) << "a failed first step must leave a fresh state";
+    flaky.fail_layer = last;
+    EXPECT_EQ((*f)->Eval(tail, st->get(), LogitsMode::kAll, &got).code(),
+              absl::StatusCode::kUnavailable);
+    EXPECT_EQ((*st)->n_past(), 6);
+    flaky.fail_layer = -1;
+    ASSERT_TRUE((*f)->Eval(tail, st->get(), LogitsMode::kAll, &got).ok());
+    EXPECT_EQ(got, want);
+  }
+}
+
+// The rewind rule of a recurrent state without checkpoints: only to where
+// it is or to the start; a cleared state evaluates as a new one. A state of
+// another layout is refused.
+TEST_F(CudaHybridTest, TruncateRewindsOnlyToZeroAndRejectsForeignStates) {
+  CudaForwardOptions o;
+  o.n_ctx = 32;
+  auto f = Make(o);
+  ASSERT_NE(f, nullptr);
+  const std::vector<int32_t> prompt = {3, 17, 5, 39, 0, 22, 9};
+  auto c = f->CreateCache();
+  ASSERT_TRUE(c.ok());
+  std::vector<float> first, again;
+  ASSERT_TRUE(f->Eval(prompt, c->get(), LogitsMode::kAll, &first).ok());
+  EXPECT_EQ((*c)->Truncate(3).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*c)->Truncate(8).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*c)->n_past(), 7);
+  EXPECT_TRUE((*c)->Truncate(7).ok());
+  ASSERT_TRUE((*c)->Truncate(0).ok());
+  ASSERT_TRUE(f->Eval(prompt, c->get(), LogitsMode::kAll, &again).ok());
+  EXPECT_EQ(again, first);
+  (*c)->Clear();
+  ASSERT_TRUE(f->Eval(prompt, c->get(), LogitsMode::kAll, &again).ok());
+  EXPECT_EQ(again, first);
+  // A qwen3moe cache (attention only) does not fit this model.
+  auto plain = model::testing::MakeTinyModel(Tiny("qwen3moe", GgmlType::kQ8_0));
+  ASSERT_TRUE(plain.ok());
+  auto foreign = CudaKvCache::Create(gpu_.get(), (*plain)->hparams(), 32, GgmlType::kF16, 256);
+  ASSERT_TRUE(foreign.ok());
+  std::vector<float> l;
+  EXPECT_EQ(f->Eval(prompt, foreign->get(), LogitsMode::kLast, &l).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*foreign)->n_past(), 0);
+}
+
+// The hot-expert cache and streamed prefill work on qwen35moe as on the
+// other models: resident or streamed experts give the plain forward's
+// logits (F32 weights: the CPU's numbers), streaming every expert gives the
+// all-resident bits.
+TEST_F(CudaHybridTest, ExpertCacheAndStreamedPrefillKeepTheLogits) {
+  ASSERT_NO_FATAL_FAILURE(Load(Tiny("qwen35moe", GgmlType::kF32)));
+  const auto& hp = model_->hparams();
+  CudaForwardOptions o;
+  o.n_ctx = 64;
+  auto plain = Create(o), resident = Create(o);
+  o.stream_min_tokens = 1;
+  auto streamed = Create(o);
+  ASSERT_TRUE(plain.ok() && resident.ok() && streamed.ok()) << streamed.status();
+  std::vector<ExpertKey> all;
+  for (int l = 0; l < model_->n_layer(); ++l) {
+    for (int e = 0; e < hp.n_expert; ++e) all.push_back({l, e});
+  }
+  auto cache = Preloaded(gpu_.get(), model_, all);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  (*resident)->AttachExpertCache(std::move(*cache));
+  const std::vector<int32_t> prompt = Prompt(24, static_cast<int>(hp.n_vocab));
+  auto ca = (*plain)->CreateCache(), cr = (*resident)->CreateCache(),
+       cs = (*streamed)->CreateCache();
+  ASSERT_TRUE(ca.ok() && cr.ok() && cs.ok());
+  std::vector<float> la, lr, ls;
+  ASSERT_TRUE((*plain)->Eval(prompt, ca->get(), LogitsMode::kAll, &la).ok());
+  ASSERT_TRUE((*resident)->Eval(prompt, cr->get(), LogitsMode::kAll, &lr).ok());
+  ASSERT_TRUE((*streamed)->Eval(prompt, cs->get(), LogitsMode::kAll, &ls).ok());
+  EXPECT_LE(Compare(lr, la, hp.n_vocab).worst_nmse, 1e-6);
+  EXPECT_EQ(ls, lr);
+  EXPECT_GT((*streamed)->stats().streamed_experts, 0u);
+  EXPECT_EQ((*streamed)->stats().expert_cache_misses, 0u);
+  EXPECT_EQ((*resident)->stats().expert_cache_misses, 0u);
+  // Decode on the resident experts.
+  const int32_t next[1] = {7};
+  ASSERT_TRUE((*plain)->Eval(next, ca->get(), LogitsMode::kLast, &la).ok());
+  ASSERT_TRUE((*resident)->Eval(next, cr->get(), LogitsMode::kLast, &lr).ok());
+  EXPECT_LE(Compare(lr, la, hp.n_vocab).worst_nmse, 1e-6);
 }
 
 TEST(CudaForwardNoDeviceTest, CreateCudaDeviceIsUnavailableWithoutAGpu) {

@@ -15,6 +15,7 @@
 #include "common/backend/cuda/cuda_status.h"
 #include "common/backend/cuda/internal/cuda_raw.h"
 #include "common/model/internal/attention.h"
+#include "common/model/internal/delta_net.h"
 #include "common/model/internal/ops.h"
 #include "common/quant/quant.h"
 #include "common/quant/random_blocks.h"
@@ -552,6 +553,203 @@ TEST_F(CudaOpsTest, SplitKDecodeMatchesTheReference) {
                                     n_kv, hd, 1.0f / std::sqrt(float(hd))),
                        what.c_str());
     }
+  }
+}
+
+// ------------------------------------------------------------ gated DeltaNet
+
+float Near(float want, float rel = 1e-5f) { return rel * std::fabs(want) + 1e-6f; }
+
+// The conv + SiLU over a conv state, the L2 norm, the gates, the delta rule
+// and the gated RMSNorm against the CPU reference (delta_net.h), a step
+// split in two calls that continue in place as the forward does. The
+// emulation gives the CPU's delta rule to the bit (same lane order, host
+// expf); a device's expf may differ in the last bits.
+TEST_F(CudaOpsTest, DeltaNetOpsMatchTheCpu) {
+  const int n_k = 2, n_v = 4, dim = 32, kernel = 4, taps = kernel - 1;
+  const int64_t channels = 2 * n_k * dim + n_v * dim, n = 5, split = 3;
+  const float eps = 1e-6f;
+  // Conv + SiLU.
+  std::vector<float> x = RandomVector(n * channels, 61), w = RandomVector(channels * kernel, 62, 0.5f);
+  std::vector<float> st = RandomVector(channels * taps, 63);
+  std::vector<float> y(n * channels), st_out(channels * taps);
+  model::internal::ConvSilu(x.data(), channels, n, channels, w.data(), kernel, st.data(),
+                            st_out.data(), y.data(), channels);
+  float* dx = Upload(x);
+  float* dst_in = Upload(st);
+  float* dst_out = Zeros<float>(channels * taps);
+  raw::ConvParams cp;
+  cp.stride = channels;
+  cp.channels = channels;
+  cp.w = Upload(w);
+  cp.kernel = kernel;
+  cp.x = cp.y = dx;
+  cp.n_tok = split;
+  cp.state_in = dst_in;
+  cp.state_out = dst_out;
+  ASSERT_TRUE(ToStatus(raw::ConvSilu(cp, s())).ok());
+  cp.x = cp.y = dx + split * channels;
+  cp.n_tok = n - split;
+  cp.state_in = dst_out;  // in place
+  ASSERT_TRUE(ToStatus(raw::ConvSilu(cp, s())).ok());
+  std::vector<float> got = Download(dx, n * channels);
+  for (int64_t i = 0; i < n * channels; ++i) ASSERT_NEAR(got[i], y[i], Near(y[i])) << i;
+  EXPECT_EQ(Download(dst_out, channels * taps), st_out);  // the last inputs, as they were
+  // A fresh state (null) reads zeros.
+  std::vector<float> zeros(channels * taps, 0.0f), y0(channels), st0(channels * taps);
+  model::internal::ConvSilu(x.data(), channels, 1, channels, w.data(), kernel, zeros.data(),
+                            st0.data(), y0.data(), channels);
+  float* dx0 = Upload(std::vector<float>(x.begin(), x.begin() + channels));
+  cp.x = cp.y = dx0;
+  cp.n_tok = 1;
+  cp.state_in = nullptr;
+  cp.state_out = dst_out;
+  ASSERT_TRUE(ToStatus(raw::ConvSilu(cp, s())).ok());
+  got = Download(dx0, channels);
+  for (int64_t i = 0; i < channels; ++i) ASSERT_NEAR(got[i], y0[i], Near(y0[i])) << i;
+  EXPECT_EQ(Download(dst_out, channels * taps), st0);
+
+  // L2 norm of the q and k heads (the CPU's conv output as the input).
+  std::vector<float> qkv = y;
+  for (int64_t t = 0; t < n; ++t) {
+    model::internal::L2NormRows(qkv.data() + t * channels, 2 * n_k, dim, dim, eps);
+  }
+  float* dqkv = Upload(y);
+  ASSERT_TRUE(ToStatus(raw::L2NormHeads(dqkv, n, 2 * n_k, dim, channels, eps, s())).ok());
+  got = Download(dqkv, n * channels);
+  for (int64_t i = 0; i < n * channels; ++i) ASSERT_NEAR(got[i], qkv[i], Near(qkv[i])) << i;
+
+  // Gates.
+  std::vector<float> beta = RandomVector(n * n_v, 64), g = RandomVector(n * n_v, 65, 3.0f);
+  g[0] = 25.0f;  // softplus' linear branch
+  const std::vector<float> dt = RandomVector(n_v, 66), a = {-0.5f, -1.0f, -0.05f, -2.0f};
+  float* dbeta = Upload(beta);
+  float* dg = Upload(g);
+  ASSERT_TRUE(ToStatus(raw::DeltaNetGates(dbeta, dg, Upload(dt), Upload(a), n, n_v, s())).ok());
+  for (int64_t i = 0; i < n * n_v; ++i) {
+    beta[i] = model::internal::Sigmoid(beta[i]);
+    g[i] = model::internal::Softplus(g[i] + dt[i % n_v]) * a[i % n_v];
+  }
+  const std::vector<float> gbeta = Download(dbeta, n * n_v), gg = Download(dg, n * n_v);
+  for (int64_t i = 0; i < n * n_v; ++i) {
+    ASSERT_NEAR(gbeta[i], beta[i], Near(beta[i])) << i;
+    ASSERT_NEAR(gg[i], g[i], Near(g[i])) << i;
+  }
+
+  // The delta rule on the CPU's normalised qkv, gates and a random state.
+  const std::vector<float> s0 = RandomVector(n_v * dim * dim, 67, 0.1f);
+  std::vector<float> out(n * n_v * dim), s1(n_v * dim * dim);
+  for (int h = 0; h < n_v; ++h) {
+    const int kh = h % n_k;
+    model::internal::DeltaRuleHead dh;
+    dh.q = qkv.data() + kh * dim;
+    dh.k = qkv.data() + (n_k + kh) * dim;
+    dh.v = qkv.data() + (2 * n_k + h) * dim;
+    dh.q_stride = dh.k_stride = dh.v_stride = channels;
+    dh.g = g.data() + h;
+    dh.beta = beta.data() + h;
+    dh.g_stride = n_v;
+    dh.out = out.data() + h * dim;
+    dh.out_stride = n_v * dim;
+    model::internal::DeltaRule(dh, n, dim, s0.data() + h * dim * dim, s1.data() + h * dim * dim);
+  }
+  float* dq = Upload(qkv);
+  float* dgate = Upload(g);
+  float* dbeta2 = Upload(beta);
+  float* dout = Zeros<float>(n * n_v * dim);
+  float* ds_in = Upload(s0);
+  float* ds_out = Zeros<float>(n_v * dim * dim);
+  raw::DeltaRuleParams dp;
+  dp.stride = channels;
+  dp.n_k_heads = n_k;
+  dp.n_v_heads = n_v;
+  dp.dim = dim;
+  for (int part = 0; part < 2; ++part) {
+    const int64_t t0 = part == 0 ? 0 : split;
+    dp.qkv = dq + t0 * channels;
+    dp.g = dgate + t0 * n_v;
+    dp.beta = dbeta2 + t0 * n_v;
+    dp.out = dout + t0 * n_v * dim;
+    dp.n_tok = part == 0 ? split : n - split;
+    dp.state_in = part == 0 ? ds_in : ds_out;
+    dp.state_out = ds_out;
+    ASSERT_TRUE(ToStatus(raw::DeltaRule(dp, s())).ok());
+  }
+  const std::vector<float> gout = Download(dout, out.size()), gs = Download(ds_out, s1.size());
+#ifdef MOESPLIT_CUDA_EMULATED
+  EXPECT_EQ(gout, out);
+  EXPECT_EQ(gs, s1);
+#endif
+  for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(gout[i], out[i], Near(out[i], 1e-4f)) << i;
+  for (size_t i = 0; i < s1.size(); ++i) ASSERT_NEAR(gs[i], s1[i], Near(s1[i], 1e-4f)) << i;
+
+  // Gated RMSNorm per value head: RmsNorm(o) * ssm_norm * SiLU(z).
+  const std::vector<float> z = RandomVector(n * n_v * dim, 68), nw = RandomVector(dim, 69);
+  std::vector<float> want(out.size()), sz(z.size());
+  model::internal::RmsNormRows(out.data(), dim, nw.data(), n * n_v, dim, eps, want.data(), dim);
+  model::internal::SiluRow(z.data(), static_cast<int64_t>(z.size()), sz.data());
+  for (size_t i = 0; i < want.size(); ++i) want[i] *= sz[i];
+  float* dn = Upload(out);
+  ASSERT_TRUE(ToStatus(raw::GatedRmsNorm(dn, Upload(z), Upload(nw), n * n_v, dim, eps, dn, s())).ok());
+  got = Download(dn, out.size());
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], Near(want[i])) << i;
+
+  // Bad shapes are refused before any work.
+  dp.dim = 24;
+  EXPECT_FALSE(raw::DeltaRule(dp, s()).ok());
+  cp.kernel = raw::kMaxConvKernel + 1;
+  EXPECT_FALSE(raw::ConvSilu(cp, s()).ok());
+}
+
+// Gated attention: the doubled q projection split into queries and gates,
+// the gate applied to the heads' output; multi-section RoPE through the
+// angle table (pairs on the extra position are left as they are).
+TEST_F(CudaOpsTest, GatedAttentionOpsAndMultiSectionRope) {
+  const int64_t n_tok = 3, n_head = 4, hd = 64, rows = n_tok * n_head;
+  const std::vector<float> qg = RandomVector(rows * 2 * hd, 71), at = RandomVector(rows * hd, 72);
+  float* dqg = Upload(qg);
+  float* dq = Zeros<float>(rows * hd);
+  float* dat = Upload(at);
+  ASSERT_TRUE(ToStatus(raw::SplitQueryGate(dqg, n_tok, n_head, hd, dq, s())).ok());
+  ASSERT_TRUE(ToStatus(raw::ApplyHeadGate(dat, dqg, rows, hd, s())).ok());
+  const std::vector<float> q = Download(dq, rows * hd), gated = Download(dat, rows * hd);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < hd; ++i) {
+      ASSERT_EQ(q[r * hd + i], qg[r * 2 * hd + i]);
+      const float want = at[r * hd + i] * model::internal::Sigmoid(qg[r * 2 * hd + hd + i]);
+      ASSERT_NEAR(gated[r * hd + i], want, Near(want));
+    }
+  }
+  // IMROPE, sections {2, 2, 2, 2} over 8 pairs (n_rot 16 of 64): pairs 6
+  // and 7 take the extra position (0 for text) and stay unrotated.
+  model::RopeParams rp;
+  rp.n_rot = 16;
+  rp.freq_base = 1e6f;
+  rp.multi_section = true;
+  rp.sections = {2, 2, 2, 2};
+  std::vector<float> cs, want = q;
+  for (int64_t t = 0; t < n_tok; ++t) {
+    model::internal::RopeAngles a;
+    model::internal::ComputeRopeAngles(rp, 10 + t, &a);
+    for (int i = 0; i < 8; ++i) {
+      cs.push_back(a.cos[i]);
+      cs.push_back(a.sin[i]);
+    }
+    for (int64_t h = 0; h < n_head; ++h) {
+      model::internal::ApplyRopeNeox(a, 16, want.data() + (t * n_head + h) * hd);
+    }
+  }
+  std::vector<float> k = RandomVector(n_tok * hd, 73);
+  float* dk = Upload(k);
+  ASSERT_TRUE(ToStatus(raw::QkNormRope(dq, nullptr, n_head, dk, nullptr, 1, n_tok, hd, 1e-6f, 16,
+                                       Upload(cs), s())).ok());
+  const std::vector<float> roped = Download(dq, rows * hd);
+  for (int64_t i = 0; i < rows * hd; ++i) ASSERT_NEAR(roped[i], want[i], 1e-5) << i;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i : {6, 7, 14, 15}) {  // pairs 6, 7: elements (6, 14), (7, 15)
+      EXPECT_EQ(roped[r * hd + i], q[r * hd + i]) << "row " << r << " element " << i;
+    }
+    EXPECT_NE(roped[r * hd + 0], q[r * hd + 0]);
   }
 }
 

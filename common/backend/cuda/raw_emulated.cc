@@ -21,6 +21,9 @@
 // scratch and the in-order chunk merge). Host expf / sqrtf are not the
 // device's, so the results are close to the GPU's, not bit-identical (with an
 // F16 cache the attention is the CPU reference's to the bit).
+// The gated-DeltaNet ops and the gated attention's gate (delta_net.cu) are
+// emulated in delta_net_emulated.cc, on the same allocation table
+// (EmulatedOnDevice, internal/emulated.h).
 // Thread-safe: the allocation table has a mutex; kernels touch only their
 // arguments.
 #include <algorithm>
@@ -34,6 +37,7 @@
 
 #include "common/backend/cuda/internal/block_codec.h"
 #include "common/backend/cuda/internal/cuda_raw.h"
+#include "common/backend/cuda/internal/emulated.h"
 #include "common/backend/cuda/internal/router_row.h"
 
 namespace moesplit::cuda::raw {
@@ -391,6 +395,8 @@ void AttentionMerge(const AttentionParams& p, int64_t t0, int64_t nt, int n_chun
 }  // namespace
 
 // ------------------------------------------------------------------ runtime
+bool EmulatedOnDevice(const void* p, uint64_t bytes) { return OnDevice(p, bytes); }
+
 int DeviceCount() { return 1; }
 
 CallResult DeviceProperties(int index, RawDeviceInfo* info) {

@@ -205,4 +205,86 @@ inline int64_t AttentionScratchElems(int n_head, int head_dim, int64_t n_ctx) {
 }
 CallResult Attention(const AttentionParams& p, void* stream);
 
+// ------------------------------------------------------------ gated DeltaNet (delta_net.cu)
+// The ops of qwen35moe's linear-attention layers and of its gated attention,
+// as the CPU reference computes them (common/model/internal/delta_net.h,
+// forward.cc). Host expf / logf are not the device's: the emulation gives
+// the CPU's bits where the order of the sums allows (the delta rule, the
+// conv sums), the device results are close.
+
+// Causal depthwise conv + SiLU over one sequence's n_tok tokens, per channel
+// c < channels:
+//   y[t][c] = SiLU(sum_{j<kernel} in(t + j, c) * w[c * kernel + j])
+// (f32, the taps in order; SiLU(s) = s / (1 + exp(-s))), where in(i, c) is
+// state_in[c * (kernel - 1) + i] for i < kernel - 1 (0 when state_in is
+// null: a fresh sequence), then x[(i - kernel + 1) * stride + c]. The last
+// kernel - 1 inputs go to state_out (same layout). One thread per channel
+// walks the tokens in order, so y may alias x and state_out state_in.
+// REQUIRES: 2 <= kernel <= kMaxConvKernel.
+inline constexpr int kMaxConvKernel = 8;
+struct ConvParams {
+  const float* x = nullptr;
+  float* y = nullptr;
+  int64_t stride = 0;  // floats from one token's row to the next (x and y)
+  int64_t n_tok = 0;
+  int64_t channels = 0;
+  const float* w = nullptr;  // channels x kernel
+  int kernel = 0;
+  const float* state_in = nullptr;  // channels x (kernel - 1), or null
+  float* state_out = nullptr;
+};
+CallResult ConvSilu(const ConvParams& p, void* stream);
+
+// In place, n_tok x n_heads rows of dim: row (t, h) at x + t * stride + h *
+// dim becomes x / max(sqrt(sum x^2), eps), the f32 squares summed in double
+// (ggml_l2_norm). One warp per row (lane-strided sums, the butterfly).
+CallResult L2NormHeads(float* x, int64_t n_tok, int64_t n_heads, int64_t dim, int64_t stride,
+                       float eps, void* stream);
+
+// The per-head gates of n_tok tokens x n_heads value heads, in place:
+//   beta = sigmoid(beta);  g = softplus(g + dt_bias[h]) * a[h]
+// with softplus(x) = x > 20 ? x : log(1 + exp(x)).
+CallResult DeltaNetGates(float* beta, float* g, const float* dt_bias, const float* a,
+                         int64_t n_tok, int64_t n_heads, void* stream);
+
+// The gated delta rule (recurrent form) over one sequence's n_tok tokens.
+// Value head h (< n_v_heads) reads key head kh = h % n_k_heads: token t's
+// query at qkv + t * stride + kh * dim, key at + (n_k_heads + kh) * dim,
+// value at + (2 n_k_heads + h) * dim; its state S (dim x dim, row j = value
+// dimension j) starts from state_in + h * dim * dim (zeros when null) and,
+// token by token,
+//   S *= exp(g[t][h]); delta = (v - S k) * beta[t][h]; S += delta k^T;
+//   out[t][h] = S q / sqrt(dim)                 (out: n_tok x n_v_heads x dim)
+// ends in state_out (may alias state_in). Each row's dot products sum 16
+// lanes (lane l: elements l, l + 16, ... in order), then the lanes
+// pairwise (8, 4, 2, 1): the CPU's DotLanes order. REQUIRES: dim % 16 == 0,
+// 16 <= dim <= kMaxDeltaDim.
+inline constexpr int kMaxDeltaDim = 256;
+struct DeltaRuleParams {
+  const float* qkv = nullptr;
+  int64_t stride = 0;
+  const float* g = nullptr;     // n_tok x n_v_heads
+  const float* beta = nullptr;  // n_tok x n_v_heads
+  float* out = nullptr;
+  const float* state_in = nullptr;
+  float* state_out = nullptr;
+  int64_t n_tok = 0;
+  int n_k_heads = 0, n_v_heads = 0, dim = 0;
+};
+CallResult DeltaRule(const DeltaRuleParams& p, void* stream);
+
+// y[r] = RmsNorm(x[r]) * w * SiLU(z[r]) for rows of d (as RmsNorm, then
+// times z / (1 + exp(-z))); y may alias x.
+CallResult GatedRmsNorm(const float* x, const float* z, const float* w, int64_t rows, int64_t d,
+                        float eps, float* y, void* stream);
+
+// Gated attention: the doubled q projection holds per (token, head) the
+// query then the gate, hd each (qg: n_tok x n_head x 2 hd). SplitQueryGate
+// copies the queries to q (n_tok x n_head x hd); ApplyHeadGate scales rows
+// r < rows (token x head) of attn (hd each): attn[r][i] *= sigmoid(qg[r *
+// 2 hd + hd + i]).
+CallResult SplitQueryGate(const float* qg, int64_t n_tok, int64_t n_head, int64_t hd, float* q,
+                          void* stream);
+CallResult ApplyHeadGate(float* attn, const float* qg, int64_t rows, int64_t hd, void* stream);
+
 }  // namespace moesplit::cuda::raw

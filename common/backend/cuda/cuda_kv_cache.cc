@@ -1,0 +1,201 @@
+// CudaKvCache (cuda_forward.h): one sequence's KV pages and DeltaNet states on the
+// device, and their commit-on-success rule.
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/backend/cuda/cuda_forward.h"
+#include "common/backend/cuda/cuda_status.h"
+#include "common/backend/cuda/internal/cuda_raw.h"
+#include "common/base/status.h"
+#include "common/model/sequence_state.h"
+
+namespace moesplit::cuda {
+
+using model::HyperParams;
+
+namespace {
+
+int64_t ConvFloats(const HyperParams& hp) {
+  return std::max<int64_t>(hp.ssm_conv_kernel - 1, 0) * hp.ssm_conv_channels();
+}
+int64_t SsmFloats(const HyperParams& hp) {
+  return hp.ssm_n_v_heads * hp.ssm_head_v * hp.ssm_head_k;
+}
+
+}  // namespace
+
+absl::StatusOr<uint64_t> CudaKvCache::KvBytes(const HyperParams& hp, int64_t n_ctx,
+                                              GgmlType type, int page_size) {
+  if (n_ctx < 1 || page_size < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV cache: n_ctx = ", n_ctx, ", page size = ", page_size));
+  }
+  if (!raw::KvTypeSupported(type)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KV cache type ", std::string(GgmlTypeName(type)), " (supported: F16, Q8_0, Q4_0)"));
+  }
+  const int64_t n_attn = hp.n_attention_layers();
+  if (n_attn == 0) return 0;
+  const auto kr = RowBytes(type, hp.n_head_kv * hp.head_dim_k);
+  const auto vr = RowBytes(type, hp.n_head_kv * hp.head_dim_v);
+  if (!kr || !vr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV rows of ", hp.n_head_kv * hp.head_dim_k, " elements do not fit ",
+                     std::string(GgmlTypeName(type)), " blocks"));
+  }
+  const int64_t pages = (n_ctx + page_size - 1) / page_size;
+  const long double total = static_cast<long double>(pages) * page_size * (*kr + *vr) * n_attn;
+  if (total > static_cast<long double>(uint64_t{1} << 50)) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("KV cache of ", n_ctx, " positions is too large"));
+  }
+  return static_cast<uint64_t>(pages) * page_size * (*kr + *vr) * n_attn +
+         static_cast<uint64_t>(pages) * sizeof(int32_t);
+}
+
+uint64_t CudaKvCache::RecurrentBytes(const HyperParams& hp) {
+  return model::SequenceState::kRecurrentBuffers * model::SequenceState::RecurrentBytes(hp);
+}
+
+absl::StatusOr<uint64_t> CudaKvCache::Bytes(const HyperParams& hp, int64_t n_ctx, GgmlType type,
+                                            int page_size) {
+  ASSIGN_OR_RETURN(const uint64_t kv, KvBytes(hp, n_ctx, type, page_size));
+  return kv + RecurrentBytes(hp);
+}
+
+absl::StatusOr<std::unique_ptr<CudaKvCache>> CudaKvCache::Create(backend::Device* device,
+                                                                 const HyperParams& hp,
+                                                                 int64_t n_ctx, GgmlType type,
+                                                                 int page_size) {
+  ASSIGN_OR_RETURN(const uint64_t bytes, Bytes(hp, n_ctx, type, page_size));
+  std::unique_ptr<CudaKvCache> c(new CudaKvCache());
+  c->device_ = device;
+  c->n_ctx_ = n_ctx;
+  c->page_size_ = page_size;
+  c->type_ = type;
+  c->n_pages_ = (n_ctx + page_size - 1) / page_size;
+  c->bytes_ = bytes;
+  c->conv_floats_ = ConvFloats(hp);
+  c->ssm_floats_ = SsmFloats(hp);
+  const bool attention = hp.n_attention_layers() > 0;
+  if (attention) {
+    c->k_row_bytes_ = *RowBytes(type, hp.n_head_kv * hp.head_dim_k);
+    c->v_row_bytes_ = *RowBytes(type, hp.n_head_kv * hp.head_dim_v);
+  }
+  const uint64_t slots = static_cast<uint64_t>(c->n_pages_) * page_size;
+  const uint64_t rec_bytes = static_cast<uint64_t>(c->conv_floats_ + c->ssm_floats_) * 4;
+  c->k_.resize(hp.n_layer);
+  c->v_.resize(hp.n_layer);
+  for (auto& r : c->rec_) r.resize(hp.n_layer);
+  for (int64_t l = 0; l < hp.n_layer; ++l) {
+    c->kinds_.push_back(hp.layers[l].mixer);
+    if (model::IsAttention(hp.layers[l].mixer)) {
+      ASSIGN_OR_RETURN(c->k_[l], device->Allocate(slots * c->k_row_bytes_));
+      ASSIGN_OR_RETURN(c->v_[l], device->Allocate(slots * c->v_row_bytes_));
+    } else {
+      // Left uninitialised: a fresh cache reads zeros instead (see the header).
+      for (auto& r : c->rec_) {
+        ASSIGN_OR_RETURN(r[l], device->Allocate(rec_bytes));
+      }
+    }
+  }
+  if (attention) {
+    ASSIGN_OR_RETURN(c->table_, device->Allocate(c->n_pages_ * sizeof(int32_t)));
+    std::vector<int32_t> identity(c->n_pages_);
+    for (int64_t i = 0; i < c->n_pages_; ++i) identity[i] = static_cast<int32_t>(i);
+    RETURN_IF_ERROR(c->SetBlockTable(identity));
+  }
+  return c;
+}
+
+bool CudaKvCache::Matches(const HyperParams& hp) const {
+  if (static_cast<int64_t>(kinds_.size()) != hp.n_layer) return false;
+  for (int64_t l = 0; l < hp.n_layer; ++l) {
+    if (kinds_[l] != hp.layers[l].mixer) return false;
+  }
+  if (conv_floats_ != ConvFloats(hp) || ssm_floats_ != SsmFloats(hp)) return false;
+  if (hp.n_attention_layers() == 0) return true;
+  const auto kr = RowBytes(type_, hp.n_head_kv * hp.head_dim_k);
+  const auto vr = RowBytes(type_, hp.n_head_kv * hp.head_dim_v);
+  return kr && vr && *kr == k_row_bytes_ && *vr == v_row_bytes_;
+}
+
+bool CudaKvCache::recurrent() const {
+  return std::any_of(kinds_.begin(), kinds_.end(),
+                     [](model::MixerKind k) { return !model::IsAttention(k); });
+}
+
+absl::Status CudaKvCache::Truncate(int64_t n) {
+  if (n < 0 || n > n_past_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot truncate the KV cache to ", n, " positions; it holds ", n_past_));
+  }
+  if (n == n_past_) return absl::OkStatus();
+  if (n == 0) {
+    Clear();
+    return absl::OkStatus();
+  }
+  if (recurrent()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot rewind the recurrent state from ", n_past_, " to ", n,
+        " positions: the GPU sequence state keeps no checkpoints (only 0 or ", n_past_, ")"));
+  }
+  n_past_ = n;
+  return absl::OkStatus();
+}
+
+absl::Status CudaKvCache::CheckRoom(int64_t n_new) const {
+  if (n_new < 0 || n_new > n_ctx_ - n_past_) {
+    return absl::OutOfRangeError(absl::StrCat("KV cache full: ", n_past_, " positions used + ",
+                                              n_new, " new > capacity n_ctx ", n_ctx_));
+  }
+  return absl::OkStatus();
+}
+
+void CudaKvCache::Commit(int64_t n_new) {
+  n_past_ += n_new;
+  cur_ = 1 - cur_;
+  fresh_ = false;
+}
+
+absl::Status CudaKvCache::SetBlockTable(absl::Span<const int32_t> pages) {
+  if (static_cast<int64_t>(pages.size()) != n_pages_) {
+    return absl::InvalidArgumentError(absl::StrCat("block table of ", pages.size(),
+                                                   " pages; the cache needs ", n_pages_));
+  }
+  std::vector<bool> seen(n_pages_, false);
+  for (size_t i = 0; i < pages.size(); ++i) {
+    if (pages[i] < 0 || pages[i] >= n_pages_ || seen[pages[i]]) {
+      return absl::InvalidArgumentError(absl::StrCat("block table entry ", i, " = ", pages[i],
+                                                     " is out of range or repeated"));
+    }
+    seen[pages[i]] = true;
+  }
+  if (table_ == nullptr) return absl::OkStatus();  // no attention layer reads it
+  RETURN_IF_CUDA_ERROR(raw::MemcpyAsync(table_->data(), pages.data(),
+                                        pages.size() * sizeof(int32_t), 0, nullptr));
+  RETURN_IF_CUDA_ERROR(raw::StreamSynchronize(nullptr));
+  return absl::OkStatus();
+}
+
+uint8_t* CudaKvCache::k(int layer) const { return static_cast<uint8_t*>(k_[layer]->data()); }
+uint8_t* CudaKvCache::v(int layer) const { return static_cast<uint8_t*>(v_[layer]->data()); }
+const int32_t* CudaKvCache::block_table() const {
+  return static_cast<const int32_t*>(table_->data());
+}
+
+const float* CudaKvCache::conv_in(int layer) const {
+  return fresh_ ? nullptr : static_cast<const float*>(rec_[cur_][layer]->data());
+}
+const float* CudaKvCache::recurrent_in(int layer) const {
+  return fresh_ ? nullptr : static_cast<const float*>(rec_[cur_][layer]->data()) + conv_floats_;
+}
+float* CudaKvCache::conv_out(int layer) const {
+  return static_cast<float*>(rec_[1 - cur_][layer]->data());
+}
+float* CudaKvCache::recurrent_out(int layer) const {
+  return static_cast<float*>(rec_[1 - cur_][layer]->data()) + conv_floats_;
+}
+
+}  // namespace moesplit::cuda

@@ -1,0 +1,155 @@
+// The token mixers of the CUDA forward: GQA attention (plain or gated) over
+// the paged KV cache, and the gated DeltaNet over the conv and recurrent
+// state (cuda_forward.h, the file comment; kernels in internal/cuda_raw.h).
+#include <cmath>
+
+#include "common/backend/cuda/cuda_forward.h"
+#include "common/backend/cuda/cuda_status.h"
+#include "common/backend/cuda/internal/block_codec.h"
+#include "common/backend/cuda/internal/cuda_raw.h"
+#include "common/backend/cuda/internal/forward_buffers.h"
+#include "common/base/status.h"
+
+namespace moesplit::cuda {
+
+using internal::LayerW;
+using model::HyperParams;
+
+absl::Status CudaForward::Attention(int il, int64_t n, absl::Span<const Segment> segs) {
+  const HyperParams& hp = model_->hparams();
+  const LayerW& L = w_->layers[il];
+  Workspace& ws = *ws_;
+  void* s = stream_->native();
+  const raw::GemmContext g{ws.scratch, ws.sizes.scratch};
+  const int64_t d = hp.n_embd, hd = hp.head_dim_k;
+  const bool gated = hp.layers[il].mixer == model::MixerKind::kGatedAttention;
+  RETURN_IF_CUDA_ERROR(raw::RmsNorm(ws.x, L.attn_norm.p, n, d, hp.rms_eps, ws.h, s));
+  {
+    // Q, K and V read the same rounded activations: round once.
+    const float* in = ws.h;
+    raw::GemmContext gi = g;
+    const auto r = codec::ActRoundingOf(L.wq.m.type);
+    if (r != codec::ActRounding::kNone && r == codec::ActRoundingOf(L.wk.m.type) &&
+        r == codec::ActRoundingOf(L.wv.m.type) && n * d <= ws.sizes.scratch) {
+      RETURN_IF_CUDA_ERROR(raw::RoundActivations(L.wq.m.type, ws.h, n, d, ws.scratch, s));
+      in = ws.scratch;
+      gi = raw::GemmContext{};  // already rounded
+    }
+    if (gated) {
+      // Per head [query, gate] (llama.cpp's views of Qcur_full): the
+      // queries to q, the gates stay in qg for after the attention.
+      RETURN_IF_CUDA_ERROR(raw::MatMul(L.wq.m, in, n, ws.qg, gi, s));
+      RETURN_IF_CUDA_ERROR(raw::SplitQueryGate(ws.qg, n, hp.n_head, hd, ws.q, s));
+    } else {
+      RETURN_IF_CUDA_ERROR(raw::MatMul(L.wq.m, in, n, ws.q, gi, s));
+    }
+    RETURN_IF_CUDA_ERROR(raw::MatMul(L.wk.m, in, n, ws.k, gi, s));
+    RETURN_IF_CUDA_ERROR(raw::MatMul(L.wv.m, in, n, ws.v, gi, s));
+  }
+  if (L.bq.p) RETURN_IF_CUDA_ERROR(raw::AddBias(ws.q, L.bq.p, n, hp.n_head * hd, s));
+  if (L.bk.p) RETURN_IF_CUDA_ERROR(raw::AddBias(ws.k, L.bk.p, n, hp.n_head_kv * hd, s));
+  if (L.bv.p) RETURN_IF_CUDA_ERROR(raw::AddBias(ws.v, L.bv.p, n, hp.n_head_kv * hd, s));
+  RETURN_IF_CUDA_ERROR(raw::QkNormRope(ws.q, L.q_norm.p, hp.n_head, ws.k, L.k_norm.p,
+                                        hp.n_head_kv, n, hd, hp.rms_eps, hp.rope.n_rot,
+                                        ws.rope, s));
+  // Each sequence's tokens against its own paged cache.
+  const int64_t kd = hp.n_head_kv * hd, qd = hp.n_head * hd;
+  for (const Segment& g : segs) {
+    const CudaKvCache* cache = g.cache;
+    raw::PagedKv kv;
+    kv.type = cache->type();
+    kv.k = cache->k(il);
+    kv.v = cache->v(il);
+    kv.k_row_bytes = cache->k_row_bytes();
+    kv.v_row_bytes = cache->v_row_bytes();
+    kv.page_size = cache->page_size();
+    kv.block_table = cache->block_table();
+    RETURN_IF_CUDA_ERROR(raw::KvWrite(kv, ws.k + g.first * kd, ws.v + g.first * kd, g.n, g.pos0,
+                                      kd, kd, s));
+    raw::AttentionParams ap;
+    ap.q = ws.q + g.first * qd;
+    ap.out = ws.attn + g.first * hp.n_head * hp.head_dim_v;
+    ap.kv = kv;
+    ap.n_tok = g.n;
+    ap.pos0 = g.pos0;
+    ap.n_head = static_cast<int>(hp.n_head);
+    ap.n_head_kv = static_cast<int>(hp.n_head_kv);
+    ap.head_dim = static_cast<int>(hd);
+    ap.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    ap.split_scratch = ws.split;
+    ap.split_scratch_elems = ws.sizes.split;
+    RETURN_IF_CUDA_ERROR(raw::Attention(ap, s));
+  }
+  if (gated) RETURN_IF_CUDA_ERROR(raw::ApplyHeadGate(ws.attn, ws.qg, n * hp.n_head, hd, s));
+  RETURN_IF_CUDA_ERROR(raw::MatMul(L.wo.m, ws.attn, n, ws.o, g, s));
+  RETURN_IF_CUDA_ERROR(raw::Add(ws.x, ws.o, n * d, s));
+  return absl::OkStatus();
+}
+
+absl::Status CudaForward::DeltaNet(int il, int64_t n, absl::Span<const Segment> segs) {
+  const HyperParams& hp = model_->hparams();
+  const LayerW& L = w_->layers[il];
+  Workspace& ws = *ws_;
+  void* s = stream_->native();
+  const raw::GemmContext g{ws.scratch, ws.sizes.scratch};
+  const int64_t d = hp.n_embd, channels = hp.ssm_conv_channels(), inner = hp.ssm_inner();
+  const int64_t n_v = hp.ssm_n_v_heads, n_k = hp.ssm_n_k_heads, dim = hp.ssm_head_k;
+  RETURN_IF_CUDA_ERROR(raw::RmsNorm(ws.x, L.attn_norm.p, n, d, hp.rms_eps, ws.h, s));
+  {
+    // The four products read the same rounded activations: round once.
+    const float* in = ws.h;
+    raw::GemmContext gi = g;
+    const auto r = codec::ActRoundingOf(L.ssm_qkv.m.type);
+    if (r != codec::ActRounding::kNone && r == codec::ActRoundingOf(L.ssm_z.m.type) &&
+        r == codec::ActRoundingOf(L.ssm_beta.m.type) &&
+        r == codec::ActRoundingOf(L.ssm_alpha.m.type) && n * d <= ws.sizes.scratch) {
+      RETURN_IF_CUDA_ERROR(raw::RoundActivations(L.ssm_qkv.m.type, ws.h, n, d, ws.scratch, s));
+      in = ws.scratch;
+      gi = raw::GemmContext{};
+    }
+    RETURN_IF_CUDA_ERROR(raw::MatMul(L.ssm_qkv.m, in, n, ws.dn_qkv, gi, s));
+    RETURN_IF_CUDA_ERROR(raw::MatMul(L.ssm_z.m, in, n, ws.dn_z, gi, s));
+    RETURN_IF_CUDA_ERROR(raw::MatMul(L.ssm_beta.m, in, n, ws.dn_beta, gi, s));
+    RETURN_IF_CUDA_ERROR(raw::MatMul(L.ssm_alpha.m, in, n, ws.dn_g, gi, s));
+  }
+  RETURN_IF_CUDA_ERROR(
+      raw::DeltaNetGates(ws.dn_beta, ws.dn_g, L.ssm_dt_bias.p, L.ssm_a.p, n, n_v, s));
+  // A sequence's first tokens of the step read its committed state; its
+  // later micro-batches continue from what the earlier ones wrote.
+  auto first_of_step = [](const Segment& sg) { return sg.pos0 == sg.cache->n_past(); };
+  for (const Segment& sg : segs) {
+    raw::ConvParams cp;
+    cp.x = cp.y = ws.dn_qkv + sg.first * channels;
+    cp.stride = channels;
+    cp.n_tok = sg.n;
+    cp.channels = channels;
+    cp.w = L.ssm_conv.p;
+    cp.kernel = static_cast<int>(hp.ssm_conv_kernel);
+    cp.state_out = sg.cache->conv_out(il);
+    cp.state_in = first_of_step(sg) ? sg.cache->conv_in(il) : cp.state_out;
+    RETURN_IF_CUDA_ERROR(raw::ConvSilu(cp, s));
+  }
+  RETURN_IF_CUDA_ERROR(raw::L2NormHeads(ws.dn_qkv, n, 2 * n_k, dim, channels, hp.rms_eps, s));
+  for (const Segment& sg : segs) {
+    raw::DeltaRuleParams dp;
+    dp.qkv = ws.dn_qkv + sg.first * channels;
+    dp.stride = channels;
+    dp.g = ws.dn_g + sg.first * n_v;
+    dp.beta = ws.dn_beta + sg.first * n_v;
+    dp.out = ws.dn_out + sg.first * inner;
+    dp.state_out = sg.cache->recurrent_out(il);
+    dp.state_in = first_of_step(sg) ? sg.cache->recurrent_in(il) : dp.state_out;
+    dp.n_tok = sg.n;
+    dp.n_k_heads = static_cast<int>(n_k);
+    dp.n_v_heads = static_cast<int>(n_v);
+    dp.dim = static_cast<int>(dim);
+    RETURN_IF_CUDA_ERROR(raw::DeltaRule(dp, s));
+  }
+  RETURN_IF_CUDA_ERROR(raw::GatedRmsNorm(ws.dn_out, ws.dn_z, L.ssm_norm.p, n * n_v, dim,
+                                         hp.rms_eps, ws.dn_out, s));
+  RETURN_IF_CUDA_ERROR(raw::MatMul(L.ssm_out.m, ws.dn_out, n, ws.o, g, s));
+  RETURN_IF_CUDA_ERROR(raw::Add(ws.x, ws.o, n * d, s));
+  return absl::OkStatus();
+}
+
+}  // namespace moesplit::cuda
