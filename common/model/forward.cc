@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <climits>
 #include <cmath>
 #include <functional>
@@ -137,6 +138,10 @@ quant::WeightView Forward::MaybePacked(const quant::WeightView& w, bool pack, ui
 
 Forward::~Forward() = default;
 
+Forward::PartTimes Forward::part_times() const {
+  return {attention_ns_.load() * 1e-9, deltanet_ns_.load() * 1e-9, moe_ns_.load() * 1e-9};
+}
+
 std::unique_ptr<Forward::Workspace> Forward::AcquireWorkspace() const {
   {
     std::lock_guard<std::mutex> lock(ws_mu_);
@@ -238,16 +243,26 @@ absl::Status Forward::Step(absl::Span<const SequenceBatch> seqs, Batch& b) const
   });
   b.x = b.ws->x.Get(b.n * hp.n_embd);
   RETURN_IF_ERROR(Embed(tokens, b.x));
+  using Clock = std::chrono::steady_clock;
+  auto since = [](Clock::time_point t) {
+    return static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t).count());
+  };
   for (int il = 0; il < model_->n_layer(); ++il) {
     const LayerSpec& spec = hp.layers[il];
+    Clock::time_point t = Clock::now();
     if (IsAttention(spec.mixer)) {
       RETURN_IF_ERROR(Attention(il, b));
+      attention_ns_.fetch_add(since(t), std::memory_order_relaxed);
     } else {
       RETURN_IF_ERROR(DeltaNet(il, b));
+      deltanet_ns_.fetch_add(since(t), std::memory_order_relaxed);
     }
+    t = Clock::now();
     switch (spec.ffn) {
       case FfnKind::kMoe: RETURN_IF_ERROR(MoeFfn(il, b)); break;
     }
+    moe_ns_.fetch_add(since(t), std::memory_order_relaxed);
   }
   return Head(b, seqs);
 }

@@ -116,6 +116,15 @@ class Forward {
   // twice. An error during the step leaves every state as it was.
   absl::Status EvalBatch(absl::Span<const SequenceBatch> seqs) const;
 
+  // Wall time spent in each part of the steps so far (all Evals, summed;
+  // for benchmarks): the attention and DeltaNet mixers (their projections
+  // included) and the MoE FFNs (router, shared expert and the wait for the
+  // expert backend).
+  struct PartTimes {
+    double attention_s = 0, deltanet_s = 0, moe_s = 0;
+  };
+  PartTimes part_times() const;
+
  private:
   struct Batch;
   struct Workspace;
@@ -156,6 +165,7 @@ class Forward {
   std::shared_ptr<uint8_t[]> packed_arena_;
   std::vector<std::unique_ptr<uint8_t[]>> packed_;
   mutable std::atomic<uint64_t> next_call_id_{1};
+  mutable std::atomic<uint64_t> attention_ns_{0}, deltanet_ns_{0}, moe_ns_{0};
   mutable std::mutex ws_mu_;
   mutable std::vector<std::unique_ptr<Workspace>> ws_free_;  // guarded by ws_mu_
 };

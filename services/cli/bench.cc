@@ -190,6 +190,7 @@ struct DecodeResult {
   int64_t depth = 0;
   double tok_s = 0;
   double expert_seconds = 0;  // time the dense side waited for experts
+  model::Forward::PartTimes parts;  // the decode's share of each part of the step
   std::vector<model::ExpertCall> calls;
 };
 
@@ -310,12 +311,16 @@ absl::Status RunBench(const Args& args, const CommandIo& io) {
     DecodeResult d;
     d.depth = depth;
     recorder.Start();
+    const model::Forward::PartTimes before = forward.part_times();
     t0 = Clock::now();
     for (int64_t i = 0; i < n_gen; ++i) {
       RETURN_IF_ERROR(forward.Eval({&next, 1}, cache.get(), model::LogitsMode::kLast, &logits));
       next = Argmax(logits);
     }
     d.tok_s = n_gen / Since(t0);
+    const model::Forward::PartTimes after = forward.part_times();
+    d.parts = {after.attention_s - before.attention_s, after.deltanet_s - before.deltanet_s,
+               after.moe_s - before.moe_s};
     d.calls = recorder.Stop(&d.expert_seconds);
     decodes.push_back(std::move(d));
   }
@@ -400,6 +405,11 @@ absl::Status RunBench(const Args& args, const CommandIo& io) {
     j["worker_rounds"] = per_round;
     j["expert_weight_bytes_per_token"] = weight_bytes_per_token;
     j["decode_expert_wait_fraction"] = decodes[0].expert_seconds * decodes[0].tok_s / n_gen;
+    // Shares of the decode's wall time (the rest: embedding, head, sampling).
+    const double decode_s = n_gen / decodes[0].tok_s;
+    j["decode_attention_fraction"] = decodes[0].parts.attention_s / decode_s;
+    j["decode_deltanet_fraction"] = decodes[0].parts.deltanet_s / decode_s;
+    j["decode_moe_fraction"] = decodes[0].parts.moe_s / decode_s;
     j["prefill_expert_wait_fraction"] = prefill_expert_s / prefill_s;
     std::fprintf(io.out, "%s\n", j.dump().c_str());
     return absl::OkStatus();
@@ -413,9 +423,13 @@ absl::Status RunBench(const Args& args, const CommandIo& io) {
   std::fprintf(io.out, "first prefill after start          %8.1f tok/s\n",
                n_prompt / first_prefill_s);
   for (const DecodeResult& d : decodes) {
-    std::fprintf(io.out, "decode (depth %5lld)               %8.1f tok/s  (experts %4.1f%% of it)\n",
+    const double decode_s = n_gen / d.tok_s;
+    std::fprintf(io.out,
+                 "decode (depth %5lld)               %8.1f tok/s  (experts %4.1f%% of it; "
+                 "attention %.1f%%, DeltaNet %.1f%%, MoE FFN %.1f%% of it)\n",
                  static_cast<long long>(d.depth), d.tok_s,
-                 100 * d.expert_seconds * d.tok_s / n_gen);
+                 100 * d.expert_seconds * d.tok_s / n_gen, 100 * d.parts.attention_s / decode_s,
+                 100 * d.parts.deltanet_s / decode_s, 100 * d.parts.moe_s / decode_s);
   }
   std::fprintf(io.out, "worker alone: decode               %8.1f tok/s\n", worker_decode_tok_s);
   std::fprintf(io.out, "worker alone: prefill              %8.1f tok/s\n", worker_prefill_tok_s);
