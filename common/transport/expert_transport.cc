@@ -34,6 +34,13 @@ absl::Status ExpertClient::Compute(const model::ExpertCall& call, model::ExpertR
   return Wait(ticket, result);
 }
 
+absl::Status CheckCallTokens(const model::ExpertCall& call, int max_tokens) {
+  if (max_tokens <= 0 || call.n_tokens <= max_tokens) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "call ", call.call_id, " carries ", call.n_tokens,
+      " tokens, more than this worker's max_tokens ", max_tokens, " (see Describe)"));
+}
+
 absl::StatusOr<std::unique_ptr<ExpertClient>> OpenExpertClient(const std::string& address,
                                                                const ClientOptions& options) {
   static constexpr std::string_view kShm = "shm://";

@@ -138,6 +138,12 @@ class ExpertServer {
   virtual void Shutdown() = 0;
 };
 
+// OkStatus when `call` carries at most `max_tokens` tokens (the worker's
+// advertised WorkerDescription::max_tokens; <= 0: no limit); otherwise
+// InvalidArgument naming both numbers. Servers check every call with it
+// before computing anything.
+absl::Status CheckCallTokens(const model::ExpertCall& call, int max_tokens);
+
 // Opens a client for "shm://NAME" or "grpc://HOST:PORT". Connection happens
 // lazily (first Describe/Submit). InvalidArgument for another scheme.
 absl::StatusOr<std::unique_ptr<ExpertClient>> OpenExpertClient(

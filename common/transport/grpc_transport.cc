@@ -114,7 +114,11 @@ class GrpcExpertServer::Service final : public v1::ExpertWorker::CallbackService
  public:
   Service(const WorkerDescription& d, model::ExpertBackend* backend, int threads,
           CallObserver* observer)
-      : identity_(d.model_identity), backend_(backend), observer_(observer), executor_(threads) {
+      : identity_(d.model_identity),
+        max_tokens_(d.max_tokens),
+        backend_(backend),
+        observer_(observer),
+        executor_(threads) {
     ToProto(d, &describe_);
   }
 
@@ -170,6 +174,7 @@ class GrpcExpertServer::Service final : public v1::ExpertWorker::CallbackService
     void RunCall() {
       const auto start = std::chrono::steady_clock::now();
       absl::Status status = CallFromProto(request_, &call_);
+      if (status.ok()) status = CheckCallTokens(call_, s_->max_tokens_);
       if (status.ok()) status = s_->backend_->Compute(call_, &result_);
       response_.Clear();
       response_.set_call_id(request_.call_id());
@@ -199,6 +204,7 @@ class GrpcExpertServer::Service final : public v1::ExpertWorker::CallbackService
   };
 
   const std::string identity_;
+  const int max_tokens_;  // Describe's max_tokens; 0: no limit
   model::ExpertBackend* const backend_;
   CallObserver* const observer_;
   v1::DescribeResponse describe_;

@@ -1,5 +1,6 @@
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -25,6 +26,7 @@ constexpr int kD = 64;
 class FakeExperts : public model::ExpertBackend {
  public:
   absl::Status Compute(const model::ExpertCall& call, model::ExpertResult* result) override {
+    calls.fetch_add(1);
     if (call.layer < 0 || call.layer >= 4) {
       return absl::InvalidArgumentError(absl::StrCat("layer ", call.layer, " out of range"));
     }
@@ -42,6 +44,7 @@ class FakeExperts : public model::ExpertBackend {
     return absl::OkStatus();
   }
   int delay_ms = 0;
+  std::atomic<int> calls{0};  // Compute calls, also refused ones
 };
 
 WorkerDescription Description(std::string identity = "model-a") {
@@ -198,6 +201,37 @@ TEST(TransportTest, OversizedCallIsRefusedBeforeSending) {
   absl::Status s = (*client)->Compute(MakeCall(33, 0, 1), &r);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_THAT(std::string(s.message()), HasSubstr("n_tokens 33 (max 32)"));
+}
+
+// A worker advertising max_tokens 32 refuses a 33-token call on every
+// transport, before computing anything, and the connection stays usable.
+// The shm client refuses it before sending (the connection's geometry is
+// the advertised maximum); over gRPC the server has to.
+TEST(TransportTest, CallOverTheAdvertisedMaxTokensIsRefusedOnEveryTransport) {
+  FakeExperts backend;
+  auto shm = ShmExpertServer::Start({UniqueName("over")}, Description(), &backend);
+  auto grpc = GrpcExpertServer::Start({"127.0.0.1:0"}, Description(), &backend);
+  ASSERT_TRUE(shm.ok() && grpc.ok());
+  for (const std::string& addr : {(*shm)->address(), (*grpc)->address()}) {
+    ClientOptions o = Options();
+    o.max_tokens = 64;  // a client that would send more than the worker takes
+    auto client = OpenExpertClient(addr, o);
+    ASSERT_TRUE(client.ok()) << client.status();
+    auto desc = (*client)->Describe();
+    ASSERT_TRUE(desc.ok()) << desc.status();
+    EXPECT_EQ(desc->max_tokens, 32) << addr;
+    const int calls_before = backend.calls.load();
+    model::ExpertResult r;
+    absl::Status s = (*client)->Compute(MakeCall(33, 0, 7), &r);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << addr << " " << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("33")) << addr << " " << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("32")) << addr << " " << s;
+    EXPECT_EQ(backend.calls.load(), calls_before) << addr << ": the backend computed it";
+    // The connection stays usable, and 32 tokens still pass.
+    s = (*client)->Compute(MakeCall(32, 0, 8), &r);
+    EXPECT_TRUE(s.ok()) << addr << " " << s;
+    EXPECT_EQ(r.partial.size(), static_cast<size_t>(32 * kD)) << addr;
+  }
 }
 
 TEST(TransportTest, MismatchedModelIsRefusedOnBothTransports) {

@@ -161,6 +161,7 @@ absl::StatusOr<std::unique_ptr<ExpertShard>> ExpertShard::Load(const ShardOption
 ExpertShard::~ExpertShard() = default;
 
 absl::Status ExpertShard::Compute(const model::ExpertCall& call, model::ExpertResult* result) {
+  RETURN_IF_ERROR(transport::CheckCallTokens(call, description_.max_tokens));
   std::lock_guard<std::mutex> lock(mu_);
   if (call.layer < description_.layer_begin || call.layer >= description_.layer_end) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -88,6 +88,26 @@ TEST(ExpertShardTest, RefusesWorkOutsideItsShard) {
   EXPECT_THAT(std::string(s.message()), HasSubstr("expert id 6"));
 }
 
+// The shard refuses a call longer than the max_tokens it advertises,
+// whichever transport brought it.
+TEST(ExpertShardTest, RefusesCallsOverItsAdvertisedMaxTokens) {
+  ShardOptions opt;
+  opt.model_path = kModel;
+  opt.shard = *ParseShardSpec("layers=0-1,experts=0-3");
+  opt.threads = 1;
+  opt.max_tokens = 4;
+  auto shard = ExpertShard::Load(opt);
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  EXPECT_EQ((*shard)->description().max_tokens, 4);
+  const int dim = (*shard)->description().d;
+  model::ExpertResult r;
+  absl::Status s = (*shard)->Compute(MakeCall(0, 5, dim, {0}), &r);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("carries 5 tokens"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("max_tokens 4"));
+  EXPECT_TRUE((*shard)->Compute(MakeCall(0, 4, dim, {0}), &r).ok());
+}
+
 TEST(ExpertShardTest, SharedSegmentsExistWhileLoadedAndGoAfter) {
   const std::string prefix = absl::StrCat("moesplit-shard-test-", getpid());
   const std::string seg = "/dev/shm/" + prefix + ".experts.0";
