@@ -4,6 +4,35 @@
 #include "common/base/status.h"
 
 namespace moesplit::dense {
+namespace {
+
+// One element of a content array: {"type":"text","text":...} (a part with
+// a "text" string and no "type" is taken as text).
+absl::Status ValidatePart(const nlohmann::ordered_json& part, const std::string& where) {
+  if (!part.is_object()) {
+    return absl::InvalidArgumentError(where + " must be {\"type\":\"text\",\"text\":...}");
+  }
+  auto type = part.find("type");
+  if (type != part.end()) {
+    if (!type->is_string()) return absl::InvalidArgumentError(where + ".type must be a string");
+    const std::string& t = type->get_ref<const std::string&>();
+    if (t != "text") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, " has type '", IsValidUtf8(t) ? t : "<invalid UTF-8>",
+          "'; only \"text\" content parts are supported"));
+    }
+  }
+  auto text = part.find("text");
+  if (text == part.end() || !text->is_string()) {
+    return absl::InvalidArgumentError(where + " must be {\"type\":\"text\",\"text\":...}");
+  }
+  if (!IsValidUtf8(text->get_ref<const std::string&>())) {
+    return absl::InvalidArgumentError(where + ".text is not valid UTF-8");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::Status ValidateMessages(const nlohmann::ordered_json& messages) {
   if (!messages.is_array()) return absl::InvalidArgumentError("messages must be an array");
@@ -33,22 +62,30 @@ absl::Status ValidateMessages(const nlohmann::ordered_json& messages) {
       }
     } else if (content->is_array()) {
       for (size_t k = 0; k < content->size(); ++k) {
-        const auto& part = (*content)[k];
-        auto text = part.is_object() ? part.find("text") : part.end();
-        if (!part.is_object() || text == part.end() || !text->is_string()) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(where, ".content[", k, "] must be {\"type\":\"text\",\"text\":...}"));
-        }
-        if (!IsValidUtf8(text->get_ref<const std::string&>())) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(where, ".content[", k, "].text is not valid UTF-8"));
-        }
+        RETURN_IF_ERROR(ValidatePart((*content)[k], absl::StrCat(where, ".content[", k, "]")));
       }
     } else {
       return absl::InvalidArgumentError(where + ".content must be a string or an array of parts");
     }
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<nlohmann::ordered_json> FlattenMessages(const nlohmann::ordered_json& messages) {
+  RETURN_IF_ERROR(ValidateMessages(messages));
+  nlohmann::ordered_json out = messages;
+  for (auto& m : out) {
+    auto content = m.find("content");
+    if (content == m.end() || !content->is_array()) continue;
+    std::string text;
+    for (const auto& part : *content) {
+      // llama.cpp's concat_content_parts: text parts joined by '\n'.
+      if (!text.empty()) text += '\n';
+      text += part.at("text").get_ref<const std::string&>();
+    }
+    *content = std::move(text);
+  }
+  return out;
 }
 
 absl::StatusOr<ChatPrompt> ChatPrompt::ForModel(const GgufFile& file, const Tokenizer& tokenizer,
@@ -72,14 +109,14 @@ absl::StatusOr<ChatPrompt> ChatPrompt::ForModel(const GgufFile& file, const Toke
 
 absl::StatusOr<std::string> ChatPrompt::Render(const nlohmann::ordered_json& messages,
                                                const ChatPromptOptions& options) const {
-  RETURN_IF_ERROR(ValidateMessages(messages));
+  ASSIGN_OR_RETURN(const nlohmann::ordered_json flat, FlattenMessages(messages));
   chat::ChatTemplateOptions o;
   o.add_generation_prompt = options.add_generation_prompt;
   o.bos_token = bos_;
   o.eos_token = eos_;
   o.enable_thinking = options.enable_thinking;
   o.date_override = options.date_override;
-  return template_.Render(messages, o);
+  return template_.Render(flat, o);
 }
 
 }  // namespace moesplit::dense

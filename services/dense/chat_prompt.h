@@ -5,7 +5,12 @@
 // Message validation (InvalidArgument naming the message index and field):
 // a non-empty array of objects; role one of system, developer, user,
 // assistant, tool; content a string, null (assistant/tool only), or an array
-// of {"type":"text","text":...} parts; every string valid UTF-8.
+// of {"type":"text","text":...} parts; every string valid UTF-8. A part of
+// another type (image_url, input_audio, ...) is refused naming the type and
+// the message index.
+//
+// Content arrays never reach the template: Render flattens them first (the
+// text parts joined by '\n', as llama.cpp's server does), for every role.
 //
 // Thread-safe: immutable after ForModel.
 #pragma once
@@ -51,5 +56,9 @@ class ChatPrompt {
 
 // Checks the messages as described above.
 absl::Status ValidateMessages(const nlohmann::ordered_json& messages);
+
+// The messages, validated, with every content array replaced by its text
+// parts joined by '\n' (other fields unchanged).
+absl::StatusOr<nlohmann::ordered_json> FlattenMessages(const nlohmann::ordered_json& messages);
 
 }  // namespace moesplit::dense

@@ -2,6 +2,9 @@
 // the ChatML fallback.
 #include "services/dense/chat_prompt.h"
 
+#include <fstream>
+#include <sstream>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -47,7 +50,15 @@ TEST(ValidateMessagesTest, NamesTheOffendingMessageAndField) {
        "messages[1].role 'wizard' is not one of"},
       {R"([{"role":"user"}])", "messages[0].content is missing"},
       {R"([{"role":"user","content":7}])", "messages[0].content must be a string"},
-      {R"([{"role":"user","content":[{"type":"image"}]}])", "messages[0].content[0] must be"},
+      {R"([{"role":"user","content":[{"type":"image"}]}])",
+       "messages[0].content[0] has type 'image'"},
+      {R"([{"role":"user","content":[{"text":"untyped"}]}])", ""},
+      {R"([{"role":"user","content":[{"type":"text"}]}])", "messages[0].content[0] must be"},
+      {R"([{"role":"user","content":"a"},{"role":"user","content":[{"type":"text","text":"x"},
+          {"type":"image_url","image_url":{"url":"http://127.0.0.1/x.png"}}]}])",
+       "messages[1].content[1] has type 'image_url'"},
+      {R"([{"role":"user","content":[{"type":"input_audio","text":"has text","input_audio":{}}]}])",
+       "messages[0].content[0] has type 'input_audio'"},
   };
   for (const Case& c : cases) {
     const absl::Status s = ValidateMessages(Json::parse(c.json));
@@ -60,6 +71,49 @@ TEST(ValidateMessagesTest, NamesTheOffendingMessageAndField) {
   }
   Json bad = Json::array({{{"role", "user"}, {"content", "a\xff"}}});
   EXPECT_THAT(std::string(ValidateMessages(bad).message()), HasSubstr("not valid UTF-8"));
+}
+
+// Content-part arrays are flattened before the template sees them: with
+// Qwen3's template (which concatenates message.content as a string) the
+// parts' text reaches the prompt for every role, joined by '\n' like
+// llama.cpp's server, exactly as the same text sent as strings.
+TEST(ChatPromptTest, ContentPartArraysRenderLikeTheirJoinedText) {
+  const std::string fixtures = MOESPLIT_FIXTURES_DIR;
+  auto file = GgufFile::Open(fixtures + "/models/qwen3moe-tiny-q4_k_m.gguf");
+  ASSERT_TRUE(file.ok()) << file.status();
+  auto tok = Tokenizer::FromGguf(**file);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  std::ifstream in(fixtures + "/templates/Qwen-Qwen3-0.6B.jinja");
+  ASSERT_TRUE(in) << "Qwen3 template fixture";
+  std::stringstream source;
+  source << in.rdbuf();
+  auto chat = ChatPrompt::ForModel(**file, **tok, source.str());
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  const Json parts = Json::parse(R"([
+      {"role":"system","content":[{"type":"text","text":"Be brief."}]},
+      {"role":"user","content":[{"type":"text","text":"Hello there"},{"type":"text","text":"second part"}]},
+      {"role":"assistant","content":[{"type":"text","text":"Hi."}]},
+      {"role":"user","content":[{"type":"text","text":"And again"}]}])");
+  const Json strings = Json::parse(R"([
+      {"role":"system","content":"Be brief."},
+      {"role":"user","content":"Hello there\nsecond part"},
+      {"role":"assistant","content":"Hi."},
+      {"role":"user","content":"And again"}])");
+  ChatPromptOptions o;
+  o.date_override = "2026-01-01";
+  auto from_parts = chat->Render(parts, o);
+  auto from_strings = chat->Render(strings, o);
+  ASSERT_TRUE(from_parts.ok()) << from_parts.status();
+  ASSERT_TRUE(from_strings.ok()) << from_strings.status();
+  EXPECT_EQ(*from_parts, *from_strings);
+  for (const char* text : {"Be brief.", "Hello there\nsecond part", "Hi.", "And again"}) {
+    EXPECT_THAT(*from_parts, HasSubstr(text)) << *from_parts;
+  }
+  auto image = chat->Render(Json::parse(R"([{"role":"user","content":[
+      {"type":"text","text":"look"},{"type":"image_url","image_url":{"url":"x"}}]}])"), o);
+  EXPECT_EQ(image.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(image.status().message()),
+              HasSubstr("messages[0].content[1] has type 'image_url'"));
 }
 
 }  // namespace

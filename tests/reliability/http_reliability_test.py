@@ -391,6 +391,32 @@ class LimitsTest(HttpTest):
         ok = json.dumps({"prompt": "hi", "max_tokens": 1, "stop": ["a", "b", "c", "d"]}).encode()
         self.assertEqual(request(self.dense, "POST", "/v1/completions", ok)[0], 200)
 
+    def test_content_part_arrays_are_flattened_and_other_parts_are_400(self):
+        def chat(messages):
+            body = json.dumps({"messages": messages, "max_tokens": 1, "temperature": 0}).encode()
+            return request(self.dense, "POST", "/v1/chat/completions", body)
+        parts = [{"role": "system", "content": [{"type": "text", "text": "Be brief."}]},
+                 {"role": "user", "content": [{"type": "text", "text": "Hello there"},
+                                              {"type": "text", "text": "second part"}]}]
+        strings = [{"role": "system", "content": "Be brief."},
+                   {"role": "user", "content": "Hello there\nsecond part"}]
+        got, want = chat(parts), chat(strings)
+        self.assertEqual(got[0], 200, got[2][:300])
+        self.assertEqual(want[0], 200, want[2][:300])
+        # The same prompt: the parts' text reached the template.
+        self.assertEqual(json.loads(got[2])["usage"]["prompt_tokens"],
+                         json.loads(want[2])["usage"]["prompt_tokens"])
+        for bad, index, kind in (
+                ([{"type": "text", "text": "look"},
+                  {"type": "image_url", "image_url": {"url": "http://127.0.0.1/x.png"}}], 1,
+                 "image_url"),
+                ([{"type": "input_audio", "input_audio": {"data": "", "format": "wav"}}], 0,
+                 "input_audio")):
+            err = self.assertError(chat([{"role": "user", "content": "hi"},
+                                         {"role": "user", "content": bad}]), 400, None)
+            self.assertEqual(err["param"], "messages")
+            self.assertIn("messages[1].content[%d] has type '%s'" % (index, kind), err["message"])
+
     def test_prompt_too_long_by_its_bytes_is_refused_before_tokenizing(self):
         body = json.dumps({"prompt": "word " * 12000}).encode()  # 60 KB, context 512
         err = self.assertError(request(self.dense, "POST", "/v1/completions", body), 400, None)
