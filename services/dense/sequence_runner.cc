@@ -108,6 +108,7 @@ class CudaRunner final : public SequenceRunner {
       : device_(std::move(d)),
         forward_(std::move(f)),
         caches_(std::move(c)),
+        started_(caches_.size(), false),
         expert_cache_(std::move(ec)),
         info_(std::move(info)) {}
   ~CudaRunner() override {
@@ -157,7 +158,7 @@ class CudaRunner final : public SequenceRunner {
   std::unique_ptr<backend::Device> device_;
   std::unique_ptr<cuda::CudaForward> forward_;
   std::vector<std::unique_ptr<cuda::CudaKvCache>> caches_;
-  std::vector<bool> started_ = std::vector<bool>(caches_.size(), false);
+  std::vector<bool> started_;
   std::atomic<uint64_t> used_{0};
   std::shared_ptr<cuda::GpuExpertCache> expert_cache_;
   const GpuRunnerInfo info_;  // the fields fixed at start-up
