@@ -258,6 +258,12 @@ struct HyperParams {
   // The DeltaNet conv input width: q, k and v channels.
   int64_t ssm_conv_channels() const { return 2 * ssm_n_k_heads * ssm_head_k + ssm_inner(); }
   int64_t ssm_inner() const { return ssm_n_v_heads * ssm_head_v; }
+  // One DeltaNet layer's state per sequence, in floats: the conv's last
+  // kernel - 1 inputs per channel, and a head_v x head_k matrix per value head.
+  int64_t ssm_conv_state_floats() const {
+    return (ssm_conv_kernel > 1 ? ssm_conv_kernel - 1 : 0) * ssm_conv_channels();
+  }
+  int64_t ssm_recurrent_state_floats() const { return ssm_n_v_heads * ssm_head_v * ssm_head_k; }
 };
 
 // Reads and checks the hyper-parameters of `arch` from `file`'s metadata.

@@ -6,18 +6,6 @@
 #include "absl/strings/str_cat.h"
 
 namespace moesplit::model {
-namespace {
-
-int64_t ConvFloats(const HyperParams& hp) {
-  return std::max<int64_t>(hp.ssm_conv_kernel - 1, 0) * hp.ssm_conv_channels();
-}
-
-int64_t SsmFloats(const HyperParams& hp) {
-  return hp.ssm_n_v_heads * hp.ssm_head_v * hp.ssm_head_k;
-}
-
-}  // namespace
-
 uint64_t SequenceState::KvBytesPerPosition(const HyperParams& hp) {
   const uint64_t row = static_cast<uint64_t>(hp.n_head_kv) * (hp.head_dim_k + hp.head_dim_v);
   return static_cast<uint64_t>(hp.n_attention_layers()) * row * sizeof(uint16_t);
@@ -25,7 +13,7 @@ uint64_t SequenceState::KvBytesPerPosition(const HyperParams& hp) {
 
 uint64_t SequenceState::RecurrentBytes(const HyperParams& hp) {
   return static_cast<uint64_t>(hp.n_recurrent_layers()) *
-         static_cast<uint64_t>(ConvFloats(hp) + SsmFloats(hp)) * sizeof(float);
+         static_cast<uint64_t>(hp.ssm_conv_state_floats() + hp.ssm_recurrent_state_floats()) * sizeof(float);
 }
 
 uint64_t SequenceState::BytesFor(const HyperParams& hp, int64_t n_ctx) {
@@ -43,8 +31,8 @@ absl::StatusOr<std::unique_ptr<SequenceState>> SequenceState::Create(const Hyper
   s->n_ctx_ = n_ctx;
   s->k_row_ = hp.n_head_kv * hp.head_dim_k;
   s->v_row_ = hp.n_head_kv * hp.head_dim_v;
-  s->conv_floats_ = ConvFloats(hp);
-  s->ssm_floats_ = SsmFloats(hp);
+  s->conv_floats_ = hp.ssm_conv_state_floats();
+  s->ssm_floats_ = hp.ssm_recurrent_state_floats();
   s->n_recurrent_ = hp.n_recurrent_layers();
   constexpr int64_t kMaxElements = int64_t{1} << 40;  // 2 TiB of f16 per layer
   if (s->k_row_ <= 0 || s->v_row_ <= 0 || n_ctx > kMaxElements / (s->k_row_ + s->v_row_)) {
@@ -94,7 +82,7 @@ bool SequenceState::Matches(const HyperParams& hp) const {
     if (kinds_[l] != hp.layers[l].mixer) return false;
   }
   return k_row_ == hp.n_head_kv * hp.head_dim_k && v_row_ == hp.n_head_kv * hp.head_dim_v &&
-         conv_floats_ == ConvFloats(hp) && ssm_floats_ == SsmFloats(hp);
+         conv_floats_ == hp.ssm_conv_state_floats() && ssm_floats_ == hp.ssm_recurrent_state_floats();
 }
 
 void SequenceState::Clear() {

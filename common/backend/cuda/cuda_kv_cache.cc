@@ -14,17 +14,6 @@ namespace moesplit::cuda {
 
 using model::HyperParams;
 
-namespace {
-
-int64_t ConvFloats(const HyperParams& hp) {
-  return std::max<int64_t>(hp.ssm_conv_kernel - 1, 0) * hp.ssm_conv_channels();
-}
-int64_t SsmFloats(const HyperParams& hp) {
-  return hp.ssm_n_v_heads * hp.ssm_head_v * hp.ssm_head_k;
-}
-
-}  // namespace
-
 absl::StatusOr<uint64_t> CudaKvCache::KvBytes(const HyperParams& hp, int64_t n_ctx,
                                               GgmlType type, int page_size) {
   if (n_ctx < 1 || page_size < 1) {
@@ -76,8 +65,8 @@ absl::StatusOr<std::unique_ptr<CudaKvCache>> CudaKvCache::Create(backend::Device
   c->type_ = type;
   c->n_pages_ = (n_ctx + page_size - 1) / page_size;
   c->bytes_ = bytes;
-  c->conv_floats_ = ConvFloats(hp);
-  c->ssm_floats_ = SsmFloats(hp);
+  c->conv_floats_ = hp.ssm_conv_state_floats();
+  c->ssm_floats_ = hp.ssm_recurrent_state_floats();
   const bool attention = hp.n_attention_layers() > 0;
   if (attention) {
     c->k_row_bytes_ = *RowBytes(type, hp.n_head_kv * hp.head_dim_k);
@@ -114,7 +103,7 @@ bool CudaKvCache::Matches(const HyperParams& hp) const {
   for (int64_t l = 0; l < hp.n_layer; ++l) {
     if (kinds_[l] != hp.layers[l].mixer) return false;
   }
-  if (conv_floats_ != ConvFloats(hp) || ssm_floats_ != SsmFloats(hp)) return false;
+  if (conv_floats_ != hp.ssm_conv_state_floats() || ssm_floats_ != hp.ssm_recurrent_state_floats()) return false;
   if (hp.n_attention_layers() == 0) return true;
   const auto kr = RowBytes(type_, hp.n_head_kv * hp.head_dim_k);
   const auto vr = RowBytes(type_, hp.n_head_kv * hp.head_dim_v);
