@@ -1,10 +1,12 @@
 #include "common/transport/shm_transport.h"
 
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <boost/interprocess/mapped_region.hpp>
 #include <boost/interprocess/shared_memory_object.hpp>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <new>
@@ -59,6 +61,28 @@ bool HeartbeatFresh(const ControlBlock* c) {
   const uint64_t now = MonotonicNs();
   const uint64_t hb = c->heartbeat_ns.load(std::memory_order_acquire);
   return hb <= now + kHeartbeatStaleNs && now - hb < kHeartbeatStaleNs;
+}
+
+// A segment this process maps must be its own user's and private to it
+// (mode 0600, as both sides create them): another user's segment of the
+// expected name could feed us calls or read ours.
+absl::Status CheckSegmentOwner(const bip::shared_memory_object& object, const std::string& name) {
+  struct stat st;
+  if (fstat(object.get_mapping_handle().handle, &st) != 0) {
+    return absl::UnavailableError(absl::StrCat("cannot stat shared-memory segment '", name,
+                                               "': ", std::strerror(errno)));
+  }
+  if (st.st_uid != geteuid()) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "shared-memory segment '", name, "' belongs to uid ", st.st_uid,
+        ", not to this process's uid ", geteuid(), "; refusing to map it"));
+  }
+  if ((st.st_mode & 077) != 0) {
+    return absl::PermissionDeniedError(absl::StrFormat(
+        "shared-memory segment '%s' has mode %04o; only 0600 segments are mapped", name,
+        st.st_mode & 07777));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -215,6 +239,11 @@ void ShmExpertServer::AcceptSlot(int slot_index) {
     conn->mapping = std::make_unique<Mapping>();
     conn->mapping->object = bip::shared_memory_object(
         bip::open_only, ReadString(slot.segment).c_str(), bip::read_write);
+    if (absl::Status owner = CheckSegmentOwner(conn->mapping->object, ReadString(slot.segment));
+        !owner.ok()) {
+      refuse(std::string(owner.message()));
+      return;
+    }
     conn->mapping->region = bip::mapped_region(conn->mapping->object, bip::read_write);
   } catch (const bip::interprocess_exception& e) {
     refuse(absl::StrCat("cannot map connection segment '", ReadString(slot.segment),
@@ -409,6 +438,7 @@ absl::Status ShmExpertClient::Connect() {
   auto control = std::make_unique<Mapping>();
   try {
     control->object = bip::shared_memory_object(bip::open_only, name_.c_str(), bip::read_write);
+    RETURN_IF_ERROR(CheckSegmentOwner(control->object, name_));
     control->region = bip::mapped_region(control->object, bip::read_write);
   } catch (const bip::interprocess_exception& e) {
     return absl::UnavailableError(absl::StrCat("expert worker ", address_,

@@ -1,4 +1,7 @@
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <boost/interprocess/shared_memory_object.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -273,6 +276,34 @@ TEST(TransportTest, DeadWorkerGivesUnavailableThenRecovers) {
   }
   EXPECT_TRUE(last.ok()) << last;
   EXPECT_TRUE((*client)->healthy());
+}
+
+// A segment of the worker's name that another user owns, or that others may
+// read, is refused before it is mapped (the worker checks the dense side's
+// connection segments the same way).
+TEST(TransportTest, RefusesASegmentOfAnotherUserOrWithOpenMode) {
+  namespace bip = boost::interprocess;
+  for (const bool foreign : {false, true}) {
+    const std::string name = UniqueName(foreign ? "foreign" : "open-mode");
+    bip::permissions perm;
+    perm.set_permissions(foreign ? 0600 : 0644);
+    {
+      bip::shared_memory_object seg(bip::create_only, name.c_str(), bip::read_write, perm);
+      seg.truncate(4096);
+      fchmod(seg.get_mapping_handle().handle, foreign ? 0600 : 0644);  // past the umask
+      if (foreign && (geteuid() != 0 || fchown(seg.get_mapping_handle().handle, 65534, 65534) != 0)) {
+        bip::shared_memory_object::remove(name.c_str());
+        continue;  // only root can give a segment away
+      }
+    }
+    auto client = OpenExpertClient("shm://" + name, Options());
+    ASSERT_TRUE(client.ok()) << client.status();
+    const auto desc = (*client)->Describe();
+    bip::shared_memory_object::remove(name.c_str());
+    ASSERT_FALSE(desc.ok());
+    EXPECT_THAT(std::string(desc.status().message()),
+                HasSubstr(foreign ? "belongs to uid 65534" : "has mode 0644")) << desc.status();
+  }
 }
 
 TEST(TransportTest, StalledWorkerTimesOut) {
