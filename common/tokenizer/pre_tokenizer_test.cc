@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/status.h"
@@ -132,7 +133,7 @@ TEST_P(PreTokenizerSplitTest, Splits) {
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    Qwen, PreTokenizerSplitTest,
+    PreTypes, PreTokenizerSplitTest,
     ::testing::Values(
         SplitCase{"qwen2", "Hello world", {"Hello", " world"}},
         SplitCase{"qwen2", "  Hello", {" ", " Hello"}},
@@ -151,9 +152,24 @@ INSTANTIATE_TEST_SUITE_P(
         // A combining mark: separate for qwen2, joined to the letter by qwen35.
         SplitCase{"qwen2", "e\xCC\x81t", {"e", "\xCC\x81t"}},
         SplitCase{"qwen35", "e\xCC\x81t", {"e\xCC\x81t"}},
-        SplitCase{"qwen35", "Hello world", {"Hello", " world"}}),
+        SplitCase{"qwen35", "Hello world", {"Hello", " world"}},
+        // gpt-4o: case changes split words, numbers go in threes, a slash
+        // or newline after punctuation joins it.
+        SplitCase{"gpt-4o", "HelloWorld CASE", {"Hello", "World", " CASE"}},
+        SplitCase{"gpt-4o", "12345", {"123", "45"}},
+        SplitCase{"gpt-4o", "don't", {"don't"}},
+        SplitCase{"gpt-4o", "a//\nb", {"a", "//\n", "b"}},
+        // deepseek-v3: digits, then CJK/kana runs, then words.
+        SplitCase{"deepseek-v3", "12345", {"123", "45"}},
+        SplitCase{"deepseek-v3", "\xE4\xBD\xA0\xE5\xA5\xBDworld",
+                  {"\xE4\xBD\xA0\xE5\xA5\xBD", "world"}},
+        SplitCase{"deepseek-v3", ".Net x", {".Net", " x"}}),
     [](const ::testing::TestParamInfo<SplitCase>& info) {
-      return info.param.pre + "_" + std::to_string(info.index);
+      std::string name = info.param.pre + "_" + std::to_string(info.index);
+      for (char& c : name) {
+        if (!absl::ascii_isalnum(static_cast<unsigned char>(c))) c = '_';
+      }
+      return name;
     });
 
 TEST(PreTokenizerTest, UnknownTypeIsInvalidArgument) {

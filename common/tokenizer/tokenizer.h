@@ -12,8 +12,9 @@
 //   2. Each raw-text piece: invalid UTF-8 bytes become U+FFFD; the
 //      pre-tokenizer named by `tokenizer.ggml.pre` cuts it into words
 //      (internal/pre_tokenizer.h; supported: qwen2, deepseek-r1-qwen,
-//      qwen35, anything else is InvalidArgument); each word is mapped to the
-//      GPT-2 byte-level alphabet and BPE-merged by rank (internal/bpe.h).
+//      qwen35, gpt-4o, deepseek-v3; anything else is InvalidArgument); each
+//      word is mapped to the GPT-2 byte-level alphabet and BPE-merged by
+//      rank (internal/bpe.h).
 //   3. With add_special, BOS is prepended iff tokenizer.ggml.add_bos_token
 //      is true, EOS appended iff add_eos_token is true.
 //

@@ -89,13 +89,20 @@ std::string ParamName(const ::testing::TestParamInfo<std::string>& info) {
   return name;
 }
 
+// The vocabulary fixture of pre-tokenizer `name`: llama.cpp's real
+// vocabularies (ggml-vocab-*), or the small ones trained so that the
+// pre-tokenizer's splits change the ids (tiny-*, see the fixtures' README).
+std::string VocabPath(const std::string& name) {
+  const bool tiny = name == "gpt-4o" || name == "deepseek-v3";
+  return FixturesDir() + "/vocab/" + (tiny ? "tiny-" : "ggml-vocab-") + name + ".gguf";
+}
+
 // Loading a 151k-token vocabulary takes a moment; share one per file.
 const Tokenizer& LoadVocab(const std::string& name) {
   static auto* cache = new std::map<std::string, std::unique_ptr<Tokenizer>>;
   auto& slot = (*cache)[name];
   if (slot == nullptr) {
-    const std::string path = FixturesDir() + "/vocab/ggml-vocab-" + name + ".gguf";
-    auto gguf = GgufFile::Open(path);
+    auto gguf = GgufFile::Open(VocabPath(name));
     EXPECT_TRUE(gguf.ok()) << gguf.status();
     auto tok = Tokenizer::FromGguf(**gguf);
     EXPECT_TRUE(tok.ok()) << tok.status();
@@ -104,9 +111,6 @@ const Tokenizer& LoadVocab(const std::string& name) {
   return *slot;
 }
 
-std::string VocabPath(const std::string& name) {
-  return FixturesDir() + "/vocab/ggml-vocab-" + name + ".gguf";
-}
 
 class VocabFixtureTest : public ::testing::TestWithParam<std::string> {};
 
@@ -140,7 +144,8 @@ TEST_P(VocabFixtureTest, DecodeRoundTrips) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Vocabs, VocabFixtureTest,
-                         ::testing::Values("qwen2", "qwen35"), ParamName);
+                         ::testing::Values("qwen2", "qwen35", "gpt-4o", "deepseek-v3"),
+                         ParamName);
 
 TEST(TokenizerTest, QwenMetadata) {
   const Tokenizer& tok = LoadVocab("qwen2");
@@ -357,16 +362,19 @@ TEST_P(ModelPromptTest, EncodeMatchesLlamaCpp) {
 
 INSTANTIATE_TEST_SUITE_P(Models, ModelPromptTest,
                          ::testing::Values("qwen3moe-tiny-f16",
-                                           "qwen2moe-tiny-q8_0"),
+                                           "qwen2moe-tiny-q8_0",
+                                           "qwen35moe-tiny-f16",
+                                           "gptoss-tiny-f16",
+                                           "deepseek2-tiny-f16"),
                          ParamName);
 
 TEST(TokenizerTest, RejectsUnknownAndMissingPreTypes) {
   auto spec = MakeTestVocab(300);
   ASSERT_TRUE(spec.ok());
-  spec->pre = "gpt-4o";
+  spec->pre = "llama-bpe";
   auto tok = Tokenizer::FromSpec(*spec);
   EXPECT_EQ(tok.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(tok.status().message(), HasSubstr("'gpt-4o'"));
+  EXPECT_THAT(tok.status().message(), HasSubstr("'llama-bpe'"));
   spec->pre = "";
   tok = Tokenizer::FromSpec(*spec);
   EXPECT_EQ(tok.status().code(), absl::StatusCode::kInvalidArgument);

@@ -29,6 +29,32 @@ constexpr char kQwen35Regex[] =
     "[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}|"
     " ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
+// LLAMA_VOCAB_PRE_TYPE_GPT4O (tokenizer.ggml.pre "gpt-4o": gpt-oss's o200k
+// pre-tokenizer). The original tokenizer.json form is
+// [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|
+// [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|
+// \p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+// llama.cpp runs the rewrite below, in which "upper" is a letter other than
+// a-z and "lower" a letter other than A-Z (so a non-ASCII letter is both, and
+// combining marks are not letters): that is what its tokenizer does, so that
+// is what we match.
+constexpr char kGpt4oRegex[] =
+    "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))*((?=[\\p{L}])([^A-Z]))+"
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|"
+    "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))+((?=[\\p{L}])([^A-Z]))*"
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|"
+    "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+// LLAMA_VOCAB_PRE_TYPE_DEEPSEEK3_LLM (tokenizer.ggml.pre "deepseek-v3"):
+// numbers in groups of up to three, then runs of CJK ideographs and kana, then
+// the word expression.
+constexpr char kDeepSeek3Digits[] = "\\p{N}{1,3}";
+constexpr char kDeepSeek3Cjk[] = "[一-龥぀-ゟ゠-ヿ]+";
+constexpr char kDeepSeek3Words[] =
+    "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|"
+    "[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|"
+    "\\s*[\r\n]+|\\s+(?!\\S)|\\s+";
+
 // To support another pre type: add {name, llama.cpp's regex_exprs for it}
 // here, plus fixtures that pin its behaviour down. (Types for which llama.cpp
 // sets clean_spaces, ignore_merges or add_bos also need those implemented;
@@ -38,6 +64,8 @@ const std::vector<PreTokenizerSpec>& Table() {
       {"qwen2", {kQwen2Regex}},
       {"deepseek-r1-qwen", {kQwen2Regex}},
       {"qwen35", {kQwen35Regex}},
+      {"gpt-4o", {kGpt4oRegex}},
+      {"deepseek-v3", {kDeepSeek3Digits, kDeepSeek3Cjk, kDeepSeek3Words}},
   };
   return *table;
 }
