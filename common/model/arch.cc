@@ -119,6 +119,29 @@ std::vector<TensorSpec> Qwen35MoeTensors() {
   return t;
 }
 
+// llama.cpp: llama_model_openai_moe (load_arch_tensors).
+std::vector<TensorSpec> GptOssTensors() {
+  std::vector<TensorSpec> t = GlobalTensors();
+  t.push_back({T::kAttnNorm, "attn_norm.weight", R::kNorm, 1, {D::kEmbd}, true});
+  AddAttention(t, LayerSel::kAll, D::kQ);
+  t.push_back({T::kAttnQBias, "attn_q.bias", R::kDense, 1, {D::kQ}, true});
+  t.push_back({T::kAttnKBias, "attn_k.bias", R::kDense, 1, {D::kK}, true});
+  t.push_back({T::kAttnVBias, "attn_v.bias", R::kDense, 1, {D::kV}, true});
+  t.push_back({T::kAttnOutputBias, "attn_output.bias", R::kDense, 1, {D::kEmbd}, true});
+  t.push_back({T::kAttnSinks, "attn_sinks.weight", R::kDense, 1, {D::kHead}, true});
+  t.push_back({T::kFfnNorm, "post_attention_norm.weight", R::kNorm, 1, {D::kEmbd}, true});
+  AddRoutedExperts(t);
+  const LayerSel m = LayerSel::kMoe;
+  t.push_back({T::kRouterBias, "ffn_gate_inp.bias", R::kRouter, 1, {D::kExpert}, true, m});
+  t.push_back({T::kExpGateBias, "ffn_gate_exps.bias", R::kRoutedExpert, 2,
+               {D::kFfExp, D::kExpert}, true, m});
+  t.push_back({T::kExpUpBias, "ffn_up_exps.bias", R::kRoutedExpert, 2,
+               {D::kFfExp, D::kExpert}, true, m});
+  t.push_back({T::kExpDownBias, "ffn_down_exps.bias", R::kRoutedExpert, 2,
+               {D::kEmbd, D::kExpert}, true, m});
+  return t;
+}
+
 const std::vector<ArchDescription>& Registry() {
   static const auto* const kArchs = new std::vector<ArchDescription>{
       // llama.cpp: llm_build_qwen3moe, build_moe_ffn(norm_w = true).
@@ -142,6 +165,17 @@ const std::vector<ArchDescription>& Registry() {
        .attention = MixerKind::kGatedAttention,
        .multi_section_rope = true,
        .tensors = Qwen35MoeTensors()},
+      // llama.cpp: llama_model_openai_moe: biased GQA attention with a sink
+      // logit per head, sliding-window attention on alternate layers, YaRN
+      // RoPE; router with a bias, softmax over the selected experts
+      // (LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX_WEIGHT); biased experts with
+      // the clamped SwiGLU (LLM_FFN_SWIGLU_OAI_MOE, alpha 1.702, limit 7).
+      {.name = "gpt-oss",
+       .key_prefix = "gpt-oss",
+       .router = {.scoring = RouterSpec::Scoring::kSoftmaxSelected, .default_norm_topk = false},
+       .sliding_window = true,
+       .expert_ffn = {.activation = ExpertActivation::kSwiGluOai, .alpha = 1.702f, .limit = 7.0f},
+       .tensors = GptOssTensors()},
   };
   return *kArchs;
 }
@@ -254,6 +288,17 @@ absl::Status ParseRope(const GgufFile& f, const std::string& p, HyperParams* hp)
   ASSIGN_OR_RETURN(double slow, ReadFloat(f, p + ".rope.scaling.yarn_beta_slow", 1.0));
   r.ext_factor = static_cast<float>(ext);
   r.attn_factor = static_cast<float>(attn);
+  if (r.ext_factor != 0.0f) {
+    // llama.cpp (llama_context): yarn_attn_factor = get_mscale(factor) times
+    // 1 / (1 + 0.1 ln factor), which cancels the factor ggml's rope_yarn
+    // applies (ComputeRopeAngles does too) -- computed the same way, in
+    // float, so the product rounds as there.
+    const float f = 1.0f / r.freq_scale;
+    const float mscale = f <= 1.0f ? 1.0f : 0.1f * std::log(f) + 1.0f;
+    float a = mscale;
+    a *= 1.0f / (1.0f + 0.1f * std::log(f));
+    r.attn_factor = a * static_cast<float>(attn);
+  }
   r.beta_fast = static_cast<float>(fast);
   r.beta_slow = static_cast<float>(slow);
   return absl::OkStatus();
@@ -360,6 +405,21 @@ absl::Status ParseLayers(const GgufFile& f, const std::string& p, const ArchDesc
     RETURN_IF_ERROR(Positive(f, "full_attention_interval", interval, hp->n_layer + 1));
   }
   hp->layers = LayerSpecs(arch, hp->n_layer, interval);
+  if (arch.sliding_window) {
+    ASSIGN_OR_RETURN(const int64_t window,
+                     ReadInt(f, p + ".attention.sliding_window", std::nullopt));
+    RETURN_IF_ERROR(Positive(f, "attention.sliding_window", window, int64_t{1} << 30));
+    ASSIGN_OR_RETURN(const int64_t period,
+                     ReadInt(f, p + ".attention.sliding_window_pattern", 2));
+    RETURN_IF_ERROR(Positive(f, "attention.sliding_window_pattern", period, 4096));
+    // llama_hparams::set_swa_pattern(period): layer il slides when
+    // il % period < period - 1 (period 1: none does).
+    for (int64_t il = 0; il < hp->n_layer; ++il) {
+      if (IsAttention(hp->layers[il].mixer) && il % period < period - 1) {
+        hp->layers[il].sliding_window = window;
+      }
+    }
+  }
   if (hp->n_recurrent_layers() > 0) RETURN_IF_ERROR(ParseDeltaNet(f, p, hp));
   return absl::OkStatus();
 }
@@ -440,6 +500,15 @@ int HyperParams::n_recurrent_layers() const {
   return static_cast<int>(layers.size()) - n_attention_layers();
 }
 
+std::string ExpertFfnName(const ExpertFfnSpec& ffn) {
+  switch (ffn.activation) {
+    case ExpertActivation::kSwiGlu: return "swiglu";
+    case ExpertActivation::kSwiGluOai:
+      return absl::StrCat("swiglu_oai(alpha=", ffn.alpha, ",limit=", ffn.limit, ")");
+  }
+  return "?";
+}
+
 std::string_view TensorRoleName(TensorRole role) {
   switch (role) {
     case TensorRole::kEmbeddings: return "embeddings";
@@ -491,6 +560,8 @@ absl::StatusOr<HyperParams> ParseHyperParams(const GgufFile& f,
   if (arch.multi_section_rope) RETURN_IF_ERROR(ParseRopeSections(f, p, &hp));
   RETURN_IF_ERROR(ParseExperts(f, p, arch, &hp));
   RETURN_IF_ERROR(ParseLayers(f, p, arch, &hp));
+  hp.router_scoring = arch.router.scoring;
+  hp.expert_ffn = arch.expert_ffn;
   return hp;
 }
 
@@ -503,6 +574,7 @@ int64_t ResolveDim(const HyperParams& hp, Dim dim) {
     case Dim::kV: return hp.n_head_kv * hp.head_dim_v;
     case Dim::kAttnOut: return hp.n_head * hp.head_dim_v;
     case Dim::kHeadK: return hp.head_dim_k;
+    case Dim::kHead: return hp.n_head;
     case Dim::kExpert: return hp.n_expert;
     case Dim::kFfExp: return hp.n_ff_exp;
     case Dim::kFfShexp: return hp.n_ff_shexp;

@@ -39,7 +39,8 @@
 //   gated DeltaNet layers: ssm.conv_kernel, ssm.state_size (key head size),
 //   ssm.group_count (key heads), ssm.time_step_rank (value heads),
 //   ssm.inner_size (value heads x value head size), full_attention_interval
-//   (default 4).
+//   (default 4); sliding-window architectures: attention.sliding_window,
+//   attention.sliding_window_pattern (default 2).
 // Integer keys may also be arrays with one equal value per layer.
 //
 // Thread-safe: descriptions are immutable; parsing functions are pure.
@@ -105,6 +106,14 @@ enum class TensorId : int {
   kShexpGate,
   kShexpUp,
   kShexpDown,
+  // gpt-oss: biases of the output projection, the router and the routed
+  // experts (one row per expert), and a learned sink logit per head.
+  kAttnOutputBias,
+  kAttnSinks,
+  kRouterBias,
+  kExpGateBias,
+  kExpUpBias,
+  kExpDownBias,
   kCount,
 };
 inline constexpr int kTensorIdCount = static_cast<int>(TensorId::kCount);
@@ -120,6 +129,7 @@ enum class Dim {
   kV,          // n_head_kv * head_dim_v
   kAttnOut,    // n_head * head_dim_v
   kHeadK,      // head_dim_k
+  kHead,       // n_head
   kExpert,     // n_expert
   kFfExp,      // n_ff_exp
   kFfShexp,    // n_ff_shexp
@@ -170,6 +180,10 @@ enum class FfnKind {
 struct LayerSpec {
   MixerKind mixer = MixerKind::kAttention;
   FfnKind ffn = FfnKind::kMoe;
+  // Attention mixers: 0 attends to every earlier position; W > 0 to the last
+  // W positions only (the token itself and W - 1 before it), llama.cpp's
+  // LLAMA_SWA_TYPE_STANDARD.
+  int64_t sliding_window = 0;
 };
 
 // Which mixer each layer has.
@@ -178,12 +192,31 @@ enum class LayerPattern {
   kFullAttentionInterval,  // layer i is `attention` when (i + 1) % interval == 0, else gated DeltaNet
 };
 
-// How the router turns its logits into the chosen experts and their weights.
+// How the router turns its logits (plus ffn_gate_inp.bias when the model has
+// it) into the chosen experts and their weights.
 struct RouterSpec {
-  enum class Scoring { kSoftmax };  // softmax over all experts, then top-k
+  enum class Scoring {
+    kSoftmax,          // softmax over all experts, then top-k
+    kSoftmaxSelected,  // top-k of the logits, then softmax over those k (gpt-oss)
+  };
   Scoring scoring = Scoring::kSoftmax;
   bool default_norm_topk = false;   // renormalise the selected weights to sum 1
 };
+
+// The routed experts' FFN: E(h) = W_down . act(W_gate . h + b_gate, W_up . h + b_up) + b_down
+// (the biases only where the model has them).
+enum class ExpertActivation {
+  kSwiGlu,     // SiLU(g) * u
+  kSwiGluOai,  // gpt-oss: min(g, L) * sigmoid(alpha * min(g, L)) * (clamp(u, -L, L) + 1)
+};
+struct ExpertFfnSpec {
+  ExpertActivation activation = ExpertActivation::kSwiGlu;
+  float alpha = 1.702f;  // kSwiGluOai only
+  float limit = 7.0f;    // kSwiGluOai only
+};
+// "swiglu", "swiglu_oai(alpha=1.702,limit=7)": what a worker describes and the
+// dense side checks at connect time (the biases travel with the weights).
+std::string ExpertFfnName(const ExpertFfnSpec& ffn);
 
 struct ArchDescription {
   std::string_view name;        // general.architecture
@@ -191,6 +224,11 @@ struct ArchDescription {
   RouterSpec router;
   LayerPattern pattern = LayerPattern::kUniform;
   MixerKind attention = MixerKind::kAttention;  // the kind of the full-attention layers
+  // Sliding-window attention on some layers: `{prefix}.attention.sliding_window`
+  // positions on layer i when i % period < period - 1, with the period from
+  // `{prefix}.attention.sliding_window_pattern` (default 2: the even layers).
+  bool sliding_window = false;
+  ExpertFfnSpec expert_ffn;
   bool multi_section_rope = false;  // rope.dimension_sections required (RopeParams)
   // The shared expert output is scaled by sigmoid(ffn_gate_inp_shexp . h)
   // when that tensor is present.
@@ -243,6 +281,8 @@ struct HyperParams {
   int64_t n_ff_exp = 0;
   int64_t n_ff_shexp = 0;  // 0 when neither key nor fallback exists
   bool norm_topk = false;  // renormalise the selected expert weights
+  RouterSpec::Scoring router_scoring = RouterSpec::Scoring::kSoftmax;
+  ExpertFfnSpec expert_ffn;
   // Gated DeltaNet layers (0 when the model has none).
   int64_t ssm_conv_kernel = 0;  // conv taps per channel
   int64_t ssm_head_k = 0;       // key (and query) head size

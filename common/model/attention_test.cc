@@ -246,6 +246,90 @@ INSTANTIATE_TEST_SUITE_P(
                       // Scores hundreds apart: exp underflows to 0 and subnormals.
                       GroupCase{128, 128, 32, 200, 40.0f}, GroupCase{64, 64, 17, 90, 60.0f}));
 
+// Sink logits (gpt-oss): one softmax entry without a value. The fused group
+// kernel, the AVX2 and the scalar forms agree bit for bit, the result
+// matches the formula, and a sink of -inf changes nothing.
+TEST(AttendSinkTest, GroupEqualsHeadAndFormula) {
+  const int64_t dk = 64, dv = 64, n_q = 6, max_kv = 150;
+  const auto k = RandomF16(max_kv * dk, 21, 2.0f);
+  const auto v = RandomF16(max_kv * dv, 22, 4.0f);
+  std::mt19937 rng(23);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  std::vector<std::vector<float>> q(n_q, std::vector<float>(dk));
+  for (auto& row : q) {
+    for (float& x : row) x = u(rng);
+  }
+  // Sinks far below, near and far above the scores.
+  const std::vector<float> sinks = {-30.0f, -0.5f, 0.3f, 2.0f, 25.0f, -INFINITY};
+  std::vector<int64_t> n_kv = {1, 7, 150, 64, 129, 33};
+  std::vector<const float*> qp;
+  std::vector<std::vector<float>> out(n_q, std::vector<float>(dv)), avx2 = out, plain = out;
+  std::vector<float*> op, ap, pp;
+  for (int64_t i = 0; i < n_q; ++i) {
+    qp.push_back(q[i].data());
+    op.push_back(out[i].data());
+    ap.push_back(avx2[i].data());
+    pp.push_back(plain[i].data());
+  }
+  GroupAttention g;
+  g.k = k.data();
+  g.v = v.data();
+  g.k_stride = dk;
+  g.v_stride = dv;
+  g.dk = dk;
+  g.dv = dv;
+  g.scale = 1.0f / std::sqrt(float(dk));
+  g.n_q = n_q;
+  g.q = qp.data();
+  g.n_kv = n_kv.data();
+  g.sinks = sinks.data();
+  g.out = op.data();
+  AttendGroup(g);
+  g.out = ap.data();
+  AttendGroup(g, F16Kernels::kAvx2);
+  g.sinks = nullptr;
+  g.out = pp.data();
+  AttendGroup(g);
+  std::vector<uint16_t> q16(dk), acc(dv);
+  for (int64_t i = 0; i < n_q; ++i) {
+    HeadAttention a;
+    a.q16 = q16.data();
+    a.k = g.k;
+    a.v = g.v;
+    a.k_stride = dk;
+    a.v_stride = dv;
+    a.dk = dk;
+    a.dv = dv;
+    a.scale = g.scale;
+    a.n_kv = n_kv[i];
+    a.sink = sinks[i];
+    ToF16(dk, q[i].data(), q16.data());
+    std::vector<float> want(dv);
+    AttendHead(a, acc.data(), want.data(), F16Kernels::kScalar);
+    double mx = sinks[i], sum = 0;
+    std::vector<double> s(n_kv[i]);
+    for (int64_t j = 0; j < n_kv[i]; ++j) {
+      for (int64_t c = 0; c < dk; ++c) s[j] += double(Fp16ToFp32(q16[c])) * Fp16ToFp32(k[j * dk + c]);
+      s[j] *= g.scale;
+      mx = std::max(mx, s[j]);
+    }
+    for (double& e : s) sum += (e = std::exp(e - mx));
+    sum += std::exp(double(sinks[i]) - mx);
+    for (int64_t d = 0; d < dv; ++d) {
+      ASSERT_EQ(Fp32ToBits(out[i][d]), Fp32ToBits(want[d])) << "query " << i << " d " << d;
+      ASSERT_EQ(Fp32ToBits(avx2[i][d]), Fp32ToBits(want[d])) << "query " << i << " d " << d;
+      double f = 0;
+      for (int64_t j = 0; j < n_kv[i]; ++j) f += s[j] / sum * Fp16ToFp32(v[j * dv + d]);
+      EXPECT_NEAR(out[i][d], f, 1e-2 + 2e-3 * std::sqrt(double(n_kv[i]))) << "query " << i;
+      if (sinks[i] == -INFINITY) {
+        EXPECT_EQ(Fp32ToBits(out[i][d]), Fp32ToBits(plain[i][d])) << "d " << d;
+      }
+    }
+  }
+  // A sink far above every score takes (nearly) all the weight.
+  for (int64_t d = 0; d < dv; ++d) EXPECT_NEAR(out[4][d], 0.0f, 1e-6f);
+}
+
 // The softmax's exp against the C library over a sweep of float bit
 // patterns (all of [-inf, 0] with a stride, the positive range up to and
 // past overflow, NaNs), bit for bit; and on x86 with AVX-512 under glibc it

@@ -29,17 +29,31 @@ ExpertStore::ExpertStore(std::shared_ptr<const Model> model)
       n_expert_total_(model->hparams().n_expert),
       expert_end_(static_cast<int>(model->hparams().n_expert)),
       d_(model->hparams().n_embd),
-      n_ff_(model->hparams().n_ff_exp) {
+      n_ff_(model->hparams().n_ff_exp),
+      ffn_(model->hparams().expert_ffn) {
   for (int l = 0; l < model->n_layer(); ++l) {
     const LayerWeights& lw = model->layer(l);
-    layers_.push_back({lw.gate_exps, lw.up_exps, lw.down_exps});
+    LayerExperts le{lw.gate_exps, lw.up_exps, lw.down_exps};
+    SliceExpertBiases(lw, 0, expert_end_, n_ff_, d_, &le);
+    layers_.push_back(std::move(le));
   }
   owner_ = std::move(model);
 }
 
+void SliceExpertBiases(const LayerWeights& lw, int eb, int ee, int64_t n_ff, int64_t d,
+                       LayerExperts* le) {
+  auto slice = [&](const std::vector<float>& b, int64_t width, std::vector<float>* out) {
+    if (b.empty()) return out->clear();
+    out->assign(b.begin() + eb * width, b.begin() + ee * width);
+  };
+  slice(lw.gate_exps_b, n_ff, &le->gate_b);
+  slice(lw.up_exps_b, n_ff, &le->up_b);
+  slice(lw.down_exps_b, d, &le->down_b);
+}
+
 ExpertStore::ExpertStore(std::vector<LayerExperts> layers, int n_layer_total, int n_expert_total,
                          int layer_begin, int expert_begin, int64_t d, int64_t n_ff,
-                         std::shared_ptr<const void> owner)
+                         std::shared_ptr<const void> owner, ExpertFfnSpec ffn)
     : layers_(std::move(layers)),
       n_layer_total_(n_layer_total),
       n_expert_total_(n_expert_total),
@@ -48,6 +62,7 @@ ExpertStore::ExpertStore(std::vector<LayerExperts> layers, int n_layer_total, in
       expert_end_(expert_begin + (layers_.empty() ? 0 : static_cast<int>(layers_[0].gate.n_expert))),
       d_(d),
       n_ff_(n_ff),
+      ffn_(ffn),
       owner_(std::move(owner)) {}
 
 uint64_t CopiedExpertBytes(const ExpertTensorView& src, int eb, int ee, bool pack) {
@@ -129,11 +144,12 @@ absl::StatusOr<ExpertStore> PackedExpertStore(std::shared_ptr<const Model> model
       jobs.push_back({in[k], 0, n_expert, pack, dst});
       dst += (CopiedExpertBytes(*in[k], 0, n_expert, pack) + 63) / 64 * 64;
     }
-    layers.push_back(le);
+    SliceExpertBiases(lw, 0, n_expert, model->hparams().n_ff_exp, model->hparams().n_embd, &le);
+    layers.push_back(std::move(le));
   }
   RunExpertCopies(jobs, pool);
   return ExpertStore(std::move(layers), n_layer, n_expert, 0, 0, model->hparams().n_embd,
-                     model->hparams().n_ff_exp, std::move(buf));
+                     model->hparams().n_ff_exp, std::move(buf), model->hparams().expert_ffn);
 }
 
 ExpertStore LocalExpertStore(std::shared_ptr<const Model> model, ThreadPool* pool) {
@@ -441,6 +457,26 @@ void SwiGluSpan(const float* g, const float* u, int64_t col0, int64_t n, int64_t
   for (; i < n; ++i) out[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
 }
 
+// gpt-oss's clamped SwiGLU (ggml_compute_forward_swiglu_oai_f32, scalar expf):
+// out[i] = x / (1 + exp(alpha * -x)) * (y + 1), x = min(g[i], limit),
+// y = clamp(u[i], -limit, limit).
+void SwiGluOaiSpan(const float* g, const float* u, int64_t n, float alpha, float limit,
+                   float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = std::min(g[i], limit);
+    const float y = std::clamp(u[i], -limit, limit);
+    const float glu = x / (1.0f + std::exp(alpha * (-x)));
+    out[i] = glu * (y + 1.0f);
+  }
+}
+
+// b[0..n) added to each of `rows` rows of n values (stride ld) at y.
+void AddBiasRows(const float* b, int64_t n, int64_t rows, int64_t ld, float* y) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < n; ++c) y[r * ld + c] += b[c];
+  }
+}
+
 // Rows [r0, r0 + nr) of a matrix; `owner`: the used expert (gate/up items).
 struct RowBlock {
   int32_t owner, r0, nr;
@@ -554,6 +590,7 @@ class FusedExpertCall {
   void FinishExpert(const UsedExpert& u, ThreadScratch* ts);
   void Down(int64_t item, ThreadScratch* ts);
   void DownExpert(int64_t item, ThreadScratch* ts);
+  void AddDownBias(const UsedExpert& u, int64_t r0, int64_t nr, float* out, int64_t ld) const;
   void Reduce(const float* out, int64_t ld, int64_t r0, int64_t nr);
   template <typename Fn>
   void RunItems(int phase, int64_t n, Fn&& fn);
@@ -812,8 +849,18 @@ void FusedExpertCall::GateUp(int64_t item, ThreadScratch* ts) {
       DotRows(udot_, udot_rows_, d_, up, r0, nr, xu_.Row(t), uu + i * nr);
     }
   }
+  const LayerExperts& le = store_.Layer(call_.layer);
+  const int64_t e = u.expert - store_.expert_begin();
+  if (!le.gate_b.empty()) AddBiasRows(le.gate_b.data() + e * ff_ + r0, nr, n, nr, g);
+  if (!le.up_b.empty()) AddBiasRows(le.up_b.data() + e * ff_ + r0, nr, n, nr, uu);
+  const ExpertFfnSpec& ffn = store_.ffn();
   for (int64_t i = 0; i < n; ++i) {
-    SwiGluSpan(g + i * nr, uu + i * nr, r0, nr, ff_, Floats(s_.h) + (u.slot_begin + i) * ff_ + r0);
+    float* h = Floats(s_.h) + (u.slot_begin + i) * ff_ + r0;
+    if (ffn.activation == ExpertActivation::kSwiGluOai) {
+      SwiGluOaiSpan(g + i * nr, uu + i * nr, nr, ffn.alpha, ffn.limit, h);
+    } else {
+      SwiGluSpan(g + i * nr, uu + i * nr, r0, nr, ff_, h);
+    }
   }
   if (s_.remaining[ui].fetch_sub(1, std::memory_order_acq_rel) == 1) FinishExpert(u, ts);
 }
@@ -844,16 +891,15 @@ void FusedExpertCall::Down(int64_t item, ThreadScratch* ts) {
       const uint8_t** rows = ts->rows.data();
       for (int64_t i = 0; i < n; ++i) rows[i] = hq_.Row(u.slot_begin + i);
       quant::PackedGemm({w.type, w.data, w.n_rows, w.n_cols}, r0, nr, rows, n, out + u.slot_begin * nr, nr);
-      continue;
-    }
-    if (u.tiled_down) {
+    } else if (u.tiled_down) {
       quant::TileGemm(w, r0, nr, s_.tiles_d.data() + u.tiles_down, n, out + u.slot_begin * nr, nr,
                       ts->panel.data());
-      continue;
+    } else {
+      for (int64_t sl = u.slot_begin; sl < u.slot_end; ++sl) {
+        DotRows(ddot_, ddot_rows_, ff_, w, r0, nr, hq_.Row(sl), out + sl * nr);
+      }
     }
-    for (int64_t sl = u.slot_begin; sl < u.slot_end; ++sl) {
-      DotRows(ddot_, ddot_rows_, ff_, w, r0, nr, hq_.Row(sl), out + sl * nr);
-    }
+    AddDownBias(u, r0, nr, out + u.slot_begin * nr, nr);
   }
   Reduce(out, nr, r0, nr);
 }
@@ -871,11 +917,22 @@ void FusedExpertCall::DownExpert(int64_t item, ThreadScratch* ts) {
     const uint8_t** rows = ts->rows.data();
     for (int64_t i = 0; i < n; ++i) rows[i] = hq_.Row(u.slot_begin + i);
     quant::PackedGemm({w.type, w.data, w.n_rows, w.n_cols}, r0, nr, rows, n, out, d_);
-    return;
+  } else {
+    for (int64_t sl = u.slot_begin; sl < u.slot_end; ++sl) {
+      DotRows(ddot_, ddot_rows_, ff_, w, r0, nr, hq_.Row(sl), out + (sl - u.slot_begin) * d_);
+    }
   }
-  for (int64_t sl = u.slot_begin; sl < u.slot_end; ++sl) {
-    DotRows(ddot_, ddot_rows_, ff_, w, r0, nr, hq_.Row(sl), out + (sl - u.slot_begin) * d_);
-  }
+  AddDownBias(u, r0, nr, out, d_);
+}
+
+// The down bias of expert u, rows [r0, r0 + nr), added to its slots' rows
+// (stride ld) at out.
+void FusedExpertCall::AddDownBias(const UsedExpert& u, int64_t r0, int64_t nr, float* out,
+                                  int64_t ld) const {
+  const LayerExperts& le = store_.Layer(call_.layer);
+  if (le.down_b.empty()) return;
+  const int64_t e = u.expert - store_.expert_begin();
+  AddBiasRows(le.down_b.data() + e * d_ + r0, nr, u.slot_end - u.slot_begin, ld, out);
 }
 
 // partial rows [r0, r0 + nr) of every token: the weighted sum of its

@@ -19,8 +19,11 @@
 //   2. partial        n_tokens x d f32:
 //                     partial[t] = sum_k weights[k] * E_{expert_ids[k]}(hidden[t])
 //                     over token t's entries k, where
-//                     E(h) = W_down . (SiLU(W_gate . h) * (W_up . h)),
-//                     summed per token in its entries' order.
+//                     E(h) = W_down . act(W_gate . h + b_gate, W_up . h + b_up) + b_down,
+//                     summed per token in its entries' order; act and the
+//                     biases are the model's (arch.h ExpertFfnSpec: SiLU(g) * u
+//                     without biases for the Qwen families, gpt-oss's clamped
+//                     SwiGLU with biases).
 //
 // InProcessExperts computes the call from the Model's routed-expert tensors
 // as one fused pass (see the class comment): activations are converted to
@@ -93,10 +96,17 @@ class ExpertBackend {
   virtual absl::Status Compute(const ExpertCall& call, ExpertResult* result) = 0;
 };
 
-// The gate, up and down tensors of one layer's routed experts.
+// The gate, up and down tensors of one layer's routed experts, and their
+// biases when the model has them (empty otherwise): the store's experts
+// only, its first expert's first (n_ff floats per expert for gate and up,
+// n_embd for down).
 struct LayerExperts {
   ExpertTensorView gate, up, down;
+  std::vector<float> gate_b, up_b, down_b;
 };
+// The biases of experts [eb, ee) of `lw` (LayerExperts' layout).
+void SliceExpertBiases(const LayerWeights& lw, int eb, int ee, int64_t n_ff, int64_t d,
+                       LayerExperts* le);
 
 // Routed-expert tensors of a block of layers [layer_begin, layer_end) and
 // experts [expert_begin, expert_end): the whole model (views into its
@@ -111,7 +121,7 @@ class ExpertStore {
   // expert_end - expert_begin experts each; `owner` keeps their memory alive.
   ExpertStore(std::vector<LayerExperts> layers, int n_layer_total, int n_expert_total,
               int layer_begin, int expert_begin, int64_t d, int64_t n_ff,
-              std::shared_ptr<const void> owner = nullptr);
+              std::shared_ptr<const void> owner = nullptr, ExpertFfnSpec ffn = {});
 
   int n_layer() const { return n_layer_total_; }       // the model's
   int64_t n_expert() const { return n_expert_total_; }  // the model's
@@ -125,6 +135,7 @@ class ExpertStore {
   }
   int64_t d() const { return d_; }
   int64_t n_ff() const { return n_ff_; }
+  const ExpertFfnSpec& ffn() const { return ffn_; }
   // REQUIRES: layer_begin() <= layer < layer_end().
   const LayerExperts& Layer(int layer) const { return At(layer); }
   // REQUIRES: Owns(layer, expert).
@@ -143,6 +154,7 @@ class ExpertStore {
   int expert_end_ = 0;
   int64_t d_ = 0;
   int64_t n_ff_ = 0;
+  ExpertFfnSpec ffn_;
   std::shared_ptr<const void> owner_;
 };
 

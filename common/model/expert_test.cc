@@ -228,6 +228,68 @@ TEST(InProcessExpertsTest, DecodeSplitGivesTheBitsOfTheBatchedSchedule) {
   }
 }
 
+// gpt-oss's experts (the fixture model): biases on gate, up and down and the
+// clamped SwiGLU, in double; counts the gate values past the clamp.
+std::vector<double> NaiveOai(const Model& m, const ExpertCall& c, int* clamped) {
+  const LayerWeights& L = m.layer(c.layer);
+  const ExpertFfnSpec& f = m.hparams().expert_ffn;
+  const int64_t d = c.d, ff = L.gate_exps.n_out;
+  std::vector<double> out(c.n_tokens * d, 0.0);
+  for (int t = 0; t < c.n_tokens; ++t) {
+    const float* h = c.hidden.data() + t * d;
+    for (uint32_t k = c.token_offsets[t]; k < c.token_offsets[t + 1]; ++k) {
+      const int e = c.expert_ids[k];
+      const auto g = DequantExpert(L.gate_exps, e), u = DequantExpert(L.up_exps, e),
+                 dn = DequantExpert(L.down_exps, e);
+      std::vector<double> act(ff);
+      for (int64_t r = 0; r < ff; ++r) {
+        double gs = L.gate_exps_b[e * ff + r], us = L.up_exps_b[e * ff + r];
+        for (int64_t i = 0; i < d; ++i) {
+          gs += double(g[r * d + i]) * h[i];
+          us += double(u[r * d + i]) * h[i];
+        }
+        *clamped += gs > f.limit;
+        const double x = std::min<double>(gs, f.limit);
+        const double y = std::clamp<double>(us, -f.limit, f.limit);
+        act[r] = x / (1 + std::exp(-f.alpha * x)) * (y + 1);
+      }
+      for (int64_t i = 0; i < d; ++i) {
+        double s = L.down_exps_b[e * d + i];
+        for (int64_t r = 0; r < ff; ++r) s += double(dn[i * ff + r]) * act[r];
+        out[t * d + i] += c.weights[k] * s;
+      }
+    }
+  }
+  return out;
+}
+
+TEST(InProcessExpertsTest, GptOssBiasesAndClampedSwiGluMatchNaive) {
+  auto model = Model::Open(std::string(MOESPLIT_FIXTURES_DIR) + "/models/gptoss-tiny-f16.gguf");
+  ASSERT_TRUE(model.ok()) << model.status();
+  ASSERT_EQ((*model)->hparams().expert_ffn.activation, ExpertActivation::kSwiGluOai);
+  ThreadPool pool(2);
+  InProcessExperts plain(ExpertStore(*model), &pool);
+  InProcessExperts local(LocalExpertStore(*model, &pool), &pool);
+  int clamped = 0;
+  for (int n_tokens : {1, 7}) {
+    ExpertCall call = RandomCall(**model, 1, n_tokens, 40 + n_tokens);
+    for (float& x : call.hidden) x *= 6.0f;  // gate values past the clamp too
+    const std::vector<double> want = NaiveOai(**model, call, &clamped);
+    for (InProcessExperts* experts : {&plain, &local}) {
+      ExpertResult res;
+      ASSERT_TRUE(experts->Compute(call, &res).ok());
+      double err = 0, ref = 0;
+      for (size_t i = 0; i < want.size(); ++i) {
+        err += (res.partial[i] - want[i]) * (res.partial[i] - want[i]);
+        ref += want[i] * want[i];
+      }
+      EXPECT_GT(ref, 0);
+      EXPECT_LE(err / ref, 1e-5) << n_tokens << " tokens";
+    }
+  }
+  EXPECT_GT(clamped, 0);
+}
+
 struct BadCallCase {
   std::string label;
   std::function<void(ExpertCall*)> edit;

@@ -382,6 +382,7 @@ absl::Status Forward::Attention(int il, Batch& b) const {
   float* o = ws.o.Get(n * d);
   RETURN_IF_ERROR(quant::MatMul(W.wo, attn, n, o, pool_));
   For(pool_, n, MinRows(d), [&](int64_t t0, int64_t t1) {
+    AddBias(L.bo, t0, t1, o);
     for (int64_t i = t0 * d; i < t1 * d; ++i) b.x[i] += o[i];
   });
   return absl::OkStatus();
@@ -491,10 +492,16 @@ void Forward::AttendHeads(int il, const Batch& b, const float* q, float* out) co
   const HyperParams& hp = model_->hparams();
   const int64_t hk = hp.head_dim_k, hv = hp.head_dim_v;
   const int64_t n_kv_heads = hp.n_head_kv, group = hp.n_head / hp.n_head_kv;
+  const std::vector<float>& sinks = model_->layer(il).sinks;
+  // Sliding-window layers: token t attends to positions [first(t), pos(t)].
+  const int64_t window = hp.layers[il].sliding_window;
+  auto first = [&](int64_t t) { return window > 0 ? std::max<int64_t>(0, b.pos[t] - window + 1) : 0; };
   // Work items: (block of up to kBlockTokens consecutive tokens of one
   // sequence, KV head); each runs the group's query heads of its tokens in
   // one AttendGroup, so every key and value row is converted once for them.
-  constexpr int64_t kBlockTokens = 4;
+  // (One token per block on sliding-window layers: the block's queries then
+  // share their first position, where the group's K and V start.)
+  const int64_t kBlockTokens = window > 0 ? 1 : 4;
   struct Block {
     int64_t t0, n, cost;
   };
@@ -502,7 +509,7 @@ void Forward::AttendHeads(int il, const Batch& b, const float* q, float* out) co
   for (int64_t t = 0; t < b.n;) {
     int64_t e = t + 1;
     while (e < b.n && e - t < kBlockTokens && b.state[e] == b.state[t]) ++e;
-    blocks.push_back({t, e - t, (e - t) * (b.pos[e - 1] + 1)});
+    blocks.push_back({t, e - t, (e - t) * (b.pos[e - 1] + 1 - first(e - 1))});
     t = e;
   }
   // The costliest first (causal rows grow with the position), handed out
@@ -515,6 +522,7 @@ void Forward::AttendHeads(int il, const Batch& b, const float* q, float* out) co
     std::vector<const float*> qp(kBlockTokens * group);
     std::vector<float*> op(kBlockTokens * group);
     std::vector<int64_t> n_kv(kBlockTokens * group);
+    std::vector<float> sink(kBlockTokens * group);
     internal::GroupAttention g;
     g.k_stride = n_kv_heads * hk;
     g.v_stride = n_kv_heads * hv;
@@ -524,18 +532,22 @@ void Forward::AttendHeads(int il, const Batch& b, const float* q, float* out) co
     g.q = qp.data();
     g.out = op.data();
     g.n_kv = n_kv.data();
+    g.sinks = sinks.empty() ? nullptr : sink.data();
     for (int64_t idx; (idx = next.fetch_add(1, std::memory_order_relaxed)) < items;) {
       const Block& blk = blocks[idx / n_kv_heads];
       const int64_t kvh = idx % n_kv_heads;
       const SequenceState& cache = *b.state[blk.t0];
-      g.k = cache.k(il, 0) + kvh * hk;
-      g.v = cache.v(il, 0) + kvh * hv;
+      const int64_t p0 = first(blk.t0);
+      g.k = cache.k(il, p0) + kvh * hk;
+      g.v = cache.v(il, p0) + kvh * hv;
       g.n_q = 0;
       for (int64_t t = blk.t0; t < blk.t0 + blk.n; ++t) {
         for (int64_t head = kvh * group; head < (kvh + 1) * group; ++head) {
           qp[g.n_q] = q + (t * hp.n_head + head) * hk;
           op[g.n_q] = out + (t * hp.n_head + head) * hv;
-          n_kv[g.n_q] = b.pos[t] + 1;  // causal: positions 0 .. pos of its own sequence
+          // Causal: positions p0 .. pos of its own sequence.
+          n_kv[g.n_q] = b.pos[t] + 1 - p0;
+          if (!sinks.empty()) sink[g.n_q] = sinks[head];
           ++g.n_q;
         }
       }
@@ -562,6 +574,11 @@ absl::Status Forward::MoeFfn(int il, Batch& b) const {
 
   float* router = ws.router.Get(n * hp.n_expert);
   RETURN_IF_ERROR(quant::MatMul(L.router, call.hidden.data(), n, router, pool_));
+  if (!L.router_b.empty()) {
+    For(pool_, n, MinRows(hp.n_expert), [&](int64_t t0, int64_t t1) {
+      AddBias(L.router_b, t0, t1, router);
+    });
+  }
   call.call_id = next_call_id_.fetch_add(1);
   call.layer = il;
   call.n_tokens = static_cast<int32_t>(n);
@@ -572,9 +589,16 @@ absl::Status Forward::MoeFfn(int il, Batch& b) const {
   For(pool_, n, MinRows(hp.n_expert * 16), [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       call.token_offsets[t] = static_cast<uint32_t>(t * k);
-      internal::SelectExperts(router + t * hp.n_expert, static_cast<int>(hp.n_expert),
-                              static_cast<int>(k), hp.norm_topk, call.expert_ids.data() + t * k,
-                              call.weights.data() + t * k);
+      if (hp.router_scoring == RouterSpec::Scoring::kSoftmaxSelected) {
+        internal::SelectExpertsSoftmaxOfTopK(router + t * hp.n_expert,
+                                             static_cast<int>(hp.n_expert), static_cast<int>(k),
+                                             call.expert_ids.data() + t * k,
+                                             call.weights.data() + t * k);
+      } else {
+        internal::SelectExperts(router + t * hp.n_expert, static_cast<int>(hp.n_expert),
+                                static_cast<int>(k), hp.norm_topk, call.expert_ids.data() + t * k,
+                                call.weights.data() + t * k);
+      }
     }
   });
   call.token_offsets[n] = static_cast<uint32_t>(n * k);

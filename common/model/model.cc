@@ -192,6 +192,8 @@ absl::Status Model::BindLayer(int il) {
   ASSIGN_OR_RETURN(L.bq, Vector(f, at(TensorId::kAttnQBias)));
   ASSIGN_OR_RETURN(L.bk, Vector(f, at(TensorId::kAttnKBias)));
   ASSIGN_OR_RETURN(L.bv, Vector(f, at(TensorId::kAttnVBias)));
+  ASSIGN_OR_RETURN(L.bo, Vector(f, at(TensorId::kAttnOutputBias)));
+  ASSIGN_OR_RETURN(L.sinks, Vector(f, at(TensorId::kAttnSinks)));
   ASSIGN_OR_RETURN(L.q_norm, Vector(f, at(TensorId::kAttnQNorm)));
   ASSIGN_OR_RETURN(L.k_norm, Vector(f, at(TensorId::kAttnKNorm)));
   L.ssm_qkv = Matrix(at(TensorId::kSsmQkv));
@@ -205,6 +207,10 @@ absl::Status Model::BindLayer(int il) {
   ASSIGN_OR_RETURN(L.ssm_norm, Vector(f, at(TensorId::kSsmNorm)));
   ASSIGN_OR_RETURN(L.ffn_norm, Vector(f, at(TensorId::kFfnNorm)));
   L.router = Matrix(at(TensorId::kRouter));
+  ASSIGN_OR_RETURN(L.router_b, Vector(f, at(TensorId::kRouterBias)));
+  ASSIGN_OR_RETURN(L.gate_exps_b, Vector(f, at(TensorId::kExpGateBias)));
+  ASSIGN_OR_RETURN(L.up_exps_b, Vector(f, at(TensorId::kExpUpBias)));
+  ASSIGN_OR_RETURN(L.down_exps_b, Vector(f, at(TensorId::kExpDownBias)));
   L.gate_exps = Experts(at(TensorId::kExpGate));
   L.up_exps = Experts(at(TensorId::kExpUp));
   L.down_exps = Experts(at(TensorId::kExpDown));

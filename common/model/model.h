@@ -53,7 +53,8 @@ struct LayerWeights {
   // Attention mixers. Gated attention: wq has 2 x head_dim_k rows per head,
   // the query then the gate.
   quant::WeightView wq, wk, wv, wo;
-  std::vector<float> bq, bk, bv;         // optional biases
+  std::vector<float> bq, bk, bv, bo;     // optional biases (bo: after wo, n_embd)
+  std::vector<float> sinks;              // optional sink logit per query head (gpt-oss)
   std::vector<float> q_norm, k_norm;     // optional QK-norm (head_dim_k)
   // Gated DeltaNet mixers (arch.h, TensorId::kSsm*).
   quant::WeightView ssm_qkv;             // conv channels x n_embd
@@ -65,6 +66,10 @@ struct LayerWeights {
   std::vector<float> ssm_norm;           // value head size
   std::vector<float> ffn_norm;           // n_embd
   quant::WeightView router;              // n_expert x n_embd
+  std::vector<float> router_b;           // optional, n_expert
+  // Optional routed-expert biases, expert e's at e * n_ff_exp (gate, up) or
+  // e * n_embd (down).
+  std::vector<float> gate_exps_b, up_exps_b, down_exps_b;
   ExpertTensorView gate_exps, up_exps, down_exps;
   quant::WeightView shexp_gate_inp;      // optional, 1 x n_embd
   quant::WeightView shexp_gate, shexp_up, shexp_down;  // optional

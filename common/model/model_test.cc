@@ -30,6 +30,32 @@ TEST(ArchTest, DescriptionsExist) {
   EXPECT_THAT(SupportedArchNames(), HasSubstr("qwen2moe"));
 }
 
+TEST(ModelTest, ParsesFixtureGptOss) {
+  auto m = Model::Open(Fixture("gptoss-tiny-mxfp4_moe.gguf"));
+  ASSERT_TRUE(m.ok()) << m.status();
+  const HyperParams& hp = (*m)->hparams();
+  EXPECT_EQ(hp.arch, "gpt-oss");
+  EXPECT_EQ(hp.router_scoring, RouterSpec::Scoring::kSoftmaxSelected);
+  EXPECT_EQ(ExpertFfnName(hp.expert_ffn), "swiglu_oai(alpha=1.702,limit=7)");
+  // attention.sliding_window = 8, no pattern key: the even layers slide.
+  ASSERT_EQ(hp.layers.size(), 4u);
+  EXPECT_EQ(hp.layers[0].sliding_window, 8);
+  EXPECT_EQ(hp.layers[1].sliding_window, 0);
+  EXPECT_EQ(hp.layers[2].sliding_window, 8);
+  EXPECT_EQ(hp.layers[3].sliding_window, 0);
+  EXPECT_EQ(hp.rope.scaling, RopeScaling::kYarn);
+  EXPECT_FLOAT_EQ(hp.rope.freq_scale, 1.0f / 32);
+  EXPECT_EQ(hp.rope.n_ctx_orig, 4096);
+  EXPECT_NEAR(hp.rope.attn_factor, 1.0f, 1e-6f);
+  const LayerWeights& L = (*m)->layer(1);
+  EXPECT_EQ(L.sinks.size(), 4u);
+  EXPECT_EQ(L.bo.size(), 128u);
+  EXPECT_EQ(L.router_b.size(), 8u);
+  EXPECT_EQ(L.gate_exps_b.size(), 8u * 128);
+  EXPECT_EQ(L.down_exps_b.size(), 8u * 128);
+  EXPECT_EQ(L.gate_exps.type, GgmlType::kMXFP4);
+}
+
 TEST(ModelTest, ParsesFixtureQwen3Moe) {
   auto m = Model::Open(Fixture("qwen3moe-tiny-f16.gguf"));
   ASSERT_TRUE(m.ok()) << m.status();

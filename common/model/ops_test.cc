@@ -135,6 +135,22 @@ TEST(SelectExpertsTest, NormalizedWeightsSumToOne) {
 }
 
 // Direct RoPE formula in double: theta_i = pos * base^(-2i/n_rot).
+// gpt-oss's router: top-k of the raw logits, softmax over those k only.
+TEST(SelectExpertsTest, SoftmaxOfTopKWeighsOnlyTheSelected) {
+  const float logits[8] = {0.5f, 3.0f, -1.0f, 3.0f, 2.0f, -7.0f, 0.0f, 1.0f};
+  int32_t ids[3];
+  float w[3];
+  SelectExpertsSoftmaxOfTopK(logits, 8, 3, ids, w);
+  EXPECT_EQ(ids[0], 1);
+  EXPECT_EQ(ids[1], 3);  // the tie goes to the lower id first
+  EXPECT_EQ(ids[2], 4);
+  const double z = 2 * std::exp(0.0) + std::exp(-1.0);
+  EXPECT_NEAR(w[0], 1 / z, 1e-6);
+  EXPECT_NEAR(w[1], 1 / z, 1e-6);
+  EXPECT_NEAR(w[2], std::exp(-1.0) / z, 1e-6);
+  EXPECT_EQ(logits[5], -7.0f);  // unchanged
+}
+
 TEST(RopeTest, NeoxMatchesDirectFormula) {
   RopeParams p;
   p.n_rot = 16;

@@ -28,6 +28,7 @@ void ToProto(const WorkerDescription& d, moesplit::v1::DescribeResponse* out) {
   out->set_resident_bytes(d.resident_bytes);
   out->set_worker_id(d.worker_id);
   out->set_max_tokens(d.max_tokens);
+  out->set_expert_ffn(d.expert_ffn);
 }
 
 WorkerDescription FromProto(const moesplit::v1::DescribeResponse& p) {
@@ -51,6 +52,7 @@ WorkerDescription FromProto(const moesplit::v1::DescribeResponse& p) {
   d.resident_bytes = p.resident_bytes();
   d.worker_id = p.worker_id();
   d.max_tokens = p.max_tokens();
+  d.expert_ffn = p.expert_ffn().empty() ? "swiglu" : p.expert_ffn();
   return d;
 }
 
@@ -60,6 +62,14 @@ absl::Status CheckIdentity(const std::string& address, const WorkerDescription& 
   return absl::FailedPreconditionError(absl::StrCat(
       "expert worker ", address, " serves model ", worker.model_identity, " ('",
       worker.model_name, "'), but this dense service runs model ", expected));
+}
+
+absl::Status CheckExpertFfn(const std::string& address, const WorkerDescription& worker,
+                            const std::string& expected) {
+  if (expected.empty() || worker.expert_ffn == expected) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "expert worker ", address, " computes experts as '", worker.expert_ffn,
+      "', but this model's experts are '", expected, "' (a worker binary that predates the model?)"));
 }
 
 }  // namespace moesplit::transport

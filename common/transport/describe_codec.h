@@ -17,5 +17,9 @@ WorkerDescription FromProto(const moesplit::v1::DescribeResponse& p);
 // model than `expected` (empty `expected` accepts any).
 absl::Status CheckIdentity(const std::string& address, const WorkerDescription& worker,
                            const std::string& expected);
+// FAILED_PRECONDITION when the worker computes another expert FFN than
+// `expected` (model::ExpertFfnName; empty `expected` accepts any).
+absl::Status CheckExpertFfn(const std::string& address, const WorkerDescription& worker,
+                            const std::string& expected);
 
 }  // namespace moesplit::transport

@@ -50,6 +50,8 @@ struct WorkerDescription {
   uint64_t resident_bytes = 0;
   std::string worker_id;
   int max_tokens = 0;  // largest n_tokens one call may carry
+  // The expert FFN it computes (model::ExpertFfnName), e.g. "swiglu".
+  std::string expert_ffn = "swiglu";
 
   bool Owns(int layer, int expert) const {
     return layer >= layer_begin && layer < layer_end && expert >= expert_begin &&
@@ -59,6 +61,7 @@ struct WorkerDescription {
 
 struct ClientOptions {
   std::string model_identity;  // the dense side's model; refused on mismatch
+  std::string expert_ffn;      // the expert math the model needs; "" accepts any
   std::chrono::milliseconds timeout{10000};  // per call (--expert-timeout)
   std::chrono::milliseconds backoff_min{100};
   std::chrono::milliseconds backoff_max{5000};

@@ -340,6 +340,7 @@ absl::Status GrpcExpertClient::Connect() {
   }
   WorkerDescription desc = FromProto(resp);
   RETURN_IF_ERROR(CheckIdentity(address_, desc, options_.model_identity));
+  RETURN_IF_ERROR(CheckExpertFfn(address_, desc, options_.expert_ffn));
   {
     std::lock_guard<std::mutex> l(mu_);
     ctx_ = std::make_unique<grpc::ClientContext>();

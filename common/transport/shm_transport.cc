@@ -462,6 +462,7 @@ absl::Status ShmExpertClient::Connect() {
   }
   WorkerDescription desc = FromProto(proto);
   RETURN_IF_ERROR(CheckIdentity(address_, desc, options_.model_identity));
+  RETURN_IF_ERROR(CheckExpertFfn(address_, desc, options_.expert_ffn));
   const uint32_t max_tokens =
       static_cast<uint32_t>(std::min(options_.max_tokens, desc.max_tokens));
   const uint32_t d = static_cast<uint32_t>(desc.d);

@@ -252,6 +252,33 @@ TEST(TransportTest, MismatchedModelIsRefusedOnBothTransports) {
   }
 }
 
+// A worker whose expert math is not the model's (say an older binary that
+// computes SiLU experts for a gpt-oss model) is refused at Describe time on
+// both transports; the description carries the math across them.
+TEST(TransportTest, MismatchedExpertFfnIsRefusedOnBothTransports) {
+  FakeExperts backend;
+  WorkerDescription d = Description();
+  d.expert_ffn = "swiglu";
+  auto shm = ShmExpertServer::Start({UniqueName("ffn")}, d, &backend);
+  auto grpc = GrpcExpertServer::Start({"127.0.0.1:0"}, d, &backend);
+  ASSERT_TRUE(shm.ok() && grpc.ok());
+  for (const std::string& addr : {(*shm)->address(), (*grpc)->address()}) {
+    ClientOptions o = Options();
+    o.expert_ffn = "swiglu_oai(alpha=1.702,limit=7)";
+    auto client = OpenExpertClient(addr, o);
+    model::ExpertResult r;
+    absl::Status s = (*client)->Compute(MakeCall(1, 0, 1), &r);
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << addr << " " << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("swiglu_oai")) << addr;
+    o.expert_ffn = "swiglu";
+    auto same = OpenExpertClient(addr, o);
+    EXPECT_TRUE((*same)->Compute(MakeCall(1, 0, 1), &r).ok()) << addr;
+    auto described = (*same)->Describe();
+    ASSERT_TRUE(described.ok());
+    EXPECT_EQ(described->expert_ffn, "swiglu");
+  }
+}
+
 TEST(TransportTest, DeadWorkerGivesUnavailableThenRecovers) {
   const std::string name = UniqueName("dead");
   FakeExperts backend;

@@ -108,7 +108,8 @@ absl::StatusOr<std::unique_ptr<ExpertShard>> ExpertShard::Load(const ShardOption
         jobs.push_back({in[k], part.expert_begin, part.expert_end, pack, dst});
         dst += (SliceBytes(*in[k], part.expert_begin, part.expert_end) + 63) / 64 * 64;
       }
-      layers.push_back(le);
+      model::SliceExpertBiases(lw, part.expert_begin, part.expert_end, hp.n_ff_exp, hp.n_embd, &le);
+      layers.push_back(std::move(le));
     }
     std::thread copier([&] {
       if (part.node >= 0) PinCurrentThread(cpus);
@@ -119,7 +120,8 @@ absl::StatusOr<std::unique_ptr<ExpertShard>> ExpertShard::Load(const ShardOption
       for (const auto* v : {&le.gate, &le.up, &le.down}) formats.insert(std::string(GgmlTypeName(v->type)));
     }
     model::ExpertStore store(std::move(layers), m->n_layer(), static_cast<int>(hp.n_expert),
-                             shard.layer_begin, part.expert_begin, hp.n_embd, hp.n_ff_exp);
+                             shard.layer_begin, part.expert_begin, hp.n_embd, hp.n_ff_exp,
+                             nullptr, hp.expert_ffn);
     part.experts = std::make_unique<model::InProcessExperts>(std::move(store), part.pool.get());
   }
   if (n_nodes > 1) s->drivers_ = std::make_unique<ThreadPool>(n_nodes);
@@ -146,6 +148,7 @@ absl::StatusOr<std::unique_ptr<ExpertShard>> ExpertShard::Load(const ShardOption
   }
   d.worker_id = options.worker_id;
   d.max_tokens = options.max_tokens;
+  d.expert_ffn = model::ExpertFfnName(hp.expert_ffn);
   // The worker computes from its own copy: drop the file's pages it read.
   const std::string path = options.model_path;
   m.reset();

@@ -138,7 +138,7 @@ std::string ArchOfFixture(const std::string& name) {
 
 // Architectures with fixtures whose implementation is still to come. Every
 // other fixture must load and pass.
-bool IsPendingArch(const std::string& arch) { return arch == "gpt-oss" || arch == "deepseek2"; }
+bool IsPendingArch(const std::string& arch) { return arch == "deepseek2"; }
 
 class OracleTest : public ::testing::TestWithParam<std::string> {};
 

@@ -17,6 +17,18 @@
 namespace moesplit::model::internal {
 namespace {
 
+// The sink step (attention.h): out[0..dv) holds f32(acc16), m and *sum the
+// softmax's running max and sum.
+void ApplySink(float sink, float m, float* sum, float* out, int64_t dv) {
+  if (sink > m) {
+    const float ms = std::exp(m - sink);
+    for (int64_t c = 0; c < dv; ++c) out[c] *= ms;
+    *sum = std::fma(*sum, ms, 1.0f);
+  } else {
+    *sum = std::fma(*sum, 1.0f, std::exp(sink - m));
+  }
+}
+
 constexpr int64_t kStep = 64;  // ggml's GGML_F16_STEP for AVX-512
 constexpr int kLanes = 16;     // GGML_F16_EPR for AVX-512
 
@@ -709,9 +721,11 @@ MOESPLIT_TARGET512 void AttendGroup512(const GroupAttention& g) {
     }
   }
   for (int64_t i = 0; i < n_q; ++i) {
-    const float sum = state[nqp + i];
+    float sum = state[nqp + i];
+    float* a = acc + i * dvp;
+    if (g.sinks != nullptr && g.sinks[i] > -INFINITY) ApplySink(g.sinks[i], state[i], &sum, a, dv);
     const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
-    for (int64_t c = 0; c < dv; ++c) g.out[i][c] = acc[i * dvp + c] * inv;
+    for (int64_t c = 0; c < dv; ++c) g.out[i][c] = a[c] * inv;
   }
 }
 
@@ -810,8 +824,10 @@ void AttendHead(const HeadAttention& a, uint16_t* acc16, float* out, F16Kernels 
     MadF16(a.dv, acc16, a.v + j * a.v_stride, vs, k);
     sum = std::fma(sum, ms, vs);
   }
+  for (int64_t c = 0; c < a.dv; ++c) out[c] = Fp16ToFp32(acc16[c]);
+  if (a.sink > -INFINITY) ApplySink(a.sink, m, &sum, out, a.dv);
   const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
-  for (int64_t c = 0; c < a.dv; ++c) out[c] = Fp16ToFp32(acc16[c]) * inv;
+  for (int64_t c = 0; c < a.dv; ++c) out[c] *= inv;
 }
 
 void AttendGroup(const GroupAttention& g, F16Kernels k) {
@@ -830,6 +846,7 @@ void AttendGroup(const GroupAttention& g, F16Kernels k) {
   for (int64_t i = 0; i < g.n_q; ++i) {
     ToF16(g.dk, g.q[i], q16.data());
     a.n_kv = g.n_kv[i];
+    a.sink = g.sinks != nullptr ? g.sinks[i] : -INFINITY;
     AttendHead(a, acc16.data(), g.out[i], k);
   }
 }

@@ -13,6 +13,14 @@
 //     S = fma(S, ms, vs)                      (the build contracts S*ms + vs)
 //   out = f32(acc16) * (1 / S)
 //
+// With a sink logit z (gpt-oss's learned per-head sink: a softmax entry that
+// has no value), after the loop, as ggml applies it:
+//   out32 = f32(acc16)
+//   if z > M: ms = exp(M - z); out32 = out32 * ms; S = fma(S, ms, 1)
+//   else:     S = fma(S, 1, exp(z - M))
+//   out = out32 * (1 / S)
+// (z = -inf, the default, changes nothing.)
+//
 // DotF16 sums like ggml_vec_dot_f16 compiled for AVX-512: 4 x 16 lanes of
 // FMA accumulators over blocks of 64, reduced as
 // ((a0+a2)+(a1+a3)), then 16 -> 8 -> 4 lanes (upper + lower halves), then
@@ -26,6 +34,7 @@
 // Thread-safe: pure functions (AttendGroup's scratch is per thread).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 namespace moesplit::model::internal {
@@ -59,6 +68,7 @@ struct HeadAttention {
   int64_t dk = 0;
   int64_t dv = 0;
   float scale = 1.0f;
+  float sink = -INFINITY;         // the sink logit, -inf for none
 };
 
 // out[0..dv) = attention of `a` (see the file comment). `acc16` is dv
@@ -82,6 +92,7 @@ struct GroupAttention {
   const float* const* q = nullptr;  // n_q pointers
   const int64_t* n_kv = nullptr;    // n_q counts, each >= 1
   float* const* out = nullptr;      // n_q pointers
+  const float* sinks = nullptr;     // n_q sink logits, or nullptr for none
 };
 
 // Bit for bit AttendHead(q16 = f16(q[i]), n_kv[i]) for every query i. The

@@ -188,6 +188,21 @@ void SelectExperts(float* logits, int n_expert, int k, bool normalize, int32_t* 
   }
 }
 
+void SelectExpertsSoftmaxOfTopK(const float* logits, int n_expert, int k, int32_t* ids,
+                                float* weights) {
+  std::vector<int32_t> order(n_expert);
+  std::iota(order.begin(), order.end(), 0);
+  std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                    [logits](int32_t a, int32_t b) {
+                      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+                    });
+  for (int i = 0; i < k; ++i) {
+    ids[i] = order[i];
+    weights[i] = logits[order[i]];
+  }
+  Softmax(weights, k);
+}
+
 void RopeYarnCorrDims(int64_t n_rot, int64_t n_ctx_orig, float freq_base, float beta_fast,
                       float beta_slow, float dims[2]) {
   auto corr_dim = [&](float n_rotations) {

@@ -48,6 +48,11 @@ void Softmax(float* x, int64_t n);
 // REQUIRES: 1 <= k <= n_expert. `logits` is overwritten with the probabilities.
 void SelectExperts(float* logits, int n_expert, int k, bool normalize, int32_t* ids,
                    float* weights);
+// gpt-oss's router (LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX_WEIGHT): the k
+// largest logits (ties -> lower id) in descending order into ids[0..k), and
+// the softmax over those k logits into weights[0..k). `logits` is unchanged.
+void SelectExpertsSoftmaxOfTopK(const float* logits, int n_expert, int k, int32_t* ids,
+                                float* weights);
 
 // RoPE angles for one position: cos/sin of theta_i for i in [0, n_rot/2),
 // following ggml's rope_yarn (theta_i = pos * base^(-2i/n_rot), computed by
