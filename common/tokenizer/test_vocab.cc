@@ -7,6 +7,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "common/base/status.h"
 #include "common/tokenizer/internal/byte_level.h"
 #include "common/tokenizer/internal/pre_tokenizer.h"
@@ -164,15 +165,28 @@ absl::Status LearnMerges(int32_t n_new, VocabSpec* spec) {
 std::string_view TestVocabText() { return kText; }
 
 absl::StatusOr<VocabSpec> MakeTestVocab(int32_t n_vocab) {
-  constexpr int32_t kSpecials = 3;
+  return MakeTestVocab(n_vocab, TestVocabStyle::kChatMl);
+}
+
+absl::StatusOr<VocabSpec> MakeTestVocab(int32_t n_vocab, TestVocabStyle style) {
+  static constexpr const char* kChatMlSpecials[] = {"<|endoftext|>", "<|im_start|>",
+                                                    "<|im_end|>"};
+  static constexpr const char* kHarmonySpecials[] = {
+      "<|startoftext|>", "<|endoftext|>", "<|return|>", "<|constrain|>", "<|channel|>",
+      "<|start|>",       "<|end|>",       "<|message|>", "<|call|>"};
+  const bool harmony = style == TestVocabStyle::kHarmony;
+  const absl::Span<const char* const> specials =
+      harmony ? absl::Span<const char* const>(kHarmonySpecials)
+              : absl::Span<const char* const>(kChatMlSpecials);
+  const int32_t kSpecials = static_cast<int32_t>(specials.size());
   constexpr int32_t kMaxVocab = 1 << 24;
   if (n_vocab < 256 + kSpecials || n_vocab > kMaxVocab) {
     return absl::InvalidArgumentError(absl::StrCat(
         "test vocabulary size ", n_vocab, " outside [", 256 + kSpecials, ", ",
-        kMaxVocab, "] (256 byte tokens + 3 specials at least)"));
+        kMaxVocab, "] (256 byte tokens + ", kSpecials, " specials at least)"));
   }
   VocabSpec spec;
-  spec.pre = "qwen2";
+  spec.pre = harmony ? "gpt-4o" : "qwen2";
   for (int b = 0; b < 256; ++b) {
     spec.tokens.emplace_back(ByteToUnicode(static_cast<uint8_t>(b)));
     spec.types.push_back(TokenType::kNormal);
@@ -184,12 +198,18 @@ absl::StatusOr<VocabSpec> MakeTestVocab(int32_t n_vocab) {
     spec.tokens.push_back(absl::StrCat("<|unused_", k, "|>"));
     spec.types.push_back(TokenType::kUnused);
   }
-  for (const char* special : {"<|endoftext|>", "<|im_start|>", "<|im_end|>"}) {
+  for (const char* special : specials) {
     spec.tokens.emplace_back(special);
     spec.types.push_back(TokenType::kControl);
   }
-  spec.bos = spec.pad = n_vocab - 3;
-  spec.eos = n_vocab - 1;
+  if (harmony) {
+    spec.bos = n_vocab - kSpecials;
+    spec.pad = n_vocab - kSpecials + 1;
+    spec.eos = n_vocab - kSpecials + 2;
+  } else {
+    spec.bos = spec.pad = n_vocab - 3;
+    spec.eos = n_vocab - 1;
+  }
   RETURN_IF_ERROR(ValidateVocabSpec(spec));
   return spec;
 }

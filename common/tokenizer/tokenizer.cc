@@ -226,6 +226,24 @@ void Tokenizer::InitAttributes() {
   if (eos_ >= 0) is_eog_[eos_] = 1;
   if (eot_ >= 0) is_eog_[eot_] = 1;
   if (eom_ >= 0) is_eog_[eom_] = 1;
+  // gpt-oss (o200k_harmony), as llama.cpp special-cases it: the harmony
+  // framing tokens always render (user-defined), and where <|return|> and
+  // <|call|> end generation, <|end|> only closes a message (an analysis
+  // message is followed by the final one): not end of generation, rendered.
+  for (std::string_view text : {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"}) {
+    if (const int32_t id = bpe_->Find(text); id >= 0) attrs_[id] = kAttrUserDefined;
+  }
+  const auto eog_text = [&](std::string_view text) {
+    const int32_t id = bpe_->Find(text);
+    return id >= 0 && is_eog_[id] != 0;
+  };
+  const int32_t end_id = bpe_->Find("<|end|>");
+  if (end_id >= 0 && is_eog_[end_id] != 0 &&
+      ((eog_text("<|return|>") && (eog_text("<|call|>") || eog_text("<|calls|>"))) ||
+       ((eog_text("<|call|>") || eog_text("<|calls|>")) && eog_text("<|flush|>")))) {
+    is_eog_[end_id] = 0;
+    attrs_[end_id] = kAttrUserDefined;
+  }
   for (size_t i = 0; i < n; ++i) {
     if (is_eog_[i]) eog_ids_.push_back(static_cast<int32_t>(i));
     if (attrs_[i] & (kAttrControl | kAttrUserDefined | kAttrUnknown)) {

@@ -381,6 +381,38 @@ TEST(TokenizerTest, RejectsUnknownAndMissingPreTypes) {
   EXPECT_THAT(tok.status().message(), HasSubstr("tokenizer.ggml.pre"));
 }
 
+// gpt-oss's vocabulary (o200k_harmony): <|return|> and <|call|> end
+// generation, <|end|> then does not (it closes the analysis message before
+// the final one), and the harmony framing tokens always render.
+TEST(TokenizerTest, HarmonyTokensFollowLlamaCpp) {
+  for (bool with_return : {true, false}) {
+    auto spec = MakeTestVocab(300);
+    ASSERT_TRUE(spec.ok());
+    std::vector<std::string> extra = {"<|start|>", "<|channel|>", "<|message|>", "<|end|>",
+                                      "<|call|>"};
+    if (with_return) extra.push_back("<|return|>");
+    const int32_t base = static_cast<int32_t>(spec->tokens.size());
+    for (const std::string& t : extra) {
+      spec->tokens.push_back(t);
+      if (!spec->types.empty()) spec->types.push_back(TokenType::kControl);
+    }
+    if (spec->types.empty()) {
+      spec->types.assign(spec->tokens.size(), TokenType::kNormal);
+      for (size_t i = base; i < spec->tokens.size(); ++i) spec->types[i] = TokenType::kControl;
+    }
+    auto tok = Tokenizer::FromSpec(*spec);
+    ASSERT_TRUE(tok.ok()) << tok.status();
+    const int32_t start = base, channel = base + 1, end = base + 3, call = base + 4;
+    EXPECT_TRUE((*tok)->IsEndOfGeneration(call));
+    EXPECT_EQ((*tok)->IsEndOfGeneration(end), !with_return) << with_return;
+    if (with_return) EXPECT_TRUE((*tok)->IsEndOfGeneration(base + 5));
+    // Rendered without render_special: user-defined now.
+    EXPECT_EQ(*(*tok)->Decode(std::vector<int32_t>{start, channel}, false),
+              "<|start|><|channel|>");
+    EXPECT_EQ(*(*tok)->Decode(std::vector<int32_t>{end}, false), with_return ? "<|end|>" : "");
+  }
+}
+
 TEST(TokenizerTest, AddsBosAndEosAsTheMetadataAsks) {
   auto spec = MakeTestVocab(300);
   ASSERT_TRUE(spec.ok());

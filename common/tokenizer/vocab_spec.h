@@ -85,6 +85,12 @@ absl::Status WriteVocabSpec(const VocabSpec& spec, GgufWriter* writer);
 // kControl. add_bos and add_eos are false, like Qwen's. The layout is that of
 // the qwen3moe-tiny fixture models (499 = 256 + 240 + 3).
 absl::StatusOr<VocabSpec> MakeTestVocab(int32_t n_vocab);
+// The specials a test vocabulary ends with: ChatML's three (above), or
+// gpt-oss's harmony set (<|startoftext|> = bos, <|endoftext|> = pad,
+// <|return|> = eos, <|constrain|>, <|channel|>, <|start|>, <|end|>,
+// <|message|>, <|call|>) with the gpt-4o pre-tokenizer.
+enum class TestVocabStyle { kChatMl, kHarmony };
+absl::StatusOr<VocabSpec> MakeTestVocab(int32_t n_vocab, TestVocabStyle style);
 
 // The English text MakeTestVocab learns from.
 std::string_view TestVocabText();

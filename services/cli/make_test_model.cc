@@ -38,6 +38,7 @@ constexpr ShapeFlag kShapeFlags[] = {
     {"ssm-k-heads", &TestModelSpec::ssm_n_k_heads, "qwen35moe: DeltaNet key heads"},
     {"ssm-v-heads", &TestModelSpec::ssm_n_v_heads, "qwen35moe: DeltaNet value heads"},
     {"ssm-head", &TestModelSpec::ssm_head, "qwen35moe: DeltaNet head size"},
+    {"window", &TestModelSpec::sliding_window, "gpt-oss: sliding window of the even layers"},
 };
 
 void PrintWritten(const TestModelSpec& spec, const std::string& out,
@@ -66,11 +67,14 @@ absl::Status RunMakeTestModel(const Args& args, const CommandIo& io) {
   TestModelSpec shape;  // receives the shape flags
   FlagParser f;
   f.AddString("out|o", &out, "output GGUF path (required)");
-  f.AddString("arch", &arch, "qwen3moe | qwen2moe | qwen35moe").DefaultText("the preset's");
-  f.AddString("preset", &preset, "qwen3-30b-a3b | qwen3.5-35b-a3b | tiny");
+  f.AddString("arch", &arch, "qwen3moe | qwen2moe | qwen35moe | gpt-oss")
+      .DefaultText("the preset's");
+  f.AddString("preset", &preset,
+              "qwen3-30b-a3b | qwen3.5-35b-a3b | gpt-oss-20b | gpt-oss-120b | tiny");
   f.AddString("type", &type,
               absl::StrCat("file type: ", absl::StrJoin(FileTypeMixNames(), " ")))
-      .Meta("TYPE");
+      .Meta("TYPE")
+      .DefaultText("Q4_K_M; the gpt-oss presets: MXFP4_MOE");
   for (const ShapeFlag& s : kShapeFlags) {
     f.AddInt(s.name, &(shape.*s.field), s.help).DefaultText("the preset's");
   }
@@ -89,7 +93,7 @@ absl::Status RunMakeTestModel(const Args& args, const CommandIo& io) {
   }
   ASSIGN_OR_RETURN(TestModelSpec spec, PresetSpec(preset));
   if (f.WasSet("arch")) spec.arch = arch;
-  spec.type = type;
+  if (f.WasSet("type")) spec.type = type;
   spec.name = name;
   spec.seed = static_cast<uint64_t>(seed);
   spec.threads = ThreadCount(threads);

@@ -29,6 +29,17 @@ constexpr char kChatTemplate[] =
     "+ message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if "
     "add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 
+// gpt-oss test models: harmony framing (ours, not OpenAI's full template:
+// what a harmony prompt needs to be well formed).
+constexpr char kHarmonyTemplate[] =
+    "{% for message in messages %}{% if message['role'] == 'assistant' %}"
+    "{{'<|start|>assistant<|channel|>final<|message|>' + message['content'] + '<|end|>'}}"
+    "{% else %}{{'<|start|>' + message['role'] + '<|message|>' + message['content'] + "
+    "'<|end|>'}}{% endif %}{% endfor %}{% if add_generation_prompt %}"
+    "{{'<|start|>assistant'}}{% endif %}";
+
+bool IsGptOss(const TestModelSpec& s) { return s.arch == "gpt-oss"; }
+
 uint64_t Mix64(uint64_t z) {
   z += 0x9e3779b97f4a7c15ULL;
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -82,9 +93,15 @@ absl::Status CheckShape(const TestModelSpec& s) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--top-k ", s.n_expert_used, " exceeds --experts ", s.n_expert));
   }
-  if (s.n_vocab < 259) {
+  const int64_t min_vocab = IsGptOss(s) ? 265 : 259;
+  if (s.n_vocab < min_vocab) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--vocab ", s.n_vocab, " is below 259 (256 bytes + 3 specials)"));
+        "--vocab ", s.n_vocab, " is below ", min_vocab, " (256 bytes + the specials)"));
+  }
+  if (IsGptOss(s) && (s.sliding_window < 1 || s.sliding_window > (int64_t{1} << 24) ||
+                      !(s.rope_scaling_factor >= 1) || s.rope_orig_ctx < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--window ", s.sliding_window, " must be in [1, 16777216]"));
   }
   if (s.n_rot < 0 || s.n_rot > s.head_dim || s.n_rot % 2 != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -183,6 +200,19 @@ model::HyperParams ToHyperParams(const TestModelSpec& s) {
       hp.rope.sections[i] = static_cast<int>(s.rope_sections[i]);
     }
   }
+  if (arch != nullptr) {
+    hp.router_scoring = arch->router.scoring;
+    hp.expert_ffn = arch->expert_ffn;
+    if (arch->sliding_window) {
+      for (int64_t il = 0; il < s.n_layer; il += 2) hp.layers[il].sliding_window = s.sliding_window;
+    }
+  }
+  if (IsGptOss(s)) {
+    hp.rope.scaling = model::RopeScaling::kYarn;
+    hp.rope.freq_scale = static_cast<float>(1.0 / s.rope_scaling_factor);
+    hp.rope.n_ctx_orig = s.rope_orig_ctx;
+    hp.rope.ext_factor = 1.0f;
+  }
   if (hp.n_recurrent_layers() > 0) {
     hp.ssm_conv_kernel = s.ssm_conv_kernel;
     hp.ssm_head_k = hp.ssm_head_v = s.ssm_head;
@@ -233,8 +263,30 @@ absl::StatusOr<TestModelSpec> PresetSpec(absl::string_view preset) {
     s.n_ctx = 262144;
     return s;
   }
+  if (p == "gpt-oss-20b" || p == "gpt-oss-120b") {
+    s.arch = "gpt-oss";
+    s.n_layer = p == "gpt-oss-20b" ? 24 : 36;
+    s.n_embd = 2880;
+    s.n_head = 64;
+    s.n_head_kv = 8;
+    s.head_dim = 64;
+    s.sliding_window = 128;
+    s.rope_freq_base = 150000;
+    s.rope_scaling_factor = 32;
+    s.rope_orig_ctx = 4096;
+    s.rms_eps = 1e-5;
+    s.n_expert = p == "gpt-oss-20b" ? 32 : 128;
+    s.n_expert_used = 4;
+    s.n_ff_exp = 2880;
+    s.n_ff = 2880;
+    s.n_vocab = 201088;
+    s.n_ctx = 131072;
+    s.type = "MXFP4_MOE";
+    return s;
+  }
   return absl::InvalidArgumentError(absl::StrCat(
-      "unknown preset '", preset, "' (supported: qwen3-30b-a3b, qwen3.5-35b-a3b, tiny)"));
+      "unknown preset '", preset,
+      "' (supported: qwen3-30b-a3b, qwen3.5-35b-a3b, gpt-oss-20b, gpt-oss-120b, tiny)"));
 }
 
 absl::StatusOr<std::vector<PlannedTensor>> PlanTensors(
@@ -378,7 +430,9 @@ absl::Status AddTestModel(const TestModelSpec& spec, GgufWriter* writer,
   RETURN_IF_ERROR(ValidateSpec(spec));
   ASSIGN_OR_RETURN(FileTypeMix mix, LookupFileTypeMix(spec.type));
   ASSIGN_OR_RETURN(VocabSpec vocab,
-                   MakeTestVocab(static_cast<int32_t>(spec.n_vocab)));
+                   MakeTestVocab(static_cast<int32_t>(spec.n_vocab),
+                                 IsGptOss(spec) ? TestVocabStyle::kHarmony
+                                                : TestVocabStyle::kChatMl));
   ASSIGN_OR_RETURN(std::vector<PlannedTensor> plan, PlanTensors(spec, &vocab));
 
   const std::string& a = spec.arch;
@@ -422,10 +476,17 @@ absl::Status AddTestModel(const TestModelSpec& spec, GgufWriter* writer,
     u32("ssm.inner_size", spec.ssm_n_v_heads * spec.ssm_head);
     u32("full_attention_interval", spec.full_attention_interval);
   }
+  if (IsGptOss(spec)) {
+    u32("attention.sliding_window", spec.sliding_window);
+    writer->SetString(absl::StrCat(a, ".rope.scaling.type"), "yarn");
+    writer->SetF32(absl::StrCat(a, ".rope.scaling.factor"),
+                   static_cast<float>(spec.rope_scaling_factor));
+    u32("rope.scaling.original_context_length", spec.rope_orig_ctx);
+  }
   RETURN_IF_ERROR(WriteVocabSpec(vocab, writer));
   // Qwen's files say it explicitly (llama.cpp's BPE default would add BOS).
   if (!vocab.add_bos) writer->SetBool("tokenizer.ggml.add_bos_token", false);
-  writer->SetString("tokenizer.chat_template", kChatTemplate);
+  writer->SetString("tokenizer.chat_template", IsGptOss(spec) ? kHarmonyTemplate : kChatTemplate);
   writer->SetU32("general.quantization_version", 2);
   writer->SetU32("general.file_type", mix.llama_ftype);
 

@@ -1,5 +1,5 @@
-// Synthetic test models: random-weight GGUF files of any qwen3moe / qwen2moe
-// shape that llama.cpp and moesplit load.
+// Synthetic test models: random-weight GGUF files of any qwen3moe / qwen2moe /
+// qwen35moe / gpt-oss shape that llama.cpp and moesplit load.
 //
 // A TestModelSpec gives the architecture, the shape, the file type (a
 // llama.cpp type mix such as Q4_K_M, see type_mix.h) and a seed. The file
@@ -10,8 +10,11 @@
 //      expert_feed_forward_length, [expert_shared_feed_forward_length],
 //      attention.head_count / head_count_kv / key_length / value_length /
 //      layer_norm_rms_epsilon, rope.freq_base, expert_count,
-//      expert_used_count), and a small byte-level BPE vocabulary
-//      (MakeTestVocab: tokenizer.ggml.*) plus a ChatML chat template;
+//      expert_used_count; gpt-oss: attention.sliding_window and YaRN's
+//      rope.scaling.* as the published files have them), and a small
+//      byte-level BPE vocabulary (MakeTestVocab: tokenizer.ggml.*) plus a
+//      ChatML chat template (gpt-oss: the harmony specials, the gpt-4o
+//      pre-tokenizer and a harmony template);
 //   2. the tensors of common/model's ArchDescription, each in the type the
 //      mix picks, filled with FillRandomBlocks: standard deviation
 //      1/sqrt(fan_in) for projections, routers and experts (fan_in = ne[0]),
@@ -65,6 +68,10 @@ struct TestModelSpec {
   int64_t ssm_n_v_heads = 32;
   int64_t ssm_head = 128;
   int64_t full_attention_interval = 4;
+  // gpt-oss: sliding-window attention on the even layers, YaRN RoPE.
+  int64_t sliding_window = 128;
+  double rope_scaling_factor = 32;
+  int64_t rope_orig_ctx = 4096;
   int64_t n_ff = 512;        // feed_forward_length (metadata only)
   int64_t n_vocab = 1024;
   int64_t n_ctx = 4096;
@@ -82,7 +89,11 @@ struct TestModelSpec {
 // attention 16 / 2 heads of 256 with 64 rotary dims in sections 11/11/10,
 // DeltaNet 16 key and 32 value heads of 128, conv kernel 4, 256 experts
 // top-8 of FFN 512 plus a shared expert of 512, vocabulary 248320, context
-// 262144; "tiny" (the defaults above, the oracle fixtures' shape). The
+// 262144; "gpt-oss-20b" / "gpt-oss-120b" (openai/gpt-oss's configs): 24 / 36
+// layers, n_embd 2880, 64 query / 8 KV heads of 64, window 128 on alternate
+// layers, YaRN x32 from 4096 positions (base 150000), 32 / 128 experts top-4
+// of FFN 2880, vocabulary 201088, context 131072, type MXFP4_MOE; "tiny"
+// (the defaults above, the oracle fixtures' shape). The
 // context is 4096 unless the preset says otherwise. InvalidArgument
 // otherwise.
 absl::StatusOr<TestModelSpec> PresetSpec(absl::string_view preset);

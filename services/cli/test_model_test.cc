@@ -17,6 +17,7 @@
 #include "common/model/forward.h"
 #include "common/model/model.h"
 #include "common/quant/quant.h"
+#include "common/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
 
 namespace moesplit::cli {
@@ -143,6 +144,78 @@ TEST_F(TestModelTest, Qwen35_35B_PresetPlan) {
   ASSERT_TRUE(state.ok());
   std::vector<float> logits;
   ASSERT_TRUE(forward.Eval({1, 2, 3, 4}, state->get(), model::LogitsMode::kLast, &logits).ok());
+  for (float x : logits) ASSERT_TRUE(std::isfinite(x));
+}
+
+// gpt-oss-20b / 120b as published: biased attention with sinks, the even
+// layers on a 128-token window, YaRN, MXFP4 experts with biases, and the
+// harmony vocabulary; a small file of the same kind loads and runs.
+TEST_F(TestModelTest, GptOssPresetsPlanAndRun) {
+  for (const char* preset : {"gpt-oss-20b", "gpt-oss-120b"}) {
+    auto spec = PresetSpec(preset);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    EXPECT_EQ(spec->arch, "gpt-oss");
+    EXPECT_EQ(spec->n_layer, std::string(preset) == "gpt-oss-20b" ? 24 : 36);
+    auto plan = PlanTensors(*spec);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    for (const PlannedTensor& t : *plan) {
+      if (t.name == "blk.0.ffn_gate_exps.weight") {
+        EXPECT_EQ(t.ne, (std::vector<int64_t>{2880, 2880, spec->n_expert}));
+        EXPECT_EQ(t.type, GgmlType::kMXFP4);
+      }
+      if (t.name == "blk.0.ffn_down_exps.bias") {
+        EXPECT_EQ(t.ne, (std::vector<int64_t>{2880, spec->n_expert}));
+        EXPECT_EQ(t.type, GgmlType::kF32);
+      }
+      if (t.name == "blk.0.attn_q.weight") {
+        EXPECT_EQ(t.ne, (std::vector<int64_t>{2880, 4096}));  // 64 heads x 64
+        EXPECT_EQ(t.type, GgmlType::kQ8_0);
+      }
+      if (t.name == "blk.0.attn_sinks.weight") {
+        EXPECT_EQ(t.ne, (std::vector<int64_t>{64}));
+        EXPECT_EQ(t.type, GgmlType::kF32);
+      }
+    }
+  }
+  auto spec = PresetSpec("gpt-oss-20b");
+  ASSERT_TRUE(spec.ok());
+  spec->n_layer = 2;
+  spec->n_embd = 256;
+  spec->n_head = 8;
+  spec->n_head_kv = 2;
+  spec->n_expert = 8;
+  spec->n_ff_exp = 256;
+  spec->n_vocab = 512;
+  spec->sliding_window = 4;
+  const std::string path = Path("oss.gguf");
+  ASSERT_TRUE(WriteTestModel(*spec, path).ok());
+  auto m = model::Model::Open(path);
+  ASSERT_TRUE(m.ok()) << m.status();
+  const model::HyperParams& hp = (*m)->hparams();
+  EXPECT_EQ(hp.layers[0].sliding_window, 4);
+  EXPECT_EQ(hp.layers[1].sliding_window, 0);
+  EXPECT_EQ(hp.rope.scaling, model::RopeScaling::kYarn);
+  EXPECT_EQ(model::ExpertFfnName(hp.expert_ffn), "swiglu_oai(alpha=1.702,limit=7)");
+  EXPECT_EQ((*m)->layer(0).gate_exps.type, GgmlType::kMXFP4);
+  // What ToHyperParams says is what the file holds.
+  const model::HyperParams planned = ToHyperParams(*spec);
+  for (int il = 0; il < 2; ++il) {
+    EXPECT_EQ(planned.layers[il].sliding_window, hp.layers[il].sliding_window) << il;
+  }
+  EXPECT_EQ(planned.rope.freq_scale, hp.rope.freq_scale);
+  EXPECT_EQ(planned.rope.n_ctx_orig, hp.rope.n_ctx_orig);
+  auto tok = Tokenizer::FromGguf((*m)->file());
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  EXPECT_EQ((*tok)->pre_type(), "gpt-4o");
+  model::InProcessExperts experts(model::ExpertStore(*m), nullptr);
+  model::Forward forward(*m, &experts, nullptr);
+  auto state = model::SequenceState::Create(hp, 32);
+  ASSERT_TRUE(state.ok());
+  std::vector<float> logits;
+  // Past the window: positions 0 .. 9.
+  ASSERT_TRUE(
+      forward.Eval({1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, state->get(), model::LogitsMode::kLast, &logits)
+          .ok());
   for (float x : logits) ASSERT_TRUE(std::isfinite(x));
 }
 

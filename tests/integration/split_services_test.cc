@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -78,6 +79,7 @@ absl::StatusOr<std::unique_ptr<transport::RemoteExperts>> Connect(
   std::vector<std::unique_ptr<transport::ExpertClient>> clients;
   transport::ClientOptions o;
   o.model_identity = m.file().Identity();
+  o.expert_ffn = model::ExpertFfnName(m.hparams().expert_ffn);
   for (const auto& a : addrs) clients.push_back(*transport::OpenExpertClient(a, o));
   return transport::RemoteExperts::Connect(std::move(clients), m.n_layer(),
                                            static_cast<int>(m.hparams().n_expert));
@@ -127,16 +129,22 @@ TEST_P(FixtureLogitsTest, IdenticalAcrossLocalShmGrpcAndTwoWorkers) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureLogitsTest,
                          ::testing::Values("qwen3moe-tiny-q4_k_m", "qwen2moe-tiny-q8_0",
-                                           "qwen35moe-tiny-f16", "qwen35moe-tiny-q8_0"));
+                                           "qwen35moe-tiny-f16", "qwen35moe-tiny-q8_0",
+                                           "gptoss-tiny-f16", "gptoss-tiny-mxfp4_moe"));
 
-TEST(SplitServicesTest, ExpertShardsSplitByIdAgreeClosely) {
-  const std::string name = "qwen3moe-tiny-q8_0";
+// Workers splitting the experts by id (each one's partial sums added by the
+// dense side: the same values up to the order of the additions). gpt-oss's
+// shards carry their experts' biases.
+class ExpertIdSplitTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ExpertIdSplitTest, AgreesClosely) {
+  const std::string name = GetParam();
   auto m = model::Model::Open(Model(name));
   ASSERT_TRUE(m.ok());
   ThreadPool pool(2);
   model::InProcessExperts local(model::ExpertStore(*m), &pool);
   const auto want = AllLogits(name, &local, *m, &pool);
-  const std::string a = Name("ids-a"), b = Name("ids-b");
+  const std::string a = Name("ids-a-" + name), b = Name("ids-b-" + name);
   auto wa = StartWorker({"--model", Model(name), "--listen-shm", a, "--shard", "experts=0-3"});
   auto wb = StartWorker({"--model", Model(name), "--listen-shm", b, "--shard", "experts=4-7"});
   auto split = Connect({"shm://" + a, "shm://" + b}, **m);
@@ -152,6 +160,14 @@ TEST(SplitServicesTest, ExpertShardsSplitByIdAgreeClosely) {
     EXPECT_LT(num / den, 1e-8) << "case " << c;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, ExpertIdSplitTest,
+                         ::testing::Values("qwen3moe-tiny-q8_0", "gptoss-tiny-mxfp4_moe"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& c : n) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+                           return n;
+                         });
 
 TEST(SplitServicesTest, OverlappingAndMissingShardsAreRefused) {
   const std::string model = Model("qwen3moe-tiny-q8_0");

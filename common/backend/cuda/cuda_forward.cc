@@ -81,6 +81,21 @@ absl::Status CheckSupported(const model::Model& m) {
   if (hp.rope.n_rot > hp.head_dim_k) {
     return absl::UnimplementedError("CUDA forward: only NEOX RoPE with n_rot <= head_dim");
   }
+  // gpt-oss's pieces have CPU kernels only so far: refuse rather than
+  // compute another model (--backend auto then runs on the CPU).
+  bool oss = hp.router_scoring != model::RouterSpec::Scoring::kSoftmax ||
+             hp.expert_ffn.activation != model::ExpertActivation::kSwiGlu;
+  for (int il = 0; il < m.n_layer(); ++il) {
+    const model::LayerWeights& L = m.layer(il);
+    oss = oss || hp.layers[il].sliding_window > 0 || !L.sinks.empty() || !L.bo.empty() ||
+          !L.router_b.empty() || !L.gate_exps_b.empty() || !L.up_exps_b.empty() ||
+          !L.down_exps_b.empty();
+  }
+  if (oss) {
+    return absl::UnimplementedError(absl::StrCat(
+        "the CUDA forward does not implement ", hp.arch,
+        "'s attention sinks, sliding windows, biases and expert activation yet (use --backend cpu)"));
+  }
   if (hp.n_expert > 1024 || hp.n_expert_used < 1) {
     return absl::UnimplementedError(absl::StrCat("CUDA router: n_expert ", hp.n_expert));
   }

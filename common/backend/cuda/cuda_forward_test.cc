@@ -124,6 +124,12 @@ TEST_P(CudaOracleTest, MatchesLlamaCppLogits) {
   CudaForwardOptions o;
   o.n_ctx = 256;
   auto fwd = CudaForward::Create(*m, &experts, gpu.get(), o);
+  if (arch == "gptoss" && !fwd.ok()) {
+    // The CPU forward implements gpt-oss; the CUDA one refuses it (named)
+    // until its kernels land (issue open).
+    EXPECT_EQ(fwd.status().code(), absl::StatusCode::kUnimplemented) << fwd.status();
+    GTEST_SKIP() << name << ": " << fwd.status();
+  }
   ASSERT_TRUE(fwd.ok()) << fwd.status();
   const bool float_model = name.size() > 4 && (name.substr(name.size() - 4) == "-f16" ||
                                                name.substr(name.size() - 4) == "-f32");
