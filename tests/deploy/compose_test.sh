@@ -41,6 +41,14 @@ if resolve default; then pass "docker-compose config (base, and with the TLS fil
 if promises default; then pass "defaults: $(tail -n 1 "$WORK/default.check")"; cat "$WORK/default.check"; else
   fail "defaults:"; cat "$WORK/default.check"; fi
 
+# The default image tag is the project's version (CMakeLists.txt) and the chart's appVersion.
+version=$(sed -n 's/^project(moesplit VERSION \([0-9.]*\).*/\1/p' "$REPO/CMakeLists.txt")
+app=$(sed -n 's/^appVersion: "\(.*\)"/\1/p' "$REPO/helm/moesplit/Chart.yaml")
+if [[ -n $version && $version == "$app" ]] && grep -q "image: moesplit-dense:$version$" "$WORK/default.yml" &&
+   grep -q "image: moesplit-expert-worker:$version$" "$WORK/default.yml"; then
+  pass "default images are tagged $version (CMake project version = chart appVersion)"; else
+  fail "default image tags: CMake $version, chart $app, compose $(grep 'image: moesplit' "$WORK/default.yml" | sort -u)"; fi
+
 # Overridden: all interfaces, other ports and CPUs, a longer drain.
 over=(MOESPLIT_BIND=0.0.0.0 MOESPLIT_HTTP_PORT=18080 MOESPLIT_DENSE_CPUS=0-3 MOESPLIT_WORKER_0_CPUS=4-9
       MOESPLIT_WORKER_1_CPUS=10-15 MOESPLIT_DRAIN_TIMEOUT_MS=60000 MOESPLIT_STOP_GRACE_PERIOD=1m30s
