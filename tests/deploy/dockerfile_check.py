@@ -3,14 +3,20 @@
 
   dockerfile_check.py REPO BIN_DIR
 
-For each image: multi-stage; the final stage is the runtime (no toolchain),
-runs as a non-root numeric user, has a HEALTHCHECK through `moesplit health`
-on the gRPC port it exposes and listens on, declares /models as a volume and
-copies no model in; the binaries it copies are the ones built; and every
-shared library those binaries link (ldd, resolved to Debian packages with
-dpkg -S) comes from a package the runtime stage installs or from the base
-image. .dockerignore keeps models and build trees out of the context.
+For each image: multi-stage; every base image is tagged (never :latest) and
+takes an optional digest build ARG (`FROM x:tag${X_DIGEST:+@}${X_DIGEST}`);
+the final stage is the runtime (no toolchain, not a CUDA image), runs as a
+non-root numeric user, has a HEALTHCHECK through `moesplit health` whose port
+comes from an ENV variable whose default is the gRPC port it exposes and
+listens on, exposes the HTTP port the dense image listens on, declares
+/models as a volume and copies no model in; the binaries it copies are the
+ones built; every shared library those binaries link (ldd, resolved to Debian
+packages with dpkg -S) comes from a package the runtime stage installs or from
+the base image, and every CUDA library they link (NEEDED entries under
+/usr/local/cuda) is copied by name, and no other CUDA file or folder is.
+.dockerignore keeps models and build trees out of the context.
 """
+import fnmatch
 import glob
 import json
 import os
@@ -115,7 +121,7 @@ for name, binaries in IMAGES.items():
         continue
     final = ins[froms[-1]:]
     base = final[0][1].split()[0]
-    if name.startswith("expert") and base != "debian:12-slim":
+    if name.startswith("expert") and re.sub(r"\$\{\w+:\+@\}\$\{\w+\}$", "", base) != "debian:12-slim":
         fail(f"{name}: runtime base is {base}, want debian:12-slim")
     if any(w == "RUN" and re.search(r"\b(g\+\+|cmake|nvcc|clang|ninja-build|install-deps)\b", a) for w, a in final):
         fail(f"{name}: the runtime stage installs or runs a toolchain")
@@ -123,14 +129,45 @@ for name, binaries in IMAGES.items():
     if not users or re.match(r"^(0|root)(:|$)", users[-1]) or not re.match(r"^[1-9][0-9]*(:[0-9]+)?$", users[-1]):
         fail(f"{name}: final USER {users[-1:]} is not a numeric non-root user")
     ports = [int(p) for w, a in final if w == "EXPOSE" for p in a.split()]
+    env = dict(kv for w, a in final if w == "ENV" for kv in re.findall(r"(\w+)=(\S+)", a))
     health = [a for w, a in final if w == "HEALTHCHECK"]
-    m = re.search(r'CMD \["moesplit", "health", "--addr", "127\.0\.0\.1:(\d+)"\]', health[0]) if health else None
+    m = re.search(r'CMD \["/bin/sh", "-c", "exec moesplit health --addr 127\.0\.0\.1:\$\{(\w+)\}"\]',
+                  health[0]) if health else None
     if not m:
-        fail(f"{name}: no HEALTHCHECK running `moesplit health --addr 127.0.0.1:PORT`: {health}")
+        fail(f"{name}: no HEALTHCHECK running `moesplit health --addr 127.0.0.1:${{PORT_VARIABLE}}`: {health}")
+    elif m.group(1) not in env:
+        fail(f"{name}: the HEALTHCHECK's port variable {m.group(1)} has no ENV default")
     cmd = json.loads(next(a for w, a in final if w == "CMD"))
-    listen = [re.search(r":(\d+)$", c) for c in cmd if c.startswith("0.0.0.0:")]
-    if m and (int(m.group(1)) not in ports or int(m.group(1)) not in [int(x.group(1)) for x in listen if x]):
-        fail(f"{name}: health port {m.group(1)} is not exposed ({ports}) and listened on ({cmd})")
+    listen = [int(x.group(1)) for c in cmd for x in [re.search(r"^0\.0\.0\.0:(\d+)$", c)] if x]
+    port = int(env[m.group(1)]) if m and m.group(1) in env else None
+    if m and (port not in ports or port not in listen):
+        fail(f"{name}: health port {m.group(1)}={port} is not exposed ({ports}) and listened on ({cmd})")
+    if "--http" in cmd:
+        http = int(cmd[cmd.index("--http") + 1].rsplit(":", 1)[1])
+        if http not in ports:
+            fail(f"{name}: the HTTP API's port {http} is not exposed ({ports})")
+    elif name.startswith("dense"):
+        fail(f"{name}: the default CMD does not serve the OpenAI HTTP API (--http)")
+    stages = {a.split()[-1] for w, a in ins if w == "FROM" and " AS " in a.upper()}
+    for w, a in ins:
+        if w != "FROM":
+            continue
+        image = a.split()[0]
+        if image in stages:
+            continue
+        tag = re.sub(r"\$\{\w+:\+@\}\$\{\w+\}$", "", image).rsplit("/", 1)[-1].partition(":")[2]
+        if not tag or tag == "latest" or "@" in tag:
+            fail(f"{name}: base image {image} has no version tag (or :latest)")
+        if not re.search(r"\$\{(\w+_DIGEST):\+@\}\$\{\1\}$", image) and "@sha256:" not in image:
+            fail(f"{name}: base image {image} cannot be pinned by digest (no ${{X_DIGEST:+@}}${{X_DIGEST}})")
+    if "nvidia/cuda" in base or base.split(":")[0] in stages:
+        fail(f"{name}: the runtime stage is based on {base}, not a slim Debian")
+    cuda_copies = [a for w, a in final if w == "COPY" and "/cuda" in a]
+    cuda_build = any(w == "RUN" and "-DMOESPLIT_CUDA=ON" in a for w, a in ins)
+    for a in cuda_copies:
+        for src in a.split()[1:-1]:
+            if not src.startswith("--") and (src.endswith("/") or not re.search(r"/lib[\w.+-]+\.so[\w.*]*$", src)):
+                fail(f"{name}: copies more than named CUDA libraries: COPY {a}")
     if "/models/" not in " ".join(cmd):
         fail(f"{name}: default CMD does not read the model from /models")
     if not any(w == "VOLUME" and "/models" in a for w, a in final):
@@ -160,8 +197,16 @@ for name, binaries in IMAGES.items():
             continue
         ldd = subprocess.run(["ldd", exe], capture_output=True, text=True).stdout
         for lib in re.findall(r"=> (/\S+)", ldd):
-            if lib.startswith("/usr/local/cuda") or "libcuda" in lib or "libcudart" in lib:
-                continue  # from NVIDIA's runtime image / the driver
+            if lib.startswith("/usr/local/cuda") and not cuda_build:
+                continue  # this image builds without CUDA (-DMOESPLIT_CUDA=OFF); this tree did not
+            if lib.startswith("/usr/local/cuda"):
+                soname = os.path.basename(lib)
+                if not any(fnmatch.fnmatch(soname, os.path.basename(src))
+                           for a in cuda_copies for src in a.split()[1:-1] if not src.startswith("--")):
+                    fail(f"{name}: {b} links {soname}, which the runtime stage does not copy")
+                continue
+            if "libcuda.so" in lib:
+                continue  # the driver's, from the NVIDIA container runtime
             pkg = package_of(lib)
             if pkg is None:
                 fail(f"{name}: {b} links {lib}, which no Debian package provides")

@@ -2,8 +2,11 @@
 # The Helm chart helm/moesplit: lint, render with several value sets and
 # validate every manifest against the Kubernetes schemas (validate_k8s.mjs),
 # check what the chart promises (shards cover every layer exactly once, gRPC
-# across pods or shm co-location, ServiceMonitor), and check that bad values
-# are refused. Tools come from npm (tools.sh); a failed install fails the test.
+# across pods or shm co-location, ServiceMonitor; and helm_promises.py: the
+# OpenAI HTTP API with its Service port and probes, drain and grace period,
+# PodDisruptionBudgets, the worker rollout, NetworkPolicies, API keys and TLS
+# from Secrets, Guaranteed QoS, threads = CPU request, IPC_LOCK, huge pages,
+# topology spread), what NOTES.txt says, and that bad values are refused. Tools come from npm (tools.sh); a failed install fails the test.
 # Usage: helm_chart_test.sh REPO_ROOT WORK_DIR TOOLS_PREFIX
 set -uo pipefail
 REPO=$(cd "$1" && pwd)
@@ -36,9 +39,19 @@ declare -A SETS=(
   [default]=""
   [colocated]="--set coLocation.enabled=true --set expertWorker.replicas=3"
   [servicemonitor]="--set serviceMonitor.enabled=true --set expertWorker.replicas=4 --set model.layers=94"
-  [colocated-monitor]="--set coLocation.enabled=true --set serviceMonitor.enabled=true --set dense.gpus=0"
+  [colocated-monitor]="--set coLocation.enabled=true --set serviceMonitor.enabled=true --set dense.gpus=0 --set expertWorker.resources.requests.cpu=2500m"
+  [secure]="--set tls.enabled=true --set apiKeys.enabled=true --set apiKeys.keys={key-one,key-two}
+    --set dense.guaranteedQoS=true --set expertWorker.guaranteedQoS=true --set expertWorker.hugepages2Mi=4Gi
+    --set dense.replicas=2 --set podDisruptionBudget.dense.maxUnavailable=1 --set dense.drainTimeoutMs=120000
+    --set expertWorker.updateStrategy=RollingUpdate --set expertWorker.threads=6 --set tls.serverName=workers.example
+    --set networkPolicy.apiFrom[0].namespaceSelector.matchLabels.team=ml
+    --set expertWorker.topologySpreadConstraints[0].maxSkew=1
+    --set expertWorker.topologySpreadConstraints[0].topologyKey=kubernetes.io/hostname
+    --set expertWorker.topologySpreadConstraints[0].whenUnsatisfiable=DoNotSchedule"
+  [colocated-secure]="--set coLocation.enabled=true --set tls.enabled=true --set apiKeys.enabled=true
+    --set apiKeys.existingSecret=my-keys --set tls.denseSecret=my-cert --set tls.caSecret=my-cert"
 )
-for name in default colocated servicemonitor colocated-monitor; do
+for name in default colocated servicemonitor colocated-monitor secure colocated-secure; do
   # shellcheck disable=SC2086
   if ! render "$name" ${SETS[$name]}; then fail "render $name: $(cat "$WORK/$name.err")"; continue; fi
   if out=$(validate "$WORK/$name.yaml"); then pass "$out"; else fail "$out"; fi
@@ -130,14 +143,28 @@ assert "nvidia.com/gpu" not in one(cm, "Deployment")["spec"]["template"]["spec"]
 print("rendered objects are what the values ask for")
 PY
 ); then pass "$out"; else fail "chart structure: $out"; fi
+if out=$(python3 "$TESTS/helm_promises.py" "$WORK" 2>&1); then pass "$out"; else fail "chart promises: $out"; fi
 
-# NOTES.txt renders (a client-side dry-run install needs no cluster).
-for extra in "" "--set coLocation.enabled=true --set serviceMonitor.enabled=true"; do
-  # shellcheck disable=SC2086
-  if "$HELM" install rel "$CHART" --dry-run=client --namespace ml $extra >"$WORK/notes.out" 2>&1 &&
-     grep -q "helm test rel -n ml" "$WORK/notes.out" && grep -q "moesplit complete --addr" "$WORK/notes.out"; then
-    pass "NOTES.txt renders${extra:+ ($extra)}"; else fail "NOTES.txt${extra:+ ($extra)}: $(tail -n 5 "$WORK/notes.out")"; fi
-done
+# NOTES.txt renders (a client-side dry-run install needs no cluster) and says
+# how to reach the HTTP API and what an upgrade costs.
+notes() {  # notes WHAT PATTERN... -- HELM_ARGS...
+  local what=$1 ok=1 patterns=()
+  shift
+  while [[ $1 != -- ]]; do patterns+=("$1"); shift; done
+  shift
+  "$HELM" install rel "$CHART" --dry-run=client --namespace ml "$@" >"$WORK/notes.out" 2>&1 || ok=0
+  for p in "${patterns[@]}"; do grep -qF -- "$p" "$WORK/notes.out" || { ok=0; echo "  NOTES lack: $p"; }; done
+  if ((ok)); then pass "NOTES.txt: $what"; else fail "NOTES.txt $what: $(sed -n '/^NOTES:/,$p' "$WORK/notes.out")"; fi
+}
+notes "defaults" "helm test rel -n ml" "moesplit complete --addr" "base_url http://rel-moesplit-dense.ml.svc:8080/v1" \
+  "curl http://127.0.0.1:8080/v1/chat/completions" "ONE outage" \
+  "kubectl -n ml delete pod -l app.kubernetes.io/instance=rel,app.kubernetes.io/component=expert-worker" \
+  "terminationGracePeriodSeconds 45" "kubectl drain" --
+notes "co-located" "helm test rel -n ml" "recreates the one pod: one outage" -- \
+  --set coLocation.enabled=true --set serviceMonitor.enabled=true
+notes "rolling update, TLS and keys" "3 outages" "base_url https://" "Authorization: Bearer" -- \
+  --set expertWorker.updateStrategy=RollingUpdate --set expertWorker.replicas=3 --set tls.enabled=true \
+  --set apiKeys.enabled=true --set apiKeys.existingSecret=k
 
 # Bad values are refused (values.schema.json, templates/validate.yaml).
 refuse() {
@@ -157,6 +184,13 @@ refuse "an unknown value key" "replicaz" --set expertWorker.replicaz=2
 refuse "more workers than layers" "must not exceed model.layers" --set expertWorker.replicas=5 --set model.layers=4
 refuse "an absolute model file" "file" --set model.file=/etc/passwd.gguf
 refuse "co-location with 2 dense replicas" "coLocation.enabled needs" --set coLocation.enabled=true --set dense.replicas=2
+refuse "a dense PDB that lets the only pod go" "must be below dense.replicas" --set podDisruptionBudget.dense.maxUnavailable=1
+refuse "a worker PDB value (always 0)" "expertWorker" --set podDisruptionBudget.expertWorker.maxUnavailable=1
+refuse "Guaranteed QoS with a fractional CPU" "integer expertWorker.resources.requests.cpu" \
+  --set expertWorker.guaranteedQoS=true --set expertWorker.resources.requests.cpu=2500m
+refuse "API keys without keys" "apiKeys.enabled needs" --set apiKeys.enabled=true
+refuse "an unknown rollout" "updateStrategy" --set expertWorker.updateStrategy=Blue
+refuse "an HTTP port out of range" "httpPort" --set dense.httpPort=70000
 
 # The validator itself rejects broken manifests.
 python3 - "$WORK/default.yaml" "$WORK" <<'PY'
@@ -175,8 +209,14 @@ save("broken-probe", b)
 c = copy.deepcopy(docs)
 next(d for d in c if d["kind"] == "Service" and d["spec"].get("clusterIP") == "None")["spec"]["ports"][0]["targetPort"] = "grpcx"
 save("broken-port", c)
+e = copy.deepcopy(docs)
+next(d for d in e if d["kind"] == "NetworkPolicy")["spec"]["ingress"][0]["ports"][0]["port"] = "grpcx"
+save("broken-netpol", e)
+f = copy.deepcopy(docs)
+next(d for d in f if d["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGet"]["port"] = "htp"
+save("broken-http-probe", f)
 PY
-for name in broken-type broken-probe broken-port; do
+for name in broken-type broken-probe broken-port broken-netpol broken-http-probe; do
   if out=$(validate "$WORK/$name.yaml"); then fail "validator accepted $name"; else pass "validator rejects $name: $(echo "$out" | sed -n 2p)"; fi
 done
 

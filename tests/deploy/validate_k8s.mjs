@@ -4,8 +4,10 @@
 //     @kubernetes-models/prometheus-operator), duplicate YAML keys rejected;
 //  2. cross references: Service/PDB/ServiceMonitor selectors select a workload,
 //     Service targetPorts exist in the selected pods, a StatefulSet's
-//     serviceName is a headless Service, every long-running container has gRPC
-//     startup/readiness/liveness probes and runs as non-root.
+//     serviceName is a headless Service, every long-running container has
+//     startup/readiness/liveness probes (gRPC or HTTP on one of its container
+//     ports, or a command) and runs as non-root, NetworkPolicies select pods
+//     of the chart and name ports those pods have.
 // Run from a folder whose node_modules holds js-yaml and those packages.
 import fs from "node:fs";
 import path from "node:path";
@@ -63,9 +65,16 @@ for (const w of workloads) {
   if (spec.securityContext?.runAsNonRoot !== true) err(w, "pod does not set runAsNonRoot: true");
   for (const c of spec.containers) {
     for (const probe of ["startupProbe", "readinessProbe", "livenessProbe"]) {
-      if (!c[probe]?.grpc?.port) err(w, `container ${c.name}: no gRPC ${probe}`);
-      else if (!c.ports?.some((p) => p.containerPort === c[probe].grpc.port)) {
-        err(w, `container ${c.name}: ${probe} port ${c[probe].grpc.port} is not a container port`);
+      const p = c[probe];
+      const port = p?.grpc?.port ?? p?.httpGet?.port;
+      if (p?.exec) {
+        if (!p.exec.command?.length) err(w, `container ${c.name}: ${probe} runs no command`);
+      } else if (port === undefined) {
+        err(w, `container ${c.name}: no ${probe}`);
+      } else if (!c.ports?.some((cp) => cp.containerPort === port || cp.name === port)) {
+        err(w, `container ${c.name}: ${probe} port ${port} is not a container port`);
+      } else if (p.httpGet && !String(p.httpGet.path ?? "").startsWith("/")) {
+        err(w, `container ${c.name}: ${probe} has no path`);
       }
     }
     for (const m of c.volumeMounts ?? []) {
@@ -92,6 +101,24 @@ for (const s of docs.filter((d) => d.kind === "Service")) {
 
 for (const b of docs.filter((d) => d.kind === "PodDisruptionBudget")) {
   if (podsOf(b.spec.selector?.matchLabels).length === 0) err(b, "selects no pod of the chart");
+}
+
+for (const n of docs.filter((d) => d.kind === "NetworkPolicy")) {
+  const pods = podsOf(n.spec.podSelector?.matchLabels);
+  if (pods.length === 0) { err(n, "selects no pod of the chart"); continue; }
+  for (const rule of n.spec.ingress ?? []) {
+    for (const p of rule.ports ?? []) {
+      const ok = pods.every((pod) => pod.spec.containers.some((c) => (c.ports ?? []).some((cp) =>
+        cp.name === p.port || cp.containerPort === p.port)));
+      if (!ok) err(n, `port ${p.port} is not a container port of every selected pod`);
+    }
+    for (const from of rule.from ?? []) {
+      const sel = from.podSelector?.matchLabels;
+      if (sel && sel["app.kubernetes.io/instance"] && !from.namespaceSelector && podsOf(sel).length === 0) {
+        err(n, `ingress from ${JSON.stringify(sel)}: selects no pod of the chart`);
+      }
+    }
+  }
 }
 
 for (const m of docs.filter((d) => d.kind === "ServiceMonitor")) {

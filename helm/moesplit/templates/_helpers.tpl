@@ -62,24 +62,145 @@ layers={{ $b }}-{{ $e }}
 {{- join "," $out -}}
 {{- end -}}
 
-{{/* gRPC health probes (Kubernetes native). (dict "port" P "ctx" $) */}}
-{{- define "moesplit.probes" -}}
-startupProbe:
+{{/* Probe timing shared by every probe: (dict "ctx" $ "kind" "startup|readiness|liveness") */}}
+{{- define "moesplit.probeTiming" -}}
+periodSeconds: {{ .ctx.Values.probes.periodSeconds }}
+timeoutSeconds: 5
+{{- if eq .kind "startup" }}
+failureThreshold: {{ .ctx.Values.probes.startupFailureThreshold }}
+{{- else if eq .kind "readiness" }}
+failureThreshold: 2
+{{- else }}
+failureThreshold: 6
+{{- end }}
+{{- end -}}
+
+{{/* The dense service's probes on its HTTP API (HTTPS with TLS): readiness
+     GET /health (503 while a worker is missing or the service drains),
+     liveness and startup GET /health/live. (dict "ctx" $) */}}
+{{- define "moesplit.denseProbes" -}}
+{{- $scheme := ternary "HTTPS" "HTTP" .ctx.Values.tls.enabled -}}
+{{- range $kind, $path := dict "startup" "/health/live" "readiness" "/health" "liveness" "/health/live" }}
+{{ $kind }}Probe:
+  httpGet:
+    path: {{ $path }}
+    port: http
+    scheme: {{ $scheme }}
+  {{- include "moesplit.probeTiming" (dict "ctx" $.ctx "kind" $kind) | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* An expert-worker's probes: gRPC health (Kubernetes native); with TLS,
+     which the kubelet's gRPC probe cannot speak, `moesplit health` with the
+     worker's own certificate. (dict "port" P "ctx" $) */}}
+{{- define "moesplit.workerProbes" -}}
+{{- range $kind := list "startup" "readiness" "liveness" }}
+{{ $kind }}Probe:
+  {{- if $.ctx.Values.tls.enabled }}
+  exec:
+    command: ["moesplit", "health", "--addr", "127.0.0.1:{{ $.port }}", "--tls-ca", "/etc/moesplit/ca/ca.crt",
+              "--tls-cert", "/etc/moesplit/tls/tls.crt", "--tls-key", "/etc/moesplit/tls/tls.key"]
+  {{- else }}
   grpc:
-    port: {{ .port }}
-  periodSeconds: {{ .ctx.Values.probes.periodSeconds }}
-  failureThreshold: {{ .ctx.Values.probes.startupFailureThreshold }}
-readinessProbe:
-  grpc:
-    port: {{ .port }}
-  periodSeconds: {{ .ctx.Values.probes.periodSeconds }}
-  failureThreshold: 2
-livenessProbe:
-  grpc:
-    port: {{ .port }}
-  periodSeconds: {{ .ctx.Values.probes.periodSeconds }}
-  timeoutSeconds: 5
-  failureThreshold: 6
+    port: {{ $.port }}
+  {{- end }}
+  {{- include "moesplit.probeTiming" (dict "ctx" $.ctx "kind" $kind) | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* Whole CPUs of a CPU quantity ("8", 8, "2.5", "8000m"), rounded down, at least 1. */}}
+{{- define "moesplit.wholeCpus" -}}
+{{- $c := toString . -}}
+{{- $n := 0 -}}
+{{- if hasSuffix "m" $c -}}
+{{- $n = div (atoi (trimSuffix "m" $c)) 1000 -}}
+{{- else -}}
+{{- $n = int (floor (float64 $c)) -}}
+{{- end -}}
+{{- max 1 $n -}}
+{{- end -}}
+
+{{/* --threads: the value, or with 0 the CPU request's whole CPUs. (the component's values) */}}
+{{- define "moesplit.threads" -}}
+{{- if gt (int .threads) 0 -}}
+{{- .threads -}}
+{{- else -}}
+{{- include "moesplit.wholeCpus" (.resources.requests.cpu | default 1) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* A container's resources: (dict "v" component-values "gpus" N) —
+     Guaranteed QoS (limits = requests for CPU, memory = the limit or the
+     request) when v.guaranteedQoS, hugepages-2Mi when v.hugepages2Mi, the GPUs. */}}
+{{- define "moesplit.resources" -}}
+{{- $res := deepCopy (.v.resources | default dict) -}}
+{{- $req := get $res "requests" | default dict -}}
+{{- $lim := get $res "limits" | default dict -}}
+{{- if .v.guaranteedQoS -}}
+{{- $_ := set $lim "cpu" (get $req "cpu") -}}
+{{- $mem := get $lim "memory" | default (get $req "memory") -}}
+{{- $_ := set $lim "memory" $mem -}}
+{{- $_ := set $req "memory" $mem -}}
+{{- end -}}
+{{- if .v.hugepages2Mi -}}
+{{- $_ := set $req "hugepages-2Mi" .v.hugepages2Mi -}}
+{{- $_ := set $lim "hugepages-2Mi" .v.hugepages2Mi -}}
+{{- end -}}
+{{- if gt (int .gpus) 0 -}}
+{{- $_ := set $lim "nvidia.com/gpu" (int .gpus) -}}
+{{- end -}}
+{{- if $req }}{{ $_ := set $res "requests" $req }}{{ end -}}
+{{- if $lim }}{{ $_ := set $res "limits" $lim }}{{ end -}}
+{{- toYaml $res -}}
+{{- end -}}
+
+{{/* topologySpreadConstraints, each with the component's pod labels unless it has a selector. (dict "list" L "ctx" $ "component" C) */}}
+{{- define "moesplit.topologySpread" -}}
+{{- $out := list -}}
+{{- range .list -}}
+{{- $c := deepCopy . -}}
+{{- if not (hasKey $c "labelSelector") -}}
+{{- $_ := set $c "labelSelector" (dict "matchLabels" (include "moesplit.selectorLabels" (dict "ctx" $.ctx "component" $.component) | fromYaml)) -}}
+{{- end -}}
+{{- $out = append $out $c -}}
+{{- end -}}
+{{- toYaml $out -}}
+{{- end -}}
+
+{{/* Secret names. */}}
+{{- define "moesplit.apiKeysSecret" -}}{{ .Values.apiKeys.existingSecret | default (printf "%s-api-keys" (include "moesplit.fullname" .)) }}{{- end -}}
+{{- define "moesplit.denseTlsSecret" -}}{{ .Values.tls.denseSecret | default (printf "%s-dense-tls" (include "moesplit.fullname" .)) }}{{- end -}}
+{{- define "moesplit.workerTlsSecret" -}}{{ .Values.tls.expertWorkerSecret | default (printf "%s-expert-worker-tls" (include "moesplit.fullname" .)) }}{{- end -}}
+{{- define "moesplit.caSecret" -}}{{ .Values.tls.caSecret | default (printf "%s-ca" (include "moesplit.fullname" .)) }}{{- end -}}
+
+{{/* Read-only Secret volumes: (dict "ctx" $ "tlsSecret" NAME) */}}
+{{- define "moesplit.secretVolumes" -}}
+{{- if .ctx.Values.tls.enabled }}
+- name: tls
+  secret:
+    secretName: {{ .tlsSecret }}
+    defaultMode: 288  # 0440: root and the pod's fsGroup (10001)
+    items:
+      - {key: tls.crt, path: tls.crt}
+      - {key: tls.key, path: tls.key}
+- name: tls-ca
+  secret:
+    secretName: {{ include "moesplit.caSecret" .ctx }}
+    defaultMode: 288
+    items:
+      - {key: ca.crt, path: ca.crt}
+{{- end }}
+{{- end -}}
+
+{{- define "moesplit.tlsMounts" -}}
+{{- if .Values.tls.enabled }}
+- name: tls
+  mountPath: /etc/moesplit/tls
+  readOnly: true
+- name: tls-ca
+  mountPath: /etc/moesplit/ca
+  readOnly: true
+{{- end }}
 {{- end -}}
 
 {{- define "moesplit.podSecurityContext" -}}
@@ -91,19 +212,29 @@ seccompProfile:
   type: RuntimeDefault
 {{- end -}}
 
+{{/* (dict "ipcLock" bool) */}}
 {{- define "moesplit.containerSecurityContext" -}}
 allowPrivilegeEscalation: false
 readOnlyRootFilesystem: true
 capabilities:
   drop: ["ALL"]
+  {{- if .ipcLock }}
+  # mlock of the experts (or --pin-experts) regardless of RLIMIT_MEMLOCK.
+  add: ["IPC_LOCK"]
+  {{- end }}
 {{- end -}}
 
 {{/* The expert-worker's arguments after --shard. (dict "i" i "ctx" $ "shm" bool) */}}
 {{- define "moesplit.workerArgs" -}}
 {{- $v := .ctx.Values.expertWorker -}}
 - --model=/models/{{ .ctx.Values.model.file }}
-- --threads={{ $v.threads }}
+- --threads={{ include "moesplit.threads" $v }}
 - --numa={{ $v.numa }}
+{{- if .ctx.Values.tls.enabled }}
+- --tls-cert=/etc/moesplit/tls/tls.crt
+- --tls-key=/etc/moesplit/tls/tls.key
+- --tls-ca=/etc/moesplit/ca/ca.crt
+{{- end }}
 {{- if .shm }}
 - --shard={{ include "moesplit.shard" (dict "i" .i "ctx" .ctx) }}
 - --listen-shm=moesplit-w{{ .i }}
