@@ -1,0 +1,60 @@
+// Splitting gpt-oss output (OpenAI's harmony format) into reasoning and the
+// answer.
+//
+// After the generation prompt "<|start|>assistant" a gpt-oss model writes
+// one or more messages, each a header, "<|message|>", a body and "<|end|>"
+// (the last one ends with <|return|> or <|call|>, which end generation and
+// are not part of the text):
+//   <|channel|>analysis<|message|>REASONING<|end|>
+//   <|start|>assistant<|channel|>final<|message|>ANSWER
+// A header is the role (absent right after the generation prompt), then
+// "<|channel|>NAME", optionally " to=RECIPIENT" and "<|constrain|>TYPE".
+//
+// The rule (SplitHarmony):
+//   1. Bodies of the `analysis` channel are reasoning_content; bodies of
+//      every other channel (`final`, `commentary`) are content, except
+//      messages addressed to a recipient (" to=functions.x": tool calls),
+//      which are neither (tool-call parsing is the API's job, not this one).
+//      Consecutive bodies of the same part are joined as written.
+//   2. Text that does not start with a header (a model that ignores the
+//      format) is content, unchanged.
+//   3. A body cut off by the end of generation is kept as far as it goes;
+//      a header cut off is dropped.
+//
+// HarmonyStream applies the same rule to a stream of text deltas: the
+// concatenation of what it returns (up to and including Finish()) equals
+// SplitHarmony of the concatenated input, however the input was cut. It
+// holds back only a possible partial "<|...|>" tag. Not thread-safe.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "common/chat/reasoning.h"
+
+namespace moesplit::chat {
+
+ReasoningSplit SplitHarmony(std::string_view text);
+
+class HarmonyStream {
+ public:
+  HarmonyStream() = default;
+
+  // Newly classified text; either part may be empty.
+  ReasoningSplit Push(std::string_view delta);
+  // Flushes what was held back at the end of generation. Push after Finish
+  // is not allowed.
+  ReasoningSplit Finish();
+
+ private:
+  enum class State { kStart, kHeader, kBody, kBetween, kPlain };
+  enum class Part { kReasoning, kContent, kNone };
+  void Process(bool final, ReasoningSplit* out);
+  void Emit(std::string_view text, ReasoningSplit* out) const;
+
+  State state_ = State::kStart;
+  Part part_ = Part::kContent;
+  std::string pending_;
+};
+
+}  // namespace moesplit::chat
