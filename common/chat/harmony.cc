@@ -134,4 +134,23 @@ void HarmonyStream::Process(bool final, ReasoningSplit* out) {
   }
 }
 
+ReasoningSplit SplitOutput(std::string_view text, OutputFormat format, bool starts_in_reasoning) {
+  return format == OutputFormat::kHarmony ? SplitHarmony(text)
+                                          : SplitReasoning(text, starts_in_reasoning);
+}
+
+OutputStream::OutputStream(OutputFormat format, bool starts_in_reasoning)
+    : stream_(format == OutputFormat::kHarmony
+                  ? std::variant<ReasoningStream, HarmonyStream>(HarmonyStream())
+                  : std::variant<ReasoningStream, HarmonyStream>(
+                        ReasoningStream(starts_in_reasoning))) {}
+
+ReasoningSplit OutputStream::Push(std::string_view delta) {
+  return std::visit([&](auto& s) { return s.Push(delta); }, stream_);
+}
+
+ReasoningSplit OutputStream::Finish() {
+  return std::visit([](auto& s) { return s.Finish(); }, stream_);
+}
+
 }  // namespace moesplit::chat

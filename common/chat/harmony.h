@@ -29,6 +29,7 @@
 
 #include <string>
 #include <string_view>
+#include <variant>
 
 #include "common/chat/reasoning.h"
 
@@ -55,6 +56,22 @@ class HarmonyStream {
   State state_ = State::kStart;
   Part part_ = Part::kContent;
   std::string pending_;
+};
+
+// A model's output split as its chat format says: harmony (gpt-oss), or
+// <think> blocks (ReasoningStream; `starts_in_reasoning` as there).
+enum class OutputFormat { kThink, kHarmony };
+
+ReasoningSplit SplitOutput(std::string_view text, OutputFormat format, bool starts_in_reasoning);
+
+class OutputStream {
+ public:
+  OutputStream(OutputFormat format, bool starts_in_reasoning);
+  ReasoningSplit Push(std::string_view delta);
+  ReasoningSplit Finish();
+
+ private:
+  std::variant<ReasoningStream, HarmonyStream> stream_;
 };
 
 }  // namespace moesplit::chat

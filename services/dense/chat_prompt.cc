@@ -104,6 +104,10 @@ absl::StatusOr<ChatPrompt> ChatPrompt::ForModel(const GgufFile& file, const Toke
   p.warning_ = std::move(warning);
   if (tokenizer.bos() >= 0) p.bos_ = tokenizer.TokenText(tokenizer.bos());
   if (tokenizer.eos() >= 0) p.eos_ = tokenizer.TokenText(tokenizer.eos());
+  if (source.find("<|channel|>") != std::string::npos &&
+      tokenizer.FindToken("<|channel|>") >= 0 && tokenizer.FindToken("<|message|>") >= 0) {
+    p.output_format_ = chat::OutputFormat::kHarmony;
+  }
   return p;
 }
 

@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "common/base/utf8.h"
 #include "common/chat/chat_template.h"
+#include "common/chat/harmony.h"
 #include "common/gguf/gguf.h"
 #include "common/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
@@ -47,11 +48,16 @@ class ChatPrompt {
   const std::string& warning() const { return warning_; }
   const std::string& bos_token() const { return bos_; }
   const std::string& eos_token() const { return eos_; }
+  // How the model's output splits into reasoning and content: harmony
+  // channels when the template writes <|channel|> and the vocabulary has
+  // the harmony tokens (gpt-oss), else <think> blocks.
+  chat::OutputFormat output_format() const { return output_format_; }
 
  private:
   ChatPrompt(chat::ChatTemplate t) : template_(std::move(t)) {}
   chat::ChatTemplate template_;
   std::string bos_, eos_, warning_;
+  chat::OutputFormat output_format_ = chat::OutputFormat::kThink;
 };
 
 // Checks the messages as described above.
