@@ -469,6 +469,18 @@ class WorkerTlsTest(unittest.TestCase):
         self.assertEqual((rc, out.strip()), (0, "SERVING"), err)
 
 
+class UpTest(unittest.TestCase):
+    def test_up_passes_keys_and_tls_on_and_prompts_through_them(self):
+        rc, out, err = moesplit(
+            "up", "--model", rel.make_model(), "--grpc", "%s:%d" % (HOST, free_port()),
+            "--threads", "1", "--dense-threads", "1", "--api-key-file", key_file(), "--tls-cert",
+            cert("dense.pem"), "--tls-key", cert("dense.key"), "--tls-ca", cert("ca.pem"),
+            "--prompt", "Hello", "-n", "3", timeout=100)
+        self.assertEqual(rc, 0, err)
+        self.assertIn("API keys: 2; TLS: on", err)
+        self.assertIn("moesplit up: 3 tokens", err)
+
+
 if __name__ == "__main__":
     rel.BIN, rel.WORK = sys.argv[1], sys.argv[2]
     os.makedirs(rel.WORK, exist_ok=True)
