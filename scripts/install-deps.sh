@@ -11,13 +11,13 @@ PACKAGES=(
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libpcre2-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libboost-dev prometheus-cpp-dev libnuma-dev
+  libboost-dev prometheus-cpp-dev libnuma-dev libssl-dev
   libcpp-httplib-dev  # the HTTP client of tests/integration/api_test (configured with the tree)
 )
 if [[ "${MOESPLIT_BUILD_ONLY:-0}" != 1 ]]; then
   # The tests' tools: Prometheus (promtool), docker-compose, python3 + yaml and
   # curl for tests/deploy and the HTTP API tests.
-  PACKAGES+=(prometheus docker-compose python3 python3-yaml curl)
+  PACKAGES+=(prometheus docker-compose python3 python3-yaml curl openssl)
   # The deployment tests install helm and the Kubernetes schemas with npm
   # (tests/deploy/tools.sh), the HTTP API test the `openai` npm client. A node
   # and npm already on PATH (e.g. from NodeSource) are kept: Debian's npm

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/auth/tls.h"
 #include "common/model/expert.h"
 
 namespace moesplit::transport {
@@ -66,6 +67,10 @@ struct ClientOptions {
   std::chrono::milliseconds backoff_min{100};
   std::chrono::milliseconds backoff_max{5000};
   int max_tokens = 512;  // largest call this client will send
+  // grpc:// only (shm:// is local and checks owner and mode instead): with
+  // tls.ca the channel is TLS, the worker's certificate verified against it,
+  // and tls.cert/tls.key are presented as the client certificate (auth/tls.h).
+  auth::TlsPem tls = {};
 };
 
 // Byte and call counters of one client, for metrics.

@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/auth/tls.h"
 #include "common/base/status.h"
 #include "common/transport/describe_codec.h"
 #include "common/transport/grpc_status.h"
@@ -221,7 +222,8 @@ absl::StatusOr<std::unique_ptr<GrpcExpertServer>> GrpcExpertServer::Start(
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &server->port_);
+  builder.AddListeningPort(options.listen, auth::GrpcServerCredentials(options.tls),
+                           &server->port_);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   builder.RegisterService(server->service_.get());
@@ -258,7 +260,7 @@ class GrpcExpertClient final : public ExpertClient {
     args.SetMaxSendMessageSize(kMaxMessageBytes);
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
-    channel_ = grpc::CreateCustomChannel(target_, grpc::InsecureChannelCredentials(), args);
+    channel_ = auth::CreateGrpcChannel(target_, options_.tls, args);
     stub_ = v1::ExpertWorker::NewStub(channel_);
     watchdog_ = std::thread([this] { WatchdogLoop(); });
   }
@@ -335,8 +337,13 @@ absl::Status GrpcExpertClient::Connect() {
   v1::DescribeResponse resp;
   grpc::Status s = stub_->Describe(&ctx, v1::DescribeRequest(), &resp);
   if (!s.ok()) {
-    return absl::UnavailableError(absl::StrCat("expert worker ", address_,
-                                               " is unreachable: ", s.error_message()));
+    return absl::UnavailableError(absl::StrCat(
+        "expert worker ", address_, " is unreachable: ", s.error_message(),
+        options_.tls.client_tls()
+            ? " (TLS: the worker's certificate must chain to --tls-ca and name the address or "
+              "--tls-server-name; a worker with --tls-ca needs this service's --tls-cert/"
+              "--tls-key signed by its CA)"
+            : ""));
   }
   WorkerDescription desc = FromProto(resp);
   RETURN_IF_ERROR(CheckIdentity(address_, desc, options_.model_identity));

@@ -24,6 +24,9 @@ struct GrpcServerOptions {
   std::string listen;  // HOST:PORT (PORT 0 picks a free port)
   int executor_threads = 2;
   CallObserver* observer = nullptr;  // optional, not owned
+  // cert + key: TLS; + ca: clients must present a certificate that chains to
+  // ca (mutual TLS). Health and reflection are served on the same port.
+  auth::TlsPem tls = {};
 };
 
 class GrpcExpertServer final : public ExpertServer {

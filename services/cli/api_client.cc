@@ -19,6 +19,7 @@
 #include "moesplit/v1/inference.grpc.pb.h"
 #include "nlohmann/json.hpp"
 #include "services/cli/commands.h"
+#include "services/cli/remote.h"
 
 namespace moesplit::cli {
 namespace {
@@ -63,10 +64,12 @@ absl::Status RunChat(const Args& args, const CommandIo& io) {
   f.Register(p);
   p.AddString("system", &f.system, "system message").DefaultText("none");
   p.AddBool("no-think", &f.no_think, "ask a reasoning model not to think");
+  ClientSecurityFlags sf;
+  sf.Register(p);
   ASSIGN_OR_RETURN(const bool go, ParseFlags(p, args, "chat --server H:P [flags]  (one user turn per stdin line)", io));
   if (!go) return absl::OkStatus();
-  auto stub = v1::Inference::NewStub(
-      grpc::CreateChannel(f.server, grpc::InsecureChannelCredentials()));
+  ASSIGN_OR_RETURN(const ClientSecurity security, ClientSecurity::Load(sf));
+  auto stub = v1::Inference::NewStub(security.Channel(f.server));
   std::vector<v1::ChatMessage> history;
   if (!f.system.empty()) {
     v1::ChatMessage m;
@@ -92,6 +95,7 @@ absl::Status RunChat(const Args& args, const CommandIo& io) {
     req.set_disable_thinking(f.no_think);
     f.Fill(req.mutable_sampling());
     grpc::ClientContext ctx;
+    security.Authorize(&ctx);
     auto reader = stub->Chat(&ctx, req);
     v1::ChatResponse resp;
     std::string content, reasoning;

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/auth/api_keys.h"
 #include "common/base/build_info.h"
 #include "common/base/status.h"
 #include "common/plan/byte_size.h"
@@ -45,6 +46,12 @@ absl::Status CheckReadable(absl::string_view path) {
         absl::StrCat("cannot read '", path, "': ", std::strerror(errno)));
   }
   return absl::OkStatus();
+}
+
+// The key file parses and holds at least one key.
+absl::Status CheckApiKeyFile(absl::string_view path) {
+  RETURN_IF_ERROR(CheckReadable(path));
+  return auth::LoadApiKeys(std::string(path), "").status();
 }
 
 absl::Status CheckByteSize(absl::string_view value) {
@@ -106,7 +113,60 @@ void AddHttpLimitFlags(FlagParser& p, DenseServiceFlags* f, const Want& want) {
   }
 }
 
+// API keys and TLS (README "Security").
+template <typename Want>
+void AddSecurityFlags(FlagParser& p, DenseServiceFlags* f, const Want& want) {
+  if (want("api-key-file")) {
+    p.AddString("api-key-file", &f->api_key_file,
+                "API keys, one per line (# comments): the HTTP API wants Authorization: Bearer "
+                "KEY, the gRPC API authorization metadata; also $MOESPLIT_API_KEYS (newline or "
+                "comma separated)")
+        .Check(CheckApiKeyFile)
+        .Meta("FILE")
+        .DefaultText("$MOESPLIT_API_KEYS, else no authentication");
+  }
+  if (want("tls-cert")) {
+    p.AddString("tls-cert", &f->tls_cert,
+                "serve the HTTP and gRPC APIs over TLS with this certificate chain (PEM; with "
+                "--tls-key); also the client certificate towards grpc:// workers")
+        .Check(CheckReadable)
+        .Meta("FILE")
+        .DefaultText("off: plain text");
+  }
+  if (want("tls-key")) {
+    p.AddString("tls-key", &f->tls_key, "the private key of --tls-cert (PEM)")
+        .Check(CheckReadable)
+        .Meta("FILE")
+        .DefaultText("off");
+  }
+  if (want("tls-ca")) {
+    p.AddString("tls-ca", &f->tls_ca,
+                "reach grpc:// workers over TLS, their certificates signed by this CA (PEM), "
+                "presenting --tls-cert (mutual TLS)")
+        .Check(CheckReadable)
+        .Meta("FILE")
+        .DefaultText("off: plain text to workers");
+  }
+  if (want("tls-server-name")) {
+    p.AddString("tls-server-name", &f->tls_server_name,
+                "the name checked in workers' certificates, for workers addressed by IP")
+        .Meta("NAME")
+        .DefaultText("the host of each grpc:// address");
+  }
+}
+
 }  // namespace
+
+absl::Status CheckDenseServiceFlags(const DenseServiceFlags& f) {
+  if (f.tls_cert.empty() != f.tls_key.empty()) {
+    return absl::InvalidArgumentError("--tls-cert and --tls-key go together: give both or neither");
+  }
+  if (!f.tls_server_name.empty() && f.tls_ca.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls-server-name applies to TLS towards workers: give --tls-ca too");
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<int64_t> ParseAutoOffOrCount(absl::string_view value) {
   if (value == "auto") return -1;
@@ -218,6 +278,7 @@ void AddDenseServiceFlags(FlagParser& p, DenseServiceFlags* f, const FlagNames& 
               "page-lock the model's expert tensors for faster host-to-GPU copies");
   }
   AddHttpLimitFlags(p, f, want);
+  AddSecurityFlags(p, f, want);
 }
 
 absl::StatusOr<ParsedCommandLine> ParseDenseServiceFlags(const std::vector<std::string>& args,
@@ -230,6 +291,7 @@ absl::StatusOr<ParsedCommandLine> ParseDenseServiceFlags(const std::vector<std::
     return absl::InvalidArgumentError(
         absl::StrCat("unexpected argument '", p.positional()[0], "' (flags start with --)"));
   }
+  if (r == ParsedCommandLine::kRun) RETURN_IF_ERROR(CheckDenseServiceFlags(*f));
   return r;
 }
 

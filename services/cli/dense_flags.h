@@ -53,6 +53,14 @@ struct DenseServiceFlags {
   std::string max_body_bytes = "4MiB";
   int64_t http_max_header_bytes = 16384;
   int64_t http_max_uri_bytes = 8192;
+  // Security (README "Security"; everything off by default). API keys come
+  // from this file and/or $MOESPLIT_API_KEYS (common/auth/api_keys.h).
+  std::string api_key_file;
+  // cert + key: the HTTP and gRPC APIs serve TLS, and the certificate is the
+  // client certificate towards grpc:// workers. ca: grpc:// workers are
+  // reached over TLS, their certificates verified against it; server_name
+  // overrides the name checked in them.
+  std::string tls_cert, tls_key, tls_ca, tls_server_name;
 };
 
 // Registers the flags, bound to `f`, on `p` (all but those in `except`).
@@ -64,8 +72,14 @@ inline constexpr absl::string_view kDenseSynopsis =
 
 // The service's command line (argv without the program name): see
 // ParseCommandLine (flags.h); --version prints VersionLine("moesplit-dense").
+// Also checks the combinations CheckDenseServiceFlags checks.
 absl::StatusOr<ParsedCommandLine> ParseDenseServiceFlags(const std::vector<std::string>& args,
                                                          DenseServiceFlags* f);
+
+// The checks across flags (--tls-cert and --tls-key together;
+// --tls-server-name needs --tls-ca): InvalidArgument naming them. `moesplit
+// up` runs them too.
+absl::Status CheckDenseServiceFlags(const DenseServiceFlags& f);
 
 // "auto" -> -1, "off" -> 0, a positive number -> itself; InvalidArgument
 // otherwise (--expert-cache, --prefill-stream).

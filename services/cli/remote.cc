@@ -1,13 +1,16 @@
 // Clients of running services: `moesplit health` (grpc.health.v1 Check, for
 // container health checks) and `moesplit complete` (one streamed completion
-// from a dense service, for smoke tests such as the Helm test pod).
+// from a dense service, for smoke tests such as the Helm test pod); both
+// reach TLS servers (--tls-ca), complete sends an API key.
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <future>
 
 #include "absl/strings/str_cat.h"
+#include "common/auth/api_keys.h"
 #include "common/base/status.h"
 #include "moesplit/v1/inference.grpc.pb.h"
 #include "services/cli/commands.h"
@@ -49,9 +52,55 @@ absl::StatusOr<int> DecodeHealthStatus(const std::string& bytes) {
 
 }  // namespace
 
+void ClientSecurityFlags::Register(FlagParser& p, bool with_key) {
+  if (with_key) {
+    p.AddString("api-key-file", &api_key_file,
+                "send the first key of this file as authorization: Bearer KEY")
+        .Meta("FILE")
+        .DefaultText("$MOESPLIT_API_KEY, else none");
+  }
+  p.AddString("tls-ca", &tls_ca, "connect over TLS, the server's certificate signed by this CA")
+      .Meta("FILE")
+      .DefaultText("plain text");
+  p.AddString("tls-server-name", &tls_server_name,
+              "the name checked in the server's certificate (with --tls-ca)")
+      .Meta("NAME")
+      .DefaultText("the address's host");
+  p.AddString("tls-cert", &tls_cert,
+              "client certificate (PEM, with --tls-key) for a server that demands one")
+      .Meta("FILE")
+      .DefaultText("none");
+  p.AddString("tls-key", &tls_key, "the private key of --tls-cert")
+      .Meta("FILE")
+      .DefaultText("none");
+}
+
+absl::StatusOr<ClientSecurity> ClientSecurity::Load(const ClientSecurityFlags& f) {
+  ClientSecurity s;
+  const char* env = std::getenv(auth::kClientApiKeyEnv);
+  ASSIGN_OR_RETURN(s.api_key, auth::LoadClientApiKey(f.api_key_file, env ? env : ""));
+  ASSIGN_OR_RETURN(s.tls, auth::ReadTlsFiles(f.tls_cert, f.tls_key, f.tls_ca));
+  if (!f.tls_server_name.empty() && !s.tls.client_tls()) {
+    return absl::InvalidArgumentError("--tls-server-name needs --tls-ca");
+  }
+  if (s.tls.server_tls() && !s.tls.client_tls()) {
+    return absl::InvalidArgumentError("--tls-cert/--tls-key need --tls-ca (TLS to the server)");
+  }
+  s.tls.server_name = f.tls_server_name;
+  return s;
+}
+
+std::shared_ptr<grpc::Channel> ClientSecurity::Channel(const std::string& addr) const {
+  return auth::CreateGrpcChannel(addr, tls);
+}
+
+void ClientSecurity::Authorize(grpc::ClientContext* ctx) const {
+  if (!api_key.empty()) ctx->AddMetadata("authorization", "Bearer " + api_key);
+}
+
 absl::StatusOr<std::string> CheckHealth(const std::string& addr, const std::string& service,
-                                        int64_t timeout_ms) {
-  auto channel = grpc::CreateChannel(addr, grpc::InsecureChannelCredentials());
+                                        int64_t timeout_ms, const ClientSecurity& security) {
+  auto channel = security.Channel(addr);
   grpc::GenericStub stub(channel);
   grpc::ClientContext ctx;
   ctx.set_deadline(DeadlineIn(timeout_ms));
@@ -78,9 +127,9 @@ absl::StatusOr<std::string> CheckHealth(const std::string& addr, const std::stri
 }
 
 absl::StatusOr<CompletionStats> StreamCompletion(const CompletionRequest& r, const CommandIo& io) {
-  auto channel = grpc::CreateChannel(r.addr, grpc::InsecureChannelCredentials());
-  auto stub = moesplit::v1::Inference::NewStub(channel);
+  auto stub = moesplit::v1::Inference::NewStub(r.security.Channel(r.addr));
   grpc::ClientContext ctx;
+  r.security.Authorize(&ctx);
   if (r.timeout_ms > 0) ctx.set_deadline(DeadlineIn(r.timeout_ms));
   moesplit::v1::GenerateRequest req;
   req.set_prompt(r.prompt);
@@ -116,15 +165,19 @@ absl::Status RunHealth(const Args& args, const CommandIo& io) {
   f.AddString("addr", &addr, "gRPC address of a moesplit service").HostPort();
   f.AddString("service", &service, "service name to check").DefaultText("the whole server");
   f.AddInt("timeout-ms", &timeout_ms, "deadline of the check").Range(1, 86400000).Meta("MS");
+  ClientSecurityFlags sf;
+  sf.Register(f, /*with_key=*/false);
   ASSIGN_OR_RETURN(const bool go,
-                   ParseFlags(f, args, "health [--addr HOST:PORT] [--service S]", io));
+                   ParseFlags(f, args, "health [--addr HOST:PORT] [--service S] [--tls-ca FILE]",
+                              io));
   if (!go) return absl::OkStatus();
   if (!f.positional().empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("health: unexpected argument '", f.positional()[0], "'"));
   }
   if (timeout_ms < 1) return absl::InvalidArgumentError("health: --timeout-ms must be >= 1");
-  ASSIGN_OR_RETURN(const std::string status, CheckHealth(addr, service, timeout_ms));
+  ASSIGN_OR_RETURN(const ClientSecurity security, ClientSecurity::Load(sf));
+  ASSIGN_OR_RETURN(const std::string status, CheckHealth(addr, service, timeout_ms, security));
   std::fprintf(io.out, "%s\n", status.c_str());
   return absl::OkStatus();
 }
@@ -142,9 +195,12 @@ absl::Status RunComplete(const Args& args, const CommandIo& io) {
   f.AddInt("timeout-ms", &r.timeout_ms, "deadline of the whole completion (0 = none)")
       .Range(0, 86400000)
       .Meta("MS");
+  ClientSecurityFlags sf;
+  sf.Register(f);
   ASSIGN_OR_RETURN(const bool go,
                    ParseFlags(f, args, "complete --addr HOST:PORT --prompt S [-n N]", io));
   if (!go) return absl::OkStatus();
+  ASSIGN_OR_RETURN(r.security, ClientSecurity::Load(sf));
   if (r.prompt.empty()) return absl::InvalidArgumentError("complete: --prompt is required");
   if (r.max_tokens < 1) return absl::InvalidArgumentError("complete: -n must be >= 1");
   ASSIGN_OR_RETURN(const CompletionStats st, StreamCompletion(r, io));

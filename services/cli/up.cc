@@ -11,11 +11,14 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <memory>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/auth/api_keys.h"
+#include "common/auth/tls.h"
 #include "common/base/status.h"
 #include "common/base/subprocess.h"
 #include "common/gguf/gguf.h"
@@ -47,8 +50,18 @@ constexpr absl::string_view kWorkerSection =
     "moesplit-expert-worker flags (passed on to every worker)";
 
 // Streams one completion from the dense service; prints text to io.out.
-absl::Status RunPrompt(const UpFlags& f, const CommandIo& io) {
+// With API keys it sends the first; over TLS it verifies the service's
+// certificate against --tls-ca, else against --tls-cert itself.
+absl::Status RunPrompt(const UpFlags& f, const DenseServiceFlags& dense, const CommandIo& io) {
   CompletionRequest r;
+  const char* env = std::getenv(auth::kApiKeysEnv);
+  ASSIGN_OR_RETURN(const std::vector<std::string> keys,
+                   auth::LoadApiKeys(dense.api_key_file, env ? env : ""));
+  if (!keys.empty()) r.security.api_key = keys.front();
+  if (!dense.tls_cert.empty()) {
+    const std::string& root = dense.tls_ca.empty() ? dense.tls_cert : dense.tls_ca;
+    ASSIGN_OR_RETURN(r.security.tls, auth::ReadTlsFiles("", "", root));
+  }
   r.addr = f.grpc;
   r.prompt = f.prompt;
   r.max_tokens = f.n;
@@ -107,9 +120,11 @@ absl::Status RunUp(const Args& args, const CommandIo& io) {
   p.Section(std::string(kDenseSection));
   AddDenseServiceFlags(p, &dense_flags, {"model", "experts", "grpc", "metrics", "threads"});
   p.Section(std::string(kWorkerSection));
+  // The local workers are reached over shared memory: no TLS (the dense
+  // service's --tls-* are its own).
   AddExpertWorkerFlags(p, &worker_flags,
                        {"model", "shard", "listen-shm", "listen-grpc", "metrics", "threads",
-                        "worker-id"});
+                        "worker-id", "tls-cert", "tls-key", "tls-ca"});
   ASSIGN_OR_RETURN(const bool go,
                    ParseFlags(p, args,
                               "up [--model M] [--grpc H:P] [--http H:P] [--workers N] "
@@ -120,6 +135,7 @@ absl::Status RunUp(const Args& args, const CommandIo& io) {
     return absl::InvalidArgumentError(
         absl::StrCat("up: unexpected argument '", p.positional()[0], "'"));
   }
+  RETURN_IF_ERROR(CheckDenseServiceFlags(dense_flags));
   if (p.WasSet("prompt") && f.prompt.empty()) {
     return absl::InvalidArgumentError("--prompt is empty");
   }
@@ -168,7 +184,7 @@ absl::Status RunUp(const Args& args, const CommandIo& io) {
   RETURN_IF_ERROR(dense.WaitFor("ready", 600s));
   absl::Status result;
   if (!f.prompt.empty()) {
-    result = RunPrompt(f, io);
+    result = RunPrompt(f, dense_flags, io);
   } else {
     std::fprintf(io.err, "moesplit up: serving gRPC on %s%s (Ctrl-C stops)\n", f.grpc.c_str(),
                  dense_flags.http.empty()

@@ -1,5 +1,10 @@
 #include "services/cli/worker_flags.h"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include "absl/strings/str_cat.h"
 #include "common/base/build_info.h"
 #include "common/base/status.h"
@@ -22,6 +27,14 @@ absl::Status CheckShmName(absl::string_view value) {
   if (!transport::ValidShmName(std::string(value))) {
     return absl::InvalidArgumentError(
         absl::StrCat("'", value, "': use 1-64 characters of [A-Za-z0-9_.-]"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckReadable(absl::string_view path) {
+  if (access(std::string(path).c_str(), R_OK) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read '", path, "': ", std::strerror(errno)));
   }
   return absl::OkStatus();
 }
@@ -90,6 +103,27 @@ void AddExpertWorkerFlags(FlagParser& p, ExpertWorkerFlags* f, const FlagNames& 
         .Range(1, 31536000)
         .Meta("S");
   }
+  if (want("tls-cert")) {
+    p.AddString("tls-cert", &f->tls_cert,
+                "serve --listen-grpc over TLS with this certificate chain (PEM; with --tls-key)")
+        .Check(CheckReadable)
+        .Meta("FILE")
+        .DefaultText("off: plain text");
+  }
+  if (want("tls-key")) {
+    p.AddString("tls-key", &f->tls_key, "the private key of --tls-cert (PEM)")
+        .Check(CheckReadable)
+        .Meta("FILE")
+        .DefaultText("off");
+  }
+  if (want("tls-ca")) {
+    p.AddString("tls-ca", &f->tls_ca,
+                "mutual TLS: only clients with a certificate signed by this CA (PEM) may call; "
+                "needs --tls-cert")
+        .Check(CheckReadable)
+        .Meta("FILE")
+        .DefaultText("off: any client");
+  }
 }
 
 absl::StatusOr<ParsedCommandLine> ParseExpertWorkerFlags(const std::vector<std::string>& args,
@@ -105,6 +139,17 @@ absl::StatusOr<ParsedCommandLine> ParseExpertWorkerFlags(const std::vector<std::
   }
   if (f->listen_shm.empty() && f->listen_grpc.empty()) {
     return absl::InvalidArgumentError("give --listen-shm NAME and/or --listen-grpc HOST:PORT");
+  }
+  if (f->tls_cert.empty() != f->tls_key.empty()) {
+    return absl::InvalidArgumentError("--tls-cert and --tls-key go together: give both or neither");
+  }
+  if (!f->tls_ca.empty() && f->tls_cert.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls-ca (verify clients' certificates) needs --tls-cert and --tls-key");
+  }
+  if (!f->tls_cert.empty() && f->listen_grpc.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls-cert secures --listen-grpc, which is not given (shared memory needs no TLS)");
   }
   return r;
 }

@@ -33,6 +33,9 @@ struct ExpertWorkerFlags {
   int64_t threads = 0;                  // 0 = AvailableCpuCount()
   int64_t max_tokens = 512;
   int64_t idle_timeout_s = 600;
+  // The gRPC listener: cert + key serve TLS; + ca requires a client
+  // certificate that chains to it (mutual TLS). "" = off.
+  std::string tls_cert, tls_key, tls_ca;
 };
 
 // Registers the flags, bound to `f`, on `p` (all but those in `except`).
@@ -44,7 +47,8 @@ inline constexpr absl::string_view kWorkerSynopsis =
 
 // The worker's command line (argv without the program name): see
 // ParseCommandLine (flags.h); also requires --listen-shm and/or
-// --listen-grpc. --version prints VersionLine("moesplit-expert-worker").
+// --listen-grpc, and --tls-cert and --tls-key together (--tls-ca needs them;
+// all three need --listen-grpc). --version prints VersionLine("moesplit-expert-worker").
 absl::StatusOr<ParsedCommandLine> ParseExpertWorkerFlags(const std::vector<std::string>& args,
                                                          ExpertWorkerFlags* f);
 

@@ -67,6 +67,7 @@ absl::StatusOr<std::unique_ptr<DenseEngine>> DenseEngine::Create(const EngineOpt
     co.model_identity = e->model_->file().Identity();
     co.expert_ffn = model::ExpertFfnName(e->model_->hparams().expert_ffn);
     co.timeout = options.expert_timeout;
+    co.tls = options.worker_tls;
     ASSIGN_OR_RETURN(e->remote_, ConnectExperts(options.experts, co, e->model_->n_layer(),
                                                 static_cast<int>(hp.n_expert),
                                                 options.connect_timeout));

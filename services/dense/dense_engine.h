@@ -58,6 +58,9 @@ struct EngineOptions {
   std::vector<std::string> experts;
   std::chrono::milliseconds expert_timeout{10000};
   std::chrono::milliseconds connect_timeout{60000};  // waiting for workers at start
+  // TLS towards grpc:// workers (ClientOptions::tls): --tls-ca, the client
+  // certificate --tls-cert/--tls-key, --tls-server-name.
+  auth::TlsPem worker_tls = {};
   int threads = 0;
   int n_ctx = 4096;
   int max_sequences = 4;  // --parallel

@@ -9,11 +9,13 @@
 #include <optional>
 #include <system_error>
 #include <thread>
+#include <variant>
 #include <vector>
 
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/write.hpp>
@@ -25,6 +27,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/status.h"
+#include "services/dense/api_auth.h"
 #include "services/dense/openai_api.h"
 
 namespace moesplit::dense {
@@ -62,14 +65,30 @@ constexpr RouteSpec kRoutes[] = {
     {"/metrics", http::verb::get, Route::kMetrics},
 };
 
+// Open without an API key: health and readiness probes.
+bool OpenWithoutKey(absl::string_view path) { return path == "/health"; }
+
+// A connection's byte stream: plain TCP, or TLS over it (--tls-cert). The
+// code that reads and writes is the same for both (std::visit).
+using TlsStream = net::ssl::stream<tcp::socket>;
+using Stream = std::variant<tcp::socket, TlsStream>;
+
+tcp::socket& Tcp(Stream& s) {
+  if (auto* tls = std::get_if<TlsStream>(&s)) return tls->next_layer();
+  return std::get<tcp::socket>(s);
+}
+
 class Connection;
 
 // What every connection shares: the options, the API, the counts that
 // bound them and the in-flight request threads the destructor waits for.
 struct Shared {
-  Shared(HttpServerOptions o, ServedModel served) : options(o), api(std::move(served)) {}
+  Shared(HttpServerOptions o, ServedModel served)
+      : options(o), auth(served.auth), api(std::move(served)) {}
   const HttpServerOptions options;
+  const ApiAuth* const auth;  // null: no API keys
   OpenAiApi api;
+  std::optional<net::ssl::context> tls;  // set: every connection is TLS
   std::atomic<bool> stopping{false};
   std::atomic<int> connections{0};
   std::mutex mu;
@@ -105,8 +124,10 @@ std::string Serialize(const HttpReply& r, bool keep_alive, Framing framing) {
 class Connection : public std::enable_shared_from_this<Connection>, public HttpResponder {
  public:
   Connection(tcp::socket socket, std::shared_ptr<Shared> shared, bool counted)
-      : socket_(std::move(socket)),
-        timer_(socket_.get_executor()),
+      : stream_(shared->tls
+                    ? Stream(std::in_place_type<TlsStream>, std::move(socket), *shared->tls)
+                    : Stream(std::move(socket))),
+        timer_(Tcp(stream_).get_executor()),
         shared_(std::move(shared)),
         opt_(shared_->options),
         counted_(counted) {
@@ -136,23 +157,35 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
     if (reading_) Close();
   }
 
-  net::any_io_executor executor() { return socket_.get_executor(); }
+  net::any_io_executor executor() { return Tcp(stream_).get_executor(); }
 
   void Start() {
     beast::error_code ec;
-    socket_.set_option(tcp::no_delay(true), ec);
-    ReadHeader();
+    Tcp(stream_).set_option(tcp::no_delay(true), ec);
+    Handshake([](Connection& c) { c.ReadHeader(/*restart_deadline=*/false); });
   }
 
   // At the connection limit: a 503, then close.
   void Refuse() {
-    HttpReply reply = OpenAiApi::ProtocolError(
-        503, "too_many_connections",
-        absl::StrCat("the server holds its maximum of ", opt_.max_connections,
-                     " connections (--http-max-connections), each with a request running; "
-                     "retry later"));
-    reply.headers.emplace_back("Retry-After", "1");
-    Respond(std::move(reply), /*keep_alive=*/false);
+    Handshake([](Connection& c) { c.SendRefusal(); });
+  }
+
+  // TLS: the server handshake first, under the header deadline (which it
+  // shares with the first request's headers) and in the waiting list (a
+  // trickling handshake is a slowloris like any other); a failed handshake
+  // (a plain-text client, a bad certificate) closes the connection. Plain
+  // TCP: next at once.
+  template <typename Next>
+  void Handshake(Next next) {
+    auto* tls = std::get_if<TlsStream>(&stream_);
+    if (tls == nullptr) return next(*this);
+    if (counted_) EnterWaiting();
+    SetDeadline(opt_.header_timeout);
+    tls->async_handshake(net::ssl::stream_base::server,
+                         [self = shared_from_this(), next](beast::error_code ec) {
+                           if (ec) return self->Close();
+                           next(*self);
+                         });
   }
 
   // HttpResponder (any thread).
@@ -226,6 +259,16 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
   }
 
  private:
+  void SendRefusal() {
+    HttpReply reply = OpenAiApi::ProtocolError(
+        503, "too_many_connections",
+        absl::StrCat("the server holds its maximum of ", opt_.max_connections,
+                     " connections (--http-max-connections), each with a request running; "
+                     "retry later"));
+    reply.headers.emplace_back("Retry-After", "1");
+    Respond(std::move(reply), /*keep_alive=*/false);
+  }
+
   // --- reading a request
 
   void EnterWaiting() {
@@ -243,15 +286,23 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
     in_waiting_ = false;
   }
 
-  void ReadHeader() {
+  // restart_deadline false: the header deadline already runs (from the TLS
+  // handshake at the connection's start).
+  void ReadHeader(bool restart_deadline = true) {
     EnterWaiting();
     parser_.emplace();
     parser_->header_limit(opt_.max_header_bytes);
     parser_->body_limit(opt_.max_body_bytes);
-    SetDeadline(opt_.header_timeout);
-    http::async_read_header(
-        socket_, buffer_, *parser_,
-        [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
+    if (restart_deadline || std::holds_alternative<tcp::socket>(stream_)) {
+      SetDeadline(opt_.header_timeout);
+    }
+    std::visit(
+        [&](auto& stream) {
+          http::async_read_header(
+              stream, buffer_, *parser_,
+              [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
+        },
+        stream_);
   }
 
   // On a header_limit error the parser has consumed nothing yet: the buffer
@@ -277,6 +328,15 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
       if (req.method() == r.method) found = &r;
     }
     const bool no_body = parser_->is_done();
+    if (!OpenWithoutKey(path) && !Authorized(req)) {
+      HttpReply reply = OpenAiApi::ProtocolError(
+          401, "invalid_api_key",
+          req.find(http::field::authorization) == req.end()
+              ? "no API key: send the header Authorization: Bearer KEY"
+              : "invalid API key in the Authorization header");
+      reply.headers.emplace_back("WWW-Authenticate", "Bearer");
+      return Respond(std::move(reply), no_body);
+    }
     if (found == nullptr && !path_known) {
       return Respond(
           OpenAiApi::ProtocolError(
@@ -322,11 +382,15 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
     if (expect != req.end() && absl::EqualsIgnoreCase(Sv(expect->value()), "100-continue")) {
       static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
       SetDeadline(opt_.write_timeout);
-      net::async_write(socket_, net::buffer(kContinue),
-                       [self = shared_from_this()](beast::error_code ec, size_t) {
-                         if (ec) return self->Close();
-                         self->ReadBody();
-                       });
+      std::visit(
+          [&](auto& stream) {
+            net::async_write(stream, net::buffer(kContinue),
+                             [self = shared_from_this()](beast::error_code ec, size_t) {
+                               if (ec) return self->Close();
+                               self->ReadBody();
+                             });
+          },
+          stream_);
       return;
     }
     ReadBody();
@@ -334,11 +398,24 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
 
   void ReadBody() {
     SetDeadline(opt_.body_timeout);
-    http::async_read(socket_, buffer_, *parser_,
-                     [self = shared_from_this()](beast::error_code ec, size_t) {
-                       if (ec) return self->OnReadError(ec);
-                       self->Dispatch();
-                     });
+    std::visit(
+        [&](auto& stream) {
+          http::async_read(stream, buffer_, *parser_,
+                           [self = shared_from_this()](beast::error_code ec, size_t) {
+                             if (ec) return self->OnReadError(ec);
+                             self->Dispatch();
+                           });
+        },
+        stream_);
+  }
+
+  // Whether the request carries one of the service's API keys (always, when
+  // there are none); a refusal is counted.
+  bool Authorized(const http::request<http::string_body>& req) const {
+    if (shared_->auth == nullptr) return true;
+    auto it = req.find(http::field::authorization);
+    return shared_->auth->Check(it == req.end() ? absl::string_view() : Sv(it->value()),
+                                ApiAuth::kHttp);
   }
 
   void OnReadError(beast::error_code ec) {
@@ -420,9 +497,14 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
   void Watch() {
     if (buffer_.size() >= opt_.max_header_bytes) return;  // enough pipelined; stop reading
     watching_ = true;
-    socket_.async_read_some(
-        buffer_.prepare(4096),
-        [self = shared_from_this()](beast::error_code ec, size_t n) { self->OnWatch(ec, n); });
+    std::visit(
+        [&](auto& stream) {
+          stream.async_read_some(buffer_.prepare(4096), [self = shared_from_this()](
+                                                            beast::error_code ec, size_t n) {
+            self->OnWatch(ec, n);
+          });
+        },
+        stream_);
   }
 
   void OnWatch(beast::error_code ec, size_t n) {
@@ -450,7 +532,7 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
       if (!bytes.empty()) out_.push_back(std::move(bytes));
       if (last) out_last_ = true;
     }
-    net::post(socket_.get_executor(), [self = shared_from_this()] { self->Pump(); });
+    net::post(executor(), [self = shared_from_this()] { self->Pump(); });
   }
 
   void Pump() {
@@ -472,9 +554,13 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
     }
     writing_ = true;
     SetDeadline(opt_.write_timeout);
-    net::async_write(
-        socket_, net::buffer(writing_bytes_),
-        [self = shared_from_this()](beast::error_code ec, size_t) { self->OnWrite(ec); });
+    std::visit(
+        [&](auto& stream) {
+          net::async_write(
+              stream, net::buffer(writing_bytes_),
+              [self = shared_from_this()](beast::error_code ec, size_t) { self->OnWrite(ec); });
+        },
+        stream_);
   }
 
   void OnWrite(beast::error_code ec) {
@@ -500,7 +586,7 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
       // The watch read must end before the next read starts.
       after_watch_ = keep_alive_ ? AfterWatch::kNextRequest : AfterWatch::kLinger;
       beast::error_code ignored;
-      socket_.cancel(ignored);
+      Tcp(stream_).cancel(ignored);
       return;
     }
     if (!keep_alive_) return Linger();
@@ -511,31 +597,48 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
     if (buffer_.size() > 0) return ReadHeader();
     EnterWaiting();
     SetDeadline(opt_.idle_timeout);
-    socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](beast::error_code ec) {
-      if (ec) return self->Close();
-      self->ReadHeader();
-    });
+    if (auto* tls = std::get_if<TlsStream>(&stream_)) {
+      // Readable TCP says nothing about decrypted bytes: wait for some.
+      tls->async_read_some(buffer_.prepare(4096), [self = shared_from_this()](
+                                                      beast::error_code ec, size_t n) {
+        if (ec) return self->Close();
+        self->buffer_.commit(n);
+        self->ReadHeader();
+      });
+      return;
+    }
+    Tcp(stream_).async_wait(tcp::socket::wait_read,
+                            [self = shared_from_this()](beast::error_code ec) {
+                              if (ec) return self->Close();
+                              self->ReadHeader();
+                            });
   }
 
   // --- closing
 
   // Sends FIN, then reads and drops what the client still sends (bounded in
-  // time and bytes) before closing.
+  // time and bytes) before closing. TLS: sends close_notify (the end of an
+  // HTTP/1.0 stream) and waits, as long, for the client's.
   void Linger() {
     if (closed_) return;
-    beast::error_code ignored;
-    socket_.shutdown(tcp::socket::shutdown_send, ignored);
     SetDeadline(kLinger);
+    if (auto* tls = std::get_if<TlsStream>(&stream_)) {
+      tls->async_shutdown([self = shared_from_this()](beast::error_code) { self->Close(); });
+      return;
+    }
+    beast::error_code ignored;
+    Tcp(stream_).shutdown(tcp::socket::shutdown_send, ignored);
     Drain(0);
   }
 
   void Drain(size_t drained) {
     buffer_.clear();
-    socket_.async_read_some(buffer_.prepare(16384),
-                            [self = shared_from_this(), drained](beast::error_code ec, size_t n) {
-                              if (ec || drained + n > kLingerBytes) return self->Close();
-                              self->Drain(drained + n);
-                            });
+    Tcp(stream_).async_read_some(
+        buffer_.prepare(16384),
+        [self = shared_from_this(), drained](beast::error_code ec, size_t n) {
+          if (ec || drained + n > kLingerBytes) return self->Close();
+          self->Drain(drained + n);
+        });
   }
 
   void Close() {
@@ -546,8 +649,8 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
     cv_.notify_all();
     ClearDeadline();
     beast::error_code ignored;
-    socket_.shutdown(tcp::socket::shutdown_both, ignored);
-    socket_.close(ignored);
+    Tcp(stream_).shutdown(tcp::socket::shutdown_both, ignored);
+    Tcp(stream_).close(ignored);
   }
 
   void SetDeadline(ms d) {
@@ -563,7 +666,7 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
   }
 
   // Constant after construction.
-  tcp::socket socket_;
+  Stream stream_;
   net::steady_timer timer_;
   const std::shared_ptr<Shared> shared_;
   const HttpServerOptions& opt_;
@@ -642,6 +745,25 @@ struct HttpServer::Impl {
   int port = 0;
 };
 
+namespace {
+
+// The server side of TLS 1.2 and later with the certificate and key given.
+absl::Status ConfigureTls(const auth::TlsPem& tls, net::ssl::context& ctx) {
+  SSL_CTX_set_min_proto_version(ctx.native_handle(), TLS1_2_VERSION);
+  ctx.set_options(net::ssl::context::default_workarounds | net::ssl::context::single_dh_use);
+  beast::error_code ec;
+  ctx.use_certificate_chain(net::buffer(tls.cert), ec);
+  if (ec) return absl::InvalidArgumentError(absl::StrCat("--tls-cert: ", ec.message()));
+  ctx.use_private_key(net::buffer(tls.key), net::ssl::context::pem, ec);
+  if (ec) return absl::InvalidArgumentError(absl::StrCat("--tls-key: ", ec.message()));
+  if (SSL_CTX_check_private_key(ctx.native_handle()) != 1) {
+    return absl::InvalidArgumentError("--tls-key is not the key of --tls-cert");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status ValidateHttpOptions(const HttpServerOptions& o) {
   auto positive = [](ms d) { return d.count() > 0; };
   if (!positive(o.header_timeout))
@@ -689,6 +811,10 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
     host = host.substr(1, host.size() - 2);
   }
   auto impl = std::make_unique<Impl>(options, std::move(served));
+  if (options.tls.server_tls()) {
+    impl->shared->tls.emplace(net::ssl::context::tls_server);
+    RETURN_IF_ERROR(ConfigureTls(options.tls, *impl->shared->tls));
+  }
   beast::error_code ec;
   tcp::resolver resolver(impl->ioc);
   auto endpoints = resolver.resolve(host, std::to_string(want), tcp::resolver::passive, ec);

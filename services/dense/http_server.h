@@ -36,6 +36,11 @@
 //   400 invalid_request       a malformed request (never a 500)
 // `Expect: 100-continue` is answered once the headers pass these checks.
 //
+// API keys (ServedModel::auth, api_auth.h): every path but /health needs
+// `Authorization: Bearer KEY`; without one: 401 invalid_api_key with
+// `WWW-Authenticate: Bearer`, checked once the headers are read (before the
+// route and the body).
+//
 // Client disconnects. While a request is processed the connection keeps
 // reading: end of stream or an error marks the client gone, and the
 // request — streaming or not — is cancelled in the engine within ~20 ms,
@@ -52,6 +57,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/auth/tls.h"
 #include "services/dense/inference_service.h"
 
 namespace moesplit::dense {
@@ -67,6 +73,10 @@ struct HttpServerOptions {
   uint32_t max_header_bytes = 16384;                // --http-max-header-bytes
   uint32_t max_uri_bytes = 8192;                    // --http-max-uri-bytes
   int io_threads = 2;
+  // cert + key: every connection is TLS (1.2 or later); a client that does
+  // not complete the handshake within header_timeout, or speaks plain HTTP,
+  // is closed. ca is not used (no client certificates).
+  auth::TlsPem tls = {};
 };
 
 // InvalidArgument naming the option that is out of range.

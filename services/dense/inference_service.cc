@@ -77,6 +77,31 @@ void AddLogprobs(const Tokenizer& tok, const SampledToken& s,
 
 InferenceService::~InferenceService() = default;
 
+grpc::Status InferenceService::Authorize(grpc::CallbackServerContext* ctx) const {
+  if (served_.auth == nullptr) return grpc::Status::OK;
+  const auto& md = ctx->client_metadata();
+  auto it = md.find("authorization");
+  const absl::string_view value = it == md.end()
+                                      ? absl::string_view()
+                                      : absl::string_view(it->second.data(), it->second.size());
+  if (served_.auth->Check(value, ApiAuth::kGrpc)) return grpc::Status::OK;
+  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                      it == md.end() ? "no API key: send the metadata authorization: Bearer KEY"
+                                     : "invalid API key in the authorization metadata");
+}
+
+namespace {
+
+// A streaming call refused before it started.
+template <typename Resp>
+class RefusedStream final : public grpc::ServerWriteReactor<Resp> {
+ public:
+  explicit RefusedStream(grpc::Status status) { this->Finish(std::move(status)); }
+  void OnDone() override { delete this; }
+};
+
+}  // namespace
+
 // Streams responses produced by a body running on its own thread.
 template <typename Resp>
 class StreamReactor final : public grpc::ServerWriteReactor<Resp> {
@@ -166,6 +191,7 @@ class StreamReactor final : public grpc::ServerWriteReactor<Resp> {
 grpc::ServerWriteReactor<v1::GenerateResponse>* InferenceService::Generate(
     grpc::CallbackServerContext* ctx, const v1::GenerateRequest* request) {
   using Reactor = StreamReactor<v1::GenerateResponse>;
+  if (grpc::Status a = Authorize(ctx); !a.ok()) return new RefusedStream<v1::GenerateResponse>(a);
   return new Reactor(served_, ctx, "generate", [this, r = *request](Reactor* out) -> absl::Status {
     DenseEngine& engine = *served_.engine;
     RETURN_IF_ERROR(served_.CheckName(r.model()));
@@ -204,6 +230,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* InferenceService::Generate(
 grpc::ServerWriteReactor<v1::ChatResponse>* InferenceService::Chat(
     grpc::CallbackServerContext* ctx, const v1::ChatRequest* request) {
   using Reactor = StreamReactor<v1::ChatResponse>;
+  if (grpc::Status a = Authorize(ctx); !a.ok()) return new RefusedStream<v1::ChatResponse>(a);
   return new Reactor(served_, ctx, "chat", [this, r = *request](Reactor* out) -> absl::Status {
     DenseEngine& engine = *served_.engine;
     RETURN_IF_ERROR(served_.CheckName(r.model()));
@@ -266,6 +293,10 @@ grpc::ServerUnaryReactor* InferenceService::Tokenize(grpc::CallbackServerContext
                                                      const v1::TokenizeRequest* request,
                                                      v1::TokenizeResponse* response) {
   auto* reactor = ctx->DefaultReactor();
+  if (grpc::Status a = Authorize(ctx); !a.ok()) {
+    reactor->Finish(a);
+    return reactor;
+  }
   absl::StatusOr<std::vector<int32_t>> ids =
       IsValidUtf8(request->text())
           ? served_.engine->tokenizer().Encode(request->text(), request->parse_special())
@@ -280,6 +311,10 @@ grpc::ServerUnaryReactor* InferenceService::Detokenize(grpc::CallbackServerConte
                                                        const v1::DetokenizeRequest* request,
                                                        v1::DetokenizeResponse* response) {
   auto* reactor = ctx->DefaultReactor();
+  if (grpc::Status a = Authorize(ctx); !a.ok()) {
+    reactor->Finish(a);
+    return reactor;
+  }
   std::vector<int32_t> ids(request->tokens().begin(), request->tokens().end());
   auto text = served_.engine->tokenizer().Decode(ids);
   if (text.ok()) response->set_text(*text);
@@ -293,6 +328,10 @@ grpc::ServerUnaryReactor* InferenceService::GetModel(grpc::CallbackServerContext
                                                      const v1::GetModelRequest*,
                                                      v1::GetModelResponse* response) {
   auto* reactor = ctx->DefaultReactor();
+  if (grpc::Status a = Authorize(ctx); !a.ok()) {
+    reactor->Finish(a);
+    return reactor;
+  }
   const DenseEngine& engine = *served_.engine;
   const auto& m = engine.model();
   response->set_name(served_.name);

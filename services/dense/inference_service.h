@@ -5,13 +5,16 @@
 // reaction; their responses are written in order through the reactor. A
 // cancelled call or an expired deadline cancels the request in the engine,
 // which drops the sequence and frees its KV cache at the next step.
-// Every call is counted in moesplit_requests_total{api="grpc"}.
+// Every call is counted in moesplit_requests_total{api="grpc"}. With API
+// keys (ServedModel::auth) a call without `authorization: Bearer KEY`
+// metadata holding one is UNAUTHENTICATED before anything runs.
 #pragma once
 
 #include <memory>
 #include <string>
 
 #include "moesplit/v1/inference.grpc.pb.h"
+#include "services/dense/api_auth.h"
 #include "services/dense/chat_prompt.h"
 #include "services/dense/dense_engine.h"
 
@@ -22,6 +25,7 @@ struct ServedModel {
   DenseEngine* engine = nullptr;
   std::string name;        // general.name, else the file name without .gguf
   const ChatPrompt* chat = nullptr;
+  const ApiAuth* auth = nullptr;  // null: no API keys, the APIs are open
   // OK when `requested` is empty or names this model; NotFound otherwise.
   absl::Status CheckName(const std::string& requested) const;
 };
@@ -49,6 +53,10 @@ class InferenceService final : public moesplit::v1::Inference::CallbackService {
                                      moesplit::v1::GetModelResponse* response) override;
 
  private:
+  // OK, or UNAUTHENTICATED (counted) when keys are on and the call's
+  // authorization metadata holds none of them.
+  grpc::Status Authorize(grpc::CallbackServerContext* ctx) const;
+
   const ServedModel served_;
 };
 

@@ -3,6 +3,9 @@
 // computed by the expert-workers named with --experts (repeatable).
 // --http HOST:PORT also serves the OpenAI-compatible HTTP API (http_server.h);
 // --parallel, --max-queue and --step-tokens configure continuous batching.
+// --api-key-file / $MOESPLIT_API_KEYS, --tls-cert/--tls-key and --tls-ca
+// secure the APIs and the connections to grpc:// workers (api_auth.h,
+// common/auth/); "API keys: off|N; TLS: ..." is logged at start.
 //
 // Prints "moesplit-dense: ready ..." on stderr once it serves; SIGINT/SIGTERM
 // stop it. Bad flags or a model/worker problem at start: one line on stderr,
@@ -16,6 +19,7 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <thread>
@@ -24,6 +28,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/auth/api_keys.h"
+#include "common/auth/tls.h"
 #include "common/base/cpu_count.h"
 #include "common/base/status.h"
 #include "common/plan/byte_size.h"
@@ -31,6 +37,7 @@
 #include "common/telemetry/gpu_metrics.h"
 #include "common/telemetry/metrics.h"
 #include "services/cli/dense_flags.h"
+#include "services/dense/api_auth.h"
 #include "services/dense/chat_prompt.h"
 #include "services/dense/dense_engine.h"
 #include "services/dense/http_server.h"
@@ -112,12 +119,30 @@ int Run(int argc, char** argv) {
   http_opt.max_header_bytes = static_cast<uint32_t>(f.http_max_header_bytes);
   http_opt.max_uri_bytes = static_cast<uint32_t>(f.http_max_uri_bytes);
   if (absl::Status s = ValidateHttpOptions(http_opt); !s.ok()) return Fail(s);
+  // Security (README "Security"): API keys, TLS of both APIs, TLS to workers.
+  const char* env_keys = std::getenv(auth::kApiKeysEnv);
+  auto keys = auth::LoadApiKeys(f.api_key_file, env_keys ? env_keys : "");
+  if (!keys.ok()) return Fail(keys.status());
+  auto tls = auth::ReadTlsFiles(f.tls_cert, f.tls_key, f.tls_ca);
+  if (!tls.ok()) return Fail(tls.status());
+  tls->server_name = f.tls_server_name;
+  auth::TlsPem api_tls = *tls;  // the APIs' server side: no client certificates asked
+  api_tls.ca.clear();
+  http_opt.tls = api_tls;
+  opt.worker_tls = *tls;
   // One registry for the --metrics exposer and HTTP GET /metrics.
   auto registry = std::make_shared<prometheus::Registry>();
   telemetry::ExportBuildInfo(*registry, "moesplit-dense");
   opt.registry = registry;
+  std::unique_ptr<ApiAuth> api_auth;
+  if (!keys->empty()) api_auth = std::make_unique<ApiAuth>(auth::ApiKeySet(*keys), *registry);
   auto engine = DenseEngine::Create(opt);
   if (!engine.ok()) return Fail(engine.status());
+  std::fprintf(stderr, "moesplit-dense: API keys: %s; TLS: %s; TLS to workers: %s\n",
+               keys->empty() ? "off" : std::to_string(keys->size()).c_str(),
+               auth::ServerTlsMode(api_tls),
+               tls->client_tls() ? (tls->server_tls() ? "mutual" : "on (no client certificate)")
+                                 : "off");
   std::fprintf(stderr,
                "moesplit-dense: dense forward on %s, %d threads, context %d positions x %d "
                "sequences\n",
@@ -141,7 +166,8 @@ int Run(int argc, char** argv) {
   } else if (!chat->warning().empty()) {
     std::fprintf(stderr, "moesplit-dense: warning: %s\n", chat->warning().c_str());
   }
-  ServedModel served{engine->get(), ServedModelName((*engine)->model(), opt.model_path), &*chat};
+  ServedModel served{engine->get(), ServedModelName((*engine)->model(), opt.model_path), &*chat,
+                     api_auth.get()};
 
   std::unique_ptr<telemetry::MetricsServer> metrics;
   std::shared_ptr<telemetry::DenseExpertMetrics> expert_metrics;
@@ -229,7 +255,7 @@ int Run(int argc, char** argv) {
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(grpc_addr, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(grpc_addr, auth::GrpcServerCredentials(api_tls), &port);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {

@@ -4,7 +4,9 @@
 //
 // Prints "moesplit-expert-worker: ready ..." on stderr once it serves;
 // SIGINT/SIGTERM stop it cleanly (segments removed). Bad flags: one line on
-// stderr, exit status 2.
+// stderr, exit status 2. --tls-cert/--tls-key serve the gRPC listener over TLS,
+// --tls-ca also requires clients' certificates (mutual TLS); "TLS: off|on|mutual"
+// is logged at start.
 #include <pthread.h>
 
 #include <csignal>
@@ -15,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/auth/tls.h"
 #include "common/base/status.h"
 #include "common/telemetry/metrics.h"
 #include "common/transport/grpc_transport.h"
@@ -45,6 +48,12 @@ int Run(int argc, char** argv) {
   if (!spec.ok() || !numa.ok() || !memory.ok()) {
     const absl::Status& bad = !spec.ok() ? spec.status() : !numa.ok() ? numa.status() : memory.status();
     std::fprintf(stderr, "moesplit-expert-worker: %s\n", std::string(bad.message()).c_str());
+    return 2;
+  }
+  absl::StatusOr<auth::TlsPem> tls = auth::ReadTlsFiles(f.tls_cert, f.tls_key, f.tls_ca);
+  if (!tls.ok()) {
+    std::fprintf(stderr, "moesplit-expert-worker: %s\n",
+                 std::string(tls.status().message()).c_str());
     return 2;
   }
   opt.model_path = f.model;
@@ -103,6 +112,7 @@ int Run(int argc, char** argv) {
     transport::GrpcServerOptions go;
     go.listen = f.listen_grpc;
     go.observer = worker_metrics.get();
+    go.tls = *tls;
     auto srv = transport::GrpcExpertServer::Start(go, d, shard->get());
     if (!srv.ok()) {
       std::fprintf(stderr, "moesplit-expert-worker: %s\n", std::string(srv.status().message()).c_str());
@@ -110,6 +120,10 @@ int Run(int argc, char** argv) {
     }
     servers.push_back(std::move(*srv));
   }
+  std::fprintf(stderr, "moesplit-expert-worker: TLS: %s%s\n", auth::ServerTlsMode(*tls),
+               tls->ca.empty() ? ""
+                               : absl::StrCat(" (clients need a certificate signed by ", f.tls_ca,
+                                              ")").c_str());
   std::vector<std::string> addrs;
   for (const auto& srv : servers) addrs.push_back(srv->address());
   std::fprintf(stderr,

@@ -188,6 +188,23 @@ part_errors() {
   expect_error plan-kv "flag --kv-type must be one of f16, q8_0, q4_0; got 'q5_1'" \
     moesplit plan --model "$none" --gpu-memory 8GiB --kv-type q5_1
   expect_error plan-no-budget "--gpu-memory is required" moesplit plan --model "$none"
+  # Security flags: files checked when parsing, combinations before the model is read.
+  : >"$WORK/empty.pem"
+  printf '# only a comment\n' >"$WORK/no-keys.txt"
+  expect_error dense-key-file "holds no key" \
+    moesplit-dense --model "$none" --api-key-file "$WORK/no-keys.txt"
+  expect_error dense-tls-cert "flag --tls-cert: cannot read" \
+    moesplit-dense --model "$none" --tls-cert "$WORK/none.pem"
+  expect_error dense-tls-pair "--tls-cert and --tls-key go together" \
+    moesplit-dense --model "$none" --tls-cert "$WORK/empty.pem"
+  expect_error dense-tls-name "--tls-server-name applies to TLS towards workers" \
+    moesplit-dense --model "$none" --tls-server-name w
+  expect_error worker-tls-ca "--tls-ca (verify clients' certificates) needs --tls-cert" \
+    moesplit-expert-worker --model "$none" --listen-grpc 127.0.0.1:0 --tls-ca "$WORK/empty.pem"
+  expect_error worker-tls-shm "--tls-cert secures --listen-grpc" moesplit-expert-worker \
+    --model "$none" --listen-shm w --tls-cert "$WORK/empty.pem" --tls-key "$WORK/empty.pem"
+  expect_error up-tls-pair "--tls-cert and --tls-key go together" \
+    moesplit up --model "$none" --tls-key "$WORK/empty.pem"
   if [[ ! -e $WORK/cache ]]; then pass "no test model written before the flags were checked"; else
     fail "a failed 'moesplit up' wrote $(ls "$WORK/cache")"; fi
   # With good flags the same missing model is what fails (the flags came first).
