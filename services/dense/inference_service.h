@@ -6,6 +6,9 @@
 // cancelled call or an expired deadline cancels the request in the engine,
 // which drops the sequence and frees its KV cache at the next step.
 // Every call is counted in moesplit_requests_total{api="grpc"}.
+// List fields are bounded as in the HTTP API (request_limits.h: `stop`,
+// `messages`); text the service sends is valid UTF-8, with the raw bytes
+// beside it where a token may cut a character (inference.proto).
 #pragma once
 
 #include <memory>
