@@ -18,6 +18,7 @@
 #include "common/transport/describe_codec.h"
 #include "common/transport/internal/futex.h"
 #include "common/transport/internal/shm_layout.h"
+#include "common/transport/shm_segments.h"
 
 namespace moesplit::transport {
 namespace bip = boost::interprocess;
@@ -473,8 +474,8 @@ absl::Status ShmExpertClient::Connect() {
   const uint64_t req_offset = Align64(sizeof(ConnHeader));
   const uint64_t resp_offset = req_offset + kRing * req;
   const uint64_t total = resp_offset + kRing * resp;
-  const std::string seg = absl::StrFormat("%s.c%d.%d", name_, getpid(),
-                                          g_connection_counter.fetch_add(1));
+  const std::string seg =
+      ConnectionSegmentName(name_, getpid(), g_connection_counter.fetch_add(1));
   auto conn = std::make_unique<Mapping>();
   try {
     bip::shared_memory_object::remove(seg.c_str());

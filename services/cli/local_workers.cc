@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/base/status.h"
+#include "common/transport/shm_segments.h"
 #include "services/expert_worker/shard_spec.h"
 
 namespace moesplit::cli {
@@ -25,6 +26,19 @@ absl::StatusOr<std::unique_ptr<LocalWorkers>> LocalWorkers::Start(const LocalWor
   const std::string prefix =
       o.name_prefix.empty() ? absl::StrCat("moesplit-", getpid()) : o.name_prefix;
   const std::string binary = SelfDirectory() + "/moesplit-expert-worker";
+  if (o.transport == "shm") {
+    // Segments a killed worker of one of these names left go first; a name a
+    // live worker serves is an error here rather than in the new worker.
+    for (int i = 0; i < o.n_workers; ++i) {
+      const std::string name = absl::StrCat(prefix, "-w", i);
+      ASSIGN_OR_RETURN(std::unique_ptr<transport::ShmOwnerLock> lock,
+                       transport::ShmOwnerLock::Acquire(name));
+      const transport::RemovedSegments removed = transport::RemoveStaleSegments(*lock);
+      if (removed.count > 0) {
+        std::fprintf(stderr, "moesplit: %s\n", transport::DescribeRemoved(name, removed).c_str());
+      }
+    }
+  }
   for (int i = 0; i < o.n_workers; ++i) {
     std::vector<std::string> args = {"--model", o.model, "--shard",
                                      worker::LayerShardText(i, o.n_workers, o.n_layer)};

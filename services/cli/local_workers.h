@@ -33,8 +33,12 @@ struct LocalWorkerOptions {
 
 class LocalWorkers {
  public:
-  // Starts the workers and waits until each is ready. Errors: InvalidArgument
-  // for bad options, Unavailable with the worker's own message when one exits.
+  // Starts the workers and waits until each is ready. Over shm, first removes
+  // the segments killed workers of the same names left (shm_segments.h; one
+  // "moesplit: removed N stale segments ..." line on stderr per name).
+  // Errors: InvalidArgument for bad options, AlreadyExists when a live worker
+  // serves one of the names, Unavailable with the worker's own message when
+  // one exits.
   static absl::StatusOr<std::unique_ptr<LocalWorkers>> Start(const LocalWorkerOptions& options);
   ~LocalWorkers();
 

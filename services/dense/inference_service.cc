@@ -8,8 +8,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status.h"
+#include "common/base/utf8.h"
 #include "common/chat/reasoning.h"
 #include "common/transport/grpc_status.h"
+#include "services/dense/request_limits.h"
 
 namespace moesplit::dense {
 
@@ -32,8 +34,10 @@ absl::Status ServedModel::CheckName(const std::string& requested) const {
 
 namespace {
 
-// InvalidArgument naming the first stop string that is not valid UTF-8.
-absl::Status CheckStopUtf8(const google::protobuf::RepeatedPtrField<std::string>& stop) {
+// InvalidArgument for a stop list longer than kMaxStop (the HTTP API's
+// limit) or naming the first stop string that is not valid UTF-8.
+absl::Status CheckStop(const google::protobuf::RepeatedPtrField<std::string>& stop) {
+  RETURN_IF_ERROR(CheckStopCount(stop.size()));
   for (int i = 0; i < stop.size(); ++i) {
     if (!IsValidUtf8(stop.Get(i))) {
       return absl::InvalidArgumentError(absl::StrCat("stop[", i, "] is not valid UTF-8"));
@@ -66,7 +70,11 @@ void AddLogprobs(const Tokenizer& tok, const SampledToken& s,
   auto add = [&](int32_t id, float lp) {
     v1::TokenLogprob* t = out->Add();
     t->set_token(id);
-    if (id >= 0 && id < tok.n_vocab()) t->set_text(tok.Piece(id));
+    if (id >= 0 && id < tok.n_vocab()) {
+      const std::string& piece = tok.Piece(id);  // one token: maybe part of a character
+      t->set_text(ReplaceInvalidUtf8(piece));
+      t->set_text_bytes(piece);
+    }
     t->set_logprob(lp);
   };
   add(s.token, s.logprob);
@@ -202,7 +210,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* InferenceService::Generate(
       if (!IsValidUtf8(r.prompt())) return absl::InvalidArgumentError("prompt is not valid UTF-8");
       ASSIGN_OR_RETURN(p.prompt, engine.tokenizer().Encode(r.prompt(), /*parse_special=*/true));
     }
-    RETURN_IF_ERROR(CheckStopUtf8(r.stop()));
+    RETURN_IF_ERROR(CheckStop(r.stop()));
     p.max_tokens = r.max_tokens();
     ASSIGN_OR_RETURN(p.sampling, ToSampling(r.sampling(), r.logprobs()));
     p.stop.assign(r.stop().begin(), r.stop().end());
@@ -234,6 +242,7 @@ grpc::ServerWriteReactor<v1::ChatResponse>* InferenceService::Chat(
   return new Reactor(served_, ctx, "chat", [this, r = *request](Reactor* out) -> absl::Status {
     DenseEngine& engine = *served_.engine;
     RETURN_IF_ERROR(served_.CheckName(r.model()));
+    RETURN_IF_ERROR(CheckMessageCount(r.messages_size()));
     for (int i = 0; i < r.messages_size(); ++i) {
       const v1::ChatMessage& m = r.messages(i);
       for (const auto& [field, value] :
@@ -245,7 +254,7 @@ grpc::ServerWriteReactor<v1::ChatResponse>* InferenceService::Chat(
         }
       }
     }
-    RETURN_IF_ERROR(CheckStopUtf8(r.stop()));
+    RETURN_IF_ERROR(CheckStop(r.stop()));
     nlohmann::ordered_json messages = nlohmann::ordered_json::array();
     for (const v1::ChatMessage& m : r.messages()) {
       nlohmann::ordered_json j = {{"role", m.role()}, {"content", m.content()}};
@@ -317,7 +326,10 @@ grpc::ServerUnaryReactor* InferenceService::Detokenize(grpc::CallbackServerConte
   }
   std::vector<int32_t> ids(request->tokens().begin(), request->tokens().end());
   auto text = served_.engine->tokenizer().Decode(ids);
-  if (text.ok()) response->set_text(*text);
+  if (text.ok()) {
+    response->set_text(ReplaceInvalidUtf8(*text));
+    response->set_text_bytes(std::move(*text));
+  }
   served_.engine->metrics().CountRequest("grpc", "detokenize",
                                          ServingMetrics::Outcome(text.status()));
   reactor->Finish(ToGrpcStatus(text.status()));
@@ -334,14 +346,17 @@ grpc::ServerUnaryReactor* InferenceService::GetModel(grpc::CallbackServerContext
   }
   const DenseEngine& engine = *served_.engine;
   const auto& m = engine.model();
-  response->set_name(served_.name);
-  response->set_architecture(m.hparams().arch);
+  // Strings from the GGUF and the command line: made valid for proto3.
+  response->set_name(ReplaceInvalidUtf8(served_.name));
+  response->set_architecture(ReplaceInvalidUtf8(m.hparams().arch));
   response->set_context_length(engine.n_ctx());
   response->set_identity(m.file().Identity());
   for (const auto& t : m.file().tensors()) {
     (*response->mutable_bytes_by_type())[std::string(GgmlTypeName(t.type))] += t.n_bytes;
   }
-  for (const auto& a : engine.expert_addresses()) response->add_expert_workers(a);
+  for (const auto& a : engine.expert_addresses()) {
+    response->add_expert_workers(ReplaceInvalidUtf8(a));
+  }
   v1::MemoryPlan* plan = response->mutable_memory_plan();
   plan->set_backend(engine.backend_name());
   uint64_t dense = 0;

@@ -8,6 +8,9 @@
 // Every call is counted in moesplit_requests_total{api="grpc"}. With API
 // keys (ServedModel::auth) a call without `authorization: Bearer KEY`
 // metadata holding one is UNAUTHENTICATED before anything runs.
+// List fields are bounded as in the HTTP API (request_limits.h: `stop`,
+// `messages`); text the service sends is valid UTF-8, with the raw bytes
+// beside it where a token may cut a character (inference.proto).
 #pragma once
 
 #include <memory>

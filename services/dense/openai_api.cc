@@ -160,10 +160,7 @@ absl::Status ParseCommon(const Json& body, bool chat, const ServedModel& served,
     if (stop->is_string()) {
       c->params.stop.push_back(stop->get<std::string>());
     } else if (stop->is_array()) {
-      if (stop->size() > kMaxStop) {
-        return Bad("stop", absl::StrCat("stop holds at most ", kMaxStop, " strings, got ",
-                                        stop->size()));
-      }
+      RETURN_IF_ERROR(WithParam(CheckStopCount(stop->size()), "stop"));
       for (const auto& x : *stop) {
         if (!x.is_string()) return Bad("stop", "stop must be a string or an array of strings");
         c->params.stop.push_back(x.get<std::string>());
@@ -254,9 +251,8 @@ absl::Status PreparePrompt(const Json& body, const ServedModel& served, size_t m
   if (job->chat) {
     auto m = body.find("messages");
     if (m == body.end()) return Bad("messages", "messages is required");
-    if (m->is_array() && m->size() > kMaxMessages) {
-      return Bad("messages", absl::StrCat("messages holds at most ", kMaxMessages,
-                                          " entries, got ", m->size()));
+    if (m->is_array()) {
+      RETURN_IF_ERROR(WithParam(CheckMessageCount(m->size()), "messages"));
     }
     ChatPromptOptions co;
     if (auto k = body.find("chat_template_kwargs"); k != body.end() && k->is_object()) {

@@ -16,7 +16,8 @@
 // 405, 408, 413, 414, 415, 431) come from ProtocolError with the same shape.
 //
 // Bounds checked before work is spent: `stop` holds at most kMaxStop
-// strings, `messages` at most kMaxMessages entries, a token-id prompt at
+// strings, `messages` at most kMaxMessages entries (request_limits.h, the
+// same limits as the gRPC API), a token-id prompt at
 // most the context; a text prompt whose byte length proves it longer than
 // the context (more bytes than context x the longest token's bytes) is
 // refused before it is tokenized, and tokenizing stops as soon as a prompt
@@ -31,13 +32,9 @@
 #include <vector>
 
 #include "services/dense/inference_service.h"
+#include "services/dense/request_limits.h"
 
 namespace moesplit::dense {
-
-// OpenAI's limit on `stop`.
-inline constexpr int kMaxStop = 4;
-// OpenAI's limit on `messages`.
-inline constexpr int kMaxMessages = 2048;
 
 struct HttpReply {
   int status = 200;

@@ -7,6 +7,11 @@
 // stderr, exit status 2. --tls-cert/--tls-key serve the gRPC listener over TLS,
 // --tls-ca also requires clients' certificates (mutual TLS); "TLS: off|on|mutual"
 // is logged at start.
+//
+// With --listen-shm NAME it first takes NAME's owner lock (shm_segments.h):
+// held by a live worker, it exits (status 1) before touching anything;
+// otherwise it removes the segments a killed worker of that name left
+// ("removed N stale segments (X GB) of shm://NAME" on stderr).
 #include <pthread.h>
 
 #include <csignal>
@@ -21,6 +26,7 @@
 #include "common/base/status.h"
 #include "common/telemetry/metrics.h"
 #include "common/transport/grpc_transport.h"
+#include "common/transport/shm_segments.h"
 #include "common/transport/shm_transport.h"
 #include "services/cli/worker_flags.h"
 #include "services/expert_worker/expert_shard.h"
@@ -65,6 +71,22 @@ int Run(int argc, char** argv) {
   opt.max_tokens = static_cast<int>(f.max_tokens);
   opt.worker_id = f.worker_id.empty() ? (f.listen_shm.empty() ? f.listen_grpc : f.listen_shm)
                                       : f.worker_id;
+  // Before the shard is loaded: the arena's segments carry NAME too.
+  std::unique_ptr<transport::ShmOwnerLock> owner;
+  if (!f.listen_shm.empty()) {
+    auto lock = transport::ShmOwnerLock::Acquire(f.listen_shm);
+    if (!lock.ok()) {
+      std::fprintf(stderr, "moesplit-expert-worker: %s\n",
+                   std::string(lock.status().message()).c_str());
+      return 1;
+    }
+    owner = std::move(*lock);
+    const transport::RemovedSegments removed = transport::RemoveStaleSegments(*owner);
+    if (removed.count > 0) {
+      std::fprintf(stderr, "moesplit-expert-worker: %s\n",
+                   transport::DescribeRemoved(f.listen_shm, removed).c_str());
+    }
+  }
   auto shard = ExpertShard::Load(opt);
   if (!shard.ok()) {
     std::fprintf(stderr, "moesplit-expert-worker: %s\n",

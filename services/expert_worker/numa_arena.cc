@@ -16,6 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/transport/shm_segments.h"
 
 namespace moesplit::worker {
 
@@ -110,7 +111,7 @@ absl::StatusOr<std::unique_ptr<ExpertArena>> ExpertArena::Create(
     r.size = std::max<uint64_t>(page, (sizes[i] + page - 1) / page * page);
     void* p = MAP_FAILED;
     if (!shm_prefix.empty()) {
-      r.shm_name = absl::StrFormat("/%s.experts.%d", shm_prefix, i);
+      r.shm_name = "/" + transport::ExpertSegmentName(shm_prefix, static_cast<int>(i));
       shm_unlink(r.shm_name.c_str());
       const int fd = shm_open(r.shm_name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
       if (fd < 0 || ftruncate(fd, static_cast<off_t>(r.size)) != 0) {

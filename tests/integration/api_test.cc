@@ -246,16 +246,16 @@ TEST_F(ApiTest, SeedReproducesAndStopStringsCutAcrossTokens) {
   dr.add_tokens(full.tokens[1]);
   v1::DetokenizeResponse two;
   ASSERT_TRUE(server_->stub->Detokenize(&ctx, dr, &two).ok());
-  ASSERT_EQ(full.text.rfind(two.text(), 0), 0u) << "text does not start with its first tokens";
+  ASSERT_EQ(full.text.rfind(two.text_bytes(), 0), 0u) << "text does not start with its first tokens";
   grpc::ClientContext ctx1;
   dr.clear_tokens();
   dr.add_tokens(full.tokens[0]);
   v1::DetokenizeResponse one;
   ASSERT_TRUE(server_->stub->Detokenize(&ctx1, dr, &one).ok());
-  ASSERT_LT(one.text().size(), two.text().size());
-  ASSERT_FALSE(one.text().empty());
-  // Last byte of token 0 + first byte of token 1.
-  const std::string stop = two.text().substr(one.text().size() - 1, 2);
+  ASSERT_LT(one.text_bytes().size(), two.text_bytes().size());
+  ASSERT_FALSE(one.text_bytes().empty());
+  // Last byte of token 0 + first byte of token 1 (raw bytes: text may hold U+FFFD).
+  const std::string stop = two.text_bytes().substr(one.text_bytes().size() - 1, 2);
   v1::GenerateRequest with_stop = Greedy("The weather today", 16);
   with_stop.add_stop(stop);
   Streamed cut = Generate(*server_, with_stop);

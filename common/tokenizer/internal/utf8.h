@@ -18,27 +18,12 @@ namespace moesplit::tokenizer_internal {
 
 inline constexpr uint32_t kReplacementChar = 0xFFFD;
 
-// Decodes one code point at `s[pos]`. On success stores it in `*cp`, its
-// length in `*len` and returns true; returns false when the bytes at `pos` do
-// not start a valid (and complete) sequence.
-bool DecodeUtf8(std::string_view s, size_t pos, uint32_t* cp, size_t* len);
-
-// AppendUtf8 and IsValidUtf8: common/base/utf8.h.
+// The helpers live in common/base/utf8.h (the services use them too).
 using ::moesplit::AppendUtf8;
+using ::moesplit::DecodeUtf8;
+using ::moesplit::IncompleteUtf8Suffix;
 using ::moesplit::IsValidUtf8;
-
-// Returns `s` with every byte that does not belong to a valid sequence
-// replaced by U+FFFD, one replacement per byte. This is how llama.cpp's
-// unicode_cpts_from_utf8 treats broken input before pre-tokenization.
-std::string SanitizeUtf8(std::string_view s);
-
-// Length of the longest suffix of `s` (0..3 bytes) that is a proper prefix of
-// some valid sequence, i.e. could still become valid when more bytes arrive.
-size_t IncompleteUtf8Suffix(std::string_view s);
-
-// Converts `s` to valid UTF-8 for output: each maximal invalid subpart
-// (Unicode 15, §3.9 "U+FFFD substitution of maximal subparts") becomes one
-// U+FFFD; valid sequences are copied.
-std::string ReplaceInvalidUtf8(std::string_view s);
+using ::moesplit::ReplaceInvalidUtf8;
+using ::moesplit::SanitizeUtf8;
 
 }  // namespace moesplit::tokenizer_internal
