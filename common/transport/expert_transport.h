@@ -123,6 +123,12 @@ class ExpertClient : public model::ExpertBackend {
   // any thread, as are the counters).
   virtual bool healthy() const = 0;
   virtual TransportCounters counters() const = 0;
+  // Checks that the worker is up and serves this model, without touching
+  // the connection calls use: thread-safe, may run concurrently with
+  // Submit/Wait on another thread, blocks at most about a second. OK, or
+  // UNAVAILABLE / FAILED_PRECONDITION naming the worker and the reason
+  // (readiness: worker_liveness.h).
+  virtual absl::Status Probe() const = 0;
 
   absl::Status Compute(const model::ExpertCall& call, model::ExpertResult* result) override;
 

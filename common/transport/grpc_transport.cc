@@ -281,6 +281,7 @@ class GrpcExpertClient final : public ExpertClient {
   const std::string& address() const override { return address_; }
   bool healthy() const override { return backoff_.healthy(); }
   TransportCounters counters() const override { return counters_.Snapshot(); }
+  absl::Status Probe() const override;
 
  private:
   absl::Status EnsureConnected();
@@ -327,6 +328,20 @@ absl::Status GrpcExpertClient::EnsureConnected() {
   if (!s.ok()) return Fail(s);
   backoff_.Succeeded();
   return absl::OkStatus();
+}
+
+// A unary Describe with a 1 s deadline on the shared channel (the stub is
+// thread-safe; the Compute stream is left alone).
+absl::Status GrpcExpertClient::Probe() const {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  v1::DescribeResponse resp;
+  grpc::Status s = stub_->Describe(&ctx, v1::DescribeRequest(), &resp);
+  if (!s.ok()) {
+    return absl::UnavailableError(absl::StrCat("expert worker ", address_,
+                                               " is unreachable: ", s.error_message()));
+  }
+  return CheckIdentity(address_, FromProto(resp), options_.model_identity);
 }
 
 absl::Status GrpcExpertClient::Connect() {

@@ -391,6 +391,7 @@ class ShmExpertClient final : public ExpertClient {
   const std::string& address() const override { return address_; }
   bool healthy() const override { return backoff_.healthy(); }
   TransportCounters counters() const override { return counters_.Snapshot(); }
+  absl::Status Probe() const override;
 
  private:
   struct Mapping {
@@ -434,6 +435,36 @@ absl::Status ShmExpertClient::EnsureConnected() {
   return absl::OkStatus();
 }
 
+// The worker's control segment, mapped read-only afresh (a restarted worker
+// publishes a new one): present, ready, a fresh heartbeat, this model.
+absl::Status ShmExpertClient::Probe() const {
+  try {
+    bip::shared_memory_object object(bip::open_only, name_.c_str(), bip::read_only);
+    RETURN_IF_ERROR(CheckSegmentOwner(object, name_));
+    bip::mapped_region region(object, bip::read_only);
+    const auto* c = static_cast<const ControlBlock*>(region.get_address());
+    if (region.get_size() < sizeof(ControlBlock) || c->magic != kControlMagic ||
+        c->version != kVersion || c->ready.load() != 1) {
+      return absl::UnavailableError(absl::StrCat("expert worker ", address_, " is still starting"));
+    }
+    if (!HeartbeatFresh(c)) {
+      return absl::UnavailableError(
+          absl::StrCat("expert worker ", address_, " stopped (no heartbeat for over 1 s)"));
+    }
+    moesplit::v1::DescribeResponse proto;
+    if (c->describe_len > sizeof(c->describe) ||
+        !proto.ParseFromArray(c->describe, static_cast<int>(c->describe_len))) {
+      return absl::UnavailableError(
+          absl::StrCat("expert worker ", address_, ": unreadable description"));
+    }
+    return CheckIdentity(address_, FromProto(proto), options_.model_identity);
+  } catch (const bip::interprocess_exception& e) {
+    return absl::UnavailableError(absl::StrCat("expert worker ", address_,
+                                               " is not running (no shared-memory segment: ",
+                                               e.what(), ")"));
+  }
+}
+
 absl::Status ShmExpertClient::Connect() {
   auto control = std::make_unique<Mapping>();
   try {
@@ -448,7 +479,7 @@ absl::Status ShmExpertClient::Connect() {
   auto* c = static_cast<ControlBlock*>(control->region.get_address());
   if (control->region.get_size() < sizeof(ControlBlock) || c->magic != kControlMagic ||
       c->version != kVersion || c->ready.load() != 1) {
-    return absl::UnavailableError(absl::StrCat("expert worker ", address_, " is not ready"));
+    return absl::UnavailableError(absl::StrCat("expert worker ", address_, " is still starting"));
   }
   if (!HeartbeatFresh(c)) {
     return absl::UnavailableError(absl::StrCat("expert worker ", address_,

@@ -53,6 +53,11 @@ struct DenseServiceFlags {
   std::string max_body_bytes = "4MiB";
   int64_t http_max_header_bytes = 16384;
   int64_t http_max_uri_bytes = 8192;
+  // Operations (README "Operations").
+  int64_t drain_timeout_ms = 30000;  // SIGTERM: in-flight requests may finish this long
+  std::string log_format = "text";   // text | json
+  std::string served_model_name;     // comma-separated aliases; "" = the model's name
+  std::string cors_origin;           // comma-separated origins or "*"; "" = no CORS
 };
 
 // Registers the flags, bound to `f`, on `p` (all but those in `except`).

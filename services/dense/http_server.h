@@ -50,6 +50,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "services/dense/inference_service.h"
@@ -67,6 +68,11 @@ struct HttpServerOptions {
   uint32_t max_header_bytes = 16384;                // --http-max-header-bytes
   uint32_t max_uri_bytes = 8192;                    // --http-max-uri-bytes
   int io_threads = 2;
+  // --cors-origin: origins (or "*") whose requests get
+  // Access-Control-Allow-Origin; OPTIONS on a known route is then a CORS
+  // preflight (204 with Allow-Methods and Allow-Headers: Authorization,
+  // Content-Type; 403 for an origin not allowed). Empty: CORS off.
+  std::vector<std::string> cors_origins;
 };
 
 // InvalidArgument naming the option that is out of range.
@@ -82,6 +88,9 @@ class HttpServer {
   ~HttpServer();
 
   int port() const;
+  // Completion requests in progress (dispatched, last byte not yet written):
+  // a drain waits for 0.
+  int active_requests() const;
 
   struct Impl;
 
