@@ -391,7 +391,7 @@ class ShmExpertClient final : public ExpertClient {
   const std::string& address() const override { return address_; }
   bool healthy() const override { return backoff_.healthy(); }
   TransportCounters counters() const override { return counters_.Snapshot(); }
-  absl::Status Probe() const override;
+  absl::Status Probe() override;
 
  private:
   struct Mapping {
@@ -425,8 +425,10 @@ std::atomic<uint32_t> g_connection_counter{0};
 absl::Status ShmExpertClient::EnsureConnected() {
   if (conn_ != nullptr) {
     if (header()->closed.load() == 0 && HeartbeatFresh(control())) return absl::OkStatus();
-    return Fail(absl::UnavailableError(
-        absl::StrCat("expert worker ", address_, " closed the connection or stopped")));
+    // The worker closed the connection or stopped: reconnect now (a worker
+    // that came back serves this call; readiness already says it is back).
+    Disconnect();
+    ++counters_.failures;
   }
   RETURN_IF_ERROR(backoff_.MayAttempt());
   absl::Status s = Connect();
@@ -437,7 +439,7 @@ absl::Status ShmExpertClient::EnsureConnected() {
 
 // The worker's control segment, mapped read-only afresh (a restarted worker
 // publishes a new one): present, ready, a fresh heartbeat, this model.
-absl::Status ShmExpertClient::Probe() const {
+absl::Status ShmExpertClient::Probe() {
   try {
     bip::shared_memory_object object(bip::open_only, name_.c_str(), bip::read_only);
     RETURN_IF_ERROR(CheckSegmentOwner(object, name_));
@@ -457,7 +459,9 @@ absl::Status ShmExpertClient::Probe() const {
       return absl::UnavailableError(
           absl::StrCat("expert worker ", address_, ": unreadable description"));
     }
-    return CheckIdentity(address_, FromProto(proto), options_.model_identity);
+    RETURN_IF_ERROR(CheckIdentity(address_, FromProto(proto), options_.model_identity));
+    backoff_.PeerSeen();
+    return absl::OkStatus();
   } catch (const bip::interprocess_exception& e) {
     return absl::UnavailableError(absl::StrCat("expert worker ", address_,
                                                " is not running (no shared-memory segment: ",
