@@ -193,7 +193,14 @@ std::vector<uint8_t> GgufWriter::Header() const {
   return out;
 }
 
-absl::Status GgufWriter::Write(const std::string& path) const {
+uint64_t GgufWriter::data_bytes() const {
+  uint64_t n = 0;
+  for (const Tensor& t : tensors_) n += AlignUp(t.n_bytes, alignment_);
+  return n;
+}
+
+absl::Status GgufWriter::Write(const std::string& path,
+                               const std::function<void(uint64_t bytes)>& progress) const {
   const std::vector<uint8_t> header = Header();
   std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "wb"), &std::fclose);
   if (!f) {
@@ -213,6 +220,7 @@ absl::Status GgufWriter::Write(const std::string& path) const {
     buf.assign(padded, 0);
     t.fill(buf.data(), t.n_bytes);
     if (std::fwrite(buf.data(), 1, padded, f.get()) != padded) return fail(t.name);
+    if (progress) progress(padded);
   }
   if (std::fflush(f.get()) != 0) return fail("flush");
   return absl::OkStatus();

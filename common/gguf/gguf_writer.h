@@ -39,8 +39,12 @@ class GgufWriter {
   absl::Status AddTensor(std::string name, GgmlType type,
                          std::vector<int64_t> ne, std::vector<uint8_t> bytes);
 
-  // Writes the file. On failure the partial file is removed.
-  absl::Status Write(const std::string& path) const;
+  // Writes the file. On failure the partial file is removed. `progress`
+  // (optional) is told the bytes of each tensor once written.
+  absl::Status Write(const std::string& path,
+                     const std::function<void(uint64_t bytes)>& progress = nullptr) const;
+  // Bytes of all tensor data (what Write reports in total).
+  uint64_t data_bytes() const;
 
   // The whole file as bytes (tests; small files only).
   absl::StatusOr<std::vector<uint8_t>> Serialize() const;

@@ -9,7 +9,7 @@ namespace moesplit::transport {
 
 absl::Status ReconnectBackoff::MayAttempt() const {
   const auto now = std::chrono::steady_clock::now();
-  if (now >= next_attempt_) return absl::OkStatus();
+  if (now >= next_attempt_ || peer_seen_.load()) return absl::OkStatus();
   return absl::UnavailableError(absl::StrCat(
       last_error_.message(), " (reconnecting in ",
       std::chrono::duration_cast<std::chrono::milliseconds>(next_attempt_ - now).count(),
@@ -23,6 +23,7 @@ void ReconnectBackoff::Succeeded() {
 
 absl::Status ReconnectBackoff::Failed(absl::Status status) {
   healthy_ = false;
+  peer_seen_ = false;
   last_error_ = status;
   next_attempt_ = std::chrono::steady_clock::now() + backoff_;
   backoff_ = std::min(max_, backoff_ * 2);

@@ -106,6 +106,9 @@ class ReconnectBackoff {
   // returns it.
   absl::Status Failed(absl::Status status);
   bool healthy() const { return healthy_.load(); }
+  // A probe (ExpertClient::Probe) found the worker up: the next attempt may
+  // run at once, without waiting out the backoff. Thread-safe.
+  void PeerSeen() { peer_seen_ = true; }
 
  private:
   const std::chrono::milliseconds min_, max_;
@@ -113,6 +116,7 @@ class ReconnectBackoff {
   std::chrono::steady_clock::time_point next_attempt_{};
   absl::Status last_error_;
   std::atomic<bool> healthy_{false};
+  std::atomic<bool> peer_seen_{false};
 };
 
 // One dense->worker connection. Thread-compatible: one caller at a time
@@ -131,6 +135,13 @@ class ExpertClient : public model::ExpertBackend {
   // any thread, as are the counters).
   virtual bool healthy() const = 0;
   virtual TransportCounters counters() const = 0;
+  // Checks that the worker is up and serves this model, without touching
+  // the connection calls use: thread-safe, may run concurrently with
+  // Submit/Wait on another thread, blocks at most about a second. OK, or
+  // UNAVAILABLE / FAILED_PRECONDITION naming the worker and the reason
+  // (readiness: worker_liveness.h). Success lets the next call reconnect at
+  // once instead of waiting out its backoff (ReconnectBackoff::PeerSeen).
+  virtual absl::Status Probe() = 0;
 
   absl::Status Compute(const model::ExpertCall& call, model::ExpertResult* result) override;
 

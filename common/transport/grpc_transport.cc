@@ -283,6 +283,7 @@ class GrpcExpertClient final : public ExpertClient {
   const std::string& address() const override { return address_; }
   bool healthy() const override { return backoff_.healthy(); }
   TransportCounters counters() const override { return counters_.Snapshot(); }
+  absl::Status Probe() override;
 
  private:
   absl::Status EnsureConnected();
@@ -321,13 +322,31 @@ class GrpcExpertClient final : public ExpertClient {
 absl::Status GrpcExpertClient::EnsureConnected() {
   if (stream_ != nullptr && !stream_broken_) return absl::OkStatus();
   if (stream_ != nullptr) {
-    return Fail(absl::UnavailableError(
-        absl::StrCat("expert worker ", address_, " closed the stream")));
+    // The stream broke: reconnect now (a worker that came back serves this
+    // call; readiness already says it is back).
+    Disconnect();
+    ++counters_.failures;
   }
   RETURN_IF_ERROR(backoff_.MayAttempt());
   absl::Status s = Connect();
   if (!s.ok()) return Fail(s);
   backoff_.Succeeded();
+  return absl::OkStatus();
+}
+
+// A unary Describe with a 1 s deadline on the shared channel (the stub is
+// thread-safe; the Compute stream is left alone).
+absl::Status GrpcExpertClient::Probe() {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  v1::DescribeResponse resp;
+  grpc::Status s = stub_->Describe(&ctx, v1::DescribeRequest(), &resp);
+  if (!s.ok()) {
+    return absl::UnavailableError(absl::StrCat("expert worker ", address_,
+                                               " is unreachable: ", s.error_message()));
+  }
+  RETURN_IF_ERROR(CheckIdentity(address_, FromProto(resp), options_.model_identity));
+  backoff_.PeerSeen();
   return absl::OkStatus();
 }
 

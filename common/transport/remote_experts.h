@@ -49,6 +49,7 @@ class RemoteExperts final : public model::ExpertBackend {
 
   const std::vector<std::unique_ptr<ExpertClient>>& clients() const { return clients_; }
   const std::vector<WorkerDescription>& workers() const { return workers_; }
+  int n_layer() const { return n_layer_; }
 
  private:
   RemoteExperts() = default;

@@ -392,6 +392,7 @@ class ShmExpertClient final : public ExpertClient {
   const std::string& address() const override { return address_; }
   bool healthy() const override { return backoff_.healthy(); }
   TransportCounters counters() const override { return counters_.Snapshot(); }
+  absl::Status Probe() override;
 
  private:
   struct Mapping {
@@ -425,14 +426,48 @@ std::atomic<uint32_t> g_connection_counter{0};
 absl::Status ShmExpertClient::EnsureConnected() {
   if (conn_ != nullptr) {
     if (header()->closed.load() == 0 && HeartbeatFresh(control())) return absl::OkStatus();
-    return Fail(absl::UnavailableError(
-        absl::StrCat("expert worker ", address_, " closed the connection or stopped")));
+    // The worker closed the connection or stopped: reconnect now (a worker
+    // that came back serves this call; readiness already says it is back).
+    Disconnect();
+    ++counters_.failures;
   }
   RETURN_IF_ERROR(backoff_.MayAttempt());
   absl::Status s = Connect();
   if (!s.ok()) return Fail(s);
   backoff_.Succeeded();
   return absl::OkStatus();
+}
+
+// The worker's control segment, mapped read-only afresh (a restarted worker
+// publishes a new one): present, ready, a fresh heartbeat, this model.
+absl::Status ShmExpertClient::Probe() {
+  try {
+    bip::shared_memory_object object(bip::open_only, name_.c_str(), bip::read_only);
+    RETURN_IF_ERROR(CheckSegmentOwner(object, name_));
+    bip::mapped_region region(object, bip::read_only);
+    const auto* c = static_cast<const ControlBlock*>(region.get_address());
+    if (region.get_size() < sizeof(ControlBlock) || c->magic != kControlMagic ||
+        c->version != kVersion || c->ready.load() != 1) {
+      return absl::UnavailableError(absl::StrCat("expert worker ", address_, " is still starting"));
+    }
+    if (!HeartbeatFresh(c)) {
+      return absl::UnavailableError(
+          absl::StrCat("expert worker ", address_, " stopped (no heartbeat for over 1 s)"));
+    }
+    moesplit::v1::DescribeResponse proto;
+    if (c->describe_len > sizeof(c->describe) ||
+        !proto.ParseFromArray(c->describe, static_cast<int>(c->describe_len))) {
+      return absl::UnavailableError(
+          absl::StrCat("expert worker ", address_, ": unreadable description"));
+    }
+    RETURN_IF_ERROR(CheckIdentity(address_, FromProto(proto), options_.model_identity));
+    backoff_.PeerSeen();
+    return absl::OkStatus();
+  } catch (const bip::interprocess_exception& e) {
+    return absl::UnavailableError(absl::StrCat("expert worker ", address_,
+                                               " is not running (no shared-memory segment: ",
+                                               e.what(), ")"));
+  }
 }
 
 absl::Status ShmExpertClient::Connect() {
@@ -449,7 +484,7 @@ absl::Status ShmExpertClient::Connect() {
   auto* c = static_cast<ControlBlock*>(control->region.get_address());
   if (control->region.get_size() < sizeof(ControlBlock) || c->magic != kControlMagic ||
       c->version != kVersion || c->ready.load() != 1) {
-    return absl::UnavailableError(absl::StrCat("expert worker ", address_, " is not ready"));
+    return absl::UnavailableError(absl::StrCat("expert worker ", address_, " is still starting"));
   }
   if (!HeartbeatFresh(c)) {
     return absl::UnavailableError(absl::StrCat("expert worker ", address_,

@@ -14,6 +14,7 @@
 #include "common/transport/grpc_transport.h"
 #include "common/transport/remote_experts.h"
 #include "common/transport/shm_transport.h"
+#include "common/transport/worker_liveness.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -497,6 +498,102 @@ TEST(RemoteExpertsTest, DeadShardFailsOnlyTheCallsThatNeedIt) {
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
   EXPECT_THAT(std::string(s.message()), HasSubstr(dead));
   EXPECT_TRUE((*remote)->Compute(MakeCall(2, 1, 3), &r).ok());
+}
+
+
+// Probe: the readiness check, apart from the call path. A live worker of
+// this model is OK; a stopped one UNAVAILABLE naming it (shm: no segment
+// or a stale heartbeat; gRPC: unreachable); another model's is refused.
+TEST(TransportTest, ProbeSeesLiveStoppedAndForeignWorkers) {
+  FakeExperts backend;
+  auto shm = ShmExpertServer::Start({UniqueName("probe")}, Description(), &backend);
+  ASSERT_TRUE(shm.ok()) << shm.status();
+  auto grpc = GrpcExpertServer::Start({"127.0.0.1:0"}, Description(), &backend);
+  ASSERT_TRUE(grpc.ok()) << grpc.status();
+  const std::vector<std::string> addrs = {(*shm)->address(), (*grpc)->address()};
+  for (const std::string& addr : addrs) {
+    auto client = OpenExpertClient(addr, Options());
+    EXPECT_TRUE((*client)->Probe().ok()) << addr << " " << (*client)->Probe();
+    auto foreign = OpenExpertClient(addr, Options("model-b"));
+    EXPECT_EQ((*foreign)->Probe().code(), absl::StatusCode::kFailedPrecondition) << addr;
+  }
+  auto shm_client = OpenExpertClient(addrs[0], Options());
+  auto grpc_client = OpenExpertClient(addrs[1], Options());
+  (*shm)->Shutdown();
+  (*grpc)->Shutdown();
+  for (ExpertClient* c : {shm_client->get(), grpc_client->get()}) {
+    const absl::Status s = c->Probe();
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << c->address() << " " << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(c->address()));
+  }
+}
+
+// WorkerLiveness notices a worker going away and coming back without any
+// call, and a successful probe lets the next call reconnect at once even
+// with a long backoff pending.
+TEST(TransportTest, LivenessFollowsAWorkerThatStopsAndReturns) {
+  const std::string name = UniqueName("liveness");
+  FakeExperts backend;
+  auto server = ShmExpertServer::Start({name}, Description(), &backend);
+  ASSERT_TRUE(server.ok());
+  ClientOptions o = Options();
+  o.backoff_min = o.backoff_max = std::chrono::milliseconds(60000);
+  auto client = OpenExpertClient("shm://" + name, o);
+  model::ExpertResult r;
+  ASSERT_TRUE((*client)->Compute(MakeCall(1, 0, 1), &r).ok());
+  WorkerLiveness liveness({client->get()}, std::chrono::milliseconds(50));
+  auto live = [&] { return liveness.Snapshot()[0].live; };
+  auto wait_until = [&](bool want) {
+    for (int i = 0; i < 200 && live() != want; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return live() == want;
+  };
+  EXPECT_TRUE(live());
+  (*server)->Shutdown();
+  server->reset();
+  ASSERT_TRUE(wait_until(false));
+  EXPECT_THAT(liveness.Snapshot()[0].error, HasSubstr("shm://" + name));
+  // A call now fails and arms the 60 s backoff.
+  EXPECT_EQ((*client)->Compute(MakeCall(1, 0, 2), &r).code(), absl::StatusCode::kUnavailable);
+  auto again = ShmExpertServer::Start({name}, Description(), &backend);
+  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_TRUE(wait_until(true));
+  EXPECT_EQ(liveness.Snapshot()[0].error, "");
+  const absl::Status first = (*client)->Compute(MakeCall(1, 0, 3), &r);
+  EXPECT_TRUE(first.ok()) << first;
+}
+
+TEST(TransportTest, LayersWithoutLiveOwner) {
+  auto shard = [](int b, int e, int eb = 0, int ee = 8) {
+    WorkerDescription d = Description();
+    d.layer_begin = b;
+    d.layer_end = e;
+    d.expert_begin = eb;
+    d.expert_end = ee;
+    return d;
+  };
+  struct Case {
+    std::vector<WorkerDescription> workers;
+    std::vector<bool> live;
+    std::vector<int> missing;
+    std::string text;
+  };
+  const std::vector<Case> cases = {
+      {{shard(0, 4)}, {true}, {}, ""},
+      {{shard(0, 4)}, {false}, {0, 1, 2, 3}, "0-3"},
+      {{shard(0, 2), shard(2, 4)}, {true, false}, {2, 3}, "2-3"},
+      {{shard(0, 1), shard(1, 3), shard(3, 4)}, {false, true, false}, {0, 3}, "0,3"},
+      // Experts of one layer split over two workers: either one down
+      // leaves the layer without a complete owner.
+      {{shard(0, 4, 0, 4), shard(0, 4, 4, 8)}, {true, false}, {0, 1, 2, 3}, "0-3"},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::vector<int> got = LayersWithoutLiveOwner(cases[i].workers, cases[i].live, 4);
+    EXPECT_EQ(got, cases[i].missing) << "case " << i;
+    EXPECT_EQ(FormatLayerRanges(got), cases[i].text) << "case " << i;
+  }
+  EXPECT_EQ(FormatLayerRanges({1, 2, 3, 7, 9, 10}), "1-3,7,9-10");
 }
 
 }  // namespace

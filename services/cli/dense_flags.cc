@@ -155,6 +155,66 @@ void AddSecurityFlags(FlagParser& p, DenseServiceFlags* f, const Want& want) {
   }
 }
 
+// A --served-model-name value: names of printable ASCII without ','.
+absl::Status CheckModelNames(absl::string_view value) {
+  for (absl::string_view n : absl::StrSplit(value, ',')) {
+    if (n.empty() || n.size() > 256 ||
+        !std::all_of(n.begin(), n.end(), [](char c) { return c > ' ' && c < 0x7f; })) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model name '", n, "' must be 1-256 printable ASCII characters without spaces"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// A --cors-origin value: "*" or scheme://host[:port].
+absl::Status CheckCorsOrigins(absl::string_view value) {
+  for (absl::string_view o : absl::StrSplit(value, ',')) {
+    const size_t scheme = o.find("://");
+    if (o != "*" && (scheme == absl::string_view::npos || scheme == 0 ||
+                     scheme + 3 >= o.size() || o.back() == '/' ||
+                     o.find_first_of(" \t\r\n") != absl::string_view::npos)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'", o, "' is not an origin (scheme://host[:port], no path) or *"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Shutdown, logs, names clients may use, browsers.
+template <typename Want>
+void AddOperationFlags(FlagParser& p, DenseServiceFlags* f, const Want& want) {
+  if (want("drain-timeout")) {
+    p.AddInt("drain-timeout", &f->drain_timeout_ms,
+             "ms that in-flight requests may take to finish after SIGTERM/SIGINT (readiness "
+             "is off at once, new requests are refused); then they are cancelled")
+        .Range(0, 86400000)
+        .Meta("MS");
+  }
+  if (want("log-format")) {
+    p.AddString("log-format", &f->log_format,
+                "stderr log lines (start-up and one per request): text or json")
+        .OneOf({"text", "json"});
+  }
+  if (want("served-model-name")) {
+    p.AddString("served-model-name", &f->served_model_name,
+                "model names clients may send (comma-separated or repeated); the first is the "
+                "id /v1/models reports")
+        .Repeatable()
+        .Check(CheckModelNames)
+        .Meta("NAME")
+        .DefaultText("the model's general.name, else its file name");
+  }
+  if (want("cors-origin")) {
+    p.AddString("cors-origin", &f->cors_origin,
+                "browser origins allowed to call the HTTP API (CORS; repeatable; * for any)")
+        .Repeatable()
+        .Check(CheckCorsOrigins)
+        .Meta("ORIGIN")
+        .DefaultText("off");
+  }
+}
+
 }  // namespace
 
 absl::Status CheckDenseServiceFlags(const DenseServiceFlags& f) {
@@ -279,6 +339,7 @@ void AddDenseServiceFlags(FlagParser& p, DenseServiceFlags* f, const FlagNames& 
   }
   AddHttpLimitFlags(p, f, want);
   AddSecurityFlags(p, f, want);
+  AddOperationFlags(p, f, want);
 }
 
 absl::StatusOr<ParsedCommandLine> ParseDenseServiceFlags(const std::vector<std::string>& args,

@@ -61,6 +61,11 @@ struct DenseServiceFlags {
   // reached over TLS, their certificates verified against it; server_name
   // overrides the name checked in them.
   std::string tls_cert, tls_key, tls_ca, tls_server_name;
+  // Operations (README "Operations").
+  int64_t drain_timeout_ms = 30000;  // SIGTERM: in-flight requests may finish this long
+  std::string log_format = "text";   // text | json
+  std::string served_model_name;     // comma-separated aliases; "" = the model's name
+  std::string cors_origin;           // comma-separated origins or "*"; "" = no CORS
 };
 
 // Registers the flags, bound to `f`, on `p` (all but those in `except`).

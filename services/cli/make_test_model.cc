@@ -105,7 +105,7 @@ absl::Status RunMakeTestModel(const Args& args, const CommandIo& io) {
         "--shared-ffn: qwen3moe has no shared expert (use --arch qwen2moe)");
   }
   const auto start = std::chrono::steady_clock::now();
-  RETURN_IF_ERROR(WriteTestModel(spec, out));
+  RETURN_IF_ERROR(WriteTestModel(spec, out, absl::StrCat("moesplit make-test-model: writing ", out)));
   PrintWritten(spec, out,
                std::chrono::duration<double>(std::chrono::steady_clock::now() -
                                              start)

@@ -79,7 +79,7 @@ absl::StatusOr<std::string> EnsureTestModel(TestModelSpec spec, int threads,
                static_cast<long long>(spec.n_layer), spec.type.c_str(),
                path.c_str());
   const auto start = std::chrono::steady_clock::now();
-  RETURN_IF_ERROR(WriteTestModel(spec, path));
+  RETURN_IF_ERROR(WriteTestModel(spec, path, "note: writing the test model"));
   std::fprintf(log, "note: test model written in %.1f s\n",
                std::chrono::duration<double>(
                    std::chrono::steady_clock::now() - start)

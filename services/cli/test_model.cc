@@ -6,11 +6,13 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/cpu_count.h"
+#include "common/base/progress.h"
 #include "common/base/status.h"
 #include "common/base/thread_pool.h"
 #include "common/quant/quant.h"
@@ -504,8 +506,8 @@ absl::Status AddTestModel(const TestModelSpec& spec, GgufWriter* writer,
   return absl::OkStatus();
 }
 
-absl::Status WriteTestModel(const TestModelSpec& spec,
-                            const std::string& path) {
+absl::Status WriteTestModel(const TestModelSpec& spec, const std::string& path,
+                            const std::string& progress_prefix) {
   const int threads =
       spec.threads > 0
           ? spec.threads
@@ -514,7 +516,14 @@ absl::Status WriteTestModel(const TestModelSpec& spec,
   GgufWriter writer;
   RETURN_IF_ERROR(AddTestModel(spec, &writer, &pool));
   const std::string tmp = absl::StrCat(path, ".tmp-", getpid());
-  RETURN_IF_ERROR(writer.Write(tmp));
+  std::optional<LoadProgress> progress;
+  if (!progress_prefix.empty() && writer.data_bytes() >= (64u << 20)) {
+    progress.emplace(progress_prefix, writer.data_bytes());
+  }
+  RETURN_IF_ERROR(writer.Write(tmp, progress ? std::function<void(uint64_t)>(
+                                                   [&](uint64_t n) { progress->Add(n); })
+                                             : nullptr));
+  if (progress) progress->Finish();
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     const int err = errno;
     std::remove(tmp.c_str());

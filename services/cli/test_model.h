@@ -144,6 +144,9 @@ absl::Status AddTestModel(const TestModelSpec& spec, GgufWriter* writer,
 
 // Validates, then writes the model to `path` (through `path`.tmp-<pid>,
 // renamed when complete, so a reader never sees a partial file).
-absl::Status WriteTestModel(const TestModelSpec& spec, const std::string& path);
+// With `progress_prefix`, models of 64 MiB or more report progress on
+// stderr under it (common/base/progress.h).
+absl::Status WriteTestModel(const TestModelSpec& spec, const std::string& path,
+                            const std::string& progress_prefix = "");
 
 }  // namespace moesplit::cli

@@ -4,6 +4,8 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/base/log.h"
 #include "common/base/status.h"
 
 namespace moesplit::dense {
@@ -11,21 +13,48 @@ namespace moesplit::dense {
 absl::StatusOr<std::unique_ptr<transport::RemoteExperts>> ConnectExperts(
     const std::vector<std::string>& addresses, const transport::ClientOptions& options,
     int n_layer, int n_expert, std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + timeout;
+  auto next_report = start + std::chrono::seconds(2);
   for (;;) {
     std::vector<std::unique_ptr<transport::ExpertClient>> clients;
     for (const auto& a : addresses) {
       ASSIGN_OR_RETURN(auto c, transport::OpenExpertClient(a, options));
       clients.push_back(std::move(c));
     }
-    auto remote = transport::RemoteExperts::Connect(std::move(clients), n_layer, n_expert);
-    // Only a worker that is not up yet is worth waiting for.
-    if (remote.ok() || remote.status().code() != absl::StatusCode::kUnavailable ||
-        std::chrono::steady_clock::now() >= deadline) {
-      return remote;
+    // Which workers are not up yet (each says why), for the waiting line.
+    std::vector<std::string> waiting;
+    for (auto& c : clients) {
+      if (absl::Status s = c->Describe().status(); !s.ok()) {
+        if (s.code() != absl::StatusCode::kUnavailable) return s;
+        waiting.push_back(std::string(s.message()));
+      }
+    }
+    if (waiting.empty()) {
+      return transport::RemoteExperts::Connect(std::move(clients), n_layer, n_expert);
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) {
+      return absl::UnavailableError(absl::StrCat(
+          "expert workers not up after ", timeout.count(), " ms (--connect-timeout): ",
+          absl::StrJoin(waiting, "; ")));
+    }
+    if (now >= next_report) {
+      Log(LogLevel::kInfo, "moesplit-dense",
+          absl::StrCat("waiting for workers (", addresses.size() - waiting.size(), " of ",
+                       addresses.size(), " up, ",
+                       std::chrono::duration_cast<std::chrono::seconds>(now - start).count(),
+                       " s): ", absl::StrJoin(waiting, "; ")));
+      next_report = now + std::chrono::seconds(3);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
+}
+
+absl::Status ShuttingDownError(const std::string& message) {
+  absl::Status s = absl::UnavailableError(message);
+  s.SetPayload(kErrorCodePayload, absl::Cord("shutting_down"));
+  return s;
 }
 
 struct DenseEngine::Sequence {
@@ -144,6 +173,9 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> DenseEngine::Submit(GenerateParam
   {
     std::lock_guard<std::mutex> l(mu_);
     if (stop_) return absl::UnavailableError("the server is shutting down");
+    if (draining_) {
+      return ShuttingDownError("the server is shutting down (draining): not accepting new requests");
+    }
     const int in_system = running_ + static_cast<int>(waiting_.size());
     if (in_system >= options_.max_sequences + options_.max_queue) {
       return absl::ResourceExhaustedError(absl::StrCat(
@@ -166,6 +198,37 @@ absl::StatusOr<GenerateOutcome> DenseEngine::Generate(
 }
 
 RequestHandle::~RequestHandle() = default;
+
+RequestTimings RequestHandle::timings() const {
+  std::lock_guard<std::mutex> l(mu_);
+  RequestTimings t;
+  using secs = std::chrono::duration<double>;
+  t.prompt_tokens = static_cast<int>(params_.prompt.size());
+  t.generated_tokens = generated_;
+  if (has_first_token_) {
+    t.ttft_s = secs(first_token_ - submitted_).count();
+    t.decode_s = secs(last_token_ - first_token_).count();
+  }
+  t.duration_s = secs((has_finished_ ? finished_ : std::chrono::steady_clock::now()) - submitted_)
+                     .count();
+  return t;
+}
+
+void DenseEngine::BeginDrain() {
+  std::lock_guard<std::mutex> l(mu_);
+  draining_ = true;
+}
+
+int DenseEngine::AbortAll(absl::Status status) {
+  int n;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    n = running_ + static_cast<int>(waiting_.size());
+    abort_ = std::move(status);
+  }
+  cv_.notify_all();
+  return n;
+}
 
 absl::StatusOr<GenerateOutcome> RequestHandle::Wait(
     const std::function<bool(const GenerateDelta&)>& on_delta,
@@ -194,10 +257,29 @@ absl::StatusOr<GenerateOutcome> RequestHandle::Wait(
 
 void DenseEngine::Loop() {
   for (;;) {
+    std::optional<absl::Status> abort;
     {
       std::unique_lock<std::mutex> l(mu_);
-      cv_.wait(l, [&] { return stop_ || !waiting_.empty() || !sequences_.empty(); });
+      cv_.wait(l, [&] {
+        return stop_ || abort_.has_value() || !waiting_.empty() || !sequences_.empty();
+      });
       if (stop_) break;
+      abort.swap(abort_);
+    }
+    if (abort.has_value()) {
+      while (!sequences_.empty()) Finish(sequences_.begin(), *abort);
+      std::lock_guard<std::mutex> l(mu_);
+      for (auto& r : waiting_) {
+        std::lock_guard<std::mutex> rl(r->mu_);
+        r->done_ = true;
+        r->result_ = *abort;
+        r->finished_ = std::chrono::steady_clock::now();
+        r->has_finished_ = true;
+        r->cv_.notify_all();
+      }
+      waiting_.clear();
+      metrics_->queue_depth.Set(0);
+      continue;
     }
     Step();
   }
@@ -368,6 +450,12 @@ absl::StatusOr<bool> DenseEngine::Advance(Sequence& s) {
   {
     std::lock_guard<std::mutex> l(s.req->mu_);
     s.req->deltas_.push_back(std::move(delta));
+    if (!s.req->has_first_token_) {
+      s.req->first_token_ = now;
+      s.req->has_first_token_ = true;
+    }
+    s.req->last_token_ = now;
+    s.req->generated_ = s.completion;
   }
   s.req->cv_.notify_all();
   if (eog || r.stopped) {
@@ -398,6 +486,8 @@ void DenseEngine::Finish(std::list<Sequence>::iterator it,
     std::lock_guard<std::mutex> l(r->mu_);
     r->done_ = true;
     r->result_ = std::move(result);
+    r->finished_ = std::chrono::steady_clock::now();
+    r->has_finished_ = true;
   }
   r->cv_.notify_all();
 }

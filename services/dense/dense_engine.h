@@ -34,6 +34,7 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -95,6 +96,28 @@ struct GenerateDelta {
   SampledToken sampled;  // logprobs when asked
 };
 
+// A request's counts and times (RequestHandle::timings): tokens, arrival to
+// the first generated token (-1 when none came), first to last generated
+// token, arrival to the end (to now while it runs).
+struct RequestTimings {
+  int prompt_tokens = 0;
+  int generated_tokens = 0;
+  double ttft_s = -1;
+  double decode_s = 0;
+  double duration_s = 0;
+  // Generated tokens per second after the first: (generated - 1) / decode_s,
+  // 0 with fewer than two tokens.
+  double decode_tokens_per_s() const {
+    return generated_tokens > 1 && decode_s > 0 ? (generated_tokens - 1) / decode_s : 0.0;
+  }
+};
+
+// The payload key of a status whose OpenAI error `code` is set by the
+// engine (e.g. "shutting_down"); the HTTP API reports it.
+inline constexpr char kErrorCodePayload[] = "moesplit/error_code";
+// UNAVAILABLE with code "shutting_down".
+absl::Status ShuttingDownError(const std::string& message);
+
 struct GenerateOutcome {
   std::string finish_reason;  // "stop" | "length" | "cancelled"
   int prompt_tokens = 0;
@@ -115,6 +138,8 @@ class RequestHandle {
                                        const std::function<bool()>& cancelled = nullptr);
   // Asks the engine to stop the request (Wait then returns "cancelled").
   void Cancel() { cancelled_ = true; }
+  // Counts and times so far (final once Wait returned).
+  RequestTimings timings() const;
   ~RequestHandle();
 
  private:
@@ -127,12 +152,16 @@ class RequestHandle {
   ServingMetrics* metrics_ = nullptr;
 
   std::atomic<bool> cancelled_{false};
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<GenerateDelta> deltas_;                        // guarded by mu_
   bool done_ = false;                                       // guarded by mu_
   absl::StatusOr<GenerateOutcome> result_ = GenerateOutcome{};  // guarded by mu_
   bool waited_ = false;
+  // Set by the engine thread, guarded by mu_.
+  int generated_ = 0;
+  std::chrono::steady_clock::time_point first_token_, last_token_, finished_;
+  bool has_first_token_ = false, has_finished_ = false;
 };
 
 class DenseEngine {
@@ -172,6 +201,12 @@ class DenseEngine {
   // Sequences running and requests queued now.
   int running() const;
   int queued() const;
+  // Draining: every later Submit fails with ShuttingDownError; what runs or
+  // waits goes on. Idempotent.
+  void BeginDrain();
+  // Ends every running and queued request now with `status` (their Wait
+  // returns it; slots and KV are freed). Returns how many there were.
+  int AbortAll(absl::Status status);
   // The remote experts, or nullptr when computing in-process.
   transport::RemoteExperts* remote() const { return remote_.get(); }
   const std::vector<std::string>& expert_addresses() const { return expert_addresses_; }
@@ -212,6 +247,8 @@ class DenseEngine {
   std::deque<std::shared_ptr<RequestHandle>> waiting_;  // guarded by mu_
   int running_ = 0;                                    // guarded by mu_
   bool stop_ = false;                                  // guarded by mu_
+  bool draining_ = false;                              // guarded by mu_
+  std::optional<absl::Status> abort_;                  // guarded by mu_: AbortAll pending
 
   std::list<Sequence> sequences_;  // engine thread only
   std::thread loop_;

@@ -50,8 +50,9 @@ constexpr size_t kMaxQueuedBytes = 1 << 20;
 constexpr ms kLinger{2000};
 constexpr size_t kLingerBytes = 1 << 20;
 
-enum class Route { kChat, kCompletions, kModels, kHealth, kMetrics };
+enum class Route { kChat, kCompletions, kModels, kModel, kHealth, kLive, kMetrics };
 
+// A path ending in '*' matches any non-empty rest (the route's argument).
 struct RouteSpec {
   const char* path;
   http::verb method;
@@ -61,12 +62,17 @@ constexpr RouteSpec kRoutes[] = {
     {"/v1/chat/completions", http::verb::post, Route::kChat},
     {"/v1/completions", http::verb::post, Route::kCompletions},
     {"/v1/models", http::verb::get, Route::kModels},
+    {"/v1/models/*", http::verb::get, Route::kModel},
     {"/health", http::verb::get, Route::kHealth},
+    {"/health/ready", http::verb::get, Route::kHealth},
+    {"/health/live", http::verb::get, Route::kLive},
     {"/metrics", http::verb::get, Route::kMetrics},
 };
 
 // Open without an API key: health and readiness probes.
-bool OpenWithoutKey(absl::string_view path) { return path == "/health"; }
+bool OpenWithoutKey(absl::string_view path) {
+  return path == "/health" || path == "/health/ready" || path == "/health/live";
+}
 
 // A connection's byte stream: plain TCP, or TLS over it (--tls-cert). The
 // code that reads and writes is the same for both (std::visit).
@@ -76,6 +82,43 @@ using Stream = std::variant<tcp::socket, TlsStream>;
 tcp::socket& Tcp(Stream& s) {
   if (auto* tls = std::get_if<TlsStream>(&s)) return tls->next_layer();
   return std::get<tcp::socket>(s);
+}
+
+// Whether `path` is `spec`'s; `arg` gets the part a '*' matched.
+bool PathMatches(const RouteSpec& spec, absl::string_view path, std::string* arg) {
+  absl::string_view want = spec.path;
+  if (!absl::EndsWith(want, "*")) return path == want;
+  want.remove_suffix(1);
+  if (!absl::StartsWith(path, want) || path.size() == want.size()) return false;
+  absl::string_view rest = path.substr(want.size());
+  // Percent-decoded: model names may hold '/' (%2F) or ':'.
+  auto hex = [](char c, int* v) {
+    if (!absl::ascii_isxdigit(static_cast<unsigned char>(c))) return false;
+    *v = c <= '9' ? c - '0' : (absl::ascii_tolower(static_cast<unsigned char>(c)) - 'a' + 10);
+    return true;
+  };
+  arg->clear();
+  for (size_t i = 0; i < rest.size(); ++i) {
+    int hi = 0, lo = 0;
+    if (rest[i] == '%' && i + 2 < rest.size() && hex(rest[i + 1], &hi) && hex(rest[i + 2], &lo)) {
+      arg->push_back(static_cast<char>(hi * 16 + lo));
+      i += 2;
+    } else {
+      arg->push_back(rest[i]);
+    }
+  }
+  return true;
+}
+
+// The Access-Control-Allow-Origin value for a request from `origin` ("" =
+// none: CORS off, no Origin header, or an origin not allowed).
+std::string CorsAllow(const std::vector<std::string>& allowed, absl::string_view origin) {
+  if (origin.empty()) return "";
+  for (const std::string& a : allowed) {
+    if (a == "*") return "*";
+    if (a == origin) return std::string(origin);
+  }
+  return "";
 }
 
 class Connection;
@@ -91,6 +134,9 @@ struct Shared {
   std::optional<net::ssl::context> tls;  // set: every connection is TLS
   std::atomic<bool> stopping{false};
   std::atomic<int> connections{0};
+  // Completion requests from dispatch until their last byte is written (or
+  // the connection closes): what a drain waits for.
+  std::atomic<int> active{0};
   std::mutex mu;
   std::condition_variable cv;
   int request_threads = 0;  // guarded by mu
@@ -108,9 +154,11 @@ enum class Framing { kLength, kChunked, kUntilClose };
 std::string Serialize(const HttpReply& r, bool keep_alive, Framing framing) {
   std::string s = absl::StrCat("HTTP/1.1 ", r.status, " ",
                                std::string(http::obsolete_reason(http::int_to_status(r.status))),
-                               "\r\nContent-Type: ", r.content_type, "\r\n");
+                               "\r\n");
+  if (r.status != 204) absl::StrAppend(&s, "Content-Type: ", r.content_type, "\r\n");
   for (const auto& [k, v] : r.headers) absl::StrAppend(&s, k, ": ", v, "\r\n");
-  if (framing == Framing::kChunked) {
+  if (r.status == 204) {  // no body, no length
+  } else if (framing == Framing::kChunked) {
     s += "Transfer-Encoding: chunked\r\n";
   } else if (framing == Framing::kLength) {
     absl::StrAppend(&s, "Content-Length: ", r.body.size(), "\r\n");
@@ -135,6 +183,7 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
   }
   ~Connection() override {
     LeaveWaiting();
+    EndActive();
     if (counted_) --shared_->connections;
   }
 
@@ -191,12 +240,14 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
   // HttpResponder (any thread).
   void Reply(HttpReply reply) override {
     replied_ = true;
+    AddCorsHeaders(&reply);
     std::string bytes = Serialize(reply, keep_alive_, Framing::kLength);
     bytes += reply.body;
     Enqueue(std::move(bytes), /*last=*/true);
   }
   bool StartStream(HttpReply head) override {
     replied_ = true;
+    AddCorsHeaders(&head);
     if (!chunked_) keep_alive_ = false;  // HTTP/1.0: the body ends with the connection
     Enqueue(Serialize(head, keep_alive_, chunked_ ? Framing::kChunked : Framing::kUntilClose),
             false);
@@ -322,12 +373,24 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
     const absl::string_view path = target.substr(0, target.find('?'));
     const RouteSpec* found = nullptr;
     bool path_known = false;
+    std::string arg;
     for (const RouteSpec& r : kRoutes) {
-      if (path != r.path) continue;
+      if (!PathMatches(r, path, &arg)) continue;
       path_known = true;
-      if (req.method() == r.method) found = &r;
+      if (req.method() == r.method) {
+        found = &r;
+        route_arg_ = arg;
+      }
     }
     const bool no_body = parser_->is_done();
+    cors_allow_.clear();
+    if (!opt_.cors_origins.empty()) {
+      auto origin = req.find(http::field::origin);
+      if (origin != req.end()) cors_allow_ = CorsAllow(opt_.cors_origins, Sv(origin->value()));
+      // A browser's preflight, before the method check refuses OPTIONS.
+      if (path_known && req.method() == http::verb::options) return Preflight(no_body);
+    }
+    // API keys (after the CORS preflight, which browsers send without them).
     if (!OpenWithoutKey(path) && !Authorized(req)) {
       HttpReply reply = OpenAiApi::ProtocolError(
           401, "invalid_api_key",
@@ -347,7 +410,7 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
     if (found == nullptr) {
       std::string allowed;
       for (const RouteSpec& r : kRoutes) {
-        if (path == r.path) allowed = std::string(Sv(http::to_string(r.method)));
+        if (PathMatches(r, path, &arg)) allowed = std::string(Sv(http::to_string(r.method)));
       }
       HttpReply reply = OpenAiApi::ProtocolError(
           405, "method_not_allowed",
@@ -468,17 +531,54 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
     switch (route_) {
       case Route::kModels:
         return Reply(shared_->api.Models());
+      case Route::kModel:
+        return Reply(shared_->api.Model(route_arg_));
       case Route::kHealth:
         return Reply(shared_->api.Health());
+      case Route::kLive:
+        return Reply(shared_->api.Liveness());
       case Route::kMetrics:
         return Reply(shared_->api.Metrics());
       case Route::kChat:
       case Route::kCompletions:
         processing_ = true;
+        active_ = true;
+        ++shared_->active;
         Watch();
         RunCompletion(route_ == Route::kChat);
         return;
     }
+  }
+
+  // CORS preflight (OPTIONS on a known route): 204 with what browsers may
+  // send, or 403 for an origin not allowed.
+  void Preflight(bool no_body) {
+    if (cors_allow_.empty()) {
+      return Respond(OpenAiApi::ProtocolError(
+                         403, "cors_origin_not_allowed",
+                         "this origin is not allowed (--cors-origin), or the Origin header is "
+                         "missing"),
+                     no_body);
+    }
+    HttpReply reply;
+    reply.status = 204;
+    reply.headers = {{"Access-Control-Allow-Methods", "GET, POST, OPTIONS"},
+                     {"Access-Control-Allow-Headers", "Authorization, Content-Type"},
+                     {"Access-Control-Max-Age", "600"}};
+    Respond(std::move(reply), no_body);
+  }
+
+  void AddCorsHeaders(HttpReply* reply) const {
+    if (cors_allow_.empty()) return;
+    reply->headers.emplace_back("Access-Control-Allow-Origin", cors_allow_);
+    if (cors_allow_ != "*") reply->headers.emplace_back("Vary", "Origin");
+  }
+
+  // The completion on this connection stopped counting as active (strand).
+  void EndActive() {
+    if (!active_) return;
+    active_ = false;
+    --shared_->active;
   }
 
   // An answer decided on the strand before any route ran.
@@ -581,6 +681,7 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
 
   void AfterResponse() {
     processing_ = false;
+    EndActive();
     if (ClientGone()) return Close();
     if (watching_) {
       // The watch read must end before the next read starts.
@@ -642,6 +743,7 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
   }
 
   void Close() {
+    EndActive();
     if (closed_) return;
     closed_ = true;
     gone_ = true;
@@ -686,9 +788,12 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
   uint64_t deadline_gen_ = 0;
   std::string writing_bytes_;
   bool reading_ = false;  // no complete request yet (or idle between requests)
+  bool active_ = false;   // counted in shared_->active
+  std::string route_arg_;  // what a route's '*' matched
 
   // Set on the strand before a route runs, read by its thread.
   bool keep_alive_ = false;
+  std::string cors_allow_;  // Access-Control-Allow-Origin to send ("" = none)
   bool chunked_ = true;
   // Shared with the request's thread.
   std::atomic<bool> gone_{false};
@@ -794,6 +899,8 @@ absl::Status ValidateHttpOptions(const HttpServerOptions& o) {
 HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 int HttpServer::port() const { return impl_->port; }
+
+int HttpServer::active_requests() const { return impl_->shared->active.load(); }
 
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& host_port,
                                                               ServedModel served,

@@ -55,6 +55,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/auth/tls.h"
@@ -77,6 +78,11 @@ struct HttpServerOptions {
   // not complete the handshake within header_timeout, or speaks plain HTTP,
   // is closed. ca is not used (no client certificates).
   auth::TlsPem tls = {};
+  // --cors-origin: origins (or "*") whose requests get
+  // Access-Control-Allow-Origin; OPTIONS on a known route is then a CORS
+  // preflight (204 with Allow-Methods and Allow-Headers: Authorization,
+  // Content-Type; 403 for an origin not allowed). Empty: CORS off.
+  std::vector<std::string> cors_origins;
 };
 
 // InvalidArgument naming the option that is out of range.
@@ -92,6 +98,9 @@ class HttpServer {
   ~HttpServer();
 
   int port() const;
+  // Completion requests in progress (dispatched, last byte not yet written):
+  // a drain waits for 0.
+  int active_requests() const;
 
   struct Impl;
 

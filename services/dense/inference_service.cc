@@ -1,5 +1,7 @@
 #include "services/dense/inference_service.h"
 
+#include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
@@ -7,11 +9,14 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "common/base/status.h"
 #include "common/base/utf8.h"
 #include "common/chat/reasoning.h"
 #include "common/transport/grpc_status.h"
 #include "services/dense/request_limits.h"
+#include "services/dense/request_log.h"
 
 namespace moesplit::dense {
 
@@ -26,10 +31,32 @@ std::string ServedModelName(const model::Model& model, const std::string& path) 
 }
 
 absl::Status ServedModel::CheckName(const std::string& requested) const {
-  if (requested.empty() || requested == name) return absl::OkStatus();
+  if (requested.empty() || requested == name || requested == default_name) {
+    return absl::OkStatus();
+  }
+  for (const std::string& n : names) {
+    if (requested == n) return absl::OkStatus();
+  }
   return absl::NotFoundError(absl::StrCat("model '", IsValidUtf8(requested) ? requested : "?",
-                                          "' is not served here (this server serves '", name,
-                                          "')"));
+                                          "' is not served here (this server serves '",
+                                          absl::StrJoin(ListedNames(), "', '"), "')"));
+}
+
+std::vector<std::string> ServedModel::ListedNames() const {
+  if (!names.empty()) return names;
+  return {name};
+}
+
+void SetServedNames(const std::string& default_name, const std::string& served_model_names,
+                    ServedModel* served) {
+  served->default_name = default_name;
+  served->names.clear();
+  for (absl::string_view n : absl::StrSplit(served_model_names, ',', absl::SkipEmpty())) {
+    if (std::find(served->names.begin(), served->names.end(), n) == served->names.end()) {
+      served->names.emplace_back(n);
+    }
+  }
+  served->name = served->names.empty() ? default_name : served->names[0];
 }
 
 namespace {
@@ -133,6 +160,9 @@ class StreamReactor final : public grpc::ServerWriteReactor<Resp> {
     std::lock_guard<std::mutex> l(mu_);
     return cancelled_ || ctx_->IsCancelled();
   }
+  // The engine request the body runs and how it ended (the request log).
+  void Track(std::shared_ptr<RequestHandle> handle) { handle_ = std::move(handle); }
+  void SetFinishReason(std::string reason) { finish_reason_ = std::move(reason); }
 
   void OnWriteDone(bool ok) override {
     std::unique_lock<std::mutex> l(mu_);
@@ -166,6 +196,19 @@ class StreamReactor final : public grpc::ServerWriteReactor<Resp> {
       outcome = "deadline_exceeded";
     }
     served_.engine->metrics().CountRequest("grpc", endpoint_, outcome);
+    static std::atomic<uint64_t> next_id{1};
+    RequestRecord record;
+    record.id = absl::StrCat("grpc-", next_id.fetch_add(1));
+    record.api = "grpc";
+    record.endpoint = endpoint_;
+    record.model = served_.name;
+    if (handle_ != nullptr) record.timings = handle_->timings();
+    record.outcome = s.ok() && !cancelled_ ? "ok" : cancelled_ ? "cancelled" : RequestOutcome(s);
+    if (record.outcome == "cancelled" && ctx_->deadline() <= std::chrono::system_clock::now()) {
+      record.outcome = "deadline_exceeded";
+    }
+    record.finish_reason = s.ok() ? finish_reason_ : "";
+    LogRequest(record);
     final_ = ToGrpcStatus(s);
     done_ = true;
     WriteNextLocked();
@@ -188,6 +231,9 @@ class StreamReactor final : public grpc::ServerWriteReactor<Resp> {
   const ServedModel& served_;
   grpc::CallbackServerContext* const ctx_;
   const std::string endpoint_;
+  // Set by the body's thread, read by it after the body returns.
+  std::shared_ptr<RequestHandle> handle_;
+  std::string finish_reason_;
   std::thread worker_;
   std::mutex mu_;
   std::deque<Resp> queue_;
@@ -215,6 +261,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* InferenceService::Generate(
     ASSIGN_OR_RETURN(p.sampling, ToSampling(r.sampling(), r.logprobs()));
     p.stop.assign(r.stop().begin(), r.stop().end());
     ASSIGN_OR_RETURN(auto handle, engine.Submit(std::move(p)));
+    out->Track(handle);
     ASSIGN_OR_RETURN(
         GenerateOutcome o,
         handle->Wait(
@@ -226,6 +273,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* InferenceService::Generate(
               return out->Emit(std::move(resp));
             },
             [out] { return out->Cancelled(); }));
+    out->SetFinishReason(o.finish_reason);
     v1::GenerateResponse last;
     last.set_finish_reason(o.finish_reason);
     last.mutable_usage()->set_prompt_tokens(o.prompt_tokens);
@@ -272,7 +320,9 @@ grpc::ServerWriteReactor<v1::ChatResponse>* InferenceService::Chat(
     ASSIGN_OR_RETURN(p.sampling, ToSampling(r.sampling(), r.logprobs()));
     p.stop.assign(r.stop().begin(), r.stop().end());
     ASSIGN_OR_RETURN(auto handle, engine.Submit(std::move(p)));
-    chat::ReasoningStream reasoning(chat::PromptOpensReasoning(prompt));
+    out->Track(handle);
+    chat::OutputStream reasoning(served_.chat->output_format(),
+                                 chat::PromptOpensReasoning(prompt));
     ASSIGN_OR_RETURN(
         GenerateOutcome o,
         handle->Wait(
@@ -287,6 +337,7 @@ grpc::ServerWriteReactor<v1::ChatResponse>* InferenceService::Chat(
             },
             [out] { return out->Cancelled(); }));
     chat::ReasoningSplit rest = reasoning.Finish();
+    out->SetFinishReason(o.finish_reason);
     v1::ChatResponse last;
     last.set_content(std::move(rest.content));
     last.set_reasoning_content(std::move(rest.reasoning_content));

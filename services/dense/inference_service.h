@@ -15,6 +15,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "moesplit/v1/inference.grpc.pb.h"
 #include "services/dense/api_auth.h"
@@ -23,18 +24,32 @@
 
 namespace moesplit::dense {
 
+class Readiness;
+
 // Served-model facts shared by the gRPC and HTTP front ends.
 struct ServedModel {
   DenseEngine* engine = nullptr;
-  std::string name;        // general.name, else the file name without .gguf
+  std::string name;  // the id responses carry: names[0], else default_name
   const ChatPrompt* chat = nullptr;
   const ApiAuth* auth = nullptr;  // null: no API keys, the APIs are open
-  // OK when `requested` is empty or names this model; NotFound otherwise.
+  // --served-model-name: the names /v1/models lists (empty: default_name).
+  std::vector<std::string> names;
+  std::string default_name;  // general.name, else the file name without .gguf
+  const Readiness* readiness = nullptr;  // null: always ready
+  // OK when `requested` is empty, one of `names` or default_name (or
+  // `name`); NotFound naming the served names otherwise.
   absl::Status CheckName(const std::string& requested) const;
+  // The names /v1/models lists, the id first.
+  std::vector<std::string> ListedNames() const;
 };
 
 // The served name of the model at `path`.
 std::string ServedModelName(const model::Model& model, const std::string& path);
+
+// A ServedModel's names from --served-model-name (comma-separated, "" =
+// none; repeats dropped): sets names, default_name and name.
+void SetServedNames(const std::string& default_name, const std::string& served_model_names,
+                    ServedModel* served);
 
 class InferenceService final : public moesplit::v1::Inference::CallbackService {
  public:

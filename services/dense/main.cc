@@ -7,9 +7,12 @@
 // secure the APIs and the connections to grpc:// workers (api_auth.h,
 // common/auth/); "API keys: off|N; TLS: ..." is logged at start.
 //
-// Prints "moesplit-dense: ready ..." on stderr once it serves; SIGINT/SIGTERM
-// stop it. Bad flags or a model/worker problem at start: one line on stderr,
-// exit status 2 (bad input) or 1.
+// Prints "moesplit-dense: ready ..." on stderr once it serves (every line
+// through common/base/log.h, --log-format text|json). SIGINT/SIGTERM drain
+// it (drain.h): readiness off at once, new requests refused, in-flight ones
+// finish within --drain-timeout, then are cancelled; exit 0. Bad flags or a
+// model/worker problem at start: one line on stderr, exit status 2 (bad
+// input) or 1.
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
@@ -22,6 +25,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/numbers.h"
@@ -39,21 +43,23 @@
 #include "services/cli/dense_flags.h"
 #include "services/dense/api_auth.h"
 #include "services/dense/chat_prompt.h"
+#include "common/base/log.h"
 #include "services/dense/dense_engine.h"
+#include "services/dense/drain.h"
 #include "services/dense/http_server.h"
 #include "services/dense/inference_service.h"
+#include "services/dense/readiness.h"
 
 namespace moesplit::dense {
 namespace {
 
-// SIGINT/SIGTERM are blocked in every thread and polled by the main loop.
-bool StopRequested(const sigset_t& set) {
-  timespec zero{0, 0};
-  return sigtimedwait(&set, nullptr, &zero) > 0;
-}
+constexpr char kSource[] = "moesplit-dense";
+
+void Info(const std::string& message) { Log(LogLevel::kInfo, kSource, message); }
+void Warn(const std::string& message) { Log(LogLevel::kWarning, kSource, message); }
 
 int Fail(const absl::Status& s) {
-  std::fprintf(stderr, "moesplit-dense: %s\n", std::string(s.message()).c_str());
+  Log(LogLevel::kError, kSource, s.message());
   return s.code() == absl::StatusCode::kInvalidArgument ||
                  s.code() == absl::StatusCode::kNotFound
              ? 2
@@ -71,6 +77,7 @@ int Run(int argc, char** argv) {
   auto parsed = cli::ParseDenseServiceFlags(std::vector<std::string>(argv + 1, argv + argc), &f);
   if (!parsed.ok()) return Fail(parsed.status());
   if (*parsed == cli::ParsedCommandLine::kExit) return 0;
+  if (auto format = ParseLogFormat(f.log_format); format.ok()) SetLogFormat(*format);
   const std::string &grpc_addr = f.grpc, &metrics_addr = f.metrics, &http_addr = f.http;
   const std::string& template_file = f.chat_template_file;
   const int64_t parallel = f.parallel;
@@ -118,6 +125,9 @@ int Run(int argc, char** argv) {
   }
   http_opt.max_header_bytes = static_cast<uint32_t>(f.http_max_header_bytes);
   http_opt.max_uri_bytes = static_cast<uint32_t>(f.http_max_uri_bytes);
+  for (absl::string_view o : absl::StrSplit(f.cors_origin, ',', absl::SkipEmpty())) {
+    http_opt.cors_origins.emplace_back(o);
+  }
   if (absl::Status s = ValidateHttpOptions(http_opt); !s.ok()) return Fail(s);
   // Security (README "Security"): API keys, TLS of both APIs, TLS to workers.
   const char* env_keys = std::getenv(auth::kApiKeysEnv);
@@ -138,16 +148,13 @@ int Run(int argc, char** argv) {
   if (!keys->empty()) api_auth = std::make_unique<ApiAuth>(auth::ApiKeySet(*keys), *registry);
   auto engine = DenseEngine::Create(opt);
   if (!engine.ok()) return Fail(engine.status());
-  std::fprintf(stderr, "moesplit-dense: API keys: %s; TLS: %s; TLS to workers: %s\n",
-               keys->empty() ? "off" : std::to_string(keys->size()).c_str(),
-               auth::ServerTlsMode(api_tls),
-               tls->client_tls() ? (tls->server_tls() ? "mutual" : "on (no client certificate)")
-                                 : "off");
-  std::fprintf(stderr,
-               "moesplit-dense: dense forward on %s, %d threads, context %d positions x %d "
-               "sequences\n",
-               (*engine)->backend_name().c_str(), opt.threads, (*engine)->n_ctx(),
-               opt.max_sequences);
+  Info(absl::StrCat("API keys: ", keys->empty() ? "off" : std::to_string(keys->size()),
+                    "; TLS: ", auth::ServerTlsMode(api_tls), "; TLS to workers: ",
+                    tls->client_tls() ? (tls->server_tls() ? "mutual" : "on (no client certificate)")
+                                      : "off"));
+  Info(absl::StrCat("dense forward on ", (*engine)->backend_name(), ", ", opt.threads,
+                    " threads, context ", (*engine)->n_ctx(), " positions x ", opt.max_sequences,
+                    " sequences"));
   std::string template_source;
   if (!template_file.empty()) {
     std::ifstream in(template_file, std::ios::binary);
@@ -158,16 +165,23 @@ int Run(int argc, char** argv) {
       ChatPrompt::ForModel((*engine)->model().file(), (*engine)->tokenizer(), template_source);
   if (!chat.ok() && !template_source.empty()) return Fail(chat.status());
   if (!chat.ok()) {
-    std::fprintf(stderr, "moesplit-dense: warning: the model's chat template does not parse (%s); "
-                         "using ChatML\n", std::string(chat.status().message()).c_str());
+    Warn(absl::StrCat("warning: the model's chat template does not parse (",
+                      chat.status().message(), "); using ChatML"));
     chat = ChatPrompt::ForModel((*engine)->model().file(), (*engine)->tokenizer(),
                                 chat::ChatMLFallbackTemplate());
     if (!chat.ok()) return Fail(chat.status());
   } else if (!chat->warning().empty()) {
-    std::fprintf(stderr, "moesplit-dense: warning: %s\n", chat->warning().c_str());
+    Warn(absl::StrCat("warning: ", chat->warning()));
   }
-  ServedModel served{engine->get(), ServedModelName((*engine)->model(), opt.model_path), &*chat,
-                     api_auth.get()};
+  // Readiness: the workers probed every second from now on (readiness.h).
+  Readiness readiness((*engine)->remote());
+  ServedModel served;
+  served.engine = engine->get();
+  served.chat = &*chat;
+  served.readiness = &readiness;
+  SetServedNames(ServedModelName((*engine)->model(), opt.model_path), f.served_model_name,
+                 &served);
+  served.auth = api_auth.get();
 
   std::unique_ptr<telemetry::MetricsServer> metrics;
   std::shared_ptr<telemetry::DenseExpertMetrics> expert_metrics;
@@ -189,11 +203,14 @@ int Run(int argc, char** argv) {
         });
   }
   // GPU memory: the plan (the same arithmetic as `moesplit plan`) and the
-  // device's use, refreshed every 5 s; zeros when the dense part is on the CPU.
-  telemetry::GpuMetrics gpu_metrics(*registry, (*engine)->model().n_layer());
+  // device's use, refreshed every 5 s; absent when the dense part is on the
+  // CPU (no GPU series at all rather than zeros).
+  std::optional<telemetry::GpuMetrics> gpu_metrics_storage;
   std::atomic<bool> stop_gpu_poll{false};
   std::thread gpu_poll;
   if ((*engine)->backend_name() != "cpu") {
+    telemetry::GpuMetrics& gpu_metrics =
+        gpu_metrics_storage.emplace(*registry, (*engine)->model().n_layer());
     plan::PlanOptions po;
     po.n_ctx = (*engine)->n_ctx();
     po.n_parallel = opt.max_sequences;  // one GPU KV cache per sequence
@@ -205,31 +222,29 @@ int Run(int argc, char** argv) {
       gpu_metrics.SetPlan(*memory_plan);
       // The plan this service runs with (what `moesplit plan` prints for the same flags).
       for (absl::string_view line : absl::StrSplit(plan::FormatPlanTable(*memory_plan), '\n')) {
-        if (!line.empty()) {
-          std::fprintf(stderr, "moesplit-dense: plan: %s\n", std::string(line).c_str());
-        }
+        if (!line.empty()) Info(absl::StrCat("plan: ", line));
       }
     } else {
-      std::fprintf(stderr, "moesplit-dense: warning: no GPU memory plan for the metrics: %s\n",
-                   std::string(memory_plan.status().message()).c_str());
+      Warn(absl::StrCat("warning: no GPU memory plan for the metrics: ",
+                        memory_plan.status().message()));
     }
     const GpuRunnerInfo info = (*engine)->gpu_info();
     gpu_metrics.SetPrefillStreamMinTokens(info.stream_min_tokens);
-    std::fprintf(stderr, "moesplit-dense: GPU expert cache: %s\n",
-                 info.expert_cache
-                     ? absl::StrCat(info.cache_slots, " slots, ", info.cache_bytes, " bytes").c_str()
-                     : "off");
-    std::fprintf(stderr, "moesplit-dense: streamed prefill: %s (%s)\n",
-                 info.stream_min_tokens > 0
-                     ? absl::StrCat("experts with ", info.stream_min_tokens,
-                                    " or more tokens in a step").c_str()
-                     : "off",
-                 info.stream_note.c_str());
+    Info(absl::StrCat("GPU expert cache: ",
+                      info.expert_cache
+                          ? absl::StrCat(info.cache_slots, " slots, ", info.cache_bytes, " bytes")
+                          : "off"));
+    Info(absl::StrCat("streamed prefill: ",
+                      info.stream_min_tokens > 0
+                          ? absl::StrCat("experts with ", info.stream_min_tokens,
+                                         " or more tokens in a step")
+                          : "off",
+                      " (", info.stream_note, ")"));
     gpu_poll = std::thread([&] {
       while (!stop_gpu_poll.load()) {
-        gpu_metrics.SetUsedBytes(QueryGpuMemory().used);
+        gpu_metrics_storage->SetUsedBytes(QueryGpuMemory().used);
         const GpuRunnerInfo now = (*engine)->gpu_info();
-        if (now.expert_cache) gpu_metrics.UpdateExpertCache(now.cache_stats, now.resident_per_layer);
+        if (now.expert_cache) gpu_metrics_storage->UpdateExpertCache(now.cache_stats, now.resident_per_layer);
         for (int i = 0; i < 50 && !stop_gpu_poll.load(); ++i) {
           std::this_thread::sleep_for(std::chrono::milliseconds(100));
         }
@@ -261,23 +276,30 @@ int Run(int argc, char** argv) {
   if (server == nullptr || port == 0) {
     return Fail(absl::UnavailableError(absl::StrCat("cannot listen on ", grpc_addr)));
   }
-  std::fprintf(stderr,
-               "moesplit-dense: ready on grpc port %d%s: %s, %d layers, %d sequences, experts %s%s\n",
-               port, http ? absl::StrCat(", http port ", http->port()).c_str() : "",
-               (*engine)->model().hparams().arch.c_str(), (*engine)->model().n_layer(),
-               static_cast<int>(parallel),
-               opt.experts.empty() ? "in-process" : absl::StrJoin(opt.experts, " ").c_str(),
-               metrics ? absl::StrCat(", metrics on port ", metrics->port()).c_str() : "");
-  // Refresh the worker metrics (and notice outages) while serving.
+  grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
+  ServingStatusPublisher publisher(health, &(*engine)->metrics(), &readiness);
+  Info(absl::StrCat("ready on grpc port ", port,
+                    http ? absl::StrCat(", http port ", http->port()) : "", ": ",
+                    (*engine)->model().hparams().arch, ", ", (*engine)->model().n_layer(),
+                    " layers, ", parallel, " sequences, experts ",
+                    opt.experts.empty() ? "in-process" : absl::StrJoin(opt.experts, " "),
+                    metrics ? absl::StrCat(", metrics on port ", metrics->port()) : "",
+                    ", model ", absl::StrJoin(served.ListedNames(), ",")));
+  // Refresh the worker metrics and readiness (and notice outages) while serving.
   while (!StopRequested(stop_signals)) {
     if (expert_metrics && (*engine)->remote() != nullptr) {
       expert_metrics->Update((*engine)->remote()->clients());
     }
+    publisher.Publish();
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
+  DrainOptions drain;
+  drain.timeout = std::chrono::milliseconds(f.drain_timeout_ms);
+  drain.stop_signals = &stop_signals;
+  Drain(drain, **engine, readiness, publisher, http.get());
   http.reset();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  std::fprintf(stderr, "moesplit-dense: stopped\n");
+  Info("stopped");
   return 0;
 }
 

@@ -7,6 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/status.h"
 #include "common/chat/reasoning.h"
+#include "services/dense/readiness.h"
+#include "services/dense/request_log.h"
 #include "prometheus/text_serializer.h"
 
 namespace moesplit::dense {
@@ -58,6 +60,7 @@ Json ErrorJson(const absl::Status& s) {
   Json code = nullptr;
   if (s.code() == absl::StatusCode::kNotFound) code = "model_not_found";
   if (http == 429) code = "server_busy";
+  if (auto c = s.GetPayload(kErrorCodePayload)) code = std::string(*c);
   return Json{{"error",
                {{"message", std::string(s.message())}, {"type", type}, {"param", ParamOf(s)},
                 {"code", code}}}};
@@ -371,12 +374,18 @@ void Whole(const ServedModel& served, RequestHandle& h, const Job& job, const st
   const bool gone = out.ClientGone();
   served.engine->metrics().CountRequest(
       "http", ep, o.ok() && gone ? "cancelled" : ServingMetrics::Outcome(o.status()));
+  const RequestTimings timings = h.timings();
+  LogRequest({job.id, "http", ep, job.model, timings,
+              gone || (o.ok() && o->finish_reason == "cancelled") ? "cancelled"
+                                                                  : RequestOutcome(o.status()),
+              o.ok() ? o->finish_reason : ""});
   if (gone) return;
   if (!o.ok()) return out.Reply(ErrorReply(o.status()));
   Json choice = {{"index", 0}};
   if (job.chat) {
     chat::ReasoningSplit split =
-        chat::SplitReasoning(text, chat::PromptOpensReasoning(job.prompt_text));
+        chat::SplitOutput(text, served.chat->output_format(),
+                          chat::PromptOpensReasoning(job.prompt_text));
     Json msg = {{"role", "assistant"}, {"content", split.content}};
     if (!split.reasoning_content.empty()) msg["reasoning_content"] = split.reasoning_content;
     choice["message"] = std::move(msg);
@@ -391,7 +400,8 @@ void Whole(const ServedModel& served, RequestHandle& h, const Job& job, const st
                {"created", job.created},
                {"model", job.model},
                {"choices", Json::array({std::move(choice)})},
-               {"usage", Usage(*o)}};
+               {"usage", Usage(*o)},
+               {"timings", LlamaTimings(timings)}};
   HttpReply r;
   r.body = Dump(body);
   out.Reply(std::move(r));
@@ -408,7 +418,8 @@ void Stream(const ServedModel& served, RequestHandle& h, const Job& job, const s
   auto send = [&](const Json& j) {
     return out.WriteChunk(absl::StrCat("data: ", Dump(j), "\n\n"));
   };
-  chat::ReasoningStream reasoning(chat::PromptOpensReasoning(job.prompt_text));
+  chat::OutputStream reasoning(served.chat->output_format(),
+                               chat::PromptOpensReasoning(job.prompt_text));
   if (ok && job.chat) {
     ok = send(Chunk(job, {{"index", 0},
                           {"delta", {{"role", "assistant"}, {"content", ""}}},
@@ -431,6 +442,9 @@ void Stream(const ServedModel& served, RequestHandle& h, const Job& job, const s
   const std::string outcome = !o.ok() ? ServingMetrics::Outcome(o.status())
                               : (!ok || o->finish_reason == "cancelled" ? "cancelled" : "ok");
   served.engine->metrics().CountRequest("http", ep, outcome);
+  const RequestTimings timings = h.timings();
+  LogRequest({job.id, "http", ep, job.model, timings,
+              o.ok() ? outcome : RequestOutcome(o.status()), o.ok() ? o->finish_reason : ""});
   if (!ok) return;  // the client is gone
   if (!o.ok()) {
     send(ErrorJson(o.status()));
@@ -442,11 +456,14 @@ void Stream(const ServedModel& served, RequestHandle& h, const Job& job, const s
       c["delta"] = Json::object();
     }
     c["finish_reason"] = FinishReason(o->finish_reason);
-    send(Chunk(job, std::move(c)));
+    Json last = Chunk(job, std::move(c));
+    if (!job.c.include_usage) last["timings"] = LlamaTimings(timings);
+    send(last);
     if (job.c.include_usage) {
       Json u = Chunk(job, nullptr);
       u["choices"] = Json::array();
       u["usage"] = Usage(*o);
+      u["timings"] = LlamaTimings(timings);
       send(u);
     }
   }
@@ -468,10 +485,15 @@ void OpenAiApi::Completions(const std::string& body, bool chat, HttpResponder& o
   Job job;
   job.chat = chat;
   absl::StatusOr<std::shared_ptr<RequestHandle>> handle =
-      Prepare(body, served_, max_token_bytes_, &job);
+      served_.readiness != nullptr && served_.readiness->draining()
+          ? ShuttingDownError("the server is shutting down (draining): not accepting new requests")
+          : Prepare(body, served_, max_token_bytes_, &job);
   if (!handle.ok()) {
     served_.engine->metrics().CountRequest("http", endpoint,
                                            ServingMetrics::Outcome(handle.status()));
+    if (job.id.empty()) job.id = NewId(chat ? "chatcmpl-" : "cmpl-");
+    LogRequest({job.id, "http", endpoint, served_.name, RequestTimings{},
+                RequestOutcome(handle.status()), ""});
     return out.Reply(ErrorReply(handle.status()));
   }
   if (job.c.stream) {
@@ -481,14 +503,34 @@ void OpenAiApi::Completions(const std::string& body, bool chat, HttpResponder& o
   }
 }
 
+namespace {
+
+Json ModelObject(const ServedModel& served, const std::string& id) {
+  return {{"id", id},
+          {"object", "model"},
+          {"created", 0},
+          {"owned_by", "moesplit"},
+          {"context_length", served.engine->n_ctx()}};
+}
+
+}  // namespace
+
 HttpReply OpenAiApi::Models() {
-  Json m = {{"id", served_.name},
-            {"object", "model"},
-            {"created", 0},
-            {"owned_by", "moesplit"},
-            {"context_length", served_.engine->n_ctx()}};
+  Json data = Json::array();
+  for (const std::string& n : served_.ListedNames()) data.push_back(ModelObject(served_, n));
   HttpReply r;
-  r.body = Dump(Json{{"object", "list"}, {"data", Json::array({m})}});
+  r.body = Dump(Json{{"object", "list"}, {"data", std::move(data)}});
+  served_.engine->metrics().CountRequest("http", "models", "ok");
+  return r;
+}
+
+HttpReply OpenAiApi::Model(const std::string& id) {
+  if (absl::Status s = served_.CheckName(id); !s.ok() || id.empty()) {
+    served_.engine->metrics().CountRequest("http", "models", "invalid_argument");
+    return ErrorReply(id.empty() ? absl::NotFoundError("no model id given") : s);
+  }
+  HttpReply r;
+  r.body = Dump(ModelObject(served_, id));
   served_.engine->metrics().CountRequest("http", "models", "ok");
   return r;
 }
@@ -502,6 +544,18 @@ HttpReply OpenAiApi::Metrics() {
 }
 
 HttpReply OpenAiApi::Health() {
+  HttpReply r;
+  if (served_.readiness == nullptr) {
+    r.body = "{\"status\":\"ok\"}";
+    return r;
+  }
+  const ReadinessReport report = served_.readiness->Check();
+  r.status = report.ready ? 200 : 503;
+  r.body = report.Json();
+  return r;
+}
+
+HttpReply OpenAiApi::Liveness() {
   HttpReply r;
   r.body = "{\"status\":\"ok\"}";
   return r;

@@ -7,8 +7,12 @@
 //     both: "stream": true answers with server-sent events, one
 //     `data: {chunk}` per token, then (with stream_options.include_usage) a
 //     chunk with usage and no choices, then `data: [DONE]`.
-//   GET  /v1/models, GET /health, GET /metrics (Prometheus text of the
-//     engine's registry, the same one the --metrics exposer serves)
+//   GET  /v1/models, GET /v1/models/{id}, GET /health (= /health/ready:
+//     readiness), GET /health/live (liveness), GET /metrics (Prometheus
+//     text of the engine's registry, the same one the --metrics exposer
+//     serves)
+// Every completion that ends is logged (request_log.h), and its response
+// (the last chunk of a stream) carries llama-server's `timings`.
 // Errors are OpenAI's shape, {"error":{"message","type","param","code"}}:
 // 400 (bad request, prompt longer than the context, list fields longer than
 // allowed), 404 (unknown model), 429 + Retry-After (queue full), 503 (an
@@ -70,8 +74,15 @@ class OpenAiApi {
   // engine, which frees its slot and KV cache, streaming or not.
   void Completions(const std::string& body, bool chat, HttpResponder& out);
   HttpReply Models();
+  // GET /v1/models/{id}: the model object when `id` is a served name (an
+  // alias or the model's own name), else 404 model_not_found.
+  HttpReply Model(const std::string& id);
   HttpReply Metrics();
+  // GET /health and /health/ready: readiness (readiness.h), 200
+  // {"status":"ok"} or 503 with the report naming missing workers and
+  // layers, or draining. GET /health/live: 200 while the process serves.
   HttpReply Health();
+  HttpReply Liveness();
 
   // An OpenAI-shaped error for a protocol-level problem (the request never
   // reached a route): `code` is the error's code field, e.g. "unknown_url".

@@ -18,6 +18,14 @@ prometheus::Histogram& Histogram(prometheus::Registry& r, const char* name, cons
 
 }  // namespace
 
+prometheus::Histogram::BucketBoundaries TimeToFirstTokenBuckets() {
+  return {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300};
+}
+
+prometheus::Histogram::BucketBoundaries InterTokenBuckets() {
+  return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+}
+
 ServingMetrics::ServingMetrics(prometheus::Registry& r)
     : queue_depth(Gauge(r, "moesplit_queue_depth", "requests waiting for a sequence slot")),
       queue_capacity(Gauge(r, "moesplit_queue_capacity", "most requests that may wait")),
@@ -25,10 +33,10 @@ ServingMetrics::ServingMetrics(prometheus::Registry& r)
       max_sequences(Gauge(r, "moesplit_max_sequences", "most concurrent sequences")),
       time_to_first_token(Histogram(r, "moesplit_time_to_first_token_seconds",
                                     "request arrival to its first generated token",
-                                    telemetry::LatencyBuckets())),
+                                    TimeToFirstTokenBuckets())),
       inter_token_latency(Histogram(r, "moesplit_inter_token_latency_seconds",
                                     "time between two tokens of one sequence",
-                                    telemetry::LatencyBuckets())),
+                                    InterTokenBuckets())),
       request_duration(Histogram(r, "moesplit_request_duration_seconds",
                                  "request arrival to its end",
                                  {0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300})),
@@ -39,6 +47,10 @@ ServingMetrics::ServingMetrics(prometheus::Registry& r)
                               "KV cache bytes for every sequence slot at full context")),
       batch_tokens(Histogram(r, "moesplit_batch_tokens", "tokens per forward step",
                              telemetry::TokenBuckets())),
+      ready(Gauge(r, "moesplit_ready",
+                  "1 while the service takes requests: every layer has a live expert worker "
+                  "and it is not draining")),
+      draining(Gauge(r, "moesplit_draining", "1 while draining after SIGTERM")),
       requests_(prometheus::BuildCounter()
                     .Name("moesplit_requests_total")
                     .Help("API requests by outcome")

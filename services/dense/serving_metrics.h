@@ -17,6 +17,11 @@
 
 namespace moesplit::dense {
 
+// Bucket bounds (seconds): time to first token up to 300 s (a long CPU
+// prefill must not fall off the top), inter-token latency up to 10 s.
+prometheus::Histogram::BucketBoundaries TimeToFirstTokenBuckets();
+prometheus::Histogram::BucketBoundaries InterTokenBuckets();
+
 class ServingMetrics {
  public:
   explicit ServingMetrics(prometheus::Registry& registry);
@@ -40,6 +45,9 @@ class ServingMetrics {
   prometheus::Gauge& kv_used_bytes;
   prometheus::Gauge& kv_capacity_bytes;
   prometheus::Histogram& batch_tokens;
+  // Readiness (readiness.h) and SIGTERM draining, 1 or 0.
+  prometheus::Gauge& ready;
+  prometheus::Gauge& draining;
 
  private:
   prometheus::Family<prometheus::Counter>& requests_;

@@ -6,10 +6,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/cpu_count.h"
+#include "common/base/progress.h"
 #include "common/base/status.h"
 #include "common/gguf/gguf.h"
 #include "common/model/model.h"
@@ -61,6 +63,7 @@ absl::StatusOr<std::unique_ptr<ExpertShard>> ExpertShard::Load(const ShardOption
   if (static_cast<int>(nodes.size()) > n_local) nodes.resize(n_local);
   const int n_nodes = static_cast<int>(nodes.size());
   std::vector<uint64_t> sizes(n_nodes, 0);
+  uint64_t copy_bytes = 0;  // what the copies write (the progress line's total)
   for (int i = 0; i < n_nodes; ++i) {
     auto part = std::make_unique<NodePart>();
     part->node = nodes[i];
@@ -70,6 +73,7 @@ absl::StatusOr<std::unique_ptr<ExpertShard>> ExpertShard::Load(const ShardOption
       const auto& lw = m->layer(l);
       for (const auto* v : {&lw.gate_exps, &lw.up_exps, &lw.down_exps}) {
         sizes[i] += SliceBytes(*v, part->expert_begin, part->expert_end) + 64;
+        copy_bytes += SliceBytes(*v, part->expert_begin, part->expert_end);
       }
     }
     s->parts_.push_back(std::move(part));
@@ -83,6 +87,11 @@ absl::StatusOr<std::unique_ptr<ExpertShard>> ExpertShard::Load(const ShardOption
                                 ? options.threads
                                 : AvailableCpuCount();
   std::set<std::string> formats;
+  // Progress on stderr for shards of 64 MiB or more (common/base/progress.h).
+  std::optional<LoadProgress> progress;
+  if (copy_bytes >= (64u << 20)) {
+    progress.emplace("moesplit-expert-worker: loading experts", copy_bytes);
+  }
   for (int i = 0; i < n_nodes; ++i) {
     NodePart& part = *s->parts_[i];
     const std::vector<int> cpus = CpusOfNode(part.node);
@@ -113,7 +122,16 @@ absl::StatusOr<std::unique_ptr<ExpertShard>> ExpertShard::Load(const ShardOption
     }
     std::thread copier([&] {
       if (part.node >= 0) PinCurrentThread(cpus);
-      model::RunExpertCopies(jobs, part.pool.get());
+      // A layer (its three tensors) at a time, for the progress line.
+      for (size_t j = 0; j < jobs.size(); j += 3) {
+        const size_t n = std::min<size_t>(3, jobs.size() - j);
+        model::RunExpertCopies(absl::MakeConstSpan(jobs).subspan(j, n), part.pool.get());
+        uint64_t bytes = 0;
+        for (size_t k = j; k < j + n; ++k) {
+          bytes += SliceBytes(*jobs[k].src, jobs[k].eb, jobs[k].ee);
+        }
+        if (progress) progress->Add(bytes);
+      }
     });
     copier.join();
     for (const auto& le : layers) {
@@ -124,6 +142,7 @@ absl::StatusOr<std::unique_ptr<ExpertShard>> ExpertShard::Load(const ShardOption
                              nullptr, hp.expert_ffn);
     part.experts = std::make_unique<model::InProcessExperts>(std::move(store), part.pool.get());
   }
+  if (progress) progress->Finish();
   if (n_nodes > 1) s->drivers_ = std::make_unique<ThreadPool>(n_nodes);
   s->lock_warning_ = s->arena_->LockAll();
   // Describe.

@@ -157,8 +157,21 @@ def exported(urls):
     return names
 
 
+def gpu_only(repo):
+    """The dense service's GPU metrics (common/telemetry/gpu_metrics.cc): it
+    exports them only when its dense part runs on a GPU, so a scrape of a
+    CPU-only service lacks them by design."""
+    src = open(os.path.join(repo, "common/telemetry/gpu_metrics.cc")).read()
+    return set(re.findall(r'"(moesplit_[a-z0-9_]+)"', src))
+
+
 def names(repo, urls):
+    gpu = gpu_only(repo)
     have = exported(urls) | PROMETHEUS_MADE
+    if not have & gpu:
+        print(f"the scrape has no GPU metrics (CPU backend): {len(gpu)} GPU-only names "
+              "taken from common/telemetry/gpu_metrics.cc")
+        have |= gpu
     missing = {}
     used = set()
     for where, e in expressions(repo):

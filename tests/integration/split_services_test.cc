@@ -4,6 +4,7 @@
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -273,6 +274,78 @@ TEST(SplitServicesTest, KilledWorkerFailsRequestsThenServiceRecovers) {
   EXPECT_EQ(again.text, ok.text);
   dense.Signal(SIGTERM);
   EXPECT_EQ(dense.Wait(10s), 0) << dense.stderr_text();
+}
+
+
+// A worker stalled (SIGSTOP) past --expert-timeout fails the requests that
+// need it within about the timeout, the service stays up, and once the
+// worker continues (SIGCONT) the next request is served as before.
+TEST(SplitServicesTest, StalledWorkerFailsRequestsWithinTheTimeoutThenRecovers) {
+  const std::string model = Model("qwen3moe-tiny-q8_0");
+  const std::string w = Name("stall");
+  auto worker = StartWorker({"--model", model, "--listen-shm", w});
+  const int port = FreePort();
+  ChildProcess dense(kDense, {"--model", model, "--experts", "shm://" + w, "--grpc",
+                              absl::StrCat("127.0.0.1:", port), "--expert-timeout", "1500"});
+  absl::Status ready = dense.WaitFor("ready", 60s);
+  ASSERT_TRUE(ready.ok()) << ready;
+  const GenerateResult ok = Generate(port, "The quick brown fox", 8);
+  ASSERT_TRUE(ok.status.ok()) << ok.status.error_message();
+  const GenerateResult stalled =
+      Generate(port, "The quick brown fox", 10000, [&] { worker->Signal(SIGSTOP); });
+  EXPECT_EQ(stalled.status.error_code(), grpc::StatusCode::UNAVAILABLE)
+      << stalled.status.error_message();
+  EXPECT_GE(stalled.after_first.count(), 1000);
+  EXPECT_LT(stalled.after_first.count(), 6000);
+  worker->Signal(SIGCONT);
+  GenerateResult again;
+  for (int i = 0; i < 50; ++i) {
+    again = Generate(port, "The quick brown fox", 8);
+    if (again.status.ok()) break;
+    std::this_thread::sleep_for(200ms);
+  }
+  EXPECT_TRUE(again.status.ok()) << again.status.error_message();
+  EXPECT_EQ(again.text, ok.text);
+  dense.Signal(SIGTERM);
+  EXPECT_EQ(dense.Wait(40s), 0) << dense.stderr_text();
+}
+
+// The dense service killed (SIGKILL) while its workers run: the workers
+// stay up, and a new dense service connects to the same workers and gives
+// the same text.
+TEST(SplitServicesTest, KilledDenseServiceLeavesWorkersServingTheNextOne) {
+  const std::string model = Model("qwen3moe-tiny-q8_0");
+  const std::string shm = Name("dense-kill");
+  const int worker_port = FreePort();
+  auto worker = StartWorker({"--model", model, "--listen-shm", shm, "--listen-grpc",
+                             absl::StrCat("127.0.0.1:", worker_port)});
+  std::string first_text;
+  for (const std::string& experts :
+       {"shm://" + shm, absl::StrCat("grpc://127.0.0.1:", worker_port)}) {
+    for (int round = 0; round < 2; ++round) {
+      const int port = FreePort();
+      ChildProcess dense(kDense, {"--model", model, "--experts", experts, "--grpc",
+                                  absl::StrCat("127.0.0.1:", port)});
+      absl::Status ready = dense.WaitFor("ready", 60s);
+      ASSERT_TRUE(ready.ok()) << experts << " round " << round << ": " << ready;
+      // Killed in the middle of a generation the first time, idle the second.
+      const GenerateResult r = Generate(port, "The quick brown fox", round == 0 ? 10000 : 8,
+                                        round == 0 ? std::function<void()>([&] {
+                                          dense.Kill(SIGKILL);
+                                        })
+                                                   : nullptr);
+      if (round == 1) {
+        ASSERT_TRUE(r.status.ok()) << experts << ": " << r.status.error_message();
+        if (first_text.empty()) first_text = r.text;
+        EXPECT_EQ(r.text, first_text) << experts;
+        dense.Kill(SIGKILL);
+      }
+      int status = 0;
+      EXPECT_EQ(waitpid(worker->pid(), &status, WNOHANG), 0)
+          << "the worker exited: " << experts << " round " << round << "\n"
+          << worker->stderr_text();
+    }
+  }
 }
 
 

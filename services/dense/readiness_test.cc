@@ -1,0 +1,93 @@
+// Readiness reports, served-name matching and request-log fields: the pure
+// parts of the dense service's operations surface (the processes are
+// tested in tests/reliability/ops_test.py).
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "services/dense/inference_service.h"
+#include "services/dense/readiness.h"
+#include "services/dense/request_log.h"
+
+namespace moesplit::dense {
+namespace {
+
+TEST(ReadinessTest, InProcessExpertsAreReadyUntilDraining) {
+  Readiness r(nullptr);
+  EXPECT_TRUE(r.Check().ready);
+  EXPECT_EQ(r.Check().Json(), "{\"status\":\"ok\"}");
+  r.BeginDrain();
+  const ReadinessReport report = r.Check();
+  EXPECT_FALSE(report.ready);
+  EXPECT_TRUE(report.draining);
+  const auto j = nlohmann::json::parse(report.Json());
+  EXPECT_EQ(j["status"], "unavailable");
+  EXPECT_EQ(j["draining"], true);
+  EXPECT_EQ(j["missing_workers"].size(), 0u);
+}
+
+TEST(ReadinessTest, ReportNamesMissingWorkersAndLayers) {
+  ReadinessReport r;
+  r.ready = false;
+  r.down_workers = {{"shm://w1", false, "expert worker shm://w1 stopped"}};
+  r.layers_without_worker = {24, 25, 26};
+  EXPECT_EQ(r.Summary(),
+            "no live expert worker for layers 24-26: shm://w1 (expert worker shm://w1 stopped)");
+  const auto j = nlohmann::json::parse(r.Json());
+  EXPECT_EQ(j["layers_without_worker"], "24-26");
+  EXPECT_EQ(j["missing_workers"][0]["address"], "shm://w1");
+  EXPECT_EQ(j["draining"], false);
+}
+
+TEST(ServedNamesTest, AliasesAndTheDefaultNameAreAccepted) {
+  struct Case {
+    std::string flag;
+    std::vector<std::string> listed;
+    std::string id;
+  };
+  for (const Case& c : std::vector<Case>{{"", {"qwen"}, "qwen"},
+                                         {"a", {"a"}, "a"},
+                                         {"a,b,a", {"a", "b"}, "a"}}) {
+    ServedModel m;
+    SetServedNames("qwen", c.flag, &m);
+    EXPECT_EQ(m.ListedNames(), c.listed) << c.flag;
+    EXPECT_EQ(m.name, c.id) << c.flag;
+    for (const std::string& ok : {std::string(), std::string("qwen")}) {
+      EXPECT_TRUE(m.CheckName(ok).ok()) << c.flag << " " << ok;
+    }
+    for (const std::string& n : c.listed) EXPECT_TRUE(m.CheckName(n).ok()) << c.flag << " " << n;
+    const absl::Status other = m.CheckName("gpt-4");
+    EXPECT_EQ(other.code(), absl::StatusCode::kNotFound) << c.flag;
+    EXPECT_NE(std::string(other.message()).find("'" + c.id + "'"), std::string::npos) << other;
+  }
+}
+
+TEST(RequestLogTest, OutcomesAndFields) {
+  EXPECT_EQ(RequestOutcome(absl::OkStatus()), "ok");
+  EXPECT_EQ(RequestOutcome(absl::CancelledError("x")), "cancelled");
+  EXPECT_EQ(RequestOutcome(absl::InvalidArgumentError("x")), "invalid_argument");
+  EXPECT_EQ(RequestOutcome(absl::ResourceExhaustedError("x")), "resource_exhausted");
+  EXPECT_EQ(RequestOutcome(ShuttingDownError("x")), "shutting_down");
+  RequestRecord r{"cmpl-1", "http", "completions", "m", {}, "ok", "length"};
+  r.timings.prompt_tokens = 5;
+  r.timings.generated_tokens = 11;
+  r.timings.ttft_s = 0.25;
+  r.timings.decode_s = 2.0;
+  r.timings.duration_s = 2.25;
+  const std::string line = FormatLogLine(LogFormat::kText, {}, LogLevel::kInfo, "moesplit-dense",
+                                         "request", RequestLogFields(r));
+  EXPECT_NE(line.find("request id=cmpl-1 api=http endpoint=completions model=m prompt_tokens=5 "
+                      "cached_tokens=0 generated_tokens=11 ttft_ms=250 tokens_per_s=5 "
+                      "duration_ms=2250 outcome=ok finish_reason=length"),
+            std::string::npos)
+      << line;
+  const auto t = LlamaTimings(r.timings);
+  EXPECT_EQ(t["prompt_n"], 5);
+  EXPECT_DOUBLE_EQ(t["prompt_ms"].get<double>(), 250.0);
+  EXPECT_DOUBLE_EQ(t["prompt_per_second"].get<double>(), 20.0);
+  EXPECT_EQ(t["predicted_n"], 11);
+  EXPECT_DOUBLE_EQ(t["predicted_ms"].get<double>(), 2000.0);
+  EXPECT_DOUBLE_EQ(t["predicted_per_second"].get<double>(), 5.0);
+}
+
+}  // namespace
+}  // namespace moesplit::dense
