@@ -48,6 +48,8 @@ ExpertCache::ExpertCache(ExpertCacheOptions o) : options_(std::move(o)) {
   slot_owner_.assign(options_.n_slots, -1);
   for (int64_t s = options_.n_slots - 1; s >= 0; --s) free_slots_.push_back(s);
   per_layer_.assign(options_.n_layer, 0);
+  stats_.layer_hits.assign(options_.n_layer, 0);
+  stats_.layer_misses.assign(options_.n_layer, 0);
 }
 
 absl::Status ExpertCache::Check(int layer, absl::Span<const int32_t> experts) const {
@@ -127,6 +129,7 @@ absl::Status ExpertCache::Access(int layer, absl::Span<const int32_t> experts,
     const int key = base + e;
     if (slot_of_[key] >= 0) {
       ++stats_.hits;
+      ++stats_.layer_hits[layer];
       pinned_step_[key] = step_;
     }
   }
@@ -134,6 +137,7 @@ absl::Status ExpertCache::Access(int layer, absl::Span<const int32_t> experts,
     const int key = base + e;
     if (slot_of_[key] < 0) {
       ++stats_.misses;
+      ++stats_.layer_misses[layer];
       Admit(key, admitted);
     }
   }

@@ -57,6 +57,8 @@ struct ExpertCacheStats {
   uint64_t evictions = 0;
   uint64_t prefetch_hits = 0;    // predicted and then routed
   uint64_t prefetch_misses = 0;  // predicted and not routed
+  // hits and misses by layer (n_layer entries each; they sum to the above).
+  std::vector<uint64_t> layer_hits, layer_misses;
 };
 
 // One admission: copy expert (layer, expert) into `slot`, whose previous
@@ -92,7 +94,11 @@ class ExpertCache {
   // Ends the step: decays every score and unpins.
   void EndStep();
   // Zeroes the counters (not the scores): after a warm-up or a preload.
-  void ResetStats() { stats_ = ExpertCacheStats(); }
+  void ResetStats() {
+    stats_ = ExpertCacheStats();
+    stats_.layer_hits.assign(options_.n_layer, 0);
+    stats_.layer_misses.assign(options_.n_layer, 0);
+  }
 
   const ExpertCacheStats& stats() const { return stats_; }
   int64_t n_slots() const { return options_.n_slots; }

@@ -50,6 +50,14 @@ GpuMetrics::GpuMetrics(prometheus::Registry& r, int n_layer)
   auto& resident = GaugeFamily(r, "moesplit_expert_cache_resident_experts",
                                "Experts resident in the GPU cache per layer");
   for (int l = 0; l < n_layer; ++l) resident_.push_back(&resident.Add({{"layer", std::to_string(l)}}));
+  auto& layer_hits = CounterFamily(r, "moesplit_expert_cache_layer_hits_total",
+                                   "Routed experts found in the GPU expert cache, per layer");
+  auto& layer_misses = CounterFamily(r, "moesplit_expert_cache_layer_misses_total",
+                                     "Routed experts not in the GPU expert cache, per layer");
+  for (int l = 0; l < n_layer; ++l) {
+    layer_hits_.push_back(&layer_hits.Add({{"layer", std::to_string(l)}}));
+    layer_misses_.push_back(&layer_misses.Add({{"layer", std::to_string(l)}}));
+  }
 }
 
 void GpuMetrics::SetPlan(const plan::MemoryPlan& p) {
@@ -85,6 +93,12 @@ void GpuMetrics::UpdateExpertCache(const model::ExpertCacheStats& s,
   add(h2d_, s.h2d_bytes, last_.h2d_bytes);
   add(prefetch_hit_, s.prefetch_hits, last_.prefetch_hits);
   add(prefetch_miss_, s.prefetch_misses, last_.prefetch_misses);
+  for (size_t l = 0; l < layer_hits_.size(); ++l) {
+    const uint64_t before_h = l < last_.layer_hits.size() ? last_.layer_hits[l] : 0;
+    const uint64_t before_m = l < last_.layer_misses.size() ? last_.layer_misses[l] : 0;
+    if (l < s.layer_hits.size()) add(*layer_hits_[l], s.layer_hits[l], before_h);
+    if (l < s.layer_misses.size()) add(*layer_misses_[l], s.layer_misses[l], before_m);
+  }
   last_ = s;
 }
 

@@ -9,6 +9,8 @@
 //   moesplit_expert_cache_resident_experts{layer}          gauge
 //   moesplit_expert_cache_hits_total                       counter
 //   moesplit_expert_cache_misses_total                     counter
+//   moesplit_expert_cache_layer_hits_total{layer}          counter (the hits by layer:
+//   moesplit_expert_cache_layer_misses_total{layer}        counter  per-layer hit rates)
 //   moesplit_expert_cache_h2d_bytes_total                  counter
 //   moesplit_expert_prefetch_total{outcome="hit|miss"}     counter
 //   moesplit_prefill_stream_min_tokens                     gauge (tokens an expert
@@ -63,6 +65,7 @@ class GpuMetrics {
   prometheus::Gauge& plan_workspace_;
   prometheus::Gauge& plan_cache_;
   std::vector<prometheus::Gauge*> resident_;
+  std::vector<prometheus::Counter*> layer_hits_, layer_misses_;
   prometheus::Counter& hits_;
   prometheus::Counter& misses_;
   prometheus::Counter& h2d_;

@@ -31,7 +31,7 @@ absl::StatusOr<plan::ModelShape> PresetShape(const std::string& preset,
     spec.n_ctx = 40960;
   }
   if (vocab > 0) spec.n_vocab = vocab;
-  spec.type = type;
+  if (!type.empty()) spec.type = type;  // else the preset's (gpt-oss: MXFP4_MOE)
   ASSIGN_OR_RETURN(std::vector<PlannedTensor> tensors, PlanTensors(spec));
   plan::ModelShape s;
   s.hp = ToHyperParams(spec);
@@ -62,7 +62,7 @@ absl::Status RunPlan(const Args& args, const CommandIo& io) {
   // the same flags (dense_flags.h).
   const DenseServiceFlags service;
   const plan::PlanOptions plan_defaults;
-  std::string model_path, preset, type = "Q4_K_M", gpu_memory, kv_type = service.kv_type;
+  std::string model_path, preset, type, gpu_memory, kv_type = service.kv_type;
   std::string margin = plan::FormatBytes(plan_defaults.margin_bytes);
   margin.erase(std::remove(margin.begin(), margin.end(), ' '), margin.end());
   int64_t ctx = service.ctx, parallel = service.parallel, ubatch = plan_defaults.n_ubatch;
@@ -72,11 +72,13 @@ absl::Status RunPlan(const Args& args, const CommandIo& io) {
   f.AddString("model|m", &model_path, "GGUF model (required, or --preset)").Meta("PATH");
   f.AddString("preset", &preset,
               "plan for a shape without a file: qwen3-30b-a3b (vocab 151936) | "
-              "qwen3.5-35b-a3b (vocab 248320) | tiny (required, or --model)")
+              "qwen3.5-35b-a3b (vocab 248320) | gpt-oss-20b | gpt-oss-120b (vocab 201088) | "
+              "tiny (required, or --model)")
       .Meta("NAME");
   f.AddString("type", &type,
               absl::StrCat("file type of --preset: ", absl::StrJoin(FileTypeMixNames(), " ")))
-      .Meta("TYPE");
+      .Meta("TYPE")
+      .DefaultText("the preset's: Q4_K_M, gpt-oss MXFP4_MOE");
   f.AddInt("vocab", &vocab, "vocabulary size of --preset")
       .DefaultText("the preset's")
       .Range(0, 1 << 24);

@@ -254,7 +254,8 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* InferenceService::Generate(
       p.prompt.assign(r.prompt_tokens().begin(), r.prompt_tokens().end());
     } else {
       if (!IsValidUtf8(r.prompt())) return absl::InvalidArgumentError("prompt is not valid UTF-8");
-      ASSIGN_OR_RETURN(p.prompt, engine.tokenizer().Encode(r.prompt(), /*parse_special=*/true));
+      ASSIGN_OR_RETURN(p.prompt, EncodeWithinContext(engine.tokenizer(), r.prompt(),
+                                                     /*add_special=*/true, engine.n_ctx()));
     }
     RETURN_IF_ERROR(CheckStop(r.stop()));
     p.max_tokens = r.max_tokens();
@@ -315,7 +316,8 @@ grpc::ServerWriteReactor<v1::ChatResponse>* InferenceService::Chat(
     const bool has_bos = !served_.chat->bos_token().empty() &&
                          prompt.rfind(served_.chat->bos_token(), 0) == 0;
     GenerateParams p;
-    ASSIGN_OR_RETURN(p.prompt, engine.tokenizer().Encode(prompt, true, !has_bos));
+    ASSIGN_OR_RETURN(p.prompt,
+                     EncodeWithinContext(engine.tokenizer(), prompt, !has_bos, engine.n_ctx()));
     p.max_tokens = r.max_tokens();
     ASSIGN_OR_RETURN(p.sampling, ToSampling(r.sampling(), r.logprobs()));
     p.stop.assign(r.stop().begin(), r.stop().end());

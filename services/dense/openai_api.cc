@@ -239,11 +239,9 @@ absl::Status CheckPromptBytes(size_t bytes, size_t max_token_bytes, int n_ctx,
 absl::StatusOr<std::vector<int32_t>> EncodePrompt(const Tokenizer& tok, const std::string& text,
                                                   bool add_special, int n_ctx,
                                                   const char* param) {
-  ASSIGN_OR_RETURN(std::vector<int32_t> ids,
-                   tok.Encode(text, /*parse_special=*/true, add_special, n_ctx - 1));
-  if (ids.size() < static_cast<size_t>(n_ctx)) return ids;
-  return Bad(param, absl::StrCat("the prompt has at least ", ids.size(),
-                                 " tokens, the context holds ", n_ctx));
+  absl::StatusOr<std::vector<int32_t>> ids = EncodeWithinContext(tok, text, add_special, n_ctx);
+  if (ids.ok() || ids.status().code() != absl::StatusCode::kInvalidArgument) return ids;
+  return Bad(param, std::string(ids.status().message()));
 }
 
 // The parts of a request body that become a prompt; `job->c` parsed first.

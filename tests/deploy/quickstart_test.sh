@@ -116,7 +116,7 @@ deadline=$((SECONDS + 30))
 while ((SECONDS < deadline)) && pgrep -g "$GROUP" >/dev/null; do sleep 0.2; done
 if pgrep -g "$GROUP" >/dev/null; then
   fail "still running 30 s after Ctrl-C: $(pgrep -a -g "$GROUP")"
-elif ! grep -q "^moesplit-dense: stopped" "$WORK/serve.log" || ! grep -q "^moesplit-expert-worker: stopped" "$WORK/serve.log"; then
+elif ! grep -q "moesplit-dense: stopped" "$WORK/serve.log" || ! grep -q "^moesplit-expert-worker: stopped" "$WORK/serve.log"; then
   fail "the services did not stop cleanly: $(tail -n 5 "$WORK/serve.log")"
 elif [[ -z $prefix ]] || compgen -G "/dev/shm/$prefix*" >/dev/null; then
   fail "shared-memory segments of '$prefix' left: $(ls /dev/shm | grep "${prefix:-none}")"

@@ -278,7 +278,7 @@ TEST(SplitServicesTest, KilledWorkerFailsRequestsThenServiceRecovers) {
 
 
 // A worker stalled (SIGSTOP) past --expert-timeout fails the requests that
-// need it within about the timeout, the service stays up, and once the
+// need it within the timeout, the service stays up, and once the
 // worker continues (SIGCONT) the next request is served as before.
 TEST(SplitServicesTest, StalledWorkerFailsRequestsWithinTheTimeoutThenRecovers) {
   const std::string model = Model("qwen3moe-tiny-q8_0");
@@ -295,8 +295,9 @@ TEST(SplitServicesTest, StalledWorkerFailsRequestsWithinTheTimeoutThenRecovers) 
       Generate(port, "The quick brown fox", 10000, [&] { worker->Signal(SIGSTOP); });
   EXPECT_EQ(stalled.status.error_code(), grpc::StatusCode::UNAVAILABLE)
       << stalled.status.error_message();
-  EXPECT_GE(stalled.after_first.count(), 1000);
-  EXPECT_LT(stalled.after_first.count(), 6000);
+  // Within the timeout (or sooner: the readiness probe sees the stalled
+  // worker's heartbeat stop), never hanging.
+  EXPECT_LT(stalled.after_first.count(), 1500 + 3000);
   worker->Signal(SIGCONT);
   GenerateResult again;
   for (int i = 0; i < 50; ++i) {

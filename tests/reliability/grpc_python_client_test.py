@@ -17,6 +17,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -200,6 +201,17 @@ class LimitsTest(GrpcTest):
         # Four are fine.
         req = pb.GenerateRequest(prompt=b"Hello", max_tokens=2, stop=[b"x%d" % i for i in range(4)])
         self.assertEqual(self.stream(self.stub.Generate, req)[-1].usage.completion_tokens, 2)
+
+    def test_long_prompt_is_refused_after_the_contexts_worth_of_tokens(self):
+        # 3 MB of text: tokenizing stops once the prompt cannot fit (as on
+        # HTTP), so the refusal says "at least" and comes at once.
+        text = b"hello world " * 250000
+        start = time.monotonic()
+        self.assertInvalid(self.stub.Generate, pb.GenerateRequest(prompt=text, max_tokens=2),
+                           "at least", "the context holds")
+        chat = pb.ChatRequest(messages=[pb.ChatMessage(role=b"user", content=text)], max_tokens=2)
+        self.assertInvalid(self.stub.Chat, chat, "at least", "the context holds")
+        self.assertLess(time.monotonic() - start, 5.0)
 
     def test_messages_are_capped_at_the_http_limit(self):
         msgs = [pb.ChatMessage(role=b"user", content=b"hi")] * 2049
