@@ -243,6 +243,18 @@ GenerateResult Generate(int port, const std::string& prompt, int max_tokens,
   return out;
 }
 
+// Generate, retried every 200 ms for up to 10 s while the service recovers
+// (a worker restarted or continued); the last result.
+GenerateResult GenerateOnceServing(int port, const std::string& prompt, int max_tokens) {
+  GenerateResult r;
+  for (int i = 0; i < 50; ++i) {
+    r = Generate(port, prompt, max_tokens);
+    if (r.status.ok()) break;
+    std::this_thread::sleep_for(200ms);
+  }
+  return r;
+}
+
 TEST(SplitServicesTest, KilledWorkerFailsRequestsThenServiceRecovers) {
   const std::string model = Model("qwen3moe-tiny-q8_0");
   const std::string w = Name("kill");
@@ -264,12 +276,7 @@ TEST(SplitServicesTest, KilledWorkerFailsRequestsThenServiceRecovers) {
   EXPECT_LT(broken.after_first.count(), 4000);
   // Restart it: the dense service reconnects and serves again.
   worker = StartWorker({"--model", model, "--listen-shm", w});
-  GenerateResult again;
-  for (int i = 0; i < 50; ++i) {
-    again = Generate(port, "The quick brown fox", 8);
-    if (again.status.ok()) break;
-    std::this_thread::sleep_for(200ms);
-  }
+  const GenerateResult again = GenerateOnceServing(port, "The quick brown fox", 8);
   EXPECT_TRUE(again.status.ok()) << again.status.error_message();
   EXPECT_EQ(again.text, ok.text);
   dense.Signal(SIGTERM);
@@ -299,12 +306,7 @@ TEST(SplitServicesTest, StalledWorkerFailsRequestsWithinTheTimeoutThenRecovers) 
   // worker's heartbeat stop), never hanging.
   EXPECT_LT(stalled.after_first.count(), 1500 + 3000);
   worker->Signal(SIGCONT);
-  GenerateResult again;
-  for (int i = 0; i < 50; ++i) {
-    again = Generate(port, "The quick brown fox", 8);
-    if (again.status.ok()) break;
-    std::this_thread::sleep_for(200ms);
-  }
+  const GenerateResult again = GenerateOnceServing(port, "The quick brown fox", 8);
   EXPECT_TRUE(again.status.ok()) << again.status.error_message();
   EXPECT_EQ(again.text, ok.text);
   dense.Signal(SIGTERM);
