@@ -2,6 +2,7 @@
 // ExpertCall validation.
 #include "common/model/expert.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -31,10 +32,15 @@ std::vector<float> DequantExpert(const ExpertTensorView& v, int e) {
   return w;
 }
 
-// partial[t] = sum_k w_k * down(silu(gate h) * up h), in double.
-std::vector<double> Naive(const Model& m, const ExpertCall& c) {
+// partial[t] = sum_k w_k * E_k(h), in double, with the model's expert FFN
+// (arch.h ExpertFfnSpec): SiLU(gate h) * up h, or gpt-oss's clamped SwiGLU,
+// and the biases where the model has them. `clamped` (optional) counts the
+// gate values past the clamp.
+std::vector<double> Naive(const Model& m, const ExpertCall& c, int* clamped = nullptr) {
   const LayerWeights& L = m.layer(c.layer);
+  const ExpertFfnSpec& f = m.hparams().expert_ffn;
   const int64_t d = c.d, ff = L.gate_exps.n_out;
+  auto bias = [](const std::vector<float>& b, int64_t i) { return b.empty() ? 0.0 : double(b[i]); };
   std::vector<double> out(c.n_tokens * d, 0.0);
   for (int t = 0; t < c.n_tokens; ++t) {
     const float* h = c.hidden.data() + t * d;
@@ -44,17 +50,24 @@ std::vector<double> Naive(const Model& m, const ExpertCall& c) {
                  dn = DequantExpert(L.down_exps, e);
       std::vector<double> act(ff);
       for (int64_t r = 0; r < ff; ++r) {
-        double gs = 0, us = 0;
+        double gs = bias(L.gate_exps_b, e * ff + r), us = bias(L.up_exps_b, e * ff + r);
         for (int64_t i = 0; i < d; ++i) {
           gs += double(g[r * d + i]) * h[i];
           us += double(u[r * d + i]) * h[i];
         }
-        act[r] = gs / (1 + std::exp(-gs)) * us;
+        if (f.activation == ExpertActivation::kSwiGluOai) {
+          if (clamped != nullptr) *clamped += gs > f.limit;
+          const double x = std::min<double>(gs, f.limit);
+          const double y = std::clamp<double>(us, -f.limit, f.limit);
+          act[r] = x / (1 + std::exp(-f.alpha * x)) * (y + 1);
+        } else {
+          act[r] = gs / (1 + std::exp(-gs)) * us;
+        }
       }
       for (int64_t i = 0; i < d; ++i) {
-        double s = 0;
-        for (int64_t r = 0; r < ff; ++r) s += double(dn[i * ff + r]) * act[r];
-        out[t * d + i] += c.weights[k] * s;
+        double sum = bias(L.down_exps_b, e * d + i);
+        for (int64_t r = 0; r < ff; ++r) sum += double(dn[i * ff + r]) * act[r];
+        out[t * d + i] += c.weights[k] * sum;
       }
     }
   }
@@ -228,41 +241,6 @@ TEST(InProcessExpertsTest, DecodeSplitGivesTheBitsOfTheBatchedSchedule) {
   }
 }
 
-// gpt-oss's experts (the fixture model): biases on gate, up and down and the
-// clamped SwiGLU, in double; counts the gate values past the clamp.
-std::vector<double> NaiveOai(const Model& m, const ExpertCall& c, int* clamped) {
-  const LayerWeights& L = m.layer(c.layer);
-  const ExpertFfnSpec& f = m.hparams().expert_ffn;
-  const int64_t d = c.d, ff = L.gate_exps.n_out;
-  std::vector<double> out(c.n_tokens * d, 0.0);
-  for (int t = 0; t < c.n_tokens; ++t) {
-    const float* h = c.hidden.data() + t * d;
-    for (uint32_t k = c.token_offsets[t]; k < c.token_offsets[t + 1]; ++k) {
-      const int e = c.expert_ids[k];
-      const auto g = DequantExpert(L.gate_exps, e), u = DequantExpert(L.up_exps, e),
-                 dn = DequantExpert(L.down_exps, e);
-      std::vector<double> act(ff);
-      for (int64_t r = 0; r < ff; ++r) {
-        double gs = L.gate_exps_b[e * ff + r], us = L.up_exps_b[e * ff + r];
-        for (int64_t i = 0; i < d; ++i) {
-          gs += double(g[r * d + i]) * h[i];
-          us += double(u[r * d + i]) * h[i];
-        }
-        *clamped += gs > f.limit;
-        const double x = std::min<double>(gs, f.limit);
-        const double y = std::clamp<double>(us, -f.limit, f.limit);
-        act[r] = x / (1 + std::exp(-f.alpha * x)) * (y + 1);
-      }
-      for (int64_t i = 0; i < d; ++i) {
-        double s = L.down_exps_b[e * d + i];
-        for (int64_t r = 0; r < ff; ++r) s += double(dn[i * ff + r]) * act[r];
-        out[t * d + i] += c.weights[k] * s;
-      }
-    }
-  }
-  return out;
-}
-
 TEST(InProcessExpertsTest, GptOssBiasesAndClampedSwiGluMatchNaive) {
   auto model = Model::Open(std::string(MOESPLIT_FIXTURES_DIR) + "/models/gptoss-tiny-f16.gguf");
   ASSERT_TRUE(model.ok()) << model.status();
@@ -274,7 +252,7 @@ TEST(InProcessExpertsTest, GptOssBiasesAndClampedSwiGluMatchNaive) {
   for (int n_tokens : {1, 7}) {
     ExpertCall call = RandomCall(**model, 1, n_tokens, 40 + n_tokens);
     for (float& x : call.hidden) x *= 6.0f;  // gate values past the clamp too
-    const std::vector<double> want = NaiveOai(**model, call, &clamped);
+    const std::vector<double> want = Naive(**model, call, &clamped);
     for (InProcessExperts* experts : {&plain, &local}) {
       ExpertResult res;
       ASSERT_TRUE(experts->Compute(call, &res).ok());
