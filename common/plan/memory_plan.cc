@@ -4,6 +4,7 @@
 #include <cinttypes>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -137,7 +138,10 @@ DenseWeightBytes DenseBytes(const ModelShape& s, uint64_t* host_embd, uint64_t* 
       case TensorRole::kRouter: d.routers += t.n_bytes; break;
       case TensorRole::kSharedExpert: d.shared_experts += t.n_bytes; break;
       case TensorRole::kOutput: d.output_head += t.n_bytes; break;
-      case TensorRole::kRoutedExpert: *host_experts += t.n_bytes; break;
+      case TensorRole::kRoutedExpert:
+        *host_experts += t.n_bytes;
+        if (absl::EndsWith(t.name, ".bias")) d.expert_biases += t.n_bytes;
+        break;
       case TensorRole::kEmbeddings:
         if (s.tied_output) d.output_head += t.n_bytes; else *host_embd += t.n_bytes;
         break;
@@ -412,6 +416,7 @@ std::string FormatPlanTable(const MemoryPlan& p) {
   Row(&out, "  norms", p.dense.norms);
   Row(&out, "  routers", p.dense.routers);
   Row(&out, "  shared experts", p.dense.shared_experts);
+  if (p.dense.expert_biases > 0) Row(&out, "  routed-expert biases", p.dense.expert_biases);
   Row(&out, "  output head", p.dense.output_head,
       p.host_token_embd == 0 ? "(tied: the token embedding, on the GPU)" : "");
   Row(&out, "KV cache", p.kv_cache,
@@ -462,7 +467,8 @@ std::string FormatPlanJson(const MemoryPlan& p) {
         {"norms", p.dense.norms},
         {"routers", p.dense.routers},
         {"shared_experts", p.dense.shared_experts},
-        {"output_head", p.dense.output_head}}},
+        {"output_head", p.dense.output_head},
+        {"expert_biases", p.dense.expert_biases}}},
       {"kv_cache",
        {{"total", p.kv_cache},
         {"bytes_per_position", p.kv_bytes_per_position},

@@ -7,7 +7,8 @@
 // Placement (in this order, each from the budget):
 //   1. dense weights on the GPU: attention projections and biases, every
 //      RMSNorm weight, the routers, the shared experts (and their gate), the
-//      output norm and the output head. The token embedding stays on the
+//      output norm and the output head, and the routed experts' biases where
+//      the model has them (gpt-oss; small). The token embedding stays on the
 //      host (as llama.cpp keeps it: only n_tokens rows are gathered per
 //      step and copied up), unless the output head is tied to it, in which
 //      case the matrix lives on the GPU once and serves both.
@@ -139,7 +140,13 @@ struct DenseWeightBytes {
   uint64_t routers = 0;
   uint64_t shared_experts = 0;  // incl. their sigmoid gate
   uint64_t output_head = 0;     // output.weight, or the tied embedding
-  uint64_t total() const { return attention + norms + routers + shared_experts + output_head; }
+  // The routed experts' biases (gpt-oss), every expert's: the experts the
+  // GPU computes (hot-expert cache, streamed prefill) read them there. They
+  // stay in the host's routed experts too (the workers use them).
+  uint64_t expert_biases = 0;
+  uint64_t total() const {
+    return attention + norms + routers + shared_experts + output_head + expert_biases;
+  }
 };
 
 struct WorkspaceBytes {

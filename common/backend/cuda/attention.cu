@@ -25,6 +25,12 @@ __device__ __forceinline__ uint8_t* SlotRow(uint8_t* base, const PagedKv& kv, in
   return base + (page * kv.page_size + pos % kv.page_size) * static_cast<int64_t>(row_bytes);
 }
 
+// The first position token t attends (AttentionParams::window), given its
+// n_kv = pos0 + t + 1.
+__device__ __forceinline__ int64_t FirstPos(const AttentionParams& p, int64_t n_kv) {
+  return p.window > 0 && n_kv > p.window ? n_kv - p.window : 0;
+}
+
 // One thread per stored unit (an element for F16, a 32-block otherwise):
 // the n_tok * kd / kElems units of K, then those of V (one launch).
 template <GgmlType F>
@@ -72,7 +78,8 @@ CallResult LaunchKvWrite(const PagedKv& kv, const float* k, const float* v, int6
 // Chunk partials: block (x, t, c) computes, for query heads h0 .. h0 + HG - 1
 // of KV head kvh (x = kvh * subgroups + sub, h0 = kvh * G + sub * HG) and
 // token t of this launch, the online-softmax state {max, sum, acc[hd]} of
-// positions [c * kChunk, min((c + 1) * kChunk, n_kv)), n_kv = pos0 + t + 1.
+// positions [max(c * kChunk, first), min((c + 1) * kChunk, n_kv)), n_kv =
+// pos0 + t + 1, first = FirstPos (the sliding window's start, else 0).
 // Warp w takes positions begin + w, begin + w + 8, ...; lane l holds
 // dimensions l, l + 32, ... Every K/V row is decoded once for the HG heads
 // that read it. A head's arithmetic does not depend on HG, the grid or the
@@ -87,9 +94,11 @@ __global__ void __launch_bounds__(kWarps * 32) AttentionPartialKernel(AttentionP
   const int64_t t = t0 + blockIdx.y;
   const int c = blockIdx.z;
   const int64_t n_kv = p.pos0 + t + 1;
-  const int64_t begin = static_cast<int64_t>(c) * kChunk;
-  if (begin >= n_kv) return;  // past this token's causal range
-  const int64_t end = begin + kChunk < n_kv ? begin + kChunk : n_kv;
+  const int64_t chunk0 = static_cast<int64_t>(c) * kChunk, first = FirstPos(p, n_kv);
+  // Past this token's causal range, or wholly before its window.
+  if (chunk0 >= n_kv || chunk0 + kChunk <= first) return;
+  const int64_t begin = chunk0 > first ? chunk0 : first;
+  const int64_t end = chunk0 + kChunk < n_kv ? chunk0 + kChunk : n_kv;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   constexpr int hd = NV * 32;
   float qr[HG][NV], acc[HG][NV], m[HG], l[HG];
@@ -214,9 +223,10 @@ __global__ void __launch_bounds__(kWarps * 32) AttentionF16Kernel(AttentionParam
   const int64_t t = t0 + blockIdx.y;
   const int c = blockIdx.z;
   const int64_t n_kv = p.pos0 + t + 1;
-  const int64_t begin = static_cast<int64_t>(c) * kChunk;
-  if (begin >= n_kv) return;
-  const int64_t end = begin + kChunk < n_kv ? begin + kChunk : n_kv;
+  const int64_t chunk0 = static_cast<int64_t>(c) * kChunk, first = FirstPos(p, n_kv);
+  if (chunk0 >= n_kv || chunk0 + kChunk <= first) return;
+  const int64_t begin = chunk0 > first ? chunk0 : first;
+  const int64_t end = chunk0 + kChunk < n_kv ? chunk0 + kChunk : n_kv;
   const int kvh = h / (p.n_head / p.n_head_kv);
   const float* q = p.q + (t * p.n_head + h) * hd;
   for (int j = 0; j < NV; ++j) {
@@ -282,19 +292,31 @@ __global__ void AttentionMergeKernel(AttentionParams p, int64_t t0, int n_chunks
   const int64_t t = t0 + blockIdx.y;
   const int hd = p.head_dim;
   const int64_t n_kv = p.pos0 + t + 1;
+  const int c0 = static_cast<int>(FirstPos(p, n_kv) / kChunk);
   const int nc = static_cast<int>((n_kv + kChunk - 1) / kChunk);
   const float* part =
       p.split_scratch + (static_cast<int64_t>(blockIdx.y) * p.n_head + h) * n_chunks * (hd + 2);
   for (int e = threadIdx.x; e < hd; e += blockDim.x) {
     float m = -INFINITY, l = 0.0f, o = 0.0f;
 #pragma unroll 8
-    for (int c = 0; c < nc; ++c) {
+    for (int c = c0; c < nc; ++c) {
       const float* pc = part + static_cast<int64_t>(c) * (hd + 2);
       const float m_new = fmaxf(m, pc[0]);
       const float a = expf(m - m_new), b = expf(pc[0] - m_new);
       l = l * a + pc[1] * b;
       o = o * a + pc[2 + e] * b;
       m = m_new;
+    }
+    if (p.sinks != nullptr) {
+      // The sink step of the CPU reference (attention.h).
+      const float z = p.sinks[h];
+      if (z > m) {
+        const float ms = expf(m - z);
+        o *= ms;
+        l = fmaf(l, ms, 1.0f);
+      } else {
+        l = fmaf(l, 1.0f, expf(z - m));
+      }
     }
     p.out[(t * p.n_head + h) * hd + e] = o * (1.0f / l);  // as llama.cpp: acc * (1 / sum)
   }
@@ -420,6 +442,7 @@ CallResult Attention(const AttentionParams& p, void* stream) {
     return {cudaErrorInvalidValue, "Attention: unsupported head shape"};
   }
   if (p.split_scratch == nullptr) return {cudaErrorInvalidValue, "Attention: no split scratch"};
+  if (p.window < 0) return {cudaErrorInvalidValue, "Attention: negative window"};
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   switch (p.kv.type) {
     case GgmlType::kF16: return LaunchAttention<GgmlType::kF16>(p, s);

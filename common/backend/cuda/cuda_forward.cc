@@ -81,21 +81,6 @@ absl::Status CheckSupported(const model::Model& m) {
   if (hp.rope.n_rot > hp.head_dim_k) {
     return absl::UnimplementedError("CUDA forward: only NEOX RoPE with n_rot <= head_dim");
   }
-  // gpt-oss's pieces have CPU kernels only so far: refuse rather than
-  // compute another model (--backend auto then runs on the CPU).
-  bool oss = hp.router_scoring != model::RouterSpec::Scoring::kSoftmax ||
-             hp.expert_ffn.activation != model::ExpertActivation::kSwiGlu;
-  for (int il = 0; il < m.n_layer(); ++il) {
-    const model::LayerWeights& L = m.layer(il);
-    oss = oss || hp.layers[il].sliding_window > 0 || !L.sinks.empty() || !L.bo.empty() ||
-          !L.router_b.empty() || !L.gate_exps_b.empty() || !L.up_exps_b.empty() ||
-          !L.down_exps_b.empty();
-  }
-  if (oss) {
-    return absl::UnimplementedError(absl::StrCat(
-        "the CUDA forward does not implement ", hp.arch,
-        "'s attention sinks, sliding windows, biases and expert activation yet (use --backend cpu)"));
-  }
   if (hp.n_expert > 1024 || hp.n_expert_used < 1) {
     return absl::UnimplementedError(absl::StrCat("CUDA router: n_expert ", hp.n_expert));
   }
@@ -136,7 +121,8 @@ absl::StatusOr<GpuMemoryPlan> CudaForward::Plan(const model::Model& m,
   for (int il = 0; il < m.n_layer(); ++il) {
     const model::LayerWeights& L = m.layer(il);
     for (const auto* v : {&L.attn_norm, &L.bq, &L.bk, &L.bv, &L.q_norm, &L.k_norm, &L.ffn_norm,
-                          &L.ssm_conv, &L.ssm_dt_bias, &L.ssm_a, &L.ssm_norm}) {
+                          &L.bo, &L.sinks, &L.router_b, &L.gate_exps_b, &L.up_exps_b,
+                          &L.down_exps_b, &L.ssm_conv, &L.ssm_dt_bias, &L.ssm_a, &L.ssm_norm}) {
       p.dense_weights += VecBytes(*v);
     }
   }
@@ -222,6 +208,12 @@ absl::StatusOr<std::unique_ptr<CudaForward>> CudaForward::Create(
     RETURN_IF_ERROR(UploadVec(device, s, L.q_norm, &D.q_norm));
     RETURN_IF_ERROR(UploadVec(device, s, L.k_norm, &D.k_norm));
     RETURN_IF_ERROR(UploadVec(device, s, L.ffn_norm, &D.ffn_norm));
+    RETURN_IF_ERROR(UploadVec(device, s, L.bo, &D.bo));
+    RETURN_IF_ERROR(UploadVec(device, s, L.sinks, &D.sinks));
+    RETURN_IF_ERROR(UploadVec(device, s, L.router_b, &D.router_b));
+    RETURN_IF_ERROR(UploadVec(device, s, L.gate_exps_b, &D.gate_exps_b));
+    RETURN_IF_ERROR(UploadVec(device, s, L.up_exps_b, &D.up_exps_b));
+    RETURN_IF_ERROR(UploadVec(device, s, L.down_exps_b, &D.down_exps_b));
     RETURN_IF_ERROR(UploadMatrix(device, s, L.wq, &D.wq));
     RETURN_IF_ERROR(UploadMatrix(device, s, L.wk, &D.wk));
     RETURN_IF_ERROR(UploadMatrix(device, s, L.wv, &D.wv));
@@ -498,9 +490,19 @@ absl::Status CudaForward::MoeFfn(int il, int64_t n) {
   const raw::GemmContext g{ws.scratch, ws.sizes.scratch};
   const int64_t d = hp.n_embd, k = hp.n_expert_used;
   RETURN_IF_CUDA_ERROR(raw::RmsNorm(ws.x, L.ffn_norm.p, n, d, hp.rms_eps, ws.h, s));
-  RETURN_IF_CUDA_ERROR(raw::MatMul(L.router.m, ws.h, n, ws.router, g, s));
-  RETURN_IF_CUDA_ERROR(raw::SelectExperts(ws.router, n, static_cast<int>(hp.n_expert),
-                                          static_cast<int>(k), hp.norm_topk, ws.ids, ws.wts, s));
+  // The router's logits (+ its bias), then the model's scoring.
+  auto route = [&](const LayerW& R, float* logits, int32_t* ids, float* wts) -> absl::Status {
+    RETURN_IF_CUDA_ERROR(raw::MatMul(R.router.m, ws.h, n, logits, g, s));
+    if (R.router_b.p) RETURN_IF_CUDA_ERROR(raw::AddBias(logits, R.router_b.p, n, hp.n_expert, s));
+    const int ne = static_cast<int>(hp.n_expert), kk = static_cast<int>(k);
+    if (hp.router_scoring == model::RouterSpec::Scoring::kSoftmaxSelected) {
+      RETURN_IF_CUDA_ERROR(raw::SelectExpertsTopKSoftmax(logits, n, ne, kk, ids, wts, s));
+    } else {
+      RETURN_IF_CUDA_ERROR(raw::SelectExperts(logits, n, ne, kk, hp.norm_topk, ids, wts, s));
+    }
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(route(L, ws.router, ws.ids, ws.wts));
   RETURN_IF_CUDA_ERROR(raw::MemcpyAsync(ws.pin_h->data(), ws.h, n * d * sizeof(float), 1, s));
   RETURN_IF_CUDA_ERROR(raw::MemcpyAsync(ws.pin_ids->data(), ws.ids, n * k * sizeof(int32_t), 1, s));
   RETURN_IF_CUDA_ERROR(raw::MemcpyAsync(ws.pin_wts->data(), ws.wts, n * k * sizeof(float), 1, s));
@@ -510,10 +512,7 @@ absl::Status CudaForward::MoeFfn(int il, int64_t n) {
   const bool predict = expert_cache_ != nullptr && expert_cache_->options().prefetch && !streams &&
                        il + 1 < model_->n_layer() && w_->layers[il + 1].router.present();
   if (predict) {
-    RETURN_IF_CUDA_ERROR(raw::MatMul(w_->layers[il + 1].router.m, ws.h, n, ws.pred_logits, g, s));
-    RETURN_IF_CUDA_ERROR(raw::SelectExperts(ws.pred_logits, n, static_cast<int>(hp.n_expert),
-                                            static_cast<int>(k), hp.norm_topk, ws.pred_ids,
-                                            ws.pred_wts, s));
+    RETURN_IF_ERROR(route(w_->layers[il + 1], ws.pred_logits, ws.pred_ids, ws.pred_wts));
     RETURN_IF_CUDA_ERROR(raw::MemcpyAsync(ws.pin_pred_ids->data(), ws.pred_ids,
                                           n * k * sizeof(int32_t), 1, s));
   }
@@ -684,7 +683,8 @@ absl::Status CudaForward::GpuExperts(int il, model::ExpertCall* call,
     if (where[e] == kHost) continue;
     const int64_t cnt = static_cast<int64_t>(pairs[e].size());
     if (where[e] == kCached) {
-      RETURN_IF_ERROR(ExpertOnGpu(cache->weights(il, static_cast<int>(e)), off, cnt));
+      RETURN_IF_ERROR(ExpertOnGpu(cache->weights(il, static_cast<int>(e)), il, static_cast<int>(e), off,
+                                  cnt));
       cached_pairs += cnt;
     } else {
       // Copy into the next staging buffer once the compute stream is done
@@ -697,7 +697,7 @@ absl::Status CudaForward::GpuExperts(int il, model::ExpertCall* call,
       RETURN_IF_ERROR(stage_copy_->Record(*stage_ready_[b]));
       RETURN_IF_ERROR(stream_->Wait(*stage_ready_[b]));
       RETURN_IF_ERROR(ExpertOnGpu(GpuExpertCache::WeightsAt(m, il, static_cast<int>(e), buf.data()),
-                                  off, cnt));
+                                  il, static_cast<int>(e), off, cnt));
       if (fill_from_staging[e]) {
         RETURN_IF_ERROR(cache->CopyFromDevice(il, static_cast<int>(e), buf.data(), stream_.get()));
       }
@@ -712,8 +712,8 @@ absl::Status CudaForward::GpuExperts(int il, model::ExpertCall* call,
   return absl::OkStatus();
 }
 
-absl::Status CudaForward::ExpertOnGpu(const GpuExpertCache::Weights& w, int64_t off,
-                                      int64_t cnt) {
+absl::Status CudaForward::ExpertOnGpu(const GpuExpertCache::Weights& w, int il, int expert,
+                                      int64_t off, int64_t cnt) {
   Workspace& ws = *ws_;
   void* s = stream_->native();
   const raw::GemmContext g{ws.scratch, ws.sizes.scratch};
@@ -730,8 +730,26 @@ absl::Status CudaForward::ExpertOnGpu(const GpuExpertCache::Weights& w, int64_t 
   }
   RETURN_IF_CUDA_ERROR(raw::MatMul(w.gate, ws.ex_in, cnt, ws.ex_g, gu, s));
   RETURN_IF_CUDA_ERROR(raw::MatMul(w.up, ws.ex_in, cnt, ws.ex_u, gu, s));
-  RETURN_IF_CUDA_ERROR(raw::SwiGlu(ws.ex_g, ws.ex_u, cnt * ff, ws.ex_g, s));
+  // E(h) = W_down . act(W_gate . h + b_gate, W_up . h + b_up) + b_down, the
+  // biases where the model has them (model::ExpertFfnSpec).
+  const LayerW& L = w_->layers[il];
+  if (L.gate_exps_b.p) {
+    RETURN_IF_CUDA_ERROR(raw::AddBias(ws.ex_g, L.gate_exps_b.p + expert * ff, cnt, ff, s));
+  }
+  if (L.up_exps_b.p) {
+    RETURN_IF_CUDA_ERROR(raw::AddBias(ws.ex_u, L.up_exps_b.p + expert * ff, cnt, ff, s));
+  }
+  const model::ExpertFfnSpec& ffn = model_->hparams().expert_ffn;
+  if (ffn.activation == model::ExpertActivation::kSwiGluOai) {
+    RETURN_IF_CUDA_ERROR(
+        raw::SwiGluOai(ws.ex_g, ws.ex_u, cnt * ff, ffn.alpha, ffn.limit, ws.ex_g, s));
+  } else {
+    RETURN_IF_CUDA_ERROR(raw::SwiGlu(ws.ex_g, ws.ex_u, cnt * ff, ws.ex_g, s));
+  }
   RETURN_IF_CUDA_ERROR(raw::MatMul(w.down, ws.ex_g, cnt, ws.ex_out, g, s));
+  if (L.down_exps_b.p) {
+    RETURN_IF_CUDA_ERROR(raw::AddBias(ws.ex_out, L.down_exps_b.p + expert * d, cnt, d, s));
+  }
   RETURN_IF_CUDA_ERROR(
       raw::ScatterAddScaled(ws.x, ws.ex_out, ws.ex_idx + off, ws.ex_w + off, cnt, d, s));
   return absl::OkStatus();
@@ -785,11 +803,11 @@ absl::StatusOr<plan::PrefillSwitch> CudaForward::MeasurePrefillSwitch(int64_t to
   RETURN_IF_CUDA_ERROR(raw::MemcpyAsync(ws.ex_w, pin_w, tokens * sizeof(float), 0, s));
   RETURN_IF_CUDA_ERROR(raw::Memset(ws.h, 0, tokens * hp.n_embd * sizeof(float), s));
   const GpuExpertCache::Weights w = GpuExpertCache::WeightsAt(m, il, 0, buf.data());
-  RETURN_IF_ERROR(ExpertOnGpu(w, 0, tokens));  // warm-up
+  RETURN_IF_ERROR(ExpertOnGpu(w, il, 0, 0, tokens));  // warm-up
   RETURN_IF_ERROR(stream_->Synchronize());
   constexpr int kReps = 3;
   t = SteadyClock::now();
-  for (int r = 0; r < kReps; ++r) RETURN_IF_ERROR(ExpertOnGpu(w, 0, tokens));
+  for (int r = 0; r < kReps; ++r) RETURN_IF_ERROR(ExpertOnGpu(w, il, 0, 0, tokens));
   RETURN_IF_ERROR(stream_->Synchronize());
   const double gpu_s = SecondsSince(t) / kReps;
   // 3. The expert backend: `tokens` tokens, each routed to experts 0..k-1.

@@ -299,7 +299,8 @@ class CudaForward {
   absl::Status GpuExperts(int il, model::ExpertCall* call,
                           const std::function<void()>& start_host);
   // Queues x[rows] += w * E(h[rows]) for the `cnt` rows at ws.ex_idx + off.
-  absl::Status ExpertOnGpu(const GpuExpertCache::Weights& w, int64_t off, int64_t cnt);
+  absl::Status ExpertOnGpu(const GpuExpertCache::Weights& w, int il, int expert, int64_t off,
+                           int64_t cnt);
   absl::Status Head(int64_t first, int64_t rows, float* out);
 
   std::shared_ptr<const model::Model> model_;

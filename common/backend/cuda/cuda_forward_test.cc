@@ -124,12 +124,6 @@ TEST_P(CudaOracleTest, MatchesLlamaCppLogits) {
   CudaForwardOptions o;
   o.n_ctx = 256;
   auto fwd = CudaForward::Create(*m, &experts, gpu.get(), o);
-  if (arch == "gptoss" && !fwd.ok()) {
-    // The CPU forward implements gpt-oss; the CUDA one refuses it (named)
-    // until its kernels land (issue open).
-    EXPECT_EQ(fwd.status().code(), absl::StatusCode::kUnimplemented) << fwd.status();
-    GTEST_SKIP() << name << ": " << fwd.status();
-  }
   ASSERT_TRUE(fwd.ok()) << fwd.status();
   const bool float_model = name.size() > 4 && (name.substr(name.size() - 4) == "-f16" ||
                                                name.substr(name.size() - 4) == "-f32");
@@ -215,6 +209,12 @@ model::testing::TinyModelOptions Tiny(const std::string& arch, GgmlType type) {
     o.n_rot = 16;
     o.rope_sections = {2, 2, 2, 2};
   }
+  if (arch == "gpt-oss") {
+    // Sliding windows of 8 on the even layers (the prompts are longer), the
+    // sinks, the biases, top-k-then-softmax routing, the clamped SwiGLU.
+    o.n_layer = 3;
+    o.sliding_window = 8;
+  }
   return o;
 }
 
@@ -281,9 +281,13 @@ INSTANTIATE_TEST_SUITE_P(
                       GpuCase{"qwen2moe", GgmlType::kQ4_K, 5e-3},
                       GpuCase{"qwen35moe", GgmlType::kF32, 1e-4},
                       GpuCase{"qwen35moe", GgmlType::kQ8_0, 5e-3},
-                      GpuCase{"qwen35moe", GgmlType::kF16, 1e-4}),
+                      GpuCase{"qwen35moe", GgmlType::kF16, 1e-4},
+                      GpuCase{"gpt-oss", GgmlType::kF32, 1e-4},
+                      GpuCase{"gpt-oss", GgmlType::kQ8_0, 5e-3}),
     [](const ::testing::TestParamInfo<GpuCase>& i) {
-      return i.param.arch + "_" + std::string(GgmlTypeName(i.param.type));
+      std::string arch = i.param.arch;
+      for (char& c : arch) c = c == '-' ? '_' : c;
+      return arch + "_" + std::string(GgmlTypeName(i.param.type));
     });
 
 // A GPU (skips without one) and a tiny generated model with its in-process
@@ -492,7 +496,8 @@ TEST_F(CudaMemoryPlanTest, ThePlannersNumbersAreWhatTheForwardAllocates) {
                         Case{"qwen2moe", GgmlType::kQ4_K, GgmlType::kQ8_0, 512, 512},
                         Case{"qwen3moe", GgmlType::kQ8_0, GgmlType::kQ4_0, 1000, 7},
                         Case{"qwen35moe", GgmlType::kQ8_0, GgmlType::kF16, 300, 64},
-                        Case{"qwen35moe", GgmlType::kF32, GgmlType::kQ8_0, 1000, 7}}) {
+                        Case{"qwen35moe", GgmlType::kF32, GgmlType::kQ8_0, 1000, 7},
+                        Case{"gpt-oss", GgmlType::kF32, GgmlType::kF16, 300, 64}}) {
     SCOPED_TRACE(std::string(c.arch) + " " + std::string(GgmlTypeName(c.type)));
     ASSERT_NO_FATAL_FAILURE(Load(Tiny(c.arch, c.type)));
     CudaForwardOptions o;
@@ -530,48 +535,54 @@ class CudaStreamedPrefillTest : public CudaTinyTest {};
 // Experts resident in the GPU cache are computed on the GPU, the rest by the
 // backend; with F32 weights both give the CPU's numbers.
 TEST_F(CudaExpertCacheTest, HitsMatchTheCpuExperts) {
-  ASSERT_NO_FATAL_FAILURE(Load(Tiny("qwen2moe", GgmlType::kF32)));
-  const auto& hp = model_->hparams();
-  CudaForwardOptions o;
-  o.n_ctx = 64;
-  auto plain = Create(o);
-  auto cached = Create(o);
-  ASSERT_TRUE(plain.ok() && cached.ok());
-  // Half the experts of every layer; then all of them.
-  for (int64_t per_layer : {hp.n_expert / 2, hp.n_expert}) {
-    std::vector<ExpertKey> keys;
-    for (int l = 0; l < model_->n_layer(); ++l) {
-      for (int e = 0; e < per_layer; ++e) keys.push_back({l, static_cast<int>(hp.n_expert - 1 - e)});
-    }
-    auto cache = Preloaded(gpu_.get(), model_, keys);
-    ASSERT_TRUE(cache.ok()) << cache.status();
-    EXPECT_EQ((*cache)->n_resident(), static_cast<int64_t>(keys.size()));
-    (*cached)->AttachExpertCache(std::move(*cache));
-    const CudaForwardStats before = (*cached)->stats();
-    const std::vector<int32_t> prompt = Prompt(13, static_cast<int>(hp.n_vocab));
-    auto ca = (*plain)->CreateCache(), cb = (*cached)->CreateCache();
-    ASSERT_TRUE(ca.ok() && cb.ok());
-    std::vector<float> la, lb;
-    ASSERT_TRUE((*plain)->Eval(prompt, ca->get(), LogitsMode::kAll, &la).ok());
-    ASSERT_TRUE((*cached)->Eval(prompt, cb->get(), LogitsMode::kAll, &lb).ok());
-    // And one decode token (the mat-vec path for the cached experts).
-    const int32_t next[1] = {5};
-    std::vector<float> da, db;
-    ASSERT_TRUE((*plain)->Eval(next, ca->get(), LogitsMode::kLast, &da).ok());
-    ASSERT_TRUE((*cached)->Eval(next, cb->get(), LogitsMode::kLast, &db).ok());
-    const Score s = Compare(lb, la, hp.n_vocab), sd = Compare(db, da, hp.n_vocab);
-    std::printf("expert cache %ld/%ld per layer: %s; decode %s\n", static_cast<long>(per_layer),
-                static_cast<long>(hp.n_expert), Describe(s).c_str(), Describe(sd).c_str());
-    EXPECT_LE(s.worst_nmse, 1e-6) << Describe(s);
-    EXPECT_LE(sd.worst_nmse, 1e-6) << Describe(sd);
-    const uint64_t hits = (*cached)->stats().expert_cache_hits - before.expert_cache_hits;
-    const uint64_t misses = (*cached)->stats().expert_cache_misses - before.expert_cache_misses;
-    EXPECT_EQ(hits + misses, static_cast<uint64_t>(14 * hp.n_expert_used * model_->n_layer()));
-    EXPECT_GT(hits, 0u);
-    if (per_layer == hp.n_expert) {
-      EXPECT_EQ(misses, 0u);
+  // gpt-oss: the GPU experts add the experts' biases and use the clamped
+  // SwiGLU, as the CPU's.
+  for (const char* arch : {"gpt-oss", "qwen2moe"}) {
+    SCOPED_TRACE(arch);
+    ASSERT_NO_FATAL_FAILURE(Load(Tiny(arch, GgmlType::kF32)));
+    const auto& hp = model_->hparams();
+    CudaForwardOptions o;
+    o.n_ctx = 64;
+    auto plain = Create(o);
+    auto cached = Create(o);
+    ASSERT_TRUE(plain.ok() && cached.ok());
+    // Half the experts of every layer; then all of them.
+    for (int64_t per_layer : {hp.n_expert / 2, hp.n_expert}) {
+      std::vector<ExpertKey> keys;
+      for (int l = 0; l < model_->n_layer(); ++l) {
+        for (int e = 0; e < per_layer; ++e) keys.push_back({l, static_cast<int>(hp.n_expert - 1 - e)});
+      }
+      auto cache = Preloaded(gpu_.get(), model_, keys);
+      ASSERT_TRUE(cache.ok()) << cache.status();
+      EXPECT_EQ((*cache)->n_resident(), static_cast<int64_t>(keys.size()));
+      (*cached)->AttachExpertCache(std::move(*cache));
+      const CudaForwardStats before = (*cached)->stats();
+      const std::vector<int32_t> prompt = Prompt(13, static_cast<int>(hp.n_vocab));
+      auto ca = (*plain)->CreateCache(), cb = (*cached)->CreateCache();
+      ASSERT_TRUE(ca.ok() && cb.ok());
+      std::vector<float> la, lb;
+      ASSERT_TRUE((*plain)->Eval(prompt, ca->get(), LogitsMode::kAll, &la).ok());
+      ASSERT_TRUE((*cached)->Eval(prompt, cb->get(), LogitsMode::kAll, &lb).ok());
+      // And one decode token (the mat-vec path for the cached experts).
+      const int32_t next[1] = {5};
+      std::vector<float> da, db;
+      ASSERT_TRUE((*plain)->Eval(next, ca->get(), LogitsMode::kLast, &da).ok());
+      ASSERT_TRUE((*cached)->Eval(next, cb->get(), LogitsMode::kLast, &db).ok());
+      const Score s = Compare(lb, la, hp.n_vocab), sd = Compare(db, da, hp.n_vocab);
+      std::printf("expert cache %ld/%ld per layer: %s; decode %s\n", static_cast<long>(per_layer),
+                  static_cast<long>(hp.n_expert), Describe(s).c_str(), Describe(sd).c_str());
+      EXPECT_LE(s.worst_nmse, 1e-6) << Describe(s);
+      EXPECT_LE(sd.worst_nmse, 1e-6) << Describe(sd);
+      const uint64_t hits = (*cached)->stats().expert_cache_hits - before.expert_cache_hits;
+      const uint64_t misses = (*cached)->stats().expert_cache_misses - before.expert_cache_misses;
+      EXPECT_EQ(hits + misses, static_cast<uint64_t>(14 * hp.n_expert_used * model_->n_layer()));
+      EXPECT_GT(hits, 0u);
+      if (per_layer == hp.n_expert) {
+        EXPECT_EQ(misses, 0u);
+      }
     }
   }
+  const auto& hp = model_->hparams();  // qwen2moe's
   GpuExpertCacheOptions co;
   co.n_slots = 2;
   auto cache = GpuExpertCache::Create(gpu_.get(), model_, co);

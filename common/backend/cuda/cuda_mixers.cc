@@ -1,5 +1,5 @@
-// The token mixers of the CUDA forward: GQA attention (plain or gated) over
-// the paged KV cache, and the gated DeltaNet over the conv and recurrent
+// The token mixers of the CUDA forward: GQA attention (plain or gated; with
+// gpt-oss's biases, sinks and sliding windows) over the paged KV cache, and the gated DeltaNet over the conv and recurrent
 // state (cuda_forward.h, the file comment; kernels in internal/cuda_raw.h).
 #include <cmath>
 
@@ -76,12 +76,15 @@ absl::Status CudaForward::Attention(int il, int64_t n, absl::Span<const Segment>
     ap.n_head_kv = static_cast<int>(hp.n_head_kv);
     ap.head_dim = static_cast<int>(hd);
     ap.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    ap.window = hp.layers[il].sliding_window;
+    ap.sinks = L.sinks.p;
     ap.split_scratch = ws.split;
     ap.split_scratch_elems = ws.sizes.split;
     RETURN_IF_CUDA_ERROR(raw::Attention(ap, s));
   }
   if (gated) RETURN_IF_CUDA_ERROR(raw::ApplyHeadGate(ws.attn, ws.qg, n * hp.n_head, hd, s));
   RETURN_IF_CUDA_ERROR(raw::MatMul(L.wo.m, ws.attn, n, ws.o, g, s));
+  if (L.bo.p) RETURN_IF_CUDA_ERROR(raw::AddBias(ws.o, L.bo.p, n, d, s));
   RETURN_IF_CUDA_ERROR(raw::Add(ws.x, ws.o, n * d, s));
   return absl::OkStatus();
 }

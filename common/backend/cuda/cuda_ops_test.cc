@@ -556,6 +556,152 @@ TEST_F(CudaOpsTest, SplitKDecodeMatchesTheReference) {
   }
 }
 
+// gpt-oss's router: the top-k logits, then the softmax of those k, against
+// the CPU's; ties -> lower id; the logits are left as they were.
+TEST_F(CudaOpsTest, TopKSoftmaxRouterMatchesTheCpu) {
+  const int rows = 17, ne = 32, k = 4;
+  std::vector<float> logits = RandomVector(rows * ne, 22, 3.0f);
+  logits[5] = logits[2] = 40.0f;  // row 0: a tie at the top -> 2 first
+  float* dl = Upload(logits);
+  int32_t* ids = Zeros<int32_t>(rows * k);
+  float* wts = Zeros<float>(rows * k);
+  ASSERT_TRUE(ToStatus(raw::SelectExpertsTopKSoftmax(dl, rows, ne, k, ids, wts, s())).ok());
+  const std::vector<int32_t> got_ids = Download(ids, rows * k);
+  const std::vector<float> got_w = Download(wts, rows * k);
+  EXPECT_EQ(Download(dl, rows * ne), logits);
+  for (int r = 0; r < rows; ++r) {
+    std::vector<int32_t> want_ids(k);
+    std::vector<float> want_w(k);
+    model::internal::SelectExpertsSoftmaxOfTopK(logits.data() + r * ne, ne, k, want_ids.data(),
+                                                want_w.data());
+    for (int i = 0; i < k; ++i) {
+      ASSERT_EQ(got_ids[r * k + i], want_ids[i]) << "row " << r << " rank " << i;
+      ASSERT_NEAR(got_w[r * k + i], want_w[i], 1e-6) << "row " << r << " rank " << i;
+    }
+  }
+  EXPECT_EQ(got_ids[0], 2);
+  EXPECT_EQ(got_ids[1], 5);
+  EXPECT_FALSE(
+      ToStatus(raw::SelectExpertsTopKSoftmax(dl, 1, 4, 5, nullptr, nullptr, s())).ok());
+}
+
+// Sliding windows and sinks (gpt-oss): token t attends the last W positions
+// and a per-head sink logit joins the softmax's sum. Against double-precision
+// attention over the cached K/V; the F16 cache also against the CPU
+// reference's AttendHead (same sink step) where the window lies within one
+// chunk. The windows cross chunk boundaries (300 positions, chunks of 256):
+// chunks wholly before a token's window are skipped by both kernels.
+TEST_F(CudaOpsTest, SlidingWindowAndSinksMatchTheCpu) {
+  const int n_head = 8, n_head_kv = 2, hd = 64, page = 16;
+  const int64_t kd = n_head_kv * hd, total = 300;
+  const int n_pages = static_cast<int>((total + page - 1) / page);
+  std::vector<float> sinks = RandomVector(n_head, 41, 2.0f);
+  sinks[3] = 30.0f;  // a sink that dominates its head: the z > max branch
+  for (GgmlType kt : {GgmlType::kF16, GgmlType::kQ8_0}) {
+    for (int64_t window : {int64_t{40}, int64_t{1}, int64_t{260}}) {
+      SCOPED_TRACE(std::string(GgmlTypeName(kt)) + " window " + std::to_string(window));
+      const uint64_t rb = *RowBytes(kt, kd);
+      std::vector<int32_t> table(n_pages);
+      std::iota(table.begin(), table.end(), 0);
+      std::shuffle(table.begin(), table.end(), std::mt19937(5));
+      raw::PagedKv kv;
+      kv.type = kt;
+      kv.k = Zeros<uint8_t>(rb * page * n_pages);
+      kv.v = Zeros<uint8_t>(rb * page * n_pages);
+      kv.k_row_bytes = kv.v_row_bytes = rb;
+      kv.page_size = page;
+      kv.block_table = Upload(table);
+      std::vector<float> k = RandomVector(total * kd, 51), v = RandomVector(total * kd, 52);
+      std::vector<float> q = RandomVector(total * n_head * hd, 53, 2.0f);
+      float* dk = Upload(k);
+      float* dv = Upload(v);
+      float* dq = Upload(q);
+      float* dsinks = Upload(sinks);
+      float* out = Zeros<float>(total * n_head * hd);
+      const int64_t scratch_elems = raw::AttentionScratchElems(n_head, hd, total);
+      float* scratch = Zeros<float>(scratch_elems);
+      // A prompt of 290 tokens, then decode tokens one at a time.
+      std::vector<std::pair<int64_t, int64_t>> calls = {{0, 290}};
+      for (int64_t p = 290; p < total; ++p) calls.push_back({p, 1});
+      for (auto [pos0, n] : calls) {
+        ASSERT_TRUE(
+            ToStatus(raw::KvWrite(kv, dk + pos0 * kd, dv + pos0 * kd, n, pos0, kd, kd, s())).ok());
+        raw::AttentionParams p;
+        p.q = dq + pos0 * n_head * hd;
+        p.out = out + pos0 * n_head * hd;
+        p.kv = kv;
+        p.n_tok = n;
+        p.pos0 = pos0;
+        p.n_head = n_head;
+        p.n_head_kv = n_head_kv;
+        p.head_dim = hd;
+        p.scale = 1.0f / std::sqrt(float(hd));
+        p.window = window;
+        p.sinks = dsinks;
+        p.split_scratch = scratch;
+        p.split_scratch_elems = scratch_elems;
+        ASSERT_TRUE(ToStatus(raw::Attention(p, s())).ok());
+      }
+      const std::vector<float> got = Download(out, total * n_head * hd);
+      const std::vector<float> qr = RoundQuery(kt, q);
+      std::vector<float> kq(total * kd), vq(total * kd);
+      std::vector<uint8_t> tmp(rb);
+      for (int64_t t = 0; t < total; ++t) {
+        ASSERT_TRUE(quant::QuantizeRow(kt, k.data() + t * kd, tmp.data(), kd).ok());
+        ASSERT_TRUE(quant::DequantizeRow(kt, tmp.data(), kq.data() + t * kd, kd).ok());
+        ASSERT_TRUE(quant::QuantizeRow(kt, v.data() + t * kd, tmp.data(), kd).ok());
+        ASSERT_TRUE(quant::DequantizeRow(kt, tmp.data(), vq.data() + t * kd, kd).ok());
+      }
+      std::vector<uint16_t> k16(total * kd), v16(total * kd), q16(hd), acc16(hd);
+      model::internal::ToF16(total * kd, k.data(), k16.data());
+      model::internal::ToF16(total * kd, v.data(), v16.data());
+      std::vector<float> cpu(hd);
+      for (int64_t t = 0; t < total; ++t) {
+        const int64_t first = std::max<int64_t>(0, t - window + 1);
+        for (int h = 0; h < n_head; ++h) {
+          const int kvh = h / (n_head / n_head_kv);
+          std::vector<double> sc(t + 1 - first);
+          double mx = sinks[h];
+          for (int64_t p = first; p <= t; ++p) {
+            double dot = 0;
+            for (int i = 0; i < hd; ++i) {
+              dot += double(qr[(t * n_head + h) * hd + i]) * kq[p * kd + kvh * hd + i];
+            }
+            sc[p - first] = dot / std::sqrt(double(hd));
+            mx = std::max(mx, sc[p - first]);
+          }
+          double sum = std::exp(double(sinks[h]) - mx);
+          for (double& x : sc) sum += (x = std::exp(x - mx));
+          for (int i = 0; i < hd; ++i) {
+            double o = 0;
+            for (int64_t p = first; p <= t; ++p) o += sc[p - first] * vq[p * kd + kvh * hd + i];
+            // F16: the f16 accumulator's rounding (the scores here are
+            // larger than in the test above: q of scale 2).
+            ASSERT_NEAR(got[(t * n_head + h) * hd + i], o / sum,
+                        kt == GgmlType::kF16 ? 1.5e-2 : 2e-5)
+                << "token " << t << " head " << h << " dim " << i;
+          }
+          if (kt == GgmlType::kF16 && first / raw::kAttentionChunk == t / raw::kAttentionChunk) {
+            model::internal::ToF16(hd, q.data() + (t * n_head + h) * hd, q16.data());
+            model::internal::HeadAttention a;
+            a.q16 = q16.data();
+            a.k = k16.data() + first * kd + kvh * hd;
+            a.v = v16.data() + first * kd + kvh * hd;
+            a.k_stride = a.v_stride = kd;
+            a.n_kv = t + 1 - first;
+            a.dk = a.dv = hd;
+            a.scale = 1.0f / std::sqrt(float(hd));
+            a.sink = sinks[h];
+            model::internal::AttendHead(a, acc16.data(), cpu.data());
+            const std::string what = "token " + std::to_string(t) + " head " + std::to_string(h);
+            ExpectNearF16Row(got.data() + (t * n_head + h) * hd, cpu, what.c_str());
+          }
+        }
+      }
+    }
+  }
+}
+
 // ------------------------------------------------------------ gated DeltaNet
 
 float Near(float want, float rel = 1e-5f) { return rel * std::fabs(want) + 1e-6f; }

@@ -30,6 +30,14 @@ __global__ void SwiGluKernel(const float* gate, const float* up, int64_t n, floa
     out[i] = g / (1.0f + expf(-g)) * up[i];
   }
 }
+__global__ void SwiGluOaiKernel(const float* gate, const float* up, int64_t n, float alpha,
+                                float limit, float* out) {
+  MS_GRID_LOOP(i, n) {
+    const float x = fminf(gate[i], limit);
+    const float y = fminf(fmaxf(up[i], -limit), limit);
+    out[i] = x / (1.0f + expf(alpha * (-x))) * (y + 1.0f);
+  }
+}
 __global__ void ScaleRowsBySigmoidKernel(float* y, const float* g, int64_t rows, int64_t cols) {
   MS_GRID_LOOP(i, rows * cols) y[i] *= 1.0f / (1.0f + expf(-g[i / cols]));
 }
@@ -62,6 +70,13 @@ CallResult SwiGlu(const float* gate, const float* up, int64_t n, float* out, voi
   if (n <= 0) return {};
   SwiGluKernel<<<Blocks(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(gate, up, n, out);
   return Launched("SwiGluKernel<<<>>>");
+}
+CallResult SwiGluOai(const float* gate, const float* up, int64_t n, float alpha, float limit,
+                     float* out, void* stream) {
+  if (n <= 0) return {};
+  SwiGluOaiKernel<<<Blocks(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(gate, up, n, alpha,
+                                                                               limit, out);
+  return Launched("SwiGluOaiKernel<<<>>>");
 }
 CallResult ScaleRowsBySigmoid(float* y, const float* g, int64_t rows, int64_t cols,
                               void* stream) {

@@ -107,6 +107,7 @@ class GpuExpertCache {
   Weights weights(int layer, int expert) const;
   // OK when every routed expert of `model` can be copied to the device as it
   // is (GGUF layout, a format the kernels decode); Unimplemented naming why.
+  // (The experts' biases live with the CUDA forward's dense weights.)
   static absl::Status CheckCopyable(const model::Model& model);
   // Queues the copy of (layer, expert)'s gate, up and down from the model's
   // host tensors into `dst` at `offset` (WeightsAt's layout) on `stream`.

@@ -211,6 +211,11 @@ bool KvOnDevice(const PagedKv& kv, int64_t n_pos, int64_t first, uint64_t k_used
 constexpr int kAttnWarps = 8;
 constexpr int kChunk = kAttentionChunk;
 
+// attention.cu's FirstPos: the first position token t attends.
+int64_t FirstPos(const AttentionParams& p, int64_t n_kv) {
+  return p.window > 0 && n_kv > p.window ? n_kv - p.window : 0;
+}
+
 // AttentionPartialKernel (Q8_0 / Q4_0 caches) for launch tokens [t0, t0 +
 // nt): every (query head, token, chunk) partial {max, sum, acc[hd]} written
 // to the split scratch in the kernel's layout, with its arithmetic (query
@@ -244,9 +249,11 @@ void AttentionPartials(const AttentionParams& p, const FormatInfo& f, int64_t t0
         }
       }
       for (int c = 0; c < n_chunks; ++c) {
-        const int64_t begin = static_cast<int64_t>(c) * kChunk;
-        if (begin >= n_kv) break;  // past this token's causal range
-        const int64_t end = std::min<int64_t>(begin + kChunk, n_kv);
+        const int64_t chunk0 = static_cast<int64_t>(c) * kChunk, first = FirstPos(p, n_kv);
+        if (chunk0 >= n_kv) break;  // past this token's causal range
+        if (chunk0 + kChunk <= first) continue;  // wholly before its window
+        const int64_t begin = std::max(chunk0, first);
+        const int64_t end = std::min<int64_t>(chunk0 + kChunk, n_kv);
         std::fill(m.begin(), m.end(), -INFINITY);
         std::fill(l.begin(), l.end(), 0.0f);
         std::fill(acc.begin(), acc.end(), 0.0f);
@@ -337,9 +344,11 @@ void AttentionPartialsF16(const AttentionParams& p, const FormatInfo& f, int64_t
       const int64_t col0 = static_cast<int64_t>(h / group) * hd;
       for (int i = 0; i < hd; ++i) q16[i] = F16Round(p.q[(t * p.n_head + h) * hd + i]);
       for (int c = 0; c < n_chunks; ++c) {
-        const int64_t begin = static_cast<int64_t>(c) * kChunk;
-        if (begin >= n_kv) break;
-        const int64_t end = std::min<int64_t>(begin + kChunk, n_kv);
+        const int64_t chunk0 = static_cast<int64_t>(c) * kChunk, first = FirstPos(p, n_kv);
+        if (chunk0 >= n_kv) break;
+        if (chunk0 + kChunk <= first) continue;
+        const int64_t begin = std::max(chunk0, first);
+        const int64_t end = std::min<int64_t>(chunk0 + kChunk, n_kv);
         std::fill(acc.begin(), acc.end(), 0.0f);
         float m = -INFINITY, sum = 0.0f;
         for (int64_t pos = begin; pos < end; ++pos) {
@@ -373,18 +382,29 @@ void AttentionMerge(const AttentionParams& p, int64_t t0, int64_t nt, int n_chun
   for (int64_t tl = 0; tl < nt; ++tl) {
     const int64_t t = t0 + tl;
     const int64_t n_kv = p.pos0 + t + 1;
+    const int c0 = static_cast<int>(FirstPos(p, n_kv) / kChunk);
     const int nc = static_cast<int>((n_kv + kChunk - 1) / kChunk);
     for (int h = 0; h < p.n_head; ++h) {
       const float* part = p.split_scratch + (tl * p.n_head + h) * n_chunks * int64_t{hd + 2};
       for (int e = 0; e < hd; ++e) {
         float m = -INFINITY, l = 0.0f, o = 0.0f;
-        for (int c = 0; c < nc; ++c) {
+        for (int c = c0; c < nc; ++c) {
           const float* pc = part + static_cast<int64_t>(c) * (hd + 2);
           const float m_new = std::fmax(m, pc[0]);
           const float a = expf(m - m_new), b = expf(pc[0] - m_new);
           l = l * a + pc[1] * b;
           o = o * a + pc[2 + e] * b;
           m = m_new;
+        }
+        if (p.sinks != nullptr) {
+          const float z = p.sinks[h];
+          if (z > m) {
+            const float ms = expf(m - z);
+            o *= ms;
+            l = std::fma(l, ms, 1.0f);
+          } else {
+            l = std::fma(l, 1.0f, expf(z - m));
+          }
         }
         p.out[(t * p.n_head + h) * hd + e] = o * (1.0f / l);
       }
@@ -753,6 +773,20 @@ CallResult SwiGlu(const float* gate, const float* up, int64_t n, float* out, voi
   return {};
 }
 
+CallResult SwiGluOai(const float* gate, const float* up, int64_t n, float alpha, float limit,
+                     float* out, void* stream) {
+  if (n <= 0) return {};
+  if (!Extents().Floats(gate, n).Floats(up, n).Floats(out, n).ok) {
+    return Illegal("SwiGluOaiKernel<<<>>>");
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = std::fmin(gate[i], limit);
+    const float y = std::fmin(std::fmax(up[i], -limit), limit);
+    out[i] = x / (1.0f + expf(alpha * (-x))) * (y + 1.0f);
+  }
+  return {};
+}
+
 CallResult ScaleRowsBySigmoid(float* y, const float* g, int64_t rows, int64_t cols,
                               void* stream) {
   if (rows * cols <= 0) return {};
@@ -806,6 +840,22 @@ CallResult SelectExperts(float* logits, int64_t rows, int n_expert, int k, bool 
   return {};
 }
 
+CallResult SelectExpertsTopKSoftmax(const float* logits, int64_t rows, int n_expert, int k,
+                                    int32_t* ids, float* weights, void* stream) {
+  if (rows <= 0) return {};
+  if (k < 1 || k > n_expert || n_expert > 1024) {
+    return {kInvalidValue, "SelectExpertsTopKSoftmax: k / n_expert out of range"};
+  }
+  if (!Extents().Floats(logits, rows * n_expert).Dev(ids, rows * k * 4).Floats(weights, rows * k).ok) {
+    return Illegal("SelectExpertsTopKSoftmaxKernel<<<>>>");
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    codec::SelectExpertsTopKSoftmaxRow(logits + r * n_expert, n_expert, k, ids + r * k,
+                                       weights + r * k);
+  }
+  return {};
+}
+
 // ------------------------------------------------------------ paged KV + attention
 bool KvTypeSupported(GgmlType type) {
   return type == GgmlType::kF16 || type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0;
@@ -854,6 +904,7 @@ CallResult Attention(const AttentionParams& p, void* stream) {
     return {kInvalidValue, "Attention: unsupported head shape"};
   }
   if (p.split_scratch == nullptr) return {kInvalidValue, "Attention: no split scratch"};
+  if (p.window < 0) return {kInvalidValue, "Attention: negative window"};
   if (!KvTypeSupported(p.kv.type)) return {kInvalidValue, "Attention: KV type"};
   const FormatInfo f = Info(p.kv.type);
   const int hd = p.head_dim;
@@ -862,6 +913,7 @@ CallResult Attention(const AttentionParams& p, void* stream) {
            .Floats(p.q, p.n_tok * p.n_head * hd)
            .Floats(p.out, p.n_tok * p.n_head * hd)
            .ok ||
+      (p.sinks != nullptr && !Extents().Floats(p.sinks, p.n_head).ok) ||
       !KvOnDevice(p.kv, p.pos0 + p.n_tok, 0, row_used, row_used)) {
     return Illegal("AttentionPartialKernel<<<>>>");
   }

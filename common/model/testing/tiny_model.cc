@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <random>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/status.h"
 #include "common/model/arch.h"
@@ -77,6 +78,7 @@ void SetMetadata(const TinyModelOptions& o, GgufWriter* w) {
              GgufValue::IntArray(GgufValueType::kInt32, o.rope_sections));
     }
   }
+  if (o.arch == "gpt-oss") u32(p + ".attention.sliding_window", o.sliding_window);
   if (o.edit_metadata) o.edit_metadata(w);
 }
 
@@ -103,7 +105,9 @@ void FillTensor(const TensorSpec& spec, GgmlType type, const std::vector<int64_t
 }
 
 GgmlType DefaultType(const TinyModelOptions& o, const TensorSpec& spec) {
-  if (spec.n_dims == 1 || spec.role == TensorRole::kRouter || spec.id == TensorId::kSsmConv) {
+  // Biases in f32 as the real files hold them (gpt-oss's expert biases are 2-D).
+  if (spec.n_dims == 1 || spec.role == TensorRole::kRouter || spec.id == TensorId::kSsmConv ||
+      absl::EndsWith(spec.name, ".bias")) {
     return GgmlType::kF32;
   }
   return o.matrix_type;

@@ -44,6 +44,9 @@ struct TinyModelOptions {
   int64_t ssm_n_v_heads = 4;
   int64_t ssm_head = 16;
   int64_t full_attention_interval = 2;
+  // gpt-oss: attention.sliding_window (the even layers attend this many
+  // positions).
+  int64_t sliding_window = 4;
   std::vector<int64_t> rope_sections = {2, 2, 4, 0};
   int64_t n_vocab = 40;
   int64_t n_ctx_train = 256;

@@ -126,6 +126,11 @@ CallResult AddBias(float* y, const float* b, int64_t rows, int64_t cols, void* s
 CallResult Add(float* x, const float* y, int64_t n, void* stream);
 // out[i] = SiLU(gate[i]) * up[i]; out may alias gate.
 CallResult SwiGlu(const float* gate, const float* up, int64_t n, float* out, void* stream);
+// gpt-oss's clamped SwiGLU, as the CPU's (common/model/expert.cc): x =
+// min(gate[i], limit), y = clamp(up[i], -limit, limit), out[i] = x / (1 +
+// exp(alpha * -x)) * (y + 1); out may alias gate.
+CallResult SwiGluOai(const float* gate, const float* up, int64_t n, float alpha, float limit,
+                     float* out, void* stream);
 // y[r][c] *= sigmoid(g[r])
 CallResult ScaleRowsBySigmoid(float* y, const float* g, int64_t rows, int64_t cols,
                               void* stream);
@@ -145,6 +150,12 @@ CallResult ScatterAddScaled(float* dst, const float* src, const int32_t* rows, c
 // n_expert <= 1024.
 CallResult SelectExperts(float* logits, int64_t rows, int n_expert, int k, bool normalize,
                          int32_t* ids, float* weights, void* stream);
+// gpt-oss's router (RouterSpec::Scoring::kSoftmaxSelected): per row, the k
+// largest logits (descending, ties -> lower id) into ids, and the softmax of
+// those k (max, exp, sum in double, scale by the reciprocal) into weights;
+// the logits are left as they are. REQUIRES: 1 <= k <= n_expert <= 1024.
+CallResult SelectExpertsTopKSoftmax(const float* logits, int64_t rows, int n_expert, int k,
+                                    int32_t* ids, float* weights, void* stream);
 
 // ------------------------------------------------------------ paged KV + attention (attention.cu)
 // One layer's paged K and V: position p of a sequence lives in page
@@ -171,9 +182,16 @@ struct AttentionParams {
   float* out = nullptr;      // n_tok x n_head x head_dim
   PagedKv kv;
   int64_t n_tok = 0;
-  int64_t pos0 = 0;          // token t attends positions 0 .. pos0 + t
+  int64_t pos0 = 0;          // token t attends positions first(t) .. pos0 + t
   int n_head = 0, n_head_kv = 0, head_dim = 0;  // head_dim % 32 == 0, <= 256
   float scale = 1.0f;
+  // Sliding window (gpt-oss's even layers): W > 0 makes first(t) =
+  // max(0, pos0 + t - W + 1), the last W positions; 0 attends from 0.
+  int64_t window = 0;
+  // Learned per-head sink logits (gpt-oss; device, n_head floats), or null:
+  // a softmax entry without a value, folded into the merged {max, sum, acc}
+  // as the CPU reference does (common/model/internal/attention.h).
+  const float* sinks = nullptr;
   // Chunk partials: at least n_head * ceil((pos0 + n_tok) / kAttentionChunk)
   // * (head_dim + 2) floats (one token per launch); more lets more tokens go
   // per launch (AttentionScratchElems: kDecodeTokens at n_ctx).
@@ -183,8 +201,10 @@ struct AttentionParams {
 // Causal softmax(q . K^T * scale) . V per head, GQA (query head h reads KV
 // head h / (n_head / n_head_kv)), online softmax. The positions of every
 // token are split into chunks of kAttentionChunk; each chunk's partial {max,
-// sum, acc} is computed, then a second kernel merges a token's chunks in
-// order (f32) and returns acc * (1 / sum).
+// sum, acc} over the positions of the chunk the token attends is computed
+// (chunks wholly before first(t) are skipped), then a second kernel merges a
+// token's chunks in order (f32), applies the sink when there is one, and
+// returns acc * (1 / sum).
 //   F16 cache: within a chunk, llama.cpp's CPU flash attention (as the CPU
 //   reference, common/model/internal/attention.h): the positions in order,
 //   query and V accumulator in f16, scores summed in DotF16's order. Up to

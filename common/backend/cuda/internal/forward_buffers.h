@@ -28,6 +28,10 @@ struct DeviceVec {
 };
 struct LayerW {
   DeviceVec attn_norm, bq, bk, bv, q_norm, k_norm, ffn_norm;
+  DeviceVec bo, sinks, router_b;  // gpt-oss: output and router biases, sink logits
+  // gpt-oss: the routed experts' biases, every expert's (n_expert x n_ff,
+  // n_expert x n_ff, n_expert x n_embd), for the experts the GPU computes.
+  DeviceVec gate_exps_b, up_exps_b, down_exps_b;
   DeviceVec ssm_conv, ssm_dt_bias, ssm_a, ssm_norm;  // gated DeltaNet
   DeviceMatrixBuf wq, wk, wv, wo, router, sh_gate_inp, sh_gate, sh_up, sh_down;
   DeviceMatrixBuf ssm_qkv, ssm_z, ssm_beta, ssm_alpha, ssm_out;

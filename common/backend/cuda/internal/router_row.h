@@ -3,7 +3,8 @@
 // (raw_emulated.cc): softmax (max, exp, sum in double, scale by the
 // reciprocal), then k passes that each pick the best (value, -id) strictly
 // below the previous pick (ties -> lower id), then the optional
-// renormalisation. Thread-safe: a pure function.
+// renormalisation; and gpt-oss's top-k-then-softmax. Thread-safe: pure
+// functions.
 #pragma once
 
 #include <cmath>
@@ -49,6 +50,41 @@ MS_HD void SelectExpertsRow(float* p, int n_expert, int k, bool normalize, int32
   if (normalize) {
     for (int i = 0; i < k; ++i) weights[i] /= wsum;
   }
+}
+
+// gpt-oss's scoring: the k largest logits by the same passes (ties -> lower
+// id), then the softmax of those k as the CPU's Softmax over k < 16 values
+// (max, exp, sum in double, scale by the reciprocal). `logits` is not
+// written. REQUIRES: 1 <= k <= n_expert.
+MS_HD void SelectExpertsTopKSoftmaxRow(const float* logits, int n_expert, int k, int32_t* ids,
+                                       float* weights) {
+  float prev_v = INFINITY;
+  int prev_id = -1;
+  for (int i = 0; i < k; ++i) {
+    int best = -1;
+    float best_v = -INFINITY;
+    for (int e = 0; e < n_expert; ++e) {
+      const float v = logits[e];
+      const bool below = v < prev_v || (v == prev_v && e > prev_id);
+      if (below && (best < 0 || v > best_v)) {
+        best = e;
+        best_v = v;
+      }
+    }
+    ids[i] = best;
+    weights[i] = best_v;
+    prev_v = best_v;
+    prev_id = best;
+  }
+  float max = -INFINITY;
+  for (int i = 0; i < k; ++i) max = fmaxf(max, weights[i]);
+  double sum = 0.0;
+  for (int i = 0; i < k; ++i) {
+    weights[i] = expf(weights[i] - max);
+    sum += weights[i];
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int i = 0; i < k; ++i) weights[i] *= inv;
 }
 
 }  // namespace moesplit::cuda::codec
