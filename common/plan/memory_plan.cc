@@ -216,9 +216,41 @@ WorkspaceBytes GpuWorkspaceElems::Bytes() const {
   return b;
 }
 
-uint64_t GpuKvCacheBytes(uint64_t bytes_per_position, int64_t n_ctx) {
-  const uint64_t pages = CeilDiv(n_ctx, kGpuKvPage);
-  return pages * kGpuKvPage * bytes_per_position + pages * sizeof(int32_t);
+int64_t GpuKvLayout::pages_total() const {
+  int64_t n = 0;
+  for (int64_t p : layer_pages) n += p;
+  return n;
+}
+
+uint64_t GpuKvLayout::Bytes(uint64_t row_bytes) const {
+  if (pages_total() == 0) return 0;
+  const uint64_t tables = 1 + ring_sizes.size();
+  return static_cast<uint64_t>(positions_total()) * row_bytes +
+         tables * static_cast<uint64_t>(n_pages) * sizeof(int32_t);
+}
+
+GpuKvLayout GpuKvLayoutOf(const model::HyperParams& hp, int64_t n_ctx, int64_t max_step,
+                          int64_t page_size) {
+  GpuKvLayout l;
+  l.page_size = page_size;
+  l.n_pages = static_cast<int64_t>(CeilDiv(n_ctx, page_size));
+  l.layer_pages.assign(hp.layers.size(), 0);
+  for (size_t il = 0; il < hp.layers.size(); ++il) {
+    const model::LayerSpec& spec = hp.layers[il];
+    if (!model::IsAttention(spec.mixer)) continue;
+    int64_t pages = l.n_pages;
+    if (spec.sliding_window > 0) {
+      pages = std::min<int64_t>(
+          pages, static_cast<int64_t>(CeilDiv(spec.sliding_window + max_step - 1, page_size)));
+    }
+    l.layer_pages[il] = pages;
+    if (pages < l.n_pages &&
+        std::find(l.ring_sizes.begin(), l.ring_sizes.end(), pages) == l.ring_sizes.end()) {
+      l.ring_sizes.push_back(pages);
+    }
+  }
+  std::sort(l.ring_sizes.begin(), l.ring_sizes.end());
+  return l;
 }
 
 namespace {
@@ -260,12 +292,10 @@ MemoryPlan FixedPart(const ModelShape& s, const PlanOptions& o) {
   const int64_t kvd = s.hp.n_head_kv * (s.hp.head_dim_k + s.hp.head_dim_v);
   // Only the attention layers keep a KV cache; DeltaNet layers keep a
   // fixed-size state (model::SequenceState's arithmetic).
-  p.kv_bytes_per_position =
-      static_cast<uint64_t>(s.hp.n_attention_layers()) * KvElementBytes(o.kv_type, kvd);
-  p.kv_cache = p.kv_bytes_per_position == 0
-                   ? 0
-                   : GpuKvCacheBytes(p.kv_bytes_per_position, o.n_ctx) *
-                         static_cast<uint64_t>(o.n_parallel);
+  p.kv_row_bytes = KvElementBytes(o.kv_type, kvd);
+  p.kv_bytes_per_position = static_cast<uint64_t>(s.hp.n_attention_layers()) * p.kv_row_bytes;
+  p.kv_layout = GpuKvLayoutOf(s.hp, o.n_ctx, o.n_ubatch);
+  p.kv_cache = p.kv_layout.Bytes(p.kv_row_bytes) * static_cast<uint64_t>(o.n_parallel);
   p.recurrent_bytes_per_sequence =
       model::SequenceState::kRecurrentBuffers * model::SequenceState::RecurrentBytes(s.hp);
   p.recurrent_state = p.recurrent_bytes_per_sequence * static_cast<uint64_t>(o.n_parallel);
@@ -419,10 +449,30 @@ std::string FormatPlanTable(const MemoryPlan& p) {
   if (p.dense.expert_biases > 0) Row(&out, "  routed-expert biases", p.dense.expert_biases);
   Row(&out, "  output head", p.dense.output_head,
       p.host_token_embd == 0 ? "(tied: the token embedding, on the GPU)" : "");
-  Row(&out, "KV cache", p.kv_cache,
-      absl::StrFormat("%d bytes/position x %d x %d (%d attention layer%s)",
-                      p.kv_bytes_per_position, o.n_ctx, o.n_parallel, hp.n_attention_layers(),
-                      hp.n_attention_layers() == 1 ? "" : "s"));
+  if (p.kv_layout.ring_sizes.empty()) {
+    Row(&out, "KV cache", p.kv_cache,
+        absl::StrFormat("%d bytes/position x %d x %d (%d attention layer%s)",
+                        p.kv_bytes_per_position, o.n_ctx, o.n_parallel, hp.n_attention_layers(),
+                        hp.n_attention_layers() == 1 ? "" : "s"));
+  } else {
+    int64_t full = 0, sliding = 0, ring = 0;
+    for (size_t il = 0; il < p.kv_layout.layer_pages.size(); ++il) {
+      const int64_t pages = p.kv_layout.layer_pages[il];
+      if (pages == 0) continue;
+      if (pages < p.kv_layout.n_pages) {
+        ++sliding;
+        ring = std::max(ring, pages * p.kv_layout.page_size);
+      } else {
+        ++full;
+      }
+    }
+    Row(&out, "KV cache", p.kv_cache,
+        absl::StrFormat("%d bytes/layer-position x %d: %d full-attention layer%s x %d + %d "
+                        "sliding-window layer%s x %d (window + micro-batch)",
+                        p.kv_row_bytes, o.n_parallel, full, full == 1 ? "" : "s",
+                        p.kv_layout.n_pages * p.kv_layout.page_size, sliding,
+                        sliding == 1 ? "" : "s", ring));
+  }
   if (p.recurrent_state > 0) {
     Row(&out, "recurrent state", p.recurrent_state,
         absl::StrFormat("%d bytes/sequence x %d (%d DeltaNet layers, any context)",
@@ -472,6 +522,7 @@ std::string FormatPlanJson(const MemoryPlan& p) {
       {"kv_cache",
        {{"total", p.kv_cache},
         {"bytes_per_position", p.kv_bytes_per_position},
+        {"layer_positions_per_sequence", p.kv_layout.positions_total()},
         {"attention_layers", p.hp.n_attention_layers()}}},
       {"recurrent_state",
        {{"total", p.recurrent_state},

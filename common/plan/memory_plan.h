@@ -21,7 +21,9 @@
 //      of the KV type: f16 2 bytes; q8_0 34 bytes per 32; q4_0 18 bytes per
 //      32 (ggml's block sizes; the head dims must then be multiples of 32).
 //   2'. the KV cache is paged: n_ctx rounds up to whole pages of
-//      kGpuKvPage positions, plus a 4-byte block-table entry per page.
+//      kGpuKvPage positions, plus a 4-byte block-table entry per page; a
+//      sliding-window layer keeps a ring of its window plus a micro-batch
+//      (GpuKvLayout).
 //   2''. the DeltaNet layers' conv and recurrent states, f32, independent of
 //      n_ctx, two buffers each (a step writes the next state and commits it
 //      only when it succeeds), x n_parallel.
@@ -174,9 +176,32 @@ struct GpuWorkspaceElems {
 };
 GpuWorkspaceElems GpuWorkspace(const ModelShape& shape, int64_t ubatch, int64_t n_ctx,
                                int stream_buffers);
-// Bytes of a paged KV cache of n_ctx positions (one sequence): whole pages
-// plus the block table.
-uint64_t GpuKvCacheBytes(uint64_t bytes_per_position, int64_t n_ctx);
+// The GPU KV cache of one sequence, as cuda::CudaKvCache allocates it: per
+// attention layer, pages of page_size positions —
+//   - a full-attention layer: n_ctx rounded up to whole pages;
+//   - a sliding-window layer of W positions (gpt-oss): a ring of
+//     ceil((W + max_step - 1) / page_size) pages, at most the full layer's
+//     (a step writes its up to max_step tokens before they attend, so the
+//     ring holds the window of its first token and every token it writes);
+//     position p lives in ring page (p / page_size) % ring pages, so at
+//     128K context a 128-token window costs 768 positions, not 131072;
+// plus block tables of n_pages int32 entries: one for the full layers and
+// one per distinct ring size.
+struct GpuKvLayout {
+  int64_t page_size = 0;
+  int64_t n_pages = 0;               // ceil(n_ctx / page_size)
+  std::vector<int64_t> layer_pages;  // per layer; 0 for a layer without KV
+  std::vector<int64_t> ring_sizes;   // distinct ring page counts, ascending
+  int64_t pages_total() const;
+  // Positions the layers hold together (sum of layer_pages x page_size).
+  int64_t positions_total() const { return pages_total() * page_size; }
+  // Everything: positions_total() x row_bytes (K + V of one position of one
+  // layer) + the block tables.
+  uint64_t Bytes(uint64_t row_bytes) const;
+};
+// REQUIRES: n_ctx, max_step, page_size >= 1.
+GpuKvLayout GpuKvLayoutOf(const model::HyperParams& hp, int64_t n_ctx, int64_t max_step,
+                          int64_t page_size = kGpuKvPage);
 
 struct ExpertCachePlan {
   uint64_t bytes = 0;          // all that is left of the budget
@@ -194,6 +219,10 @@ struct MemoryPlan {
   DenseWeightBytes dense;
   uint64_t kv_cache = 0;
   uint64_t kv_bytes_per_position = 0;  // the attention layers, one sequence
+  // K + V bytes of one position of one attention layer, and the layout of
+  // one sequence's cache (sliding-window layers keep a ring; GpuKvLayout).
+  uint64_t kv_row_bytes = 0;
+  GpuKvLayout kv_layout;
   // DeltaNet conv + recurrent states (double-buffered: model::SequenceState).
   uint64_t recurrent_state = 0;
   uint64_t recurrent_bytes_per_sequence = 0;

@@ -271,5 +271,40 @@ TEST(MemoryPlanTest, TableAndJson) {
   EXPECT_EQ(j["options"]["kv_type"], "q8_0");
 }
 
+// Sliding-window layers (gpt-oss's even layers) keep a ring of their window
+// plus one micro-batch, in whole pages, never more than the context; the
+// other attention layers the whole context; DeltaNet layers nothing.
+TEST(MemoryPlanTest, SlidingWindowLayersKeepARingOfWindowPlusMicroBatch) {
+  model::HyperParams hp = Qwen3_30B_A3B();
+  hp.n_layer = 4;
+  hp.layers = model::LayerSpecs(*model::FindArch("gpt-oss"), 4);
+  for (int il = 0; il < 4; ++il) hp.layers[il].sliding_window = il % 2 == 0 ? 128 : 0;
+  const GpuKvLayout l = GpuKvLayoutOf(hp, 131072, 512);
+  EXPECT_EQ(l.n_pages, 512);
+  EXPECT_EQ(l.layer_pages, (std::vector<int64_t>{3, 512, 3, 512}));  // ceil(639 / 256) = 3
+  EXPECT_EQ(l.ring_sizes, (std::vector<int64_t>{3}));
+  EXPECT_EQ(l.positions_total(), 2 * 768 + 2 * 131072);
+  EXPECT_EQ(l.Bytes(100), uint64_t{2 * 768 + 2 * 131072} * 100 + 2 * 512 * 4);
+  // A context shorter than the ring: the layer keeps the context, no ring.
+  const GpuKvLayout s = GpuKvLayoutOf(hp, 300, 512);
+  EXPECT_EQ(s.layer_pages, (std::vector<int64_t>{2, 2, 2, 2}));
+  EXPECT_TRUE(s.ring_sizes.empty());
+  EXPECT_EQ(s.Bytes(100), uint64_t{8 * 256} * 100 + 2 * 4);
+  // The plan counts it.
+  ModelShape shape = Qwen3Shape();
+  for (int il = 0; il < shape.hp.n_layer; ++il) {
+    shape.hp.layers[il].sliding_window = il % 2 == 0 ? 128 : 0;
+  }
+  PlanOptions o = Mission();
+  o.n_ctx = 131072;
+  o.kv_type = KvType::kF16;
+  auto p = PlanMemory(shape, o);
+  ASSERT_TRUE(p.ok()) << p.status();
+  const uint64_t row = 2 * 2 * 4 * 128;  // f16 K + V, 4 KV heads x 128
+  EXPECT_EQ(p->kv_cache, GpuKvLayoutOf(shape.hp, 131072, o.n_ubatch).Bytes(row));
+  EXPECT_NE(FormatPlanTable(*p).find("24 sliding-window layers x 768"), std::string::npos)
+      << FormatPlanTable(*p);
+}
+
 }  // namespace
 }  // namespace moesplit::plan

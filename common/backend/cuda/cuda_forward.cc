@@ -127,7 +127,8 @@ absl::StatusOr<GpuMemoryPlan> CudaForward::Plan(const model::Model& m,
     }
   }
   ASSIGN_OR_RETURN(p.kv_cache,
-                   CudaKvCache::KvBytes(m.hparams(), o.n_ctx, o.kv_type, o.kv_page_size));
+                   CudaKvCache::KvBytes(m.hparams(), o.n_ctx, o.kv_type, o.kv_page_size,
+                                        o.max_batch));
   p.recurrent_state = CudaKvCache::RecurrentBytes(m.hparams());
   p.workspace = Sizes(m, o.max_batch, o.n_ctx, o.stream_buffers).Bytes().total();
   return p;
@@ -335,7 +336,7 @@ CudaForward::~CudaForward() {
 
 absl::StatusOr<std::unique_ptr<CudaKvCache>> CudaForward::CreateCache() const {
   return CudaKvCache::Create(device_, model_->hparams(), options_.n_ctx, options_.kv_type,
-                             options_.kv_page_size);
+                             options_.kv_page_size, options_.max_batch);
 }
 
 // ------------------------------------------------------------------ Eval
@@ -382,6 +383,7 @@ absl::Status CudaForward::EvalBatch(absl::Span<const CudaSequenceBatch> seqs) {
       }
     }
     RETURN_IF_ERROR(q.cache->CheckRoom(static_cast<int64_t>(q.tokens.size())));
+    RETURN_IF_ERROR(q.cache->WindowIntact());
     total += static_cast<int64_t>(q.tokens.size());
   }
   if (total > INT32_MAX / hp.n_expert_used) {
@@ -413,6 +415,7 @@ absl::Status CudaForward::EvalBatch(absl::Span<const CudaSequenceBatch> seqs) {
       const int64_t end = std::min<int64_t>(first[e] + seqs[e].tokens.size(), s + cn);
       if (b >= end) continue;
       segs.push_back({seqs[e].cache, b - s, end - b, seqs[e].cache->n_past() + (b - first[e]), e});
+      seqs[e].cache->NoteWrite(segs.back().pos0 + segs.back().n);
     }
     RETURN_IF_ERROR(EvalChunk(absl::MakeConstSpan(all).subspan(s, cn), segs));
     for (const Segment& g : segs) {

@@ -49,6 +49,7 @@
 // one workspace); not thread-safe.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -100,6 +101,11 @@ struct GpuMemoryPlan {
 //     block_table[p / page_size]. By default the table is 0, 1, 2, ... (the
 //     pages in order); a paged-KV allocator may set its own. DeltaNet layers
 //     have no KV (k(l) / v(l) REQUIRE an attention layer).
+//   - sliding-window layers (gpt-oss) keep a ring of the window plus one
+//     step's tokens (max_step; plan::GpuKvLayout): their own block table
+//     maps page i to ring page i % ring pages, so the kernels address them
+//     as any layer. Rewinding a sequence with rings is possible only as far
+//     back as the ring still holds the window (see Truncate).
 //   - gated-DeltaNet layers: two buffers of f32 each, the conv state
 //     (channels x (kernel - 1), channel-major, oldest tap first) followed by
 //     the recurrent state (value heads x head_v x head_k, row j = value
@@ -116,22 +122,31 @@ struct GpuMemoryPlan {
 // Rewinding: K/V positions can be forgotten; a recurrent state cannot, and
 // the GPU keeps no checkpoints: with DeltaNet layers Truncate(n) succeeds
 // only for n == n_past or n == 0 (FailedPrecondition otherwise, nothing
-// changed).
+// changed). With sliding-window rings a position n can be resumed from only
+// while its ring still holds the window before it: E - n <= keep, E the
+// furthest position written (a failed step's writes count), keep = ring
+// positions - window (>= max_step - 1). Truncate(n) refuses otherwise
+// (FailedPrecondition), and a step on a cache whose failed step overwrote
+// the window before n_past is refused (WindowIntact) rather than computed
+// from overwritten rows; Clear() restores it.
 // Not thread-safe; one step at a time.
 class CudaKvCache {
  public:
   // InvalidArgument: n_ctx < 1, page_size < 1, unsupported type, rows not a
   // multiple of the type's block; RESOURCE_EXHAUSTED: the device refused.
+  // max_step: the most tokens of this sequence one forward pass writes before
+  // they attend (the forward's max_batch); sizes the sliding-window rings.
   static absl::StatusOr<std::unique_ptr<CudaKvCache>> Create(backend::Device* device,
                                                              const model::HyperParams& hp,
                                                              int64_t n_ctx, GgmlType type,
-                                                             int page_size);
+                                                             int page_size, int64_t max_step);
   // Bytes Create would allocate (for planning): KvBytes + RecurrentBytes.
   static absl::StatusOr<uint64_t> Bytes(const model::HyperParams& hp, int64_t n_ctx,
-                                        GgmlType type, int page_size);
-  // The attention layers' pages and the block table (0 without attention layers).
+                                        GgmlType type, int page_size, int64_t max_step);
+  // The attention layers' pages and the block tables (0 without attention
+  // layers): plan::GpuKvLayout's bytes.
   static absl::StatusOr<uint64_t> KvBytes(const model::HyperParams& hp, int64_t n_ctx,
-                                          GgmlType type, int page_size);
+                                          GgmlType type, int page_size, int64_t max_step);
   // Both buffers of every DeltaNet layer (plan::MemoryPlan::recurrent_state
   // for one sequence).
   static uint64_t RecurrentBytes(const model::HyperParams& hp);
@@ -146,12 +161,19 @@ class CudaKvCache {
 
   void Clear() {
     n_past_ = 0;
+    written_end_ = 0;
     fresh_ = true;
   }
   absl::Status Truncate(int64_t n);
   absl::Status CheckRoom(int64_t n_new) const;
   // n_past += n_new; the written recurrent buffers become current.
   void Commit(int64_t n_new);
+  // The forward is about to write positions up to `end` - 1 (see the class
+  // comment).
+  void NoteWrite(int64_t end) { written_end_ = std::max(written_end_, end); }
+  // OK when the sliding-window rings still hold the window before n_past
+  // (always without rings); FailedPrecondition otherwise.
+  absl::Status WindowIntact() const;
 
   // Sets the block table: ceil(n_ctx / page_size) distinct page ids in [0,
   // n_pages). InvalidArgument otherwise (nothing changed). Blocks until
@@ -163,7 +185,11 @@ class CudaKvCache {
   uint8_t* v(int layer) const;
   uint64_t k_row_bytes() const { return k_row_bytes_; }
   uint64_t v_row_bytes() const { return v_row_bytes_; }
-  const int32_t* block_table() const;
+  // The block table layer `layer`'s kernels read (a ring's for a
+  // sliding-window layer).
+  const int32_t* block_table(int layer) const;
+  // Positions layer `layer` holds (n_pages x page_size, or its ring's).
+  int64_t layer_positions(int layer) const;
   // DeltaNet layers: the committed states (null when fresh) and the buffers
   // the running step writes.
   const float* conv_in(int layer) const;
@@ -186,6 +212,13 @@ class CudaKvCache {
   int cur_ = 0;        // rec_[cur_] is committed unless fresh_
   bool fresh_ = true;  // no step committed since Create / Clear
   std::unique_ptr<backend::Buffer> table_;  // null without attention layers
+  // Sliding-window rings: per layer its pages (0 for DeltaNet), the ring
+  // tables by ring size, and how far back Truncate may go (-1: no rings).
+  std::vector<int64_t> layer_pages_;
+  std::vector<std::pair<int64_t, std::unique_ptr<backend::Buffer>>> ring_tables_;
+  std::vector<int> ring_of_layer_;  // index into ring_tables_, -1 for none
+  int64_t ring_keep_ = -1;
+  int64_t written_end_ = 0;
 };
 
 // Cumulative counters of one CudaForward.

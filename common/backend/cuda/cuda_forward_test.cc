@@ -790,15 +790,20 @@ TEST_F(CudaStreamedPrefillTest, MeasuredSwitchOverSetsTheThreshold) {
 
 // ------------------------------------------------------------ qwen35moe
 
-// Fails the expert call of one layer on demand.
+// Fails the expert call of one layer on demand, or every call from the
+// fail_from_call-th on.
 class FlakyExperts : public model::ExpertBackend {
  public:
   explicit FlakyExperts(model::ExpertBackend* inner) : inner_(inner) {}
   absl::Status Compute(const model::ExpertCall& call, model::ExpertResult* result) override {
-    if (call.layer == fail_layer) return absl::UnavailableError("worker gone");
+    if (call.layer == fail_layer || (fail_from_call >= 0 && calls++ >= fail_from_call)) {
+      return absl::UnavailableError("worker gone");
+    }
     return inner_->Compute(call, result);
   }
   int fail_layer = -1;
+  int fail_from_call = -1;
+  int calls = 0;
 
  private:
   model::ExpertBackend* inner_;
@@ -931,6 +936,77 @@ TEST_F(CudaHybridTest, AFailedExpertCallLeavesTheStateUnchanged) {
   }
 }
 
+// gpt-oss's sliding-window layers keep a ring of their window plus one
+// micro-batch on the GPU (plan::GpuKvLayout): a prompt many rings long, in
+// micro-batches, then decode steps, give the CPU forward's logits (its
+// state keeps every position); the cache is the planner's size; rewinding
+// stays within what the rings hold, and a failed step that overwrote the
+// window is refused until the sequence restarts.
+TEST_F(CudaTinyTest, SlidingWindowRingsKeepTheWindowOnly) {
+  ASSERT_NO_FATAL_FAILURE(Load(Tiny("gpt-oss", GgmlType::kF32)));
+  const auto& hp = model_->hparams();
+  ASSERT_EQ(hp.layers[0].sliding_window, 8);
+  ASSERT_EQ(hp.layers[1].sliding_window, 0);
+  FlakyExperts flaky(experts_.get());
+  CudaForwardOptions o;
+  o.n_ctx = 1024;
+  o.max_batch = 16;
+  o.kv_page_size = 16;  // rings of ceil((8 + 15) / 16) = 2 pages: 32 positions
+  auto f = CudaForward::Create(model_, &flaky, gpu_.get(), o);
+  ASSERT_TRUE(f.ok()) << f.status();
+  auto cache = (*f)->CreateCache();
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  EXPECT_EQ((*cache)->layer_positions(0), 32);
+  EXPECT_EQ((*cache)->layer_positions(1), 1024);
+  EXPECT_EQ((*cache)->layer_positions(2), 32);
+  const plan::GpuKvLayout layout = plan::GpuKvLayoutOf(hp, 1024, 16, 16);
+  const uint64_t row = 2 * 2 * hp.n_head_kv * hp.head_dim_k;  // f16 K + V
+  EXPECT_EQ((*cache)->bytes(), layout.Bytes(row));
+  EXPECT_EQ(layout.positions_total(), 32 + 1024 + 32);
+  // 200 prompt tokens (13 micro-batches, each ring overwritten ~6 times),
+  // then 3 decode tokens, against the CPU.
+  ThreadPool pool(2);
+  model::Forward cpu(model_, experts_.get(), &pool);
+  auto cpu_state = model::SequenceState::Create(hp, 1024);
+  ASSERT_TRUE(cpu_state.ok());
+  const std::vector<int32_t> prompt = Prompt(200, static_cast<int>(hp.n_vocab));
+  std::vector<float> want, got;
+  ASSERT_TRUE(cpu.Eval(prompt, cpu_state->get(), LogitsMode::kAll, &want).ok());
+  ASSERT_TRUE((*f)->Eval(prompt, cache->get(), LogitsMode::kAll, &got).ok());
+  const Score sp = Compare(got, want, hp.n_vocab);
+  EXPECT_LE(sp.worst_nmse, 1e-6) << Describe(sp);
+  for (int step = 0; step < 3; ++step) {
+    const int32_t next[1] = {static_cast<int32_t>((step * 17 + 3) % hp.n_vocab)};
+    ASSERT_TRUE(cpu.Eval(next, cpu_state->get(), LogitsMode::kLast, &want).ok());
+    ASSERT_TRUE((*f)->Eval(next, cache->get(), LogitsMode::kLast, &got).ok());
+    const Score d = Compare(got, want, hp.n_vocab);
+    EXPECT_LE(d.worst_nmse, 1e-6) << "decode step " << step << ": " << Describe(d);
+  }
+  // Rewinding: the rings keep 32 - 8 = 24 positions past the window.
+  EXPECT_EQ((*cache)->Truncate(203 - 30).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*cache)->n_past(), 203);
+  ASSERT_TRUE((*cache)->Truncate(200).ok());
+  ASSERT_TRUE(cpu_state->get()->Truncate(200).ok());
+  const int32_t again[1] = {7};
+  ASSERT_TRUE(cpu.Eval(again, cpu_state->get(), LogitsMode::kLast, &want).ok());
+  ASSERT_TRUE((*f)->Eval(again, cache->get(), LogitsMode::kLast, &got).ok());
+  EXPECT_LE(Compare(got, want, hp.n_vocab).worst_nmse, 1e-6);
+  // A step of 64 tokens that fails in its third micro-batch has written up
+  // to 48 positions past n_past (more than the 24 the rings keep): the
+  // sequence is refused until it restarts.
+  flaky.calls = 0;
+  flaky.fail_from_call = 2 * model_->n_layer();
+  const std::vector<int32_t> more = Prompt(64, static_cast<int>(hp.n_vocab));
+  EXPECT_EQ((*f)->Eval(more, cache->get(), LogitsMode::kLast, &got).code(),
+            absl::StatusCode::kUnavailable);
+  flaky.fail_from_call = -1;
+  EXPECT_EQ((*cache)->n_past(), 201);
+  EXPECT_EQ((*f)->Eval(again, cache->get(), LogitsMode::kLast, &got).code(),
+            absl::StatusCode::kFailedPrecondition);
+  (*cache)->Clear();
+  ASSERT_TRUE((*f)->Eval(prompt, cache->get(), LogitsMode::kLast, &got).ok());
+}
+
 // The rewind rule of a recurrent state without checkpoints: only to where
 // it is or to the start; a cleared state evaluates as a new one. A state of
 // another layout is refused.
@@ -957,7 +1033,8 @@ TEST_F(CudaHybridTest, TruncateRewindsOnlyToZeroAndRejectsForeignStates) {
   // A qwen3moe cache (attention only) does not fit this model.
   auto plain = model::testing::MakeTinyModel(Tiny("qwen3moe", GgmlType::kQ8_0));
   ASSERT_TRUE(plain.ok());
-  auto foreign = CudaKvCache::Create(gpu_.get(), (*plain)->hparams(), 32, GgmlType::kF16, 256);
+  auto foreign =
+      CudaKvCache::Create(gpu_.get(), (*plain)->hparams(), 32, GgmlType::kF16, 256, 512);
   ASSERT_TRUE(foreign.ok());
   std::vector<float> l;
   EXPECT_EQ(f->Eval(prompt, foreign->get(), LogitsMode::kLast, &l).code(),

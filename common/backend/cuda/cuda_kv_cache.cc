@@ -9,16 +9,17 @@
 #include "common/backend/cuda/internal/cuda_raw.h"
 #include "common/base/status.h"
 #include "common/model/sequence_state.h"
+#include "common/plan/memory_plan.h"
 
 namespace moesplit::cuda {
 
 using model::HyperParams;
 
 absl::StatusOr<uint64_t> CudaKvCache::KvBytes(const HyperParams& hp, int64_t n_ctx,
-                                              GgmlType type, int page_size) {
-  if (n_ctx < 1 || page_size < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("KV cache: n_ctx = ", n_ctx, ", page size = ", page_size));
+                                              GgmlType type, int page_size, int64_t max_step) {
+  if (n_ctx < 1 || page_size < 1 || max_step < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("KV cache: n_ctx = ", n_ctx, ", page size = ",
+                                                   page_size, ", max step = ", max_step));
   }
   if (!raw::KvTypeSupported(type)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -39,8 +40,7 @@ absl::StatusOr<uint64_t> CudaKvCache::KvBytes(const HyperParams& hp, int64_t n_c
     return absl::ResourceExhaustedError(
         absl::StrCat("KV cache of ", n_ctx, " positions is too large"));
   }
-  return static_cast<uint64_t>(pages) * page_size * (*kr + *vr) * n_attn +
-         static_cast<uint64_t>(pages) * sizeof(int32_t);
+  return plan::GpuKvLayoutOf(hp, n_ctx, max_step, page_size).Bytes(*kr + *vr);
 }
 
 uint64_t CudaKvCache::RecurrentBytes(const HyperParams& hp) {
@@ -48,16 +48,17 @@ uint64_t CudaKvCache::RecurrentBytes(const HyperParams& hp) {
 }
 
 absl::StatusOr<uint64_t> CudaKvCache::Bytes(const HyperParams& hp, int64_t n_ctx, GgmlType type,
-                                            int page_size) {
-  ASSIGN_OR_RETURN(const uint64_t kv, KvBytes(hp, n_ctx, type, page_size));
+                                            int page_size, int64_t max_step) {
+  ASSIGN_OR_RETURN(const uint64_t kv, KvBytes(hp, n_ctx, type, page_size, max_step));
   return kv + RecurrentBytes(hp);
 }
 
 absl::StatusOr<std::unique_ptr<CudaKvCache>> CudaKvCache::Create(backend::Device* device,
                                                                  const HyperParams& hp,
                                                                  int64_t n_ctx, GgmlType type,
-                                                                 int page_size) {
-  ASSIGN_OR_RETURN(const uint64_t bytes, Bytes(hp, n_ctx, type, page_size));
+                                                                 int page_size, int64_t max_step) {
+  ASSIGN_OR_RETURN(const uint64_t bytes, Bytes(hp, n_ctx, type, page_size, max_step));
+  const plan::GpuKvLayout layout = plan::GpuKvLayoutOf(hp, n_ctx, max_step, page_size);
   std::unique_ptr<CudaKvCache> c(new CudaKvCache());
   c->device_ = device;
   c->n_ctx_ = n_ctx;
@@ -72,7 +73,7 @@ absl::StatusOr<std::unique_ptr<CudaKvCache>> CudaKvCache::Create(backend::Device
     c->k_row_bytes_ = *RowBytes(type, hp.n_head_kv * hp.head_dim_k);
     c->v_row_bytes_ = *RowBytes(type, hp.n_head_kv * hp.head_dim_v);
   }
-  const uint64_t slots = static_cast<uint64_t>(c->n_pages_) * page_size;
+  c->layer_pages_ = layout.layer_pages;
   const uint64_t rec_bytes = static_cast<uint64_t>(c->conv_floats_ + c->ssm_floats_) * 4;
   c->k_.resize(hp.n_layer);
   c->v_.resize(hp.n_layer);
@@ -80,6 +81,7 @@ absl::StatusOr<std::unique_ptr<CudaKvCache>> CudaKvCache::Create(backend::Device
   for (int64_t l = 0; l < hp.n_layer; ++l) {
     c->kinds_.push_back(hp.layers[l].mixer);
     if (model::IsAttention(hp.layers[l].mixer)) {
+      const uint64_t slots = static_cast<uint64_t>(layout.layer_pages[l]) * page_size;
       ASSIGN_OR_RETURN(c->k_[l], device->Allocate(slots * c->k_row_bytes_));
       ASSIGN_OR_RETURN(c->v_[l], device->Allocate(slots * c->v_row_bytes_));
     } else {
@@ -94,6 +96,26 @@ absl::StatusOr<std::unique_ptr<CudaKvCache>> CudaKvCache::Create(backend::Device
     std::vector<int32_t> identity(c->n_pages_);
     for (int64_t i = 0; i < c->n_pages_; ++i) identity[i] = static_cast<int32_t>(i);
     RETURN_IF_ERROR(c->SetBlockTable(identity));
+  }
+  // Sliding-window rings: page i of the sequence is ring page i % R.
+  c->ring_of_layer_.assign(hp.n_layer, -1);
+  for (const int64_t ring : layout.ring_sizes) {
+    ASSIGN_OR_RETURN(auto table, device->Allocate(c->n_pages_ * sizeof(int32_t)));
+    std::vector<int32_t> wrap(c->n_pages_);
+    for (int64_t i = 0; i < c->n_pages_; ++i) wrap[i] = static_cast<int32_t>(i % ring);
+    RETURN_IF_CUDA_ERROR(raw::MemcpyAsync(table->data(), wrap.data(),
+                                          wrap.size() * sizeof(int32_t), 0, nullptr));
+    RETURN_IF_CUDA_ERROR(raw::StreamSynchronize(nullptr));
+    c->ring_tables_.push_back({ring, std::move(table)});
+  }
+  for (int64_t l = 0; l < hp.n_layer; ++l) {
+    const int64_t pages = layout.layer_pages[l];
+    if (pages == 0 || pages == c->n_pages_) continue;
+    for (size_t r = 0; r < c->ring_tables_.size(); ++r) {
+      if (c->ring_tables_[r].first == pages) c->ring_of_layer_[l] = static_cast<int>(r);
+    }
+    const int64_t keep = pages * page_size - hp.layers[l].sliding_window;
+    c->ring_keep_ = c->ring_keep_ < 0 ? keep : std::min(c->ring_keep_, keep);
   }
   return c;
 }
@@ -130,6 +152,12 @@ absl::Status CudaKvCache::Truncate(int64_t n) {
         "cannot rewind the recurrent state from ", n_past_, " to ", n,
         " positions: the GPU sequence state keeps no checkpoints (only 0 or ", n_past_, ")"));
   }
+  if (ring_keep_ >= 0 && std::max(n_past_, written_end_) - n > ring_keep_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot rewind from ", n_past_, " to ", n, " positions: the sliding-window layers keep only "
+        "their window and ", ring_keep_, " positions more (written up to ",
+        std::max(n_past_, written_end_), ")"));
+  }
   n_past_ = n;
   return absl::OkStatus();
 }
@@ -142,8 +170,17 @@ absl::Status CudaKvCache::CheckRoom(int64_t n_new) const {
   return absl::OkStatus();
 }
 
+absl::Status CudaKvCache::WindowIntact() const {
+  if (ring_keep_ < 0 || written_end_ - n_past_ <= ring_keep_) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "the sliding-window KV of this sequence was overwritten by a failed step (written up to ",
+      written_end_, ", ", n_past_, " committed, the rings keep ", ring_keep_,
+      " positions past the window): clear it and start again"));
+}
+
 void CudaKvCache::Commit(int64_t n_new) {
   n_past_ += n_new;
+  written_end_ = std::max(written_end_, n_past_);
   cur_ = 1 - cur_;
   fresh_ = false;
 }
@@ -170,8 +207,12 @@ absl::Status CudaKvCache::SetBlockTable(absl::Span<const int32_t> pages) {
 
 uint8_t* CudaKvCache::k(int layer) const { return static_cast<uint8_t*>(k_[layer]->data()); }
 uint8_t* CudaKvCache::v(int layer) const { return static_cast<uint8_t*>(v_[layer]->data()); }
-const int32_t* CudaKvCache::block_table() const {
-  return static_cast<const int32_t*>(table_->data());
+const int32_t* CudaKvCache::block_table(int layer) const {
+  const int r = ring_of_layer_[layer];
+  return static_cast<const int32_t*>(r < 0 ? table_->data() : ring_tables_[r].second->data());
+}
+int64_t CudaKvCache::layer_positions(int layer) const {
+  return layer_pages_[layer] * page_size_;
 }
 
 const float* CudaKvCache::conv_in(int layer) const {

@@ -63,7 +63,7 @@ absl::Status CudaForward::Attention(int il, int64_t n, absl::Span<const Segment>
     kv.k_row_bytes = cache->k_row_bytes();
     kv.v_row_bytes = cache->v_row_bytes();
     kv.page_size = cache->page_size();
-    kv.block_table = cache->block_table();
+    kv.block_table = cache->block_table(il);
     RETURN_IF_CUDA_ERROR(raw::KvWrite(kv, ws.k + g.first * kd, ws.v + g.first * kd, g.n, g.pos0,
                                       kd, kd, s));
     raw::AttentionParams ap;

@@ -107,7 +107,7 @@ void FillTensor(const TensorSpec& spec, GgmlType type, const std::vector<int64_t
 GgmlType DefaultType(const TinyModelOptions& o, const TensorSpec& spec) {
   // Biases in f32 as the real files hold them (gpt-oss's expert biases are 2-D).
   if (spec.n_dims == 1 || spec.role == TensorRole::kRouter || spec.id == TensorId::kSsmConv ||
-      absl::EndsWith(spec.name, ".bias")) {
+      absl::EndsWith(absl::string_view(spec.name.data(), spec.name.size()), ".bias")) {
     return GgmlType::kF32;
   }
   return o.matrix_type;
