@@ -48,10 +48,14 @@ declare -A SETS=(
     --set expertWorker.topologySpreadConstraints[0].maxSkew=1
     --set expertWorker.topologySpreadConstraints[0].topologyKey=kubernetes.io/hostname
     --set expertWorker.topologySpreadConstraints[0].whenUnsatisfiable=DoNotSchedule"
+  [deepseek-v3]="-f $CHART/values-deepseek-v3.yaml"
+  [deepseek-split]="-f $CHART/values-deepseek-v3.yaml --set expertWorker.replicas=5
+    --set-json expertWorker.shards=[\"layers=0-17\",\"layers=18-31\",\"layers=32-46\",\"layers=47-60,experts=0-127\",\"layers=47-60,experts=128-255\"]"
   [colocated-secure]="--set coLocation.enabled=true --set tls.enabled=true --set apiKeys.enabled=true
     --set apiKeys.existingSecret=my-keys --set tls.denseSecret=my-cert --set tls.caSecret=my-cert"
 )
-for name in default colocated servicemonitor colocated-monitor secure colocated-secure; do
+for name in default colocated servicemonitor colocated-monitor secure colocated-secure \
+            deepseek-v3 deepseek-split; do
   # shellcheck disable=SC2086
   if ! render "$name" ${SETS[$name]}; then fail "render $name: $(cat "$WORK/$name.err")"; continue; fi
   if out=$(validate "$WORK/$name.yaml"); then pass "$out"; else fail "$out"; fi
@@ -72,8 +76,8 @@ def arg(container, flag):
     assert len(vals) == 1, f"{container['name']}: {flag} given {len(vals)} times"
     return vals[0]
 
-def shards_of_wrapper(sts, layers, n):
-    """Runs the StatefulSet's shell wrapper for each ordinal with a stub worker."""
+def wrapper_shards(sts, n):
+    """The --shard each ordinal's shell wrapper passes to a stub worker; ordinal n is refused."""
     c = sts["spec"]["template"]["spec"]["containers"][0]
     assert c["command"][:2] == ["/bin/sh", "-c"], c["command"]
     out = []
@@ -93,7 +97,15 @@ def shards_of_wrapper(sts, layers, n):
         assert r.returncode == 0, r.stderr
         shard = [a for a in r.stdout.split("\n") if a.startswith("--shard=")]
         assert len(shard) == 1, r.stdout
-        m = re.fullmatch(r"--shard=layers=(\d+)-(\d+)", shard[0])
+        out.append(shard[0][len("--shard="):])
+    return out
+
+def shards_of_wrapper(sts, layers, n):
+    """The layer ranges of an even split; they cover every layer once."""
+    out = []
+    for s in wrapper_shards(sts, n):
+        m = re.fullmatch(r"layers=(\d+)-(\d+)", s)
+        assert m, s
         out.append((int(m.group(1)), int(m.group(2))))
     covered = [l for b, e in out for l in range(b, e + 1)]
     assert covered == list(range(layers)), f"shards {out} do not cover layers 0-{layers - 1} once each"
@@ -117,6 +129,35 @@ assert test["spec"]["containers"][0]["args"][:2] == ["complete", "--addr=rel-moe
 # 4 shards of 94 layers.
 s = load("servicemonitor")
 assert shards_of_wrapper(one(s, "StatefulSet"), 94, 4) == [(0, 22), (23, 46), (47, 69), (70, 93)]
+
+# deepseek-v3 (values-deepseek-v3.yaml): explicit shards, each (layer,
+# expert) of the 61 x 256 owned exactly once; and a layer split by expert id
+# across two workers (deepseek-split).
+def pairs(shards, n_layer=61, n_expert=256):
+    owned = []
+    for s in shards:
+        m = re.fullmatch(r"layers=(\d+)(?:-(\d+))?(?:,experts=(\d+)-(\d+))?", s)
+        assert m, s
+        lb = int(m.group(1)); le = int(m.group(2) or lb)
+        eb, ee = (int(m.group(3)), int(m.group(4))) if m.group(3) else (0, n_expert - 1)
+        owned += [(l, e) for l in range(lb, le + 1) for e in range(eb, ee + 1)]
+    assert sorted(owned) == [(l, e) for l in range(n_layer) for e in range(n_expert)], \
+        f"shards {shards} do not own every (layer, expert) once"
+for name, n in (("deepseek-v3", 4), ("deepseek-split", 5)):
+    docs = load(name)
+    sts = one(docs, "StatefulSet")
+    assert sts["spec"]["replicas"] == n, sts["spec"]["replicas"]
+    got = wrapper_shards(sts, n)
+    pairs(got)
+    w = sts["spec"]["template"]["spec"]["containers"][0]
+    assert w["resources"]["requests"]["memory"] == "110Gi", w["resources"]
+    assert w["resources"]["limits"]["memory"] == "110Gi", w["resources"]  # Guaranteed QoS
+    assert arg(w, "--numa") == "auto"
+    dense = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert len(arg(dense, "--experts").split(",")) == n
+    assert arg(dense, "--ctx") == "65536", arg(dense, "--ctx")
+assert wrapper_shards(one(load("deepseek-split"), "StatefulSet"), 5)[3:] == [
+    "layers=47-60,experts=0-127", "layers=47-60,experts=128-255"]
 sm = one(s, "ServiceMonitor")
 assert [e["port"] for e in sm["spec"]["endpoints"]] == ["metrics"]
 
@@ -182,6 +223,9 @@ refuse "a non-integer replica count" "replicas" --set expertWorker.replicas=two
 refuse "zero workers" "replicas" --set expertWorker.replicas=0
 refuse "an unknown value key" "replicaz" --set expertWorker.replicaz=2
 refuse "more workers than layers" "must not exceed model.layers" --set expertWorker.replicas=5 --set model.layers=4
+refuse "shards not one per worker" "one --shard per worker" --set expertWorker.replicas=3 \
+  --set-json 'expertWorker.shards=["layers=0-23","layers=24-47"]'
+refuse "a malformed shard" "shards" --set-json 'expertWorker.shards=["layers=0-23","rows=24-47"]'
 refuse "an absolute model file" "file" --set model.file=/etc/passwd.gguf
 refuse "co-location with 2 dense replicas" "coLocation.enabled needs" --set coLocation.enabled=true --set dense.replicas=2
 refuse "a dense PDB that lets the only pod go" "must be below dense.replicas" --set podDisruptionBudget.dense.maxUnavailable=1

@@ -8,7 +8,9 @@
 // --generate writes a random-weight model of a preset shape (default
 // qwen3-30b-a3b: 48 layers, d 2048, 32/4 heads x 128, 128 experts top-8,
 // expert FFN 768; qwen3.5-35b-a3b: 40 layers, 30 gated DeltaNet + 10 gated
-// attention; --layers overrides the layer count) in Q4_K_M to PATH first
+// attention; gpt-oss-20b / gpt-oss-120b: 24 / 36 layers, half of them on a
+// 128-token window; --layers overrides the layer count) in the preset's
+// file type (Q4_K_M; gpt-oss: MXFP4 experts, Q8_0 elsewhere) to PATH first
 // when PATH does not exist (services/cli/test_model.h). Prints
 // "key: value" lines: prefill and decode tokens/s, the share of time in the
 // CPU experts, the GPU memory plan and peak use; the streamed-prefill
@@ -184,7 +186,8 @@ int Run(const Args& a) {
       std::fprintf(stderr, "preset: %s\n", std::string(spec.status().message()).c_str());
       return 2;
     }
-    spec->type = "Q4_K_M";
+    // The preset's file type: Q4_K_M for the Qwen presets, MXFP4 experts
+    // (as published) for gpt-oss.
     if (a.layers > 0) spec->n_layer = a.layers;
     spec->n_ctx = std::max<int64_t>(spec->n_ctx, a.ctx);
     const auto t = Clock::now();

@@ -54,7 +54,8 @@ fi
 # Fixtures, most informative first, while the folder stays under the limit.
 used_kib() { du -sk "$PKG" | cut -f1; }
 budget_kib=$((LIMIT_MIB * 1024))
-for name in qwen3moe-tiny-f16 qwen35moe-tiny-f16 qwen35moe-tiny-q8_0 qwen3moe-tiny-q4_k_m \
+for name in qwen3moe-tiny-f16 qwen35moe-tiny-f16 qwen35moe-tiny-q8_0 gptoss-tiny-mxfp4_moe \
+            gptoss-tiny-f16 qwen3moe-tiny-q4_k_m \
             qwen2moe-tiny-q4_k_m qwen3moe-tiny-q8_0 \
             qwen3moe-tiny-iq4_xs qwen3moe-tiny-mxfp4_moe qwen3moe-tiny-q2_k qwen3moe-tiny-q6_k \
             qwen3moe-tiny-iq4_nl qwen3moe-tiny-q3_k_m qwen3moe-tiny-q4_0 qwen2moe-tiny-q8_0; do

@@ -9,7 +9,9 @@
 #   2. gpu_bench on a Qwen3-30B-A3B-shaped Q4_K_M model generated into
 #      /dev/shm (--gpu-memory 8GiB --ctx 65536 --kv-type q8_0), then, with
 #      the time left, on a Qwen3.5-35B-A3B-shaped one (40 layers: 30 gated
-#      DeltaNet + 10 gated attention; the same options).
+#      DeltaNet + 10 gated attention; the same options), then on a
+#      gpt-oss-120b-shaped one cut to 6 of its 36 layers (MXFP4 experts,
+#      --ctx 131072 f16: the sliding-window rings).
 # Writes a summary to $OUT/summary.txt (and logs to $OUT/logs/) when $OUT is
 # set, and prints it. Without a GPU the tests skip and the bench reports it;
 # a summary is written either way. Budget: under 8 minutes.
@@ -23,6 +25,7 @@ MODEL_DIR=/dev/shm
 [ -f /dev/shm/moesplit-qwen3-30b-a3b-q4_k_m.gguf ] && MODEL_DIR=/dev/shm
 MODEL=${MOESPLIT_BENCH_MODEL:-$MODEL_DIR/moesplit-qwen3-30b-a3b-q4_k_m.gguf}
 MODEL35=${MOESPLIT_BENCH_MODEL35:-$MODEL_DIR/moesplit-qwen3.5-35b-a3b-q4_k_m.gguf}
+MODELOSS=${MOESPLIT_BENCH_MODELOSS:-$MODEL_DIR/moesplit-gpt-oss-120b-6l-mxfp4.gguf}
 if [ -n "${OUT:-}" ]; then
   mkdir -p "$OUT/logs"
   LOGS=$OUT/logs
@@ -77,6 +80,15 @@ run_test cuda_forward_test 180
 run_test sequence_runner_test 60
 grep -E 'case [0-9]|prefill:|KV Q|expert cache|dynamic cache|streamed|switch-over' "$LOGS/cuda_forward_test.log" | sed 's/^/    /' | tee -a "$SUMMARY"
 # The qwen35moe fixtures and tests: ran (OK / FAILED) or not (skipped, absent).
+# gpt-oss: fixtures (if packaged), sinks + windows, rings, the GPU experts.
+for t in CudaOracleTest.MatchesLlamaCppLogits/gptoss_tiny_f16 \
+         CudaOracleTest.MatchesLlamaCppLogits/gptoss_tiny_mxfp4_moe CudaVsCpuTest.LogitsMatchTheCpuForward/gpt_oss \
+         SlidingWindowRingsKeepTheWindowOnly HitsMatchTheCpuExperts; do
+  say "gpt-oss $t: $(grep -E "^\[ *(OK|FAILED|SKIPPED) *\] [^ ]*$t" "$LOGS/cuda_forward_test.log" | sed -E 's/^\[ *([A-Z]+) *\].*/\1/' | sort | uniq -c | tr -s ' \n' ' ' || true)"
+done
+for t in SlidingWindowAndSinksMatchTheCpu TopKSoftmaxRouterMatchesTheCpu; do
+  say "gpt-oss $t: $(grep -E "^\[ *(OK|FAILED|SKIPPED) *\] [^ ]*$t" "$LOGS/cuda_ops_test.log" | sed -E 's/^\[ *([A-Z]+) *\].*/\1/' | sort | uniq -c | tr -s ' \n' ' ' || true)"
+done
 for t in CudaOracleTest.MatchesLlamaCppLogits/qwen35moe_tiny_f16 \
          CudaOracleTest.MatchesLlamaCppLogits/qwen35moe_tiny_q8_0 CudaHybridTest CudaVsCpuTest.LogitsMatchTheCpuForward/qwen35moe; do
   say "qwen35moe $t: $(grep -E "^\[ *(OK|FAILED|SKIPPED) *\] [^ ]*$t" "$LOGS/cuda_forward_test.log" | sed -E 's/^\[ *([A-Z]+) *\].*/\1/' | sort | uniq -c | tr -s ' \n' ' ' || true)"
@@ -102,14 +114,31 @@ if [ $left -lt 60 ]; then
   say "gpu_bench qwen35moe: skipped, only ${left}s left of the 8-minute budget"
   exit 0
 fi
-# One of the two bench models in memory at a time when /dev/shm is tight.
+# One of the bench models in memory at a time when /dev/shm is tight.
 if [ "$MODEL_DIR" = /dev/shm ] && [ "$(free_gib /dev/shm || echo 0)" -lt 22 ]; then
   rm -f "$MODEL"
 fi
-say "gpu_bench qwen35moe: model $MODEL35, ${left}s allowed"
-timeout "$left" "$PKG/bin/gpu_bench" --model "$MODEL35" --generate --preset qwen3.5-35b-a3b \
+second=$(( left * 2 / 3 > 150 ? left * 2 / 3 : (left > 150 ? 150 : left) ))
+say "gpu_bench qwen35moe: model $MODEL35, ${second}s allowed"
+timeout "$second" "$PKG/bin/gpu_bench" --model "$MODEL35" --generate --preset qwen3.5-35b-a3b \
   --gpu-memory 8GiB --ctx 65536 --kv-type q8_0 --prompt 512 --decode 32 \
   > "$LOGS/gpu_bench_qwen35moe.log" 2>&1
 rc=$?
 sed 's/^/    /' "$LOGS/gpu_bench_qwen35moe.log" | tail -40 | tee -a "$SUMMARY"
 say "gpu_bench qwen35moe: rc=$rc$([ $rc -eq 124 ] && echo ' TIMEOUT')"
+
+left=$(( 450 - ($(date +%s) - T0) ))
+if [ $left -lt 45 ]; then
+  say "gpu_bench gpt-oss-120b: skipped, only ${left}s left of the 8-minute budget"
+  exit 0
+fi
+if [ "$MODEL_DIR" = /dev/shm ] && [ "$(free_gib /dev/shm || echo 0)" -lt 22 ]; then
+  rm -f "$MODEL35"
+fi
+say "gpu_bench gpt-oss-120b (6 layers): model $MODELOSS, ${left}s allowed"
+timeout "$left" "$PKG/bin/gpu_bench" --model "$MODELOSS" --generate --preset gpt-oss-120b \
+  --layers 6 --gpu-memory 8GiB --ctx 131072 --kv-type f16 --prompt 512 --decode 32 \
+  > "$LOGS/gpu_bench_gptoss.log" 2>&1
+rc=$?
+sed 's/^/    /' "$LOGS/gpu_bench_gptoss.log" | tail -40 | tee -a "$SUMMARY"
+say "gpu_bench gpt-oss-120b: rc=$rc$([ $rc -eq 124 ] && echo ' TIMEOUT')"

@@ -41,11 +41,15 @@ app.kubernetes.io/component: {{ .component }}
 
 {{/* Worker i of N serves layers [i*L/N, (i+1)*L/N): "layers=A-B". (dict "i" i "ctx" $) */}}
 {{- define "moesplit.shard" -}}
+{{- if .ctx.Values.expertWorker.shards -}}
+{{- index .ctx.Values.expertWorker.shards .i -}}
+{{- else -}}
 {{- $n := int .ctx.Values.expertWorker.replicas -}}
 {{- $l := int .ctx.Values.model.layers -}}
 {{- $b := div (mul .i $l) $n -}}
 {{- $e := sub (div (mul (add1 .i) $l) $n) 1 -}}
 layers={{ $b }}-{{ $e }}
+{{- end -}}
 {{- end -}}
 
 {{/* The --experts list of the dense service. */}}
