@@ -94,6 +94,12 @@ run up35 -- up --model "$HYBRID" --prompt "The quick brown fox" -n 8 --workers 2
 if [[ $(rc make35) == 0 && $(rc up35) == 0 ]] && grep -q "8 tokens" "$WORK/up35.err"; then
   pass "up on a qwen35moe model (2 workers)"; else
   fail "up qwen35moe: $(cat "$WORK/make35.err" "$WORK/up35.out" "$WORK/up35.err")"; fi
+# gpt-oss-120b at 128K in f16 on 8 GiB: the sliding-window layers keep a ring.
+run planoss -- plan --preset gpt-oss-120b --gpu-memory 8GiB --ctx 131072 --parallel 1
+if [[ $(rc planoss) == 0 ]] && grep -Eq "KV cache +4860153856 " "$WORK/planoss.out" &&
+   grep -q "18 full-attention layers x 131072 + 18 sliding-window layers x 768" "$WORK/planoss.out"; then
+  pass "plan --preset gpt-oss-120b (131072, f16, 8 GiB)"; else
+  fail "plan gpt-oss-120b: $(cat "$WORK/planoss.out" "$WORK/planoss.err")"; fi
 run planj -- plan --model "$MODEL" --gpu-memory 7.5G --ctx 4096 --parallel 2 --json
 if [[ $(rc planj) == 0 ]] && grep -q '"budget_bytes": 8053063680' "$WORK/planj.out" &&
    grep -q '"parallel": 2' "$WORK/planj.out" && grep -q '"expert_cache"' "$WORK/planj.out"; then
