@@ -7,14 +7,19 @@
 #include <httplib.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/subprocess.h"
 #include "common/chat/reasoning.h"
+#include "common/gguf/gguf.h"
+#include "common/tokenizer/tokenizer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "moesplit/v1/inference.grpc.pb.h"
@@ -54,10 +59,11 @@ std::string ModelPath() {
 
 // One moesplit-dense process serving gRPC and HTTP.
 struct Server {
-  Server(int parallel, int max_queue, std::vector<std::string> extra = {}) {
+  Server(int parallel, int max_queue, std::vector<std::string> extra = {},
+         const std::string& model = "") {
     // Port 0: the service picks free ports and prints them on its ready line.
     std::vector<std::string> args = {
-        "--model", ModelPath(), "--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0",
+        "--model", model.empty() ? ModelPath() : model, "--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0",
         "--ctx", std::to_string(kCtx), "--threads", "2", "--parallel",
         std::to_string(parallel), "--max-queue", std::to_string(max_queue), "--step-tokens", "64"};
     args.insert(args.end(), extra.begin(), extra.end());
@@ -523,6 +529,178 @@ TEST(ReasoningTest, ThinkBlockGoesToReasoningContent) {
   EXPECT_EQ(msg["reasoning_content"], want.reasoning_content);
   EXPECT_EQ(msg["content"], want.content);
   std::filesystem::remove(tmpl);
+}
+
+// A gpt-oss test model made to answer in harmony. Its one layer (a
+// sliding-window layer of W = 10 positions: enough to tell the two
+// "assistant<|channel|>" in the script apart) is set by hand: one-hot token
+// embeddings (n_embd >= 2 n_vocab); attention with zero queries and keys,
+// so every position in the window weighs the same, values = the tokens'
+// one-hots, written by attn_output into a second block of the residual: the
+// hidden state is the current token plus the mean of the last W tokens;
+// (x W); the experts write nothing (ffn_down_exps and its bias zero). The output
+// head is then a linear function of (current token, recent tokens), fitted
+// here by a perceptron so that greedy decoding after the prompt "Hi" writes
+// `script`. Returns the model's path.
+std::string ScriptedHarmonyModel(const std::string& script) {
+  constexpr int64_t kWindow = 10, kD = 1024, kHeads = 16, kHeadDim = 64;
+  const std::string p = absl::StrCat(::testing::TempDir(), "/harmony_", getpid(), ".gguf");
+  Subprocess gen(kCli, {"make-test-model", "--out", p, "--preset", "gpt-oss-20b", "--layers",
+                        "1", "-d", std::to_string(kD), "--heads", std::to_string(kHeads),
+                        "--kv-heads", std::to_string(kHeads), "--head-dim",
+                        std::to_string(kHeadDim), "--experts", "4", "--top-k", "2",
+                        "--expert-ffn", "32", "--ffn", "32", "--vocab", "400", "--type", "F32",
+                        "--ctx", "2048", "--window", std::to_string(kWindow), "--threads", "2"});
+  EXPECT_EQ(gen.Wait(120s), 0) << gen.stderr_text();
+  std::ifstream in(p, std::ios::binary);
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto g = GgufFile::FromBuffer(bytes.data(), bytes.size());
+  EXPECT_TRUE(g.ok()) << g.status();
+  if (!g.ok()) return p;
+  auto tok = Tokenizer::FromGguf(**g);
+  EXPECT_TRUE(tok.ok()) << tok.status();
+  if (!tok.ok()) return p;
+  auto floats = [&](const std::string& name) -> float* {
+    const GgufTensor* t = (*g)->FindTensor(name);
+    EXPECT_TRUE(t != nullptr && t->type == GgmlType::kF32) << name;
+    if (t == nullptr) return nullptr;
+    float* f = reinterpret_cast<float*>(bytes.data() + (t->data - bytes.data()));
+    std::fill(f, f + t->n_elements(), 0.0f);  // everything set below starts from zero
+    return f;
+  };
+  const int64_t nv = (*tok)->n_vocab();
+  EXPECT_LE(2 * nv, kD);
+  for (const char* zero : {"blk.0.attn_q.weight", "blk.0.attn_q.bias", "blk.0.attn_k.weight",
+                           "blk.0.attn_k.bias", "blk.0.attn_v.bias", "blk.0.attn_output.bias",
+                           "blk.0.ffn_down_exps.weight", "blk.0.ffn_down_exps.bias"}) {
+    floats(zero);
+  }
+  float* sinks = floats("blk.0.attn_sinks.weight");
+  std::fill(sinks, sinks + kHeads, -100.0f);  // no weight on the sink
+  float* embd = floats("token_embd.weight");
+  for (int64_t x = 0; x < nv; ++x) embd[x * kD + x] = 1.0f;
+  for (const char* one : {"blk.0.attn_norm.weight", "output_norm.weight"}) {
+    float* w = floats(one);
+    std::fill(w, w + kD, 1.0f);
+  }
+  // v = the one-hot of the token (the normed input is sqrt(d) times it).
+  float* wv = floats("blk.0.attn_v.weight");
+  for (int64_t x = 0; x < nv; ++x) wv[x * kD + x] = 1.0f / std::sqrt(static_cast<float>(kD));
+  float* wo = floats("blk.0.attn_output.weight");
+  // (times W: a token's share of the window weighs as much as the current
+  // token, for the fit below)
+  for (int64_t x = 0; x < nv; ++x) wo[(nv + x) * kD + x] = static_cast<float>(kWindow);
+  // The steps: the current token and the window's mean, and what must follow.
+  const std::vector<int32_t> prompt =
+      *(*tok)->Encode("<|start|>user<|message|>Hi<|end|><|start|>assistant", true, false);
+  const std::vector<int32_t> ids = *(*tok)->Encode(script, true, false);
+  struct Step {
+    int32_t cur, want;
+    std::map<int32_t, float> bag;
+  };
+  std::vector<Step> steps;
+  std::vector<int32_t> seq = prompt;
+  for (int32_t id : ids) {
+    Step st{seq.back(), id, {}};
+    const size_t n = std::min<size_t>(kWindow, seq.size());
+    for (size_t i = seq.size() - n; i < seq.size(); ++i) {
+      st.bag[seq[i]] += static_cast<float>(kWindow) / n;
+    }
+    steps.push_back(st);
+    seq.push_back(id);
+  }
+  // W[y]: kD weights; score(y) = W[y][cur] + sum_j bag_j W[y][nv + j].
+  std::vector<float> w(nv * kD, 0.0f);
+  auto score = [&](const Step& st, int32_t y) {
+    float sc = w[y * kD + st.cur];
+    for (const auto& [j, b] : st.bag) sc += b * w[y * kD + nv + j];
+    return sc;
+  };
+  // Perceptron updates towards a margin of 4; the worst margin left must
+  // still be clear of the f16 rounding of the attention.
+  float worst = -1e30f;
+  for (int epoch = 0; epoch < 3000 && worst < 4.0f; ++epoch) {
+    worst = 1e30f;
+    for (const Step& st : steps) {
+      int32_t rival = -1;
+      for (int32_t y = 0; y < nv; ++y) {
+        if (y != st.want && (rival < 0 || score(st, y) > score(st, rival))) rival = y;
+      }
+      const float margin = score(st, st.want) - score(st, rival);
+      worst = std::min(worst, margin);
+
+      if (margin >= 4.0f) continue;
+      for (auto [y, sign] : {std::pair{st.want, 1.0f}, std::pair{rival, -1.0f}}) {
+        w[y * kD + st.cur] += sign;
+        for (const auto& [j, b] : st.bag) w[y * kD + nv + j] += sign * b;
+      }
+    }
+  }
+  EXPECT_GE(worst, 1.0f) << "no linear head writes the script";
+  float* out = floats("output.weight");
+  std::copy(w.begin(), w.end(), out);
+  std::ofstream(p, std::ios::binary | std::ios::trunc)
+      .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  return p;
+}
+
+// gpt-oss's harmony output on the OpenAI and gRPC chat APIs: the analysis
+// channel is reasoning_content, the final channel content, streamed and not
+// (the model above writes exactly this harmony message).
+TEST(HarmonyTest, AnalysisIsReasoningAndFinalIsContent) {
+  const std::string script =
+      "<|channel|>analysis<|message|>Think first.<|end|><|start|>assistant<|channel|>final"
+      "<|message|>Hello there!<|return|>";
+  const std::string model = ScriptedHarmonyModel(script);
+  Server s(2, 2, {}, model);
+  const std::string body =
+      R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":40,"temperature":0)";
+  auto r = s.Http().Post("/v1/chat/completions", body + "}", "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const Json choice = Json::parse(r->body)["choices"][0];
+  EXPECT_EQ(choice["message"]["reasoning_content"], "Think first.") << r->body;
+  EXPECT_EQ(choice["message"]["content"], "Hello there!") << r->body;
+  EXPECT_EQ(choice["finish_reason"], "stop") << r->body;
+  // Streamed: the same split, as deltas.
+  httplib::Client c = s.Http();
+  std::string sse;
+  ASSERT_EQ(PostStreaming(c, "/v1/chat/completions", body + R"(,"stream":true})",
+                          [&](const char* data, size_t n) {
+                            sse.append(data, n);
+                            return true;
+                          }),
+            200);
+  std::string reasoning, content;
+  int reasoning_chunks = 0, content_chunks = 0;
+  for (size_t at = 0; (at = sse.find("data: ", at)) != std::string::npos;) {
+    const size_t end = sse.find("\n\n", at);
+    const std::string payload = sse.substr(at + 6, end - at - 6);
+    at = end;
+    if (payload == "[DONE]") break;
+    const Json delta = Json::parse(payload)["choices"][0]["delta"];
+    if (delta.contains("reasoning_content")) {
+      reasoning += delta["reasoning_content"].get<std::string>();
+      ++reasoning_chunks;
+    }
+    if (delta.contains("content") && delta["content"].is_string()) {
+      content += delta["content"].get<std::string>();
+      ++content_chunks;
+    }
+  }
+  EXPECT_EQ(reasoning, "Think first.") << sse;
+  EXPECT_EQ(content, "Hello there!") << sse;
+  EXPECT_GT(reasoning_chunks, 1) << "reasoning should stream as it arrives";
+  EXPECT_GT(content_chunks, 1);
+  // gRPC Chat.
+  v1::ChatRequest req = ChatFor("user", "Hi");
+  req.set_max_tokens(40);
+  req.mutable_sampling()->set_temperature(0);
+  Streamed g = Chat(s, req);
+  ASSERT_TRUE(g.status.ok()) << g.status.error_message();
+  EXPECT_EQ(g.reasoning, "Think first.");
+  EXPECT_EQ(g.text, "Hello there!");
+  std::filesystem::remove(model);
 }
 
 // `moesplit render-template` prints exactly what llama.cpp rendered for every
