@@ -108,6 +108,11 @@ absl::StatusOr<ChatPrompt> ChatPrompt::ForModel(const GgufFile& file, const Toke
       tokenizer.FindToken("<|channel|>") >= 0 && tokenizer.FindToken("<|message|>") >= 0) {
     p.output_format_ = chat::OutputFormat::kHarmony;
   }
+  p.tool_family_ = chat::DetectToolCallFamily(source);
+  if (p.tool_family_ == chat::ToolCallFamily::kHarmony &&
+      p.output_format_ != chat::OutputFormat::kHarmony) {
+    p.tool_family_ = chat::ToolCallFamily::kNone;  // no harmony tokens: no harmony calls
+  }
   return p;
 }
 
@@ -120,6 +125,7 @@ absl::StatusOr<std::string> ChatPrompt::Render(const nlohmann::ordered_json& mes
   o.eos_token = eos_;
   o.enable_thinking = options.enable_thinking;
   o.date_override = options.date_override;
+  o.tools = options.tools;
   return template_.Render(flat, o);
 }
 

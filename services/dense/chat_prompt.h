@@ -22,6 +22,7 @@
 #include "common/base/utf8.h"
 #include "common/chat/chat_template.h"
 #include "common/chat/harmony.h"
+#include "common/chat/tool_calls.h"
 #include "common/gguf/gguf.h"
 #include "common/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
@@ -32,6 +33,8 @@ struct ChatPromptOptions {
   bool add_generation_prompt = true;
   bool enable_thinking = true;
   std::string date_override;  // "YYYY-MM-DD" for strftime_now; empty: today
+  // The OpenAI `tools` array given to the template (null or empty: none).
+  nlohmann::ordered_json tools;
 };
 
 class ChatPrompt {
@@ -52,12 +55,15 @@ class ChatPrompt {
   // channels when the template writes <|channel|> and the vocabulary has
   // the harmony tokens (gpt-oss), else <think> blocks.
   chat::OutputFormat output_format() const { return output_format_; }
+  // How the template's model writes tool calls (tool_calls.h).
+  chat::ToolCallFamily tool_family() const { return tool_family_; }
 
  private:
   ChatPrompt(chat::ChatTemplate t) : template_(std::move(t)) {}
   chat::ChatTemplate template_;
   std::string bos_, eos_, warning_;
   chat::OutputFormat output_format_ = chat::OutputFormat::kThink;
+  chat::ToolCallFamily tool_family_ = chat::ToolCallFamily::kNone;
 };
 
 // Checks the messages as described above.

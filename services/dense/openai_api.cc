@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/status.h"
 #include "common/chat/reasoning.h"
+#include "services/dense/chat_tools.h"
 #include "services/dense/readiness.h"
 #include "services/dense/request_log.h"
 #include "prometheus/text_serializer.h"
@@ -46,7 +47,8 @@ Json ParamOf(const absl::Status& s) {
   const std::string m(s.message());
   for (const char* f : {"temperature", "top_k", "top_p", "min_p", "repetition_penalty",
                         "presence_penalty", "frequency_penalty", "logprobs", "max_tokens",
-                        "messages", "stop", "prompt", "seed"}) {
+                        "messages", "stop", "prompt", "seed", "tools", "tool_choice",
+                        "parallel_tool_calls"}) {
     if (m.rfind(f, 0) == 0) return f;
   }
   return nullptr;
@@ -216,6 +218,7 @@ struct Job {
   bool chat = false;
   Common c;
   std::string prompt_text;  // chat: the rendered prompt (reasoning detection)
+  ToolRequest tools;        // chat: tools, tool_choice, parallel_tool_calls
   std::string id;
   int64_t created = 0;
   std::string model;
@@ -259,6 +262,10 @@ absl::Status PreparePrompt(const Json& body, const ServedModel& served, size_t m
     if (auto k = body.find("chat_template_kwargs"); k != body.end() && k->is_object()) {
       ASSIGN_OR_RETURN(co.enable_thinking, Bool(*k, "enable_thinking", true));
     }
+    auto field = [&](const char* key) { return body.contains(key) ? body[key] : Json(); };
+    ASSIGN_OR_RETURN(job->tools, ParseToolRequest(field("tools"), field("tool_choice"),
+                                                  field("parallel_tool_calls")));
+    if (job->tools.offered()) co.tools = job->tools.tools;
     absl::StatusOr<std::string> prompt = served.chat->Render(*m, co);
     if (!prompt.ok()) return WithParam(prompt.status(), "messages");
     RETURN_IF_ERROR(CheckPromptBytes(prompt->size(), max_token_bytes, n_ctx, "messages"));
@@ -342,7 +349,7 @@ Json Chunk(const Job& job, Json choice) {
           {"choices", Json::array({std::move(choice)})}};
 }
 
-Json ChoiceDelta(const Job& job, const chat::ReasoningSplit& split, const std::string& text) {
+Json ChoiceDelta(const Job& job, const ChatDelta& split, const std::string& text) {
   Json c = {{"index", 0}};
   if (job.chat) {
     Json delta = Json::object();
@@ -380,19 +387,23 @@ void Whole(const ServedModel& served, RequestHandle& h, const Job& job, const st
   if (gone) return;
   if (!o.ok()) return out.Reply(ErrorReply(o.status()));
   Json choice = {{"index", 0}};
+  bool has_calls = false;
   if (job.chat) {
-    chat::ReasoningSplit split =
-        chat::SplitOutput(text, served.chat->output_format(),
-                          chat::PromptOpensReasoning(job.prompt_text));
+    ChatDelta split = SplitChatOutput(text, served.chat->output_format(),
+                                      chat::PromptOpensReasoning(job.prompt_text),
+                                      served.chat->tool_family(), job.tools);
+    has_calls = !split.tool_calls.empty();
     Json msg = {{"role", "assistant"}, {"content", split.content}};
+    if (has_calls && split.content.empty()) msg["content"] = nullptr;
     if (!split.reasoning_content.empty()) msg["reasoning_content"] = split.reasoning_content;
+    if (has_calls) msg["tool_calls"] = ToolCallsJson(split.tool_calls);
     choice["message"] = std::move(msg);
   } else {
     choice["text"] = text;
   }
   choice["logprobs"] =
       job.c.logprobs ? LogprobsJson(served.engine->tokenizer(), job, sampled) : Json(nullptr);
-  choice["finish_reason"] = FinishReason(o->finish_reason);
+  choice["finish_reason"] = FinishReason(ToolFinishReason(o->finish_reason, has_calls));
   Json body = {{"id", job.id},
                {"object", job.chat ? "chat.completion" : "text_completion"},
                {"created", job.created},
@@ -416,8 +427,20 @@ void Stream(const ServedModel& served, RequestHandle& h, const Job& job, const s
   auto send = [&](const Json& j) {
     return out.WriteChunk(absl::StrCat("data: ", Dump(j), "\n\n"));
   };
-  chat::OutputStream reasoning(served.chat->output_format(),
-                               chat::PromptOpensReasoning(job.prompt_text));
+  ChatOutputStream reasoning(served.chat->output_format(),
+                             chat::PromptOpensReasoning(job.prompt_text),
+                             served.chat->tool_family(), job.tools);
+  int calls = 0;  // tool calls streamed so far
+  // A delta's tool calls, each as two chunks (id and name, then arguments).
+  auto send_calls = [&](const std::vector<chat::ToolCall>& tc) {
+    for (Json& d : ToolCallDeltasJson(tc, calls)) {
+      ok = ok && send(Chunk(job, {{"index", 0},
+                                  {"delta", {{"tool_calls", std::move(d)}}},
+                                  {"logprobs", nullptr},
+                                  {"finish_reason", nullptr}}));
+    }
+    calls += static_cast<int>(tc.size());
+  };
   if (ok && job.chat) {
     ok = send(Chunk(job, {{"index", 0},
                           {"delta", {{"role", "assistant"}, {"content", ""}}},
@@ -426,13 +449,14 @@ void Stream(const ServedModel& served, RequestHandle& h, const Job& job, const s
   }
   absl::StatusOr<GenerateOutcome> o = h.Wait(
       [&](const GenerateDelta& d) {
-        chat::ReasoningSplit split;
+        ChatDelta split;
         if (job.chat) split = reasoning.Push(d.text);
         Json c = ChoiceDelta(job, split, d.text);
         if (job.c.logprobs) {
           c["logprobs"] = LogprobsJson(served.engine->tokenizer(), job, {d.sampled});
         }
         ok = ok && send(Chunk(job, std::move(c)));
+        send_calls(split.tool_calls);
         return ok;
       },
       [&] { return !ok || out.ClientGone(); });
@@ -447,13 +471,20 @@ void Stream(const ServedModel& served, RequestHandle& h, const Job& job, const s
   if (!o.ok()) {
     send(ErrorJson(o.status()));
   } else {
-    chat::ReasoningSplit rest;
+    ChatDelta rest;
     if (job.chat) rest = reasoning.Finish();
+    if (!rest.tool_calls.empty()) {  // held text, the calls, then an empty last delta
+      if (!rest.content.empty() || !rest.reasoning_content.empty()) {
+        send(Chunk(job, ChoiceDelta(job, rest, "")));
+      }
+      send_calls(rest.tool_calls);
+      rest = ChatDelta{};
+    }
     Json c = ChoiceDelta(job, rest, "");
     if (job.chat && rest.content.empty() && rest.reasoning_content.empty()) {
       c["delta"] = Json::object();
     }
-    c["finish_reason"] = FinishReason(o->finish_reason);
+    c["finish_reason"] = FinishReason(ToolFinishReason(o->finish_reason, calls > 0));
     Json last = Chunk(job, std::move(c));
     if (!job.c.include_usage) last["timings"] = LlamaTimings(timings);
     send(last);
