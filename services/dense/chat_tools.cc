@@ -206,6 +206,31 @@ std::vector<Json> ToolCallDeltasJson(const std::vector<chat::ToolCall>& calls, i
   return out;
 }
 
+Json ChatMessageJson(const ChatDelta& answer) {
+  const bool calls = !answer.tool_calls.empty();
+  Json msg = {{"role", "assistant"}, {"content", answer.content}};
+  if (calls && answer.content.empty()) msg["content"] = nullptr;
+  if (!answer.reasoning_content.empty()) msg["reasoning_content"] = answer.reasoning_content;
+  if (calls) msg["tool_calls"] = ToolCallsJson(answer.tool_calls);
+  return msg;
+}
+
+std::vector<Json> ChatDeltasJson(const ChatDelta& piece, bool skip_empty_text, int* calls_sent) {
+  std::vector<Json> out;
+  const bool empty = piece.content.empty() && piece.reasoning_content.empty();
+  if (!empty || !skip_empty_text) {
+    Json delta = Json::object();
+    if (!piece.reasoning_content.empty()) delta["reasoning_content"] = piece.reasoning_content;
+    if (!piece.content.empty() || piece.reasoning_content.empty()) delta["content"] = piece.content;
+    out.push_back(std::move(delta));
+  }
+  for (Json& d : ToolCallDeltasJson(piece.tool_calls, *calls_sent)) {
+    out.push_back({{"tool_calls", std::move(d)}});
+  }
+  *calls_sent += static_cast<int>(piece.tool_calls.size());
+  return out;
+}
+
 std::string ToolFinishReason(const std::string& finish_reason, bool has_calls) {
   return has_calls && finish_reason == "stop" ? "tool_calls" : finish_reason;
 }

@@ -92,6 +92,17 @@ nlohmann::ordered_json ToolCallsJson(const std::vector<chat::ToolCall>& calls);
 std::vector<nlohmann::ordered_json> ToolCallDeltasJson(const std::vector<chat::ToolCall>& calls,
                                                        int first_index);
 
+// The assistant message of a whole answer: role, content (null when the
+// answer is only calls), reasoning_content when any, tool_calls when any.
+nlohmann::ordered_json ChatMessageJson(const ChatDelta& answer);
+
+// The `delta` objects of one piece of a stream, in order: the text
+// ({"content"} and/or {"reasoning_content"}; {"content": ""} when both are
+// empty, unless `skip_empty_text`), then ToolCallDeltasJson of its calls,
+// numbered on from *calls_sent (which grows by their number).
+std::vector<nlohmann::ordered_json> ChatDeltasJson(const ChatDelta& piece, bool skip_empty_text,
+                                                   int* calls_sent);
+
 // finish_reason: "tool_calls" when the answer ended ("stop") with calls.
 std::string ToolFinishReason(const std::string& finish_reason, bool has_calls);
 

@@ -183,5 +183,80 @@ TEST(ChatOutputTest, OpenAiShapes) {
   EXPECT_EQ(ToolFinishReason("length", true), "length");
 }
 
+// What an OpenAI client rebuilds from a stream's deltas (the openai npm
+// client's ChatCompletionStream: content appended, tool_calls merged by
+// index, arguments appended).
+Json Reassemble(const std::vector<Json>& deltas) {
+  Json msg = {{"role", "assistant"}, {"content", ""}};
+  for (const Json& d : deltas) {
+    if (d.contains("content")) msg["content"] = msg["content"].get<std::string>() + d["content"].get<std::string>();
+    if (d.contains("reasoning_content")) {
+      msg["reasoning_content"] =
+          msg.value("reasoning_content", std::string()) + d["reasoning_content"].get<std::string>();
+    }
+    for (const Json& t : d.value("tool_calls", Json::array())) {
+      const size_t i = t["index"].get<size_t>();
+      Json& calls = msg["tool_calls"];
+      EXPECT_LE(i, calls.is_null() ? 0 : calls.size()) << "indices go up by one";
+      if (calls.is_null() || i == calls.size()) {
+        EXPECT_TRUE(t.contains("id") && t["function"].contains("name")) << t.dump();
+        calls.push_back({{"id", t["id"]}, {"type", t["type"]},
+                         {"function", {{"name", t["function"]["name"]}, {"arguments", ""}}}});
+      }
+      calls[i]["function"]["arguments"] = calls[i]["function"]["arguments"].get<std::string>() +
+                                          t["function"]["arguments"].get<std::string>();
+    }
+  }
+  return msg;
+}
+
+// The HTTP stream's deltas (as /v1/chat/completions sends them, one Push per
+// token) rebuild the whole answer's message; ids differ per answer.
+TEST(ChatOutputTest, StreamedDeltasRebuildTheWholeMessage) {
+  for (const OutputCase& c : OutputCases()) {
+    Json whole = ChatMessageJson(
+        SplitChatOutput(c.output, c.format, c.starts_in_reasoning, c.family, Request()));
+    ChatOutputStream s(c.format, c.starts_in_reasoning, c.family, Request());
+    std::vector<Json> deltas;
+    int calls = 0;
+    for (size_t i = 0; i < c.output.size(); i += 4) {
+      for (Json& d : ChatDeltasJson(s.Push(std::string_view(c.output).substr(i, 4)), false, &calls)) {
+        deltas.push_back(std::move(d));
+      }
+    }
+    for (Json& d : ChatDeltasJson(s.Finish(), true, &calls)) deltas.push_back(std::move(d));
+    EXPECT_EQ(calls, static_cast<int>(c.names.size())) << c.label;
+    Json rebuilt = Reassemble(deltas);
+    if (whole["content"].is_null()) rebuilt["content"] = nullptr;  // the client keeps ""
+    for (Json* m : {&whole, &rebuilt}) {
+      for (Json& t : m->value("tool_calls", Json::array())) {
+        EXPECT_THAT(t["id"].get<std::string>(), StartsWith("call_")) << c.label;
+      }
+      if (m->contains("tool_calls")) {
+        for (Json& t : (*m)["tool_calls"]) t["id"] = "call_x";
+      }
+    }
+    EXPECT_EQ(rebuilt.dump(), whole.dump()) << c.label;
+  }
+}
+
+TEST(ChatOutputTest, MessageShapes) {
+  ChatDelta only_calls;
+  only_calls.tool_calls = {{"call_a", "get_weather", "{}"}};
+  EXPECT_EQ(ChatMessageJson(only_calls).dump(),
+            R"({"role":"assistant","content":null,"tool_calls":[{"id":"call_a","type":"function",)"
+            R"("function":{"name":"get_weather","arguments":"{}"}}]})");
+  ChatDelta text;
+  text.content = "hi";
+  text.reasoning_content = "hm";
+  EXPECT_EQ(ChatMessageJson(text).dump(),
+            R"({"role":"assistant","content":"hi","reasoning_content":"hm"})");
+  int calls = 0;
+  EXPECT_EQ(ChatDeltasJson(ChatDelta{}, false, &calls).size(), 1u);  // {"content": ""}
+  EXPECT_TRUE(ChatDeltasJson(ChatDelta{}, true, &calls).empty());
+  EXPECT_EQ(ChatDeltasJson(only_calls, true, &calls).size(), 2u);
+  EXPECT_EQ(calls, 1);
+}
+
 }  // namespace
 }  // namespace moesplit::dense

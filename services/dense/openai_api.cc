@@ -349,12 +349,10 @@ Json Chunk(const Job& job, Json choice) {
           {"choices", Json::array({std::move(choice)})}};
 }
 
-Json ChoiceDelta(const Job& job, const ChatDelta& split, const std::string& text) {
+// A stream's choice: the chat `delta`, or the completion's `text`.
+Json ChoiceDelta(const Job& job, Json delta, const std::string& text) {
   Json c = {{"index", 0}};
   if (job.chat) {
-    Json delta = Json::object();
-    if (!split.reasoning_content.empty()) delta["reasoning_content"] = split.reasoning_content;
-    if (!split.content.empty() || split.reasoning_content.empty()) delta["content"] = split.content;
     c["delta"] = std::move(delta);
   } else {
     c["text"] = text;
@@ -393,11 +391,7 @@ void Whole(const ServedModel& served, RequestHandle& h, const Job& job, const st
                                       chat::PromptOpensReasoning(job.prompt_text),
                                       served.chat->tool_family(), job.tools);
     has_calls = !split.tool_calls.empty();
-    Json msg = {{"role", "assistant"}, {"content", split.content}};
-    if (has_calls && split.content.empty()) msg["content"] = nullptr;
-    if (!split.reasoning_content.empty()) msg["reasoning_content"] = split.reasoning_content;
-    if (has_calls) msg["tool_calls"] = ToolCallsJson(split.tool_calls);
-    choice["message"] = std::move(msg);
+    choice["message"] = ChatMessageJson(split);
   } else {
     choice["text"] = text;
   }
@@ -431,16 +425,6 @@ void Stream(const ServedModel& served, RequestHandle& h, const Job& job, const s
                              chat::PromptOpensReasoning(job.prompt_text),
                              served.chat->tool_family(), job.tools);
   int calls = 0;  // tool calls streamed so far
-  // A delta's tool calls, each as two chunks (id and name, then arguments).
-  auto send_calls = [&](const std::vector<chat::ToolCall>& tc) {
-    for (Json& d : ToolCallDeltasJson(tc, calls)) {
-      ok = ok && send(Chunk(job, {{"index", 0},
-                                  {"delta", {{"tool_calls", std::move(d)}}},
-                                  {"logprobs", nullptr},
-                                  {"finish_reason", nullptr}}));
-    }
-    calls += static_cast<int>(tc.size());
-  };
   if (ok && job.chat) {
     ok = send(Chunk(job, {{"index", 0},
                           {"delta", {{"role", "assistant"}, {"content", ""}}},
@@ -449,14 +433,17 @@ void Stream(const ServedModel& served, RequestHandle& h, const Job& job, const s
   }
   absl::StatusOr<GenerateOutcome> o = h.Wait(
       [&](const GenerateDelta& d) {
-        ChatDelta split;
-        if (job.chat) split = reasoning.Push(d.text);
-        Json c = ChoiceDelta(job, split, d.text);
-        if (job.c.logprobs) {
-          c["logprobs"] = LogprobsJson(served.engine->tokenizer(), job, {d.sampled});
+        // One chunk per token (the text, with the token's logprobs), then
+        // one per delta of a call completed by it.
+        std::vector<Json> deltas = {Json()};
+        if (job.chat) deltas = ChatDeltasJson(reasoning.Push(d.text), false, &calls);
+        for (size_t i = 0; i < deltas.size(); ++i) {
+          Json c = ChoiceDelta(job, std::move(deltas[i]), d.text);
+          if (i == 0 && job.c.logprobs) {
+            c["logprobs"] = LogprobsJson(served.engine->tokenizer(), job, {d.sampled});
+          }
+          ok = ok && send(Chunk(job, std::move(c)));
         }
-        ok = ok && send(Chunk(job, std::move(c)));
-        send_calls(split.tool_calls);
         return ok;
       },
       [&] { return !ok || out.ClientGone(); });
@@ -471,19 +458,17 @@ void Stream(const ServedModel& served, RequestHandle& h, const Job& job, const s
   if (!o.ok()) {
     send(ErrorJson(o.status()));
   } else {
-    ChatDelta rest;
-    if (job.chat) rest = reasoning.Finish();
-    if (!rest.tool_calls.empty()) {  // held text, the calls, then an empty last delta
-      if (!rest.content.empty() || !rest.reasoning_content.empty()) {
-        send(Chunk(job, ChoiceDelta(job, rest, "")));
-      }
-      send_calls(rest.tool_calls);
-      rest = ChatDelta{};
+    // What was held back (text, calls), then the last chunk: its delta
+    // empty, or the held text when that is all there was.
+    std::vector<Json> deltas;
+    if (job.chat) deltas = ChatDeltasJson(reasoning.Finish(), true, &calls);
+    Json last_delta = Json::object();
+    if (deltas.size() == 1 && !deltas[0].contains("tool_calls")) {
+      last_delta = std::move(deltas[0]);
+      deltas.clear();
     }
-    Json c = ChoiceDelta(job, rest, "");
-    if (job.chat && rest.content.empty() && rest.reasoning_content.empty()) {
-      c["delta"] = Json::object();
-    }
+    for (Json& d : deltas) send(Chunk(job, ChoiceDelta(job, std::move(d), "")));
+    Json c = ChoiceDelta(job, std::move(last_delta), "");
     c["finish_reason"] = FinishReason(ToolFinishReason(o->finish_reason, calls > 0));
     Json last = Chunk(job, std::move(c));
     if (!job.c.include_usage) last["timings"] = LlamaTimings(timings);
