@@ -143,7 +143,8 @@ absl::Status RunRenderTemplate(const Args& args, const CommandIo& io) {
   p.AddString("tools-json", &tools_file,
               "JSON file: the OpenAI `tools` array given to the template (replaces a "
               "\"tools\" key of --messages-json)")
-      .Meta("PATH");
+      .Meta("PATH")
+      .DefaultText("none");
   p.AddBool("no-generation-prompt", &no_gen, "do not open the assistant's turn");
   p.AddString("template-file", &template_file, "use this Jinja template instead of the model's")
       .Meta("PATH")
