@@ -38,7 +38,22 @@ for pkg in "${PACKAGES[@]}"; do
   fi
 done
 
+# The `openai` npm client for tests/integration/openai_tools_test.sh, in a
+# cache folder outside the repository ($MOESPLIT_NPM_DIR, default
+# ~/.cache/moesplit/npm); the test skips when it is absent.
+install_openai_npm() {
+  [[ "${MOESPLIT_BUILD_ONLY:-0}" == 1 ]] && return 0
+  command -v npm >/dev/null 2>&1 || return 0
+  local dir=${MOESPLIT_NPM_DIR:-$HOME/.cache/moesplit/npm}
+  [[ -d $dir/node_modules/openai ]] && return 0
+  echo "install-deps: npm install openai into $dir" >&2
+  mkdir -p "$dir"
+  npm install --prefix "$dir" --no-audit --no-fund --loglevel=error openai >/dev/null \
+    || echo "install-deps: warning: npm install openai failed (the tool-call client test will skip)" >&2
+}
+
 if [[ ${#missing[@]} -eq 0 ]]; then
+  install_openai_npm
   exit 0
 fi
 
@@ -55,3 +70,4 @@ echo "install-deps: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
 "${SUDO[@]}" apt-get update -qq
 "${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+install_openai_npm

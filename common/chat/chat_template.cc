@@ -34,28 +34,62 @@ absl::StatusOr<std::tm> ParseDate(const std::string& s) {
   return out;
 }
 
-absl::StatusOr<Value> StrftimeNow(const std::optional<std::tm>& fixed, CallArgs& args) {
-  if (args.positional.size() != 1 || !args.positional[0].is_string()) {
-    return absl::InvalidArgumentError("strftime_now(format) expects one string argument");
-  }
+// The fixed date, else the local time now.
+std::tm Today(const std::optional<std::tm>& fixed) {
+  if (fixed) return *fixed;
   std::tm tm{};
-  if (fixed) {
-    tm = *fixed;
-  } else {
-    const time_t now = std::time(nullptr);
-    localtime_r(&now, &tm);
-  }
-  const std::string& fmt = args.positional[0].as_string();
-  if (fmt.empty()) return Value("");
+  const time_t now = std::time(nullptr);
+  localtime_r(&now, &tm);
+  return tm;
+}
+
+std::string FormatTime(const std::tm& tm, const std::string& fmt) {
+  if (fmt.empty()) return "";
   for (size_t cap = 256; cap <= (1u << 16); cap *= 4) {
     std::string buf(cap + fmt.size() * 8, '\0');
     const size_t n = std::strftime(buf.data(), buf.size(), fmt.c_str(), &tm);
     if (n > 0) {
       buf.resize(n);
-      return Value(std::move(buf));
+      return buf;
     }
   }
-  return Value("");  // every conversion produced nothing (e.g. "%p" in some locales)
+  return "";  // every conversion produced nothing (e.g. "%p" in some locales)
+}
+
+absl::StatusOr<Value> StrftimeNow(const std::optional<std::tm>& fixed, CallArgs& args) {
+  if (args.positional.size() != 1 || !args.positional[0].is_string()) {
+    return absl::InvalidArgumentError("strftime_now(format) expects one string argument");
+  }
+  return Value(FormatTime(Today(fixed), args.positional[0].as_string()));
+}
+
+// llama.cpp hands templates tool_calls[].function.arguments as parsed JSON,
+// not the string the OpenAI API carries; templates then `tojson` them or
+// iterate their items.
+absl::StatusOr<nlohmann::ordered_json> ArgumentsAsObjects(const nlohmann::ordered_json& messages) {
+  nlohmann::ordered_json out = messages;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (!out[i].is_object()) continue;
+    // As llama.cpp's message round trip: no content is "" (templates print
+    // a tool-call turn's content, and `content: null` is how clients send it).
+    if (!out[i].contains("content") || out[i]["content"].is_null()) out[i]["content"] = "";
+    auto calls = out[i].find("tool_calls");
+    if (calls == out[i].end() || !calls->is_array()) continue;
+    for (size_t k = 0; k < calls->size(); ++k) {
+      nlohmann::ordered_json& call = (*calls)[k];
+      if (!call.is_object() || !call.contains("function") || !call["function"].is_object()) continue;
+      auto args = call["function"].find("arguments");
+      if (args == call["function"].end() || !args->is_string()) continue;
+      try {
+        *args = nlohmann::ordered_json::parse(args->get<std::string>());
+      } catch (const nlohmann::ordered_json::exception& e) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("messages[", i, "].tool_calls[", k,
+                         "].function.arguments is not valid JSON: ", e.what()));
+      }
+    }
+  }
+  return out;
 }
 
 absl::StatusOr<ValueDict> BuildVariables(const nlohmann::ordered_json& messages,
@@ -68,7 +102,8 @@ absl::StatusOr<ValueDict> BuildVariables(const nlohmann::ordered_json& messages,
     ASSIGN_OR_RETURN(fixed, ParseDate(options.date_override));
   }
   ValueDict vars;
-  ASSIGN_OR_RETURN(Value msgs, Value::FromJson(messages));
+  ASSIGN_OR_RETURN(const nlohmann::ordered_json with_objects, ArgumentsAsObjects(messages));
+  ASSIGN_OR_RETURN(Value msgs, Value::FromJson(with_objects));
   vars.Put("messages", std::move(msgs));
   vars.Put("bos_token", Value(options.bos_token));
   vars.Put("eos_token", Value(options.eos_token));
@@ -85,6 +120,10 @@ absl::StatusOr<ValueDict> BuildVariables(const nlohmann::ordered_json& messages,
   vars.Put("strftime_now", Value::Function("strftime_now", [fixed](CallArgs& a) {
              return StrftimeNow(fixed, a);
            }));
+  // As llama.cpp's extra context (Llama 3.x templates read date_string).
+  const std::tm today = Today(fixed);
+  vars.Put("date_string", Value(FormatTime(today, "%d %b %Y")));
+  vars.Put("datetime", Value(FormatTime(today, "%b %d %Y")));
   if (options.extra_context.is_object()) {
     for (auto it = options.extra_context.begin(); it != options.extra_context.end(); ++it) {
       ASSIGN_OR_RETURN(Value v, Value::FromJson(it.value()));

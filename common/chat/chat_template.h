@@ -3,7 +3,12 @@
 // transformers do.
 //
 // Template variables (as llama.cpp passes them):
-//   messages               the `messages` array, keys in the caller's order
+//   messages               the `messages` array, keys in the caller's order,
+//                          except that tool_calls[].function.arguments given
+//                          as a JSON string is passed parsed (an object), and
+//                          a message whose content is null or absent gets
+//                          content "" (both as llama.cpp does); arguments
+//                          that are not valid JSON fail the render
 //   add_generation_prompt  true/false when set in the options; when the
 //                          option is nullopt the name is UNDEFINED in the
 //                          template (`is defined` is false), not false
@@ -14,6 +19,9 @@
 //   strftime_now(fmt)      C strftime of the current local time, or of
 //                          options.date_override ("YYYY-MM-DD" or
 //                          "YYYY-MM-DD HH:MM:SS"), so tests are reproducible
+//   date_string, datetime  the same date as "%d %b %Y" and "%b %d %Y"
+//                          (llama.cpp's extra context; Llama 3.x reads
+//                          date_string)
 //   + every key of options.extra_context (overrides the above)
 // The engine is configured like HF's: trim_blocks, lstrip_blocks, and one
 // trailing newline of the template dropped.

@@ -98,6 +98,35 @@ TEST(ChatTemplateFixtureTest, EveryTemplateMatchesLlamaCpp) {
   EXPECT_GE(total, 20u);
 }
 
+// With tools: every case of <name>.tools.expected.json (tool definitions,
+// assistant tool_calls whose arguments are JSON strings, role "tool"
+// results), rendered on the fixture's own date.
+TEST(ChatTemplateFixtureTest, EveryTemplateWithToolsMatchesLlamaCpp) {
+  size_t total = 0, passed = 0;
+  for (const Fixture& f : LoadFixtures()) {
+    SCOPED_TRACE(f.name);
+    const fs::path path = TemplatesDir() / (f.name + ".tools.expected.json");
+    if (!fs::exists(path)) continue;
+    const nlohmann::ordered_json fixture = nlohmann::ordered_json::parse(ReadFile(path));
+    absl::StatusOr<ChatTemplate> t = ChatTemplate::Parse(f.source);
+    ASSERT_TRUE(t.ok()) << t.status();
+    for (size_t i = 0; i < fixture["cases"].size(); ++i) {
+      const auto& c = fixture["cases"][i];
+      ChatTemplateOptions o = FixtureOptions(c["request"]);
+      o.date_override = fixture["date"].get<std::string>();
+      o.tools = c["request"]["tools"];
+      absl::StatusOr<std::string> prompt = t->Render(c["request"]["messages"], o);
+      ASSERT_TRUE(prompt.ok()) << "case " << i << ": " << prompt.status();
+      EXPECT_EQ(*prompt, c["prompt"].get<std::string>()) << "case " << i;
+      passed += *prompt == c["prompt"].get<std::string>();
+      ++total;
+    }
+  }
+  std::printf("tools fixtures: %zu/%zu cases match\n", passed, total);
+  EXPECT_GE(total, 10u);
+  EXPECT_EQ(passed, total);
+}
+
 // add_generation_prompt absent from the request is undefined, which these
 // templates treat like false (DeepSeek even checks `is defined`).
 TEST(ChatTemplateFixtureTest, AbsentGenerationPromptRendersLikeFalse) {
@@ -252,6 +281,39 @@ TEST(ChatTemplateFuzzTest, MutatedFixtureTemplatesNeverCrash) {
   }
   std::printf("mutations: %d, parsed: %d, rendered: %d\n", mutations, parsed, rendered);
   EXPECT_EQ(mutations, iterations * static_cast<int>(fixtures.size()));
+}
+
+TEST(ChatTemplateTest, ToolCallArgumentsReachTheTemplateParsed) {
+  const nlohmann::ordered_json messages = nlohmann::ordered_json::parse(R"([
+    {"role": "assistant", "tool_calls": [{"type": "function",
+      "function": {"name": "f", "arguments": "{\"a\": [1, 2]}"}}]},
+    {"role": "assistant", "content": null, "tool_calls": []}])");
+  absl::StatusOr<std::string> out = RenderWith(
+      "{% for m in messages %}[{{ m.content }}]{% for c in m.tool_calls %}"
+      "{{ c.function.arguments.a[1] }}{% endfor %}{% endfor %}",
+      messages, {});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(*out, "[]2[]");
+}
+
+TEST(ChatTemplateTest, ToolCallArgumentsThatAreNotJsonFailTheRender) {
+  const nlohmann::ordered_json messages = nlohmann::ordered_json::parse(R"([
+    {"role": "user", "content": "x"},
+    {"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{oops"}}]}])");
+  absl::StatusOr<std::string> out = RenderWith("x", messages, {});
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(out.status().message()),
+              HasSubstr("messages[1].tool_calls[0].function.arguments is not valid JSON"));
+}
+
+TEST(ChatTemplateTest, DateStringFollowsTheDateOverride) {
+  ChatTemplateOptions o;
+  o.date_override = "2026-11-29";
+  absl::StatusOr<std::string> out =
+      RenderWith("{{ date_string }}|{{ datetime }}", nlohmann::ordered_json::array(), o);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(*out, "29 Nov 2026|Nov 29 2026");
 }
 
 }  // namespace

@@ -9,6 +9,8 @@ constexpr std::string_view kChannel = "<|channel|>";
 constexpr std::string_view kMessage = "<|message|>";
 constexpr std::string_view kStart = "<|start|>";
 constexpr std::string_view kEnd = "<|end|>";
+constexpr std::string_view kCall = "<|call|>";
+constexpr std::string_view kRecipient = " to=";
 
 bool StartsWith(std::string_view s, std::string_view prefix) {
   return s.substr(0, prefix.size()) == prefix;
@@ -27,7 +29,21 @@ size_t PartialTagSuffix(std::string_view s, std::string_view tag) {
   return 0;
 }
 
+// Where the body in `p` ends (<|end|> or <|call|>) and that tag's length.
+std::pair<size_t, size_t> BodyEnd(std::string_view p) {
+  const size_t end = p.find(kEnd), call = p.find(kCall);
+  if (call < end) return {call, kCall.size()};
+  return {end, kEnd.size()};
+}
+
 }  // namespace
+
+std::vector<HarmonyCall> HarmonyCalls(std::string_view text) {
+  HarmonyStream stream;
+  stream.Push(text);
+  stream.Finish();
+  return stream.calls();
+}
 
 ReasoningSplit SplitHarmony(std::string_view text) {
   HarmonyStream stream;
@@ -52,12 +68,12 @@ ReasoningSplit HarmonyStream::Finish() {
   return out;
 }
 
-void HarmonyStream::Emit(std::string_view text, ReasoningSplit* out) const {
+void HarmonyStream::Emit(std::string_view text, ReasoningSplit* out) {
   if (text.empty()) return;
   switch (part_) {
     case Part::kReasoning: out->reasoning_content.append(text); break;
     case Part::kContent: out->content.append(text); break;
-    case Part::kNone: break;
+    case Part::kNone: calls_.back().body.append(text); break;
   }
 }
 
@@ -72,11 +88,16 @@ void HarmonyStream::Process(bool final, ReasoningSplit* out) {
           state_ = State::kHeader;
           continue;
         }
-        if (StartsWith(p, kChannel)) {
+        // The generation prompt ends at the role: a header may go on
+        // with the recipient (" to=functions.x<|channel|>...").
+        if (StartsWith(p, kChannel) || StartsWith(p, kRecipient)) {
           state_ = State::kHeader;
           continue;
         }
-        if (!final && (CouldBecome(p, kChannel) || CouldBecome(p, kStart))) return;
+        if (!final && (CouldBecome(p, kChannel) || CouldBecome(p, kStart) ||
+                       CouldBecome(p, kRecipient))) {
+          return;
+        }
         state_ = State::kPlain;
         part_ = Part::kContent;
         continue;
@@ -96,8 +117,11 @@ void HarmonyStream::Process(bool final, ReasoningSplit* out) {
           channel = header.substr(c + kChannel.size());
           channel = channel.substr(0, std::min(channel.find(' '), channel.find('<')));
         }
-        if (header.find("to=") != std::string_view::npos) {
+        if (const size_t to = header.find("to="); to != std::string_view::npos) {
           part_ = Part::kNone;  // addressed to a tool: a call, not text
+          std::string_view r = header.substr(to + 3);
+          r = r.substr(0, std::min(r.find(' '), r.find('<')));
+          calls_.push_back({std::string(r), ""});
         } else {
           part_ = channel == "analysis" ? Part::kReasoning : Part::kContent;
         }
@@ -106,14 +130,15 @@ void HarmonyStream::Process(bool final, ReasoningSplit* out) {
         continue;
       }
       case State::kBody: {
-        const size_t pos = p.find(kEnd);
+        const auto [pos, tag] = BodyEnd(p);
         if (pos != std::string_view::npos) {
           Emit(p.substr(0, pos), out);
-          pending_.erase(0, pos + kEnd.size());
+          pending_.erase(0, pos + tag);
           state_ = State::kBetween;
           continue;
         }
-        const size_t keep = final ? 0 : PartialTagSuffix(p, kEnd);
+        const size_t keep =
+            final ? 0 : std::max(PartialTagSuffix(p, kEnd), PartialTagSuffix(p, kCall));
         Emit(p.substr(0, p.size() - keep), out);
         pending_.erase(0, p.size() - keep);
         return;

@@ -8,18 +8,20 @@
 //   <|channel|>analysis<|message|>REASONING<|end|>
 //   <|start|>assistant<|channel|>final<|message|>ANSWER
 // A header is the role (absent right after the generation prompt), then
-// "<|channel|>NAME", optionally " to=RECIPIENT" and "<|constrain|>TYPE".
+// "<|channel|>NAME", optionally " to=RECIPIENT" and "<|constrain|>TYPE";
+// the recipient may also come first (" to=functions.x<|channel|>...").
 //
 // The rule (SplitHarmony):
 //   1. Bodies of the `analysis` channel are reasoning_content; bodies of
 //      every other channel (`final`, `commentary`) are content, except
 //      messages addressed to a recipient (" to=functions.x": tool calls),
-//      which are neither (tool-call parsing is the API's job, not this one).
+//      which are neither: HarmonyStream::calls() / HarmonyCalls() keep them
+//      (recipient and body) for the tool-call parser (tool_calls.h).
 //      Consecutive bodies of the same part are joined as written.
 //   2. Text that does not start with a header (a model that ignores the
 //      format) is content, unchanged.
 //   3. A body cut off by the end of generation is kept as far as it goes;
-//      a header cut off is dropped.
+//      a header cut off is dropped. A body ends at <|end|> or <|call|>.
 //
 // HarmonyStream applies the same rule to a stream of text deltas: the
 // concatenation of what it returns (up to and including Finish()) equals
@@ -30,12 +32,23 @@
 #include <string>
 #include <string_view>
 #include <variant>
+#include <vector>
 
 #include "common/chat/reasoning.h"
 
 namespace moesplit::chat {
 
 ReasoningSplit SplitHarmony(std::string_view text);
+
+// A message addressed to a recipient (" to=functions.get_weather"):
+// `recipient` is what follows "to=" up to a space or a tag.
+struct HarmonyCall {
+  std::string recipient;
+  std::string body;
+};
+
+// The messages of `text` addressed to a recipient, in order.
+std::vector<HarmonyCall> HarmonyCalls(std::string_view text);
 
 class HarmonyStream {
  public:
@@ -46,16 +59,20 @@ class HarmonyStream {
   // Flushes what was held back at the end of generation. Push after Finish
   // is not allowed.
   ReasoningSplit Finish();
+  // The messages addressed to a recipient so far (the last one's body may
+  // still grow).
+  const std::vector<HarmonyCall>& calls() const { return calls_; }
 
  private:
   enum class State { kStart, kHeader, kBody, kBetween, kPlain };
   enum class Part { kReasoning, kContent, kNone };
   void Process(bool final, ReasoningSplit* out);
-  void Emit(std::string_view text, ReasoningSplit* out) const;
+  void Emit(std::string_view text, ReasoningSplit* out);
 
   State state_ = State::kStart;
   Part part_ = Part::kContent;
   std::string pending_;
+  std::vector<HarmonyCall> calls_;
 };
 
 // A model's output split as its chat format says: harmony (gpt-oss), or

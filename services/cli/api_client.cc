@@ -134,12 +134,17 @@ absl::Status RunChat(const Args& args, const CommandIo& io) {
 }
 
 absl::Status RunRenderTemplate(const Args& args, const CommandIo& io) {
-  std::string model, messages_file, template_file, date;
+  std::string model, messages_file, template_file, date, tools_file;
   bool no_gen = false;
   FlagParser p;
   p.AddString("model|m", &model, "GGUF model: its chat template, BOS and EOS tokens (required)");
   p.AddString("messages-json", &messages_file,
               "JSON file: an array of messages, or {\"messages\": [...], \"tools\": [...]} (required)");
+  p.AddString("tools-json", &tools_file,
+              "JSON file: the OpenAI `tools` array given to the template (replaces a "
+              "\"tools\" key of --messages-json)")
+      .Meta("PATH")
+      .DefaultText("none");
   p.AddBool("no-generation-prompt", &no_gen, "do not open the assistant's turn");
   p.AddString("template-file", &template_file, "use this Jinja template instead of the model's")
       .Meta("PATH")
@@ -148,7 +153,7 @@ absl::Status RunRenderTemplate(const Args& args, const CommandIo& io) {
   ASSIGN_OR_RETURN(const bool go,
                    ParseFlags(p, args,
                               "render-template --model M --messages-json F "
-                              "[--no-generation-prompt] [--template-file T]",
+                              "[--tools-json F] [--no-generation-prompt] [--template-file T]",
                               io));
   if (!go) return absl::OkStatus();
   if (model.empty() || messages_file.empty()) {
@@ -182,6 +187,17 @@ absl::Status RunRenderTemplate(const Args& args, const CommandIo& io) {
   }
   if (!messages.is_array()) {
     return absl::InvalidArgumentError(absl::StrCat(messages_file, ": no messages array"));
+  }
+  if (!tools_file.empty()) {
+    ASSIGN_OR_RETURN(const std::string tools_text, ReadFile(tools_file));
+    try {
+      o.tools = nlohmann::ordered_json::parse(tools_text);
+    } catch (const nlohmann::ordered_json::exception& e) {
+      return absl::InvalidArgumentError(absl::StrCat(tools_file, ": ", e.what()));
+    }
+    if (!o.tools.is_array()) {
+      return absl::InvalidArgumentError(absl::StrCat(tools_file, ": not a JSON array of tools"));
+    }
   }
   o.add_generation_prompt = !no_gen;
   if (tok->bos() >= 0) o.bos_token = tok->TokenText(tok->bos());

@@ -108,7 +108,77 @@ absl::StatusOr<ChatPrompt> ChatPrompt::ForModel(const GgufFile& file, const Toke
       tokenizer.FindToken("<|channel|>") >= 0 && tokenizer.FindToken("<|message|>") >= 0) {
     p.output_format_ = chat::OutputFormat::kHarmony;
   }
+  p.tool_family_ = chat::DetectToolCallFamily(source);
+  if (p.tool_family_ == chat::ToolCallFamily::kHarmony &&
+      p.output_format_ != chat::OutputFormat::kHarmony) {
+    p.tool_family_ = chat::ToolCallFamily::kNone;  // no harmony tokens: no harmony calls
+  }
   return p;
+}
+
+namespace {
+
+std::string StringField(const nlohmann::ordered_json& m, const char* key) {
+  auto it = m.find(key);
+  return it != m.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+}  // namespace
+
+// llama.cpp's continuation (common_chat_templates_apply_jinja with
+// continue_final_message "auto", which its server sets when the last message
+// is the assistant's): the earlier messages without a generation prompt,
+// then the family's opening of the assistant turn with the message's
+// reasoning and content, left open.
+absl::StatusOr<std::string> ChatPrompt::RenderContinuation(const nlohmann::ordered_json& flat,
+                                                           chat::ChatTemplateOptions o) const {
+  const nlohmann::ordered_json& last = flat.back();
+  if (last.contains("tool_calls") && last["tool_calls"].is_array() && !last["tool_calls"].empty()) {
+    return absl::InvalidArgumentError(
+        "messages: cannot continue an assistant message that contains tool calls");
+  }
+  if (flat.size() >= 2 && StringField(flat[flat.size() - 2], "role") == "assistant") {
+    return absl::InvalidArgumentError(
+        "messages: cannot have 2 or more assistant messages at the end of the list");
+  }
+  const std::string reasoning = StringField(last, "reasoning_content");
+  const std::string content = StringField(last, "content");
+  // "auto": continue the reasoning when that is all the message has.
+  const bool in_content = !(content.empty() && !reasoning.empty());
+  nlohmann::ordered_json head = flat;
+  head.erase(head.size() - 1);
+  o.add_generation_prompt = false;
+  ASSIGN_OR_RETURN(std::string prompt, template_.Render(head, o));
+  const bool thinks = template_.source().find("<think>") != std::string::npos;
+  std::string open;
+  switch (tool_family_) {
+    case chat::ToolCallFamily::kHarmony:
+      open = "<|start|>assistant<|channel|>analysis<|message|>" + reasoning;
+      if (in_content) open += "<|end|><|start|>assistant<|channel|>final<|message|>" + content;
+      break;
+    case chat::ToolCallFamily::kQwen3Coder:
+      open = "<|im_start|>assistant\n";
+      if (thinks) open += "<think>\n" + reasoning + (in_content ? "\n</think>\n\n" : "");
+      if (in_content) open += content;
+      break;
+    default: {
+      // The generation prompt is what add_generation_prompt adds.
+      o.add_generation_prompt = true;
+      ASSIGN_OR_RETURN(const std::string with, template_.Render(head, o));
+      size_t common = 0;
+      while (common < prompt.size() && common < with.size() && prompt[common] == with[common]) {
+        ++common;
+      }
+      open = with.substr(common);
+      if (thinks) {
+        open = open.substr(0, open.find("<think>")) + "<think>" + reasoning;
+        if (in_content) open += "</think>";
+      }
+      if (in_content) open += content;
+      break;
+    }
+  }
+  return prompt + open;
 }
 
 absl::StatusOr<std::string> ChatPrompt::Render(const nlohmann::ordered_json& messages,
@@ -120,6 +190,10 @@ absl::StatusOr<std::string> ChatPrompt::Render(const nlohmann::ordered_json& mes
   o.eos_token = eos_;
   o.enable_thinking = options.enable_thinking;
   o.date_override = options.date_override;
+  o.tools = options.tools;
+  if (options.add_generation_prompt && StringField(flat.back(), "role") == "assistant") {
+    return RenderContinuation(flat, std::move(o));
+  }
   return template_.Render(flat, o);
 }
 

@@ -12,6 +12,20 @@
 // Content arrays never reach the template: Render flattens them first (the
 // text parts joined by '\n', as llama.cpp's server does), for every role.
 //
+// A conversation whose last message is the assistant's is a prefill to be
+// continued (llama.cpp's server: prefill_assistant, continue_final_message
+// "auto"): with add_generation_prompt, Render gives the earlier messages
+// without a generation prompt, then the assistant turn opened as the
+// family does it, holding the message's reasoning_content and content, not
+// closed. harmony: "<|start|>assistant<|channel|>analysis<|message|>R" +
+// "<|end|><|start|>assistant<|channel|>final<|message|>C"; qwen3-coder:
+// "<|im_start|>assistant\n" + "<think>\nR\n</think>\n\n" (when the template
+// thinks) + C; others: the template's generation prompt, cut before any
+// "<think>" and followed by "<think>R</think>" when the template thinks,
+// then C. A message with only reasoning continues the reasoning (no close
+// tag, no content). InvalidArgument when that message has tool_calls or
+// the message before it is the assistant's too.
+//
 // Thread-safe: immutable after ForModel.
 #pragma once
 
@@ -22,6 +36,7 @@
 #include "common/base/utf8.h"
 #include "common/chat/chat_template.h"
 #include "common/chat/harmony.h"
+#include "common/chat/tool_calls.h"
 #include "common/gguf/gguf.h"
 #include "common/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
@@ -32,6 +47,8 @@ struct ChatPromptOptions {
   bool add_generation_prompt = true;
   bool enable_thinking = true;
   std::string date_override;  // "YYYY-MM-DD" for strftime_now; empty: today
+  // The OpenAI `tools` array given to the template (null or empty: none).
+  nlohmann::ordered_json tools;
 };
 
 class ChatPrompt {
@@ -52,12 +69,17 @@ class ChatPrompt {
   // channels when the template writes <|channel|> and the vocabulary has
   // the harmony tokens (gpt-oss), else <think> blocks.
   chat::OutputFormat output_format() const { return output_format_; }
+  // How the template's model writes tool calls (tool_calls.h).
+  chat::ToolCallFamily tool_family() const { return tool_family_; }
 
  private:
   ChatPrompt(chat::ChatTemplate t) : template_(std::move(t)) {}
+  absl::StatusOr<std::string> RenderContinuation(const nlohmann::ordered_json& flat,
+                                                 chat::ChatTemplateOptions o) const;
   chat::ChatTemplate template_;
   std::string bos_, eos_, warning_;
   chat::OutputFormat output_format_ = chat::OutputFormat::kThink;
+  chat::ToolCallFamily tool_family_ = chat::ToolCallFamily::kNone;
 };
 
 // Checks the messages as described above.

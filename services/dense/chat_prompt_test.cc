@@ -116,5 +116,67 @@ TEST(ChatPromptTest, ContentPartArraysRenderLikeTheirJoinedText) {
               HasSubstr("messages[0].content[1] has type 'image_url'"));
 }
 
+// A ChatPrompt with a fixture template and the tiny qwen3moe model's tokens.
+absl::StatusOr<ChatPrompt> PromptWith(const std::string& template_name) {
+  const std::string fixtures = MOESPLIT_FIXTURES_DIR;
+  auto file = GgufFile::Open(fixtures + "/models/qwen3moe-tiny-q4_k_m.gguf");
+  if (!file.ok()) return file.status();
+  auto tok = Tokenizer::FromGguf(**file);
+  if (!tok.ok()) return tok.status();
+  std::ifstream in(fixtures + "/templates/" + template_name + ".jinja");
+  std::stringstream source;
+  source << in.rdbuf();
+  return ChatPrompt::ForModel(**file, **tok, source.str());
+}
+
+// The last message the assistant's: a prefill the model continues (the turn
+// is left open, as llama.cpp's server does with prefill_assistant), per family.
+TEST(ChatPromptTest, TrailingAssistantMessageIsContinued) {
+  struct Case {
+    const char* tmpl;
+    const char* messages;
+    std::string prompt_ends;
+  };
+  const std::vector<Case> cases = {
+      {"Qwen-Qwen2.5-7B-Instruct",
+       R"([{"role":"user","content":"Hi"},{"role":"assistant","content":"Hel"}])",
+       "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHel"},
+      {"Qwen3.5-4B", R"([{"role":"user","content":"Hi"},{"role":"assistant","content":"Hel"}])",
+       "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nHel"},
+      {"Qwen3.5-4B",
+       R"([{"role":"user","content":"Hi"},{"role":"assistant","content":"","reasoning_content":"Hm"}])",
+       "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\nHm"},
+      {"Qwen-Qwen3-0.6B", R"([{"role":"user","content":"Hi"},{"role":"assistant","content":"Hel"}])",
+       "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think></think>Hel"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<ChatPrompt> chat = PromptWith(c.tmpl);
+    ASSERT_TRUE(chat.ok()) << chat.status();
+    ChatPromptOptions o;
+    absl::StatusOr<std::string> p = chat->Render(Json::parse(c.messages), o);
+    ASSERT_TRUE(p.ok()) << c.tmpl << ": " << p.status();
+    ASSERT_GE(p->size(), c.prompt_ends.size()) << *p;
+    EXPECT_EQ(p->substr(p->size() - c.prompt_ends.size()), c.prompt_ends) << c.tmpl << ": " << *p;
+    // Without a generation prompt the conversation renders as it is.
+    o.add_generation_prompt = false;
+    absl::StatusOr<std::string> closed = chat->Render(Json::parse(c.messages), o);
+    ASSERT_TRUE(closed.ok()) << closed.status();
+    EXPECT_NE(*closed, *p) << c.tmpl;
+  }
+  absl::StatusOr<ChatPrompt> chat = PromptWith("Qwen-Qwen3-0.6B");
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  for (const auto& [messages, error] : std::vector<std::pair<const char*, const char*>>{
+           {R"([{"role":"user","content":"Hi"},{"role":"assistant","content":"","tool_calls":[
+               {"type":"function","function":{"name":"f","arguments":"{}"}}]}])",
+            "cannot continue an assistant message that contains tool calls"},
+           {R"([{"role":"user","content":"Hi"},{"role":"assistant","content":"a"},
+               {"role":"assistant","content":"b"}])",
+            "cannot have 2 or more assistant messages at the end"}}) {
+    absl::StatusOr<std::string> p = chat->Render(Json::parse(messages), ChatPromptOptions{});
+    EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument) << messages;
+    EXPECT_THAT(std::string(p.status().message()), HasSubstr(error));
+  }
+}
+
 }  // namespace
 }  // namespace moesplit::dense

@@ -15,6 +15,7 @@
 #include "common/base/utf8.h"
 #include "common/chat/reasoning.h"
 #include "common/transport/grpc_status.h"
+#include "services/dense/chat_tools.h"
 #include "services/dense/request_limits.h"
 #include "services/dense/request_log.h"
 
@@ -106,6 +107,68 @@ void AddLogprobs(const Tokenizer& tok, const SampledToken& s,
   };
   add(s.token, s.logprob);
   for (const TokenLogprob& t : s.top_logprobs) add(t.token, t.logprob);
+}
+
+// ChatRequest's tools_json / tool_choice_json / no_parallel_tool_calls, as
+// the HTTP API's fields. tool_choice_json may also be a bare word (auto).
+absl::StatusOr<ToolRequest> ToToolRequest(const v1::ChatRequest& r) {
+  using Json = nlohmann::ordered_json;
+  Json tools, choice;
+  if (!r.tools_json().empty()) {
+    tools = Json::parse(r.tools_json(), nullptr, /*allow_exceptions=*/false);
+    if (tools.is_discarded()) return absl::InvalidArgumentError("tools_json is not valid JSON");
+  }
+  if (!r.tool_choice_json().empty()) {
+    choice = Json::parse(r.tool_choice_json(), nullptr, /*allow_exceptions=*/false);
+    if (choice.is_discarded()) {
+      if (!IsValidUtf8(r.tool_choice_json())) {
+        return absl::InvalidArgumentError("tool_choice_json is not valid UTF-8");
+      }
+      choice = r.tool_choice_json();
+    }
+  }
+  return ParseToolRequest(tools, choice, r.no_parallel_tool_calls() ? Json(false) : Json());
+}
+
+// The request's messages as the template's JSON (tool calls and results
+// included).
+absl::StatusOr<nlohmann::ordered_json> ChatMessagesJson(const v1::ChatRequest& r) {
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  for (int i = 0; i < r.messages_size(); ++i) {
+    const v1::ChatMessage& m = r.messages(i);
+    for (const auto& [field, value] :
+         {std::pair<const char*, const std::string*>{"role", &m.role()},
+          {"content", &m.content()}, {"reasoning_content", &m.reasoning_content()},
+          {"tool_call_id", &m.tool_call_id()}}) {
+      if (!IsValidUtf8(*value)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("messages[", i, "].", field, " is not valid UTF-8"));
+      }
+    }
+    nlohmann::ordered_json j = {{"role", m.role()}, {"content", m.content()}};
+    if (!m.reasoning_content().empty()) j["reasoning_content"] = m.reasoning_content();
+    if (m.tool_calls_size() > 0) {
+      nlohmann::ordered_json calls = nlohmann::ordered_json::array();
+      for (const v1::ToolCall& c : m.tool_calls()) {
+        calls.push_back({{"id", c.id()},
+                         {"type", "function"},
+                         {"function", {{"name", c.name()}, {"arguments", c.arguments()}}}});
+      }
+      j["tool_calls"] = std::move(calls);
+    }
+    if (!m.tool_call_id().empty()) j["tool_call_id"] = m.tool_call_id();
+    messages.push_back(std::move(j));
+  }
+  return messages;
+}
+
+void AddToolCalls(const std::vector<chat::ToolCall>& calls, v1::ChatResponse* resp) {
+  for (const chat::ToolCall& c : calls) {
+    v1::ToolCall* t = resp->add_tool_calls();
+    t->set_id(c.id);
+    t->set_name(c.name);
+    t->set_arguments(c.arguments);
+  }
 }
 
 }  // namespace
@@ -292,26 +355,12 @@ grpc::ServerWriteReactor<v1::ChatResponse>* InferenceService::Chat(
     DenseEngine& engine = *served_.engine;
     RETURN_IF_ERROR(served_.CheckName(r.model()));
     RETURN_IF_ERROR(CheckMessageCount(r.messages_size()));
-    for (int i = 0; i < r.messages_size(); ++i) {
-      const v1::ChatMessage& m = r.messages(i);
-      for (const auto& [field, value] :
-           {std::pair<const char*, const std::string*>{"role", &m.role()},
-            {"content", &m.content()}, {"reasoning_content", &m.reasoning_content()}}) {
-        if (!IsValidUtf8(*value)) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("messages[", i, "].", field, " is not valid UTF-8"));
-        }
-      }
-    }
+    ASSIGN_OR_RETURN(const nlohmann::ordered_json messages, ChatMessagesJson(r));
     RETURN_IF_ERROR(CheckStop(r.stop()));
-    nlohmann::ordered_json messages = nlohmann::ordered_json::array();
-    for (const v1::ChatMessage& m : r.messages()) {
-      nlohmann::ordered_json j = {{"role", m.role()}, {"content", m.content()}};
-      if (!m.reasoning_content().empty()) j["reasoning_content"] = m.reasoning_content();
-      messages.push_back(std::move(j));
-    }
+    ASSIGN_OR_RETURN(const ToolRequest tools, ToToolRequest(r));
     ChatPromptOptions co;
     co.enable_thinking = !r.disable_thinking();
+    if (tools.offered()) co.tools = tools.tools;
     ASSIGN_OR_RETURN(const std::string prompt, served_.chat->Render(messages, co));
     const bool has_bos = !served_.chat->bos_token().empty() &&
                          prompt.rfind(served_.chat->bos_token(), 0) == 0;
@@ -323,27 +372,33 @@ grpc::ServerWriteReactor<v1::ChatResponse>* InferenceService::Chat(
     p.stop.assign(r.stop().begin(), r.stop().end());
     ASSIGN_OR_RETURN(auto handle, engine.Submit(std::move(p)));
     out->Track(handle);
-    chat::OutputStream reasoning(served_.chat->output_format(),
-                                 chat::PromptOpensReasoning(prompt));
+    ChatOutputStream reasoning(served_.chat->output_format(), chat::PromptOpensReasoning(prompt),
+                               served_.chat->tool_family(), tools);
+    bool has_calls = false;
     ASSIGN_OR_RETURN(
         GenerateOutcome o,
         handle->Wait(
             [&](const GenerateDelta& d) {
-              chat::ReasoningSplit split = reasoning.Push(d.text);
+              ChatDelta split = reasoning.Push(d.text);
               v1::ChatResponse resp;
               resp.set_content(std::move(split.content));
               resp.set_reasoning_content(std::move(split.reasoning_content));
+              AddToolCalls(split.tool_calls, &resp);
+              has_calls = has_calls || !split.tool_calls.empty();
               resp.add_token_ids(d.token);
               if (r.logprobs() > 0) AddLogprobs(engine.tokenizer(), d.sampled, resp.mutable_logprobs());
               return out->Emit(std::move(resp));
             },
             [out] { return out->Cancelled(); }));
-    chat::ReasoningSplit rest = reasoning.Finish();
-    out->SetFinishReason(o.finish_reason);
+    ChatDelta rest = reasoning.Finish();
+    has_calls = has_calls || !rest.tool_calls.empty();
+    const std::string finish = ToolFinishReason(o.finish_reason, has_calls);
+    out->SetFinishReason(finish);
     v1::ChatResponse last;
     last.set_content(std::move(rest.content));
     last.set_reasoning_content(std::move(rest.reasoning_content));
-    last.set_finish_reason(o.finish_reason);
+    AddToolCalls(rest.tool_calls, &last);
+    last.set_finish_reason(finish);
     last.mutable_usage()->set_prompt_tokens(o.prompt_tokens);
     last.mutable_usage()->set_completion_tokens(o.completion_tokens);
     out->Emit(std::move(last));

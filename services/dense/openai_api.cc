@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/status.h"
 #include "common/chat/reasoning.h"
+#include "services/dense/chat_tools.h"
 #include "services/dense/readiness.h"
 #include "services/dense/request_log.h"
 #include "prometheus/text_serializer.h"
@@ -46,7 +47,8 @@ Json ParamOf(const absl::Status& s) {
   const std::string m(s.message());
   for (const char* f : {"temperature", "top_k", "top_p", "min_p", "repetition_penalty",
                         "presence_penalty", "frequency_penalty", "logprobs", "max_tokens",
-                        "messages", "stop", "prompt", "seed"}) {
+                        "messages", "stop", "prompt", "seed", "tools", "tool_choice",
+                        "parallel_tool_calls"}) {
     if (m.rfind(f, 0) == 0) return f;
   }
   return nullptr;
@@ -216,6 +218,7 @@ struct Job {
   bool chat = false;
   Common c;
   std::string prompt_text;  // chat: the rendered prompt (reasoning detection)
+  ToolRequest tools;        // chat: tools, tool_choice, parallel_tool_calls
   std::string id;
   int64_t created = 0;
   std::string model;
@@ -259,6 +262,10 @@ absl::Status PreparePrompt(const Json& body, const ServedModel& served, size_t m
     if (auto k = body.find("chat_template_kwargs"); k != body.end() && k->is_object()) {
       ASSIGN_OR_RETURN(co.enable_thinking, Bool(*k, "enable_thinking", true));
     }
+    auto field = [&](const char* key) { return body.contains(key) ? body[key] : Json(); };
+    ASSIGN_OR_RETURN(job->tools, ParseToolRequest(field("tools"), field("tool_choice"),
+                                                  field("parallel_tool_calls")));
+    if (job->tools.offered()) co.tools = job->tools.tools;
     absl::StatusOr<std::string> prompt = served.chat->Render(*m, co);
     if (!prompt.ok()) return WithParam(prompt.status(), "messages");
     RETURN_IF_ERROR(CheckPromptBytes(prompt->size(), max_token_bytes, n_ctx, "messages"));
@@ -342,12 +349,10 @@ Json Chunk(const Job& job, Json choice) {
           {"choices", Json::array({std::move(choice)})}};
 }
 
-Json ChoiceDelta(const Job& job, const chat::ReasoningSplit& split, const std::string& text) {
+// A stream's choice: the chat `delta`, or the completion's `text`.
+Json ChoiceDelta(const Job& job, Json delta, const std::string& text) {
   Json c = {{"index", 0}};
   if (job.chat) {
-    Json delta = Json::object();
-    if (!split.reasoning_content.empty()) delta["reasoning_content"] = split.reasoning_content;
-    if (!split.content.empty() || split.reasoning_content.empty()) delta["content"] = split.content;
     c["delta"] = std::move(delta);
   } else {
     c["text"] = text;
@@ -380,19 +385,19 @@ void Whole(const ServedModel& served, RequestHandle& h, const Job& job, const st
   if (gone) return;
   if (!o.ok()) return out.Reply(ErrorReply(o.status()));
   Json choice = {{"index", 0}};
+  bool has_calls = false;
   if (job.chat) {
-    chat::ReasoningSplit split =
-        chat::SplitOutput(text, served.chat->output_format(),
-                          chat::PromptOpensReasoning(job.prompt_text));
-    Json msg = {{"role", "assistant"}, {"content", split.content}};
-    if (!split.reasoning_content.empty()) msg["reasoning_content"] = split.reasoning_content;
-    choice["message"] = std::move(msg);
+    ChatDelta split = SplitChatOutput(text, served.chat->output_format(),
+                                      chat::PromptOpensReasoning(job.prompt_text),
+                                      served.chat->tool_family(), job.tools);
+    has_calls = !split.tool_calls.empty();
+    choice["message"] = ChatMessageJson(split);
   } else {
     choice["text"] = text;
   }
   choice["logprobs"] =
       job.c.logprobs ? LogprobsJson(served.engine->tokenizer(), job, sampled) : Json(nullptr);
-  choice["finish_reason"] = FinishReason(o->finish_reason);
+  choice["finish_reason"] = FinishReason(ToolFinishReason(o->finish_reason, has_calls));
   Json body = {{"id", job.id},
                {"object", job.chat ? "chat.completion" : "text_completion"},
                {"created", job.created},
@@ -416,8 +421,10 @@ void Stream(const ServedModel& served, RequestHandle& h, const Job& job, const s
   auto send = [&](const Json& j) {
     return out.WriteChunk(absl::StrCat("data: ", Dump(j), "\n\n"));
   };
-  chat::OutputStream reasoning(served.chat->output_format(),
-                               chat::PromptOpensReasoning(job.prompt_text));
+  ChatOutputStream reasoning(served.chat->output_format(),
+                             chat::PromptOpensReasoning(job.prompt_text),
+                             served.chat->tool_family(), job.tools);
+  int calls = 0;  // tool calls streamed so far
   if (ok && job.chat) {
     ok = send(Chunk(job, {{"index", 0},
                           {"delta", {{"role", "assistant"}, {"content", ""}}},
@@ -426,13 +433,17 @@ void Stream(const ServedModel& served, RequestHandle& h, const Job& job, const s
   }
   absl::StatusOr<GenerateOutcome> o = h.Wait(
       [&](const GenerateDelta& d) {
-        chat::ReasoningSplit split;
-        if (job.chat) split = reasoning.Push(d.text);
-        Json c = ChoiceDelta(job, split, d.text);
-        if (job.c.logprobs) {
-          c["logprobs"] = LogprobsJson(served.engine->tokenizer(), job, {d.sampled});
+        // One chunk per token (the text, with the token's logprobs), then
+        // one per delta of a call completed by it.
+        std::vector<Json> deltas = {Json()};
+        if (job.chat) deltas = ChatDeltasJson(reasoning.Push(d.text), false, &calls);
+        for (size_t i = 0; i < deltas.size(); ++i) {
+          Json c = ChoiceDelta(job, std::move(deltas[i]), d.text);
+          if (i == 0 && job.c.logprobs) {
+            c["logprobs"] = LogprobsJson(served.engine->tokenizer(), job, {d.sampled});
+          }
+          ok = ok && send(Chunk(job, std::move(c)));
         }
-        ok = ok && send(Chunk(job, std::move(c)));
         return ok;
       },
       [&] { return !ok || out.ClientGone(); });
@@ -447,13 +458,18 @@ void Stream(const ServedModel& served, RequestHandle& h, const Job& job, const s
   if (!o.ok()) {
     send(ErrorJson(o.status()));
   } else {
-    chat::ReasoningSplit rest;
-    if (job.chat) rest = reasoning.Finish();
-    Json c = ChoiceDelta(job, rest, "");
-    if (job.chat && rest.content.empty() && rest.reasoning_content.empty()) {
-      c["delta"] = Json::object();
+    // What was held back (text, calls), then the last chunk: its delta
+    // empty, or the held text when that is all there was.
+    std::vector<Json> deltas;
+    if (job.chat) deltas = ChatDeltasJson(reasoning.Finish(), true, &calls);
+    Json last_delta = Json::object();
+    if (deltas.size() == 1 && !deltas[0].contains("tool_calls")) {
+      last_delta = std::move(deltas[0]);
+      deltas.clear();
     }
-    c["finish_reason"] = FinishReason(o->finish_reason);
+    for (Json& d : deltas) send(Chunk(job, ChoiceDelta(job, std::move(d), "")));
+    Json c = ChoiceDelta(job, std::move(last_delta), "");
+    c["finish_reason"] = FinishReason(ToolFinishReason(o->finish_reason, calls > 0));
     Json last = Chunk(job, std::move(c));
     if (!job.c.include_usage) last["timings"] = LlamaTimings(timings);
     send(last);

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <map>
 #include <thread>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/subprocess.h"
@@ -736,6 +737,122 @@ TEST(RenderTemplateCommandTest, MatchesEveryFixtureByteForByte) {
     }
   }
   EXPECT_GE(cases, 20);
+}
+
+// render-template --tools-json renders every case of the tools fixtures
+// (tool definitions, assistant tool_calls, role "tool" results) as llama.cpp.
+TEST(RenderTemplateCommandTest, ToolsFixturesWithToolsJson) {
+  const std::string fixtures = MOESPLIT_FIXTURES_DIR;
+  const std::string model = fixtures + "/models/qwen3moe-tiny-q8_0.gguf";
+  int cases = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(fixtures + "/templates")) {
+    const std::string path = entry.path().string();
+    if (path.size() < 6 || path.substr(path.size() - 6) != ".jinja") continue;
+    const std::string expected_path = path.substr(0, path.size() - 6) + ".tools.expected.json";
+    if (!std::filesystem::exists(expected_path)) continue;
+    std::ifstream in(expected_path);
+    // Ordered: the template prints the tools' keys in the order given.
+    const nlohmann::ordered_json expected = nlohmann::ordered_json::parse(in);
+    for (const nlohmann::ordered_json& c : expected["cases"]) {
+      const std::string base = absl::StrCat(::testing::TempDir(), "/tools_", getpid(), "_", cases);
+      std::ofstream(base + ".messages.json") << c["request"]["messages"].dump();
+      std::ofstream(base + ".tools.json") << c["request"]["tools"].dump();
+      const std::string cmd = absl::StrCat(
+          "'", kCli, "' render-template --model '", model, "' --template-file '", path,
+          "' --messages-json '", base, ".messages.json' --tools-json '", base,
+          ".tools.json' --date ", expected["date"].get<std::string>());
+      FILE* p = popen(cmd.c_str(), "r");
+      ASSERT_NE(p, nullptr);
+      std::string out;
+      char buf[4096];
+      for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+      EXPECT_EQ(pclose(p), 0) << cmd;
+      EXPECT_EQ(out, c["prompt"].get<std::string>()) << expected_path << " case " << cases;
+      ++cases;
+    }
+  }
+  EXPECT_GE(cases, 10);
+}
+
+// Tools on both APIs with Qwen3's template (a random-weight model does not
+// call tools by itself: what is checked is that the tools and a tool turn
+// reach the prompt, the shapes, and the errors).
+TEST(ToolsTest, ToolsReachThePromptAndBadToolsAreRefused) {
+  const std::string tmpl = std::string(MOESPLIT_FIXTURES_DIR) + "/templates/Qwen-Qwen3-0.6B.jinja";
+  Server s(2, 2, {"--chat-template-file", tmpl});
+  const std::string tools =
+      R"([{"type":"function","function":{"name":"get_weather","description":"Weather of a city",)"
+      R"("parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}])";
+  v1::ChatRequest plain = ChatFor("user", "Weather in Oslo?");
+  plain.set_max_tokens(2);
+  plain.mutable_sampling()->set_temperature(0);
+  Streamed base = Chat(s, plain);
+  ASSERT_TRUE(base.status.ok()) << base.status.error_message();
+
+  v1::ChatRequest with = plain;
+  with.set_tools_json(tools);
+  with.set_no_parallel_tool_calls(true);
+  Streamed w = Chat(s, with);
+  ASSERT_TRUE(w.status.ok()) << w.status.error_message();
+  EXPECT_GT(w.usage.prompt_tokens(), base.usage.prompt_tokens() + 20);
+  with.set_tool_choice_json("none");  // a bare word, or JSON text
+  Streamed n = Chat(s, with);
+  ASSERT_TRUE(n.status.ok()) << n.status.error_message();
+  EXPECT_EQ(n.usage.prompt_tokens(), base.usage.prompt_tokens());
+
+  // A tool turn renders (<tool_call> and <tool_response>): a longer prompt.
+  v1::ChatRequest turn = with;
+  turn.clear_tool_choice_json();
+  v1::ChatMessage* a = turn.add_messages();
+  a->set_role("assistant");
+  v1::ToolCall* call = a->add_tool_calls();
+  call->set_id("call_0");
+  call->set_name("get_weather");
+  call->set_arguments(R"({"city": "Oslo"})");
+  v1::ChatMessage* t = turn.add_messages();
+  t->set_role("tool");
+  t->set_tool_call_id("call_0");
+  t->set_content(R"({"temp": -3})");
+  Streamed tw = Chat(s, turn);
+  ASSERT_TRUE(tw.status.ok()) << tw.status.error_message();
+  EXPECT_GT(tw.usage.prompt_tokens(), w.usage.prompt_tokens() + 10);
+
+  for (const auto& [tools_json, choice, want] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"[{\"type\":\"function\",\"function\":{}}]", "", "tools[0].function.name"},
+           {"{", "", "tools_json is not valid JSON"},
+           {tools, "sometimes", "tool_choice must be"},
+           {tools, R"({"type":"function","function":{"name":"nope"}})", "tool_choice names"}}) {
+    v1::ChatRequest bad = plain;
+    bad.set_tools_json(tools_json);
+    bad.set_tool_choice_json(choice);
+    Streamed b = Chat(s, bad);
+    EXPECT_EQ(b.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << want;
+    EXPECT_THAT(b.status.error_message(), HasSubstr(want));
+  }
+
+  // HTTP: the same checks, streamed and not, and a 400 naming the field.
+  const Json ask = Json::parse(R"([{"role":"user","content":"Weather in Oslo?"}])");
+  Json body = {{"messages", ask}, {"max_tokens", 2}, {"temperature", 0},
+               {"tools", Json::parse(tools)}};
+  auto r = s.Http().Post("/v1/chat/completions", body.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const Json whole = Json::parse(r->body);
+  EXPECT_EQ(whole["usage"]["prompt_tokens"], w.usage.prompt_tokens());
+  EXPECT_EQ(whole["choices"][0]["message"]["role"], "assistant");
+  body["stream"] = true;
+  r = s.Http().Post("/v1/chat/completions", body.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_THAT(r->body, HasSubstr("data: [DONE]"));
+  body["stream"] = false;
+  body["tool_choice"] = "required";
+  body["tools"] = Json::array();
+  r = s.Http().Post("/v1/chat/completions", body.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  EXPECT_EQ(Json::parse(r->body)["error"]["param"], "tool_choice") << r->body;
 }
 
 TEST(ApiQueueTest, FullQueueIsResourceExhaustedAnd429WithRetryAfter) {

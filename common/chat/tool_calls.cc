@@ -1,0 +1,342 @@
+#include "common/chat/tool_calls.h"
+
+#include <algorithm>
+#include <mutex>
+#include <optional>
+#include <random>
+
+namespace moesplit::chat {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+constexpr std::string_view kHermesOpen = "<tool_call>";
+constexpr std::string_view kHermesClose = "</tool_call>";
+constexpr std::string_view kDsCallsBegin = "<｜tool▁calls▁begin｜>";
+constexpr std::string_view kDsCallsEnd = "<｜tool▁calls▁end｜>";
+constexpr std::string_view kDsCallBegin = "<｜tool▁call▁begin｜>";
+constexpr std::string_view kDsCallEnd = "<｜tool▁call▁end｜>";
+constexpr std::string_view kDsSep = "<｜tool▁sep｜>";
+
+bool Contains(std::string_view s, std::string_view x) { return s.find(x) != std::string_view::npos; }
+
+bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && IsSpace(s.front())) s.remove_prefix(1);
+  while (!s.empty() && IsSpace(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+bool AllSpace(std::string_view s) { return Trim(s).empty(); }
+
+// The length of the longest proper prefix of `tag` that ends `s`.
+size_t PartialTagSuffix(std::string_view s, std::string_view tag) {
+  for (size_t k = std::min(s.size(), tag.size() - 1); k > 0; --k) {
+    if (s.substr(s.size() - k) == tag.substr(0, k)) return k;
+  }
+  return 0;
+}
+
+// A JSON value parsed from the whole of `text`, or nullopt.
+std::optional<Json> ParseJson(std::string_view text) {
+  Json j = Json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return std::nullopt;
+  return j;
+}
+
+// The function named `name` among the request's tools, or null.
+const Json* FindTool(const Json& tools, std::string_view name) {
+  for (const Json& t : tools) {
+    auto f = t.find("function");
+    if (f == t.end() || !f->is_object()) continue;
+    auto n = f->find("name");
+    if (n != f->end() && n->is_string() && n->get_ref<const std::string&>() == name) return &*f;
+  }
+  return nullptr;
+}
+
+// Whether a call of `name` with these arguments may be returned.
+bool Accepts(const ToolCallConfig& config, std::string_view name) {
+  if (name.empty() || FindTool(config.tools, name) == nullptr) return false;
+  return config.only_name.empty() || config.only_name == name;
+}
+
+// Arguments text -> compact JSON object text; nullopt when not an object.
+std::optional<std::string> ArgumentsText(const Json& args) {
+  if (args.is_string()) {
+    std::optional<Json> inner = ParseJson(args.get_ref<const std::string&>());
+    if (!inner || !inner->is_object()) return std::nullopt;
+    return inner->dump();
+  }
+  if (!args.is_object()) return std::nullopt;
+  return args.dump();
+}
+
+std::optional<ToolCall> HermesCall(std::string_view body, const ToolCallConfig& config) {
+  std::optional<Json> j = ParseJson(Trim(body));
+  if (!j || !j->is_object()) return std::nullopt;
+  auto name = j->find("name");
+  if (name == j->end() || !name->is_string()) return std::nullopt;
+  auto args = j->find("arguments");
+  if (args == j->end()) args = j->find("parameters");
+  std::optional<std::string> text = args == j->end() ? std::optional<std::string>("{}")
+                                                     : ArgumentsText(*args);
+  if (!text || !Accepts(config, name->get_ref<const std::string&>())) return std::nullopt;
+  return ToolCall{NewToolCallId(), name->get<std::string>(), std::move(*text)};
+}
+
+// One <parameter=...> value: the text between the tags less one newline on
+// each side; JSON unless the schema says string (or it is not JSON).
+Json ParameterValue(std::string_view raw, const Json* function, const std::string& key) {
+  if (!raw.empty() && raw.front() == '\n') raw.remove_prefix(1);
+  if (!raw.empty() && raw.back() == '\n') raw.remove_suffix(1);
+  if (function != nullptr) {
+    const Json params = function->value("parameters", Json::object());
+    const Json props = params.is_object() ? params.value("properties", Json::object()) : Json();
+    if (props.is_object() && props.contains(key) && props[key].is_object() &&
+        props[key].value("type", Json()) == "string") {
+      return std::string(raw);
+    }
+  }
+  if (std::optional<Json> j = ParseJson(raw)) return *j;
+  return std::string(raw);
+}
+
+std::optional<ToolCall> Qwen3CoderCall(std::string_view body, const ToolCallConfig& config) {
+  body = Trim(body);
+  constexpr std::string_view kFn = "<function=", kFnEnd = "</function>";
+  constexpr std::string_view kParam = "<parameter=", kParamEnd = "</parameter>";
+  if (body.substr(0, kFn.size()) != kFn || body.size() < kFnEnd.size() ||
+      body.substr(body.size() - kFnEnd.size()) != kFnEnd) {
+    return std::nullopt;
+  }
+  body.remove_prefix(kFn.size());
+  body.remove_suffix(kFnEnd.size());
+  const size_t gt = body.find('>');
+  if (gt == std::string_view::npos) return std::nullopt;
+  const std::string name(Trim(body.substr(0, gt)));
+  if (!Accepts(config, name)) return std::nullopt;
+  const Json* function = FindTool(config.tools, name);
+  body.remove_prefix(gt + 1);
+  Json args = Json::object();
+  for (body = Trim(body); !body.empty(); body = Trim(body)) {
+    if (body.substr(0, kParam.size()) != kParam) return std::nullopt;
+    body.remove_prefix(kParam.size());
+    const size_t k = body.find('>');
+    const size_t end = body.find(kParamEnd);
+    if (k == std::string_view::npos || end == std::string_view::npos || end < k) return std::nullopt;
+    const std::string key(Trim(body.substr(0, k)));
+    if (key.empty()) return std::nullopt;
+    args[key] = ParameterValue(body.substr(k + 1, end - k - 1), function, key);
+    body.remove_prefix(end + kParamEnd.size());
+  }
+  return ToolCall{NewToolCallId(), name, args.dump()};
+}
+
+bool DeepSeekCalls(std::string_view body, const ToolCallConfig& config,
+                   std::vector<ToolCall>* calls) {
+  std::vector<ToolCall> out;
+  for (body = Trim(body); !body.empty(); body = Trim(body)) {
+    if (body.substr(0, kDsCallBegin.size()) != kDsCallBegin) return false;
+    body.remove_prefix(kDsCallBegin.size());
+    const size_t sep = body.find(kDsSep);
+    const size_t end = body.find(kDsCallEnd);
+    if (sep == std::string_view::npos || end == std::string_view::npos || end < sep) return false;
+    const std::string name(Trim(body.substr(0, sep)));
+    std::string_view args = Trim(body.substr(sep + kDsSep.size(), end - sep - kDsSep.size()));
+    // DeepSeek-V3 (before 3.1) fenced the arguments: ```json\n{...}\n```.
+    if (args.substr(0, 7) == "```json" && args.size() >= 10 && args.substr(args.size() - 3) == "```") {
+      args = Trim(args.substr(7, args.size() - 10));
+    }
+    std::optional<Json> j = ParseJson(args);
+    if (!j || !j->is_object() || !Accepts(config, name)) return false;
+    out.push_back({NewToolCallId(), name, j->dump()});
+    body.remove_prefix(end + kDsCallEnd.size());
+  }
+  if (out.empty()) return false;
+  for (ToolCall& c : out) calls->push_back(std::move(c));
+  return true;
+}
+
+}  // namespace
+
+ToolCallFamily DetectToolCallFamily(std::string_view src) {
+  if (Contains(src, "<|channel|>")) return ToolCallFamily::kHarmony;
+  if (Contains(src, kDsCallsBegin)) return ToolCallFamily::kDeepSeekV31;
+  if (Contains(src, kHermesOpen) && Contains(src, "<function=") && Contains(src, "<parameter=")) {
+    return ToolCallFamily::kQwen3Coder;
+  }
+  if (Contains(src, kHermesOpen)) return ToolCallFamily::kHermes;
+  return ToolCallFamily::kNone;
+}
+
+const char* ToolCallFamilyName(ToolCallFamily family) {
+  switch (family) {
+    case ToolCallFamily::kHermes: return "hermes";
+    case ToolCallFamily::kQwen3Coder: return "qwen3-coder";
+    case ToolCallFamily::kDeepSeekV31: return "deepseek-v3.1";
+    case ToolCallFamily::kHarmony: return "harmony";
+    case ToolCallFamily::kNone: break;
+  }
+  return "none";
+}
+
+ToolCallFrameText ToolCallFrameFor(ToolCallFamily family, std::string_view name) {
+  const std::string n(name);
+  switch (family) {
+    case ToolCallFamily::kHermes:
+      return {"<tool_call>\n{\"name\": \"" + n + "\", \"arguments\": ", "}\n</tool_call>"};
+    case ToolCallFamily::kQwen3Coder:
+      return {"<tool_call>\n<function=" + n + ">\n", "</function>\n</tool_call>"};
+    case ToolCallFamily::kDeepSeekV31:
+      return {std::string(kDsCallsBegin) + std::string(kDsCallBegin) + n + std::string(kDsSep),
+              std::string(kDsCallEnd) + std::string(kDsCallsEnd)};
+    case ToolCallFamily::kHarmony:
+      // After the generation prompt "<|start|>assistant".
+      return {" to=functions." + n + "<|channel|>commentary json<|message|>", "<|call|>"};
+    case ToolCallFamily::kNone: break;
+  }
+  return {};
+}
+
+std::string NewToolCallId() {
+  static std::mutex mu;
+  static std::mt19937_64 rng{std::random_device{}()};
+  static constexpr char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  std::string id = "call_";
+  std::lock_guard<std::mutex> l(mu);
+  for (int i = 0; i < 24; ++i) id += kAlphabet[rng() % (sizeof(kAlphabet) - 1)];
+  return id;
+}
+
+ToolCallStream::ToolCallStream(ToolCallConfig config) : config_(std::move(config)) {
+  switch (config_.family) {
+    case ToolCallFamily::kHermes:
+    case ToolCallFamily::kQwen3Coder:
+      open_ = kHermesOpen;
+      close_ = kHermesClose;
+      break;
+    case ToolCallFamily::kDeepSeekV31:
+      open_ = kDsCallsBegin;
+      close_ = kDsCallsEnd;
+      break;
+    case ToolCallFamily::kHarmony:  // the harmony splitter finds those calls
+    case ToolCallFamily::kNone:
+      state_ = State::kPlain;
+      break;
+  }
+}
+
+ToolCallOutput ToolCallStream::Push(std::string_view delta) {
+  pending_.append(delta);
+  ToolCallOutput out;
+  Process(false, &out);
+  return out;
+}
+
+ToolCallOutput ToolCallStream::Finish() {
+  ToolCallOutput out;
+  Process(true, &out);
+  pending_.clear();
+  return out;
+}
+
+bool ToolCallStream::ParseBlock(std::string_view body, std::vector<ToolCall>* calls) const {
+  switch (config_.family) {
+    case ToolCallFamily::kHermes:
+      if (auto c = HermesCall(body, config_)) return calls->push_back(std::move(*c)), true;
+      return false;
+    case ToolCallFamily::kQwen3Coder:
+      if (auto c = Qwen3CoderCall(body, config_)) return calls->push_back(std::move(*c)), true;
+      return false;
+    case ToolCallFamily::kDeepSeekV31: return DeepSeekCalls(body, config_, calls);
+    default: return false;
+  }
+}
+
+void ToolCallStream::Process(bool final, ToolCallOutput* out) {
+  for (;;) {
+    const std::string_view p = pending_;
+    switch (state_) {
+      case State::kPlain:
+        out->content.append(p);
+        pending_.clear();
+        return;
+      case State::kText: {
+        const size_t open = p.find(open_);
+        if (open != std::string_view::npos) {
+          // Whitespace right before a call (after another one) is dropped.
+          const std::string_view before = p.substr(0, open);
+          if (!(calls_made_ > 0 && AllSpace(before))) out->content.append(before);
+          pending_.erase(0, open + open_.size());
+          state_ = State::kCall;
+          continue;
+        }
+        if (final) {
+          if (!(calls_made_ > 0 && AllSpace(p))) out->content.append(p);
+          pending_.clear();
+          return;
+        }
+        const size_t keep = PartialTagSuffix(p, open_);
+        const std::string_view ready = p.substr(0, p.size() - keep);
+        // After a call, whitespace waits until it is known not to be trailing.
+        if (calls_made_ > 0 && AllSpace(ready)) return;
+        out->content.append(ready);
+        pending_.erase(0, ready.size());
+        return;
+      }
+      case State::kCall: {
+        const size_t close = p.find(close_);
+        if (close == std::string_view::npos && !final) return;
+        std::vector<ToolCall> calls;
+        const std::string_view body = p.substr(0, std::min(close, p.size()));
+        if (!ParseBlock(body, &calls)) {
+          // Malformed: this block and the rest are text as written.
+          out->content.append(open_);
+          state_ = State::kPlain;
+          continue;
+        }
+        for (ToolCall& c : calls) {
+          if (!config_.parallel && calls_made_ > 0) break;
+          out->calls.push_back(std::move(c));
+          ++calls_made_;
+        }
+        pending_.erase(0, close == std::string_view::npos ? p.size() : close + close_.size());
+        state_ = State::kText;
+        continue;
+      }
+    }
+  }
+}
+
+ToolCallOutput ParseToolCalls(std::string_view content, const ToolCallConfig& config) {
+  ToolCallStream stream(config);
+  ToolCallOutput out = stream.Push(content);
+  ToolCallOutput rest = stream.Finish();
+  out.content += rest.content;
+  for (ToolCall& c : rest.calls) out.calls.push_back(std::move(c));
+  return out;
+}
+
+ToolCallOutput ToolCallsFromHarmony(const std::vector<HarmonyCall>& messages,
+                                    const ToolCallConfig& config) {
+  ToolCallOutput out;
+  constexpr std::string_view kPrefix = "functions.";
+  for (const HarmonyCall& m : messages) {
+    std::string_view r = m.recipient;
+    std::optional<Json> args = ParseJson(Trim(m.body));
+    const bool is_call = r.substr(0, kPrefix.size()) == kPrefix && args && args->is_object() &&
+                         Accepts(config, r.substr(kPrefix.size()));
+    if (!is_call) {
+      out.content += m.body;
+      continue;
+    }
+    if (!config.parallel && !out.calls.empty()) continue;
+    out.calls.push_back({NewToolCallId(), std::string(r.substr(kPrefix.size())), args->dump()});
+  }
+  return out;
+}
+
+}  // namespace moesplit::chat

@@ -1,0 +1,296 @@
+// Tool-call families and parsers on realistic model outputs: single and
+// parallel calls, reasoning before the call, malformed output (plain
+// content), streams cut at every byte, and the family detection on the real
+// templates of ../shared/fixtures/templates.
+#include "common/chat/tool_calls.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/chat/chat_template.h"
+#include "common/chat/reasoning.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace moesplit::chat {
+namespace {
+
+using Json = nlohmann::ordered_json;
+namespace fs = std::filesystem;
+
+const Json& Tools() {
+  static const Json* const kTools = new Json(Json::parse(R"([
+    {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+      "properties": {"city": {"type": "string"}, "days": {"type": "integer"},
+                     "zip": {"type": "string"}}}}},
+    {"type": "function", "function": {"name": "search_docs", "parameters": {"type": "object",
+      "properties": {"query": {"type": "string"}, "filters": {"type": "object"}}}}}])"));
+  return *kTools;
+}
+
+ToolCallConfig Config(ToolCallFamily f) {
+  ToolCallConfig c;
+  c.family = f;
+  c.tools = Tools();
+  return c;
+}
+
+struct Case {
+  const char* label;
+  ToolCallFamily family;
+  std::string output;
+  std::string content;                                      // expected
+  std::vector<std::pair<std::string, std::string>> calls;  // name, arguments
+};
+
+std::vector<Case> Cases() {
+  const std::string ds_b = "<｜tool▁calls▁begin｜>", ds_e = "<｜tool▁calls▁end｜>";
+  const std::string dc_b = "<｜tool▁call▁begin｜>", dc_e = "<｜tool▁call▁end｜>",
+                    sep = "<｜tool▁sep｜>";
+  return {
+      {"hermes single", ToolCallFamily::kHermes,
+       "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>",
+       "", {{"get_weather", R"({"city":"Oslo"})"}}},
+      {"hermes text then parallel", ToolCallFamily::kHermes,
+       "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+       "\"Oslo\", \"days\": 2}}\n</tool_call>\n<tool_call>\n{\"name\": \"search_docs\", "
+       "\"arguments\": {\"query\": \"snow\"}}\n</tool_call>\n",
+       "Let me check.\n",
+       {{"get_weather", R"({"city":"Oslo","days":2})"}, {"search_docs", R"({"query":"snow"})"}}},
+      {"hermes arguments as a string", ToolCallFamily::kHermes,
+       "<tool_call>{\"name\": \"search_docs\", \"arguments\": \"{\\\"query\\\": \\\"x\\\"}\"}</tool_call>",
+       "", {{"search_docs", R"({"query":"x"})"}}},
+      {"hermes cut off after the body", ToolCallFamily::kHermes,
+       "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n", "",
+       {{"get_weather", R"({"city":"Oslo"})"}}},
+      {"hermes malformed json", ToolCallFamily::kHermes,
+       "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": }\n</tool_call> ok",
+       "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": }\n</tool_call> ok", {}},
+      {"hermes unknown function", ToolCallFamily::kHermes,
+       "<tool_call>{\"name\": \"rm_rf\", \"arguments\": {}}</tool_call>",
+       "<tool_call>{\"name\": \"rm_rf\", \"arguments\": {}}</tool_call>", {}},
+      {"hermes truncated json", ToolCallFamily::kHermes, "<tool_call>\n{\"name\": \"get_wea",
+       "<tool_call>\n{\"name\": \"get_wea", {}},
+      {"hermes no call", ToolCallFamily::kHermes, "The answer is <b>42</b> <tool",
+       "The answer is <b>42</b> <tool", {}},
+      {"qwen3-coder single", ToolCallFamily::kQwen3Coder,
+       "<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n"
+       "<parameter=days>\n3\n</parameter>\n<parameter=zip>\n0150\n</parameter>\n</function>\n"
+       "</tool_call>",
+       "", {{"get_weather", R"({"city":"Oslo","days":3,"zip":"0150"})"}}},
+      {"qwen3-coder parallel, object parameter", ToolCallFamily::kQwen3Coder,
+       "Checking both.\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nNew York\n"
+       "</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=search_docs>\n"
+       "<parameter=query>\n\"quoted\"\n</parameter>\n<parameter=filters>\n{\"team\": \"infra\"}\n"
+       "</parameter>\n</function>\n</tool_call>",
+       "Checking both.\n\n",
+       {{"get_weather", R"({"city":"New York"})"},
+        {"search_docs", R"({"query":"\"quoted\"","filters":{"team":"infra"}})"}}},
+      {"qwen3-coder malformed", ToolCallFamily::kQwen3Coder,
+       "<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</function>\n</tool_call>",
+       "<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</function>\n</tool_call>", {}},
+      {"deepseek single", ToolCallFamily::kDeepSeekV31,
+       ds_b + dc_b + "get_weather" + sep + "{\"city\": \"Oslo\"}" + dc_e + ds_e, "",
+       {{"get_weather", R"({"city":"Oslo"})"}}},
+      {"deepseek text then parallel", ToolCallFamily::kDeepSeekV31,
+       "Sure." + ds_b + dc_b + "get_weather" + sep + "{\"city\": \"Oslo\"}" + dc_e + dc_b +
+           "search_docs" + sep + "{\"query\": \"q\"}" + dc_e + ds_e,
+       "Sure.", {{"get_weather", R"({"city":"Oslo"})"}, {"search_docs", R"({"query":"q"})"}}},
+      {"deepseek malformed", ToolCallFamily::kDeepSeekV31,
+       ds_b + dc_b + "get_weather" + "{\"city\": \"Oslo\"}" + dc_e + ds_e,
+       ds_b + dc_b + "get_weather" + "{\"city\": \"Oslo\"}" + dc_e + ds_e, {}},
+  };
+}
+
+void ExpectCalls(const std::vector<ToolCall>& got,
+                 const std::vector<std::pair<std::string, std::string>>& want,
+                 const std::string& label) {
+  ASSERT_EQ(got.size(), want.size()) << label;
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(got[i].name, want[i].first) << label << " call " << i;
+    EXPECT_EQ(got[i].arguments, want[i].second) << label << " call " << i;
+    EXPECT_EQ(got[i].id.rfind("call_", 0), 0u) << label;
+    EXPECT_EQ(got[i].id.size(), 29u) << label;
+  }
+}
+
+TEST(ToolCallsTest, WholeOutputs) {
+  for (const Case& c : Cases()) {
+    ToolCallOutput out = ParseToolCalls(c.output, Config(c.family));
+    EXPECT_EQ(out.content, c.content) << c.label;
+    ExpectCalls(out.calls, c.calls, c.label);
+  }
+}
+
+// Every cut of the output into two pieces, and byte by byte, gives the
+// whole parse; content never shows a partial opening tag.
+TEST(ToolCallsTest, StreamsMatchTheWholeParseWhereverCut) {
+  for (const Case& c : Cases()) {
+    for (size_t cut = 0; cut <= c.output.size(); ++cut) {
+      ToolCallStream s(Config(c.family));
+      ToolCallOutput a = s.Push(c.output.substr(0, cut));
+      ToolCallOutput b = s.Push(c.output.substr(cut));
+      ToolCallOutput z = s.Finish();
+      EXPECT_EQ(a.content + b.content + z.content, c.content) << c.label << " cut " << cut;
+      std::vector<ToolCall> calls = a.calls;
+      calls.insert(calls.end(), b.calls.begin(), b.calls.end());
+      calls.insert(calls.end(), z.calls.begin(), z.calls.end());
+      ExpectCalls(calls, c.calls, c.label);
+    }
+    ToolCallStream s(Config(c.family));
+    std::string content;
+    size_t calls = 0;
+    for (char ch : c.output) {
+      ToolCallOutput o = s.Push(std::string_view(&ch, 1));
+      content += o.content;
+      calls += o.calls.size();
+      if (!c.calls.empty()) {
+        EXPECT_EQ(content.find("<tool_call"), std::string::npos) << c.label;
+        EXPECT_EQ(content.find("<｜tool"), std::string::npos) << c.label;
+      }
+    }
+    ToolCallOutput z = s.Finish();
+    EXPECT_EQ(content + z.content, c.content) << c.label;
+    EXPECT_EQ(calls + z.calls.size(), c.calls.size()) << c.label;
+  }
+}
+
+TEST(ToolCallsTest, CallsStreamWhenTheirBlockCloses) {
+  ToolCallStream s(Config(ToolCallFamily::kHermes));
+  EXPECT_EQ(s.Push("Hi <tool_c").content, "Hi ");
+  ToolCallOutput o = s.Push("all>{\"name\": \"get_weather\", \"arguments\": {}}</tool_call>");
+  ASSERT_EQ(o.calls.size(), 1u);
+  EXPECT_EQ(o.calls[0].arguments, "{}");
+  EXPECT_EQ(s.Push("\n\n").content, "");  // maybe trailing: held
+  EXPECT_EQ(s.Push(" Done").content, "\n\n Done");
+}
+
+TEST(ToolCallsTest, ParallelFalseKeepsTheFirstCall) {
+  ToolCallConfig c = Config(ToolCallFamily::kHermes);
+  c.parallel = false;
+  ToolCallOutput out = ParseToolCalls(Cases()[1].output, c);
+  ExpectCalls(out.calls, {{"get_weather", R"({"city":"Oslo","days":2})"}}, "parallel false");
+  EXPECT_EQ(out.content, "Let me check.\n");
+}
+
+TEST(ToolCallsTest, OnlyNameRefusesOtherFunctions) {
+  ToolCallConfig c = Config(ToolCallFamily::kHermes);
+  c.only_name = "search_docs";
+  const std::string text = Cases()[0].output;
+  ToolCallOutput out = ParseToolCalls(text, c);
+  EXPECT_TRUE(out.calls.empty());
+  EXPECT_EQ(out.content, text);
+}
+
+TEST(ToolCallsTest, ReasoningBeforeTheCall) {
+  const std::string output =
+      "<think>\nThe user wants the weather.\n</think>\n\n<tool_call>\n{\"name\": \"get_weather\", "
+      "\"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>";
+  ReasoningSplit split = SplitReasoning(output);
+  EXPECT_EQ(split.reasoning_content, "The user wants the weather.");
+  ToolCallOutput out = ParseToolCalls(split.content, Config(ToolCallFamily::kHermes));
+  EXPECT_EQ(out.content, "");
+  ExpectCalls(out.calls, {{"get_weather", R"({"city":"Oslo"})"}}, "think");
+}
+
+TEST(ToolCallsTest, HarmonyCallsOnTheCommentaryChannel) {
+  // What gpt-oss writes after "<|start|>assistant" (generation stops at
+  // <|call|>, which may or may not be in the text).
+  const std::string output =
+      "<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary "
+      "to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Oslo\"}<|call|>";
+  ReasoningSplit split = SplitHarmony(output);
+  EXPECT_EQ(split.reasoning_content, "Need weather.");
+  EXPECT_EQ(split.content, "");
+  ToolCallOutput out = ToolCallsFromHarmony(HarmonyCalls(output), Config(ToolCallFamily::kHarmony));
+  ExpectCalls(out.calls, {{"get_weather", R"({"city":"Oslo"})"}}, "harmony");
+  // The recipient before the channel, as the template renders past calls.
+  const std::string other =
+      " to=functions.search_docs<|channel|>commentary json<|message|>{\"query\": \"a\"}";
+  out = ToolCallsFromHarmony(HarmonyCalls(other), Config(ToolCallFamily::kHarmony));
+  ExpectCalls(out.calls, {{"search_docs", R"({"query":"a"})"}}, "harmony recipient first");
+  // Malformed arguments: the body comes back as content.
+  const std::string bad = "<|channel|>commentary to=functions.get_weather<|message|>{oops";
+  out = ToolCallsFromHarmony(HarmonyCalls(bad), Config(ToolCallFamily::kHarmony));
+  EXPECT_TRUE(out.calls.empty());
+  EXPECT_EQ(out.content, "{oops");
+}
+
+TEST(ToolCallsTest, FramesOpenAndCloseWhatTheParserReads) {
+  for (ToolCallFamily f : {ToolCallFamily::kHermes, ToolCallFamily::kDeepSeekV31}) {
+    const ToolCallFrameText frame = ToolCallFrameFor(f, "get_weather");
+    ToolCallOutput out =
+        ParseToolCalls(frame.prefix + "{\"city\": \"Rome\"}" + frame.suffix, Config(f));
+    EXPECT_EQ(out.content, "") << ToolCallFamilyName(f);
+    ExpectCalls(out.calls, {{"get_weather", R"({"city":"Rome"})"}}, ToolCallFamilyName(f));
+  }
+  const ToolCallFrameText q = ToolCallFrameFor(ToolCallFamily::kQwen3Coder, "get_weather");
+  ToolCallOutput out =
+      ParseToolCalls(q.prefix + "<parameter=city>\nRome\n</parameter>\n" + q.suffix,
+                     Config(ToolCallFamily::kQwen3Coder));
+  ExpectCalls(out.calls, {{"get_weather", R"({"city":"Rome"})"}}, "qwen3-coder frame");
+  const ToolCallFrameText h = ToolCallFrameFor(ToolCallFamily::kHarmony, "get_weather");
+  out = ToolCallsFromHarmony(HarmonyCalls("<|start|>assistant" + h.prefix + "{}" + h.suffix),
+                             Config(ToolCallFamily::kHarmony));
+  ExpectCalls(out.calls, {{"get_weather", "{}"}}, "harmony frame");
+  EXPECT_TRUE(ToolCallFrameFor(ToolCallFamily::kNone, "x").prefix.empty());
+}
+
+TEST(ToolCallsTest, FamilyOfEachFixtureTemplate) {
+  const char* env = std::getenv("MOESPLIT_FIXTURES_DIR");
+  const fs::path dir = fs::path(env != nullptr ? env : MOESPLIT_FIXTURES_DIR) / "templates";
+  const std::vector<std::pair<std::string, ToolCallFamily>> want = {
+      {"Qwen-Qwen2.5-7B-Instruct", ToolCallFamily::kHermes},
+      {"Qwen-Qwen3-0.6B", ToolCallFamily::kHermes},
+      {"Qwen3.5-4B", ToolCallFamily::kQwen3Coder},
+      {"deepseek-ai-DeepSeek-V3.1", ToolCallFamily::kDeepSeekV31},
+      {"openai-gpt-oss-120b", ToolCallFamily::kHarmony},
+  };
+  for (const auto& [name, family] : want) {
+    std::ifstream in(dir / (name + ".jinja"), std::ios::binary);
+    ASSERT_TRUE(in.good()) << dir / (name + ".jinja");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    EXPECT_EQ(DetectToolCallFamily(ss.str()), family) << name;
+  }
+  EXPECT_EQ(DetectToolCallFamily(ChatMLFallbackTemplate()), ToolCallFamily::kNone);
+}
+
+// A past call rendered by the real template parses back to the same call
+// (the model sees its own format in the prompt).
+TEST(ToolCallsTest, RenderedPastCallsParseBack) {
+  const char* env = std::getenv("MOESPLIT_FIXTURES_DIR");
+  const fs::path dir = fs::path(env != nullptr ? env : MOESPLIT_FIXTURES_DIR) / "templates";
+  for (const char* name : {"Qwen-Qwen3-0.6B", "Qwen3.5-4B", "deepseek-ai-DeepSeek-V3.1"}) {
+    std::ifstream in(dir / (std::string(name) + ".jinja"), std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    absl::StatusOr<ChatTemplate> t = ChatTemplate::Parse(ss.str());
+    ASSERT_TRUE(t.ok()) << t.status();
+    const Json messages = Json::parse(R"([{"role": "user", "content": "hi"},
+      {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function":
+        {"name": "search_docs", "arguments": "{\"query\": \"snow\", \"filters\": {\"team\": \"a\"}}"}}]}])");
+    ChatTemplateOptions o;
+    o.tools = Tools();
+    o.add_generation_prompt = false;
+    absl::StatusOr<std::string> prompt = t->Render(messages, o);
+    ASSERT_TRUE(prompt.ok()) << prompt.status();
+    const ToolCallFamily f = DetectToolCallFamily(ss.str());
+    const size_t at = f == ToolCallFamily::kDeepSeekV31 ? prompt->find("<｜tool▁calls▁begin｜>")
+                                                        : prompt->rfind("<tool_call>");
+    ASSERT_NE(at, std::string::npos) << name << ": " << *prompt;
+    ToolCallOutput out = ParseToolCalls(std::string_view(*prompt).substr(at), Config(f));
+    ASSERT_EQ(out.calls.size(), 1u) << name << ": " << prompt->substr(at);
+    EXPECT_EQ(out.calls[0].name, "search_docs");
+    EXPECT_EQ(Json::parse(out.calls[0].arguments),
+              Json::parse(R"({"query": "snow", "filters": {"team": "a"}})"))
+        << name;
+  }
+}
+
+}  // namespace
+}  // namespace moesplit::chat

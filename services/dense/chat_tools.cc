@@ -1,0 +1,238 @@
+#include "services/dense/chat_tools.h"
+
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/utf8.h"
+
+namespace moesplit::dense {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+bool ValidName(const std::string& n) {
+  if (n.empty() || n.size() > 64) return false;
+  for (char c : n) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '_' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+absl::Status CheckTool(const Json& t, size_t i, std::set<std::string>* names) {
+  const std::string where = absl::StrCat("tools[", i, "]");
+  if (!t.is_object()) return absl::InvalidArgumentError(where + " must be an object");
+  auto type = t.find("type");
+  if (type == t.end() || *type != "function") {
+    return absl::InvalidArgumentError(where + ".type must be \"function\"");
+  }
+  auto f = t.find("function");
+  if (f == t.end() || !f->is_object()) {
+    return absl::InvalidArgumentError(where + ".function must be an object");
+  }
+  auto name = f->find("name");
+  if (name == f->end() || !name->is_string() || !ValidName(name->get<std::string>())) {
+    return absl::InvalidArgumentError(
+        where + ".function.name must be 1 to 64 letters, digits, '_' or '-'");
+  }
+  if (!names->insert(name->get<std::string>()).second) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ".function.name '", name->get<std::string>(), "' is given twice"));
+  }
+  if (auto d = f->find("description"); d != f->end() && !d->is_null()) {
+    if (!d->is_string() || !IsValidUtf8(d->get_ref<const std::string&>())) {
+      return absl::InvalidArgumentError(where + ".function.description must be a UTF-8 string");
+    }
+  }
+  if (auto p = f->find("parameters"); p != f->end() && !p->is_null() && !p->is_object()) {
+    return absl::InvalidArgumentError(where + ".function.parameters must be a JSON Schema object");
+  }
+  if (auto s = f->find("strict"); s != f->end() && !s->is_null() && !s->is_boolean()) {
+    return absl::InvalidArgumentError(where + ".function.strict must be true or false");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseChoice(const Json& c, const std::set<std::string>& names, ToolRequest* r) {
+  if (c.is_null()) return absl::OkStatus();
+  if (c.is_string()) {
+    const std::string s = c.get<std::string>();
+    if (s == "auto") r->choice = ToolChoice::kAuto;
+    else if (s == "none") r->choice = ToolChoice::kNone;
+    else if (s == "required") r->choice = ToolChoice::kRequired;
+    else {
+      return absl::InvalidArgumentError(
+          "tool_choice must be \"auto\", \"none\", \"required\" or "
+          "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+    }
+  } else if (c.is_object()) {
+    auto f = c.find("function");
+    auto n = f != c.end() && f->is_object() ? f->find("name") : c.end();
+    if (c.value("type", Json()) != "function" || f == c.end() || !f->is_object() ||
+        n == f->end() || !n->is_string()) {
+      return absl::InvalidArgumentError(
+          "tool_choice must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
+    }
+    const std::string name = n->get<std::string>();
+    if (!names.count(name)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tool_choice names the function '", IsValidUtf8(name) ? name : "?",
+          "', which is not one of the tools"));
+    }
+    r->choice = ToolChoice::kNamed;
+    r->named = name;
+  } else {
+    return absl::InvalidArgumentError("tool_choice must be a string or an object");
+  }
+  if (r->tools.empty() && (r->choice == ToolChoice::kRequired || r->choice == ToolChoice::kNamed)) {
+    return absl::InvalidArgumentError("tool_choice \"required\" or a function needs tools");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ToolRequest> ParseToolRequest(const Json& tools, const Json& tool_choice,
+                                             const Json& parallel_tool_calls) {
+  ToolRequest r;
+  std::set<std::string> names;
+  if (!tools.is_null()) {
+    if (!tools.is_array()) return absl::InvalidArgumentError("tools must be an array");
+    if (tools.size() > kMaxTools) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tools holds ", tools.size(), " functions, at most ", kMaxTools));
+    }
+    for (size_t i = 0; i < tools.size(); ++i) {
+      if (absl::Status s = CheckTool(tools[i], i, &names); !s.ok()) return s;
+    }
+    r.tools = tools;
+  }
+  if (absl::Status s = ParseChoice(tool_choice, names, &r); !s.ok()) return s;
+  if (!parallel_tool_calls.is_null()) {
+    if (!parallel_tool_calls.is_boolean()) {
+      return absl::InvalidArgumentError("parallel_tool_calls must be true or false");
+    }
+    r.parallel = parallel_tool_calls.get<bool>();
+  }
+  return r;
+}
+
+namespace {
+
+chat::ToolCallConfig ConfigFor(chat::ToolCallFamily family, const ToolRequest& tools) {
+  chat::ToolCallConfig c;
+  c.family = tools.offered() ? family : chat::ToolCallFamily::kNone;
+  c.tools = tools.tools;
+  c.parallel = tools.parallel;
+  if (tools.choice == ToolChoice::kNamed) c.only_name = tools.named;
+  return c;
+}
+
+}  // namespace
+
+ChatOutputStream::ChatOutputStream(chat::OutputFormat format, bool starts_in_reasoning,
+                                   chat::ToolCallFamily family, const ToolRequest& tools)
+    : split_(format, starts_in_reasoning),
+      parse_(tools.offered() && family != chat::ToolCallFamily::kNone),
+      harmony_(format == chat::OutputFormat::kHarmony),
+      config_(ConfigFor(family, tools)),
+      // Harmony calls come from the channel splitter, not from the text.
+      calls_(ConfigFor(harmony_ ? chat::ToolCallFamily::kNone : family, tools)) {}
+
+ChatDelta ChatOutputStream::FromSplit(chat::ReasoningSplit split, bool final) {
+  ChatDelta d;
+  d.reasoning_content = std::move(split.reasoning_content);
+  if (!parse_ || harmony_) {
+    d.content = std::move(split.content);
+  } else {
+    chat::ToolCallOutput o = calls_.Push(split.content);
+    if (final) {
+      chat::ToolCallOutput rest = calls_.Finish();
+      o.content += rest.content;
+      for (auto& c : rest.calls) o.calls.push_back(std::move(c));
+    }
+    d.content = std::move(o.content);
+    d.tool_calls = std::move(o.calls);
+  }
+  if (final && parse_ && harmony_) {
+    chat::ToolCallOutput o = chat::ToolCallsFromHarmony(chat::HarmonyCalls(text_), config_);
+    d.content += o.content;
+    d.tool_calls = std::move(o.calls);
+  }
+  return d;
+}
+
+ChatDelta ChatOutputStream::Push(std::string_view text) {
+  if (harmony_ && parse_) text_.append(text);
+  return FromSplit(split_.Push(text), false);
+}
+
+ChatDelta ChatOutputStream::Finish() { return FromSplit(split_.Finish(), true); }
+
+ChatDelta SplitChatOutput(std::string_view text, chat::OutputFormat format,
+                          bool starts_in_reasoning, chat::ToolCallFamily family,
+                          const ToolRequest& tools) {
+  ChatOutputStream s(format, starts_in_reasoning, family, tools);
+  ChatDelta out = s.Push(text);
+  ChatDelta rest = s.Finish();
+  out.reasoning_content += rest.reasoning_content;
+  out.content += rest.content;
+  for (auto& c : rest.tool_calls) out.tool_calls.push_back(std::move(c));
+  return out;
+}
+
+Json ToolCallsJson(const std::vector<chat::ToolCall>& calls) {
+  Json out = Json::array();
+  for (const chat::ToolCall& c : calls) {
+    out.push_back({{"id", c.id},
+                   {"type", "function"},
+                   {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+  }
+  return out;
+}
+
+std::vector<Json> ToolCallDeltasJson(const std::vector<chat::ToolCall>& calls, int first_index) {
+  std::vector<Json> out;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const int index = first_index + static_cast<int>(i);
+    out.push_back(Json::array({{{"index", index},
+                                {"id", calls[i].id},
+                                {"type", "function"},
+                                {"function", {{"name", calls[i].name}, {"arguments", ""}}}}}));
+    out.push_back(Json::array(
+        {{{"index", index}, {"function", {{"arguments", calls[i].arguments}}}}}));
+  }
+  return out;
+}
+
+Json ChatMessageJson(const ChatDelta& answer) {
+  const bool calls = !answer.tool_calls.empty();
+  Json msg = {{"role", "assistant"}, {"content", answer.content}};
+  if (calls && answer.content.empty()) msg["content"] = nullptr;
+  if (!answer.reasoning_content.empty()) msg["reasoning_content"] = answer.reasoning_content;
+  if (calls) msg["tool_calls"] = ToolCallsJson(answer.tool_calls);
+  return msg;
+}
+
+std::vector<Json> ChatDeltasJson(const ChatDelta& piece, bool skip_empty_text, int* calls_sent) {
+  std::vector<Json> out;
+  const bool empty = piece.content.empty() && piece.reasoning_content.empty();
+  if (!empty || !skip_empty_text) {
+    Json delta = Json::object();
+    if (!piece.reasoning_content.empty()) delta["reasoning_content"] = piece.reasoning_content;
+    if (!piece.content.empty() || piece.reasoning_content.empty()) delta["content"] = piece.content;
+    out.push_back(std::move(delta));
+  }
+  for (Json& d : ToolCallDeltasJson(piece.tool_calls, *calls_sent)) {
+    out.push_back({{"tool_calls", std::move(d)}});
+  }
+  *calls_sent += static_cast<int>(piece.tool_calls.size());
+  return out;
+}
+
+std::string ToolFinishReason(const std::string& finish_reason, bool has_calls) {
+  return has_calls && finish_reason == "stop" ? "tool_calls" : finish_reason;
+}
+
+}  // namespace moesplit::dense

@@ -1,0 +1,109 @@
+// Tool calling for the chat APIs (OpenAI /v1/chat/completions and gRPC
+// Chat): the request's `tools` / `tool_choice` / `parallel_tool_calls`,
+// checked, and the model's output split into reasoning, content and tool
+// calls as the chat template's family writes them (common/chat/tool_calls.h).
+//
+// Request fields (ParseToolRequest; InvalidArgument whose message starts
+// with the field's name, e.g. "tools[1].function.name ..."):
+//   tools                array (at most kMaxTools) of
+//                        {"type": "function", "function": {"name", "description"?,
+//                        "parameters"?, "strict"?}}; name 1-64 of [A-Za-z0-9_-]
+//                        and unique, description a string, parameters an object
+//   tool_choice          "auto" (default), "none", "required", or
+//                        {"type": "function", "function": {"name": N}} with N
+//                        one of the tools; anything but "auto"/"none" needs tools
+//   parallel_tool_calls  bool (default true); false: at most one call returned
+// tool_choice "none" (as llama.cpp): the tools are not given to the template
+// and the output is not parsed for calls. "required" / named: the tools are
+// offered and, until constrained decoding forces a call
+// (chat::ToolCallFrameFor), the output is parsed as for "auto" (named: only
+// calls of that function count); an answer without a call stays content.
+//
+// Thread-safety: ParseToolRequest is; a ChatOutputStream is not.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/chat/harmony.h"
+#include "common/chat/tool_calls.h"
+#include "nlohmann/json.hpp"
+
+namespace moesplit::dense {
+
+inline constexpr size_t kMaxTools = 128;
+
+enum class ToolChoice { kAuto, kNone, kRequired, kNamed };
+
+struct ToolRequest {
+  nlohmann::ordered_json tools = nlohmann::ordered_json::array();
+  ToolChoice choice = ToolChoice::kAuto;
+  std::string named;  // kNamed: the function
+  bool parallel = true;
+
+  // The template sees the tools and the output is parsed for calls.
+  bool offered() const { return !tools.empty() && choice != ToolChoice::kNone; }
+};
+
+// Each argument is the request's field, or null when absent.
+absl::StatusOr<ToolRequest> ParseToolRequest(const nlohmann::ordered_json& tools,
+                                             const nlohmann::ordered_json& tool_choice,
+                                             const nlohmann::ordered_json& parallel_tool_calls);
+
+// A piece of a chat answer.
+struct ChatDelta {
+  std::string reasoning_content;
+  std::string content;
+  std::vector<chat::ToolCall> tool_calls;
+};
+
+// The model's output, streamed, as the API shows it: reasoning (<think> or
+// harmony analysis), content, and (when `tools.offered()`) the calls of
+// `family`. Harmony calls are known when their message ends, so they come
+// at Finish. The concatenation of the deltas is SplitChatOutput's answer.
+class ChatOutputStream {
+ public:
+  ChatOutputStream(chat::OutputFormat format, bool starts_in_reasoning,
+                   chat::ToolCallFamily family, const ToolRequest& tools);
+  ChatDelta Push(std::string_view text);
+  ChatDelta Finish();
+
+ private:
+  ChatDelta FromSplit(chat::ReasoningSplit split, bool final);
+
+  chat::OutputStream split_;
+  const bool parse_;
+  const bool harmony_;
+  chat::ToolCallConfig config_;
+  chat::ToolCallStream calls_;
+  std::string text_;  // harmony: the whole output (its calls)
+};
+
+ChatDelta SplitChatOutput(std::string_view text, chat::OutputFormat format,
+                          bool starts_in_reasoning, chat::ToolCallFamily family,
+                          const ToolRequest& tools);
+
+// OpenAI shapes: message.tool_calls ([{id, type, function{name, arguments}}])
+// and a stream's delta.tool_calls for calls numbered from `first_index`
+// (the call with its id, name and arguments "" first, then its arguments).
+nlohmann::ordered_json ToolCallsJson(const std::vector<chat::ToolCall>& calls);
+std::vector<nlohmann::ordered_json> ToolCallDeltasJson(const std::vector<chat::ToolCall>& calls,
+                                                       int first_index);
+
+// The assistant message of a whole answer: role, content (null when the
+// answer is only calls), reasoning_content when any, tool_calls when any.
+nlohmann::ordered_json ChatMessageJson(const ChatDelta& answer);
+
+// The `delta` objects of one piece of a stream, in order: the text
+// ({"content"} and/or {"reasoning_content"}; {"content": ""} when both are
+// empty, unless `skip_empty_text`), then ToolCallDeltasJson of its calls,
+// numbered on from *calls_sent (which grows by their number).
+std::vector<nlohmann::ordered_json> ChatDeltasJson(const ChatDelta& piece, bool skip_empty_text,
+                                                   int* calls_sent);
+
+// finish_reason: "tool_calls" when the answer ended ("stop") with calls.
+std::string ToolFinishReason(const std::string& finish_reason, bool has_calls);
+
+}  // namespace moesplit::dense

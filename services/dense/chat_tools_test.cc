@@ -1,0 +1,262 @@
+// The chat APIs' tool calling: request checks (each error names its field),
+// the model's output split into reasoning, content and calls per family
+// (whole and streamed), and the OpenAI JSON shapes of calls.
+#include "services/dense/chat_tools.h"
+
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace moesplit::dense {
+namespace {
+
+using Json = nlohmann::ordered_json;
+using ::testing::StartsWith;
+
+const Json kTools = Json::parse(R"([
+  {"type": "function", "function": {"name": "get_weather", "description": "Weather",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}},
+  {"type": "function", "function": {"name": "search_docs"}}])");
+
+ToolRequest Request(const Json& choice = Json(), const Json& parallel = Json()) {
+  absl::StatusOr<ToolRequest> r = ParseToolRequest(kTools, choice, parallel);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? *r : ToolRequest{};
+}
+
+TEST(ParseToolRequestTest, AcceptsTheOpenAiForms) {
+  EXPECT_EQ(Request().choice, ToolChoice::kAuto);
+  EXPECT_TRUE(Request().offered());
+  EXPECT_EQ(Request("none").choice, ToolChoice::kNone);
+  EXPECT_FALSE(Request("none").offered());
+  EXPECT_EQ(Request("required").choice, ToolChoice::kRequired);
+  ToolRequest named = Request(Json::parse(R"({"type":"function","function":{"name":"search_docs"}})"));
+  EXPECT_EQ(named.choice, ToolChoice::kNamed);
+  EXPECT_EQ(named.named, "search_docs");
+  EXPECT_FALSE(Request(Json(), false).parallel);
+  absl::StatusOr<ToolRequest> none = ParseToolRequest(Json(), Json(), Json());
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->offered());
+  EXPECT_TRUE(ParseToolRequest(Json(), "auto", Json()).ok());
+}
+
+TEST(ParseToolRequestTest, BadInputNamesTheField) {
+  struct Bad {
+    Json tools, choice, parallel;
+    std::string starts;
+  };
+  const std::vector<Bad> cases = {
+      {Json::object(), Json(), Json(), "tools must be an array"},
+      {Json::parse(R"([1])"), Json(), Json(), "tools[0] must be an object"},
+      {Json::parse(R"([{"type":"code","function":{"name":"f"}}])"), Json(), Json(), "tools[0].type"},
+      {Json::parse(R"([{"type":"function"}])"), Json(), Json(), "tools[0].function must"},
+      {Json::parse(R"([{"type":"function","function":{"name":"a b"}}])"), Json(), Json(),
+       "tools[0].function.name"},
+      {Json::parse(R"([{"type":"function","function":{"name":"f"}},
+                       {"type":"function","function":{"name":"f"}}])"),
+       Json(), Json(), "tools[1].function.name 'f' is given twice"},
+      {Json::parse(R"([{"type":"function","function":{"name":"f","parameters":[]}}])"), Json(),
+       Json(), "tools[0].function.parameters"},
+      {Json::parse(R"([{"type":"function","function":{"name":"f","description":3}}])"), Json(),
+       Json(), "tools[0].function.description"},
+      {kTools, "sometimes", Json(), "tool_choice must be"},
+      {kTools, 3, Json(), "tool_choice must be"},
+      {kTools, Json::parse(R"({"type":"function","function":{"name":"nope"}})"), Json(),
+       "tool_choice names the function 'nope'"},
+      {kTools, Json::parse(R"({"type":"function"})"), Json(), "tool_choice must be"},
+      {Json(), "required", Json(), "tool_choice \"required\" or a function needs tools"},
+      {kTools, Json(), "yes", "parallel_tool_calls must be true or false"},
+  };
+  for (const Bad& b : cases) {
+    absl::StatusOr<ToolRequest> r = ParseToolRequest(b.tools, b.choice, b.parallel);
+    ASSERT_FALSE(r.ok()) << b.starts;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << b.starts;
+    EXPECT_THAT(std::string(r.status().message()), StartsWith(b.starts));
+  }
+}
+
+struct OutputCase {
+  const char* label;
+  chat::OutputFormat format;
+  bool starts_in_reasoning;
+  chat::ToolCallFamily family;
+  std::string output;
+  std::string reasoning, content;
+  std::vector<std::string> names;
+};
+
+std::vector<OutputCase> OutputCases() {
+  using F = chat::ToolCallFamily;
+  using O = chat::OutputFormat;
+  return {
+      {"qwen3: think, then a call", O::kThink, false, F::kHermes,
+       "<think>\nNeed the weather.\n</think>\n\n<tool_call>\n{\"name\": \"get_weather\", "
+       "\"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>",
+       "Need the weather.", "", {"get_weather"}},
+      {"qwen3.5: prompt opened the think block", O::kThink, true, F::kQwen3Coder,
+       "Two calls.\n</think>\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n"
+       "</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=search_docs>\n"
+       "</function>\n</tool_call>",
+       "Two calls.", "", {"get_weather", "search_docs"}},
+      {"deepseek-v3.1: text then a call", O::kThink, false, F::kDeepSeekV31,
+       "Checking.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>search_docs<｜tool▁sep｜>{\"q\": 1}"
+       "<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+       "", "Checking.", {"search_docs"}},
+      {"gpt-oss: analysis, then a call", O::kHarmony, false, F::kHarmony,
+       "<|channel|>analysis<|message|>Weather needed.<|end|><|start|>assistant<|channel|>"
+       "commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Oslo\"}",
+       "Weather needed.", "", {"get_weather"}},
+      {"malformed call is content", O::kThink, false, F::kHermes,
+       "<tool_call>{\"name\": \"get_weather\", \"arguments\": {]}</tool_call>", "",
+       "<tool_call>{\"name\": \"get_weather\", \"arguments\": {]}</tool_call>", {}},
+  };
+}
+
+TEST(ChatOutputTest, SplitsReasoningContentAndCalls) {
+  for (const OutputCase& c : OutputCases()) {
+    ChatDelta whole =
+        SplitChatOutput(c.output, c.format, c.starts_in_reasoning, c.family, Request());
+    EXPECT_EQ(whole.reasoning_content, c.reasoning) << c.label;
+    EXPECT_EQ(whole.content, c.content) << c.label;
+    ASSERT_EQ(whole.tool_calls.size(), c.names.size()) << c.label;
+    for (size_t i = 0; i < c.names.size(); ++i) EXPECT_EQ(whole.tool_calls[i].name, c.names[i]);
+    // Streamed in pieces of 3 bytes: the same answer.
+    ChatOutputStream s(c.format, c.starts_in_reasoning, c.family, Request());
+    ChatDelta sum;
+    for (size_t i = 0; i <= c.output.size(); i += 3) {
+      ChatDelta d = s.Push(std::string_view(c.output).substr(i, 3));
+      sum.reasoning_content += d.reasoning_content;
+      sum.content += d.content;
+      for (auto& t : d.tool_calls) sum.tool_calls.push_back(t);
+    }
+    ChatDelta d = s.Finish();
+    sum.reasoning_content += d.reasoning_content;
+    sum.content += d.content;
+    for (auto& t : d.tool_calls) sum.tool_calls.push_back(t);
+    EXPECT_EQ(sum.reasoning_content, c.reasoning) << c.label;
+    EXPECT_EQ(sum.content, c.content) << c.label;
+    EXPECT_EQ(sum.tool_calls.size(), c.names.size()) << c.label;
+  }
+}
+
+TEST(ChatOutputTest, ToolChoiceNoneAndNoToolsParseNothing) {
+  const std::vector<OutputCase> cases = OutputCases();
+  const OutputCase& c = cases[0];
+  for (const ToolRequest& r : {Request("none"), ToolRequest{}}) {
+    ChatDelta d = SplitChatOutput(c.output, c.format, false, c.family, r);
+    EXPECT_TRUE(d.tool_calls.empty());
+    EXPECT_THAT(d.content, StartsWith("<tool_call>"));
+  }
+  // A family the template does not have: plain content.
+  ChatDelta d = SplitChatOutput(c.output, c.format, false, chat::ToolCallFamily::kNone, Request());
+  EXPECT_TRUE(d.tool_calls.empty());
+}
+
+TEST(ChatOutputTest, ParallelFalseAndNamedChoice) {
+  const std::vector<OutputCase> cases = OutputCases();
+  const OutputCase& two = cases[1];
+  ChatDelta d = SplitChatOutput(two.output, two.format, true, two.family, Request(Json(), false));
+  ASSERT_EQ(d.tool_calls.size(), 1u);
+  EXPECT_EQ(d.tool_calls[0].name, "get_weather");
+  const Json named = Json::parse(R"({"type":"function","function":{"name":"search_docs"}})");
+  d = SplitChatOutput(cases[0].output, chat::OutputFormat::kThink, false,
+                      chat::ToolCallFamily::kHermes, Request(named));
+  EXPECT_TRUE(d.tool_calls.empty());  // a call of another function is text
+}
+
+TEST(ChatOutputTest, OpenAiShapes) {
+  const std::vector<chat::ToolCall> calls = {{"call_a", "get_weather", R"({"city":"Oslo"})"},
+                                             {"call_b", "search_docs", "{}"}};
+  EXPECT_EQ(ToolCallsJson(calls).dump(),
+            R"([{"id":"call_a","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Oslo\"}"}},)"
+            R"({"id":"call_b","type":"function","function":{"name":"search_docs","arguments":"{}"}}])");
+  std::vector<Json> deltas = ToolCallDeltasJson(calls, 2);
+  ASSERT_EQ(deltas.size(), 4u);
+  EXPECT_EQ(deltas[0].dump(),
+            R"([{"index":2,"id":"call_a","type":"function","function":{"name":"get_weather","arguments":""}}])");
+  EXPECT_EQ(deltas[1].dump(), R"([{"index":2,"function":{"arguments":"{\"city\":\"Oslo\"}"}}])");
+  EXPECT_EQ(deltas[3][0]["index"], 3);
+  EXPECT_EQ(ToolFinishReason("stop", true), "tool_calls");
+  EXPECT_EQ(ToolFinishReason("stop", false), "stop");
+  EXPECT_EQ(ToolFinishReason("length", true), "length");
+}
+
+// What an OpenAI client rebuilds from a stream's deltas (the openai npm
+// client's ChatCompletionStream: content appended, tool_calls merged by
+// index, arguments appended).
+Json Reassemble(const std::vector<Json>& deltas) {
+  Json msg = {{"role", "assistant"}, {"content", ""}};
+  for (const Json& d : deltas) {
+    if (d.contains("content")) msg["content"] = msg["content"].get<std::string>() + d["content"].get<std::string>();
+    if (d.contains("reasoning_content")) {
+      msg["reasoning_content"] =
+          msg.value("reasoning_content", std::string()) + d["reasoning_content"].get<std::string>();
+    }
+    for (const Json& t : d.value("tool_calls", Json::array())) {
+      const size_t i = t["index"].get<size_t>();
+      Json& calls = msg["tool_calls"];
+      EXPECT_LE(i, calls.is_null() ? 0 : calls.size()) << "indices go up by one";
+      if (calls.is_null() || i == calls.size()) {
+        EXPECT_TRUE(t.contains("id") && t["function"].contains("name")) << t.dump();
+        calls.push_back({{"id", t["id"]}, {"type", t["type"]},
+                         {"function", {{"name", t["function"]["name"]}, {"arguments", ""}}}});
+      }
+      calls[i]["function"]["arguments"] = calls[i]["function"]["arguments"].get<std::string>() +
+                                          t["function"]["arguments"].get<std::string>();
+    }
+  }
+  return msg;
+}
+
+// The HTTP stream's deltas (as /v1/chat/completions sends them, one Push per
+// token) rebuild the whole answer's message; ids differ per answer.
+TEST(ChatOutputTest, StreamedDeltasRebuildTheWholeMessage) {
+  for (const OutputCase& c : OutputCases()) {
+    Json whole = ChatMessageJson(
+        SplitChatOutput(c.output, c.format, c.starts_in_reasoning, c.family, Request()));
+    ChatOutputStream s(c.format, c.starts_in_reasoning, c.family, Request());
+    std::vector<Json> deltas;
+    int calls = 0;
+    for (size_t i = 0; i < c.output.size(); i += 4) {
+      for (Json& d : ChatDeltasJson(s.Push(std::string_view(c.output).substr(i, 4)), false, &calls)) {
+        deltas.push_back(std::move(d));
+      }
+    }
+    for (Json& d : ChatDeltasJson(s.Finish(), true, &calls)) deltas.push_back(std::move(d));
+    EXPECT_EQ(calls, static_cast<int>(c.names.size())) << c.label;
+    Json rebuilt = Reassemble(deltas);
+    if (whole["content"].is_null()) rebuilt["content"] = nullptr;  // the client keeps ""
+    for (Json* m : {&whole, &rebuilt}) {
+      for (Json& t : m->value("tool_calls", Json::array())) {
+        EXPECT_THAT(t["id"].get<std::string>(), StartsWith("call_")) << c.label;
+      }
+      if (m->contains("tool_calls")) {
+        for (Json& t : (*m)["tool_calls"]) t["id"] = "call_x";
+      }
+    }
+    EXPECT_EQ(rebuilt.dump(), whole.dump()) << c.label;
+  }
+}
+
+TEST(ChatOutputTest, MessageShapes) {
+  ChatDelta only_calls;
+  only_calls.tool_calls = {{"call_a", "get_weather", "{}"}};
+  EXPECT_EQ(ChatMessageJson(only_calls).dump(),
+            R"({"role":"assistant","content":null,"tool_calls":[{"id":"call_a","type":"function",)"
+            R"("function":{"name":"get_weather","arguments":"{}"}}]})");
+  ChatDelta text;
+  text.content = "hi";
+  text.reasoning_content = "hm";
+  EXPECT_EQ(ChatMessageJson(text).dump(),
+            R"({"role":"assistant","content":"hi","reasoning_content":"hm"})");
+  int calls = 0;
+  EXPECT_EQ(ChatDeltasJson(ChatDelta{}, false, &calls).size(), 1u);  // {"content": ""}
+  EXPECT_TRUE(ChatDeltasJson(ChatDelta{}, true, &calls).empty());
+  EXPECT_EQ(ChatDeltasJson(only_calls, true, &calls).size(), 2u);
+  EXPECT_EQ(calls, 1);
+}
+
+}  // namespace
+}  // namespace moesplit::dense
