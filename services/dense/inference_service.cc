@@ -17,6 +17,7 @@
 #include "common/transport/grpc_status.h"
 #include "services/dense/request_limits.h"
 #include "services/dense/request_log.h"
+#include "services/dense/response_format.h"
 
 namespace moesplit::dense {
 
@@ -90,6 +91,29 @@ absl::StatusOr<SamplingParams> ToSampling(const v1::SamplingParams& s, int32_t l
   p.logprobs = logprobs;
   p.return_logprob = logprobs > 0;
   return p;
+}
+
+// The request's ResponseFormat as the HTTP API's response_format, compiled
+// (null for none/text); the same errors as there.
+absl::StatusOr<std::shared_ptr<const grammar::Grammar>> ToConstraint(
+    const v1::ResponseFormat& f) {
+  if (f.type().empty()) return nullptr;
+  nlohmann::ordered_json rf = {{"type", f.type()}};
+  if (f.type() == "json_schema") {
+    nlohmann::ordered_json js = nlohmann::ordered_json::object();
+    if (!f.name().empty()) js["name"] = f.name();
+    js["strict"] = f.strict();
+    if (!f.schema().empty()) {
+      try {
+        js["schema"] = nlohmann::ordered_json::parse(f.schema());
+      } catch (const nlohmann::ordered_json::exception& e) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("response_format.schema is not valid JSON: ", e.what()));
+      }
+    }
+    rf["json_schema"] = std::move(js);
+  }
+  return CompileResponseFormat(rf);
 }
 
 void AddLogprobs(const Tokenizer& tok, const SampledToken& s,
@@ -261,6 +285,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* InferenceService::Generate(
     p.max_tokens = r.max_tokens();
     ASSIGN_OR_RETURN(p.sampling, ToSampling(r.sampling(), r.logprobs()));
     p.stop.assign(r.stop().begin(), r.stop().end());
+    ASSIGN_OR_RETURN(p.constraint, ToConstraint(r.response_format()));
     ASSIGN_OR_RETURN(auto handle, engine.Submit(std::move(p)));
     out->Track(handle);
     ASSIGN_OR_RETURN(
@@ -321,6 +346,8 @@ grpc::ServerWriteReactor<v1::ChatResponse>* InferenceService::Chat(
     p.max_tokens = r.max_tokens();
     ASSIGN_OR_RETURN(p.sampling, ToSampling(r.sampling(), r.logprobs()));
     p.stop.assign(r.stop().begin(), r.stop().end());
+    ASSIGN_OR_RETURN(p.constraint, ToConstraint(r.response_format()));
+    const bool constrained = p.constraint != nullptr;  // content = the JSON as generated
     ASSIGN_OR_RETURN(auto handle, engine.Submit(std::move(p)));
     out->Track(handle);
     chat::OutputStream reasoning(served_.chat->output_format(),
@@ -329,7 +356,12 @@ grpc::ServerWriteReactor<v1::ChatResponse>* InferenceService::Chat(
         GenerateOutcome o,
         handle->Wait(
             [&](const GenerateDelta& d) {
-              chat::ReasoningSplit split = reasoning.Push(d.text);
+              chat::ReasoningSplit split;
+              if (constrained) {
+                split.content = d.text;
+              } else {
+                split = reasoning.Push(d.text);
+              }
               v1::ChatResponse resp;
               resp.set_content(std::move(split.content));
               resp.set_reasoning_content(std::move(split.reasoning_content));
@@ -338,7 +370,8 @@ grpc::ServerWriteReactor<v1::ChatResponse>* InferenceService::Chat(
               return out->Emit(std::move(resp));
             },
             [out] { return out->Cancelled(); }));
-    chat::ReasoningSplit rest = reasoning.Finish();
+    chat::ReasoningSplit rest;
+    if (!constrained) rest = reasoning.Finish();
     out->SetFinishReason(o.finish_reason);
     v1::ChatResponse last;
     last.set_content(std::move(rest.content));

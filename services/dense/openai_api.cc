@@ -9,6 +9,7 @@
 #include "common/chat/reasoning.h"
 #include "services/dense/readiness.h"
 #include "services/dense/request_log.h"
+#include "services/dense/response_format.h"
 #include "prometheus/text_serializer.h"
 
 namespace moesplit::dense {
@@ -46,7 +47,7 @@ Json ParamOf(const absl::Status& s) {
   const std::string m(s.message());
   for (const char* f : {"temperature", "top_k", "top_p", "min_p", "repetition_penalty",
                         "presence_penalty", "frequency_penalty", "logprobs", "max_tokens",
-                        "messages", "stop", "prompt", "seed"}) {
+                        "messages", "stop", "prompt", "seed", "response_format"}) {
     if (m.rfind(f, 0) == 0) return f;
   }
   return nullptr;
@@ -176,6 +177,11 @@ absl::Status ParseCommon(const Json& body, bool chat, const ServedModel& served,
   if (auto so = body.find("stream_options"); so != body.end() && !so->is_null()) {
     if (!so->is_object()) return Bad("stream_options", "stream_options must be an object");
     ASSIGN_OR_RETURN(c->include_usage, Bool(*so, "include_usage", false));
+  }
+  if (auto rf = body.find("response_format"); rf != body.end()) {
+    absl::StatusOr<std::shared_ptr<const grammar::Grammar>> g = CompileResponseFormat(*rf);
+    if (!g.ok()) return WithParam(g.status(), "response_format");
+    c->params.constraint = *std::move(g);
   }
   return absl::OkStatus();
 }
@@ -381,9 +387,13 @@ void Whole(const ServedModel& served, RequestHandle& h, const Job& job, const st
   if (!o.ok()) return out.Reply(ErrorReply(o.status()));
   Json choice = {{"index", 0}};
   if (job.chat) {
-    chat::ReasoningSplit split =
-        chat::SplitOutput(text, served.chat->output_format(),
-                          chat::PromptOpensReasoning(job.prompt_text));
+    chat::ReasoningSplit split;
+    if (job.c.params.constraint != nullptr) {
+      split.content = text;  // the constrained JSON, whole
+    } else {
+      split = chat::SplitOutput(text, served.chat->output_format(),
+                                chat::PromptOpensReasoning(job.prompt_text));
+    }
     Json msg = {{"role", "assistant"}, {"content", split.content}};
     if (!split.reasoning_content.empty()) msg["reasoning_content"] = split.reasoning_content;
     choice["message"] = std::move(msg);
@@ -427,7 +437,11 @@ void Stream(const ServedModel& served, RequestHandle& h, const Job& job, const s
   absl::StatusOr<GenerateOutcome> o = h.Wait(
       [&](const GenerateDelta& d) {
         chat::ReasoningSplit split;
-        if (job.chat) split = reasoning.Push(d.text);
+        if (job.chat && job.c.params.constraint != nullptr) {
+          split.content = d.text;
+        } else if (job.chat) {
+          split = reasoning.Push(d.text);
+        }
         Json c = ChoiceDelta(job, split, d.text);
         if (job.c.logprobs) {
           c["logprobs"] = LogprobsJson(served.engine->tokenizer(), job, {d.sampled});
@@ -448,7 +462,7 @@ void Stream(const ServedModel& served, RequestHandle& h, const Job& job, const s
     send(ErrorJson(o.status()));
   } else {
     chat::ReasoningSplit rest;
-    if (job.chat) rest = reasoning.Finish();
+    if (job.chat && job.c.params.constraint == nullptr) rest = reasoning.Finish();
     Json c = ChoiceDelta(job, rest, "");
     if (job.chat && rest.content.empty() && rest.reasoning_content.empty()) {
       c["delta"] = Json::object();
