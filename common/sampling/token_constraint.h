@@ -91,7 +91,7 @@ class VocabIndex {
 
 class TokenConstraint {
  public:
-  static constexpr size_t kMaxStates = 1 << 16;
+  static constexpr size_t kMaxStates = 1 << 14;
   static constexpr size_t kMaxNodes = 1 << 21;
   static constexpr size_t kMaxCachedMasks = 64;
 
