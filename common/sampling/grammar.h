@@ -42,7 +42,7 @@
 namespace moesplit::grammar {
 
 // The largest grammar Build() accepts (elements, 40 bytes each).
-inline constexpr size_t kMaxGrammarElements = size_t{1} << 21;
+inline constexpr size_t kMaxGrammarElements = size_t{1} << 20;
 
 struct ByteSet {
   uint64_t bits[4] = {0, 0, 0, 0};

@@ -228,6 +228,27 @@ TEST(TokenConstraintTest, SamplerChoosesOnlyAllowedTokens) {
   EXPECT_FALSE(sampler->Sample(dead, c.AllowedTokens(), &t).ok());
 }
 
+TEST(TokenConstraintTest, CompactingTheCachesKeepsTheState) {
+  auto g = Schema(R"({"type":"array","items":{"type":"object","properties":{
+      "a":{"type":"string","maxLength":5},"b":{"type":"array","items":{"type":"integer"}}},
+      "required":["a","b"]},"maxItems":6})");
+  ASSERT_TRUE(g.ok()) << g.status();
+  const std::string doc = R"([{"a":"xy","b":[1,22]}, {"a":"","b":[]},{"a":"abcde","b":[3]}])";
+  TokenConstraint big(*g, ByteVocab());
+  TokenConstraint small(*g, ByteVocab(), /*max_states=*/4);
+  for (char ch : doc) {
+    const auto a = big.AllowedTokens();
+    const auto b = small.AllowedTokens();
+    ASSERT_EQ(std::vector<uint64_t>(a.begin(), a.end()), std::vector<uint64_t>(b.begin(), b.end()))
+        << "before '" << ch << "'";
+    ASSERT_TRUE(big.Accept(static_cast<uint8_t>(ch)).ok());
+    ASSERT_TRUE(small.Accept(static_cast<uint8_t>(ch)).ok()) << ch;
+    EXPECT_LE(small.states(), 4u + 1u);  // compacted after each token
+  }
+  EXPECT_TRUE(small.finished());
+  EXPECT_GT(big.states(), 20u);
+}
+
 // --- the real Qwen2 vocabulary
 
 std::string FixturesDir() {

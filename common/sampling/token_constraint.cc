@@ -91,8 +91,8 @@ absl::StatusOr<std::shared_ptr<const VocabIndex>> VocabIndex::FromTokenizer(
 }
 
 TokenConstraint::TokenConstraint(std::shared_ptr<const Grammar> g,
-                                 std::shared_ptr<const VocabIndex> vocab)
-    : grammar_(std::move(g)), vocab_(std::move(vocab)) {
+                                 std::shared_ptr<const VocabIndex> vocab, size_t max_states)
+    : grammar_(std::move(g)), vocab_(std::move(vocab)), max_states_(max_states) {
   std::vector<const Node*> start;
   Continue(grammar_->rule_start(grammar_->root()), nullptr, &start, 0);
   current_ = Intern(std::move(start));
@@ -279,7 +279,7 @@ const TokenConstraint::Node* TokenConstraint::CopyInto(
 }
 
 void TokenConstraint::MaybeCompact() {
-  if (states_.size() <= kMaxStates && nodes_.size() <= kMaxNodes) return;
+  if (states_.size() <= max_states_ && nodes_.size() <= kMaxNodes) return;
   std::deque<Node> old_nodes;
   old_nodes.swap(nodes_);  // keeps the old nodes alive while copying
   node_index_.clear();

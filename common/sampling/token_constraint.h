@@ -95,8 +95,9 @@ class TokenConstraint {
   static constexpr size_t kMaxNodes = 1 << 21;
   static constexpr size_t kMaxCachedMasks = 64;
 
+  // `max_states`: the DFA size that triggers the compaction (tests lower it).
   TokenConstraint(std::shared_ptr<const grammar::Grammar> grammar,
-                  std::shared_ptr<const VocabIndex> vocab);
+                  std::shared_ptr<const VocabIndex> vocab, size_t max_states = kMaxStates);
   TokenConstraint(TokenConstraint&&) noexcept;
   TokenConstraint& operator=(TokenConstraint&&) noexcept;
   ~TokenConstraint();
@@ -156,6 +157,7 @@ class TokenConstraint {
 
   std::shared_ptr<const grammar::Grammar> grammar_;
   std::shared_ptr<const VocabIndex> vocab_;
+  size_t max_states_ = kMaxStates;
   std::deque<Node> nodes_;
   absl::flat_hash_map<std::pair<uint32_t, const Node*>, const Node*, NodeKeyHash> node_index_;
   std::vector<State> states_;
