@@ -95,7 +95,7 @@ TokenConstraint::TokenConstraint(std::shared_ptr<const Grammar> g,
     : grammar_(std::move(g)), vocab_(std::move(vocab)), max_states_(max_states) {
   std::vector<const Node*> start;
   Continue(grammar_->rule_start(grammar_->root()), nullptr, &start, 0);
-  current_ = Intern(std::move(start));
+  current_ = Intern(start);
   walk_.resize(static_cast<size_t>(vocab_->max_depth_) + 1);
 }
 
@@ -139,7 +139,7 @@ void TokenConstraint::Continue(uint32_t pos, const Node* parent, std::vector<con
   }
 }
 
-int32_t TokenConstraint::Intern(std::vector<const Node*> stacks) {
+int32_t TokenConstraint::Intern(std::vector<const Node*>& stacks) {
   std::sort(stacks.begin(), stacks.end());
   stacks.erase(std::unique(stacks.begin(), stacks.end()), stacks.end());
   auto it = state_index_.find(stacks);
@@ -150,7 +150,7 @@ int32_t TokenConstraint::Intern(std::vector<const Node*> stacks) {
   s.stacks = stacks;
   const auto id = static_cast<int32_t>(states_.size());
   states_.push_back(std::move(s));
-  state_index_.emplace(std::move(stacks), id);
+  state_index_.emplace(stacks, id);
   trans_.resize(states_.size() * 256, -2);
   return id;
 }
@@ -158,13 +158,14 @@ int32_t TokenConstraint::Intern(std::vector<const Node*> stacks) {
 int32_t TokenConstraint::Step(int32_t state, uint8_t byte) {
   const int32_t known = trans_[static_cast<size_t>(state) * 256 + byte];
   if (known != -2) return known;
-  std::vector<const Node*> out;
+  std::vector<const Node*>& out = scratch_;
+  out.clear();
   for (const Node* n : states_[state].stacks) {
     if (n != nullptr && grammar_->at(n->pos).set.Has(byte)) {
       Continue(n->pos + 1, n->parent, &out, 0);
     }
   }
-  const int32_t next = out.empty() ? -1 : Intern(std::move(out));
+  const int32_t next = out.empty() ? -1 : Intern(out);
   trans_[static_cast<size_t>(state) * 256 + byte] = next;
   return next;
 }
@@ -290,7 +291,7 @@ void TokenConstraint::MaybeCompact() {
   masks_.clear();
   absl::flat_hash_map<const Node*, const Node*> seen;
   for (const Node*& n : stacks) n = CopyInto(n, &seen);
-  current_ = Intern(std::move(stacks));
+  current_ = Intern(stacks);
 }
 
 }  // namespace moesplit

@@ -147,7 +147,9 @@ class TokenConstraint {
   const Node* Make(uint32_t pos, const Node* parent);
   void Continue(uint32_t pos, const Node* parent, std::vector<const Node*>* out, int depth);
   void Expand(const Node* node, std::vector<const Node*>* out, int depth);
-  int32_t Intern(std::vector<const Node*> stacks);
+  // The state of `stacks` (sorted and deduplicated in place; copied only
+  // when the state is new).
+  int32_t Intern(std::vector<const Node*>& stacks);
   int32_t Step(int32_t state, uint8_t byte);  // -1 = dead
   int32_t Walk(int32_t state, std::string_view bytes);
   void ComputeMask(int32_t state, std::vector<uint64_t>* out);
@@ -168,6 +170,7 @@ class TokenConstraint {
   bool ended_ = false;  // an EOG token was accepted
   std::vector<uint64_t> ended_mask_;
   std::vector<int32_t> walk_;  // per trie depth: the state after that prefix
+  std::vector<const Node*> scratch_;  // Step's stacks
 };
 
 }  // namespace moesplit
