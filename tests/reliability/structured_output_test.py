@@ -292,4 +292,5 @@ class RefusalTest(unittest.TestCase):
 if __name__ == "__main__":
     rel.BIN, rel.WORK = sys.argv[1], sys.argv[2]
     PROTO, FIXTURES = sys.argv[3], sys.argv[4]
+    os.makedirs(rel.WORK, exist_ok=True)
     unittest.main(argv=[sys.argv[0]] + sys.argv[5:], verbosity=2)
