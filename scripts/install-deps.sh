@@ -21,6 +21,9 @@ if [[ "${MOESPLIT_BUILD_ONLY:-0}" != 1 ]]; then
   # The gRPC API tests' Python client (tests/reliability/grpc_python_client_test.py)
   # and the soak (tests/soak): grpcio, its protoc plugin, protobuf.
   PACKAGES+=(python3-grpcio python3-grpc-tools python3-protobuf)
+  # The structured-output test validates outputs with a real JSON Schema
+  # validator (tests/reliability/structured_output_test.py).
+  PACKAGES+=(python3-jsonschema)
   # The deployment tests install helm and the Kubernetes schemas with npm
   # (tests/deploy/tools.sh), the HTTP API test the `openai` npm client. A node
   # and npm already on PATH (e.g. from NodeSource) are kept: Debian's npm

@@ -165,7 +165,23 @@ void Sampler::FillLogprobs(absl::Span<const float> logits,
   }
 }
 
+void Sampler::KeepAllowed(absl::Span<const uint64_t> allowed) {
+  Candidate* data = candidates_.data.data();
+  size_t kept = 0;
+  for (size_t i = 0; i < candidates_.size; ++i) {
+    const int32_t id = data[i].id;
+    if ((allowed[static_cast<size_t>(id) >> 6] >> (id & 63)) & 1) data[kept++] = data[i];
+  }
+  candidates_.size = kept;
+}
+
 absl::Status Sampler::Sample(absl::Span<const float> logits,
+                             SampledToken* out) {
+  return Sample(logits, {}, out);
+}
+
+absl::Status Sampler::Sample(absl::Span<const float> logits,
+                             absl::Span<const uint64_t> allowed,
                              SampledToken* out) {
   candidates_.size = 0;
   if (logits.size() != static_cast<size_t>(n_vocab_)) {
@@ -173,11 +189,22 @@ absl::Status Sampler::Sample(absl::Span<const float> logits,
         "logits has ", logits.size(), " entries, expected n_vocab = ",
         n_vocab_));
   }
+  const size_t words = (static_cast<size_t>(n_vocab_) + 63) / 64;
+  if (!allowed.empty() && allowed.size() != words) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the allowed-token mask has ", allowed.size(), " words, expected ",
+        words));
+  }
   RETURN_IF_ERROR(LoadCandidates(logits));
-  if (MaxLogit(candidates_) == -std::numeric_limits<float>::infinity()) {
+  if (!allowed.empty()) KeepAllowed(allowed);
+  if (candidates_.size == 0 ||
+      MaxLogit(candidates_) == -std::numeric_limits<float>::infinity()) {
     candidates_.size = 0;
     return absl::InvalidArgumentError(
-        "every logit is -inf (after penalties): nothing can be sampled");
+        allowed.empty()
+            ? "every logit is -inf (after penalties): nothing can be sampled"
+            : "every allowed token's logit is -inf (after penalties): nothing "
+              "can be sampled");
   }
   if (params_.temperature == 0.0f) {
     const size_t best = ArgMax(candidates_);

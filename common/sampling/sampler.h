@@ -91,6 +91,15 @@ class Sampler {
   // wrong size, holds a NaN or +inf, or every logit is -inf after penalties.
   absl::Status Sample(absl::Span<const float> logits, SampledToken* out);
   absl::StatusOr<SampledToken> Sample(absl::Span<const float> logits);
+  // The same, choosing only among the tokens whose bit is set in `allowed`
+  // (bit id & 63 of word id / 64; token_constraint.h): after the penalties
+  // every other token leaves the candidate set, so top_k/top_p/min_p, the
+  // temperature and greedy see the masked distribution. Logprobs stay those
+  // of the raw logits (as above). An empty span allows every token.
+  // InvalidArgument, nothing changed, when `allowed` has the wrong size or
+  // allows no token with a logit above -inf.
+  absl::Status Sample(absl::Span<const float> logits,
+                      absl::Span<const uint64_t> allowed, SampledToken* out);
 
   // Appends tokens (e.g. the prompt, as llama-server does) to the history
   // without sampling. InvalidArgument (nothing appended) for an id outside
@@ -120,6 +129,8 @@ class Sampler {
   void AcceptOne(int32_t token);
   // Copies logits into candidates_ and applies the penalties.
   absl::Status LoadCandidates(absl::Span<const float> logits);
+  // Keeps the candidates whose bit is set (ascending id order is kept).
+  void KeepAllowed(absl::Span<const uint64_t> allowed);
   // Steps 3-5: returns the chosen token.
   int32_t Draw();
   double NextUniform();

@@ -62,6 +62,7 @@ struct DenseEngine::Sequence {
   Sampler sampler;
   StopMatcher stops;
   StreamDecoder decoder;
+  std::optional<TokenConstraint> constraint;  // GenerateParams::constraint
   size_t prefilled = 0;  // prompt tokens in the sequence's state
   int32_t next = -1;     // the last sampled token, fed in the next step
   int completion = 0;
@@ -337,6 +338,13 @@ absl::Status DenseEngine::StartSequence(std::shared_ptr<RequestHandle> r) {
   ASSIGN_OR_RETURN(Sampler sampler, Sampler::Create(p.sampling, n_vocab));
   ASSIGN_OR_RETURN(StopMatcher stops, StopMatcher::Create(p.stop));
   RETURN_IF_ERROR(sampler.Accept(p.prompt));
+  std::optional<TokenConstraint> constraint;
+  if (p.constraint != nullptr) {
+    if (vocab_index_ == nullptr) {
+      ASSIGN_OR_RETURN(vocab_index_, VocabIndex::FromTokenizer(*tokenizer_, n_vocab));
+    }
+    constraint.emplace(p.constraint, vocab_index_);
+  }
   const int64_t prompt = static_cast<int64_t>(p.prompt.size());
   const int limit = p.max_tokens > 0 ? p.max_tokens : n_ctx_;
   const int64_t positions = std::min<int64_t>(n_ctx_, prompt + limit);
@@ -351,6 +359,7 @@ absl::Status DenseEngine::StartSequence(std::shared_ptr<RequestHandle> r) {
   sequences_.push_back(Sequence{std::move(r), std::move(sampler), std::move(stops),
                                 StreamDecoder(tokenizer_.get(), false)});
   Sequence& s = sequences_.back();
+  s.constraint = std::move(constraint);
   s.slot = slot;
   s.limit = limit;
   s.outcome.prompt_tokens = static_cast<int>(prompt);
@@ -418,8 +427,11 @@ void DenseEngine::Step() {
 
 absl::StatusOr<bool> DenseEngine::Advance(Sequence& s) {
   GenerateDelta delta;
-  RETURN_IF_ERROR(s.sampler.Sample(s.logits, &delta.sampled));
+  absl::Span<const uint64_t> allowed;
+  if (s.constraint.has_value()) allowed = s.constraint->AllowedTokens();
+  RETURN_IF_ERROR(s.sampler.Sample(s.logits, allowed, &delta.sampled));
   delta.token = delta.sampled.token;
+  if (s.constraint.has_value()) RETURN_IF_ERROR(s.constraint->Accept(delta.token));
   const auto now = std::chrono::steady_clock::now();
   if (s.completion == 0) {
     metrics_->time_to_first_token.Observe(
@@ -432,18 +444,21 @@ absl::StatusOr<bool> DenseEngine::Advance(Sequence& s) {
   ++s.completion;
   s.outcome.completion_tokens = s.completion;
   const bool eog = tokenizer_->IsEndOfGeneration(delta.token);
+  // The constrained output is complete and nothing may follow it.
+  const bool done = !eog && s.constraint.has_value() && s.constraint->finished();
   std::string piece;
   if (eog) {
     piece = s.decoder.Flush();
   } else {
     ASSIGN_OR_RETURN(piece, s.decoder.Push(delta.token));
+    if (done) piece += s.decoder.Flush();
   }
   StopMatcher::Result r = s.stops.Feed(piece);
   const bool full =
       s.completion >= s.limit || runner_->n_past(s.slot) >= runner_->capacity(s.slot);
   delta.text = std::move(r.text);
-  if (eog || (full && !r.stopped)) {
-    if (!eog) delta.text += s.decoder.Flush();
+  if (eog || done || (full && !r.stopped)) {
+    if (!eog && !done) delta.text += s.decoder.Flush();
     delta.text += s.stops.Flush();
   }
   s.next = delta.token;
@@ -458,7 +473,7 @@ absl::StatusOr<bool> DenseEngine::Advance(Sequence& s) {
     s.req->generated_ = s.completion;
   }
   s.req->cv_.notify_all();
-  if (eog || r.stopped) {
+  if (eog || done || r.stopped) {
     s.outcome.finish_reason = "stop";
     return false;
   }

@@ -45,6 +45,7 @@
 #include "common/model/model.h"
 #include "common/sampling/sampler.h"
 #include "common/sampling/stop_matcher.h"
+#include "common/sampling/token_constraint.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/transport/remote_experts.h"
 #include "services/dense/sequence_runner.h"
@@ -88,6 +89,12 @@ struct GenerateParams {
   int max_tokens = 0;  // 0: until end of generation or the context is full
   SamplingParams sampling;
   std::vector<std::string> stop;  // stop strings (matched across tokens)
+  // Constrained decoding (response_format; common/sampling/json_schema.h):
+  // each step samples only among the tokens that keep the output a prefix of
+  // a sentence of this grammar (control tokens never, EOG only when it is
+  // complete); once the sentence is complete and nothing may follow, the
+  // request ends with "stop" at once. Null: unconstrained.
+  std::shared_ptr<const grammar::Grammar> constraint;
 };
 
 struct GenerateDelta {
@@ -241,6 +248,9 @@ class DenseEngine {
   int n_ctx_ = 0;
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<ServingMetrics> metrics_;
+  // The vocabulary's token trie for constrained requests: built by the
+  // engine thread at the first one, shared by all.
+  std::shared_ptr<const VocabIndex> vocab_index_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -1,7 +1,8 @@
 // The scheduler in-process: continuous batching with chunked prefill gives
 // every greedy request the tokens plain one-sequence decoding gives, however
 // small the per-step token budget; cancellation and completion free the KV;
-// the bounded queue refuses with RESOURCE_EXHAUSTED.
+// the bounded queue refuses with RESOURCE_EXHAUSTED; a JSON constraint ends
+// the request with "stop" once the document is complete.
 #include "services/dense/dense_engine.h"
 
 #include <unistd.h>
@@ -13,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
+#include "common/sampling/json_schema.h"
 #include "gtest/gtest.h"
 #include "services/cli/test_model.h"
 
@@ -205,6 +207,43 @@ TEST_P(EngineArchTest, CancelFreesTheSlotAndQueueIsBounded) {
   EXPECT_LE(r2->completion_tokens, 3);
   EXPECT_EQ(e->running(), 0);
   EXPECT_EQ(e->metrics().kv_used_bytes.Value(), 0);
+}
+
+TEST(DenseEngineTest, JsonConstraintStopsAtTheEndOfTheDocumentAndLengthCutsIt) {
+  auto e = Engine(2, 4, 64);
+  ASSERT_NE(e, nullptr);
+  auto run = [&](const char* schema, int max_tokens, float temperature, std::string* text) {
+    ConstraintSpec spec;
+    spec.kind = ConstraintSpec::Kind::kJsonSchema;
+    spec.schema = nlohmann::ordered_json::parse(schema);
+    auto g = CompileConstraint(spec);
+    EXPECT_TRUE(g.ok()) << g.status();
+    GenerateParams p = Greedy({1, 2, 3}, max_tokens);
+    p.sampling.temperature = temperature;
+    p.sampling.seed = 5;
+    p.sampling.has_seed = true;
+    p.constraint = *g;
+    text->clear();
+    auto o = e->Generate(p, [&](const GenerateDelta& d) {
+      *text += d.text;
+      return true;
+    });
+    EXPECT_TRUE(o.ok()) << o.status();
+    return o.ok() ? *o : GenerateOutcome{};
+  };
+  std::string text;
+  for (float t : {0.0f, 1.0f}) {
+    GenerateOutcome o = run(R"({"enum":["alpha","beta"]})", 50, t, &text);
+    EXPECT_EQ(o.finish_reason, "stop") << text;
+    EXPECT_TRUE(text == "\"alpha\"" || text == "\"beta\"") << text;
+    EXPECT_LE(o.completion_tokens, 7);  // no token after the closing quote
+  }
+  GenerateOutcome cut = run(R"({"type":"array","items":{"type":"integer"},"minItems":40})", 4,
+                            1.0f, &text);
+  EXPECT_EQ(cut.finish_reason, "length");
+  EXPECT_EQ(cut.completion_tokens, 4);
+  EXPECT_EQ(text.rfind("[", 0), 0u) << text;
+  EXPECT_EQ(e->running(), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, EngineArchTest, MOESPLIT_ENGINE_ARCHS);

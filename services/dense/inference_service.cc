@@ -18,6 +18,7 @@
 #include "services/dense/chat_tools.h"
 #include "services/dense/request_limits.h"
 #include "services/dense/request_log.h"
+#include "services/dense/response_format.h"
 
 namespace moesplit::dense {
 
@@ -91,6 +92,29 @@ absl::StatusOr<SamplingParams> ToSampling(const v1::SamplingParams& s, int32_t l
   p.logprobs = logprobs;
   p.return_logprob = logprobs > 0;
   return p;
+}
+
+// The request's ResponseFormat as the HTTP API's response_format, compiled
+// (null for none/text); the same errors as there.
+absl::StatusOr<std::shared_ptr<const grammar::Grammar>> ToConstraint(
+    const v1::ResponseFormat& f) {
+  if (f.type().empty()) return nullptr;
+  nlohmann::ordered_json rf = {{"type", f.type()}};
+  if (f.type() == "json_schema") {
+    nlohmann::ordered_json js = nlohmann::ordered_json::object();
+    if (!f.name().empty()) js["name"] = f.name();
+    js["strict"] = f.strict();
+    if (!f.schema().empty()) {
+      try {
+        js["schema"] = nlohmann::ordered_json::parse(f.schema());
+      } catch (const nlohmann::ordered_json::exception& e) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("response_format.schema is not valid JSON: ", e.what()));
+      }
+    }
+    rf["json_schema"] = std::move(js);
+  }
+  return CompileResponseFormat(rf);
 }
 
 void AddLogprobs(const Tokenizer& tok, const SampledToken& s,
@@ -324,6 +348,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* InferenceService::Generate(
     p.max_tokens = r.max_tokens();
     ASSIGN_OR_RETURN(p.sampling, ToSampling(r.sampling(), r.logprobs()));
     p.stop.assign(r.stop().begin(), r.stop().end());
+    ASSIGN_OR_RETURN(p.constraint, ToConstraint(r.response_format()));
     ASSIGN_OR_RETURN(auto handle, engine.Submit(std::move(p)));
     out->Track(handle);
     ASSIGN_OR_RETURN(
@@ -370,6 +395,8 @@ grpc::ServerWriteReactor<v1::ChatResponse>* InferenceService::Chat(
     p.max_tokens = r.max_tokens();
     ASSIGN_OR_RETURN(p.sampling, ToSampling(r.sampling(), r.logprobs()));
     p.stop.assign(r.stop().begin(), r.stop().end());
+    ASSIGN_OR_RETURN(p.constraint, ToConstraint(r.response_format()));
+    const bool constrained = p.constraint != nullptr;  // content = the JSON as generated
     ASSIGN_OR_RETURN(auto handle, engine.Submit(std::move(p)));
     out->Track(handle);
     ChatOutputStream reasoning(served_.chat->output_format(), chat::PromptOpensReasoning(prompt),
@@ -379,7 +406,12 @@ grpc::ServerWriteReactor<v1::ChatResponse>* InferenceService::Chat(
         GenerateOutcome o,
         handle->Wait(
             [&](const GenerateDelta& d) {
-              ChatDelta split = reasoning.Push(d.text);
+              ChatDelta split;
+              if (constrained) {
+                split.content = d.text;
+              } else {
+                split = reasoning.Push(d.text);
+              }
               v1::ChatResponse resp;
               resp.set_content(std::move(split.content));
               resp.set_reasoning_content(std::move(split.reasoning_content));
@@ -390,7 +422,8 @@ grpc::ServerWriteReactor<v1::ChatResponse>* InferenceService::Chat(
               return out->Emit(std::move(resp));
             },
             [out] { return out->Cancelled(); }));
-    ChatDelta rest = reasoning.Finish();
+    ChatDelta rest;
+    if (!constrained) rest = reasoning.Finish();
     has_calls = has_calls || !rest.tool_calls.empty();
     const std::string finish = ToolFinishReason(o.finish_reason, has_calls);
     out->SetFinishReason(finish);

@@ -10,6 +10,7 @@
 #include "services/dense/chat_tools.h"
 #include "services/dense/readiness.h"
 #include "services/dense/request_log.h"
+#include "services/dense/response_format.h"
 #include "prometheus/text_serializer.h"
 
 namespace moesplit::dense {
@@ -48,7 +49,7 @@ Json ParamOf(const absl::Status& s) {
   for (const char* f : {"temperature", "top_k", "top_p", "min_p", "repetition_penalty",
                         "presence_penalty", "frequency_penalty", "logprobs", "max_tokens",
                         "messages", "stop", "prompt", "seed", "tools", "tool_choice",
-                        "parallel_tool_calls"}) {
+                        "parallel_tool_calls", "response_format"}) {
     if (m.rfind(f, 0) == 0) return f;
   }
   return nullptr;
@@ -178,6 +179,11 @@ absl::Status ParseCommon(const Json& body, bool chat, const ServedModel& served,
   if (auto so = body.find("stream_options"); so != body.end() && !so->is_null()) {
     if (!so->is_object()) return Bad("stream_options", "stream_options must be an object");
     ASSIGN_OR_RETURN(c->include_usage, Bool(*so, "include_usage", false));
+  }
+  if (auto rf = body.find("response_format"); rf != body.end()) {
+    absl::StatusOr<std::shared_ptr<const grammar::Grammar>> g = CompileResponseFormat(*rf);
+    if (!g.ok()) return WithParam(g.status(), "response_format");
+    c->params.constraint = *std::move(g);
   }
   return absl::OkStatus();
 }
@@ -387,9 +393,14 @@ void Whole(const ServedModel& served, RequestHandle& h, const Job& job, const st
   Json choice = {{"index", 0}};
   bool has_calls = false;
   if (job.chat) {
-    ChatDelta split = SplitChatOutput(text, served.chat->output_format(),
-                                      chat::PromptOpensReasoning(job.prompt_text),
-                                      served.chat->tool_family(), job.tools);
+    ChatDelta split;
+    if (job.c.params.constraint != nullptr) {
+      split.content = text;  // the constrained JSON, whole
+    } else {
+      split = SplitChatOutput(text, served.chat->output_format(),
+                              chat::PromptOpensReasoning(job.prompt_text),
+                              served.chat->tool_family(), job.tools);
+    }
     has_calls = !split.tool_calls.empty();
     choice["message"] = ChatMessageJson(split);
   } else {
@@ -434,9 +445,16 @@ void Stream(const ServedModel& served, RequestHandle& h, const Job& job, const s
   absl::StatusOr<GenerateOutcome> o = h.Wait(
       [&](const GenerateDelta& d) {
         // One chunk per token (the text, with the token's logprobs), then
-        // one per delta of a call completed by it.
+        // one per delta of a call completed by it. Constrained output is
+        // the JSON as generated, not split.
         std::vector<Json> deltas = {Json()};
-        if (job.chat) deltas = ChatDeltasJson(reasoning.Push(d.text), false, &calls);
+        if (job.chat && job.c.params.constraint != nullptr) {
+          ChatDelta raw;
+          raw.content = d.text;
+          deltas = ChatDeltasJson(raw, false, &calls);
+        } else if (job.chat) {
+          deltas = ChatDeltasJson(reasoning.Push(d.text), false, &calls);
+        }
         for (size_t i = 0; i < deltas.size(); ++i) {
           Json c = ChoiceDelta(job, std::move(deltas[i]), d.text);
           if (i == 0 && job.c.logprobs) {
@@ -461,7 +479,9 @@ void Stream(const ServedModel& served, RequestHandle& h, const Job& job, const s
     // What was held back (text, calls), then the last chunk: its delta
     // empty, or the held text when that is all there was.
     std::vector<Json> deltas;
-    if (job.chat) deltas = ChatDeltasJson(reasoning.Finish(), true, &calls);
+    if (job.chat && job.c.params.constraint == nullptr) {
+      deltas = ChatDeltasJson(reasoning.Finish(), true, &calls);
+    }
     Json last_delta = Json::object();
     if (deltas.size() == 1 && !deltas[0].contains("tool_calls")) {
       last_delta = std::move(deltas[0]);

@@ -11,6 +11,9 @@
 //     readiness), GET /health/live (liveness), GET /metrics (Prometheus
 //     text of the engine's registry, the same one the --metrics exposer
 //     serves)
+// "response_format" (response_format.h): text, json_object or json_schema
+// constrains the output (constrained decoding); a chat answer's content is
+// then the JSON as generated (no reasoning split).
 // Every completion that ends is logged (request_log.h), and its response
 // (the last chunk of a stream) carries llama-server's `timings`.
 // Errors are OpenAI's shape, {"error":{"message","type","param","code"}}:

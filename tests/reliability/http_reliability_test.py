@@ -44,12 +44,13 @@ def make_model():
 
 
 class Dense:
-    """One moesplit-dense process serving HTTP on a port it picks."""
+    """One moesplit-dense process serving HTTP on a port it picks (the
+    generated test model unless `model` names another GGUF)."""
 
-    def __init__(self, *extra, ctx=2048, parallel=4, max_queue=64):
+    def __init__(self, *extra, ctx=2048, parallel=4, max_queue=64, model=None):
         self.log_path = os.path.join(WORK, "dense-%d-%d.log" % (os.getpid(), time.monotonic_ns()))
         self.log = open(self.log_path, "w+b")
-        args = [os.path.join(BIN, "moesplit-dense"), "--model", make_model(), "--grpc",
+        args = [os.path.join(BIN, "moesplit-dense"), "--model", model or make_model(), "--grpc",
                 HOST + ":0", "--http", HOST + ":0", "--ctx", str(ctx), "--threads", "2",
                 "--parallel", str(parallel), "--max-queue", str(max_queue),
                 "--step-tokens", "64"] + list(extra)

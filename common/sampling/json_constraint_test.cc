@@ -1,0 +1,327 @@
+// The byte grammar, the JSON Schema compiler and token masking: byte strings
+// accepted/rejected per keyword (a vocabulary of the 256 single bytes), and
+// the mask on the real Qwen2 vocabulary checked token by token against the
+// matcher itself, with control and EOG tokens.
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "common/gguf/gguf.h"
+#include "common/sampling/json_schema.h"
+#include "common/sampling/sampler.h"
+#include "common/sampling/token_constraint.h"
+#include "common/tokenizer/tokenizer.h"
+#include "gtest/gtest.h"
+
+namespace moesplit {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// Token i < 256 is byte i; 256 is the EOG token.
+std::shared_ptr<const VocabIndex> ByteVocab() {
+  static const auto* v = [] {
+    std::vector<std::string> pieces;
+    for (int b = 0; b < 256; ++b) pieces.push_back(std::string(1, static_cast<char>(b)));
+    pieces.push_back("<eog>");
+    std::vector<bool> usable(257, true);
+    return new std::shared_ptr<const VocabIndex>(*VocabIndex::Create(pieces, usable, {256}));
+  }();
+  return *v;
+}
+
+absl::StatusOr<std::shared_ptr<const grammar::Grammar>> Schema(const std::string& schema,
+                                                               bool strict = false) {
+  ConstraintSpec spec;
+  spec.kind = ConstraintSpec::Kind::kJsonSchema;
+  spec.schema = Json::parse(schema);
+  spec.strict = strict;
+  return CompileConstraint(spec);
+}
+
+// Whether `text` is a complete sentence of the grammar.
+bool Accepts(const std::shared_ptr<const grammar::Grammar>& g, const std::string& text) {
+  TokenConstraint c(g, ByteVocab());
+  return c.AcceptBytes(text).ok() && c.complete();
+}
+
+struct Case {
+  const char* schema;
+  std::vector<const char*> accept;
+  std::vector<const char*> reject;
+};
+
+TEST(JsonSchemaTest, AcceptsAndRejectsPerKeyword) {
+  const std::vector<Case> cases = {
+      {R"({"type":"string"})",
+       {R"("")", R"("abc")", R"("a\"b\\c\n\u00e9")", "\"caf\xc3\xa9 \xe2\x98\x83\"",
+        "\"\xf0\x9f\x99\x82\""},
+       {R"(abc)", R"("abc)", "\"a\nb\"", R"("\x")", R"("\u12")", "\"\xc3\"", "\"\xed\xa0\x80\"",
+        "\"\xc0\xaf\"", " \"a\""}},
+      {R"({"type":"string","minLength":2,"maxLength":3})",
+       {R"("ab")", R"("abc")", R"("a\n")", "\"\xc3\xa9\xc3\xa9\""},
+       {R"("a")", R"("abcd")", R"("")"}},
+      {R"({"type":"integer"})",
+       {"0", "-7", "1234567890123456"},
+       {"01", "1.5", "-", "+1", "12345678901234567", "1e5"}},
+      {R"({"type":"number"})",
+       {"0", "-0.5", "3.25e-7", "1E+10", "42"},
+       {".5", "1.", "1e", "1e123", "NaN"}},
+      {R"({"type":"boolean"})", {"true", "false"}, {"True", "1", "null"}},
+      {R"({"type":"null"})", {"null"}, {"nil", "\"null\""}},
+      {R"({"type":["string","null"]})", {"null", "\"x\""}, {"1"}},
+      {R"({"type":"integer","nullable":true})", {"null", "5"}, {"\"5\""}},
+      {R"({"enum":["red",1,null,{"a":[true]}]})",
+       {R"("red")", "1", "null", R"({"a":[true]})"},
+       {R"("blue")", "2", R"({"a":[false]})"}},
+      {R"({"const":"fixed"})", {R"("fixed")"}, {R"("other")"}},
+      {R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"string"}},
+          "required":["a"],"additionalProperties":false})",
+       {R"({"a":1})", R"({"a":1,"b":"x"})", "{ \"a\": 1 , \"b\": \"x\"\n}", "{\n  \"a\": 1\n}"},
+       {R"({})", R"({"b":"x"})", R"({"b":"x","a":1})", R"({"a":1,"c":2})", R"({"a":"1"})",
+        R"({"a":1,})", "{   \"a\":1}"}},
+      {R"({"type":"object","properties":{"x":{"type":"boolean"},"y":{"type":"null"}}})",
+       {"{}", R"({"x":true})", R"({"y":null})", R"({"x":false,"y":null})"},
+       {R"({"y":null,"x":true})", R"({,})"}},
+      {R"({"type":"object","additionalProperties":{"type":"integer"}})",
+       {"{}", R"({"k":1,"j":2})"},
+       {R"({"k":"v"})"}},
+      {R"({"type":"array","items":{"type":"integer"},"minItems":1,"maxItems":3})",
+       {"[1]", "[1,2,3]", "[ 1 , 2 ]"},
+       {"[]", "[1,2,3,4]", "[1,]", "[\"a\"]"}},
+      {R"({"type":"array","items":{"type":"string"}})", {"[]", R"(["a","b"])"}, {"[1]"}},
+      {R"({"type":"array","maxItems":0})", {"[]"}, {"[1]"}},
+      {R"({"anyOf":[{"type":"integer"},{"type":"string","maxLength":1}]})",
+       {"1", R"("a")"},
+       {R"("ab")", "true"}},
+      {R"({"oneOf":[{"type":"boolean"},{"type":"null"}]})", {"true", "null"}, {"1"}},
+      {R"({"$defs":{"pt":{"type":"object","properties":{"x":{"type":"number"}},"required":["x"]}},
+          "type":"array","items":{"$ref":"#/$defs/pt"}})",
+       {R"([{"x":1},{"x":2.5}])"},
+       {R"([{"y":1}])"}},
+      {R"({"type":"object","properties":{"name":{"type":"string","maxLength":4},
+          "children":{"type":"array","items":{"$ref":"#"}}},"required":["name","children"]})",
+       {R"({"name":"a","children":[]})", R"({"name":"a","children":[{"name":"b","children":[]}]})"},
+       {R"({"name":"a"})", R"({"name":"a","children":[{"name":"b"}]})"}},
+      {R"({})", {"1", R"({"a":[1,{"b":null}]})", R"("s")"}, {"", "{", "[1,]"}},
+      {R"({"properties":{"a":{"type":"integer"}},"required":["a"]})", {R"({"a":0})"}, {"0"}},
+  };
+  for (const Case& c : cases) {
+    auto g = Schema(c.schema);
+    ASSERT_TRUE(g.ok()) << c.schema << ": " << g.status();
+    for (const char* t : c.accept) EXPECT_TRUE(Accepts(*g, t)) << c.schema << " should accept " << t;
+    for (const char* t : c.reject) EXPECT_FALSE(Accepts(*g, t)) << c.schema << " should reject " << t;
+  }
+}
+
+TEST(JsonSchemaTest, JsonObjectIsAnyObjectWithBoundedWhitespace) {
+  ConstraintSpec spec;
+  auto g = CompileConstraint(spec);
+  ASSERT_TRUE(g.ok()) << g.status();
+  for (const char* t : {"{}", R"({"a":1,"b":[true,{"c":null}],"d":"x"})", "{\n  \"a\": -1.5e3\n}"}) {
+    EXPECT_TRUE(Accepts(*g, t)) << t;
+  }
+  for (const std::string& t : std::vector<std::string>{"[]", "1", "\"a\"", "{\"a\":1}x", "{  }",
+                                                      "{\n" + std::string(21, ' ') + "}"}) {
+    EXPECT_FALSE(Accepts(*g, t)) << t;
+  }
+}
+
+TEST(JsonSchemaTest, PrefixAndSuffixAreLiteral) {
+  ConstraintSpec spec;
+  spec.kind = ConstraintSpec::Kind::kJsonSchema;
+  spec.prefix = "<tool_call>\n{\"name\": \"f\", \"arguments\": ";
+  spec.schema = Json::parse(R"({"type":"object","properties":{"q":{"type":"string"}},"required":["q"]})");
+  spec.suffix = "}\n</tool_call>";
+  auto g = CompileConstraint(spec);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_TRUE(Accepts(*g, spec.prefix + R"({"q":"x"})" + spec.suffix));
+  EXPECT_FALSE(Accepts(*g, R"({"q":"x"})"));
+  EXPECT_FALSE(Accepts(*g, spec.prefix + R"({"q":"x"})"));
+  EXPECT_FALSE(Accepts(*g, spec.prefix + R"({"q":1})" + spec.suffix));
+}
+
+TEST(JsonSchemaTest, RefusesWhatItCannotEnforce) {
+  const std::vector<std::pair<const char*, const char*>> cases = {
+      {R"({"type":"string","pattern":"^a$"})", "unsupported keyword 'pattern'"},
+      {R"({"type":"string","format":"date-time"})", "unsupported keyword 'format'"},
+      {R"({"type":"integer","minimum":0})", "unsupported keyword 'minimum'"},
+      {R"({"allOf":[{"type":"string"}]})", "unsupported keyword 'allOf'"},
+      {R"({"type":"object","properties":{"a":{"type":"string","format":"email"}}})",
+       "schema #/properties/a: unsupported keyword 'format'"},
+      {R"({"type":"strin"})", "unknown type \"strin\""},
+      {R"({"$ref":"#/$defs/missing"})", "points nowhere"},
+      {R"({"$ref":"http://x/y"})", "not local"},
+      {R"({"$ref":"#"})", "left-recursive"},
+      {R"({"type":"object","properties":{},"required":["a"]})", "not in properties"},
+      {R"({"type":"array","maxItems":5000})", "above the supported 4096"},
+      {R"({"type":"string","minLength":3,"maxLength":2})", "minLength is above maxLength"},
+      {R"({"enum":[]})", "enum must be a non-empty array"},
+      {R"({"type":"object","properties":{"a":{}},"additionalProperties":true})",
+       "together with properties"},
+      {R"(false)", "accepts nothing"},
+      {R"(3)", "must be an object or a boolean"},
+      {R"({"anyOf":[{"type":"string"}],"type":"string"})", "together with other keywords"},
+  };
+  for (const auto& [schema, want] : cases) {
+    auto g = Schema(schema);
+    ASSERT_FALSE(g.ok()) << schema;
+    EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument) << schema;
+    EXPECT_NE(std::string(g.status().message()).find(want), std::string::npos)
+        << schema << ": " << g.status();
+  }
+  auto strict = Schema(R"({"type":"object","additionalProperties":true})", /*strict=*/true);
+  ASSERT_FALSE(strict.ok());
+  EXPECT_NE(std::string(strict.status().message()).find("strict"), std::string::npos);
+}
+
+TEST(TokenConstraintTest, EogOnlyWhenCompleteAndFinishedAtTheEnd) {
+  auto g = Schema(R"({"type":"array","items":{"type":"integer"},"maxItems":2})");
+  ASSERT_TRUE(g.ok());
+  TokenConstraint c(*g, ByteVocab());
+  auto allowed = [&](int id) { return (c.AllowedTokens()[id >> 6] >> (id & 63)) & 1; };
+  EXPECT_TRUE(allowed('['));
+  EXPECT_FALSE(allowed('1'));
+  EXPECT_FALSE(allowed(256));
+  EXPECT_FALSE(c.Accept(256).ok());
+  EXPECT_FALSE(c.Accept('x').ok());
+  ASSERT_TRUE(c.AcceptBytes("[12").ok());
+  EXPECT_TRUE(allowed('3'));
+  EXPECT_TRUE(allowed(','));
+  EXPECT_FALSE(allowed(256));
+  ASSERT_TRUE(c.Accept(']').ok());
+  EXPECT_TRUE(c.complete());
+  EXPECT_TRUE(c.finished());
+  EXPECT_TRUE(allowed(256));
+  EXPECT_FALSE(allowed(' '));
+  ASSERT_TRUE(c.Accept(256).ok());
+  EXPECT_FALSE(c.Accept(']').ok());
+
+  // A number may go on: complete but not finished.
+  auto n = Schema(R"({"type":"integer"})");
+  TokenConstraint d(*n, ByteVocab());
+  ASSERT_TRUE(d.AcceptBytes("7").ok());
+  EXPECT_TRUE(d.complete());
+  EXPECT_FALSE(d.finished());
+}
+
+TEST(TokenConstraintTest, SamplerChoosesOnlyAllowedTokens) {
+  auto g = Schema(R"({"enum":["yes","no"]})");
+  TokenConstraint c(*g, ByteVocab());
+  SamplingParams p;
+  p.temperature = 0;
+  auto sampler = Sampler::Create(p, 257);
+  ASSERT_TRUE(sampler.ok());
+  std::vector<float> logits(257, 0.0f);
+  logits['x'] = 10;  // the model's favourite is not allowed
+  logits['n'] = 1;
+  SampledToken t;
+  ASSERT_TRUE(sampler->Sample(logits, c.AllowedTokens(), &t).ok());
+  EXPECT_EQ(t.token, '"');
+  ASSERT_TRUE(c.Accept(t.token).ok());
+  ASSERT_TRUE(sampler->Sample(logits, c.AllowedTokens(), &t).ok());
+  EXPECT_EQ(t.token, 'n');
+  // Wrong mask size, and a mask whose tokens are all -inf.
+  EXPECT_FALSE(sampler->Sample(logits, std::vector<uint64_t>(2, ~0ull), &t).ok());
+  std::vector<float> dead(257, -INFINITY);
+  dead['x'] = 1;
+  EXPECT_FALSE(sampler->Sample(dead, c.AllowedTokens(), &t).ok());
+}
+
+TEST(TokenConstraintTest, CompactingTheCachesKeepsTheState) {
+  auto g = Schema(R"({"type":"array","items":{"type":"object","properties":{
+      "a":{"type":"string","maxLength":5},"b":{"type":"array","items":{"type":"integer"}}},
+      "required":["a","b"]},"maxItems":6})");
+  ASSERT_TRUE(g.ok()) << g.status();
+  const std::string doc = R"([{"a":"xy","b":[1,22]}, {"a":"","b":[]},{"a":"abcde","b":[3]}])";
+  TokenConstraint big(*g, ByteVocab());
+  TokenConstraint small(*g, ByteVocab(), /*max_states=*/4);
+  for (char ch : doc) {
+    const auto a = big.AllowedTokens();
+    const auto b = small.AllowedTokens();
+    ASSERT_EQ(std::vector<uint64_t>(a.begin(), a.end()), std::vector<uint64_t>(b.begin(), b.end()))
+        << "before '" << ch << "'";
+    ASSERT_TRUE(big.Accept(static_cast<uint8_t>(ch)).ok());
+    ASSERT_TRUE(small.Accept(static_cast<uint8_t>(ch)).ok()) << ch;
+    EXPECT_LE(small.states(), 4u + 1u);  // compacted after each token
+  }
+  EXPECT_TRUE(small.finished());
+  EXPECT_GT(big.states(), 20u);
+}
+
+// --- the real Qwen2 vocabulary
+
+std::string FixturesDir() {
+  const char* env = std::getenv("MOESPLIT_FIXTURES_DIR");
+  return env != nullptr ? env : MOESPLIT_FIXTURES_DIR;
+}
+
+const Tokenizer& Qwen2() {
+  static const Tokenizer* tok = [] {
+    auto gguf = GgufFile::Open(FixturesDir() + "/vocab/ggml-vocab-qwen2.gguf");
+    if (!gguf.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(gguf.status().message()).c_str());
+      std::abort();
+    }
+    return Tokenizer::FromGguf(**gguf)->release();
+  }();
+  return *tok;
+}
+
+TEST(TokenConstraintTest, MaskOnTheQwen2VocabularyMatchesTokenByTokenChecks) {
+  const Tokenizer& tok = Qwen2();
+  auto vocab = VocabIndex::FromTokenizer(tok);
+  ASSERT_TRUE(vocab.ok()) << vocab.status();
+  auto g = Schema(R"({"type":"object","properties":{
+      "name":{"type":"string","maxLength":12},
+      "tags":{"type":"array","items":{"enum":["a","bb"]},"maxItems":3},
+      "score":{"type":"number"}},"required":["name","tags","score"]})");
+  ASSERT_TRUE(g.ok()) << g.status();
+  const std::string text = R"({"name": "Zoë \"Z\"", "tags": ["bb", "a"], "score": -12.5})";
+  auto ids = tok.Encode(text, /*parse_special=*/false, /*add_special=*/false);
+  ASSERT_TRUE(ids.ok());
+  TokenConstraint c(*g, *vocab);
+  const int32_t im_start = tok.FindToken("<|im_start|>");
+  ASSERT_GE(im_start, 0);
+  ASSERT_FALSE(tok.EndOfGenerationIds().empty());
+  const int32_t eog = tok.EndOfGenerationIds()[0];
+  for (size_t step = 0; step <= ids->size(); ++step) {
+    const std::vector<uint64_t> mask(c.AllowedTokens().begin(), c.AllowedTokens().end());
+    auto allowed = [&](int32_t id) { return (mask[id >> 6] >> (id & 63)) & 1; };
+    size_t n_allowed = 0;
+    for (int32_t id = 0; id < tok.n_vocab(); ++id) {
+      const bool expect = tok.IsEndOfGeneration(id)
+                              ? c.complete()
+                              : (*vocab)->usable(id) && c.CanAccept(tok.Piece(id));
+      ASSERT_EQ(allowed(id), expect) << "step " << step << " token " << id << " '"
+                                     << tok.Piece(id) << "'";
+      n_allowed += expect;
+    }
+    EXPECT_GT(n_allowed, 0u) << step;
+    EXPECT_FALSE(allowed(im_start)) << step;
+    EXPECT_EQ(allowed(eog), step == ids->size()) << step;
+    if (step < ids->size()) {
+      ASSERT_TRUE(allowed((*ids)[step])) << "step " << step << " '" << tok.Piece((*ids)[step]) << "'";
+      ASSERT_TRUE(c.Accept((*ids)[step]).ok());
+    }
+  }
+  EXPECT_TRUE(c.finished());
+  EXPECT_TRUE(c.Accept(eog).ok());
+}
+
+TEST(TokenConstraintTest, StringContentMaskIsCachedPerState) {
+  auto vocab = VocabIndex::FromTokenizer(Qwen2());
+  ASSERT_TRUE(vocab.ok());
+  auto g = Schema(R"({"type":"string"})");
+  TokenConstraint c(*g, *vocab);
+  ASSERT_TRUE(c.AcceptBytes("\"ab").ok());
+  const size_t before = c.states();
+  const uint64_t* first = c.AllowedTokens().data();
+  ASSERT_TRUE(c.AcceptBytes("cd").ok());
+  // Inside an unbounded string every character leads back to one state.
+  EXPECT_EQ(c.AllowedTokens().data(), first);
+  EXPECT_GE(c.states(), before);
+}
+
+}  // namespace
+}  // namespace moesplit

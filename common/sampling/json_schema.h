@@ -1,0 +1,67 @@
+// JSON output constraints: a literal prefix, then one JSON value (any JSON
+// object, or a value valid under a JSON Schema), then a literal suffix,
+// compiled to a byte Grammar (grammar.h) for TokenConstraint.
+//
+// The value's text is compact JSON plus bounded whitespace: after `{`, `[`,
+// `,` and `:` and before `}` / `]`, at most one space or one newline
+// followed by up to 20 spaces/tabs (llama.cpp's space rule), so a model
+// cannot loop on whitespace. Numbers: an integer part of at most 16 digits,
+// a fraction of at most 16 digits, an exponent of at most 2 digits. Strings:
+// any valid UTF-8 except `"`, `\` and control bytes, or the escapes
+// \" \\ \/ \b \f \n \r \t \uXXXX; minLength/maxLength count these
+// characters (an escape is one).
+//
+// JSON Schema keywords (everything else is refused, naming the keyword and
+// where it is, as "#/properties/a/items"):
+//   type (a name or an array of names: object, array, string, number,
+//     integer, boolean, null), nullable: true (adds null);
+//   object: properties (emitted in the order written; required ones always,
+//     the others optional), required (names from properties),
+//     additionalProperties: false or absent = no other keys (OpenAI's strict
+//     semantics); true or a schema only for an object without properties
+//     (a map), and never with strict;
+//   array: items (a schema), minItems, maxItems;
+//   string: minLength, maxLength;
+//   enum, const (the values' compact JSON text);
+//   anyOf, oneOf (oneOf as anyOf: its branches must not overlap);
+//   $ref to "#", "#/$defs/NAME" or "#/definitions/NAME" (local only; may be
+//     recursive when the cycle consumes input);
+//   annotations ignored: title, description, default, examples, $schema,
+//     $id, $comment, $defs, definitions, deprecated, readOnly, writeOnly.
+// Refused: pattern, format (a regular expression and formats are not
+// enforced, so accepting them would break "valid by construction"),
+// minimum/maximum/multipleOf, min/maxProperties, uniqueItems, prefixItems,
+// allOf, not, if/then/else, contains, patternProperties, and any other.
+// Type-specific keywords without `type` imply it (properties: object,
+// items: array, minLength: string); a schema without either is any value.
+// Repetition bounds (maxItems, maxLength) above kMaxRepeat are refused.
+//
+// Thread-safe: pure functions.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/sampling/grammar.h"
+#include "nlohmann/json.hpp"
+
+namespace moesplit {
+
+inline constexpr int kMaxRepeat = 4096;
+
+struct ConstraintSpec {
+  enum class Kind { kJsonObject, kJsonSchema };
+  Kind kind = Kind::kJsonObject;
+  std::string prefix;            // literal bytes before the JSON value
+  nlohmann::ordered_json schema;  // kJsonSchema: the schema (object or bool)
+  bool strict = false;           // OpenAI's json_schema.strict
+  std::string suffix;            // literal bytes after the JSON value
+};
+
+// InvalidArgument naming the keyword and its location for a schema this
+// compiler cannot enforce (see the file comment) or one that is malformed.
+absl::StatusOr<std::shared_ptr<const grammar::Grammar>> CompileConstraint(
+    const ConstraintSpec& spec);
+
+}  // namespace moesplit
