@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/utf8.h"
+#include "common/sampling/json_schema.h"
 
 namespace moesplit::dense {
 namespace {
@@ -233,6 +234,43 @@ std::vector<Json> ChatDeltasJson(const ChatDelta& piece, bool skip_empty_text, i
 
 std::string ToolFinishReason(const std::string& finish_reason, bool has_calls) {
   return has_calls && finish_reason == "stop" ? "tool_calls" : finish_reason;
+}
+
+absl::StatusOr<std::shared_ptr<const grammar::Grammar>> ToolChoiceConstraint(
+    const ToolRequest& tools, chat::ToolCallFamily family) {
+  if (family != chat::ToolCallFamily::kHermes || !tools.offered() ||
+      (tools.choice != ToolChoice::kRequired && tools.choice != ToolChoice::kNamed)) {
+    return nullptr;
+  }
+  // The frame around the call object {"name": N, "arguments": A}.
+  const chat::ToolCallFrameText frame = chat::ToolCallFrameFor(family, "");
+  const std::string open = frame.prefix.substr(0, frame.prefix.find('{'));
+  const std::string close = frame.suffix.substr(frame.suffix.find('}') + 1);
+  nlohmann::ordered_json any = nlohmann::ordered_json::array();
+  for (const auto& t : tools.tools) {
+    const std::string name = t["function"]["name"].get<std::string>();
+    if (tools.choice == ToolChoice::kNamed && name != tools.named) continue;
+    nlohmann::ordered_json params = t["function"].value("parameters", nlohmann::ordered_json());
+    if (params.is_null()) params = {{"type", "object"}};
+    nlohmann::ordered_json call = {
+        {"type", "object"},
+        {"properties", {{"name", {{"const", name}}}, {"arguments", params}}},
+        {"required", nlohmann::ordered_json::array({"name", "arguments"})},
+        {"additionalProperties", false}};
+    any.push_back(std::move(call));
+  }
+  ConstraintSpec spec;
+  spec.kind = ConstraintSpec::Kind::kJsonSchema;
+  spec.prefix = open;
+  spec.schema = any.size() == 1 ? any[0] : nlohmann::ordered_json{{"anyOf", any}};
+  spec.suffix = close;
+  absl::StatusOr<std::shared_ptr<const grammar::Grammar>> g = CompileConstraint(spec);
+  if (!g.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tools: a function's parameters cannot be enforced for tool_choice: ",
+        g.status().message()));
+  }
+  return g;
 }
 
 }  // namespace moesplit::dense

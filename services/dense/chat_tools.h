@@ -15,9 +15,13 @@
 //   parallel_tool_calls  bool (default true); false: at most one call returned
 // tool_choice "none" (as llama.cpp): the tools are not given to the template
 // and the output is not parsed for calls. "required" / named: the tools are
-// offered and, until constrained decoding forces a call
-// (chat::ToolCallFrameFor), the output is parsed as for "auto" (named: only
-// calls of that function count); an answer without a call stays content.
+// offered and, for the Hermes family (Qwen2.5, Qwen3 and Hermes-style
+// templates: JSON calls), constrained decoding forces one call whose
+// arguments match the function's parameters (ToolChoiceConstraint); for the
+// other families (Qwen3-Coder's XML arguments, harmony's and DeepSeek's
+// special-token frames, which the byte grammar does not write) the output is
+// parsed as for "auto" (named: only calls of that function count) and an
+// answer without a call stays content.
 //
 // Thread-safety: ParseToolRequest is; a ChatOutputStream is not.
 #pragma once
@@ -29,6 +33,7 @@
 #include "absl/status/statusor.h"
 #include "common/chat/harmony.h"
 #include "common/chat/tool_calls.h"
+#include "common/sampling/grammar.h"
 #include "nlohmann/json.hpp"
 
 namespace moesplit::dense {
@@ -46,6 +51,15 @@ struct ToolRequest {
   // The template sees the tools and the output is parsed for calls.
   bool offered() const { return !tools.empty() && choice != ToolChoice::kNone; }
 };
+
+// The constraint that makes the model write a call (tool_choice required or
+// named) in `family`'s frame: "<tool_call>\n" + {"name": N, "arguments": A}
+// + "\n</tool_call>" with A valid under N's parameters (any of the tools
+// for "required"). Null when nothing is forced (auto, none, or a family the
+// grammar cannot frame; see above). InvalidArgument naming the problem when
+// a function's parameters use a keyword the grammar cannot enforce.
+absl::StatusOr<std::shared_ptr<const grammar::Grammar>> ToolChoiceConstraint(
+    const ToolRequest& tools, chat::ToolCallFamily family);
 
 // Each argument is the request's field, or null when absent.
 absl::StatusOr<ToolRequest> ParseToolRequest(const nlohmann::ordered_json& tools,

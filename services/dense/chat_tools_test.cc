@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/sampling/token_constraint.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -256,6 +257,63 @@ TEST(ChatOutputTest, MessageShapes) {
   EXPECT_TRUE(ChatDeltasJson(ChatDelta{}, true, &calls).empty());
   EXPECT_EQ(ChatDeltasJson(only_calls, true, &calls).size(), 2u);
   EXPECT_EQ(calls, 1);
+}
+
+
+// Whether the constraint's grammar takes `text` whole (bytes as tokens).
+bool ConstraintAccepts(const std::shared_ptr<const grammar::Grammar>& g, const std::string& text) {
+  std::vector<std::string> pieces;
+  for (int b = 0; b < 256; ++b) pieces.push_back(std::string(1, static_cast<char>(b)));
+  pieces.push_back("<eog>");
+  auto vocab = VocabIndex::Create(pieces, std::vector<bool>(257, true), {256});
+  EXPECT_TRUE(vocab.ok());
+  TokenConstraint c(g, *vocab);
+  return c.AcceptBytes(text).ok() && c.complete();
+}
+
+// tool_choice required / named on a Hermes template: the grammar writes one
+// <tool_call> whose name is a tool's (the named one) and whose arguments
+// match its parameters, and what it writes parses back as that call.
+TEST(ToolChoiceConstraintTest, HermesCallsAreForcedAndParseBack) {
+  const std::string weather =
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+  const std::string search =
+      "<tool_call>\n{\"name\": \"search_docs\", \"arguments\": {\"q\": 1}}\n</tool_call>";
+  auto named = ToolChoiceConstraint(
+      Request(Json::parse(R"({"type":"function","function":{"name":"get_weather"}})")),
+      chat::ToolCallFamily::kHermes);
+  ASSERT_TRUE(named.ok()) << named.status();
+  ASSERT_NE(*named, nullptr);
+  EXPECT_TRUE(ConstraintAccepts(*named, weather));
+  EXPECT_FALSE(ConstraintAccepts(*named, search));
+  EXPECT_FALSE(ConstraintAccepts(
+      *named, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": 7}}\n</tool_call>"));
+  EXPECT_FALSE(ConstraintAccepts(*named, "Sure, the weather."));
+  auto required = ToolChoiceConstraint(Request("required"), chat::ToolCallFamily::kHermes);
+  ASSERT_TRUE(required.ok()) << required.status();
+  ASSERT_NE(*required, nullptr);
+  EXPECT_TRUE(ConstraintAccepts(*required, weather));
+  EXPECT_TRUE(ConstraintAccepts(*required, search));  // no parameters: any object
+  EXPECT_FALSE(ConstraintAccepts(
+      *required, "<tool_call>\n{\"name\": \"other\", \"arguments\": {}}\n</tool_call>"));
+  const ChatDelta back = SplitChatOutput(weather, chat::OutputFormat::kThink, false,
+                                         chat::ToolCallFamily::kHermes, Request("required"));
+  ASSERT_EQ(back.tool_calls.size(), 1u) << back.content;
+  EXPECT_EQ(back.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(Json::parse(back.tool_calls[0].arguments), Json::parse(R"({"city": "Paris"})"));
+  // Nothing is forced for auto / none, nor in families the byte grammar
+  // cannot frame (their calls are parsed as for auto).
+  for (const ToolRequest& r : {Request(), Request("none")}) {
+    auto g = ToolChoiceConstraint(r, chat::ToolCallFamily::kHermes);
+    ASSERT_TRUE(g.ok());
+    EXPECT_EQ(*g, nullptr);
+  }
+  for (chat::ToolCallFamily f : {chat::ToolCallFamily::kHarmony, chat::ToolCallFamily::kQwen3Coder,
+                                 chat::ToolCallFamily::kDeepSeekV31}) {
+    auto g = ToolChoiceConstraint(Request("required"), f);
+    ASSERT_TRUE(g.ok());
+    EXPECT_EQ(*g, nullptr);
+  }
 }
 
 }  // namespace

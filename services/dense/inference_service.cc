@@ -396,7 +396,14 @@ grpc::ServerWriteReactor<v1::ChatResponse>* InferenceService::Chat(
     ASSIGN_OR_RETURN(p.sampling, ToSampling(r.sampling(), r.logprobs()));
     p.stop.assign(r.stop().begin(), r.stop().end());
     ASSIGN_OR_RETURN(p.constraint, ToConstraint(r.response_format()));
-    const bool constrained = p.constraint != nullptr;  // content = the JSON as generated
+    bool constrained = p.constraint != nullptr;  // content = the JSON as generated
+    // tool_choice required / named: a call is forced (before response_format).
+    ASSIGN_OR_RETURN(std::shared_ptr<const grammar::Grammar> call,
+                     ToolChoiceConstraint(tools, served_.chat->tool_family()));
+    if (call != nullptr) {
+      p.constraint = std::move(call);
+      constrained = false;
+    }
     ASSIGN_OR_RETURN(auto handle, engine.Submit(std::move(p)));
     out->Track(handle);
     ChatOutputStream reasoning(served_.chat->output_format(), chat::PromptOpensReasoning(prompt),

@@ -106,6 +106,9 @@ struct Common {
   bool include_usage = false;
   int top_logprobs = 0;
   bool logprobs = false;
+  // response_format constrains the output: the answer is the JSON as
+  // generated (not split into reasoning, content and calls).
+  bool json_output = false;
 };
 
 // Fields shared by both endpoints. `chat`: logprobs is a bool plus
@@ -184,6 +187,7 @@ absl::Status ParseCommon(const Json& body, bool chat, const ServedModel& served,
     absl::StatusOr<std::shared_ptr<const grammar::Grammar>> g = CompileResponseFormat(*rf);
     if (!g.ok()) return WithParam(g.status(), "response_format");
     c->params.constraint = *std::move(g);
+    c->json_output = c->params.constraint != nullptr;
   }
   return absl::OkStatus();
 }
@@ -272,6 +276,14 @@ absl::Status PreparePrompt(const Json& body, const ServedModel& served, size_t m
     ASSIGN_OR_RETURN(job->tools, ParseToolRequest(field("tools"), field("tool_choice"),
                                                   field("parallel_tool_calls")));
     if (job->tools.offered()) co.tools = job->tools.tools;
+    // tool_choice required / named: a call is forced (before response_format).
+    absl::StatusOr<std::shared_ptr<const grammar::Grammar>> call =
+        ToolChoiceConstraint(job->tools, served.chat->tool_family());
+    if (!call.ok()) return WithParam(call.status(), "tools");
+    if (*call != nullptr) {
+      job->c.params.constraint = *std::move(call);
+      job->c.json_output = false;
+    }
     absl::StatusOr<std::string> prompt = served.chat->Render(*m, co);
     if (!prompt.ok()) return WithParam(prompt.status(), "messages");
     RETURN_IF_ERROR(CheckPromptBytes(prompt->size(), max_token_bytes, n_ctx, "messages"));
@@ -394,7 +406,7 @@ void Whole(const ServedModel& served, RequestHandle& h, const Job& job, const st
   bool has_calls = false;
   if (job.chat) {
     ChatDelta split;
-    if (job.c.params.constraint != nullptr) {
+    if (job.c.json_output) {
       split.content = text;  // the constrained JSON, whole
     } else {
       split = SplitChatOutput(text, served.chat->output_format(),
@@ -448,7 +460,7 @@ void Stream(const ServedModel& served, RequestHandle& h, const Job& job, const s
         // one per delta of a call completed by it. Constrained output is
         // the JSON as generated, not split.
         std::vector<Json> deltas = {Json()};
-        if (job.chat && job.c.params.constraint != nullptr) {
+        if (job.chat && job.c.json_output) {
           ChatDelta raw;
           raw.content = d.text;
           deltas = ChatDeltasJson(raw, false, &calls);
@@ -479,7 +491,7 @@ void Stream(const ServedModel& served, RequestHandle& h, const Job& job, const s
     // What was held back (text, calls), then the last chunk: its delta
     // empty, or the held text when that is all there was.
     std::vector<Json> deltas;
-    if (job.chat && job.c.params.constraint == nullptr) {
+    if (job.chat && !job.c.json_output) {
       deltas = ChatDeltasJson(reasoning.Finish(), true, &calls);
     }
     Json last_delta = Json::object();
