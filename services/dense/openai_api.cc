@@ -194,7 +194,8 @@ absl::StatusOr<Json> ParseBody(const std::string& text) {
 Json Usage(const GenerateOutcome& o) {
   return {{"prompt_tokens", o.prompt_tokens},
           {"completion_tokens", o.completion_tokens},
-          {"total_tokens", o.prompt_tokens + o.completion_tokens}};
+          {"total_tokens", o.prompt_tokens + o.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", o.cached_tokens}}}};
 }
 
 std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }

@@ -383,6 +383,63 @@ TEST_F(ApiTest, HttpCompletionsAndChatRoundTrip) {
   EXPECT_EQ(health->status, 200);
 }
 
+// The prefix cache through both APIs: a repeated prompt reports the reused
+// tokens (HTTP usage.prompt_tokens_details.cached_tokens on both endpoints,
+// the streaming usage chunk too; gRPC Usage.cached_tokens) and answers the
+// same.
+TEST_F(ApiTest, RepeatedPromptsReportCachedTokens) {
+  httplib::Client c = server_->Http();
+  std::string prompt;
+  for (int i = 0; i < 40; ++i) absl::StrAppend(&prompt, "cached prefix line ", i, ". ");
+  const std::string body = Json({{"prompt", prompt}, {"max_tokens", 6}, {"temperature", 0}}).dump();
+  auto first = c.Post("/v1/completions", body, "application/json");
+  auto second = c.Post("/v1/completions", body, "application/json");
+  ASSERT_TRUE(first && second);
+  ASSERT_EQ(second->status, 200) << second->body;
+  const Json a = Json::parse(first->body), b = Json::parse(second->body);
+  EXPECT_EQ(a["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  const int cached = b["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>();
+  EXPECT_GT(cached, 0);
+  EXPECT_LT(cached, b["usage"]["prompt_tokens"].get<int>());
+  EXPECT_EQ(cached % 64, 0);
+  EXPECT_EQ(a["choices"][0]["text"], b["choices"][0]["text"]);
+  EXPECT_EQ(b["timings"]["cache_n"], cached);
+
+  // Streaming chat: the final usage chunk carries it.
+  const std::string chat =
+      Json({{"messages", {{{"role", "user"}, {"content", prompt + " chat"}}}},
+            {"max_tokens", 4},
+            {"temperature", 0},
+            {"stream", true},
+            {"stream_options", {{"include_usage", true}}}})
+          .dump();
+  std::vector<int> seen;
+  for (int round = 0; round < 2; ++round) {
+    std::string sse;
+    EXPECT_EQ(PostStreaming(c, "/v1/chat/completions", chat,
+                            [&](const char* d, size_t n) {
+                              sse.append(d, n);
+                              return true;
+                            }),
+              200);
+    const size_t at = sse.rfind("\"usage\"");
+    ASSERT_NE(at, std::string::npos) << sse;
+    const size_t start = sse.rfind("data: ", at) + 6;
+    const Json usage = Json::parse(sse.substr(start, sse.find("\n\n", start) - start))["usage"];
+    seen.push_back(usage["prompt_tokens_details"]["cached_tokens"].get<int>());
+  }
+  EXPECT_EQ(seen[0], 0);
+  EXPECT_GT(seen[1], 0);
+
+  // gRPC: the same prompt again is served from the cache.
+  Streamed g = Generate(*server_, Greedy(prompt, 6));
+  ASSERT_TRUE(g.status.ok()) << g.status.error_message();
+  EXPECT_EQ(g.usage.cached_tokens(), cached);
+  EXPECT_EQ(g.text, b["choices"][0]["text"]);
+  EXPECT_GE(server_->Metric("moesplit_prefix_cache_hits_total"), 3);
+  EXPECT_GE(server_->Metric("moesplit_prefix_cache_reused_tokens_total"), 2 * cached);
+}
+
 struct BadCase {
   std::string name;
   std::string http_path;
