@@ -251,6 +251,11 @@ int DenseEngine::AbortAll(absl::Status status) {
   return n;
 }
 
+bool RequestHandle::WaitStarted(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> l(mu_);
+  return cv_.wait_for(l, timeout, [&] { return has_first_token_ || done_; });
+}
+
 absl::StatusOr<GenerateOutcome> RequestHandle::Wait(
     const std::function<bool(const GenerateDelta&)>& on_delta,
     const std::function<bool()>& cancelled) {

@@ -156,6 +156,10 @@ class RequestHandle {
   // expert worker failed), RESOURCE_EXHAUSTED (KV allocation), INTERNAL.
   absl::StatusOr<GenerateOutcome> Wait(const std::function<bool(const GenerateDelta&)>& on_delta,
                                        const std::function<bool()>& cancelled = nullptr);
+  // Waits up to `timeout` for the request's first token or its end: true
+  // once either came (its prompt is then evaluated and, with the prefix
+  // cache, cached for requests that share it). Usable alongside Wait.
+  bool WaitStarted(std::chrono::milliseconds timeout);
   // Asks the engine to stop the request (Wait then returns "cancelled").
   void Cancel() { cancelled_ = true; }
   // Counts and times so far (final once Wait returned).
