@@ -1,6 +1,7 @@
 #include "common/model/sequence_state.h"
 
 #include <algorithm>
+#include <cstring>
 #include <new>
 
 #include "absl/strings/str_cat.h"
@@ -148,6 +149,76 @@ std::vector<int64_t> SequenceState::checkpoints() const {
   std::vector<int64_t> out;
   for (const auto& [pos, unused] : checkpoints_) out.push_back(pos);
   return out;
+}
+
+uint64_t SequenceState::kv_bytes_per_position() const {
+  int64_t n_attn = 0;
+  for (MixerKind k : kinds_) n_attn += IsAttention(k) ? 1 : 0;
+  return static_cast<uint64_t>(n_attn) * (k_row_ + v_row_) * sizeof(uint16_t);
+}
+
+absl::Status SequenceState::ExportKv(int64_t begin, int64_t end, uint8_t* out) const {
+  if (begin < 0 || begin > end || end > n_past_) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot export positions [", begin, ", ", end,
+                                                   ") of a sequence of ", n_past_));
+  }
+  const int64_t n = end - begin;
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    if (!IsAttention(kinds_[l])) continue;
+    const size_t kb = n * k_row_ * sizeof(uint16_t), vb = n * v_row_ * sizeof(uint16_t);
+    std::memcpy(out, k(static_cast<int>(l), begin), kb);
+    std::memcpy(out + kb, v(static_cast<int>(l), begin), vb);
+    out += kb + vb;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SequenceState::ImportKv(int64_t pos, const uint8_t* in, uint64_t bytes) {
+  const uint64_t row = kv_bytes_per_position();
+  const int64_t n = row == 0 ? 0 : static_cast<int64_t>(bytes / row);
+  if (pos < 0 || (row == 0 ? bytes != 0 : bytes % row != 0) || n > n_ctx_ - pos) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot import ", bytes, " bytes of K/V rows (",
+                                                   row, " per position) at position ", pos,
+                                                   " of a state of ", n_ctx_));
+  }
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    if (!IsAttention(kinds_[l])) continue;
+    const size_t kb = n * k_row_ * sizeof(uint16_t), vb = n * v_row_ * sizeof(uint16_t);
+    std::memcpy(k(static_cast<int>(l), pos), in, kb);
+    std::memcpy(v(static_cast<int>(l), pos), in + kb, vb);
+    in += kb + vb;
+  }
+  return absl::OkStatus();
+}
+
+void SequenceState::ExportRecurrent(uint8_t* out) const {
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    if (IsAttention(kinds_[l])) continue;
+    const Recurrent& r = Cur(static_cast<int>(l));
+    std::memcpy(out, r.conv.data(), r.conv.size() * sizeof(float));
+    out += r.conv.size() * sizeof(float);
+    std::memcpy(out, r.ssm.data(), r.ssm.size() * sizeof(float));
+    out += r.ssm.size() * sizeof(float);
+  }
+}
+
+absl::Status SequenceState::Resume(int64_t n, const uint8_t* recurrent, uint64_t bytes) {
+  if (n < 0 || n > n_ctx_ || bytes != recurrent_bytes()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot resume at ", n, " positions (the state holds ", n_ctx_, ") with ",
+                     bytes, " bytes of recurrent state (", recurrent_bytes(), " expected)"));
+  }
+  checkpoints_.clear();
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    if (IsAttention(kinds_[l])) continue;
+    Recurrent& r = layers_[l].buf[layers_[l].cur];
+    std::memcpy(r.conv.data(), recurrent, r.conv.size() * sizeof(float));
+    recurrent += r.conv.size() * sizeof(float);
+    std::memcpy(r.ssm.data(), recurrent, r.ssm.size() * sizeof(float));
+    recurrent += r.ssm.size() * sizeof(float);
+  }
+  n_past_ = n;
+  return absl::OkStatus();
 }
 
 void SequenceState::Commit(int64_t n_new) {

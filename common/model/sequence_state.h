@@ -23,11 +23,13 @@
 //   - n == n_past (nothing to undo), or n == 0 (back to the zero state), or
 //   - the model has no recurrent layers, or
 //   - a checkpoint taken at exactly n exists (Checkpoint() copies the
-//     recurrent and conv states at the current n_past; the prefix cache
-//     takes them at block boundaries). The recurrent state is restored from
-//     it and checkpoints past n are dropped.
+//     recurrent and conv states at the current n_past). The recurrent
+//     state is restored from it and checkpoints past n are dropped.
 // Otherwise FailedPrecondition naming the nearest checkpoint, state
 // unchanged.
+// The prefix cache (services/dense/prefix_cache.h) copies K/V rows and the
+// recurrent state out at block boundaries (ExportKv / ExportRecurrent) and
+// back into a fresh state (ImportKv + Resume).
 //
 // Thread-safety: not thread-safe; one step at a time per state.
 #pragma once
@@ -80,6 +82,28 @@ class SequenceState {
   void Checkpoint();
   // Positions with a checkpoint, ascending.
   std::vector<int64_t> checkpoints() const;
+
+  // Prefix-cache copies (services/dense/prefix_cache.h), in this layout:
+  // for each attention layer in order, its K rows of positions [begin, end)
+  // then its V rows (kv_bytes_per_position() * (end - begin) bytes); the
+  // recurrent state: for each DeltaNet layer in order, its committed conv
+  // state then its recurrent state (recurrent_bytes() bytes).
+  uint64_t kv_bytes_per_position() const;
+  uint64_t recurrent_bytes() const {
+    return static_cast<uint64_t>(n_recurrent_) * (conv_floats_ + ssm_floats_) * sizeof(float);
+  }
+  // InvalidArgument unless 0 <= begin <= end <= n_past (the rows written).
+  absl::Status ExportKv(int64_t begin, int64_t end, uint8_t* out) const;
+  // Writes rows in that layout at positions [pos, pos + n), leaving n_past
+  // alone. InvalidArgument unless 0 <= pos, pos + n <= n_ctx and the size
+  // is n * kv_bytes_per_position().
+  absl::Status ImportKv(int64_t pos, const uint8_t* in, uint64_t bytes);
+  void ExportRecurrent(uint8_t* out) const;
+  // Makes the sequence n positions long (their rows imported before) with
+  // this committed recurrent state (empty without DeltaNet layers); drops
+  // checkpoints. InvalidArgument for n outside [0, n_ctx] or a state of
+  // the wrong size (nothing changed).
+  absl::Status Resume(int64_t n, const uint8_t* recurrent, uint64_t bytes);
 
   // Attention layers: raw K/V storage (the forward pass writes positions >=
   // n_past, then Commit). REQUIRES: layer is an attention layer.

@@ -337,6 +337,24 @@ void AddDenseServiceFlags(FlagParser& p, DenseServiceFlags* f, const FlagNames& 
     p.AddBool("pin-experts", &f->pin_experts,
               "page-lock the model's expert tensors for faster host-to-GPU copies");
   }
+  if (want("prefix-cache")) {
+    p.AddString("prefix-cache", &f->prefix_cache,
+                "reuse the state of prompt prefixes seen before (blocks of 64 tokens)")
+        .OneOf({"on", "off"});
+  }
+  if (want("cache-memory")) {
+    p.AddString("cache-memory", &f->cache_memory,
+                "prefix cache primary tier budget, e.g. 2GiB")
+        .Check(CheckByteSize)
+        .Meta("SIZE")
+        .DefaultText("the sequence slots' state at the full context");
+  }
+  if (want("cache-ram")) {
+    p.AddString("cache-ram", &f->cache_ram,
+                "prefix cache host-RAM tier for blocks evicted from the primary tier; 0 = none")
+        .Check([](absl::string_view v) { return plan::ParseByteSize(v).status(); })
+        .Meta("SIZE");
+  }
   AddHttpLimitFlags(p, f, want);
   AddSecurityFlags(p, f, want);
   AddOperationFlags(p, f, want);

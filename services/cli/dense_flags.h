@@ -43,6 +43,12 @@ struct DenseServiceFlags {
   std::string expert_cache = "auto";    // auto | off | N slots
   std::string prefill_stream = "auto";  // auto | off | N tokens
   bool pin_experts = false;
+  // Automatic prefix caching (README "Prefix caching"): on | off, the
+  // primary tier's budget ("" = what the sequence slots hold at the full
+  // context) and the host-RAM tier's ("0" = none).
+  std::string prefix_cache = "on";
+  std::string cache_memory;
+  std::string cache_ram = "0";
   // The HTTP front end's limits (services/dense/http_server.h).
   int64_t http_header_timeout_ms = 10000;
   int64_t http_body_timeout_ms = 30000;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cinttypes>
 
+#include <nlohmann/json.hpp>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -63,6 +65,8 @@ absl::Status RunPlan(const Args& args, const CommandIo& io) {
   const DenseServiceFlags service;
   const plan::PlanOptions plan_defaults;
   std::string model_path, preset, type, gpu_memory, kv_type = service.kv_type;
+  std::string prefix_cache = service.prefix_cache, cache_memory = service.cache_memory,
+              cache_ram = service.cache_ram;
   std::string margin = plan::FormatBytes(plan_defaults.margin_bytes);
   margin.erase(std::remove(margin.begin(), margin.end(), ' '), margin.end());
   int64_t ctx = service.ctx, parallel = service.parallel, ubatch = plan_defaults.n_ubatch;
@@ -94,6 +98,12 @@ absl::Status RunPlan(const Args& args, const CommandIo& io) {
   f.AddInt("parallel", &parallel, "sequences served at once, as moesplit-dense --parallel")
       .Range(1, 1024);
   f.AddInt("ubatch", &ubatch, "largest micro-batch in tokens").Range(1, 1 << 20);
+  f.AddString("prefix-cache", &prefix_cache, "as moesplit-dense --prefix-cache")
+      .OneOf({"on", "off"});
+  f.AddString("cache-memory", &cache_memory, "as moesplit-dense --cache-memory")
+      .Meta("SIZE")
+      .DefaultText("the sequence slots' state at the full context");
+  f.AddString("cache-ram", &cache_ram, "as moesplit-dense --cache-ram").Meta("SIZE");
   f.AddString("margin", &margin, "memory kept free for rounding and small buffers").Meta("SIZE");
   f.AddBool("json", &json, "print the plan as JSON");
   ASSIGN_OR_RETURN(bool go, ParseFlags(f, args,
@@ -142,7 +152,36 @@ absl::Status RunPlan(const Args& args, const CommandIo& io) {
     }
     return p.status();
   }
-  const std::string text = json ? plan::FormatPlanJson(*p) : plan::FormatPlanTable(*p);
+  // The prefix cache's tiers live in host RAM (not in the GPU budget); the
+  // primary tier's default is what the sequence slots hold (the service's
+  // rule, dense_engine.h).
+  uint64_t primary = 0, host = 0;
+  if (prefix_cache == "on") {
+    primary = p->kv_cache + p->recurrent_state;
+    if (!cache_memory.empty()) {
+      absl::StatusOr<uint64_t> b = plan::ParseByteSize(cache_memory);
+      if (!b.ok()) return absl::InvalidArgumentError(absl::StrCat("--cache-memory: ", b.status().message()));
+      primary = *b;
+    }
+    absl::StatusOr<uint64_t> h = plan::ParseByteSize(cache_ram);
+    if (!h.ok()) return absl::InvalidArgumentError(absl::StrCat("--cache-ram: ", h.status().message()));
+    host = *h;
+  }
+  std::string text = json ? plan::FormatPlanJson(*p) : plan::FormatPlanTable(*p);
+  if (json) {
+    nlohmann::ordered_json j = nlohmann::ordered_json::parse(text);
+    j["prefix_cache"] = {{"enabled", prefix_cache == "on"},
+                         {"primary_bytes", primary},
+                         {"host_bytes", host}};
+    text = j.dump(2) + "\n";
+  } else if (prefix_cache == "on") {
+    absl::StrAppend(&text, "prefix cache (host RAM): primary tier ", plan::FormatBytes(primary),
+                    cache_memory.empty() ? " (the sequence slots' state)" : "",
+                    ", host tier ", host > 0 ? plan::FormatBytes(host) : "off (--cache-ram 0)",
+                    "\n");
+  } else {
+    text += "prefix cache: off\n";
+  }
   std::fputs(text.c_str(), io.out);
   return absl::OkStatus();
 }

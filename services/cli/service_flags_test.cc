@@ -26,6 +26,9 @@ TEST(DenseServiceFlagsTest, DefaultsStayWhenAbsent) {
   EXPECT_EQ(f.kv_type, "f16");
   EXPECT_EQ(f.grpc, "127.0.0.1:50051");
   EXPECT_TRUE(f.http.empty());
+  EXPECT_EQ(f.prefix_cache, "on");
+  EXPECT_TRUE(f.cache_memory.empty());
+  EXPECT_EQ(f.cache_ram, "0");
 }
 
 TEST(DenseServiceFlagsTest, ParsesEveryFlag) {
@@ -64,7 +67,12 @@ TEST(DenseServiceFlagsTest, ParsesEveryFlag) {
                                    "off",
                                    "--prefill-stream",
                                    "32",
-                                   "--pin-experts"},
+                                   "--pin-experts",
+                                   "--prefix-cache",
+                                   "off",
+                                   "--cache-memory",
+                                   "2GiB",
+                                   "--cache-ram=16G"},
                                   &f);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(f.experts, "shm://w0,grpc://10.0.0.2:50061");
@@ -78,6 +86,9 @@ TEST(DenseServiceFlagsTest, ParsesEveryFlag) {
   EXPECT_EQ(*ParseAutoOffOrCount(f.prefill_stream), 32);
   EXPECT_EQ(*ParseAutoOffOrCount("auto"), -1);
   EXPECT_TRUE(f.pin_experts);
+  EXPECT_EQ(f.prefix_cache, "off");
+  EXPECT_EQ(f.cache_memory, "2GiB");
+  EXPECT_EQ(f.cache_ram, "16G");
 }
 
 struct BadCase {
@@ -95,6 +106,9 @@ TEST(DenseServiceFlagsTest, BadValuesFailWhileParsing) {
       {{"--model", "m", "--grpc", ":50051"}, "flag --grpc: expected HOST:PORT"},
       {{"--model", "m", "--metrics", "x"}, "flag --metrics: expected HOST:PORT"},
       {{"--model", "m", "--parallel", "0"}, "flag --parallel must be in 1..1024, got 0"},
+      {{"--model", "m", "--prefix-cache", "maybe"}, "--prefix-cache"},
+      {{"--model", "m", "--cache-memory", "0"}, "more than 0 bytes"},
+      {{"--model", "m", "--cache-ram", "12 parsecs"}, "unknown unit"},
       {{"--model", "m", "--max-queue", "-1"}, "flag --max-queue must be in 0..100000"},
       {{"--model", "m", "--step-tokens", "0"}, "flag --step-tokens must be in 1.."},
       {{"--model", "m", "--ctx", "8"}, "flag --ctx must be in 16..16777216, got 8"},

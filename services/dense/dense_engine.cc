@@ -71,6 +71,12 @@ struct DenseEngine::Sequence {
   std::chrono::steady_clock::time_point last_token;
   GenerateOutcome outcome;
   int slot = -1;  // the runner slot holding the sequence's state
+  // Prefix cache: the tokens in the state (prompt, then the generated ones
+  // fed back), the whole blocks of them cached (inserted or imported) and
+  // the key of the last.
+  std::vector<int32_t> fed;
+  int64_t cached_blocks = 0;
+  uint64_t block_key = PrefixCache::kRootKey;
 
   bool decoding() const { return prefilled == req->params_.prompt.size(); }
 };
@@ -122,6 +128,20 @@ absl::StatusOr<std::unique_ptr<DenseEngine>> DenseEngine::Create(const EngineOpt
   e->metrics_->max_sequences.Set(e->options_.max_sequences);
   e->metrics_->queue_capacity.Set(options.max_queue);
   e->metrics_->kv_capacity_bytes.Set(static_cast<double>(e->runner_->state_bytes_capacity()));
+  if (options.prefix_cache) {
+    if (options.cache_block_tokens < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("prefix cache block of ", options.cache_block_tokens, " tokens"));
+    }
+    PrefixCacheOptions co;
+    co.block_tokens = options.cache_block_tokens;
+    co.primary_bytes = options.cache_memory > 0 ? options.cache_memory
+                                                : e->runner_->state_bytes_capacity();
+    co.host_bytes = options.cache_ram;
+    e->cache_ = std::make_unique<PrefixCache>(co);
+    e->metrics_->prefix_cache_primary_capacity.Set(static_cast<double>(co.primary_bytes));
+    e->metrics_->prefix_cache_host_capacity.Set(static_cast<double>(co.host_bytes));
+  }
   e->loop_ = std::thread([p = e.get()] { p->Loop(); });
   return e;
 }
@@ -206,6 +226,7 @@ RequestTimings RequestHandle::timings() const {
   using secs = std::chrono::duration<double>;
   t.prompt_tokens = static_cast<int>(params_.prompt.size());
   t.generated_tokens = generated_;
+  t.cached_tokens = cached_;
   if (has_first_token_) {
     t.ttft_s = secs(first_token_ - submitted_).count();
     t.decode_s = secs(last_token_ - first_token_).count();
@@ -229,6 +250,11 @@ int DenseEngine::AbortAll(absl::Status status) {
   }
   cv_.notify_all();
   return n;
+}
+
+bool RequestHandle::WaitStarted(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> l(mu_);
+  return cv_.wait_for(l, timeout, [&] { return has_first_token_ || done_; });
 }
 
 absl::StatusOr<GenerateOutcome> RequestHandle::Wait(
@@ -363,7 +389,104 @@ absl::Status DenseEngine::StartSequence(std::shared_ptr<RequestHandle> r) {
   s.slot = slot;
   s.limit = limit;
   s.outcome.prompt_tokens = static_cast<int>(prompt);
+  if (cache_ != nullptr) ImportPrefix(s);
   return absl::OkStatus();
+}
+
+void DenseEngine::ImportPrefix(Sequence& s) {
+  const auto& prompt = s.req->params_.prompt;
+  // At least one prompt token is evaluated: the first logits come from a step.
+  PrefixCache::Match m = cache_->Lookup(prompt, static_cast<int64_t>(prompt.size()) - 1,
+                                        runner_->recurrent_bytes() > 0);
+  if (m.blocks.empty()) return;
+  const int64_t B = cache_->block_tokens();
+  absl::Status st = absl::OkStatus();
+  for (size_t i = 0; i < m.blocks.size() && st.ok(); ++i) {
+    st = runner_->ImportKv(s.slot, static_cast<int64_t>(i) * B, m.blocks[i]->kv);
+  }
+  if (st.ok()) st = runner_->Resume(s.slot, m.tokens, m.blocks.back()->state);
+  if (!st.ok()) {
+    // Evaluate the whole prompt instead (the slot back to empty).
+    Log(LogLevel::kWarning, "moesplit-dense",
+        absl::StrCat("prefix cache: import failed, evaluating the prompt: ", st.message()));
+    (void)runner_->Resume(s.slot, 0, std::vector<uint8_t>(runner_->recurrent_bytes(), 0));
+    return;
+  }
+  s.prefilled = static_cast<size_t>(m.tokens);
+  s.fed.assign(prompt.begin(), prompt.begin() + m.tokens);
+  s.cached_blocks = static_cast<int64_t>(m.blocks.size());
+  s.block_key = m.blocks.back()->key;
+  s.outcome.cached_tokens = static_cast<int>(m.tokens);
+  std::lock_guard<std::mutex> l(s.req->mu_);
+  s.req->cached_ = s.outcome.cached_tokens;
+}
+
+bool DenseEngine::KeepsState(const Sequence& s, int64_t pos) const {
+  // Recurrent states are large (a full state per checkpoint): one every
+  // kStateBlocks blocks, and at the prompt's last block boundary, where
+  // the next turn of a conversation resumes.
+  constexpr int64_t kStateBlocks = 8;
+  const int64_t B = cache_->block_tokens();
+  const int64_t prompt = static_cast<int64_t>(s.req->params_.prompt.size());
+  return pos > 0 && pos % B == 0 && (pos % (B * kStateBlocks) == 0 || pos == prompt / B * B);
+}
+
+int64_t DenseEngine::PrefillStop(const Sequence& s, int64_t from) const {
+  if (cache_ == nullptr || runner_->recurrent_bytes() == 0) return INT64_MAX;
+  const int64_t B = cache_->block_tokens();
+  const int64_t prompt = static_cast<int64_t>(s.req->params_.prompt.size());
+  for (int64_t pos = (from / B + 1) * B; pos < prompt; pos += B) {
+    if (KeepsState(s, pos)) return pos;
+  }
+  return INT64_MAX;
+}
+
+void DenseEngine::InsertBlocks(Sequence& s) {
+  const int64_t B = cache_->block_tokens();
+  const int64_t n_past = runner_->n_past(s.slot);
+  const bool recurrent = runner_->recurrent_bytes() > 0;
+  while ((s.cached_blocks + 1) * B <= n_past) {
+    const int64_t begin = s.cached_blocks * B, end = begin + B;
+    const auto tokens = absl::MakeConstSpan(s.fed).subspan(begin, B);
+    // A recurrent state exists only where the step ended.
+    const bool with_state = recurrent && end == n_past && KeepsState(s, end);
+    // (A recurrent model's blocks without a state are inserted too: the
+    // chain must reach the next block that has one.)
+    const uint64_t key = PrefixCache::ChainKey(s.block_key, tokens);
+    if (cache_->Wants(key, with_state)) {
+      std::vector<uint8_t> kv, state;
+      absl::Status st = runner_->ExportKv(s.slot, begin, end, &kv);
+      if (st.ok() && with_state) st = runner_->ExportRecurrent(s.slot, &state);
+      if (!st.ok()) {
+        Log(LogLevel::kWarning, "moesplit-dense",
+            absl::StrCat("prefix cache: export failed: ", st.message()));
+        return;
+      }
+      cache_->Insert(s.block_key, tokens, std::move(kv), std::move(state));
+    }
+    s.block_key = key;
+    ++s.cached_blocks;
+  }
+}
+
+void DenseEngine::UpdateCacheMetrics() {
+  if (cache_ == nullptr) return;
+  const PrefixCacheStats now = cache_->stats();
+  PrefixCacheStats& was = cache_reported_;
+  auto add = [](prometheus::Counter& c, uint64_t now, uint64_t was) {
+    if (now > was) c.Increment(static_cast<double>(now - was));
+  };
+  add(metrics_->prefix_cache_hits, now.hits, was.hits);
+  add(metrics_->prefix_cache_misses, now.misses, was.misses);
+  add(metrics_->prefix_cache_reused_tokens, now.reused_tokens, was.reused_tokens);
+  add(metrics_->prefix_cache_host_hits, now.host_hits, was.host_hits);
+  add(metrics_->prefix_cache_demotions, now.demoted, was.demoted);
+  add(metrics_->prefix_cache_evictions, now.evicted, was.evicted);
+  metrics_->prefix_cache_primary_bytes.Set(static_cast<double>(now.primary_bytes));
+  metrics_->prefix_cache_host_bytes.Set(static_cast<double>(now.host_bytes));
+  metrics_->prefix_cache_primary_blocks.Set(static_cast<double>(now.primary_blocks));
+  metrics_->prefix_cache_host_blocks.Set(static_cast<double>(now.host_blocks));
+  was = now;
 }
 
 void DenseEngine::Step() {
@@ -393,7 +516,9 @@ void DenseEngine::Step() {
   for (auto it = sequences_.begin(); it != sequences_.end() && budget > 0; ++it) {
     if (it->decoding()) continue;
     const auto& prompt = it->req->params_.prompt;
-    const int64_t n = std::min<int64_t>(budget, prompt.size() - it->prefilled);
+    int64_t n = std::min<int64_t>(budget, prompt.size() - it->prefilled);
+    // Recurrent models: the chunk ends where the prefix cache keeps a state.
+    n = std::min<int64_t>(n, PrefillStop(*it, it->prefilled) - it->prefilled);
     const bool last = it->prefilled + n == prompt.size();
     batch.push_back({it->slot, absl::MakeConstSpan(prompt).subspan(it->prefilled, n),
                      last ? model::LogitsMode::kLast : model::LogitsMode::kNone, &it->logits});
@@ -410,6 +535,10 @@ void DenseEngine::Step() {
   }
   for (size_t i = 0; i < who.size(); ++i) {
     Sequence& s = *who[i];
+    if (cache_ != nullptr) {
+      s.fed.insert(s.fed.end(), batch[i].tokens.begin(), batch[i].tokens.end());
+      InsertBlocks(s);
+    }
     if (chunk[i] > 0) {
       s.prefilled += chunk[i];
       metrics_->prompt_tokens.Increment(static_cast<double>(chunk[i]));
@@ -509,6 +638,7 @@ void DenseEngine::Finish(std::list<Sequence>::iterator it,
 
 void DenseEngine::UpdateGauges() {
   metrics_->kv_used_bytes.Set(static_cast<double>(runner_->state_bytes_used()));
+  UpdateCacheMetrics();
   std::lock_guard<std::mutex> l(mu_);
   metrics_->running_sequences.Set(running_);
   metrics_->queue_depth.Set(static_cast<double>(waiting_.size()));

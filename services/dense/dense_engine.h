@@ -23,6 +23,15 @@
 // (finished, failed or cancelled); the GPU runner's slots are planned for
 // the full context at start-up.
 //
+// Prefix cache (prefix_cache.h; options.prefix_cache): a starting sequence
+// copies the longest cached prefix of its prompt into its slot (at least
+// one prompt token is still evaluated) and prefills the rest; every block
+// of 64 tokens a sequence completes, in prefill or decode, is inserted.
+// With DeltaNet layers prefill chunks also end where a recurrent state is
+// kept (every 8 blocks and the prompt's last block boundary). Outputs do
+// not change (a token's bits do not depend on its step);
+// GenerateOutcome::cached_tokens says how many prompt tokens were reused.
+//
 // Thread-safe: Submit/Generate and the handles may be used from any thread.
 #pragma once
 
@@ -48,6 +57,7 @@
 #include "common/sampling/token_constraint.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/transport/remote_experts.h"
+#include "services/dense/prefix_cache.h"
 #include "services/dense/sequence_runner.h"
 #include "services/dense/serving_metrics.h"
 
@@ -80,6 +90,14 @@ struct EngineOptions {
   int64_t expert_cache_slots = -1;
   int64_t prefill_stream_min_tokens = -1;
   bool pin_experts = false;
+  // Automatic prefix caching (prefix_cache.h, README "Prefix caching"): on
+  // by default; the primary tier's budget (0 = what the runner's
+  // sequence slots hold at the full context, state_bytes_capacity) and the
+  // host tier's (--cache-ram; 0 = none: evicted blocks are dropped).
+  bool prefix_cache = true;
+  uint64_t cache_memory = 0;
+  uint64_t cache_ram = 0;
+  int cache_block_tokens = kDefaultBlockTokens;
   // Metrics go here when set (must outlive the engine); else a private registry.
   std::shared_ptr<prometheus::Registry> registry;
 };
@@ -108,6 +126,7 @@ struct GenerateDelta {
 // token, arrival to the end (to now while it runs).
 struct RequestTimings {
   int prompt_tokens = 0;
+  int cached_tokens = 0;  // of them, reused from the prefix cache
   int generated_tokens = 0;
   double ttft_s = -1;
   double decode_s = 0;
@@ -129,6 +148,7 @@ struct GenerateOutcome {
   std::string finish_reason;  // "stop" | "length" | "cancelled"
   int prompt_tokens = 0;
   int completion_tokens = 0;
+  int cached_tokens = 0;  // prompt tokens reused from the prefix cache (not evaluated)
 };
 
 class DenseEngine;
@@ -143,6 +163,10 @@ class RequestHandle {
   // expert worker failed), RESOURCE_EXHAUSTED (KV allocation), INTERNAL.
   absl::StatusOr<GenerateOutcome> Wait(const std::function<bool(const GenerateDelta&)>& on_delta,
                                        const std::function<bool()>& cancelled = nullptr);
+  // Waits up to `timeout` for the request's first token or its end: true
+  // once either came (its prompt is then evaluated and, with the prefix
+  // cache, cached for requests that share it). Usable alongside Wait.
+  bool WaitStarted(std::chrono::milliseconds timeout);
   // Asks the engine to stop the request (Wait then returns "cancelled").
   void Cancel() { cancelled_ = true; }
   // Counts and times so far (final once Wait returned).
@@ -167,6 +191,7 @@ class RequestHandle {
   bool waited_ = false;
   // Set by the engine thread, guarded by mu_.
   int generated_ = 0;
+  int cached_ = 0;
   std::chrono::steady_clock::time_point first_token_, last_token_, finished_;
   bool has_first_token_ = false, has_finished_ = false;
 };
@@ -205,6 +230,8 @@ class DenseEngine {
   // The GPU runner's cache and streaming state (zeros on the CPU); thread-safe.
   GpuRunnerInfo gpu_info() const { return runner_->gpu_info(); }
   prometheus::Registry& registry() { return *registry_; }
+  // The prefix cache, or nullptr when off.
+  const PrefixCache* prefix_cache() const { return cache_.get(); }
   // Sequences running and requests queued now.
   int running() const;
   int queued() const;
@@ -232,6 +259,15 @@ class DenseEngine {
   // the sequence ended.
   absl::StatusOr<bool> Advance(Sequence& s);
   void Finish(std::list<Sequence>::iterator it, absl::StatusOr<GenerateOutcome> result);
+  // Prefix cache (engine thread): imports the longest cached prefix of the
+  // prompt into s's fresh slot; inserts the blocks s completed; the
+  // position a prefill chunk from `from` must stop at so that a recurrent
+  // state is taken there (INT64_MAX: none before the prompt's end).
+  void ImportPrefix(Sequence& s);
+  void InsertBlocks(Sequence& s);
+  int64_t PrefillStop(const Sequence& s, int64_t from) const;
+  bool KeepsState(const Sequence& s, int64_t pos) const;
+  void UpdateCacheMetrics();
   void UpdateGauges();
 
   // Constant after Create.
@@ -251,6 +287,8 @@ class DenseEngine {
   // The vocabulary's token trie for constrained requests: built by the
   // engine thread at the first one, shared by all.
   std::shared_ptr<const VocabIndex> vocab_index_;
+  std::unique_ptr<PrefixCache> cache_;  // null when off
+  PrefixCacheStats cache_reported_;     // engine thread: what the counters show
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

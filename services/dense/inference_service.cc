@@ -367,6 +367,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* InferenceService::Generate(
     last.set_finish_reason(o.finish_reason);
     last.mutable_usage()->set_prompt_tokens(o.prompt_tokens);
     last.mutable_usage()->set_completion_tokens(o.completion_tokens);
+    last.mutable_usage()->set_cached_tokens(o.cached_tokens);
     out->Emit(std::move(last));
     return absl::OkStatus();
   });
@@ -441,6 +442,7 @@ grpc::ServerWriteReactor<v1::ChatResponse>* InferenceService::Chat(
     last.set_finish_reason(finish);
     last.mutable_usage()->set_prompt_tokens(o.prompt_tokens);
     last.mutable_usage()->set_completion_tokens(o.completion_tokens);
+    last.mutable_usage()->set_cached_tokens(o.cached_tokens);
     out->Emit(std::move(last));
     return absl::OkStatus();
   });

@@ -100,6 +100,17 @@ int Run(int argc, char** argv) {
   opt.backend = f.backend;
   opt.kv_type = f.kv_type;
   opt.pin_experts = f.pin_experts;
+  opt.prefix_cache = f.prefix_cache == "on";
+  if (!f.cache_memory.empty()) {
+    auto bytes = plan::ParseByteSize(f.cache_memory);
+    if (!bytes.ok()) return Fail(bytes.status());
+    opt.cache_memory = *bytes;
+  }
+  if (auto bytes = plan::ParseByteSize(f.cache_ram); bytes.ok()) {
+    opt.cache_ram = *bytes;
+  } else {
+    return Fail(bytes.status());
+  }
   opt.threads = f.threads > 0 ? static_cast<int>(f.threads) : AvailableCpuCount();
   opt.n_ctx = static_cast<int>(f.ctx);
   opt.expert_timeout = std::chrono::milliseconds(f.expert_timeout_ms);

@@ -3,6 +3,10 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status.h"
@@ -109,6 +113,7 @@ struct Common {
   // response_format constrains the output: the answer is the JSON as
   // generated (not split into reasoning, content and calls).
   bool json_output = false;
+  int n = 1;  // choices
 };
 
 // Fields shared by both endpoints. `chat`: logprobs is a bool plus
@@ -119,7 +124,12 @@ absl::Status ParseCommon(const Json& body, bool chat, const ServedModel& served,
     RETURN_IF_ERROR(WithParam(served.CheckName(m->get<std::string>()), "model"));
   }
   ASSIGN_OR_RETURN(int64_t n, Integer(body, "n", 1));
-  if (n != 1) return Bad("n", absl::StrCat("n must be 1 (got ", n, ")"));
+  // n choices run as n sequences at once, so at most --parallel.
+  const int max_n = served.engine->max_sequences();
+  if (n < 1 || n > max_n) {
+    return Bad("n", absl::StrCat("n must be in 1..", max_n, " (--parallel), got ", n));
+  }
+  c->n = static_cast<int>(n);
   const char* max_key = chat && body.contains("max_completion_tokens") ? "max_completion_tokens"
                                                                         : "max_tokens";
   ASSIGN_OR_RETURN(int64_t max_tokens, Integer(body, max_key, chat ? 0 : 16));
@@ -206,7 +216,8 @@ absl::StatusOr<Json> ParseBody(const std::string& text) {
 Json Usage(const GenerateOutcome& o) {
   return {{"prompt_tokens", o.prompt_tokens},
           {"completion_tokens", o.completion_tokens},
-          {"total_tokens", o.prompt_tokens + o.completion_tokens}};
+          {"total_tokens", o.prompt_tokens + o.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", o.cached_tokens}}}};
 }
 
 std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
@@ -380,6 +391,45 @@ Json ChoiceDelta(const Job& job, Json delta, const std::string& text) {
   return c;
 }
 
+// choices[index] of a whole answer.
+Json WholeChoice(const ServedModel& served, const Job& job, int index, const std::string& text,
+                 const std::vector<SampledToken>& sampled, const GenerateOutcome& o) {
+  Json choice = {{"index", index}};
+  bool has_calls = false;
+  if (job.chat) {
+    ChatDelta split;
+    if (job.c.json_output) {
+      split.content = text;  // the constrained JSON, whole
+    } else {
+      split = SplitChatOutput(text, served.chat->output_format(),
+                              chat::PromptOpensReasoning(job.prompt_text),
+                              served.chat->tool_family(), job.tools);
+    }
+    has_calls = !split.tool_calls.empty();
+    choice["message"] = ChatMessageJson(split);
+  } else {
+    choice["text"] = text;
+  }
+  choice["logprobs"] =
+      job.c.logprobs ? LogprobsJson(served.engine->tokenizer(), job, sampled) : Json(nullptr);
+  choice["finish_reason"] = FinishReason(ToolFinishReason(o.finish_reason, has_calls));
+  return choice;
+}
+
+HttpReply WholeReply(const Job& job, Json choices, const GenerateOutcome& usage,
+                     const RequestTimings& timings) {
+  Json body = {{"id", job.id},
+               {"object", job.chat ? "chat.completion" : "text_completion"},
+               {"created", job.created},
+               {"model", job.model},
+               {"choices", std::move(choices)},
+               {"usage", Usage(usage)},
+               {"timings", LlamaTimings(timings)}};
+  HttpReply r;
+  r.body = Dump(body);
+  return r;
+}
+
 // The whole answer at once. The client leaving cancels the request.
 void Whole(const ServedModel& served, RequestHandle& h, const Job& job, const std::string& ep,
            HttpResponder& out) {
@@ -402,35 +452,7 @@ void Whole(const ServedModel& served, RequestHandle& h, const Job& job, const st
               o.ok() ? o->finish_reason : ""});
   if (gone) return;
   if (!o.ok()) return out.Reply(ErrorReply(o.status()));
-  Json choice = {{"index", 0}};
-  bool has_calls = false;
-  if (job.chat) {
-    ChatDelta split;
-    if (job.c.json_output) {
-      split.content = text;  // the constrained JSON, whole
-    } else {
-      split = SplitChatOutput(text, served.chat->output_format(),
-                              chat::PromptOpensReasoning(job.prompt_text),
-                              served.chat->tool_family(), job.tools);
-    }
-    has_calls = !split.tool_calls.empty();
-    choice["message"] = ChatMessageJson(split);
-  } else {
-    choice["text"] = text;
-  }
-  choice["logprobs"] =
-      job.c.logprobs ? LogprobsJson(served.engine->tokenizer(), job, sampled) : Json(nullptr);
-  choice["finish_reason"] = FinishReason(ToolFinishReason(o->finish_reason, has_calls));
-  Json body = {{"id", job.id},
-               {"object", job.chat ? "chat.completion" : "text_completion"},
-               {"created", job.created},
-               {"model", job.model},
-               {"choices", Json::array({std::move(choice)})},
-               {"usage", Usage(*o)},
-               {"timings", LlamaTimings(timings)}};
-  HttpReply r;
-  r.body = Dump(body);
-  out.Reply(std::move(r));
+  out.Reply(WholeReply(job, {WholeChoice(served, job, 0, text, sampled, *o)}, *o, timings));
 }
 
 // Server-sent events, one per token; a failed write (the client is gone)
@@ -517,6 +539,185 @@ void Stream(const ServedModel& served, RequestHandle& h, const Job& job, const s
   out.EndStream();
 }
 
+// n > 1 choices (streamed or whole). Choice 0 runs first; once its prompt
+// is evaluated (its first token) the others start and take the prompt from
+// the prefix cache. With a seed, choice i samples with seed + i (so it
+// gives what a single request with that seed gives). Usage counts the
+// prompt (and its cached tokens) once and the completion tokens of every
+// choice. Only this thread writes to `out`; the choices' deltas reach it
+// through one queue. A failed choice fails the request (the others are
+// cancelled); the client leaving cancels all.
+void Choices(const ServedModel& served, std::shared_ptr<RequestHandle> first, const Job& job,
+             const std::string& ep, HttpResponder& out) {
+  std::vector<std::shared_ptr<RequestHandle>> hs = {std::move(first)};
+  while (!hs[0]->WaitStarted(std::chrono::milliseconds(20)) && !out.ClientGone()) {
+  }
+  absl::Status failed = absl::OkStatus();
+  for (int i = 1; i < job.c.n && failed.ok() && !out.ClientGone(); ++i) {
+    GenerateParams p = job.c.params;
+    if (p.sampling.has_seed) p.sampling.seed += static_cast<uint64_t>(i);
+    absl::StatusOr<std::shared_ptr<RequestHandle>> h = served.engine->Submit(std::move(p));
+    if (h.ok()) {
+      hs.push_back(std::move(*h));
+    } else {
+      failed = h.status();
+    }
+  }
+  struct Event {
+    int index = 0;
+    bool end = false;
+    GenerateDelta delta;
+    absl::StatusOr<GenerateOutcome> outcome = GenerateOutcome{};
+  };
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Event> events;
+  std::atomic<bool> stop{!failed.ok()};
+  std::vector<std::thread> waiters;
+  for (size_t i = 0; i < hs.size(); ++i) {
+    waiters.emplace_back([&, i] {
+      absl::StatusOr<GenerateOutcome> o = hs[i]->Wait(
+          [&](const GenerateDelta& d) {
+            std::lock_guard<std::mutex> l(mu);
+            events.push_back({static_cast<int>(i), false, d});
+            cv.notify_one();
+            return !stop.load();
+          },
+          [&] { return stop.load(); });
+      std::lock_guard<std::mutex> l(mu);
+      events.push_back({static_cast<int>(i), true, {}, std::move(o)});
+      cv.notify_one();
+    });
+  }
+  const int n = static_cast<int>(hs.size());
+  std::vector<std::string> text(n);
+  std::vector<std::vector<SampledToken>> sampled(n);
+  std::vector<std::unique_ptr<ChatOutputStream>> reasoning;
+  for (int i = 0; i < n; ++i) {
+    reasoning.push_back(std::make_unique<ChatOutputStream>(
+        served.chat->output_format(), chat::PromptOpensReasoning(job.prompt_text),
+        served.chat->tool_family(), job.tools));
+  }
+  std::vector<int> calls(n, 0);  // tool calls streamed so far, per choice
+  std::vector<GenerateOutcome> outcomes(n);
+  bool ok = true;
+  auto send = [&](const Json& j) {
+    return out.WriteChunk(absl::StrCat("data: ", Dump(j), "\n\n"));
+  };
+  if (job.c.stream) {
+    HttpReply head;
+    head.content_type = "text/event-stream";
+    head.headers.emplace_back("Cache-Control", "no-cache");
+    ok = out.StartStream(std::move(head));
+    for (int i = 0; i < n && ok && job.chat; ++i) {
+      ok = send(Chunk(job, {{"index", i},
+                            {"delta", {{"role", "assistant"}, {"content", ""}}},
+                            {"logprobs", nullptr},
+                            {"finish_reason", nullptr}}));
+    }
+  }
+  for (int ended = 0; ended < n;) {
+    Event e;
+    {
+      std::unique_lock<std::mutex> l(mu);
+      cv.wait_for(l, std::chrono::milliseconds(20), [&] { return !events.empty(); });
+      if (events.empty()) {
+        if (out.ClientGone()) ok = false;
+        if (!ok) stop = true;
+        continue;
+      }
+      e = std::move(events.front());
+      events.pop_front();
+    }
+    const int i = e.index;
+    if (e.end) {
+      ++ended;
+      if (!e.outcome.ok()) {
+        if (failed.ok()) failed = e.outcome.status();
+        stop = true;
+        continue;
+      }
+      outcomes[i] = *e.outcome;
+      if (job.c.stream && ok && failed.ok()) {
+        // What was held back (text, calls), then the choice's last chunk.
+        std::vector<Json> deltas;
+        if (job.chat && !job.c.json_output) {
+          deltas = ChatDeltasJson(reasoning[i]->Finish(), true, &calls[i]);
+        }
+        Json last_delta = Json::object();
+        if (deltas.size() == 1 && !deltas[0].contains("tool_calls")) {
+          last_delta = std::move(deltas[0]);
+          deltas.clear();
+        }
+        for (Json& d : deltas) {
+          Json c = ChoiceDelta(job, std::move(d), "");
+          c["index"] = i;
+          ok = ok && send(Chunk(job, std::move(c)));
+        }
+        Json c = ChoiceDelta(job, std::move(last_delta), "");
+        c["index"] = i;
+        c["finish_reason"] = FinishReason(ToolFinishReason(e.outcome->finish_reason, calls[i] > 0));
+        ok = ok && send(Chunk(job, std::move(c)));
+      }
+      continue;
+    }
+    if (job.c.logprobs) sampled[i].push_back(e.delta.sampled);
+    if (!job.c.stream) {
+      text[i] += e.delta.text;
+      continue;
+    }
+    std::vector<Json> deltas = {Json()};
+    if (job.chat && job.c.json_output) {
+      ChatDelta raw;
+      raw.content = e.delta.text;
+      deltas = ChatDeltasJson(raw, false, &calls[i]);
+    } else if (job.chat) {
+      deltas = ChatDeltasJson(reasoning[i]->Push(e.delta.text), false, &calls[i]);
+    }
+    for (size_t k = 0; k < deltas.size(); ++k) {
+      Json c = ChoiceDelta(job, std::move(deltas[k]), e.delta.text);
+      c["index"] = i;
+      if (k == 0 && job.c.logprobs) {
+        c["logprobs"] = LogprobsJson(served.engine->tokenizer(), job, {e.delta.sampled});
+      }
+      ok = ok && send(Chunk(job, std::move(c)));
+    }
+    if (!ok) stop = true;
+  }
+  for (auto& t : waiters) t.join();
+  ok = ok && !out.ClientGone();
+  const std::string outcome = !failed.ok() ? ServingMetrics::Outcome(failed)
+                              : !ok        ? "cancelled"
+                                           : "ok";
+  served.engine->metrics().CountRequest("http", ep, outcome);
+  const RequestTimings timings = hs[0]->timings();
+  LogRequest({job.id, "http", ep, job.model, timings,
+              failed.ok() ? outcome : RequestOutcome(failed), outcomes[0].finish_reason});
+  if (!ok) return;
+  GenerateOutcome usage = outcomes[0];
+  usage.completion_tokens = 0;
+  for (const GenerateOutcome& o : outcomes) usage.completion_tokens += o.completion_tokens;
+  if (!job.c.stream) {
+    if (!failed.ok()) return out.Reply(ErrorReply(failed));
+    Json choices = Json::array();
+    for (int i = 0; i < n; ++i) {
+      choices.push_back(WholeChoice(served, job, i, text[i], sampled[i], outcomes[i]));
+    }
+    return out.Reply(WholeReply(job, std::move(choices), usage, timings));
+  }
+  if (!failed.ok()) {
+    send(ErrorJson(failed));
+  } else if (job.c.include_usage) {
+    Json u = Chunk(job, nullptr);
+    u["choices"] = Json::array();
+    u["usage"] = Usage(usage);
+    u["timings"] = LlamaTimings(timings);
+    send(u);
+  }
+  out.WriteChunk("data: [DONE]\n\n");
+  out.EndStream();
+}
+
 }  // namespace
 
 OpenAiApi::OpenAiApi(ServedModel served) : served_(std::move(served)) {
@@ -542,7 +743,9 @@ void OpenAiApi::Completions(const std::string& body, bool chat, HttpResponder& o
                 RequestOutcome(handle.status()), ""});
     return out.Reply(ErrorReply(handle.status()));
   }
-  if (job.c.stream) {
+  if (job.c.n > 1) {
+    Choices(served_, std::move(*handle), job, endpoint, out);
+  } else if (job.c.stream) {
     Stream(served_, **handle, job, endpoint, out);
   } else {
     Whole(served_, **handle, job, endpoint, out);

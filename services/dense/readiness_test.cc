@@ -69,6 +69,7 @@ TEST(RequestLogTest, OutcomesAndFields) {
   EXPECT_EQ(RequestOutcome(ShuttingDownError("x")), "shutting_down");
   RequestRecord r{"cmpl-1", "http", "completions", "m", {}, "ok", "length"};
   r.timings.prompt_tokens = 5;
+  r.timings.cached_tokens = 3;
   r.timings.generated_tokens = 11;
   r.timings.ttft_s = 0.25;
   r.timings.decode_s = 2.0;
@@ -76,12 +77,13 @@ TEST(RequestLogTest, OutcomesAndFields) {
   const std::string line = FormatLogLine(LogFormat::kText, {}, LogLevel::kInfo, "moesplit-dense",
                                          "request", RequestLogFields(r));
   EXPECT_NE(line.find("request id=cmpl-1 api=http endpoint=completions model=m prompt_tokens=5 "
-                      "cached_tokens=0 generated_tokens=11 ttft_ms=250 tokens_per_s=5 "
+                      "cached_tokens=3 generated_tokens=11 ttft_ms=250 tokens_per_s=5 "
                       "duration_ms=2250 outcome=ok finish_reason=length"),
             std::string::npos)
       << line;
   const auto t = LlamaTimings(r.timings);
   EXPECT_EQ(t["prompt_n"], 5);
+  EXPECT_EQ(t["cache_n"], 3);
   EXPECT_DOUBLE_EQ(t["prompt_ms"].get<double>(), 250.0);
   EXPECT_DOUBLE_EQ(t["prompt_per_second"].get<double>(), 20.0);
   EXPECT_EQ(t["predicted_n"], 11);

@@ -24,7 +24,7 @@ std::vector<LogField> RequestLogFields(const RequestRecord& r) {
           {"endpoint", r.endpoint},
           {"model", r.model},
           {"prompt_tokens", t.prompt_tokens},
-          {"cached_tokens", 0},
+          {"cached_tokens", t.cached_tokens},
           {"generated_tokens", t.generated_tokens},
           {"ttft_ms", t.ttft_s < 0 ? -1.0 : Ms(t.ttft_s)},
           {"tokens_per_s", t.decode_tokens_per_s()},
@@ -41,7 +41,8 @@ void LogRequest(const RequestRecord& r) {
 nlohmann::ordered_json LlamaTimings(const RequestTimings& t) {
   const double prompt_ms = t.ttft_s < 0 ? Ms(t.duration_s) : Ms(t.ttft_s);
   const double predicted_ms = Ms(t.decode_s);
-  return {{"prompt_n", t.prompt_tokens},
+  return {{"cache_n", t.cached_tokens},
+          {"prompt_n", t.prompt_tokens},
           {"prompt_ms", prompt_ms},
           {"prompt_per_second", prompt_ms > 0 ? t.prompt_tokens * 1000.0 / prompt_ms : 0.0},
           {"predicted_n", t.generated_tokens},

@@ -2,8 +2,8 @@
 // completion request that ends (HTTP /v1/completions and
 // /v1/chat/completions, gRPC Generate and Chat), through the process's
 // logger (common/base/log.h: text or --log-format json), with
-//   id, api (http|grpc), endpoint, model, prompt_tokens, cached_tokens (0:
-//   no prefix cache yet), generated_tokens, ttft_ms (arrival to the first
+//   id, api (http|grpc), endpoint, model, prompt_tokens, cached_tokens (of
+//   them, reused from the prefix cache), generated_tokens, ttft_ms (arrival to the first
 //   token; -1 without one), tokens_per_s (decode: tokens after the first
 //   over the time since it), duration_ms, outcome, finish_reason.
 // outcome is "ok", "cancelled" (the client went away or cancelled), or the
@@ -40,7 +40,8 @@ std::string RequestOutcome(const absl::Status& status);
 std::vector<LogField> RequestLogFields(const RequestRecord& r);
 void LogRequest(const RequestRecord& r);
 
-// llama-server's `timings` object: prompt_n, prompt_ms (arrival to the first
+// llama-server's `timings` object: cache_n (prompt tokens reused from the
+// prefix cache), prompt_n, prompt_ms (arrival to the first
 // token), prompt_per_second, predicted_n, predicted_ms (first to last
 // token), predicted_per_second (tokens after the first over predicted_ms).
 nlohmann::ordered_json LlamaTimings(const RequestTimings& t);

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdio>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -56,6 +57,42 @@ absl::Status CheckStart(int slot, int64_t positions, const std::vector<bool>& st
   return absl::OkStatus();
 }
 
+absl::Status CheckStarted(int slot, const std::vector<bool>& started) {
+  if (slot < 0 || slot >= static_cast<int>(started.size()) || !started[slot]) {
+    return absl::InvalidArgumentError(absl::StrCat("sequence slot ", slot, " is not started"));
+  }
+  return absl::OkStatus();
+}
+
+// The prefix-cache copies over a slot's state, alike for model::SequenceState
+// and cuda::CudaKvCache (`State` is either).
+template <typename State>
+absl::Status ExportKvOf(const State& st, int64_t begin, int64_t end, std::vector<uint8_t>* out) {
+  if (begin < 0 || begin > end || end > st.n_past()) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot export positions [", begin, ", ", end,
+                                                   ") of a sequence of ", st.n_past()));
+  }
+  const size_t at = out->size();
+  out->resize(at + st.kv_bytes_per_position() * static_cast<uint64_t>(end - begin));
+  absl::Status s = st.ExportKv(begin, end, out->data() + at);
+  if (!s.ok()) out->resize(at);
+  return s;
+}
+
+template <typename State>
+absl::Status ExportRecurrentOf(const State& st, std::vector<uint8_t>* out) {
+  const size_t at = out->size();
+  out->resize(at + st.recurrent_bytes());
+  if constexpr (std::is_void_v<decltype(st.ExportRecurrent(out->data()))>) {
+    st.ExportRecurrent(out->data() + at);
+    return absl::OkStatus();
+  } else {
+    absl::Status s = st.ExportRecurrent(out->data() + at);
+    if (!s.ok()) out->resize(at);
+    return s;
+  }
+}
+
 class CpuRunner final : public SequenceRunner {
  public:
   CpuRunner(std::unique_ptr<model::Forward> f, int slots, int64_t n_ctx)
@@ -90,6 +127,29 @@ class CpuRunner final : public SequenceRunner {
     return model::SequenceState::BytesFor(forward_->model().hparams(), n_ctx_) * slots();
   }
   std::string name() const override { return "cpu"; }
+  uint64_t kv_bytes_per_position() const override {
+    return model::SequenceState::KvBytesPerPosition(forward_->model().hparams());
+  }
+  uint64_t recurrent_bytes() const override {
+    return model::SequenceState::RecurrentBytes(forward_->model().hparams());
+  }
+  absl::Status ExportKv(int slot, int64_t begin, int64_t end,
+                        std::vector<uint8_t>* out) override {
+    RETURN_IF_ERROR(CheckStarted(slot, started_));
+    return ExportKvOf(*states_[slot], begin, end, out);
+  }
+  absl::Status ExportRecurrent(int slot, std::vector<uint8_t>* out) override {
+    RETURN_IF_ERROR(CheckStarted(slot, started_));
+    return ExportRecurrentOf(*states_[slot], out);
+  }
+  absl::Status ImportKv(int slot, int64_t pos, absl::Span<const uint8_t> kv) override {
+    RETURN_IF_ERROR(CheckStarted(slot, started_));
+    return states_[slot]->ImportKv(pos, kv.data(), kv.size());
+  }
+  absl::Status Resume(int slot, int64_t n, absl::Span<const uint8_t> recurrent) override {
+    RETURN_IF_ERROR(CheckStarted(slot, started_));
+    return states_[slot]->Resume(n, recurrent.data(), recurrent.size());
+  }
 
  private:
   std::unique_ptr<model::Forward> forward_;
@@ -144,6 +204,25 @@ class CudaRunner final : public SequenceRunner {
     return caches_.empty() ? 0 : caches_[0]->bytes() * caches_.size();
   }
   std::string name() const override { return "cuda:" + device_->name(); }
+  uint64_t kv_bytes_per_position() const override { return caches_[0]->kv_bytes_per_position(); }
+  uint64_t recurrent_bytes() const override { return caches_[0]->recurrent_bytes(); }
+  absl::Status ExportKv(int slot, int64_t begin, int64_t end,
+                        std::vector<uint8_t>* out) override {
+    RETURN_IF_ERROR(CheckStarted(slot, started_));
+    return ExportKvOf(*caches_[slot], begin, end, out);
+  }
+  absl::Status ExportRecurrent(int slot, std::vector<uint8_t>* out) override {
+    RETURN_IF_ERROR(CheckStarted(slot, started_));
+    return ExportRecurrentOf(*caches_[slot], out);
+  }
+  absl::Status ImportKv(int slot, int64_t pos, absl::Span<const uint8_t> kv) override {
+    RETURN_IF_ERROR(CheckStarted(slot, started_));
+    return caches_[slot]->ImportKv(pos, kv.data(), kv.size());
+  }
+  absl::Status Resume(int slot, int64_t n, absl::Span<const uint8_t> recurrent) override {
+    RETURN_IF_ERROR(CheckStarted(slot, started_));
+    return caches_[slot]->Resume(n, recurrent.data(), recurrent.size());
+  }
   GpuRunnerInfo gpu_info() const override {
     GpuRunnerInfo info = info_;
     if (expert_cache_ != nullptr) {

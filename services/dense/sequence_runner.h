@@ -103,6 +103,26 @@ class SequenceRunner {
   virtual uint64_t state_bytes_capacity() const = 0;
   // "cpu" or "cuda:<device name>".
   virtual std::string name() const = 0;
+
+  // The prefix cache's copies (prefix_cache.h) of a started slot's state in
+  // the runner's own format, so that importing a block is a copy: on the
+  // CPU model::SequenceState's f16 rows (memcpy), on the GPU the KV
+  // cache's element type (device <-> host copies, cuda::CudaKvCache).
+  // Bytes of one position's K/V rows over the attention layers, and of the
+  // recurrent layers' state (0 without DeltaNet layers).
+  virtual uint64_t kv_bytes_per_position() const = 0;
+  virtual uint64_t recurrent_bytes() const = 0;
+  // Positions [begin, end) of the slot's K/V (InvalidArgument outside
+  // [0, n_past]) and its recurrent state at n_past, appended to *out.
+  virtual absl::Status ExportKv(int slot, int64_t begin, int64_t end,
+                                std::vector<uint8_t>* out) = 0;
+  virtual absl::Status ExportRecurrent(int slot, std::vector<uint8_t>* out) = 0;
+  // Writes exported rows at positions [pos, ...) (n_past unchanged), then
+  // Resume makes the slot's sequence n positions long with that recurrent
+  // state (empty without DeltaNet layers). InvalidArgument for a slot not
+  // started, a range outside its capacity or a wrong size.
+  virtual absl::Status ImportKv(int slot, int64_t pos, absl::Span<const uint8_t> kv) = 0;
+  virtual absl::Status Resume(int slot, int64_t n, absl::Span<const uint8_t> recurrent) = 0;
   // Thread-safe (may be called while another thread runs EvalBatch).
   virtual GpuRunnerInfo gpu_info() const { return {}; }
 };

@@ -164,5 +164,72 @@ TEST_F(SequenceRunnerTest, ReportsTheStateItHolds) {
   EXPECT_EQ((*r)->state_bytes_used(), 0u);
 }
 
+// The prefix cache's copies: K/V rows and the recurrent state exported from
+// one slot at a block boundary and imported into another give the next
+// tokens the logits they get in the slot that computed them, bit for bit
+// (the CPU's f16 rows; on the GPU, also the emulated one, the cache's own
+// type, f16 and q8_0), for a plain and a hybrid (gated DeltaNet) model.
+TEST(SequenceRunnerCacheTest, ExportedStateResumesBitForBit) {
+  for (const std::string arch : {"qwen3moe", "qwen35moe"}) {
+    for (const std::string kv_type : {"f16", "q8_0"}) {
+      model::testing::TinyModelOptions mo;
+      mo.arch = arch;
+      mo.head_dim = 32;
+      mo.n_layer = arch == "qwen35moe" ? 4 : 2;
+      auto m = model::testing::MakeTinyModel(mo);
+      ASSERT_TRUE(m.ok()) << m.status();
+      model::InProcessExperts experts(model::ExpertStore(*m), nullptr);
+      RunnerOptions ro;
+      ro.n_ctx = 64;
+      ro.n_parallel = 2;
+      ro.kv_type = kv_type;
+      ro.expert_cache_slots = 0;
+      ro.prefill_stream_min_tokens = 0;
+      auto r = CreateSequenceRunner(*m, &experts, nullptr, ro);
+      ASSERT_TRUE(r.ok()) << r.status();
+      SequenceRunner& run = **r;
+      if (run.name() == "cpu" && kv_type != "f16") continue;  // the CPU keeps f16
+      const std::string what = arch + " " + kv_type + " " + run.name();
+      std::vector<int32_t> tokens;
+      for (int i = 0; i < 21; ++i) tokens.push_back((i * 7 + 3) % 40);
+      const auto all = absl::MakeConstSpan(tokens);
+      ASSERT_TRUE(run.Start(0, 64).ok());
+      const RunnerEntry head[1] = {{0, all.subspan(0, 16), model::LogitsMode::kNone, nullptr}};
+      ASSERT_TRUE(run.EvalBatch(head).ok()) << what;
+      std::vector<uint8_t> kv, state;
+      ASSERT_TRUE(run.ExportKv(0, 0, 8, &kv).ok());
+      ASSERT_TRUE(run.ExportKv(0, 8, 16, &kv).ok());  // appended
+      ASSERT_TRUE(run.ExportRecurrent(0, &state).ok());
+      EXPECT_EQ(kv.size(), 16 * run.kv_bytes_per_position()) << what;
+      EXPECT_EQ(state.size(), run.recurrent_bytes()) << what;
+      EXPECT_EQ(run.recurrent_bytes() > 0, arch == "qwen35moe") << what;
+      EXPECT_EQ(run.ExportKv(0, 0, 17, &kv).code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_EQ(kv.size(), 16 * run.kv_bytes_per_position());  // a refused export adds nothing
+      std::vector<float> want, got;
+      const RunnerEntry tail0[1] = {{0, all.subspan(16), model::LogitsMode::kLast, &want}};
+      ASSERT_TRUE(run.EvalBatch(tail0).ok());
+
+      ASSERT_TRUE(run.Start(1, 64).ok());
+      const auto half = absl::MakeConstSpan(kv).subspan(0, kv.size() / 2);
+      ASSERT_TRUE(run.ImportKv(1, 0, half).ok());
+      ASSERT_TRUE(run.ImportKv(1, 8, absl::MakeConstSpan(kv).subspan(kv.size() / 2)).ok());
+      EXPECT_EQ(run.ImportKv(1, 60, kv).code(), absl::StatusCode::kInvalidArgument) << what;
+      EXPECT_EQ(run.ImportKv(1, 0, absl::MakeConstSpan(kv).subspan(1)).code(),
+                absl::StatusCode::kInvalidArgument);
+      std::vector<uint8_t> bad(state.size() + 4);
+      EXPECT_EQ(run.Resume(1, 16, bad).code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_EQ(run.Resume(1, 65, state).code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_EQ(run.n_past(1), 0);
+      ASSERT_TRUE(run.Resume(1, 16, state).ok());
+      EXPECT_EQ(run.n_past(1), 16);
+      const RunnerEntry tail1[1] = {{1, all.subspan(16), model::LogitsMode::kLast, &got}};
+      ASSERT_TRUE(run.EvalBatch(tail1).ok());
+      EXPECT_EQ(got, want) << what;
+      run.Release(1);
+      EXPECT_EQ(run.ImportKv(1, 0, half).code(), absl::StatusCode::kInvalidArgument);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace moesplit::dense

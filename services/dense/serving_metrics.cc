@@ -11,6 +11,10 @@ prometheus::Gauge& Gauge(prometheus::Registry& r, const char* name, const char* 
 prometheus::Counter& Counter(prometheus::Registry& r, const char* name, const char* help) {
   return prometheus::BuildCounter().Name(name).Help(help).Register(r).Add({});
 }
+prometheus::Gauge& TierGauge(prometheus::Registry& r, const char* name, const char* help,
+                             const char* tier) {
+  return prometheus::BuildGauge().Name(name).Help(help).Register(r).Add({{"tier", tier}});
+}
 prometheus::Histogram& Histogram(prometheus::Registry& r, const char* name, const char* help,
                                  prometheus::Histogram::BucketBoundaries b) {
   return prometheus::BuildHistogram().Name(name).Help(help).Register(r).Add({}, std::move(b));
@@ -47,6 +51,30 @@ ServingMetrics::ServingMetrics(prometheus::Registry& r)
                               "KV cache bytes for every sequence slot at full context")),
       batch_tokens(Histogram(r, "moesplit_batch_tokens", "tokens per forward step",
                              telemetry::TokenBuckets())),
+      prefix_cache_hits(Counter(r, "moesplit_prefix_cache_hits_total",
+                                "requests that reused at least one cached prefix block")),
+      prefix_cache_misses(Counter(r, "moesplit_prefix_cache_misses_total",
+                                  "requests that found no cached prefix block")),
+      prefix_cache_reused_tokens(Counter(r, "moesplit_prefix_cache_reused_tokens_total",
+                                         "prompt tokens taken from the prefix cache")),
+      prefix_cache_host_hits(Counter(r, "moesplit_prefix_cache_host_hits_total",
+                                     "cached blocks brought back from the host tier by a hit")),
+      prefix_cache_demotions(Counter(r, "moesplit_prefix_cache_demotions_total",
+                                     "blocks moved from the primary to the host tier")),
+      prefix_cache_evictions(Counter(r, "moesplit_prefix_cache_evictions_total",
+                                     "blocks dropped from the prefix cache")),
+      prefix_cache_primary_bytes(TierGauge(r, "moesplit_prefix_cache_bytes",
+                                           "prefix cache bytes held per tier", "primary")),
+      prefix_cache_host_bytes(TierGauge(r, "moesplit_prefix_cache_bytes",
+                                        "prefix cache bytes held per tier", "host")),
+      prefix_cache_primary_blocks(TierGauge(r, "moesplit_prefix_cache_blocks",
+                                            "prefix cache blocks held per tier", "primary")),
+      prefix_cache_host_blocks(TierGauge(r, "moesplit_prefix_cache_blocks",
+                                         "prefix cache blocks held per tier", "host")),
+      prefix_cache_primary_capacity(TierGauge(r, "moesplit_prefix_cache_capacity_bytes",
+                                              "prefix cache budget per tier", "primary")),
+      prefix_cache_host_capacity(TierGauge(r, "moesplit_prefix_cache_capacity_bytes",
+                                           "prefix cache budget per tier", "host")),
       ready(Gauge(r, "moesplit_ready",
                   "1 while the service takes requests: every layer has a live expert worker "
                   "and it is not draining")),

@@ -45,6 +45,22 @@ class ServingMetrics {
   prometheus::Gauge& kv_used_bytes;
   prometheus::Gauge& kv_capacity_bytes;
   prometheus::Histogram& batch_tokens;
+  // The prefix cache (prefix_cache.h): lookups that reused a block or none,
+  // prompt tokens reused, blocks brought back from the host tier, blocks
+  // moved to the host tier and dropped, and each tier's bytes and blocks
+  // now (tier = "primary" | "host").
+  prometheus::Counter& prefix_cache_hits;
+  prometheus::Counter& prefix_cache_misses;
+  prometheus::Counter& prefix_cache_reused_tokens;
+  prometheus::Counter& prefix_cache_host_hits;
+  prometheus::Counter& prefix_cache_demotions;
+  prometheus::Counter& prefix_cache_evictions;
+  prometheus::Gauge& prefix_cache_primary_bytes;
+  prometheus::Gauge& prefix_cache_host_bytes;
+  prometheus::Gauge& prefix_cache_primary_blocks;
+  prometheus::Gauge& prefix_cache_host_blocks;
+  prometheus::Gauge& prefix_cache_primary_capacity;
+  prometheus::Gauge& prefix_cache_host_capacity;
   // Readiness (readiness.h) and SIGTERM draining, 1 or 0.
   prometheus::Gauge& ready;
   prometheus::Gauge& draining;

@@ -390,6 +390,149 @@ TEST_F(ApiTest, HttpCompletionsAndChatRoundTrip) {
   EXPECT_EQ(health->status, 200);
 }
 
+// The prefix cache through both APIs: a repeated prompt reports the reused
+// tokens (HTTP usage.prompt_tokens_details.cached_tokens on both endpoints,
+// the streaming usage chunk too; gRPC Usage.cached_tokens) and answers the
+// same.
+TEST_F(ApiTest, RepeatedPromptsReportCachedTokens) {
+  httplib::Client c = server_->Http();
+  std::string prompt;
+  for (int i = 0; i < 40; ++i) absl::StrAppend(&prompt, "cached prefix line ", i, ". ");
+  const std::string body = Json({{"prompt", prompt}, {"max_tokens", 6}, {"temperature", 0}}).dump();
+  auto first = c.Post("/v1/completions", body, "application/json");
+  auto second = c.Post("/v1/completions", body, "application/json");
+  ASSERT_TRUE(first && second);
+  ASSERT_EQ(second->status, 200) << second->body;
+  const Json a = Json::parse(first->body), b = Json::parse(second->body);
+  EXPECT_EQ(a["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  const int cached = b["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>();
+  EXPECT_GT(cached, 0);
+  EXPECT_LT(cached, b["usage"]["prompt_tokens"].get<int>());
+  EXPECT_EQ(cached % 64, 0);
+  EXPECT_EQ(a["choices"][0]["text"], b["choices"][0]["text"]);
+  EXPECT_EQ(b["timings"]["cache_n"], cached);
+
+  // Streaming chat: the final usage chunk carries it.
+  const std::string chat =
+      Json({{"messages", {{{"role", "user"}, {"content", prompt + " chat"}}}},
+            {"max_tokens", 4},
+            {"temperature", 0},
+            {"stream", true},
+            {"stream_options", {{"include_usage", true}}}})
+          .dump();
+  std::vector<int> seen;
+  for (int round = 0; round < 2; ++round) {
+    std::string sse;
+    EXPECT_EQ(PostStreaming(c, "/v1/chat/completions", chat,
+                            [&](const char* d, size_t n) {
+                              sse.append(d, n);
+                              return true;
+                            }),
+              200);
+    const size_t at = sse.rfind("\"usage\"");
+    ASSERT_NE(at, std::string::npos) << sse;
+    const size_t start = sse.rfind("data: ", at) + 6;
+    const Json usage = Json::parse(sse.substr(start, sse.find("\n\n", start) - start))["usage"];
+    seen.push_back(usage["prompt_tokens_details"]["cached_tokens"].get<int>());
+  }
+  EXPECT_EQ(seen[0], 0);
+  EXPECT_GT(seen[1], 0);
+
+  // gRPC: the same prompt again is served from the cache.
+  Streamed g = Generate(*server_, Greedy(prompt, 6));
+  ASSERT_TRUE(g.status.ok()) << g.status.error_message();
+  EXPECT_EQ(g.usage.cached_tokens(), cached);
+  EXPECT_EQ(g.text, b["choices"][0]["text"]);
+  EXPECT_GE(server_->Metric("moesplit_prefix_cache_hits_total"), 3);
+  EXPECT_GE(server_->Metric("moesplit_prefix_cache_reused_tokens_total"), 2 * cached);
+}
+
+// n > 1: n choices with their index, choice i sampling with seed + i (what a
+// single request with that seed gives, so reproducible), the prompt counted
+// once in usage, streamed chunks carrying the index; n beyond --parallel is
+// 400.
+TEST_F(ApiTest, SeveralChoicesShareThePromptWithASeedEach) {
+  httplib::Client c = server_->Http();
+  const std::string prompt = "Several choices of one prompt, each with a seed of its own:";
+  auto body = [&](int n, bool stream) {
+    return Json({{"prompt", prompt},
+                 {"max_tokens", 6},
+                 {"temperature", 1.0},
+                 {"seed", 42},
+                 {"n", n},
+                 {"stream", stream},
+                 {"stream_options", {{"include_usage", true}}}})
+        .dump();
+  };
+  auto r = c.Post("/v1/completions", body(3, false), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const Json j = Json::parse(r->body);
+  ASSERT_EQ(j["choices"].size(), 3u);
+  int completion = 0;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(j["choices"][i]["index"], i);
+    Json single = Json::parse(body(1, false));
+    single["seed"] = 42 + i;
+    auto one = c.Post("/v1/completions", single.dump(), "application/json");
+    ASSERT_TRUE(one);
+    const Json o = Json::parse(one->body);
+    EXPECT_EQ(j["choices"][i]["text"], o["choices"][0]["text"]) << i;
+    EXPECT_EQ(j["usage"]["prompt_tokens"], o["usage"]["prompt_tokens"]);
+    completion += o["usage"]["completion_tokens"].get<int>();
+  }
+  EXPECT_EQ(j["usage"]["completion_tokens"], completion);
+  auto again = c.Post("/v1/completions", body(3, false), "application/json");
+  ASSERT_TRUE(again);
+  EXPECT_EQ(Json::parse(again->body)["choices"], j["choices"]);
+
+  std::string sse;
+  EXPECT_EQ(PostStreaming(c, "/v1/completions", body(2, true),
+                          [&](const char* d, size_t n) {
+                            sse.append(d, n);
+                            return true;
+                          }),
+            200);
+  std::vector<std::string> streamed(2);
+  Json usage;
+  int finished = 0;
+  for (size_t pos = 0; (pos = sse.find("data: ", pos)) != std::string::npos;) {
+    const size_t end = sse.find("\n\n", pos);
+    const std::string data = sse.substr(pos + 6, end - pos - 6);
+    pos = end;
+    if (data == "[DONE]") continue;
+    const Json e = Json::parse(data);
+    if (e.contains("usage")) usage = e["usage"];
+    for (const Json& ch : e["choices"]) {
+      const int i = ch["index"].get<int>();
+      ASSERT_TRUE(i == 0 || i == 1) << data;
+      streamed[i] += ch["text"].get<std::string>();
+      if (!ch["finish_reason"].is_null()) ++finished;
+    }
+  }
+  EXPECT_EQ(finished, 2);
+  EXPECT_EQ(streamed[0], j["choices"][0]["text"]);
+  EXPECT_EQ(streamed[1], j["choices"][1]["text"]);
+  EXPECT_EQ(usage["prompt_tokens"], j["usage"]["prompt_tokens"]);
+
+  auto chat = c.Post("/v1/chat/completions",
+                     R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":3,"n":2})",
+                     "application/json");
+  ASSERT_TRUE(chat);
+  ASSERT_EQ(chat->status, 200) << chat->body;
+  const Json cj = Json::parse(chat->body);
+  ASSERT_EQ(cj["choices"].size(), 2u);
+  EXPECT_EQ(cj["choices"][1]["index"], 1);
+  EXPECT_EQ(cj["choices"][1]["message"]["role"], "assistant");
+  for (int bad : {0, 17}) {
+    auto b = c.Post("/v1/completions", Json({{"prompt", "x"}, {"n", bad}}).dump(),
+                    "application/json");
+    ASSERT_TRUE(b);
+    EXPECT_EQ(b->status, 400);
+    EXPECT_THAT(b->body, HasSubstr("n must be in 1..16 (--parallel)"));
+  }
+}
+
 struct BadCase {
   std::string name;
   std::string http_path;

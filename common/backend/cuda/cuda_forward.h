@@ -180,6 +180,25 @@ class CudaKvCache {
   // copied.
   absl::Status SetBlockTable(absl::Span<const int32_t> pages);
 
+  // Prefix-cache copies (services/dense/prefix_cache.h), device <-> host,
+  // blocking, in the cache's own element type (a q8_0 cache exports q8_0
+  // rows): for each attention layer in order, its K rows of positions
+  // [begin, end) then its V rows (kv_bytes_per_position() * (end - begin)
+  // bytes, following the block table); the recurrent state: for each
+  // DeltaNet layer, the committed conv then recurrent state
+  // (model::SequenceState's layout, recurrent_bytes() bytes).
+  uint64_t kv_bytes_per_position() const;
+  uint64_t recurrent_bytes() const;
+  // InvalidArgument unless 0 <= begin <= end <= n_past.
+  absl::Status ExportKv(int64_t begin, int64_t end, uint8_t* out) const;
+  // Writes rows at [pos, pos + bytes / kv_bytes_per_position()); n_past unchanged.
+  absl::Status ImportKv(int64_t pos, const uint8_t* in, uint64_t bytes);
+  // Zeros when fresh.
+  absl::Status ExportRecurrent(uint8_t* out) const;
+  // n_past = n with this committed recurrent state (empty without DeltaNet
+  // layers). InvalidArgument for n outside [0, n_ctx] or a wrong size.
+  absl::Status Resume(int64_t n, const uint8_t* recurrent, uint64_t bytes);
+
   // Device views for the kernels (internal use by CudaForward).
   uint8_t* k(int layer) const;
   uint8_t* v(int layer) const;
@@ -219,6 +238,10 @@ class CudaKvCache {
   std::vector<int> ring_of_layer_;  // index into ring_tables_, -1 for none
   int64_t ring_keep_ = -1;
   int64_t written_end_ = 0;
+  std::vector<int32_t> host_table_;         // the block table as set
+  // Copies positions [pos, pos + n) of every attention layer between the
+  // pages and `host` (kind: raw::MemcpyAsync's, 0 host->device, 1 back).
+  absl::Status CopyRows(int64_t pos, int64_t n, uint8_t* host, int kind) const;
 };
 
 // Cumulative counters of one CudaForward.

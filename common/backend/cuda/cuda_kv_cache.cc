@@ -198,10 +198,107 @@ absl::Status CudaKvCache::SetBlockTable(absl::Span<const int32_t> pages) {
     }
     seen[pages[i]] = true;
   }
+  host_table_.assign(pages.begin(), pages.end());
   if (table_ == nullptr) return absl::OkStatus();  // no attention layer reads it
   RETURN_IF_CUDA_ERROR(raw::MemcpyAsync(table_->data(), pages.data(),
                                         pages.size() * sizeof(int32_t), 0, nullptr));
   RETURN_IF_CUDA_ERROR(raw::StreamSynchronize(nullptr));
+  return absl::OkStatus();
+}
+
+uint64_t CudaKvCache::kv_bytes_per_position() const {
+  int64_t n_attn = 0;
+  for (model::MixerKind k : kinds_) n_attn += model::IsAttention(k) ? 1 : 0;
+  return static_cast<uint64_t>(n_attn) * (k_row_bytes_ + v_row_bytes_);
+}
+
+uint64_t CudaKvCache::recurrent_bytes() const {
+  int64_t n_rec = 0;
+  for (model::MixerKind k : kinds_) n_rec += model::IsAttention(k) ? 0 : 1;
+  return static_cast<uint64_t>(n_rec) * (conv_floats_ + ssm_floats_) * sizeof(float);
+}
+
+absl::Status CudaKvCache::CopyRows(int64_t pos, int64_t n, uint8_t* host, int kind) const {
+  for (size_t l = 0; l < kinds_.size(); ++l) {
+    if (!model::IsAttention(kinds_[l])) continue;
+    // A sliding-window ring holds only its last layer_positions() rows:
+    // page i of the sequence is ring page i % R.
+    const int64_t ring = ring_of_layer_[l] < 0 ? 0 : layer_pages_[l];
+    if (ring > 0 && kind == 1 && pos < written_end_ - ring * page_size_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "positions from ", pos, " are no longer in layer ", l, "'s sliding-window ring (it holds ",
+          ring * page_size_, " positions up to ", written_end_, ")"));
+    }
+    for (int part = 0; part < 2; ++part) {
+      uint8_t* base = static_cast<uint8_t*>((part == 0 ? k_ : v_)[l]->data());
+      const uint64_t row = part == 0 ? k_row_bytes_ : v_row_bytes_;
+      // Runs of positions within one page are contiguous.
+      for (int64_t p = pos; p < pos + n;) {
+        const int64_t in_page = p % page_size_;
+        const int64_t run = std::min<int64_t>(page_size_ - in_page, pos + n - p);
+        const int64_t page = ring > 0 ? (p / page_size_) % ring : host_table_[p / page_size_];
+        uint8_t* dev = base + (static_cast<uint64_t>(page) * page_size_ + in_page) * row;
+        RETURN_IF_CUDA_ERROR(kind == 0 ? raw::MemcpyAsync(dev, host, run * row, 0, nullptr)
+                                       : raw::MemcpyAsync(host, dev, run * row, 1, nullptr));
+        host += run * row;
+        p += run;
+      }
+    }
+  }
+  RETURN_IF_CUDA_ERROR(raw::StreamSynchronize(nullptr));
+  return absl::OkStatus();
+}
+
+absl::Status CudaKvCache::ExportKv(int64_t begin, int64_t end, uint8_t* out) const {
+  if (begin < 0 || begin > end || end > n_past_) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot export positions [", begin, ", ", end,
+                                                   ") of a sequence of ", n_past_));
+  }
+  return CopyRows(begin, end - begin, out, 1);
+}
+
+absl::Status CudaKvCache::ImportKv(int64_t pos, const uint8_t* in, uint64_t bytes) {
+  const uint64_t row = kv_bytes_per_position();
+  const int64_t n = row == 0 ? 0 : static_cast<int64_t>(bytes / row);
+  if (pos < 0 || (row == 0 ? bytes != 0 : bytes % row != 0) || n > n_ctx_ - pos) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot import ", bytes, " bytes of K/V rows (",
+                                                   row, " per position) at position ", pos,
+                                                   " of a cache of ", n_ctx_));
+  }
+  return CopyRows(pos, n, const_cast<uint8_t*>(in), 0);
+}
+
+absl::Status CudaKvCache::ExportRecurrent(uint8_t* out) const {
+  const uint64_t bytes = static_cast<uint64_t>(conv_floats_ + ssm_floats_) * sizeof(float);
+  for (size_t l = 0; l < kinds_.size(); ++l) {
+    if (model::IsAttention(kinds_[l])) continue;
+    if (fresh_) {
+      std::fill(out, out + bytes, uint8_t{0});
+    } else {
+      RETURN_IF_CUDA_ERROR(raw::MemcpyAsync(out, rec_[cur_][l]->data(), bytes, 1, nullptr));
+    }
+    out += bytes;
+  }
+  RETURN_IF_CUDA_ERROR(raw::StreamSynchronize(nullptr));
+  return absl::OkStatus();
+}
+
+absl::Status CudaKvCache::Resume(int64_t n, const uint8_t* recurrent, uint64_t bytes) {
+  if (n < 0 || n > n_ctx_ || bytes != recurrent_bytes()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot resume at ", n, " positions (the cache holds ", n_ctx_, ") with ",
+                     bytes, " bytes of recurrent state (", recurrent_bytes(), " expected)"));
+  }
+  const uint64_t layer_bytes = static_cast<uint64_t>(conv_floats_ + ssm_floats_) * sizeof(float);
+  for (size_t l = 0; l < kinds_.size(); ++l) {
+    if (model::IsAttention(kinds_[l])) continue;
+    RETURN_IF_CUDA_ERROR(raw::MemcpyAsync(rec_[cur_][l]->data(), recurrent, layer_bytes, 0, nullptr));
+    recurrent += layer_bytes;
+  }
+  RETURN_IF_CUDA_ERROR(raw::StreamSynchronize(nullptr));
+  n_past_ = n;
+  written_end_ = n;  // the rings hold the imported rows before n
+  fresh_ = false;  // the state written is current
   return absl::OkStatus();
 }
 
