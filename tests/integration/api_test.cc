@@ -847,6 +847,76 @@ TEST(HarmonyTest, AnalysisIsReasoningAndFinalIsContent) {
   std::filesystem::remove(model);
 }
 
+// tool_choice named / required on a Hermes-family template (Qwen3's) with a
+// random-weight model: constrained decoding makes it call the function with
+// arguments that match the schema, on HTTP (streamed and not) and gRPC.
+TEST(ToolChoiceTest, RequiredAndNamedForceAValidCall) {
+  const std::string tmpl = std::string(MOESPLIT_FIXTURES_DIR) + "/templates/Qwen-Qwen3-0.6B.jinja";
+  if (!std::filesystem::exists(tmpl)) GTEST_SKIP() << tmpl << " not present";
+  Server s(2, 2, {"--chat-template-file", tmpl});
+  const std::string tools =
+      R"([{"type":"function","function":{"name":"get_weather","parameters":{"type":"object",)"
+      R"("properties":{"city":{"type":"string","maxLength":12},"days":{"type":"integer"}},)"
+      R"("required":["city","days"]}}},{"type":"function","function":{"name":"search"}}])";
+  for (const std::string choice :
+       {R"({"type":"function","function":{"name":"get_weather"}})", std::string(R"("required")")}) {
+    SCOPED_TRACE(choice);
+    const std::string body = absl::StrCat(
+        R"({"messages":[{"role":"user","content":"Weather in Paris?"}],"max_tokens":200,)",
+        R"("temperature":0.8,"seed":3,"tools":)", tools, R"(,"tool_choice":)", choice);
+    auto r = s.Http().Post("/v1/chat/completions", body + "}", "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const Json choice0 = Json::parse(r->body)["choices"][0];
+    EXPECT_EQ(choice0["finish_reason"], "tool_calls") << r->body;
+    ASSERT_EQ(choice0["message"]["tool_calls"].size(), 1u) << r->body;
+    const Json call = choice0["message"]["tool_calls"][0];
+    EXPECT_EQ(call["type"], "function");
+    EXPECT_THAT(call["id"].get<std::string>(), ::testing::StartsWith("call_"));
+    const std::string name = call["function"]["name"];
+    const Json args = Json::parse(call["function"]["arguments"].get<std::string>());
+    if (name == "get_weather") {
+      EXPECT_TRUE(args["city"].is_string() && args["city"].get<std::string>().size() <= 12) << args;
+      EXPECT_TRUE(args["days"].is_number_integer()) << args;
+    } else {
+      EXPECT_EQ(name, "search") << r->body;
+      EXPECT_NE(choice.find("required"), std::string::npos) << "named get_weather, got " << name;
+      EXPECT_TRUE(args.is_object()) << args;
+    }
+    // Streamed: the call comes as delta.tool_calls.
+    httplib::Client c = s.Http();
+    std::string sse;
+    ASSERT_EQ(PostStreaming(c, "/v1/chat/completions", body + R"(,"stream":true})",
+                            [&](const char* data, size_t n) {
+                              sse.append(data, n);
+                              return true;
+                            }),
+              200);
+    EXPECT_NE(sse.find("\"tool_calls\""), std::string::npos) << sse;
+    EXPECT_NE(sse.find("\"finish_reason\":\"tool_calls\""), std::string::npos) << sse;
+  }
+  // gRPC Chat, named.
+  v1::ChatRequest req = ChatFor("user", "Weather in Paris?");
+  req.set_max_tokens(200);
+  req.set_tools_json(tools);
+  req.set_tool_choice_json(R"({"type":"function","function":{"name":"get_weather"}})");
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 60s);
+  auto reader = s.stub->Chat(&ctx, req);
+  v1::ChatResponse resp;
+  std::vector<v1::ToolCall> calls;
+  std::string finish;
+  while (reader->Read(&resp)) {
+    for (const auto& tc : resp.tool_calls()) calls.push_back(tc);
+    if (!resp.finish_reason().empty()) finish = resp.finish_reason();
+  }
+  ASSERT_TRUE(reader->Finish().ok());
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].name(), "get_weather");
+  EXPECT_TRUE(Json::parse(calls[0].arguments())["days"].is_number_integer());
+  EXPECT_EQ(finish, "tool_calls");
+}
+
 // `moesplit render-template` prints exactly what llama.cpp rendered for every
 // template fixture (BOS/EOS from the tiny qwen3moe model, the fixture date).
 TEST(RenderTemplateCommandTest, MatchesEveryFixtureByteForByte) {
