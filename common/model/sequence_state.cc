@@ -6,9 +6,16 @@
 #include "absl/strings/str_cat.h"
 
 namespace moesplit::model {
+int64_t SequenceState::KvValuesPerPosition(const HyperParams& hp, MixerKind kind) {
+  if (!IsAttention(kind)) return 0;
+  if (kind == MixerKind::kMla) return hp.n_head_kv * hp.head_dim_k;
+  return hp.n_head_kv * (hp.head_dim_k + hp.head_dim_v);
+}
+
 uint64_t SequenceState::KvBytesPerPosition(const HyperParams& hp) {
-  const uint64_t row = static_cast<uint64_t>(hp.n_head_kv) * (hp.head_dim_k + hp.head_dim_v);
-  return static_cast<uint64_t>(hp.n_attention_layers()) * row * sizeof(uint16_t);
+  uint64_t values = 0;
+  for (const LayerSpec& l : hp.layers) values += KvValuesPerPosition(hp, l.mixer);
+  return values * sizeof(uint16_t);
 }
 
 uint64_t SequenceState::RecurrentBytes(const HyperParams& hp) {
@@ -44,9 +51,15 @@ absl::StatusOr<std::unique_ptr<SequenceState>> SequenceState::Create(const Hyper
     for (int64_t l = 0; l < hp.n_layer; ++l) {
       s->kinds_.push_back(hp.layers[l].mixer);
       Layer& L = s->layers_[l];
-      if (IsAttention(hp.layers[l].mixer)) {
+      if (hp.layers[l].mixer == MixerKind::kMla) {
+        L.k.reset(new uint16_t[static_cast<size_t>(n_ctx * s->k_row_)]);
+        L.v_base = L.k.get();
+        L.v_stride = s->k_row_;
+      } else if (IsAttention(hp.layers[l].mixer)) {
         L.k.reset(new uint16_t[static_cast<size_t>(n_ctx * s->k_row_)]);
         L.v.reset(new uint16_t[static_cast<size_t>(n_ctx * s->v_row_)]);
+        L.v_base = L.v.get();
+        L.v_stride = s->v_row_;
       } else {
         for (Recurrent& r : L.buf) {
           r.conv.assign(s->conv_floats_, 0.0f);
@@ -65,7 +78,9 @@ absl::StatusOr<std::unique_ptr<SequenceState>> SequenceState::Create(const Hyper
 uint64_t SequenceState::bytes() const {
   uint64_t b = 0;
   for (size_t l = 0; l < layers_.size(); ++l) {
-    if (IsAttention(kinds_[l])) {
+    if (kinds_[l] == MixerKind::kMla) {
+      b += static_cast<uint64_t>(n_ctx_) * k_row_ * sizeof(uint16_t);
+    } else if (IsAttention(kinds_[l])) {
       b += static_cast<uint64_t>(n_ctx_) * (k_row_ + v_row_) * sizeof(uint16_t);
     } else {
       b += kRecurrentBuffers * static_cast<uint64_t>(conv_floats_ + ssm_floats_) * sizeof(float);
