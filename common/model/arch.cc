@@ -342,24 +342,7 @@ absl::Status ParseRope(const GgufFile& f, const std::string& p, HyperParams* hp)
   r.ext_factor = static_cast<float>(ext);
   r.attn_factor = static_cast<float>(attn);
   if (r.ext_factor != 0.0f) {
-    // llama.cpp (llama_context): yarn_attn_factor = get_mscale(factor) times
-    // 1 / (1 + 0.1 ln factor), which cancels the factor ggml's rope_yarn
-    // applies (ComputeRopeAngles does too) -- computed the same way, in
-    // float, so the product rounds as there.
-    const float f = 1.0f / r.freq_scale;
-    auto get_mscale = [](float scale, float m) {
-      return scale <= 1.0f ? 1.0f : 0.1f * m * std::log(scale) + 1.0f;
-    };
-    float a = get_mscale(f, 1.0f);
-    if (r.yarn_log_mul != 0.0f) {
-      // With yarn_log_multiplier (deepseek2's mscale_all_dim): mscale is
-      // assumed 1, except that deepseek2 takes mscale = mscale_all_dim when
-      // that is not 1 (llama_context, [TAG_DEEPSEEK2_YARN_LOG_MUL_FIX]).
-      const float m = r.yarn_log_mul != 1.0f ? r.yarn_log_mul : 1.0f;
-      a = get_mscale(f, m) / get_mscale(f, r.yarn_log_mul);
-    }
-    a *= 1.0f / (1.0f + 0.1f * std::log(f));
-    r.attn_factor = a * static_cast<float>(attn);
+    r.attn_factor = YarnAttnFactor(r.freq_scale, r.yarn_log_mul, static_cast<float>(attn));
   }
   r.beta_fast = static_cast<float>(fast);
   r.beta_slow = static_cast<float>(slow);
@@ -613,6 +596,27 @@ absl::Status ParseDeepSeek2(const GgufFile& f, const std::string& p, HyperParams
 }
 
 }  // namespace
+
+float YarnAttnFactor(float freq_scale, float yarn_log_mul, float attn_factor) {
+  // llama.cpp (llama_context): yarn_attn_factor = get_mscale(factor) times
+  // 1 / (1 + 0.1 ln factor), which cancels the factor ggml's rope_yarn
+  // applies (ComputeRopeAngles does too) -- computed the same way, in
+  // float, so the product rounds as there.
+  const float f = 1.0f / freq_scale;
+  auto get_mscale = [](float scale, float m) {
+    return scale <= 1.0f ? 1.0f : 0.1f * m * std::log(scale) + 1.0f;
+  };
+  float a = get_mscale(f, 1.0f);
+  if (yarn_log_mul != 0.0f) {
+    // With yarn_log_multiplier (deepseek2's mscale_all_dim): mscale is
+    // assumed 1, except that deepseek2 takes mscale = mscale_all_dim when
+    // that is not 1 ([TAG_DEEPSEEK2_YARN_LOG_MUL_FIX]).
+    const float m = yarn_log_mul != 1.0f ? yarn_log_mul : 1.0f;
+    a = get_mscale(f, m) / get_mscale(f, yarn_log_mul);
+  }
+  a *= 1.0f / (1.0f + 0.1f * std::log(f));
+  return a * attn_factor;
+}
 
 std::string_view MixerKindName(MixerKind kind) {
   switch (kind) {

@@ -320,6 +320,11 @@ struct RopeParams {
   float yarn_log_mul = 0.0f;
 };
 
+// YaRN's rope attn_factor (RopeParams::attn_factor when ext_factor != 0):
+// llama.cpp's cparams.yarn_attn_factor from 1 / rope.scaling.factor, the
+// yarn_log_mul above and rope.scaling.attn_factor.
+float YarnAttnFactor(float freq_scale, float yarn_log_mul, float attn_factor);
+
 struct HyperParams {
   std::string arch;
   int64_t n_embd = 0;

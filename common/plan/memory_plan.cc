@@ -253,11 +253,14 @@ MemoryPlan FixedPart(const ModelShape& s, const PlanOptions& o) {
   p.options = o;
   p.hp = s.hp;
   p.dense = DenseBytes(s, &p.host_token_embd, &p.host_routed_experts);
-  const int64_t kvd = s.hp.n_head_kv * (s.hp.head_dim_k + s.hp.head_dim_v);
-  // Only the attention layers keep a KV cache; DeltaNet layers keep a
-  // fixed-size state (model::SequenceState's arithmetic).
-  p.kv_bytes_per_position =
-      static_cast<uint64_t>(s.hp.n_attention_layers()) * KvElementBytes(o.kv_type, kvd);
+  // Only the attention layers keep a KV cache (MLA layers: the latent and
+  // the rope key only); DeltaNet layers keep a fixed-size state
+  // (model::SequenceState's arithmetic).
+  p.kv_bytes_per_position = 0;
+  for (const model::LayerSpec& l : s.hp.layers) {
+    const int64_t values = model::SequenceState::KvValuesPerPosition(s.hp, l.mixer);
+    if (values > 0) p.kv_bytes_per_position += KvElementBytes(o.kv_type, values);
+  }
   p.kv_cache = p.kv_bytes_per_position == 0
                    ? 0
                    : GpuKvCacheBytes(p.kv_bytes_per_position, o.n_ctx) *
