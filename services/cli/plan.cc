@@ -16,6 +16,7 @@
 #include "services/cli/dense_flags.h"
 #include "services/cli/test_model.h"
 #include "services/cli/type_mix.h"
+#include "nlohmann/json.hpp"
 
 namespace moesplit::cli {
 namespace {
@@ -62,7 +63,7 @@ absl::Status RunPlan(const Args& args, const CommandIo& io) {
   // the same flags (dense_flags.h).
   const DenseServiceFlags service;
   const plan::PlanOptions plan_defaults;
-  std::string model_path, preset, type, gpu_memory, kv_type = service.kv_type;
+  std::string model_path, preset, type, gpu_memory, kv_type = service.kv_type, worker_memory;
   std::string margin = plan::FormatBytes(plan_defaults.margin_bytes);
   margin.erase(std::remove(margin.begin(), margin.end(), ' '), margin.end());
   int64_t ctx = service.ctx, parallel = service.parallel, ubatch = plan_defaults.n_ubatch;
@@ -73,7 +74,7 @@ absl::Status RunPlan(const Args& args, const CommandIo& io) {
   f.AddString("preset", &preset,
               "plan for a shape without a file: qwen3-30b-a3b (vocab 151936) | "
               "qwen3.5-35b-a3b (vocab 248320) | gpt-oss-20b | gpt-oss-120b (vocab 201088) | "
-              "tiny (required, or --model)")
+              "deepseek-v3 | kimi-k2 | deepseek-v2-lite | tiny (required, or --model)")
       .Meta("NAME");
   f.AddString("type", &type,
               absl::StrCat("file type of --preset: ", absl::StrJoin(FileTypeMixNames(), " ")))
@@ -95,6 +96,10 @@ absl::Status RunPlan(const Args& args, const CommandIo& io) {
       .Range(1, 1024);
   f.AddInt("ubatch", &ubatch, "largest micro-batch in tokens").Range(1, 1 << 20);
   f.AddString("margin", &margin, "memory kept free for rounding and small buffers").Meta("SIZE");
+  f.AddString("worker-memory", &worker_memory,
+              "also plan expert-workers of this much memory for routed experts: how many, and "
+              "the layer range (--shard) each holds")
+      .Meta("SIZE");
   f.AddBool("json", &json, "print the plan as JSON");
   ASSIGN_OR_RETURN(bool go, ParseFlags(f, args,
                                        "plan (--model M | --preset P) --gpu-memory SIZE "
@@ -130,6 +135,25 @@ absl::Status RunPlan(const Args& args, const CommandIo& io) {
   } else {
     ASSIGN_OR_RETURN(shape, PresetShape(preset, type, vocab));
   }
+  // The workers are planned from the shape alone (printed even when the GPU
+  // plan does not fit).
+  std::vector<plan::WorkerShare> workers;
+  uint64_t worker_bytes = 0;
+  if (!worker_memory.empty()) {
+    absl::StatusOr<uint64_t> wb = plan::ParseByteSize(worker_memory);
+    if (!wb.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--worker-memory: ", wb.status().message()));
+    }
+    worker_bytes = *wb;
+    absl::StatusOr<std::vector<plan::WorkerShare>> w = plan::PlanWorkers(shape, worker_bytes);
+    if (!w.ok()) {
+      if (w.status().code() == absl::StatusCode::kResourceExhausted) {
+        return absl::FailedPreconditionError(absl::StrCat("workers do not fit: ", w.status().message()));
+      }
+      return w.status();
+    }
+    workers = *std::move(w);
+  }
   // moesplit-dense caps its context at the model's; a --ctx given here is
   // planned as given (e.g. for a longer context than the file says).
   o.n_ctx = f.WasSet("ctx") ? ctx : std::min<int64_t>(ctx, shape.hp.n_ctx_train);
@@ -137,12 +161,31 @@ absl::Status RunPlan(const Args& args, const CommandIo& io) {
   if (!p.ok()) {
     // A configuration that does not fit is the caller's to change: exit 2.
     if (p.status().code() == absl::StatusCode::kResourceExhausted) {
+      if (!workers.empty() && !json) {
+        std::fputs(plan::FormatWorkers(workers, worker_bytes).c_str(), io.out);
+      }
       return absl::FailedPreconditionError(
           absl::StrCat("plan does not fit: ", p.status().message()));
     }
     return p.status();
   }
-  const std::string text = json ? plan::FormatPlanJson(*p) : plan::FormatPlanTable(*p);
+  std::string text = json ? plan::FormatPlanJson(*p) : plan::FormatPlanTable(*p);
+  if (!workers.empty()) {
+    if (json) {
+      nlohmann::json j = nlohmann::json::parse(text);
+      nlohmann::json list = nlohmann::json::array();
+      for (const plan::WorkerShare& w : workers) {
+        list.push_back({{"layer_begin", w.layer_begin},
+                        {"layer_end", w.layer_end},
+                        {"shard", absl::StrCat("layers=", w.layer_begin, "-", w.layer_end - 1)},
+                        {"bytes", w.bytes}});
+      }
+      j["workers"] = {{"worker_bytes", worker_bytes}, {"list", list}};
+      text = j.dump(2) + "\n";
+    } else {
+      text += plan::FormatWorkers(workers, worker_bytes);
+    }
+  }
   std::fputs(text.c_str(), io.out);
   return absl::OkStatus();
 }
