@@ -99,7 +99,8 @@ absl::Status RunPlan(const Args& args, const CommandIo& io) {
   f.AddString("worker-memory", &worker_memory,
               "also plan expert-workers of this much memory for routed experts: how many, and "
               "the layer range (--shard) each holds")
-      .Meta("SIZE");
+      .Meta("SIZE")
+      .DefaultText("none: no worker plan");
   f.AddBool("json", &json, "print the plan as JSON");
   ASSIGN_OR_RETURN(bool go, ParseFlags(f, args,
                                        "plan (--model M | --preset P) --gpu-memory SIZE "
