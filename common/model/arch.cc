@@ -142,6 +142,44 @@ std::vector<TensorSpec> GptOssTensors() {
   return t;
 }
 
+// llama.cpp: llama_model_deepseek2 (load_arch_tensors), the MLA layout
+// (attn_k_b / attn_v_b; the older fused attn_kv_b is refused at parse).
+std::vector<TensorSpec> DeepSeek2Tensors() {
+  std::vector<TensorSpec> t = GlobalTensors();
+  t.push_back({T::kAttnNorm, "attn_norm.weight", R::kNorm, 1, {D::kEmbd}, true});
+  // q through the LoRA pair, or attn_q when attention.q_lora_rank is 0 /
+  // absent (ParseHyperParams + Model check which one is there).
+  t.push_back({T::kAttnQA, "attn_q_a.weight", R::kDense, 2, {D::kEmbd, D::kQLora}, false});
+  t.push_back({T::kAttnQANorm, "attn_q_a_norm.weight", R::kNorm, 1, {D::kQLora}, false});
+  t.push_back({T::kAttnQB, "attn_q_b.weight", R::kDense, 2, {D::kQLora, D::kQMla}, false});
+  t.push_back({T::kAttnQ, "attn_q.weight", R::kDense, 2, {D::kEmbd, D::kQMla}, false});
+  t.push_back(
+      {T::kAttnKvAMqa, "attn_kv_a_mqa.weight", R::kDense, 2, {D::kEmbd, D::kKvAMqa}, true});
+  t.push_back({T::kAttnKvANorm, "attn_kv_a_norm.weight", R::kNorm, 1, {D::kKvLora}, true});
+  t.push_back(
+      {T::kAttnKB, "attn_k_b.weight", R::kDense, 3, {D::kNope, D::kKvLora, D::kHead}, true});
+  t.push_back(
+      {T::kAttnVB, "attn_v_b.weight", R::kDense, 3, {D::kKvLora, D::kHeadVMla, D::kHead}, true});
+  t.push_back(
+      {T::kAttnOutput, "attn_output.weight", R::kDense, 2, {D::kAttnOutMla, D::kEmbd}, true});
+  t.push_back({T::kFfnNorm, "ffn_norm.weight", R::kNorm, 1, {D::kEmbd}, true});
+  const LayerSel dense = LayerSel::kDenseFfn;
+  t.push_back({T::kFfnGate, "ffn_gate.weight", R::kDense, 2, {D::kEmbd, D::kFf}, true, dense});
+  t.push_back({T::kFfnUp, "ffn_up.weight", R::kDense, 2, {D::kEmbd, D::kFf}, true, dense});
+  t.push_back({T::kFfnDown, "ffn_down.weight", R::kDense, 2, {D::kFf, D::kEmbd}, true, dense});
+  AddRoutedExperts(t);
+  const LayerSel m = LayerSel::kMoe;
+  t.push_back(
+      {T::kRouterSelBias, "exp_probs_b.bias", R::kRouter, 1, {D::kExpert}, false, m});
+  t.push_back({T::kShexpGate, "ffn_gate_shexp.weight", R::kSharedExpert, 2,
+               {D::kEmbd, D::kFfShexp}, true, m});
+  t.push_back({T::kShexpUp, "ffn_up_shexp.weight", R::kSharedExpert, 2,
+               {D::kEmbd, D::kFfShexp}, true, m});
+  t.push_back({T::kShexpDown, "ffn_down_shexp.weight", R::kSharedExpert, 2,
+               {D::kFfShexp, D::kEmbd}, true, m});
+  return t;
+}
+
 const std::vector<ArchDescription>& Registry() {
   static const auto* const kArchs = new std::vector<ArchDescription>{
       // llama.cpp: llm_build_qwen3moe, build_moe_ffn(norm_w = true).
@@ -176,6 +214,21 @@ const std::vector<ArchDescription>& Registry() {
        .sliding_window = true,
        .expert_ffn = {.activation = ExpertActivation::kSwiGluOai, .alpha = 1.702f, .limit = 7.0f},
        .tensors = GptOssTensors()},
+      // llama.cpp: llama_model_deepseek2 (DeepSeek-V2/V3, Kimi-K2,
+      // Moonlight): MLA in the absorbed form, NORM RoPE with YaRN's
+      // attention-scale correction, leading dense-FFN layers, then a router
+      // with sigmoid (or softmax) scores, a selection bias and expert groups,
+      // weights normalised and scaled, plus ungated shared experts.
+      {.name = "deepseek2",
+       .key_prefix = "deepseek2",
+       .router = {.scoring = RouterSpec::Scoring::kSoftmax,
+                  .default_norm_topk = false,
+                  .deepseek_keys = true},
+       .attention = MixerKind::kMla,
+       .expert_ffn = {},
+       .rope_norm = true,
+       .deepseek2 = true,
+       .tensors = DeepSeek2Tensors()},
   };
   return *kArchs;
 }
@@ -289,15 +342,7 @@ absl::Status ParseRope(const GgufFile& f, const std::string& p, HyperParams* hp)
   r.ext_factor = static_cast<float>(ext);
   r.attn_factor = static_cast<float>(attn);
   if (r.ext_factor != 0.0f) {
-    // llama.cpp (llama_context): yarn_attn_factor = get_mscale(factor) times
-    // 1 / (1 + 0.1 ln factor), which cancels the factor ggml's rope_yarn
-    // applies (ComputeRopeAngles does too) -- computed the same way, in
-    // float, so the product rounds as there.
-    const float f = 1.0f / r.freq_scale;
-    const float mscale = f <= 1.0f ? 1.0f : 0.1f * std::log(f) + 1.0f;
-    float a = mscale;
-    a *= 1.0f / (1.0f + 0.1f * std::log(f));
-    r.attn_factor = a * static_cast<float>(attn);
+    r.attn_factor = YarnAttnFactor(r.freq_scale, r.yarn_log_mul, static_cast<float>(attn));
   }
   r.beta_fast = static_cast<float>(fast);
   r.beta_slow = static_cast<float>(slow);
@@ -405,6 +450,9 @@ absl::Status ParseLayers(const GgufFile& f, const std::string& p, const ArchDesc
     RETURN_IF_ERROR(Positive(f, "full_attention_interval", interval, hp->n_layer + 1));
   }
   hp->layers = LayerSpecs(arch, hp->n_layer, interval);
+  for (int64_t il = 0; il < std::min(hp->n_dense_lead, hp->n_layer); ++il) {
+    hp->layers[il].ffn = FfnKind::kDense;
+  }
   if (arch.sliding_window) {
     ASSIGN_OR_RETURN(const int64_t window,
                      ReadInt(f, p + ".attention.sliding_window", std::nullopt));
@@ -457,13 +505,133 @@ absl::Status ParseRopeSections(const GgufFile& f, const std::string& p, HyperPar
   return absl::OkStatus();
 }
 
+// deepseek2's router keys (llama.cpp: expert_gating_func,
+// expert_weights_scale, expert_group_count / expert_group_used_count).
+absl::Status ParseDeepSeekRouter(const GgufFile& f, const std::string& p, HyperParams* hp) {
+  ASSIGN_OR_RETURN(const int64_t gating, ReadInt(f, p + ".expert_gating_func", 0));
+  switch (gating) {
+    case 0:  // absent / none: llama.cpp's default for V2 / V2.5 files
+    case 1: hp->router_scoring = RouterSpec::Scoring::kSoftmax; break;
+    case 2: hp->router_scoring = RouterSpec::Scoring::kSigmoid; break;
+    case 3: hp->router_scoring = RouterSpec::Scoring::kSoftmaxSelected; break;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          f.path(), ": expert_gating_func = ", gating,
+          " is not supported (1 softmax, 2 sigmoid, 3 softmax of the selected)"));
+  }
+  ASSIGN_OR_RETURN(const double scale, ReadFloat(f, p + ".expert_weights_scale", 0.0));
+  if (scale < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(f.path(), ": expert_weights_scale = ", scale, " is negative"));
+  }
+  hp->expert_weights_scale = scale == 0.0 ? 1.0f : static_cast<float>(scale);
+  ASSIGN_OR_RETURN(hp->n_expert_groups, ReadInt(f, p + ".expert_group_count", 0));
+  ASSIGN_OR_RETURN(hp->n_group_used, ReadInt(f, p + ".expert_group_used_count", 0));
+  if (hp->n_expert_groups > 1) {
+    const int64_t per_group = hp->n_expert / hp->n_expert_groups;
+    if (hp->n_expert % hp->n_expert_groups != 0 || per_group < 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          f.path(), ": expert_group_count ", hp->n_expert_groups, " must divide expert_count ",
+          hp->n_expert, " into groups of at least 2"));
+    }
+    if (hp->n_group_used < 1 || hp->n_group_used >= hp->n_expert_groups ||
+        hp->n_group_used * per_group < hp->n_expert_used) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          f.path(), ": expert_group_used_count ", hp->n_group_used, " must be in [1, ",
+          hp->n_expert_groups - 1, "] and its groups hold expert_used_count ",
+          hp->n_expert_used, " experts"));
+    }
+  } else if (hp->n_expert_groups < 0) {
+    return Positive(f, "expert_group_count", hp->n_expert_groups);
+  }
+  return absl::OkStatus();
+}
+
+// deepseek2's MLA sizes, leading dense layers and shared experts; after
+// ParseAttention, ParseRope and ParseExperts.
+absl::Status ParseDeepSeek2(const GgufFile& f, const std::string& p, HyperParams* hp) {
+  if (f.Find(p + ".attention.key_length_mla") == nullptr ||
+      f.FindTensor("blk.0.attn_kv_b.weight") != nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        f.path(), ": deepseek2 without attention.key_length_mla / attn_k_b + attn_v_b (the "
+        "older fused attn_kv_b layout) is not supported; convert the model with a current "
+        "llama.cpp convert_hf_to_gguf.py"));
+  }
+  ASSIGN_OR_RETURN(hp->q_lora_rank, ReadInt(f, p + ".attention.q_lora_rank", 0));
+  if (hp->q_lora_rank < 0) return Positive(f, "attention.q_lora_rank", hp->q_lora_rank);
+  ASSIGN_OR_RETURN(hp->kv_lora_rank, ReadInt(f, p + ".attention.kv_lora_rank", std::nullopt));
+  RETURN_IF_ERROR(Positive(f, "attention.kv_lora_rank", hp->kv_lora_rank, 65536));
+  ASSIGN_OR_RETURN(hp->head_dim_k_mla, ReadInt(f, p + ".attention.key_length_mla", std::nullopt));
+  RETURN_IF_ERROR(Positive(f, "attention.key_length_mla", hp->head_dim_k_mla, 65536));
+  ASSIGN_OR_RETURN(hp->head_dim_v_mla,
+                   ReadInt(f, p + ".attention.value_length_mla", std::nullopt));
+  RETURN_IF_ERROR(Positive(f, "attention.value_length_mla", hp->head_dim_v_mla, 65536));
+  const int64_t n_rot = hp->rope.n_rot;
+  if (hp->head_dim_k_mla <= n_rot) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        f.path(), ": attention.key_length_mla ", hp->head_dim_k_mla,
+        " leaves no non-rotary part beside rope.dimension_count ", n_rot));
+  }
+  // The cache's view (llama.cpp's MQA form): one KV head of latent + rope.
+  if (hp->n_head_kv != 1 || hp->head_dim_k != hp->kv_lora_rank + n_rot ||
+      hp->head_dim_v != hp->kv_lora_rank) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        f.path(), ": MLA needs attention.head_count_kv 1 (is ", hp->n_head_kv,
+        "), key_length = kv_lora_rank + rope.dimension_count = ", hp->kv_lora_rank + n_rot,
+        " (is ", hp->head_dim_k, ") and value_length = kv_lora_rank = ", hp->kv_lora_rank,
+        " (is ", hp->head_dim_v, ")"));
+  }
+  ASSIGN_OR_RETURN(hp->n_dense_lead, ReadInt(f, p + ".leading_dense_block_count", 0));
+  if (hp->n_dense_lead < 0 || hp->n_dense_lead > hp->n_layer) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        f.path(), ": leading_dense_block_count = ", hp->n_dense_lead, " out of range [0, ",
+        hp->n_layer, "]"));
+  }
+  if (hp->n_dense_lead > 0) RETURN_IF_ERROR(Positive(f, "feed_forward_length", hp->n_ff));
+  // llama.cpp: the shared experts are one FFN of n_ff_exp x expert_shared_count.
+  ASSIGN_OR_RETURN(const int64_t n_shared, ReadInt(f, p + ".expert_shared_count", std::nullopt));
+  RETURN_IF_ERROR(Positive(f, "expert_shared_count", n_shared, 1024));
+  hp->n_ff_shexp = hp->n_ff_exp * n_shared;
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+float YarnAttnFactor(float freq_scale, float yarn_log_mul, float attn_factor) {
+  // llama.cpp (llama_context): yarn_attn_factor = get_mscale(factor) times
+  // 1 / (1 + 0.1 ln factor), which cancels the factor ggml's rope_yarn
+  // applies (ComputeRopeAngles does too) -- computed the same way, in
+  // float, so the product rounds as there.
+  const float f = 1.0f / freq_scale;
+  auto get_mscale = [](float scale, float m) {
+    return scale <= 1.0f ? 1.0f : 0.1f * m * std::log(scale) + 1.0f;
+  };
+  float a = get_mscale(f, 1.0f);
+  if (yarn_log_mul != 0.0f) {
+    // With yarn_log_multiplier (deepseek2's mscale_all_dim): mscale is
+    // assumed 1, except that deepseek2 takes mscale = mscale_all_dim when
+    // that is not 1 ([TAG_DEEPSEEK2_YARN_LOG_MUL_FIX]).
+    const float m = yarn_log_mul != 1.0f ? yarn_log_mul : 1.0f;
+    a = get_mscale(f, m) / get_mscale(f, yarn_log_mul);
+  }
+  a *= 1.0f / (1.0f + 0.1f * std::log(f));
+  return a * attn_factor;
+}
 
 std::string_view MixerKindName(MixerKind kind) {
   switch (kind) {
     case MixerKind::kAttention: return "attention";
     case MixerKind::kGatedAttention: return "gated_attention";
     case MixerKind::kGatedDeltaNet: return "gated_deltanet";
+    case MixerKind::kMla: return "mla";
+  }
+  return "?";
+}
+
+std::string_view FfnKindName(FfnKind kind) {
+  switch (kind) {
+    case FfnKind::kMoe: return "moe";
+    case FfnKind::kDense: return "dense";
   }
   return "?";
 }
@@ -486,6 +654,7 @@ bool LayerSelected(LayerSel sel, const LayerSpec& spec) {
     case LayerSel::kAttention: return IsAttention(spec.mixer);
     case LayerSel::kDeltaNet: return spec.mixer == MixerKind::kGatedDeltaNet;
     case LayerSel::kMoe: return spec.ffn == FfnKind::kMoe;
+    case LayerSel::kDenseFfn: return spec.ffn == FfnKind::kDense;
   }
   return false;
 }
@@ -498,6 +667,24 @@ int HyperParams::n_attention_layers() const {
 
 int HyperParams::n_recurrent_layers() const {
   return static_cast<int>(layers.size()) - n_attention_layers();
+}
+
+int HyperParams::n_moe_layers() const {
+  int n = 0;
+  for (const LayerSpec& l : layers) n += l.ffn == FfnKind::kMoe;
+  return n;
+}
+
+float HyperParams::attn_scale() const {
+  if (layers.empty() || layers[0].mixer != MixerKind::kMla) {
+    return 1.0f / std::sqrt(static_cast<float>(head_dim_k));
+  }
+  // llama.cpp's deepseek2 graph: undo the rope attn_factor's 1 / (1 + 0.1
+  // ln(1/freq_scale)), then mscale = that * (1 + 0.1 log_mul ln(1/freq_scale)).
+  const float f = std::log(1.0f / rope.freq_scale);
+  const float attn_factor_org = rope.attn_factor * (1.0f + 0.1f * f);
+  const float mscale = attn_factor_org * (1.0f + 0.1f * rope.yarn_log_mul * f);
+  return 1.0f * mscale * mscale / std::sqrt(static_cast<float>(head_dim_k_mla));
 }
 
 std::string ExpertFfnName(const ExpertFfnSpec& ffn) {
@@ -556,11 +743,20 @@ absl::StatusOr<HyperParams> ParseHyperParams(const GgufFile& f,
   ASSIGN_OR_RETURN(hp.n_ctx_train, ReadInt(f, p + ".context_length", std::nullopt));
   RETURN_IF_ERROR(Positive(f, "context_length", hp.n_ctx_train, int64_t{1} << 30));
   RETURN_IF_ERROR(ParseAttention(f, p, &hp));
+  hp.rope.norm_style = arch.rope_norm;
+  if (arch.deepseek2) {
+    ASSIGN_OR_RETURN(const double log_mul,
+                     ReadFloat(f, p + ".rope.scaling.yarn_log_multiplier", 0.0));
+    // llama.cpp cancels the 0.1 its convert script multiplied in.
+    hp.rope.yarn_log_mul = static_cast<float>(log_mul) / 0.1f;
+  }
   RETURN_IF_ERROR(ParseRope(f, p, &hp));
   if (arch.multi_section_rope) RETURN_IF_ERROR(ParseRopeSections(f, p, &hp));
   RETURN_IF_ERROR(ParseExperts(f, p, arch, &hp));
-  RETURN_IF_ERROR(ParseLayers(f, p, arch, &hp));
   hp.router_scoring = arch.router.scoring;
+  if (arch.router.deepseek_keys) RETURN_IF_ERROR(ParseDeepSeekRouter(f, p, &hp));
+  if (arch.deepseek2) RETURN_IF_ERROR(ParseDeepSeek2(f, p, &hp));
+  RETURN_IF_ERROR(ParseLayers(f, p, arch, &hp));
   hp.expert_ffn = arch.expert_ffn;
   return hp;
 }
@@ -585,6 +781,14 @@ int64_t ResolveDim(const HyperParams& hp, Dim dim) {
     case Dim::kSsmVHeads: return hp.ssm_n_v_heads;
     case Dim::kSsmHeadV: return hp.ssm_head_v;
     case Dim::kSsmKernel: return hp.ssm_conv_kernel;
+    case Dim::kQLora: return hp.q_lora_rank;
+    case Dim::kKvLora: return hp.kv_lora_rank;
+    case Dim::kKvAMqa: return hp.kv_lora_rank + hp.rope.n_rot;
+    case Dim::kQMla: return hp.n_head * hp.head_dim_k_mla;
+    case Dim::kNope: return hp.head_dim_k_mla - hp.rope.n_rot;
+    case Dim::kHeadVMla: return hp.head_dim_v_mla;
+    case Dim::kAttnOutMla: return hp.n_head * hp.head_dim_v_mla;
+    case Dim::kFf: return hp.n_ff;
   }
   return 0;
 }

@@ -114,6 +114,25 @@ enum class TensorId : int {
   kExpGateBias,
   kExpUpBias,
   kExpDownBias,
+  // deepseek2: multi-head latent attention (MLA). The query through a
+  // low-rank pair (attn_q_a, its norm, attn_q_b) or directly (kAttnQ); the
+  // compressed KV latent and the shared rope key (attn_kv_a_mqa: kv_lora +
+  // n_rot rows), the latent's norm, and per head the key and value
+  // up-projections (attn_k_b: kv_lora x nope, attn_v_b: v x kv_lora).
+  kAttnQA,
+  kAttnQANorm,
+  kAttnQB,
+  kAttnKvAMqa,
+  kAttnKvANorm,
+  kAttnKB,
+  kAttnVB,
+  // A dense SwiGLU FFN (deepseek2's leading layers).
+  kFfnGate,
+  kFfnUp,
+  kFfnDown,
+  // The router's selection bias (exp_probs_b): added to the scores for
+  // choosing the experts only, not to their weights.
+  kRouterSelBias,
   kCount,
 };
 inline constexpr int kTensorIdCount = static_cast<int>(TensorId::kCount);
@@ -139,6 +158,15 @@ enum class Dim {
   kSsmVHeads,  // ssm value heads
   kSsmHeadV,   // ssm value head size
   kSsmKernel,  // ssm.conv_kernel
+  // MLA (deepseek2):
+  kQLora,      // q_lora_rank
+  kKvLora,     // kv_lora_rank
+  kKvAMqa,     // kv_lora_rank + n_rot
+  kQMla,       // n_head * head_dim_k_mla (nope + rope per head)
+  kNope,       // head_dim_k_mla - n_rot
+  kHeadVMla,   // head_dim_v_mla
+  kAttnOutMla, // n_head * head_dim_v_mla
+  kFf,         // feed_forward_length (dense FFN)
 };
 
 // The layers a per-layer tensor belongs to.
@@ -147,6 +175,7 @@ enum class LayerSel {
   kAttention,  // full (softmax) attention mixers, gated or not
   kDeltaNet,   // gated DeltaNet mixers
   kMoe,        // routed-MoE FFNs
+  kDenseFfn,   // dense SwiGLU FFNs
 };
 
 struct TensorSpec {
@@ -166,16 +195,25 @@ enum class MixerKind {
   kAttention,       // GQA softmax attention with a KV cache
   kGatedAttention,  // the same, output scaled by sigmoid(gate) from a doubled q projection
   kGatedDeltaNet,   // linear attention with a fixed-size conv + recurrent state
+  // Multi-head latent attention (deepseek2), in llama.cpp's absorbed form:
+  // one KV "head" per position holding the normed latent (kv_lora_rank)
+  // and the roped key part (n_rot), head_dim_k = kv_lora + n_rot; the value
+  // is the latent itself (head_dim_v = kv_lora_rank), so the cache keeps
+  // only K (SequenceState). Each query head's nope part is absorbed through
+  // attn_k_b, its output through attn_v_b.
+  kMla,
 };
 std::string_view MixerKindName(MixerKind kind);
 inline bool IsAttention(MixerKind k) {
-  return k == MixerKind::kAttention || k == MixerKind::kGatedAttention;
+  return k == MixerKind::kAttention || k == MixerKind::kGatedAttention || k == MixerKind::kMla;
 }
 
 // A layer's feed-forward block.
 enum class FfnKind {
-  kMoe,  // routed experts (computed by the expert backend), plus the shared expert when present
+  kMoe,    // routed experts (computed by the expert backend), plus the shared expert when present
+  kDense,  // a dense SwiGLU FFN (ffn_gate/up/down); no routed experts, no expert call
 };
+std::string_view FfnKindName(FfnKind kind);
 
 struct LayerSpec {
   MixerKind mixer = MixerKind::kAttention;
@@ -198,9 +236,16 @@ struct RouterSpec {
   enum class Scoring {
     kSoftmax,          // softmax over all experts, then top-k
     kSoftmaxSelected,  // top-k of the logits, then softmax over those k (gpt-oss)
+    kSigmoid,          // sigmoid of each logit, then top-k (DeepSeek-V3)
   };
   Scoring scoring = Scoring::kSoftmax;
   bool default_norm_topk = false;   // renormalise the selected weights to sum 1
+  // deepseek2: `{prefix}.expert_gating_func` (1 softmax, 2 sigmoid, 3
+  // softmax of the selected; absent: softmax, as llama.cpp for V2 files)
+  // chooses the scoring; `expert_group_count` / `expert_group_used_count`
+  // restrict the choice to the best groups; `expert_weights_scale`
+  // multiplies the weights.
+  bool deepseek_keys = false;
 };
 
 // The routed experts' FFN: E(h) = W_down . act(W_gate . h + b_gate, W_up . h + b_up) + b_down
@@ -230,6 +275,14 @@ struct ArchDescription {
   bool sliding_window = false;
   ExpertFfnSpec expert_ffn;
   bool multi_section_rope = false;  // rope.dimension_sections required (RopeParams)
+  // RoPE pairs: NEOX (i, i + n_rot/2) or NORM, adjacent (2i, 2i + 1).
+  bool rope_norm = false;
+  // deepseek2: layers below `{prefix}.leading_dense_block_count` have a
+  // dense FFN; MLA hyper-parameters (attention.q_lora_rank (0 / absent: a
+  // direct attn_q), kv_lora_rank, key_length_mla, value_length_mla);
+  // n_ff_shexp = expert_shared_count x expert_feed_forward_length;
+  // rope.scaling.yarn_log_multiplier.
+  bool deepseek2 = false;
   // The shared expert output is scaled by sigmoid(ffn_gate_inp_shexp . h)
   // when that tensor is present.
   std::vector<TensorSpec> tensors;  // global then per layer
@@ -261,7 +314,16 @@ struct RopeParams {
   float attn_factor = 1.0f;
   float beta_fast = 32.0f;
   float beta_slow = 1.0f;
+  bool norm_style = false;    // NORM (adjacent pairs) instead of NEOX
+  // deepseek2's rope.scaling.yarn_log_multiplier / 0.1 (llama.cpp's
+  // rope_yarn_log_mul; 0 when absent): the attention-scale correction.
+  float yarn_log_mul = 0.0f;
 };
+
+// YaRN's rope attn_factor (RopeParams::attn_factor when ext_factor != 0):
+// llama.cpp's cparams.yarn_attn_factor from 1 / rope.scaling.factor, the
+// yarn_log_mul above and rope.scaling.attn_factor.
+float YarnAttnFactor(float freq_scale, float yarn_log_mul, float attn_factor);
 
 struct HyperParams {
   std::string arch;
@@ -282,7 +344,24 @@ struct HyperParams {
   int64_t n_ff_shexp = 0;  // 0 when neither key nor fallback exists
   bool norm_topk = false;  // renormalise the selected expert weights
   RouterSpec::Scoring router_scoring = RouterSpec::Scoring::kSoftmax;
+  // Expert groups (0 / 1: none): experts split into n_expert_groups equal
+  // groups; only the n_group_used groups with the largest sum of their two
+  // best (biased) scores compete for the top-k.
+  int64_t n_expert_groups = 0;
+  int64_t n_group_used = 0;
+  float expert_weights_scale = 1.0f;  // the selected weights' factor (after any norm)
   ExpertFfnSpec expert_ffn;
+  // MLA (MixerKind::kMla): head_dim_k = kv_lora_rank + n_rot and head_dim_v
+  // = kv_lora_rank (the cache's view); the per-head sizes of the model:
+  int64_t q_lora_rank = 0;     // 0: attn_q directly
+  int64_t kv_lora_rank = 0;
+  int64_t head_dim_k_mla = 0;  // nope + rope per query head
+  int64_t head_dim_v_mla = 0;  // value per head after attn_v_b
+  int64_t n_dense_lead = 0;    // leading dense-FFN layers
+  // The attention logit scale: 1/sqrt(head_dim_k), or for MLA llama.cpp's
+  // mscale^2 / sqrt(head_dim_k_mla) (YaRN's correction).
+  float attn_scale() const;
+  int n_moe_layers() const;
   // Gated DeltaNet layers (0 when the model has none).
   int64_t ssm_conv_kernel = 0;  // conv taps per channel
   int64_t ssm_head_k = 0;       // key (and query) head size

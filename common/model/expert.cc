@@ -59,11 +59,19 @@ ExpertStore::ExpertStore(std::vector<LayerExperts> layers, int n_layer_total, in
       n_expert_total_(n_expert_total),
       layer_begin_(layer_begin),
       expert_begin_(expert_begin),
-      expert_end_(expert_begin + (layers_.empty() ? 0 : static_cast<int>(layers_[0].gate.n_expert))),
+      expert_end_(expert_begin),
       d_(d),
       n_ff_(n_ff),
       ffn_(ffn),
-      owner_(std::move(owner)) {}
+      owner_(std::move(owner)) {
+  // Dense-FFN layers (deepseek2's leading ones) hold no experts.
+  for (const LayerExperts& le : layers_) {
+    if (le.gate.data != nullptr) {
+      expert_end_ = expert_begin + static_cast<int>(le.gate.n_expert);
+      break;
+    }
+  }
+}
 
 uint64_t CopiedExpertBytes(const ExpertTensorView& src, int eb, int ee, bool pack) {
   return CopiedExpertView(src, eb, ee, pack, nullptr).expert_bytes * static_cast<uint64_t>(ee - eb);
@@ -120,6 +128,7 @@ absl::StatusOr<ExpertStore> PackedExpertStore(std::shared_ptr<const Model> model
   uint64_t total = 0;
   for (int l = 0; l < n_layer; ++l) {
     const LayerWeights& lw = model->layer(l);
+    if (lw.gate_exps.data == nullptr) continue;  // a dense-FFN layer
     for (const ExpertTensorView* v : {&lw.gate_exps, &lw.up_exps, &lw.down_exps}) {
       total += (CopiedExpertBytes(*v, 0, n_expert, quant::PackedPreferred(v->type)) + 63) / 64 * 64;
     }
@@ -136,6 +145,10 @@ absl::StatusOr<ExpertStore> PackedExpertStore(std::shared_ptr<const Model> model
   for (int l = 0; l < n_layer; ++l) {
     const LayerWeights& lw = model->layer(l);
     LayerExperts le;
+    if (lw.gate_exps.data == nullptr) {  // a dense-FFN layer: none
+      layers.push_back(std::move(le));
+      continue;
+    }
     ExpertTensorView* out[3] = {&le.gate, &le.up, &le.down};
     const ExpertTensorView* in[3] = {&lw.gate_exps, &lw.up_exps, &lw.down_exps};
     for (int k = 0; k < 3; ++k) {
@@ -156,6 +169,7 @@ ExpertStore LocalExpertStore(std::shared_ptr<const Model> model, ThreadPool* poo
   bool any = false;
   for (int l = 0; l < model->n_layer(); ++l) {
     const LayerWeights& lw = model->layer(l);
+    if (lw.gate_exps.data == nullptr) continue;
     for (const ExpertTensorView* v : {&lw.gate_exps, &lw.up_exps, &lw.down_exps}) {
       any |= quant::PackedPreferred(v->type) && quant::PackedMatrixBytes(v->type, v->n_out, v->n_in) > 0;
     }
@@ -197,6 +211,9 @@ absl::Status ValidateExpertCall(const ExpertCall& call, const ExpertStore& store
   if (call.layer < store.layer_begin() || call.layer >= store.layer_end()) {
     return bad("layer ", call.layer, " out of range [", store.layer_begin(), ", ",
                store.layer_end(), ")");
+  }
+  if (store.Layer(call.layer).gate.data == nullptr) {
+    return bad("layer ", call.layer, " has no routed experts (a dense-FFN layer)");
   }
   if (call.d != store.d()) return bad("d = ", call.d, ", the model's is ", store.d());
   if (call.n_tokens < 0) return bad("negative n_tokens ", call.n_tokens);

@@ -58,6 +58,7 @@ int64_t MinRows(int64_t row_elements, int64_t work = 16384) {
 struct Forward::Workspace {
   FloatBuffer x, h, q, k, v, attn, o, router, gate, up, shared, shexp_g, head_h, logits;
   FloatBuffer q_gate, qkv, conv, z, beta, alpha;  // gated attention, DeltaNet
+  FloatBuffer qa, head_in, head_out;              // MLA
   ExpertCall call;
   ExpertResult res;
 
@@ -65,7 +66,7 @@ struct Forward::Workspace {
     uint64_t b = 0;
     for (const FloatBuffer* f : {&x, &h, &q, &k, &v, &attn, &o, &router, &gate, &up, &shared,
                                  &shexp_g, &head_h, &logits, &q_gate, &qkv, &conv, &z, &beta,
-                                 &alpha}) {
+                                 &alpha, &qa, &head_in, &head_out}) {
       b += f->bytes();
     }
     return b + (call.hidden.capacity() + res.partial.capacity()) * sizeof(float);
@@ -88,8 +89,9 @@ Forward::Forward(std::shared_ptr<const Model> model, ExpertBackend* experts,
   uint64_t total = PackedCopyBytes(model_->output(), p);
   for (int il = 0; il < model_->n_layer(); ++il) {
     const LayerWeights& L = model_->layer(il);
-    for (const quant::WeightView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.ssm_qkv, &L.ssm_z,
-                                       &L.ssm_out, &L.shexp_gate, &L.shexp_up, &L.shexp_down}) {
+    for (const quant::WeightView* w :
+         {&L.wq, &L.wk, &L.wv, &L.wo, &L.ssm_qkv, &L.ssm_z, &L.ssm_out, &L.shexp_gate, &L.shexp_up,
+          &L.shexp_down, &L.wq_a, &L.wq_b, &L.wkv_a, &L.ffn_gate, &L.ffn_up, &L.ffn_down}) {
       total += PackedCopyBytes(*w, p);
     }
   }
@@ -100,8 +102,11 @@ Forward::Forward(std::shared_ptr<const Model> model, ExpertBackend* experts,
     dense_.push_back({MaybePacked(L.wq, p, &arena), MaybePacked(L.wk, p, &arena),
                       MaybePacked(L.wv, p, &arena), MaybePacked(L.wo, p, &arena),
                       MaybePacked(L.ssm_qkv, p, &arena), MaybePacked(L.ssm_z, p, &arena),
-                      MaybePacked(L.ssm_out, p, &arena), MaybePacked(L.shexp_gate, p, &arena), MaybePacked(L.shexp_up, p, &arena),
-                      MaybePacked(L.shexp_down, p, &arena)});
+                      MaybePacked(L.ssm_out, p, &arena), MaybePacked(L.shexp_gate, p, &arena),
+                      MaybePacked(L.shexp_up, p, &arena), MaybePacked(L.shexp_down, p, &arena),
+                      MaybePacked(L.wq_a, p, &arena), MaybePacked(L.wq_b, p, &arena),
+                      MaybePacked(L.wkv_a, p, &arena), MaybePacked(L.ffn_gate, p, &arena),
+                      MaybePacked(L.ffn_up, p, &arena), MaybePacked(L.ffn_down, p, &arena)});
   }
   output_ = MaybePacked(model_->output(), p, &arena);
 }
@@ -251,7 +256,10 @@ absl::Status Forward::Step(absl::Span<const SequenceBatch> seqs, Batch& b) const
   for (int il = 0; il < model_->n_layer(); ++il) {
     const LayerSpec& spec = hp.layers[il];
     Clock::time_point t = Clock::now();
-    if (IsAttention(spec.mixer)) {
+    if (spec.mixer == MixerKind::kMla) {
+      RETURN_IF_ERROR(Mla(il, b));
+      attention_ns_.fetch_add(since(t), std::memory_order_relaxed);
+    } else if (IsAttention(spec.mixer)) {
       RETURN_IF_ERROR(Attention(il, b));
       attention_ns_.fetch_add(since(t), std::memory_order_relaxed);
     } else {
@@ -261,6 +269,7 @@ absl::Status Forward::Step(absl::Span<const SequenceBatch> seqs, Batch& b) const
     t = Clock::now();
     switch (spec.ffn) {
       case FfnKind::kMoe: RETURN_IF_ERROR(MoeFfn(il, b)); break;
+      case FfnKind::kDense: RETURN_IF_ERROR(DenseFfn(il, b)); break;
     }
     moe_ns_.fetch_add(since(t), std::memory_order_relaxed);
   }
@@ -305,9 +314,18 @@ void NormRows(ThreadPool* pool, const float* x, const std::vector<float>& w, int
   });
 }
 
-// Per-head QK-norm and NEOX RoPE of rows [t0, t1) of n_heads heads.
+// RoPE of one head vector's first n_rot values, NEOX or NORM style.
+void Rope(const internal::RopeAngles& a, int64_t n_rot, bool norm_style, float* x) {
+  if (norm_style) {
+    internal::ApplyRopeNorm(a, n_rot, x);
+  } else {
+    internal::ApplyRopeNeox(a, n_rot, x);
+  }
+}
+
+// Per-head QK-norm and RoPE of rows [t0, t1) of n_heads heads.
 void NormAndRope(float* x, int64_t t0, int64_t t1, int64_t n_heads, int64_t head_dim,
-                 const std::vector<float>& norm, float eps, int64_t n_rot,
+                 const std::vector<float>& norm, float eps, int64_t n_rot, bool norm_style,
                  const std::vector<internal::RopeAngles>& rope) {
   float* rows = x + t0 * n_heads * head_dim;
   if (!norm.empty()) {
@@ -316,7 +334,7 @@ void NormAndRope(float* x, int64_t t0, int64_t t1, int64_t n_heads, int64_t head
   }
   for (int64_t t = t0; t < t1; ++t) {
     for (int64_t h = 0; h < n_heads; ++h) {
-      internal::ApplyRopeNeox(rope[t], n_rot, x + (t * n_heads + h) * head_dim);
+      Rope(rope[t], n_rot, norm_style, x + (t * n_heads + h) * head_dim);
     }
   }
 }
@@ -363,9 +381,9 @@ absl::Status Forward::Attention(int il, Batch& b) const {
     AddBias(L.bk, t0, t1, k);
     AddBias(L.bv, t0, t1, v);
     NormAndRope(q, t0, t1, hp.n_head, hp.head_dim_k, L.q_norm, hp.rms_eps, hp.rope.n_rot,
-                b.rope);
+                hp.rope.norm_style, b.rope);
     NormAndRope(k, t0, t1, hp.n_head_kv, hp.head_dim_k, L.k_norm, hp.rms_eps, hp.rope.n_rot,
-                b.rope);
+                hp.rope.norm_style, b.rope);
     for (int64_t t = t0; t < t1; ++t) {
       internal::ToF16(kd, k + t * kd, b.state[t]->k(il, b.pos[t]));
       internal::ToF16(vd, v + t * vd, b.state[t]->v(il, b.pos[t]));
@@ -384,6 +402,95 @@ absl::Status Forward::Attention(int il, Batch& b) const {
   For(pool_, n, MinRows(d), [&](int64_t t0, int64_t t1) {
     AddBias(L.bo, t0, t1, o);
     for (int64_t i = t0 * d; i < t1 * d; ++i) b.x[i] += o[i];
+  });
+  return absl::OkStatus();
+}
+
+absl::Status Forward::Mla(int il, Batch& b) const {
+  const HyperParams& hp = model_->hparams();
+  const LayerWeights& L = model_->layer(il);
+  const DenseWeights& W = dense_[il];
+  Workspace& ws = *b.ws;
+  const int64_t n = b.n, d = hp.n_embd, heads = hp.n_head;
+  const int64_t rot = hp.rope.n_rot, lora = hp.kv_lora_rank, dq = hp.head_dim_k_mla;
+  const int64_t nope = dq - rot, dv = hp.head_dim_v_mla;
+  const int64_t kd = hp.head_dim_k;  // lora + rot: the cache row and the absorbed query
+  const bool norm_style = hp.rope.norm_style;
+  float* h = ws.h.Get(n * d);
+  NormRows(pool_, b.x, L.attn_norm, n, d, hp.rms_eps, h);
+  float* q = ws.q_gate.Get(n * heads * dq);
+  if (W.wq_a.data != nullptr) {
+    const int64_t ql = hp.q_lora_rank;
+    float* qa = ws.qa.Get(n * ql);
+    RETURN_IF_ERROR(quant::MatMul(W.wq_a, h, n, qa, pool_));
+    NormRows(pool_, qa, L.q_a_norm, n, ql, hp.rms_eps, qa);
+    RETURN_IF_ERROR(quant::MatMul(W.wq_b, qa, n, q, pool_));
+  } else {
+    RETURN_IF_ERROR(quant::MatMul(W.wq, h, n, q, pool_));
+  }
+  // The latent (normed) and the shared rope key, straight into the cache.
+  float* kv = ws.k.Get(n * kd);
+  RETURN_IF_ERROR(quant::MatMul(W.wkv_a, h, n, kv, pool_));
+  For(pool_, n, MinRows(kd + heads * dq, 4096), [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      float* row = kv + t * kd;
+      internal::RmsNormRows(row, kd, L.kv_a_norm.data(), 1, lora, hp.rms_eps, row, kd);
+      Rope(b.rope[t], rot, norm_style, row + lora);
+      internal::ToF16(kd, row, b.state[t]->k(il, b.pos[t]));
+      for (int64_t head = 0; head < heads; ++head) {
+        Rope(b.rope[t], rot, norm_style, q + (t * heads + head) * dq + nope);
+      }
+    }
+  });
+  // Per head: Q = [Wk_b[h] q_nope, q_pe] (kd values per head).
+  float* qq = ws.q.Get(n * heads * kd);
+  float* in = ws.head_in.Get(n * std::max(nope, lora));
+  float* out = ws.head_out.Get(n * std::max(lora, dv));
+  for (int64_t head = 0; head < heads; ++head) {
+    for (int64_t t = 0; t < n; ++t) {
+      const float* src = q + (t * heads + head) * dq;
+      std::copy(src, src + nope, in + t * nope);
+      std::copy(src + nope, src + dq, qq + (t * heads + head) * kd + lora);
+    }
+    RETURN_IF_ERROR(quant::MatMul(L.wk_b.Expert(head), in, n, out, pool_));
+    for (int64_t t = 0; t < n; ++t) {
+      std::copy(out + t * lora, out + (t + 1) * lora, qq + (t * heads + head) * kd);
+    }
+  }
+  float* lat = ws.attn.Get(n * heads * lora);
+  AttendHeads(il, b, qq, lat);
+  // Per head: o_h = Wv_b[h] a_h, then Wo.
+  float* attn = ws.v.Get(n * heads * dv);
+  for (int64_t head = 0; head < heads; ++head) {
+    for (int64_t t = 0; t < n; ++t) {
+      const float* src = lat + (t * heads + head) * lora;
+      std::copy(src, src + lora, in + t * lora);
+    }
+    RETURN_IF_ERROR(quant::MatMul(L.wv_b.Expert(head), in, n, out, pool_));
+    for (int64_t t = 0; t < n; ++t) {
+      std::copy(out + t * dv, out + (t + 1) * dv, attn + (t * heads + head) * dv);
+    }
+  }
+  float* o = ws.o.Get(n * d);
+  RETURN_IF_ERROR(quant::MatMul(W.wo, attn, n, o, pool_));
+  For(pool_, n, MinRows(d), [&](int64_t t0, int64_t t1) {
+    for (int64_t i = t0 * d; i < t1 * d; ++i) b.x[i] += o[i];
+  });
+  return absl::OkStatus();
+}
+
+absl::Status Forward::DenseFfn(int il, Batch& b) const {
+  const HyperParams& hp = model_->hparams();
+  const LayerWeights& L = model_->layer(il);
+  const DenseWeights& W = dense_[il];
+  Workspace& ws = *b.ws;
+  const int64_t n = b.n, d = hp.n_embd;
+  float* h = ws.h.Get(n * d);
+  NormRows(pool_, b.x, L.ffn_norm, n, d, hp.rms_eps, h);
+  float* out = ws.shared.Get(n * d);
+  RETURN_IF_ERROR(SwiGluFfn(W.ffn_gate, W.ffn_up, W.ffn_down, h, n, ws, out));
+  For(pool_, n, MinRows(d), [&](int64_t t0, int64_t t1) {
+    for (int64_t i = t0 * d; i < t1 * d; ++i) b.x[i] += out[i];
   });
   return absl::OkStatus();
 }
@@ -525,10 +632,9 @@ void Forward::AttendHeads(int il, const Batch& b, const float* q, float* out) co
     std::vector<float> sink(kBlockTokens * group);
     internal::GroupAttention g;
     g.k_stride = n_kv_heads * hk;
-    g.v_stride = n_kv_heads * hv;
     g.dk = hk;
     g.dv = hv;
-    g.scale = 1.0f / std::sqrt(static_cast<float>(hk));
+    g.scale = hp.attn_scale();
     g.q = qp.data();
     g.out = op.data();
     g.n_kv = n_kv.data();
@@ -540,6 +646,7 @@ void Forward::AttendHeads(int il, const Batch& b, const float* q, float* out) co
       const int64_t p0 = first(blk.t0);
       g.k = cache.k(il, p0) + kvh * hk;
       g.v = cache.v(il, p0) + kvh * hv;
+      g.v_stride = cache.v_stride(il);  // n_kv_heads * hv; MLA: V lives inside K
       g.n_q = 0;
       for (int64_t t = blk.t0; t < blk.t0 + blk.n; ++t) {
         for (int64_t head = kvh * group; head < (kvh + 1) * group; ++head) {
@@ -586,10 +693,29 @@ absl::Status Forward::MoeFfn(int il, Batch& b) const {
   call.token_offsets.resize(n + 1);
   call.expert_ids.resize(n * k);
   call.weights.resize(n * k);
+  // deepseek2's router (sigmoid, selection bias, groups, scale) or any
+  // combination the two fixed forms below do not cover.
+  const bool general = hp.router_scoring == RouterSpec::Scoring::kSigmoid ||
+                       !L.router_sel_b.empty() || hp.n_expert_groups > 1 ||
+                       hp.expert_weights_scale != 1.0f ||
+                       (hp.norm_topk && hp.router_scoring != RouterSpec::Scoring::kSoftmax);
+  internal::RouterChoice rc;
+  rc.scoring = hp.router_scoring;
+  rc.n_expert = static_cast<int>(hp.n_expert);
+  rc.k = static_cast<int>(k);
+  rc.normalize = hp.norm_topk;
+  rc.scale = hp.expert_weights_scale;
+  rc.bias = L.router_sel_b.empty() ? nullptr : L.router_sel_b.data();
+  rc.n_groups = static_cast<int>(hp.n_expert_groups);
+  rc.n_group_used = static_cast<int>(hp.n_group_used);
   For(pool_, n, MinRows(hp.n_expert * 16), [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       call.token_offsets[t] = static_cast<uint32_t>(t * k);
-      if (hp.router_scoring == RouterSpec::Scoring::kSoftmaxSelected) {
+      if (general) {
+        internal::SelectExpertsGeneral(rc, router + t * hp.n_expert,
+                                       call.expert_ids.data() + t * k,
+                                       call.weights.data() + t * k);
+      } else if (hp.router_scoring == RouterSpec::Scoring::kSoftmaxSelected) {
         internal::SelectExpertsSoftmaxOfTopK(router + t * hp.n_expert,
                                              static_cast<int>(hp.n_expert), static_cast<int>(k),
                                              call.expert_ids.data() + t * k,
@@ -621,18 +747,26 @@ absl::Status Forward::MoeFfn(int il, Batch& b) const {
 }
 
 // The shared expert of layer il on h (n rows) into ws.shared.
-absl::Status Forward::SharedExpert(int il, const float* h, int64_t n, Workspace& ws) const {
-  const LayerWeights& L = model_->layer(il);
-  const int64_t d = model_->hparams().n_embd, ff = L.shexp_up.n_rows;
+absl::Status Forward::SwiGluFfn(const quant::WeightView& gate_w, const quant::WeightView& up_w,
+                                const quant::WeightView& down_w, const float* h, int64_t n,
+                                Workspace& ws, float* out) const {
+  const int64_t ff = up_w.n_rows;
   float* gate = ws.gate.Get(n * ff);
   float* up = ws.up.Get(n * ff);
-  RETURN_IF_ERROR(quant::MatMul(dense_[il].shexp_gate, h, n, gate, pool_));
-  RETURN_IF_ERROR(quant::MatMul(dense_[il].shexp_up, h, n, up, pool_));
+  RETURN_IF_ERROR(quant::MatMul(gate_w, h, n, gate, pool_));
+  RETURN_IF_ERROR(quant::MatMul(up_w, h, n, up, pool_));
   For(pool_, n, MinRows(ff, 4096), [&](int64_t t0, int64_t t1) {
     internal::SwiGlu(gate + t0 * ff, up + t0 * ff, t1 - t0, ff, gate + t0 * ff);
   });
+  return quant::MatMul(down_w, gate, n, out, pool_);
+}
+
+absl::Status Forward::SharedExpert(int il, const float* h, int64_t n, Workspace& ws) const {
+  const LayerWeights& L = model_->layer(il);
+  const int64_t d = model_->hparams().n_embd;
   float* out = ws.shared.Get(n * d);
-  RETURN_IF_ERROR(quant::MatMul(dense_[il].shexp_down, gate, n, out, pool_));
+  RETURN_IF_ERROR(SwiGluFfn(dense_[il].shexp_gate, dense_[il].shexp_up, dense_[il].shexp_down, h,
+                            n, ws, out));
   if (L.shexp_gate_inp.data != nullptr) {
     float* g = ws.shexp_g.Get(n);
     RETURN_IF_ERROR(quant::MatMul(L.shexp_gate_inp, h, n, g, pool_));

@@ -26,9 +26,20 @@
 //     S = S * exp(g); S += k (beta (v - S k))^T; o = S q / sqrt(head_k)
 //                                  (value head h reads key head h % n_k_heads)
 //     x  += W_out (RMSNorm(o) * ssm_norm * SiLU(W_z h))          per value head
+//   multi-head latent attention (deepseek2, llama.cpp's absorbed form):
+//     q   = Wq_b (RMSNorm(Wq_a h) * q_a_norm)   (or Wq h without a q LoRA)
+//     c,r = Wkv_a h: the latent c (kv_lora) and the shared key part r (n_rot)
+//     c   = RMSNorm(c) * kv_a_norm; r = NORM RoPE(r); q_pe = NORM RoPE(q_pe)
+//     K cache[pos] = f16([c, r]) (one KV head; V is its first kv_lora values)
+//     per head: Q = [Wk_b[h] q_nope, q_pe]; a = softmax(Q . K^T * scale) . V
+//               (scale: HyperParams::attn_scale), o_h = Wv_b[h] a
+//     x  += Wo o
 //   h   = RMSNorm(x) * ffn_norm   (qwen35moe: post_attention_norm)
+//   dense-FFN layers (deepseek2's leading ones): x += W_down (SiLU(W_gate h) * W_up h)
 //   p   = softmax(W_router h); top-k (ties -> lower id); renormalise when
-//         hparams.norm_topk
+//         hparams.norm_topk (deepseek2: sigmoid or softmax scores, a
+//         selection bias and expert groups, times expert_weights_scale:
+//         internal::SelectExpertsGeneral)
 //   x  += ExpertBackend(h, top-k ids, weights)
 //         + sigmoid(w_shexp_gate . h) * SharedExpert(h)   (when present)
 // then logits = W_out (RMSNorm(x) * output_norm).
@@ -135,6 +146,12 @@ class Forward {
   absl::Status DeltaNet(int il, Batch& b) const;
   void AttendHeads(int il, const Batch& b, const float* q, float* out) const;
   absl::Status MoeFfn(int il, Batch& b) const;
+  absl::Status Mla(int il, Batch& b) const;
+  absl::Status DenseFfn(int il, Batch& b) const;
+  // SiLU(gate . h) * (up . h) then down, n rows of h into *out.
+  absl::Status SwiGluFfn(const quant::WeightView& gate, const quant::WeightView& up,
+                         const quant::WeightView& down, const float* h, int64_t n,
+                         Workspace& ws, float* out) const;
   absl::Status SharedExpert(int il, const float* h, int64_t n, Workspace& ws) const;
   absl::Status Head(const Batch& b, absl::Span<const SequenceBatch> seqs) const;
   std::unique_ptr<Workspace> AcquireWorkspace() const;
@@ -144,7 +161,7 @@ class Forward {
   // (quant/packed.h; same bits, faster kernels) where the CPU prefers them.
   struct DenseWeights {
     quant::WeightView wq, wk, wv, wo, ssm_qkv, ssm_z, ssm_out, shexp_gate, shexp_up,
-        shexp_down;
+        shexp_down, wq_a, wq_b, wkv_a, ffn_gate, ffn_up, ffn_down;
   };
   // Bytes of w's packed copy (64-byte multiple), 0 when it stays as it is.
   static uint64_t PackedCopyBytes(const quant::WeightView& w, bool pack);

@@ -183,7 +183,31 @@ absl::Status Model::BindLayer(int il) {
         f.path(), ": tensor 'blk.", il,
         ".ffn_gate_inp_shexp.weight' is present without a shared expert"));
   }
+  if (hparams_.layers[il].mixer == MixerKind::kMla) {
+    RETURN_IF_ERROR(CheckGroup(f, il, {{at(TensorId::kAttnQA), "attn_q_a.weight"},
+                                       {at(TensorId::kAttnQANorm), "attn_q_a_norm.weight"},
+                                       {at(TensorId::kAttnQB), "attn_q_b.weight"}}));
+    const bool lora = hparams_.q_lora_rank > 0;
+    const GgufTensor* need = lora ? at(TensorId::kAttnQA) : at(TensorId::kAttnQ);
+    if (need == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          f.path(), ": missing tensor 'blk.", il, lora ? ".attn_q_a.weight" : ".attn_q.weight",
+          "' required by ", hparams_.arch, " with attention.q_lora_rank ",
+          hparams_.q_lora_rank));
+    }
+  }
   LayerWeights& L = layers_[il];
+  L.wq_a = Matrix(at(TensorId::kAttnQA));
+  L.wq_b = Matrix(at(TensorId::kAttnQB));
+  L.wkv_a = Matrix(at(TensorId::kAttnKvAMqa));
+  ASSIGN_OR_RETURN(L.q_a_norm, Vector(f, at(TensorId::kAttnQANorm)));
+  ASSIGN_OR_RETURN(L.kv_a_norm, Vector(f, at(TensorId::kAttnKvANorm)));
+  if (at(TensorId::kAttnKB) != nullptr) L.wk_b = Experts(at(TensorId::kAttnKB));
+  if (at(TensorId::kAttnVB) != nullptr) L.wv_b = Experts(at(TensorId::kAttnVB));
+  L.ffn_gate = Matrix(at(TensorId::kFfnGate));
+  L.ffn_up = Matrix(at(TensorId::kFfnUp));
+  L.ffn_down = Matrix(at(TensorId::kFfnDown));
+  ASSIGN_OR_RETURN(L.router_sel_b, Vector(f, at(TensorId::kRouterSelBias)));
   ASSIGN_OR_RETURN(L.attn_norm, Vector(f, at(TensorId::kAttnNorm)));
   L.wq = Matrix(at(TensorId::kAttnQ));
   L.wk = Matrix(at(TensorId::kAttnK));
@@ -211,9 +235,11 @@ absl::Status Model::BindLayer(int il) {
   ASSIGN_OR_RETURN(L.gate_exps_b, Vector(f, at(TensorId::kExpGateBias)));
   ASSIGN_OR_RETURN(L.up_exps_b, Vector(f, at(TensorId::kExpUpBias)));
   ASSIGN_OR_RETURN(L.down_exps_b, Vector(f, at(TensorId::kExpDownBias)));
-  L.gate_exps = Experts(at(TensorId::kExpGate));
-  L.up_exps = Experts(at(TensorId::kExpUp));
-  L.down_exps = Experts(at(TensorId::kExpDown));
+  if (at(TensorId::kExpGate) != nullptr) {
+    L.gate_exps = Experts(at(TensorId::kExpGate));
+    L.up_exps = Experts(at(TensorId::kExpUp));
+    L.down_exps = Experts(at(TensorId::kExpDown));
+  }
   L.shexp_gate_inp = Matrix(at(TensorId::kShexpGateInp));
   L.shexp_gate = Matrix(at(TensorId::kShexpGate));
   L.shexp_up = Matrix(at(TensorId::kShexpUp));

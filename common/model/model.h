@@ -56,6 +56,15 @@ struct LayerWeights {
   std::vector<float> bq, bk, bv, bo;     // optional biases (bo: after wo, n_embd)
   std::vector<float> sinks;              // optional sink logit per query head (gpt-oss)
   std::vector<float> q_norm, k_norm;     // optional QK-norm (head_dim_k)
+  // MLA (deepseek2): q = wq_b . RMSNorm(wq_a . h) * q_a_norm, or wq . h when
+  // there is no q LoRA (wq then has n_head x head_dim_k_mla rows);
+  // wkv_a: kv_lora + n_rot rows; per query head h, wk_b.Expert(h) is
+  // kv_lora x nope and wv_b.Expert(h) head_dim_v_mla x kv_lora.
+  quant::WeightView wq_a, wq_b, wkv_a;
+  std::vector<float> q_a_norm, kv_a_norm;
+  ExpertTensorView wk_b, wv_b;
+  // Dense SwiGLU FFN (FfnKind::kDense).
+  quant::WeightView ffn_gate, ffn_up, ffn_down;
   // Gated DeltaNet mixers (arch.h, TensorId::kSsm*).
   quant::WeightView ssm_qkv;             // conv channels x n_embd
   quant::WeightView ssm_z;               // inner x n_embd
@@ -67,6 +76,7 @@ struct LayerWeights {
   std::vector<float> ffn_norm;           // n_embd
   quant::WeightView router;              // n_expert x n_embd
   std::vector<float> router_b;           // optional, n_expert
+  std::vector<float> router_sel_b;       // optional selection bias (exp_probs_b), n_expert
   // Optional routed-expert biases, expert e's at e * n_ff_exp (gate, up) or
   // e * n_embd (down).
   std::vector<float> gate_exps_b, up_exps_b, down_exps_b;

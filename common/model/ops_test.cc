@@ -151,6 +151,59 @@ TEST(SelectExpertsTest, SoftmaxOfTopKWeighsOnlyTheSelected) {
   EXPECT_EQ(logits[5], -7.0f);  // unchanged
 }
 
+// deepseek2's router: sigmoid scores, a bias that chooses but does not
+// weigh, the best groups only, normalised weights times the scale.
+TEST(SelectExpertsTest, GeneralRouterGroupsBiasAndScale) {
+  // 8 experts in 4 groups of 2; logits 0 everywhere but expert 1 (group 0)
+  // and 6, 7 (group 3).
+  float logits[8] = {0, 2, 0, 0, 0, 0, 1, 1};
+  const float bias[8] = {0, 0, 0, 0, 0, 0.9f, 0, 0};  // lifts expert 5 (group 2)
+  RouterChoice rc;
+  rc.scoring = RouterSpec::Scoring::kSigmoid;
+  rc.n_expert = 8;
+  rc.k = 3;
+  rc.normalize = true;
+  rc.scale = 2.5f;
+  rc.bias = bias;
+  rc.n_groups = 4;
+  rc.n_group_used = 2;
+  int32_t ids[3];
+  float w[3];
+  SelectExpertsGeneral(rc, logits, ids, w);
+  // Group sums of the two best biased scores: g0 = s(2) + s(0) = 1.38,
+  // g2 = s(0) + s(0) + 0.9 = 1.9, g3 = 2 s(1) = 1.46: groups 2 and 3 win
+  // although expert 1 has the largest score; then 5 (biased) > 6 = 7.
+  EXPECT_EQ(ids[0], 5);
+  EXPECT_EQ(ids[1], 6);
+  EXPECT_EQ(ids[2], 7);
+  const float s0 = 0.5f, s1 = 1.0f / (1.0f + std::exp(-1.0f));
+  const float sum = s0 + 2 * s1;
+  EXPECT_NEAR(w[0], s0 / sum * 2.5f, 1e-6);  // unbiased score
+  EXPECT_NEAR(w[1], s1 / sum * 2.5f, 1e-6);
+  EXPECT_NEAR(w[0] + w[1] + w[2], 2.5f, 1e-5);
+  // Without groups expert 1 (group 0) is chosen, after the biased 5.
+  float again[8] = {0, 2, 0, 0, 0, 0, 1, 1};
+  rc.n_groups = 0;
+  SelectExpertsGeneral(rc, again, ids, w);
+  EXPECT_EQ(ids[0], 5);
+  EXPECT_EQ(ids[1], 1);
+}
+
+TEST(RopeTest, NormRotatesAdjacentPairs) {
+  RopeParams p;
+  p.n_rot = 4;
+  RopeAngles a;
+  ComputeRopeAngles(p, 3, &a);
+  float x[6] = {1, 2, 3, 4, 5, 6};
+  ApplyRopeNorm(a, 4, x);
+  EXPECT_NEAR(x[0], 1 * a.cos[0] - 2 * a.sin[0], 1e-6);
+  EXPECT_NEAR(x[1], 1 * a.sin[0] + 2 * a.cos[0], 1e-6);
+  EXPECT_NEAR(x[2], 3 * a.cos[1] - 4 * a.sin[1], 1e-6);
+  EXPECT_NEAR(x[3], 3 * a.sin[1] + 4 * a.cos[1], 1e-6);
+  EXPECT_EQ(x[4], 5);
+  EXPECT_EQ(x[5], 6);
+}
+
 TEST(RopeTest, NeoxMatchesDirectFormula) {
   RopeParams p;
   p.n_rot = 16;

@@ -7,9 +7,16 @@
 #include "absl/strings/str_cat.h"
 
 namespace moesplit::model {
+int64_t SequenceState::KvValuesPerPosition(const HyperParams& hp, MixerKind kind) {
+  if (!IsAttention(kind)) return 0;
+  if (kind == MixerKind::kMla) return hp.n_head_kv * hp.head_dim_k;
+  return hp.n_head_kv * (hp.head_dim_k + hp.head_dim_v);
+}
+
 uint64_t SequenceState::KvBytesPerPosition(const HyperParams& hp) {
-  const uint64_t row = static_cast<uint64_t>(hp.n_head_kv) * (hp.head_dim_k + hp.head_dim_v);
-  return static_cast<uint64_t>(hp.n_attention_layers()) * row * sizeof(uint16_t);
+  uint64_t values = 0;
+  for (const LayerSpec& l : hp.layers) values += KvValuesPerPosition(hp, l.mixer);
+  return values * sizeof(uint16_t);
 }
 
 uint64_t SequenceState::RecurrentBytes(const HyperParams& hp) {
@@ -45,9 +52,15 @@ absl::StatusOr<std::unique_ptr<SequenceState>> SequenceState::Create(const Hyper
     for (int64_t l = 0; l < hp.n_layer; ++l) {
       s->kinds_.push_back(hp.layers[l].mixer);
       Layer& L = s->layers_[l];
-      if (IsAttention(hp.layers[l].mixer)) {
+      if (hp.layers[l].mixer == MixerKind::kMla) {
+        L.k.reset(new uint16_t[static_cast<size_t>(n_ctx * s->k_row_)]);
+        L.v_base = L.k.get();
+        L.v_stride = s->k_row_;
+      } else if (IsAttention(hp.layers[l].mixer)) {
         L.k.reset(new uint16_t[static_cast<size_t>(n_ctx * s->k_row_)]);
         L.v.reset(new uint16_t[static_cast<size_t>(n_ctx * s->v_row_)]);
+        L.v_base = L.v.get();
+        L.v_stride = s->v_row_;
       } else {
         for (Recurrent& r : L.buf) {
           r.conv.assign(s->conv_floats_, 0.0f);
@@ -66,7 +79,9 @@ absl::StatusOr<std::unique_ptr<SequenceState>> SequenceState::Create(const Hyper
 uint64_t SequenceState::bytes() const {
   uint64_t b = 0;
   for (size_t l = 0; l < layers_.size(); ++l) {
-    if (IsAttention(kinds_[l])) {
+    if (kinds_[l] == MixerKind::kMla) {
+      b += static_cast<uint64_t>(n_ctx_) * k_row_ * sizeof(uint16_t);
+    } else if (IsAttention(kinds_[l])) {
       b += static_cast<uint64_t>(n_ctx_) * (k_row_ + v_row_) * sizeof(uint16_t);
     } else {
       b += kRecurrentBuffers * static_cast<uint64_t>(conv_floats_ + ssm_floats_) * sizeof(float);
@@ -152,9 +167,13 @@ std::vector<int64_t> SequenceState::checkpoints() const {
 }
 
 uint64_t SequenceState::kv_bytes_per_position() const {
-  int64_t n_attn = 0;
-  for (MixerKind k : kinds_) n_attn += IsAttention(k) ? 1 : 0;
-  return static_cast<uint64_t>(n_attn) * (k_row_ + v_row_) * sizeof(uint16_t);
+  uint64_t values = 0;
+  for (MixerKind k : kinds_) {
+    // An MLA layer keeps one row (the latent and the rope key): no V rows.
+    if (k == MixerKind::kMla) values += k_row_;
+    else if (IsAttention(k)) values += k_row_ + v_row_;
+  }
+  return values * sizeof(uint16_t);
 }
 
 absl::Status SequenceState::ExportKv(int64_t begin, int64_t end, uint8_t* out) const {
@@ -165,9 +184,10 @@ absl::Status SequenceState::ExportKv(int64_t begin, int64_t end, uint8_t* out) c
   const int64_t n = end - begin;
   for (size_t l = 0; l < layers_.size(); ++l) {
     if (!IsAttention(kinds_[l])) continue;
-    const size_t kb = n * k_row_ * sizeof(uint16_t), vb = n * v_row_ * sizeof(uint16_t);
+    const size_t kb = n * k_row_ * sizeof(uint16_t);
+    const size_t vb = kinds_[l] == MixerKind::kMla ? 0 : n * v_row_ * sizeof(uint16_t);
     std::memcpy(out, k(static_cast<int>(l), begin), kb);
-    std::memcpy(out + kb, v(static_cast<int>(l), begin), vb);
+    if (vb > 0) std::memcpy(out + kb, v(static_cast<int>(l), begin), vb);
     out += kb + vb;
   }
   return absl::OkStatus();
@@ -183,9 +203,10 @@ absl::Status SequenceState::ImportKv(int64_t pos, const uint8_t* in, uint64_t by
   }
   for (size_t l = 0; l < layers_.size(); ++l) {
     if (!IsAttention(kinds_[l])) continue;
-    const size_t kb = n * k_row_ * sizeof(uint16_t), vb = n * v_row_ * sizeof(uint16_t);
+    const size_t kb = n * k_row_ * sizeof(uint16_t);
+    const size_t vb = kinds_[l] == MixerKind::kMla ? 0 : n * v_row_ * sizeof(uint16_t);
     std::memcpy(k(static_cast<int>(l), pos), in, kb);
-    std::memcpy(v(static_cast<int>(l), pos), in + kb, vb);
+    if (vb > 0) std::memcpy(v(static_cast<int>(l), pos), in + kb, vb);
     in += kb + vb;
   }
   return absl::OkStatus();

@@ -6,6 +6,10 @@
 //     (llama.cpp's default cache), position-major:
 //       K of layer l, position p: n_head_kv * head_dim_k values at k(l, p);
 //       V of layer l, position p: n_head_kv * head_dim_v values at v(l, p);
+//     an MLA layer (deepseek2) keeps K only, the normed latent and the
+//     roped key part (head_dim_k = kv_lora_rank + n_rot values, 576 for
+//     DeepSeek-V3), and its V is the latent inside it, as llama.cpp's cache:
+//     v(l, p) == k(l, p), v_stride(l) == k_stride();
 //   - a gated-DeltaNet layer keeps, whatever the context, its conv state
 //     (the last ssm_conv_kernel - 1 conv inputs, channel-major: channel c's
 //     taps at conv(l) + c * (kernel - 1), oldest first) and its recurrent
@@ -52,8 +56,11 @@ class SequenceState {
   static absl::StatusOr<std::unique_ptr<SequenceState>> Create(const HyperParams& hp,
                                                                int64_t n_ctx);
 
-  // f16 K + V bytes of one position over the attention layers.
+  // f16 K + V bytes of one position over the attention layers (K only on
+  // MLA layers).
   static uint64_t KvBytesPerPosition(const HyperParams& hp);
+  // f16 values one attention layer of `kind` keeps per position.
+  static int64_t KvValuesPerPosition(const HyperParams& hp, MixerKind kind);
   // Conv + recurrent state bytes of the DeltaNet layers (one buffer each).
   static uint64_t RecurrentBytes(const HyperParams& hp);
   // Buffers per recurrent layer (current and next; see the file comment).
@@ -111,10 +118,13 @@ class SequenceState {
   const uint16_t* k(int layer, int64_t pos) const {
     return layers_[layer].k.get() + pos * k_row_;
   }
-  uint16_t* v(int layer, int64_t pos) { return layers_[layer].v.get() + pos * v_row_; }
+  uint16_t* v(int layer, int64_t pos) { return layers_[layer].v_base + pos * layers_[layer].v_stride; }
   const uint16_t* v(int layer, int64_t pos) const {
-    return layers_[layer].v.get() + pos * v_row_;
+    return layers_[layer].v_base + pos * layers_[layer].v_stride;
   }
+  // Elements from one position's K (V) to the next.
+  int64_t k_stride() const { return k_row_; }
+  int64_t v_stride(int layer) const { return layers_[layer].v_stride; }
 
   // DeltaNet layers: the committed conv / recurrent state, and the buffers
   // the running step writes. REQUIRES: layer is a DeltaNet layer.
@@ -136,6 +146,8 @@ class SequenceState {
     // touched as positions are written, so a sequence that reserves the
     // whole context costs memory for what it uses).
     std::unique_ptr<uint16_t[]> k, v;
+    uint16_t* v_base = nullptr;  // v.get(), or k.get() on MLA layers
+    int64_t v_stride = 0;
     // DeltaNet: buf[cur] is committed.
     Recurrent buf[2];
     int cur = 0;

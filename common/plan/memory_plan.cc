@@ -289,10 +289,15 @@ MemoryPlan FixedPart(const ModelShape& s, const PlanOptions& o) {
   p.options = o;
   p.hp = s.hp;
   p.dense = DenseBytes(s, &p.host_token_embd, &p.host_routed_experts);
-  const int64_t kvd = s.hp.n_head_kv * (s.hp.head_dim_k + s.hp.head_dim_v);
-  // Only the attention layers keep a KV cache; DeltaNet layers keep a
-  // fixed-size state (model::SequenceState's arithmetic).
-  p.kv_row_bytes = KvElementBytes(o.kv_type, kvd);
+  // Only the attention layers keep a KV cache (MLA layers: the latent and
+  // the rope key only); DeltaNet layers keep a fixed-size state
+  // (model::SequenceState's arithmetic). A model's attention layers all
+  // keep rows of one size.
+  int64_t values = 0;
+  for (const model::LayerSpec& l : s.hp.layers) {
+    values = std::max(values, model::SequenceState::KvValuesPerPosition(s.hp, l.mixer));
+  }
+  p.kv_row_bytes = values > 0 ? KvElementBytes(o.kv_type, values) : 0;
   p.kv_bytes_per_position = static_cast<uint64_t>(s.hp.n_attention_layers()) * p.kv_row_bytes;
   p.kv_layout = GpuKvLayoutOf(s.hp, o.n_ctx, o.n_ubatch);
   p.kv_cache = p.kv_layout.Bytes(p.kv_row_bytes) * static_cast<uint64_t>(o.n_parallel);
@@ -305,6 +310,61 @@ MemoryPlan FixedPart(const ModelShape& s, const PlanOptions& o) {
 }
 
 }  // namespace
+
+absl::StatusOr<std::vector<WorkerShare>> PlanWorkers(const ModelShape& s,
+                                                     uint64_t worker_bytes) {
+  if (worker_bytes == 0) return absl::InvalidArgumentError("worker memory of 0 bytes");
+  const int n = static_cast<int>(std::max<int64_t>(s.hp.n_layer, 0));
+  std::vector<uint64_t> layer(n, 0);
+  for (const ShapeTensor& t : s.tensors) {
+    if (t.role == TensorRole::kRoutedExpert && t.layer >= 0 && t.layer < n) {
+      layer[t.layer] += t.n_bytes;
+    }
+  }
+  uint64_t largest = 0;
+  for (int l = 0; l < n; ++l) {
+    if (layer[l] > worker_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "layer ", l, "'s routed experts (", FormatBytes(layer[l]),
+          ") do not fit in one worker of ", FormatBytes(worker_bytes),
+          " (split that layer by expert ids: --shard layers=L,experts=A-B)"));
+    }
+    largest = std::max(largest, layer[l]);
+  }
+  // Consecutive ranges, greedily filled up to `cap`.
+  auto split = [&](uint64_t cap) {
+    std::vector<WorkerShare> out;
+    for (int l = 0; l < n; ++l) {
+      if (out.empty() || out.back().bytes + layer[l] > cap) out.push_back({l, l, 0});
+      out.back().layer_end = l + 1;
+      out.back().bytes += layer[l];
+    }
+    return out;
+  };
+  const size_t count = split(worker_bytes).size();
+  // The smallest cap that needs no more workers than that: the balanced split.
+  uint64_t lo = largest, hi = worker_bytes;
+  while (lo < hi) {
+    const uint64_t mid = lo + (hi - lo) / 2;
+    if (split(mid).size() <= count) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  return split(lo);
+}
+
+std::string FormatWorkers(const std::vector<WorkerShare>& workers, uint64_t worker_bytes) {
+  std::string out = absl::StrCat("expert-workers: ", workers.size(), " of ",
+                                 FormatBytes(worker_bytes), " (routed experts only)\n");
+  for (size_t i = 0; i < workers.size(); ++i) {
+    const WorkerShare& w = workers[i];
+    absl::StrAppend(&out, "  worker ", i, ": --shard layers=", w.layer_begin, "-",
+                    w.layer_end - 1, "  ", FormatBytes(w.bytes), "\n");
+  }
+  return out;
+}
 
 std::vector<uint64_t> ExpertBytesPerLayer(const ModelShape& s) {
   std::vector<uint64_t> per_layer(std::max<int64_t>(s.hp.n_layer, 0), 0);

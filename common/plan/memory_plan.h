@@ -252,6 +252,21 @@ absl::StatusOr<MemoryPlan> PlanMemory(const ModelShape& shape, const PlanOptions
 // without routed experts), from the tensor types.
 std::vector<uint64_t> ExpertBytesPerLayer(const ModelShape& shape);
 
+// Expert-workers of `worker_bytes` of routed experts each (`moesplit plan
+// --worker-memory`): the fewest that hold every MoE layer's experts, each a
+// range of consecutive layers (dense-FFN layers hold none and go with the
+// range they fall in), balanced so that the largest share is as small as it
+// can be. ResourceExhausted naming the layer when one layer's experts alone
+// exceed worker_bytes; InvalidArgument for worker_bytes 0.
+struct WorkerShare {
+  int layer_begin = 0, layer_end = 0;  // [begin, end)
+  uint64_t bytes = 0;                  // the range's routed experts
+};
+absl::StatusOr<std::vector<WorkerShare>> PlanWorkers(const ModelShape& shape,
+                                                     uint64_t worker_bytes);
+// "workers: N x SIZE ..." then one line per worker with its --shard.
+std::string FormatWorkers(const std::vector<WorkerShare>& workers, uint64_t worker_bytes);
+
 // The hot-expert cache for a plan: the plan's slots, the shape's layers,
 // experts and per-layer expert bytes (the other options keep their defaults).
 model::ExpertCacheOptions ExpertCacheOptionsFor(const ModelShape& shape, const MemoryPlan& plan);

@@ -1,5 +1,6 @@
 #include "common/plan/memory_plan.h"
 
+#include "absl/strings/str_cat.h"
 #include "common/model/testing/tiny_model.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -72,6 +73,36 @@ PlanOptions Mission() {
   o.n_ctx = 65536;
   o.kv_type = KvType::kQ8_0;
   return o;
+}
+
+// Workers of a given size: the fewest, balanced, layer ranges in order; the
+// layers without routed experts cost nothing.
+TEST(MemoryPlanTest, PlansWorkersByLayerRanges) {
+  ModelShape s;
+  s.hp.n_layer = 6;
+  const uint64_t per_layer[6] = {0, 0, 40, 40, 40, 30};  // two dense layers
+  for (int l = 0; l < 6; ++l) {
+    if (per_layer[l] == 0) continue;
+    s.tensors.push_back({absl::StrCat("blk.", l, ".ffn_up_exps.weight"),
+                         model::TensorRole::kRoutedExpert, l, GgmlType::kF32, {1}, per_layer[l]});
+  }
+  auto w = PlanWorkers(s, 100);
+  ASSERT_TRUE(w.ok()) << w.status();
+  ASSERT_EQ(w->size(), 2u);
+  EXPECT_EQ((*w)[0].layer_begin, 0);
+  EXPECT_EQ((*w)[0].layer_end, 4);   // 80: the balanced split, not 40 + 40 + 40 > 100
+  EXPECT_EQ((*w)[1].layer_begin, 4);
+  EXPECT_EQ((*w)[1].layer_end, 6);
+  EXPECT_EQ((*w)[1].bytes, 70u);
+  EXPECT_THAT(FormatWorkers(*w, 100), HasSubstr("worker 1: --shard layers=4-5"));
+  auto one = PlanWorkers(s, 1000);
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(one->size(), 1u);
+  EXPECT_EQ((*one)[0].layer_end, 6);
+  auto small = PlanWorkers(s, 39);
+  EXPECT_EQ(small.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(small.status().message()), HasSubstr("layer 2"));
+  EXPECT_EQ(PlanWorkers(s, 0).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(MemoryPlanTest, KvElementBytes) {

@@ -71,6 +71,14 @@ if [[ $(rc plan30) == 0 ]] && grep -Eq "KV cache +3422553088 " "$WORK/plan30.out
    grep -q "1294 experts of 3059712 bytes = 26 per layer of 128" "$WORK/plan30.out"; then
   pass "plan --preset qwen3-30b-a3b (64K, q8_0, 8 GiB)"; else
   fail "plan --preset: $(cat "$WORK/plan30.out" "$WORK/plan30.err")"; fi
+# DeepSeek-V3 (MLA): the latent KV, 61 layers x (512 + 64) f16 = 70272 bytes
+# per position; the routed experts on two 256 GiB workers by layer ranges.
+run planv3 -- plan --preset deepseek-v3 --gpu-memory 24GiB --ctx 65536 --parallel 1 --worker-memory 256GiB
+if [[ $(rc planv3) == 0 ]] && grep -Eq "KV cache +[0-9]+ .*70272 bytes/position x 65536" "$WORK/planv3.out" &&
+   grep -q "expert-workers: 2 of 256.00 GiB" "$WORK/planv3.out" &&
+   grep -q "worker 1: --shard layers=32-60" "$WORK/planv3.out"; then
+  pass "plan --preset deepseek-v3 --worker-memory"; else
+  fail "plan --preset deepseek-v3: $(cat "$WORK/planv3.out" "$WORK/planv3.err")"; fi
 # Qwen3.5-35B-A3B (hybrid): KV for the 10 attention layers only, 10 x 2 KV
 # heads x (256 + 256) f16 = 20480 bytes per position; the 30 DeltaNet layers'
 # conv (3 x 8192) + recurrent (32 x 128 x 128) f32 state, two buffers, of any

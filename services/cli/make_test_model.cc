@@ -39,6 +39,11 @@ constexpr ShapeFlag kShapeFlags[] = {
     {"ssm-v-heads", &TestModelSpec::ssm_n_v_heads, "qwen35moe: DeltaNet value heads"},
     {"ssm-head", &TestModelSpec::ssm_head, "qwen35moe: DeltaNet head size"},
     {"window", &TestModelSpec::sliding_window, "gpt-oss: sliding window of the even layers"},
+    {"q-lora", &TestModelSpec::q_lora_rank, "deepseek2: q LoRA rank (0: a direct attn_q)"},
+    {"kv-lora", &TestModelSpec::kv_lora_rank, "deepseek2: KV latent rank"},
+    {"head-dim-v", &TestModelSpec::head_dim_v, "deepseek2: value head (head-dim: nope + rope)"},
+    {"dense-layers", &TestModelSpec::n_dense_lead, "deepseek2: leading dense-FFN layers"},
+    {"shared-experts", &TestModelSpec::n_expert_shared, "deepseek2: shared experts"},
 };
 
 void PrintWritten(const TestModelSpec& spec, const std::string& out,
@@ -67,10 +72,11 @@ absl::Status RunMakeTestModel(const Args& args, const CommandIo& io) {
   TestModelSpec shape;  // receives the shape flags
   FlagParser f;
   f.AddString("out|o", &out, "output GGUF path (required)");
-  f.AddString("arch", &arch, "qwen3moe | qwen2moe | qwen35moe | gpt-oss")
+  f.AddString("arch", &arch, "qwen3moe | qwen2moe | qwen35moe | gpt-oss | deepseek2")
       .DefaultText("the preset's");
   f.AddString("preset", &preset,
-              "qwen3-30b-a3b | qwen3.5-35b-a3b | gpt-oss-20b | gpt-oss-120b | tiny");
+              "qwen3-30b-a3b | qwen3.5-35b-a3b | gpt-oss-20b | gpt-oss-120b | deepseek-v3 | "
+              "kimi-k2 | deepseek-v2-lite | tiny");
   f.AddString("type", &type,
               absl::StrCat("file type: ", absl::StrJoin(FileTypeMixNames(), " ")))
       .Meta("TYPE")

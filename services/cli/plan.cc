@@ -18,6 +18,7 @@
 #include "services/cli/dense_flags.h"
 #include "services/cli/test_model.h"
 #include "services/cli/type_mix.h"
+#include "nlohmann/json.hpp"
 
 namespace moesplit::cli {
 namespace {
@@ -64,7 +65,7 @@ absl::Status RunPlan(const Args& args, const CommandIo& io) {
   // the same flags (dense_flags.h).
   const DenseServiceFlags service;
   const plan::PlanOptions plan_defaults;
-  std::string model_path, preset, type, gpu_memory, kv_type = service.kv_type;
+  std::string model_path, preset, type, gpu_memory, kv_type = service.kv_type, worker_memory;
   std::string prefix_cache = service.prefix_cache, cache_memory = service.cache_memory,
               cache_ram = service.cache_ram;
   std::string margin = plan::FormatBytes(plan_defaults.margin_bytes);
@@ -77,7 +78,7 @@ absl::Status RunPlan(const Args& args, const CommandIo& io) {
   f.AddString("preset", &preset,
               "plan for a shape without a file: qwen3-30b-a3b (vocab 151936) | "
               "qwen3.5-35b-a3b (vocab 248320) | gpt-oss-20b | gpt-oss-120b (vocab 201088) | "
-              "tiny (required, or --model)")
+              "deepseek-v3 | kimi-k2 | deepseek-v2-lite | tiny (required, or --model)")
       .Meta("NAME");
   f.AddString("type", &type,
               absl::StrCat("file type of --preset: ", absl::StrJoin(FileTypeMixNames(), " ")))
@@ -105,6 +106,11 @@ absl::Status RunPlan(const Args& args, const CommandIo& io) {
       .DefaultText("the sequence slots' state at the full context");
   f.AddString("cache-ram", &cache_ram, "as moesplit-dense --cache-ram").Meta("SIZE");
   f.AddString("margin", &margin, "memory kept free for rounding and small buffers").Meta("SIZE");
+  f.AddString("worker-memory", &worker_memory,
+              "also plan expert-workers of this much memory for routed experts: how many, and "
+              "the layer range (--shard) each holds")
+      .Meta("SIZE")
+      .DefaultText("none: no worker plan");
   f.AddBool("json", &json, "print the plan as JSON");
   ASSIGN_OR_RETURN(bool go, ParseFlags(f, args,
                                        "plan (--model M | --preset P) --gpu-memory SIZE "
@@ -140,6 +146,25 @@ absl::Status RunPlan(const Args& args, const CommandIo& io) {
   } else {
     ASSIGN_OR_RETURN(shape, PresetShape(preset, type, vocab));
   }
+  // The workers are planned from the shape alone (printed even when the GPU
+  // plan does not fit).
+  std::vector<plan::WorkerShare> workers;
+  uint64_t worker_bytes = 0;
+  if (!worker_memory.empty()) {
+    absl::StatusOr<uint64_t> wb = plan::ParseByteSize(worker_memory);
+    if (!wb.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--worker-memory: ", wb.status().message()));
+    }
+    worker_bytes = *wb;
+    absl::StatusOr<std::vector<plan::WorkerShare>> w = plan::PlanWorkers(shape, worker_bytes);
+    if (!w.ok()) {
+      if (w.status().code() == absl::StatusCode::kResourceExhausted) {
+        return absl::FailedPreconditionError(absl::StrCat("workers do not fit: ", w.status().message()));
+      }
+      return w.status();
+    }
+    workers = *std::move(w);
+  }
   // moesplit-dense caps its context at the model's; a --ctx given here is
   // planned as given (e.g. for a longer context than the file says).
   o.n_ctx = f.WasSet("ctx") ? ctx : std::min<int64_t>(ctx, shape.hp.n_ctx_train);
@@ -147,6 +172,9 @@ absl::Status RunPlan(const Args& args, const CommandIo& io) {
   if (!p.ok()) {
     // A configuration that does not fit is the caller's to change: exit 2.
     if (p.status().code() == absl::StatusCode::kResourceExhausted) {
+      if (!workers.empty() && !json) {
+        std::fputs(plan::FormatWorkers(workers, worker_bytes).c_str(), io.out);
+      }
       return absl::FailedPreconditionError(
           absl::StrCat("plan does not fit: ", p.status().message()));
     }
@@ -173,14 +201,27 @@ absl::Status RunPlan(const Args& args, const CommandIo& io) {
     j["prefix_cache"] = {{"enabled", prefix_cache == "on"},
                          {"primary_bytes", primary},
                          {"host_bytes", host}};
+    if (!workers.empty()) {
+      nlohmann::ordered_json list = nlohmann::ordered_json::array();
+      for (const plan::WorkerShare& w : workers) {
+        list.push_back({{"layer_begin", w.layer_begin},
+                        {"layer_end", w.layer_end},
+                        {"shard", absl::StrCat("layers=", w.layer_begin, "-", w.layer_end - 1)},
+                        {"bytes", w.bytes}});
+      }
+      j["workers"] = {{"worker_bytes", worker_bytes}, {"list", list}};
+    }
     text = j.dump(2) + "\n";
-  } else if (prefix_cache == "on") {
-    absl::StrAppend(&text, "prefix cache (host RAM): primary tier ", plan::FormatBytes(primary),
-                    cache_memory.empty() ? " (the sequence slots' state)" : "",
-                    ", host tier ", host > 0 ? plan::FormatBytes(host) : "off (--cache-ram 0)",
-                    "\n");
   } else {
-    text += "prefix cache: off\n";
+    if (prefix_cache == "on") {
+      absl::StrAppend(&text, "prefix cache (host RAM): primary tier ", plan::FormatBytes(primary),
+                      cache_memory.empty() ? " (the sequence slots' state)" : "",
+                      ", host tier ", host > 0 ? plan::FormatBytes(host) : "off (--cache-ram 0)",
+                      "\n");
+    } else {
+      text += "prefix cache: off\n";
+    }
+    if (!workers.empty()) text += plan::FormatWorkers(workers, worker_bytes);
   }
   std::fputs(text.c_str(), io.out);
   return absl::OkStatus();

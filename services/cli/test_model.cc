@@ -41,6 +41,7 @@ constexpr char kHarmonyTemplate[] =
     "{{'<|start|>assistant'}}{% endif %}";
 
 bool IsGptOss(const TestModelSpec& s) { return s.arch == "gpt-oss"; }
+bool IsDeepSeek2(const TestModelSpec& s) { return s.arch == "deepseek2"; }
 
 uint64_t Mix64(uint64_t z) {
   z += 0x9e3779b97f4a7c15ULL;
@@ -133,6 +134,31 @@ absl::Status CheckShape(const TestModelSpec& s) {
           "rope sections sum to ", pairs, " pairs; at most --head-dim ", s.head_dim));
     }
   }
+  if (IsDeepSeek2(s)) {
+    const Field mla[] = {{"kv-lora", s.kv_lora_rank, 65536},
+                         {"head-dim-v", s.head_dim_v, 65536},
+                         {"rope-dims", s.n_rot, s.head_dim - 1},
+                         {"shared-experts", s.n_expert_shared, 1024}};
+    for (const Field& f : mla) {
+      if (f.value < 1 || f.value > f.max) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--", f.name, " = ", f.value, " out of range [1, ", f.max, "]"));
+      }
+    }
+    if (s.q_lora_rank < 0 || s.n_dense_lead < 0 || s.n_dense_lead > s.n_layer) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--q-lora ", s.q_lora_rank, " must be >= 0 and --dense-layers ", s.n_dense_lead,
+          " in [0, --layers]"));
+    }
+    if (s.n_expert_groups > 1 &&
+        (s.n_expert % s.n_expert_groups != 0 || s.n_expert / s.n_expert_groups < 2 ||
+         s.n_group_used < 1 || s.n_group_used >= s.n_expert_groups ||
+         s.n_group_used * (s.n_expert / s.n_expert_groups) < s.n_expert_used)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "expert groups ", s.n_expert_groups, " (", s.n_group_used,
+          " used) do not fit ", s.n_expert, " experts top-", s.n_expert_used));
+    }
+  }
   if (!(s.rope_freq_base > 1) || !(s.rms_eps > 0)) {
     return absl::InvalidArgumentError("rope base must be > 1, rms eps > 0");
   }
@@ -215,6 +241,37 @@ model::HyperParams ToHyperParams(const TestModelSpec& s) {
     hp.rope.n_ctx_orig = s.rope_orig_ctx;
     hp.rope.ext_factor = 1.0f;
   }
+  if (IsDeepSeek2(s)) {
+    // The cache's view (one KV head of latent + rope) and the model's heads.
+    hp.n_head_kv = 1;
+    hp.rope.n_rot = s.n_rot;
+    hp.head_dim_k = s.kv_lora_rank + s.n_rot;
+    hp.head_dim_v = s.kv_lora_rank;
+    hp.q_lora_rank = s.q_lora_rank;
+    hp.kv_lora_rank = s.kv_lora_rank;
+    hp.head_dim_k_mla = s.head_dim;
+    hp.head_dim_v_mla = s.head_dim_v;
+    hp.n_dense_lead = s.n_dense_lead;
+    for (int64_t il = 0; il < std::min(s.n_dense_lead, s.n_layer); ++il) {
+      hp.layers[il].ffn = model::FfnKind::kDense;
+    }
+    hp.n_ff_shexp = s.n_ff_exp * s.n_expert_shared;
+    hp.router_scoring = s.expert_gating_func == 2 ? model::RouterSpec::Scoring::kSigmoid
+                                                  : model::RouterSpec::Scoring::kSoftmax;
+    hp.norm_topk = s.expert_weights_norm;
+    hp.expert_weights_scale = static_cast<float>(s.expert_weights_scale);
+    hp.n_expert_groups = s.n_expert_groups;
+    hp.n_group_used = s.n_group_used;
+    hp.rope.norm_style = true;
+    hp.rope.yarn_log_mul = static_cast<float>(s.rope_yarn_log_mul) / 0.1f;
+    if (s.rope_scaling_factor > 1) {
+      hp.rope.scaling = model::RopeScaling::kYarn;
+      hp.rope.freq_scale = static_cast<float>(1.0 / s.rope_scaling_factor);
+      hp.rope.n_ctx_orig = s.rope_orig_ctx;
+      hp.rope.ext_factor = 1.0f;
+      hp.rope.attn_factor = model::YarnAttnFactor(hp.rope.freq_scale, hp.rope.yarn_log_mul, 1.0f);
+    }
+  }
   if (hp.n_recurrent_layers() > 0) {
     hp.ssm_conv_kernel = s.ssm_conv_kernel;
     hp.ssm_head_k = hp.ssm_head_v = s.ssm_head;
@@ -286,9 +343,41 @@ absl::StatusOr<TestModelSpec> PresetSpec(absl::string_view preset) {
     s.type = "MXFP4_MOE";
     return s;
   }
+  if (p == "deepseek-v3" || p == "kimi-k2" || p == "deepseek-v2-lite") {
+    const bool lite = p == "deepseek-v2-lite", kimi = p == "kimi-k2";
+    s.arch = "deepseek2";
+    s.n_layer = lite ? 27 : 61;
+    s.n_embd = lite ? 2048 : 7168;
+    s.n_head = lite ? 16 : kimi ? 64 : 128;
+    s.n_head_kv = 1;
+    s.q_lora_rank = lite ? 0 : 1536;
+    s.kv_lora_rank = 512;
+    s.head_dim = 192;  // nope 128 + rope 64
+    s.n_rot = 64;
+    s.head_dim_v = 128;
+    s.n_dense_lead = kimi || lite ? 1 : 3;
+    s.n_ff = lite ? 10944 : 18432;
+    s.n_expert = lite ? 64 : kimi ? 384 : 256;
+    s.n_expert_used = lite ? 6 : 8;
+    s.n_ff_exp = lite ? 1408 : 2048;
+    s.n_expert_shared = lite ? 2 : 1;
+    s.n_expert_groups = lite || kimi ? 1 : 8;
+    s.n_group_used = lite || kimi ? 1 : 4;
+    s.expert_weights_scale = lite ? 1.0 : kimi ? 2.827 : 2.5;
+    s.expert_weights_norm = !lite;
+    s.expert_gating_func = lite ? 1 : 2;
+    s.rope_freq_base = kimi ? 50000 : 10000;
+    s.rope_scaling_factor = kimi ? 32 : 40;
+    s.rope_orig_ctx = 4096;
+    s.rope_yarn_log_mul = lite ? 0.0707 : 0.1;  // 0.1 x mscale_all_dim
+    s.n_vocab = lite ? 102400 : kimi ? 163840 : 129280;
+    s.n_ctx = kimi ? 131072 : 163840;
+    return s;
+  }
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown preset '", preset,
-      "' (supported: qwen3-30b-a3b, qwen3.5-35b-a3b, gpt-oss-20b, gpt-oss-120b, tiny)"));
+      "' (supported: qwen3-30b-a3b, qwen3.5-35b-a3b, gpt-oss-20b, gpt-oss-120b, deepseek-v3, "
+      "kimi-k2, deepseek-v2-lite, tiny)"));
 }
 
 absl::StatusOr<std::vector<PlannedTensor>> PlanTensors(
@@ -334,9 +423,23 @@ absl::StatusOr<std::vector<PlannedTensor>> PlanTensors(
   for (const model::TensorSpec& t : arch->tensors) {
     if (!model::IsLayerTensor(t.id)) add(t, 0);
   }
+  // deepseek2: the q LoRA pair or attn_q, and the selection bias with the
+  // sigmoid router (as the published files).
+  auto wanted = [&](const model::TensorSpec& t) {
+    if (!IsDeepSeek2(spec)) return true;
+    switch (t.id) {
+      case model::TensorId::kAttnQA:
+      case model::TensorId::kAttnQANorm:
+      case model::TensorId::kAttnQB: return spec.q_lora_rank > 0;
+      case model::TensorId::kAttnQ: return spec.q_lora_rank == 0;
+      case model::TensorId::kRouterSelBias: return spec.expert_gating_func == 2;
+      default: return true;
+    }
+  };
   for (int il = 0; il < spec.n_layer; ++il) {
     for (const model::TensorSpec& t : arch->tensors) {
-      if (model::IsLayerTensor(t.id) && model::LayerSelected(t.layers, hp.layers[il])) {
+      if (model::IsLayerTensor(t.id) && model::LayerSelected(t.layers, hp.layers[il]) &&
+          wanted(t)) {
         add(t, il);
       }
     }
@@ -451,21 +554,46 @@ absl::Status AddTestModel(const TestModelSpec& spec, GgufWriter* writer,
   u32("block_count", spec.n_layer);
   u32("feed_forward_length", spec.n_ff);
   u32("expert_feed_forward_length", spec.n_ff_exp);
-  if (HasSharedExpert(*model::FindArch(a))) {
+  const model::HyperParams hp = ToHyperParams(spec);
+  if (HasSharedExpert(*model::FindArch(a)) && !IsDeepSeek2(spec)) {
     u32("expert_shared_feed_forward_length", spec.n_ff_shexp);
   }
   u32("attention.head_count", spec.n_head);
-  u32("attention.head_count_kv", spec.n_head_kv);
-  u32("attention.key_length", spec.head_dim);
-  u32("attention.value_length", spec.head_dim);
+  u32("attention.head_count_kv", hp.n_head_kv);
+  u32("attention.key_length", hp.head_dim_k);
+  u32("attention.value_length", hp.head_dim_v);
   writer->SetF32(absl::StrCat(a, ".rope.freq_base"),
                  static_cast<float>(spec.rope_freq_base));
   writer->SetF32(absl::StrCat(a, ".attention.layer_norm_rms_epsilon"),
                  static_cast<float>(spec.rms_eps));
   u32("expert_count", spec.n_expert);
   u32("expert_used_count", spec.n_expert_used);
-  const model::HyperParams hp = ToHyperParams(spec);
   if (spec.n_rot > 0) u32("rope.dimension_count", spec.n_rot);
+  if (IsDeepSeek2(spec)) {
+    // llama.cpp's deepseek2 keys (llama_model_deepseek2::load_arch_hparams).
+    u32("attention.q_lora_rank", spec.q_lora_rank);
+    u32("attention.kv_lora_rank", spec.kv_lora_rank);
+    u32("attention.key_length_mla", spec.head_dim);
+    u32("attention.value_length_mla", spec.head_dim_v);
+    u32("leading_dense_block_count", spec.n_dense_lead);
+    u32("expert_shared_count", spec.n_expert_shared);
+    writer->SetF32(absl::StrCat(a, ".expert_weights_scale"),
+                   static_cast<float>(spec.expert_weights_scale));
+    writer->SetBool(absl::StrCat(a, ".expert_weights_norm"), spec.expert_weights_norm);
+    u32("expert_gating_func", spec.expert_gating_func);
+    if (spec.n_expert_groups > 1) {
+      u32("expert_group_count", spec.n_expert_groups);
+      u32("expert_group_used_count", spec.n_group_used);
+    }
+    if (spec.rope_scaling_factor > 1) {
+      writer->SetString(absl::StrCat(a, ".rope.scaling.type"), "yarn");
+      writer->SetF32(absl::StrCat(a, ".rope.scaling.factor"),
+                     static_cast<float>(spec.rope_scaling_factor));
+      u32("rope.scaling.original_context_length", spec.rope_orig_ctx);
+      writer->SetF32(absl::StrCat(a, ".rope.scaling.yarn_log_multiplier"),
+                     static_cast<float>(spec.rope_yarn_log_mul));
+    }
+  }
   if (model::FindArch(a)->multi_section_rope) {
     writer->Set(absl::StrCat(a, ".rope.dimension_sections"),
                 GgufValue::IntArray(GgufValueType::kInt32, spec.rope_sections));

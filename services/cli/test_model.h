@@ -72,7 +72,20 @@ struct TestModelSpec {
   int64_t sliding_window = 128;
   double rope_scaling_factor = 32;
   int64_t rope_orig_ctx = 4096;
-  int64_t n_ff = 512;        // feed_forward_length (metadata only)
+  // deepseek2 (MLA): head_dim is the query/key head (nope + rope = n_rot),
+  // head_dim_v the value head; the cache holds kv_lora + n_rot per position.
+  int64_t q_lora_rank = 0;   // 0: attn_q directly (DeepSeek-V2-Lite)
+  int64_t kv_lora_rank = 64;
+  int64_t head_dim_v = 32;
+  int64_t n_dense_lead = 1;  // leading dense-FFN layers (FFN n_ff)
+  int64_t n_expert_shared = 1;
+  int64_t n_expert_groups = 0;
+  int64_t n_group_used = 0;
+  double expert_weights_scale = 1.0;
+  bool expert_weights_norm = true;
+  int64_t expert_gating_func = 2;  // 1 softmax, 2 sigmoid
+  double rope_yarn_log_mul = 0;    // rope.scaling.yarn_log_multiplier as written
+  int64_t n_ff = 512;        // feed_forward_length (metadata only; deepseek2: the dense FFN)
   int64_t n_vocab = 1024;
   int64_t n_ctx = 4096;
   double rope_freq_base = 1e6;
@@ -92,7 +105,16 @@ struct TestModelSpec {
 // 262144; "gpt-oss-20b" / "gpt-oss-120b" (openai/gpt-oss's configs): 24 / 36
 // layers, n_embd 2880, 64 query / 8 KV heads of 64, window 128 on alternate
 // layers, YaRN x32 from 4096 positions (base 150000), 32 / 128 experts top-4
-// of FFN 2880, vocabulary 201088, context 131072, type MXFP4_MOE; "tiny"
+// of FFN 2880, vocabulary 201088, context 131072, type MXFP4_MOE;
+// "deepseek-v3" / "kimi-k2" / "deepseek-v2-lite" (deepseek2, their published
+// configs): 61 / 61 / 27 layers, n_embd 7168 / 7168 / 2048, 128 / 64 / 16
+// MLA heads (q LoRA 1536 / 1536 / none, kv LoRA 512, nope 128 + rope 64, v
+// 128), 3 / 1 / 1 leading dense layers (FFN 18432 / 18432 / 10944), 256 /
+// 384 / 64 experts top-8 / 8 / 6 of FFN 2048 / 2048 / 1408 plus 1 / 1 / 2
+// shared, sigmoid / sigmoid / softmax router, groups 8 of which 4 are used
+// (V3 only), weights normalised x 2.5 / x 2.827 / unnormalised, YaRN x40 /
+// x32 / x40 from 4096 positions, vocabulary 129280 / 163840 / 102400,
+// context 163840 / 131072 / 163840; "tiny"
 // (the defaults above, the oracle fixtures' shape). The
 // context is 4096 unless the preset says otherwise. InvalidArgument
 // otherwise.

@@ -16,6 +16,7 @@
 #include "common/model/expert.h"
 #include "common/model/forward.h"
 #include "common/model/model.h"
+#include "common/model/sequence_state.h"
 #include "common/quant/quant.h"
 #include "common/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
@@ -260,6 +261,123 @@ TEST_F(TestModelTest, MatchesTheLlamaCppFixtures) {
     EXPECT_EQ((*(*ours)->GetArray("tokenizer.ggml.tokens"))->strings().size(),
               499u);
   }
+}
+
+// A deepseek2 test model of the fixture's shape has llama.cpp's tensors
+// (names, shapes, Q8_0 types) and metadata (keys, types, values).
+TEST_F(TestModelTest, DeepSeek2MatchesTheLlamaCppFixture) {
+  const std::string fixture =
+      absl::StrCat(MOESPLIT_FIXTURES_DIR, "/models/deepseek2-tiny-q8_0.gguf");
+  auto ref = GgufFile::Open(fixture);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  auto spec = PresetSpec("deepseek-v3");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  spec->n_layer = 3;
+  spec->n_embd = 128;
+  spec->n_head = 4;
+  spec->q_lora_rank = 64;
+  spec->kv_lora_rank = 64;
+  spec->head_dim = 48;
+  spec->n_rot = 16;
+  spec->head_dim_v = 32;
+  spec->n_dense_lead = 1;
+  spec->n_ff = 256;
+  spec->n_expert = 16;
+  spec->n_expert_used = 4;
+  spec->n_ff_exp = 64;
+  spec->n_expert_groups = 4;
+  spec->n_group_used = 2;
+  spec->rope_freq_base = 1e6;
+  spec->rope_scaling_factor = 0;  // the fixture has no YaRN
+  spec->n_vocab = 499;
+  spec->n_ctx = 4096;
+  spec->type = "Q8_0";
+  spec->threads = 2;
+  const std::string path = Path("ds2.gguf");
+  ASSERT_TRUE(WriteTestModel(*spec, path).ok());
+  auto ours = GgufFile::Open(path);
+  ASSERT_TRUE(ours.ok()) << ours.status();
+  ASSERT_EQ((*ours)->tensors().size(), (*ref)->tensors().size());
+  for (const GgufTensor& r : (*ref)->tensors()) {
+    const GgufTensor* t = (*ours)->FindTensor(r.name);
+    ASSERT_NE(t, nullptr) << r.name;
+    EXPECT_EQ(t->ne, r.ne) << r.name;
+    EXPECT_EQ(GgmlTypeName(t->type), GgmlTypeName(r.type)) << r.name;
+  }
+  for (const auto& [key, value] : (*ref)->metadata()) {
+    if (!absl::StartsWith(key, "deepseek2.")) continue;
+    const GgufValue* v = (*ours)->Find(key);
+    ASSERT_NE(v, nullptr) << key;
+    EXPECT_EQ(v->type(), value.type()) << key;
+    if (value.is_float()) {
+      EXPECT_NEAR(*v->AsFloat(), *value.AsFloat(), 1e-9) << key;
+    } else if (value.type() != GgufValueType::kBool) {
+      EXPECT_EQ(*v->AsInt(), *value.AsInt()) << key;
+    }
+  }
+  // It loads as what ToHyperParams planned, and runs.
+  auto m = model::Model::Open(path);
+  ASSERT_TRUE(m.ok()) << m.status();
+  const model::HyperParams& hp = (*m)->hparams();
+  const model::HyperParams planned = ToHyperParams(*spec);
+  EXPECT_EQ(hp.head_dim_k, planned.head_dim_k);
+  EXPECT_EQ(hp.n_ff_shexp, planned.n_ff_shexp);
+  EXPECT_EQ(hp.router_scoring, planned.router_scoring);
+  EXPECT_EQ(hp.layers[0].ffn, model::FfnKind::kDense);
+  EXPECT_EQ(model::SequenceState::KvBytesPerPosition(hp),
+            model::SequenceState::KvBytesPerPosition(planned));
+  model::InProcessExperts experts(model::ExpertStore(*m), nullptr);
+  model::Forward forward(*m, &experts, nullptr);
+  auto state = model::SequenceState::Create(hp, 16);
+  ASSERT_TRUE(state.ok());
+  std::vector<float> logits;
+  ASSERT_TRUE(forward.Eval({1, 2, 3}, state->get(), model::LogitsMode::kLast, &logits).ok());
+  for (float x : logits) ASSERT_TRUE(std::isfinite(x));
+}
+
+// The deepseek2 presets as published: MLA with a 576-value latent KV row,
+// dense leading layers, YaRN with the mscale correction.
+TEST_F(TestModelTest, DeepSeek2PresetsPlan) {
+  struct Want {
+    const char* preset;
+    int64_t layers, heads, experts, dense, vocab;
+    bool q_lora;
+  };
+  for (const Want& w : {Want{"deepseek-v3", 61, 128, 256, 3, 129280, true},
+                        Want{"kimi-k2", 61, 64, 384, 1, 163840, true},
+                        Want{"deepseek-v2-lite", 27, 16, 64, 1, 102400, false}}) {
+    auto spec = PresetSpec(w.preset);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    EXPECT_EQ(spec->arch, "deepseek2");
+    EXPECT_EQ(spec->n_layer, w.layers);
+    EXPECT_EQ(spec->n_head, w.heads);
+    EXPECT_EQ(spec->n_expert, w.experts);
+    EXPECT_EQ(spec->n_vocab, w.vocab);
+    const model::HyperParams hp = ToHyperParams(*spec);
+    EXPECT_EQ(hp.head_dim_k, 576) << w.preset;  // kv_lora 512 + rope 64
+    EXPECT_EQ(model::SequenceState::KvBytesPerPosition(hp), uint64_t(w.layers) * 576 * 2);
+    EXPECT_EQ(hp.n_moe_layers(), w.layers - w.dense);
+    auto plan = PlanTensors(*spec);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    bool q_a = false, q = false, dense_ffn = false;
+    for (const PlannedTensor& t : *plan) {
+      q_a = q_a || t.name == "blk.0.attn_q_a.weight";
+      q = q || t.name == "blk.0.attn_q.weight";
+      dense_ffn = dense_ffn || t.name == absl::StrCat("blk.", w.dense - 1, ".ffn_gate.weight");
+      EXPECT_NE(t.name, absl::StrCat("blk.", w.dense - 1, ".ffn_gate_exps.weight"));
+      if (t.name == "blk.5.attn_k_b.weight") {
+        EXPECT_EQ(t.ne, (std::vector<int64_t>{128, 512, w.heads}));
+      }
+    }
+    EXPECT_EQ(q_a, w.q_lora) << w.preset;
+    EXPECT_EQ(q, !w.q_lora) << w.preset;
+    EXPECT_TRUE(dense_ffn) << w.preset;
+  }
+  // DeepSeek-V3's YaRN: factor 40, mscale_all_dim 1 -> kq_scale =
+  // (1 + 0.1 ln 40)^2 / sqrt(192).
+  const model::HyperParams v3 = ToHyperParams(*PresetSpec("deepseek-v3"));
+  const double m = 1 + 0.1 * std::log(40.0);
+  EXPECT_NEAR(v3.attn_scale(), m * m / std::sqrt(192.0), 1e-6);
 }
 
 TEST_F(TestModelTest, BytesDependOnSeedNotThreads) {

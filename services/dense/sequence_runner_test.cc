@@ -1,6 +1,7 @@
 #include "services/dense/sequence_runner.h"
 
 #include <cstdio>
+#include <filesystem>
 
 #include "common/model/testing/tiny_model.h"
 #include "gtest/gtest.h"
@@ -169,14 +170,24 @@ TEST_F(SequenceRunnerTest, ReportsTheStateItHolds) {
 // tokens the logits they get in the slot that computed them, bit for bit
 // (the CPU's f16 rows; on the GPU, also the emulated one, the cache's own
 // type, f16 and q8_0), for a plain and a hybrid (gated DeltaNet) model.
+// deepseek2 (the fixture: MLA layers keep one latent row per position, no
+// V rows) and gpt-oss (sliding windows) as well.
 TEST(SequenceRunnerCacheTest, ExportedStateResumesBitForBit) {
-  for (const std::string arch : {"qwen3moe", "qwen35moe"}) {
+  for (const std::string arch : {"qwen3moe", "qwen35moe", "gpt-oss", "deepseek2"}) {
     for (const std::string kv_type : {"f16", "q8_0"}) {
-      model::testing::TinyModelOptions mo;
-      mo.arch = arch;
-      mo.head_dim = 32;
-      mo.n_layer = arch == "qwen35moe" ? 4 : 2;
-      auto m = model::testing::MakeTinyModel(mo);
+      absl::StatusOr<std::shared_ptr<const model::Model>> m;
+      if (arch == "deepseek2") {
+        const std::string path =
+            std::string(MOESPLIT_FIXTURES_DIR) + "/models/deepseek2-tiny-f16.gguf";
+        if (!std::filesystem::exists(path)) continue;
+        m = model::Model::Open(path);
+      } else {
+        model::testing::TinyModelOptions mo;
+        mo.arch = arch;
+        mo.head_dim = 32;
+        mo.n_layer = arch == "qwen35moe" ? 4 : 2;
+        m = model::testing::MakeTinyModel(mo);
+      }
       ASSERT_TRUE(m.ok()) << m.status();
       model::InProcessExperts experts(model::ExpertStore(*m), nullptr);
       RunnerOptions ro;

@@ -71,6 +71,7 @@ absl::StatusOr<std::unique_ptr<ExpertShard>> ExpertShard::Load(const ShardOption
     part->expert_end = shard.expert_begin + n_local * (i + 1) / n_nodes;
     for (int l = shard.layer_begin; l < shard.layer_end; ++l) {
       const auto& lw = m->layer(l);
+      if (lw.gate_exps.data == nullptr) continue;  // a dense-FFN layer: no experts
       for (const auto* v : {&lw.gate_exps, &lw.up_exps, &lw.down_exps}) {
         sizes[i] += SliceBytes(*v, part->expert_begin, part->expert_end) + 64;
         copy_bytes += SliceBytes(*v, part->expert_begin, part->expert_end);
@@ -109,6 +110,10 @@ absl::StatusOr<std::unique_ptr<ExpertShard>> ExpertShard::Load(const ShardOption
     for (int l = shard.layer_begin; l < shard.layer_end; ++l) {
       const auto& lw = m->layer(l);
       model::LayerExperts le;
+      if (lw.gate_exps.data == nullptr) {  // a dense-FFN layer: loads nothing
+        layers.push_back(std::move(le));
+        continue;
+      }
       model::ExpertTensorView* out[3] = {&le.gate, &le.up, &le.down};
       const model::ExpertTensorView* in[3] = {&lw.gate_exps, &lw.up_exps, &lw.down_exps};
       for (int k = 0; k < 3; ++k) {
@@ -135,6 +140,7 @@ absl::StatusOr<std::unique_ptr<ExpertShard>> ExpertShard::Load(const ShardOption
     });
     copier.join();
     for (const auto& le : layers) {
+      if (le.gate.data == nullptr) continue;
       for (const auto* v : {&le.gate, &le.up, &le.down}) formats.insert(std::string(GgmlTypeName(v->type)));
     }
     model::ExpertStore store(std::move(layers), m->n_layer(), static_cast<int>(hp.n_expert),

@@ -71,6 +71,43 @@ TEST(ExpertShardTest, MatchesInProcessReferenceBitForBit) {
   }
 }
 
+// deepseek2's leading dense-FFN layer has no experts: a shard over it loads
+// none (a shard of that layer alone loads) and refuses calls for it; its MoE
+// layers compute as in-process.
+TEST(ExpertShardTest, LoadsNoExpertsForDenseLayers) {
+  const std::string ds2 = std::string(MOESPLIT_FIXTURES_DIR) + "/models/deepseek2-tiny-q8_0.gguf";
+  auto m = model::Model::Open(ds2);
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_EQ((*m)->hparams().layers[0].ffn, model::FfnKind::kDense);
+  ShardOptions opt;
+  opt.model_path = ds2;
+  opt.threads = 1;
+  opt.shard = *ParseShardSpec("layers=0-0");
+  auto dense_only = ExpertShard::Load(opt);
+  ASSERT_TRUE(dense_only.ok()) << dense_only.status();
+  const int dim = (*dense_only)->description().d;
+  model::ExpertResult r;
+  absl::Status s = (*dense_only)->Compute(MakeCall(0, 1, dim, {0}), &r);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("no routed experts"));
+  opt.shard = *ParseShardSpec("layers=0-1");
+  auto with_dense = ExpertShard::Load(opt);
+  opt.shard = *ParseShardSpec("layers=1-1");
+  auto moe_only = ExpertShard::Load(opt);
+  ASSERT_TRUE(with_dense.ok()) << with_dense.status();
+  ASSERT_TRUE(moe_only.ok()) << moe_only.status();
+  ThreadPool pool(1);
+  model::InProcessExperts reference(model::ExpertStore(*m), &pool);
+  const auto call = MakeCall(1, 3, dim, {0, 9, 15, 4});
+  model::ExpertResult want, got;
+  ASSERT_TRUE(reference.Compute(call, &want).ok());
+  ASSERT_TRUE((*with_dense)->Compute(call, &got).ok());
+  ASSERT_EQ(want.partial.size(), got.partial.size());
+  EXPECT_EQ(0, std::memcmp(want.partial.data(), got.partial.data(), 4 * want.partial.size()));
+  EXPECT_EQ(reference.Compute(MakeCall(0, 1, dim, {0}), &want).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(ExpertShardTest, RefusesWorkOutsideItsShard) {
   ShardOptions opt;
   opt.model_path = kModel;

@@ -9,6 +9,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -33,6 +34,7 @@ using namespace std::chrono_literals;
 const std::string kFixtures = MOESPLIT_FIXTURES_DIR;
 const std::string kWorker = MOESPLIT_WORKER_BIN;
 const std::string kDense = MOESPLIT_DENSE_BIN;
+const std::string kCli = MOESPLIT_CLI_BIN;
 
 std::string Model(const std::string& name) { return kFixtures + "/models/" + name + ".gguf"; }
 
@@ -131,7 +133,8 @@ TEST_P(FixtureLogitsTest, IdenticalAcrossLocalShmGrpcAndTwoWorkers) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureLogitsTest,
                          ::testing::Values("qwen3moe-tiny-q4_k_m", "qwen2moe-tiny-q8_0",
                                            "qwen35moe-tiny-f16", "qwen35moe-tiny-q8_0",
-                                           "gptoss-tiny-f16", "gptoss-tiny-mxfp4_moe"));
+                                           "gptoss-tiny-f16", "gptoss-tiny-mxfp4_moe",
+                                           "deepseek2-tiny-f16", "deepseek2-tiny-q8_0"));
 
 // Workers splitting the experts by id (each one's partial sums added by the
 // dense side: the same values up to the order of the additions). gpt-oss's
@@ -169,6 +172,63 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, ExpertIdSplitTest,
                            for (char& c : n) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
                            return n;
                          });
+
+// deepseek2 over four gRPC workers: an 8-layer DeepSeek-V3-shaped test model
+// (MLA, 3 dense layers, sigmoid router with groups) split by layers, a
+// quarter each, is bit-identical to one worker; with the last layers'
+// experts split by id over two of them, the partial sums reassociate
+// (remote_experts.h), so it agrees closely.
+TEST(SplitServicesTest, DeepSeek2OverFourGrpcWorkers) {
+  const std::string path = absl::StrCat(testing::TempDir(), "/ds2-split-", getpid(), ".gguf");
+  const std::string make = absl::StrCat(
+      kCli, " make-test-model --preset deepseek-v3 --layers 8 --d 128 --heads 4 --q-lora 64 ",
+      "--kv-lora 64 --head-dim 48 --rope-dims 16 --head-dim-v 32 --experts 16 --expert-ffn 64 ",
+      "--ffn 256 --vocab 512 --ctx 4096 --type Q8_0 --threads 1 --out ", path, " 2>/dev/null");
+  ASSERT_EQ(std::system(make.c_str()), 0) << make;
+  auto m = model::Model::Open(path);
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_EQ((*m)->hparams().n_dense_lead, 3);
+  ThreadPool pool(2);
+  const std::string prompts = "deepseek2-tiny-f16";  // token ids < 499
+  auto grpc_workers = [&](const std::vector<std::string>& shards,
+                          std::vector<std::unique_ptr<ChildProcess>>* procs) {
+    std::vector<std::string> addrs;
+    for (const std::string& shard : shards) {
+      const int port = FreePort();
+      procs->push_back(StartWorker({"--model", path, "--listen-grpc",
+                                    absl::StrCat("127.0.0.1:", port), "--shard", shard,
+                                    "--threads", "1"}));
+      addrs.push_back(absl::StrCat("grpc://127.0.0.1:", port));
+    }
+    return addrs;
+  };
+  std::vector<std::unique_ptr<ChildProcess>> one, four, ids;
+  auto single = Connect(grpc_workers({"layers=0-7"}, &one), **m);
+  ASSERT_TRUE(single.ok()) << single.status();
+  const auto want = AllLogits(prompts, single->get(), *m, &pool);
+  model::InProcessExperts local(model::ExpertStore(*m), &pool);
+  EXPECT_TRUE(SameBits(want, AllLogits(prompts, &local, *m, &pool)));
+  auto quarters = Connect(
+      grpc_workers({"layers=0-1", "layers=2-3", "layers=4-5", "layers=6-7"}, &four), **m);
+  ASSERT_TRUE(quarters.ok()) << quarters.status();
+  EXPECT_TRUE(SameBits(want, AllLogits(prompts, quarters->get(), *m, &pool)));
+  auto by_ids = Connect(grpc_workers({"layers=0-3", "layers=4-6", "layers=7,experts=0-7",
+                                      "layers=7,experts=8-15"},
+                                     &ids),
+                        **m);
+  ASSERT_TRUE(by_ids.ok()) << by_ids.status();
+  const auto got = AllLogits(prompts, by_ids->get(), *m, &pool);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t c = 0; c < want.size(); ++c) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < want[c].size(); ++i) {
+      num += (got[c][i] - want[c][i]) * (got[c][i] - want[c][i]);
+      den += want[c][i] * want[c][i];
+    }
+    EXPECT_LT(num / den, 1e-8) << "case " << c;
+  }
+  std::filesystem::remove(path);
+}
 
 TEST(SplitServicesTest, OverlappingAndMissingShardsAreRefused) {
   const std::string model = Model("qwen3moe-tiny-q8_0");

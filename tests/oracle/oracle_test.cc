@@ -130,16 +130,6 @@ void Score(const std::vector<float>& ours, const std::vector<float>& ref, int64_
   r->top1 = double(agree) / n;
 }
 
-// "qwen35moe" from "qwen35moe-tiny-f16" (gpt-oss's fixtures are "gptoss-").
-std::string ArchOfFixture(const std::string& name) {
-  const std::string a = name.substr(0, name.find("-tiny-"));
-  return a == "gptoss" ? "gpt-oss" : a;
-}
-
-// Architectures with fixtures whose implementation is still to come. Every
-// other fixture must load and pass.
-bool IsPendingArch(const std::string& arch) { return arch == "deepseek2"; }
-
 class OracleTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(OracleTest, MatchesLlamaCppLogits) {
@@ -148,11 +138,6 @@ TEST_P(OracleTest, MatchesLlamaCppLogits) {
   ASSERT_TRUE(in) << name;
   const nlohmann::json spec = nlohmann::json::parse(in);
   auto model = Model::Open(ModelsDir() + "/" + spec["model"].get<std::string>());
-  if (!model.ok() && FindArch(ArchOfFixture(name)) == nullptr &&
-      IsPendingArch(ArchOfFixture(name))) {
-    GTEST_SKIP() << name << ": architecture " << ArchOfFixture(name)
-                 << " is not implemented yet (its issue is open): " << model.status();
-  }
   ASSERT_TRUE(model.ok()) << model.status();
   const int64_t nv = (*model)->hparams().n_vocab;
   ASSERT_EQ(nv, spec["n_vocab"].get<int64_t>());

@@ -8,6 +8,7 @@
 #include <future>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/backend/cuda/cuda_backend.h"
 #include "common/backend/cuda/cuda_status.h"
 #include "common/backend/cuda/internal/block_codec.h"
@@ -59,6 +60,26 @@ WorkspaceSizes Sizes(const model::Model& m, int64_t B, int64_t n_ctx, int stream
 
 absl::Status CheckSupported(const model::Model& m) {
   const HyperParams& hp = m.hparams();
+  // deepseek2's pieces have CPU kernels only so far (named, so that
+  // --backend auto runs the model on the CPU).
+  std::vector<std::string> missing;
+  bool mla = false, dense = false, sel_bias = false;
+  for (int il = 0; il < m.n_layer(); ++il) {
+    mla = mla || hp.layers[il].mixer == model::MixerKind::kMla;
+    dense = dense || hp.layers[il].ffn == model::FfnKind::kDense;
+    sel_bias = sel_bias || !m.layer(il).router_sel_b.empty();
+  }
+  if (mla) missing.push_back("multi-head latent attention (MLA) with NORM RoPE");
+  if (dense) missing.push_back("dense-FFN layers");
+  if (hp.router_scoring == model::RouterSpec::Scoring::kSigmoid || sel_bias ||
+      hp.n_expert_groups > 1 || hp.expert_weights_scale != 1.0f) {
+    missing.push_back("the sigmoid router with selection bias, expert groups and weight scale");
+  }
+  if (!missing.empty()) {
+    return absl::UnimplementedError(absl::StrCat("the CUDA forward does not implement ", hp.arch,
+                                                 "'s ", absl::StrJoin(missing, ", "),
+                                                 " yet (use --backend cpu)"));
+  }
   if (hp.n_recurrent_layers() > 0) {
     const int64_t dim = hp.ssm_head_k;
     if (hp.ssm_head_v != dim || dim % 16 != 0 || dim < 16 || dim > raw::kMaxDeltaDim ||

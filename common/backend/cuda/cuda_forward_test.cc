@@ -113,10 +113,6 @@ TEST_P(CudaOracleTest, MatchesLlamaCppLogits) {
   if (!fs::exists(gguf)) GTEST_SKIP() << gguf << " not present";
   auto m = model::Model::Open(gguf);
   const std::string arch = name.substr(0, name.find("-tiny-"));
-  if (!m.ok() && (arch == "gptoss" || arch == "deepseek2")) {
-    GTEST_SKIP() << name << ": architecture not implemented yet (its issue is open): "
-                 << m.status();
-  }
   ASSERT_TRUE(m.ok()) << m.status();
   const int64_t nv = (*m)->hparams().n_vocab;
   ThreadPool pool(0);
@@ -124,6 +120,14 @@ TEST_P(CudaOracleTest, MatchesLlamaCppLogits) {
   CudaForwardOptions o;
   o.n_ctx = 256;
   auto fwd = CudaForward::Create(*m, &experts, gpu.get(), o);
+  if (arch == "deepseek2" && !fwd.ok()) {
+    // The CPU forward implements deepseek2; the CUDA one refuses it (named)
+    // until its kernels land (issue open).
+    EXPECT_EQ(fwd.status().code(), absl::StatusCode::kUnimplemented) << fwd.status();
+    EXPECT_NE(fwd.status().message().find("multi-head latent attention"), std::string::npos)
+        << fwd.status();
+    GTEST_SKIP() << name << ": " << fwd.status();
+  }
   ASSERT_TRUE(fwd.ok()) << fwd.status();
   const bool float_model = name.size() > 4 && (name.substr(name.size() - 4) == "-f16" ||
                                                name.substr(name.size() - 4) == "-f32");

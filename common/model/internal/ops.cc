@@ -269,6 +269,73 @@ void ApplyRopeNeox(const RopeAngles& a, int64_t n_rot, float* x) {
   }
 }
 
+void ApplyRopeNorm(const RopeAngles& a, int64_t n_rot, float* x) {
+  const int64_t half = n_rot / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    const float x0 = x[2 * i];
+    const float x1 = x[2 * i + 1];
+    x[2 * i] = x0 * a.cos[i] - x1 * a.sin[i];
+    x[2 * i + 1] = x0 * a.sin[i] + x1 * a.cos[i];
+  }
+}
+
+void SelectExpertsGeneral(const RouterChoice& rc, float* logits, int32_t* ids, float* weights) {
+  const int n = rc.n_expert, k = rc.k;
+  using S = RouterSpec::Scoring;
+  if (rc.scoring == S::kSoftmax) {
+    Softmax(logits, n);
+  } else if (rc.scoring == S::kSigmoid) {
+    for (int i = 0; i < n; ++i) logits[i] = Sigmoid(logits[i]);
+  }
+  std::vector<float> sel(logits, logits + n);
+  if (rc.bias != nullptr) {
+    for (int i = 0; i < n; ++i) sel[i] += rc.bias[i];
+  }
+  auto desc = [&sel](int32_t a, int32_t b) {
+    return sel[a] > sel[b] || (sel[a] == sel[b] && a < b);
+  };
+  if (rc.n_groups > 1) {
+    const int per = n / rc.n_groups;
+    std::vector<float> group_score(rc.n_groups);
+    std::vector<int32_t> members(per);
+    for (int g = 0; g < rc.n_groups; ++g) {
+      std::iota(members.begin(), members.end(), g * per);
+      std::partial_sort(members.begin(), members.begin() + 2, members.end(), desc);
+      group_score[g] = static_cast<float>(static_cast<double>(sel[members[0]]) +
+                                          static_cast<double>(sel[members[1]]));
+    }
+    std::vector<int32_t> groups(rc.n_groups);
+    std::iota(groups.begin(), groups.end(), 0);
+    std::partial_sort(groups.begin(), groups.begin() + rc.n_group_used, groups.end(),
+                      [&](int32_t a, int32_t b) {
+                        return group_score[a] > group_score[b] ||
+                               (group_score[a] == group_score[b] && a < b);
+                      });
+    std::vector<bool> used(rc.n_groups, false);
+    for (int i = 0; i < rc.n_group_used; ++i) used[groups[i]] = true;
+    for (int i = 0; i < n; ++i) {
+      if (!used[i / per]) sel[i] = -INFINITY;
+    }
+  }
+  std::vector<int32_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), desc);
+  for (int i = 0; i < k; ++i) {
+    ids[i] = order[i];
+    weights[i] = logits[order[i]];
+  }
+  if (rc.scoring == S::kSoftmaxSelected) Softmax(weights, k);
+  if (rc.normalize) {
+    double sum = 0.0;
+    for (int i = 0; i < k; ++i) sum += weights[i];
+    const float s = static_cast<float>(sum);
+    for (int i = 0; i < k; ++i) weights[i] /= s;
+  }
+  if (rc.scale != 0.0f && rc.scale != 1.0f) {
+    for (int i = 0; i < k; ++i) weights[i] *= rc.scale;
+  }
+}
+
 int64_t Argmax(const float* x, int64_t n) {
   int64_t best = 0;
   for (int64_t i = 1; i < n; ++i) {

@@ -54,6 +54,28 @@ void SelectExperts(float* logits, int n_expert, int k, bool normalize, int32_t* 
 void SelectExpertsSoftmaxOfTopK(const float* logits, int n_expert, int k, int32_t* ids,
                                 float* weights);
 
+// The general router (deepseek2; also the plain softmax case): scores =
+// softmax(logits) or sigmoid(logit) per expert; selection = scores + bias
+// (when given); with n_groups > 1 only the n_group_used groups (experts
+// split into n_groups equal consecutive ranges) with the largest sum of
+// their two best selection values compete (ties -> lower group); the k
+// largest selection values (ties -> lower id) in descending order into
+// ids[0..k); their unbiased scores into weights (softmax over those k for
+// kSoftmaxSelected), renormalised to sum 1 (sum in double, as ggml_sum_rows)
+// when `normalize`, then times `scale` when it is not 1. As llama.cpp's
+// build_moe_ffn. `logits` is overwritten with the scores.
+struct RouterChoice {
+  RouterSpec::Scoring scoring = RouterSpec::Scoring::kSoftmax;
+  int n_expert = 0;
+  int k = 0;
+  bool normalize = false;
+  float scale = 1.0f;
+  const float* bias = nullptr;  // n_expert selection biases, or nullptr
+  int n_groups = 0;
+  int n_group_used = 0;
+};
+void SelectExpertsGeneral(const RouterChoice& rc, float* logits, int32_t* ids, float* weights);
+
 // RoPE angles for one position: cos/sin of theta_i for i in [0, n_rot/2),
 // following ggml's rope_yarn (theta_i = pos * base^(-2i/n_rot), computed by
 // repeated multiplication in float as ggml does; YaRN / linear scaling from
@@ -70,6 +92,8 @@ bool MultiSectionPairRotates(const std::array<int, 4>& sections, int64_t pair);
 // NEOX rotation of one head vector of `head_dim` elements in place: pairs
 // (x[i], x[i + n_rot/2]) for i < n_rot/2; dimensions >= n_rot unchanged.
 void ApplyRopeNeox(const RopeAngles& a, int64_t n_rot, float* x);
+// NORM rotation (ggml's default mode): adjacent pairs (x[2i], x[2i + 1]).
+void ApplyRopeNorm(const RopeAngles& a, int64_t n_rot, float* x);
 
 // YaRN correction dims (ggml_rope_yarn_corr_dims).
 void RopeYarnCorrDims(int64_t n_rot, int64_t n_ctx_orig, float freq_base, float beta_fast,
