@@ -859,7 +859,8 @@ TEST(ToolChoiceTest, RequiredAndNamedForceAValidCall) {
       R"("properties":{"city":{"type":"string","maxLength":12},"days":{"type":"integer"}},)"
       R"("required":["city","days"]}}},{"type":"function","function":{"name":"search"}}])";
   for (const std::string choice :
-       {R"({"type":"function","function":{"name":"get_weather"}})", std::string(R"("required")")}) {
+       std::vector<std::string>{R"({"type":"function","function":{"name":"get_weather"}})",
+                                R"("required")"}) {
     SCOPED_TRACE(choice);
     const std::string body = absl::StrCat(
         R"({"messages":[{"role":"user","content":"Weather in Paris?"}],"max_tokens":200,)",
