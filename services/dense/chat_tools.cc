@@ -251,6 +251,7 @@ absl::StatusOr<std::shared_ptr<const grammar::Grammar>> ToolChoiceConstraint(
     const std::string name = t["function"]["name"].get<std::string>();
     if (tools.choice == ToolChoice::kNamed && name != tools.named) continue;
     nlohmann::ordered_json params = t["function"].value("parameters", nlohmann::ordered_json());
+    // No parameters: an empty argument list (OpenAI's rule).
     if (params.is_null()) params = {{"type", "object"}};
     nlohmann::ordered_json call = {
         {"type", "object"},

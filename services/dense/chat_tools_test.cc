@@ -277,8 +277,9 @@ bool ConstraintAccepts(const std::shared_ptr<const grammar::Grammar>& g, const s
 TEST(ToolChoiceConstraintTest, HermesCallsAreForcedAndParseBack) {
   const std::string weather =
       "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+  // search_docs has no parameters: an empty argument list (OpenAI's rule).
   const std::string search =
-      "<tool_call>\n{\"name\": \"search_docs\", \"arguments\": {\"q\": 1}}\n</tool_call>";
+      "<tool_call>\n{\"name\": \"search_docs\", \"arguments\": {}}\n</tool_call>";
   auto named = ToolChoiceConstraint(
       Request(Json::parse(R"({"type":"function","function":{"name":"get_weather"}})")),
       chat::ToolCallFamily::kHermes);
@@ -293,7 +294,9 @@ TEST(ToolChoiceConstraintTest, HermesCallsAreForcedAndParseBack) {
   ASSERT_TRUE(required.ok()) << required.status();
   ASSERT_NE(*required, nullptr);
   EXPECT_TRUE(ConstraintAccepts(*required, weather));
-  EXPECT_TRUE(ConstraintAccepts(*required, search));  // no parameters: any object
+  EXPECT_TRUE(ConstraintAccepts(*required, search));
+  EXPECT_FALSE(ConstraintAccepts(
+      *required, "<tool_call>\n{\"name\": \"search_docs\", \"arguments\": {\"q\": 1}}\n</tool_call>"));
   EXPECT_FALSE(ConstraintAccepts(
       *required, "<tool_call>\n{\"name\": \"other\", \"arguments\": {}}\n</tool_call>"));
   const ChatDelta back = SplitChatOutput(weather, chat::OutputFormat::kThink, false,
