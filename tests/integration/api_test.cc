@@ -129,6 +129,18 @@ int PostStreaming(httplib::Client& c, const std::string& path, const std::string
   return res.status;
 }
 
+// POST, the whole event stream as text; *status gets the HTTP status.
+std::string PostSse(const Server& s, const std::string& path, const std::string& body,
+                    int* status) {
+  httplib::Client c = s.Http();
+  std::string sse;
+  *status = PostStreaming(c, path, body, [&](const char* data, size_t n) {
+    sse.append(data, n);
+    return true;
+  });
+  return sse;
+}
+
 struct Streamed {
   grpc::Status status;
   std::vector<int32_t> tokens;
@@ -807,14 +819,9 @@ TEST(HarmonyTest, AnalysisIsReasoningAndFinalIsContent) {
   EXPECT_EQ(choice["message"]["content"], "Hello there!") << r->body;
   EXPECT_EQ(choice["finish_reason"], "stop") << r->body;
   // Streamed: the same split, as deltas.
-  httplib::Client c = s.Http();
-  std::string sse;
-  ASSERT_EQ(PostStreaming(c, "/v1/chat/completions", body + R"(,"stream":true})",
-                          [&](const char* data, size_t n) {
-                            sse.append(data, n);
-                            return true;
-                          }),
-            200);
+  int status = 0;
+  const std::string sse = PostSse(s, "/v1/chat/completions", body + R"(,"stream":true})", &status);
+  ASSERT_EQ(status, 200) << sse;
   std::string reasoning, content;
   int reasoning_chunks = 0, content_chunks = 0;
   for (size_t at = 0; (at = sse.find("data: ", at)) != std::string::npos;) {
@@ -885,14 +892,10 @@ TEST(ToolChoiceTest, RequiredAndNamedForceAValidCall) {
       EXPECT_TRUE(args.is_object()) << args;
     }
     // Streamed: the call comes as delta.tool_calls.
-    httplib::Client c = s.Http();
-    std::string sse;
-    ASSERT_EQ(PostStreaming(c, "/v1/chat/completions", body + R"(,"stream":true})",
-                            [&](const char* data, size_t n) {
-                              sse.append(data, n);
-                              return true;
-                            }),
-              200);
+    int status = 0;
+    const std::string sse =
+        PostSse(s, "/v1/chat/completions", body + R"(,"stream":true})", &status);
+    ASSERT_EQ(status, 200) << sse;
     EXPECT_NE(sse.find("\"tool_calls\""), std::string::npos) << sse;
     EXPECT_NE(sse.find("\"finish_reason\":\"tool_calls\""), std::string::npos) << sse;
   }

@@ -316,6 +316,25 @@ std::vector<float> RoundQuery(GgmlType kv_type, const std::vector<float>& q) {
   return out;
 }
 
+// The attention of n tokens at pos0 (q, out: all the tokens' rows) over `kv`.
+raw::AttentionParams AttentionOf(const raw::PagedKv& kv, const float* q, float* out,
+                                 int64_t pos0, int64_t n, int n_head, int n_head_kv, int hd,
+                                 float* scratch, int64_t scratch_elems) {
+  raw::AttentionParams p;
+  p.q = q + pos0 * n_head * hd;
+  p.out = out + pos0 * n_head * hd;
+  p.kv = kv;
+  p.n_tok = n;
+  p.pos0 = pos0;
+  p.n_head = n_head;
+  p.n_head_kv = n_head_kv;
+  p.head_dim = hd;
+  p.scale = 1.0f / std::sqrt(float(hd));
+  p.split_scratch = scratch;
+  p.split_scratch_elems = scratch_elems;
+  return p;
+}
+
 // The F16 cache's attention as the contract states it: per chunk of
 // kAttentionChunk positions, llama.cpp's CPU flash attention with an f16
 // accumulator (the CPU reference's primitives, common/model/internal/
@@ -396,18 +415,8 @@ TEST_F(CudaOpsTest, PagedAttentionMatchesTheCpuForEveryKvType) {
     float* scratch = Zeros<float>(scratch_elems);
     for (auto [pos0, n] : {std::pair<int64_t, int64_t>{0, 37}, {37, 1}}) {
       ASSERT_TRUE(ToStatus(raw::KvWrite(kv, dk + pos0 * kd, dv + pos0 * kd, n, pos0, kd, kd, s())).ok());
-      raw::AttentionParams p;
-      p.q = dq + pos0 * n_head * hd;
-      p.out = out + pos0 * n_head * hd;
-      p.kv = kv;
-      p.n_tok = n;
-      p.pos0 = pos0;
-      p.n_head = n_head;
-      p.n_head_kv = n_head_kv;
-      p.head_dim = hd;
-      p.scale = 1.0f / std::sqrt(float(hd));
-      p.split_scratch = scratch;
-      p.split_scratch_elems = scratch_elems;
+      const raw::AttentionParams p =
+          AttentionOf(kv, dq, out, pos0, n, n_head, n_head_kv, hd, scratch, scratch_elems);
       ASSERT_TRUE(ToStatus(raw::Attention(p, s())).ok());
     }
     std::vector<float> got = Download(out, total * n_head * hd);
@@ -626,20 +635,10 @@ TEST_F(CudaOpsTest, SlidingWindowAndSinksMatchTheCpu) {
       for (auto [pos0, n] : calls) {
         ASSERT_TRUE(
             ToStatus(raw::KvWrite(kv, dk + pos0 * kd, dv + pos0 * kd, n, pos0, kd, kd, s())).ok());
-        raw::AttentionParams p;
-        p.q = dq + pos0 * n_head * hd;
-        p.out = out + pos0 * n_head * hd;
-        p.kv = kv;
-        p.n_tok = n;
-        p.pos0 = pos0;
-        p.n_head = n_head;
-        p.n_head_kv = n_head_kv;
-        p.head_dim = hd;
-        p.scale = 1.0f / std::sqrt(float(hd));
+        raw::AttentionParams p =
+            AttentionOf(kv, dq, out, pos0, n, n_head, n_head_kv, hd, scratch, scratch_elems);
         p.window = window;
         p.sinks = dsinks;
-        p.split_scratch = scratch;
-        p.split_scratch_elems = scratch_elems;
         ASSERT_TRUE(ToStatus(raw::Attention(p, s())).ok());
       }
       const std::vector<float> got = Download(out, total * n_head * hd);

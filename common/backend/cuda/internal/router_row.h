@@ -14,6 +14,28 @@
 
 namespace moesplit::cuda::codec {
 
+// The k largest of v[0..n) in k passes, each the best (value, -id) strictly
+// below the previous pick (ties -> lower id): ids and their values.
+MS_HD void TopKRow(const float* v, int n, int k, int32_t* ids, float* values) {
+  float prev_v = INFINITY;
+  int prev_id = -1;
+  for (int i = 0; i < k; ++i) {
+    int best = -1;
+    float best_v = -INFINITY;
+    for (int e = 0; e < n; ++e) {
+      const bool below = v[e] < prev_v || (v[e] == prev_v && e > prev_id);
+      if (below && (best < 0 || v[e] > best_v)) {
+        best = e;
+        best_v = v[e];
+      }
+    }
+    ids[i] = best;
+    values[i] = best_v;
+    prev_v = best_v;
+    prev_id = best;
+  }
+}
+
 // p: n_expert logits, overwritten by the probabilities; ids / weights: k
 // entries. REQUIRES: 1 <= k <= n_expert.
 MS_HD void SelectExpertsRow(float* p, int n_expert, int k, bool normalize, int32_t* ids,
@@ -27,26 +49,9 @@ MS_HD void SelectExpertsRow(float* p, int n_expert, int k, bool normalize, int32
   }
   const float inv = static_cast<float>(1.0 / sum);
   for (int e = 0; e < n_expert; ++e) p[e] *= inv;
-  float prev_v = INFINITY;
-  int prev_id = -1;
+  TopKRow(p, n_expert, k, ids, weights);
   float wsum = 0.0f;
-  for (int i = 0; i < k; ++i) {
-    int best = -1;
-    float best_v = -INFINITY;
-    for (int e = 0; e < n_expert; ++e) {
-      const float v = p[e];
-      const bool below = v < prev_v || (v == prev_v && e > prev_id);
-      if (below && (best < 0 || v > best_v)) {
-        best = e;
-        best_v = v;
-      }
-    }
-    ids[i] = best;
-    weights[i] = best_v;
-    wsum += best_v;
-    prev_v = best_v;
-    prev_id = best;
-  }
+  for (int i = 0; i < k; ++i) wsum += weights[i];
   if (normalize) {
     for (int i = 0; i < k; ++i) weights[i] /= wsum;
   }
@@ -58,24 +63,7 @@ MS_HD void SelectExpertsRow(float* p, int n_expert, int k, bool normalize, int32
 // written. REQUIRES: 1 <= k <= n_expert.
 MS_HD void SelectExpertsTopKSoftmaxRow(const float* logits, int n_expert, int k, int32_t* ids,
                                        float* weights) {
-  float prev_v = INFINITY;
-  int prev_id = -1;
-  for (int i = 0; i < k; ++i) {
-    int best = -1;
-    float best_v = -INFINITY;
-    for (int e = 0; e < n_expert; ++e) {
-      const float v = logits[e];
-      const bool below = v < prev_v || (v == prev_v && e > prev_id);
-      if (below && (best < 0 || v > best_v)) {
-        best = e;
-        best_v = v;
-      }
-    }
-    ids[i] = best;
-    weights[i] = best_v;
-    prev_v = best_v;
-    prev_id = best;
-  }
+  TopKRow(logits, n_expert, k, ids, weights);
   float max = -INFINITY;
   for (int i = 0; i < k; ++i) max = fmaxf(max, weights[i]);
   double sum = 0.0;
