@@ -775,7 +775,7 @@ std::string ScriptedHarmonyModel(const std::string& script) {
   // Perceptron updates towards a margin of 4; the worst margin left must
   // still be clear of the f16 rounding of the attention.
   float worst = -1e30f;
-  for (int epoch = 0; epoch < 3000 && worst < 4.0f; ++epoch) {
+  for (int epoch = 0; epoch < 20000 && worst < 4.0f; ++epoch) {
     worst = 1e30f;
     for (const Step& st : steps) {
       int32_t rival = -1;
@@ -851,6 +851,36 @@ TEST(HarmonyTest, AnalysisIsReasoningAndFinalIsContent) {
   ASSERT_TRUE(g.status.ok()) << g.status.error_message();
   EXPECT_EQ(g.reasoning, "Think first.");
   EXPECT_EQ(g.text, "Hello there!");
+  std::filesystem::remove(model);
+}
+
+// A harmony tool call written by a model (the same hand-set gpt-oss model,
+// fitted to a call): a commentary message to functions.get_weather comes
+// back as an OpenAI tool call, whole and streamed.
+TEST(HarmonyTest, AToolCallComesBackAsToolCalls) {
+  const std::string model = ScriptedHarmonyModel(
+      " to=functions.get_weather<|channel|>commentary json<|message|>{\"city\":\"Paris\"}"
+      "<|call|>");
+  Server s(2, 2, {}, model);
+  const std::string body =
+      R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":120,"temperature":0,)"
+      R"("tools":[{"type":"function","function":{"name":"get_weather","parameters":)"
+      R"({"type":"object","properties":{"city":{"type":"string"}}}}}])";
+  auto r = s.Http().Post("/v1/chat/completions", body + "}", "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const Json choice = Json::parse(r->body)["choices"][0];
+  EXPECT_EQ(choice["finish_reason"], "tool_calls") << r->body;
+  ASSERT_EQ(choice["message"]["tool_calls"].size(), 1u) << r->body;
+  EXPECT_EQ(choice["message"]["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(Json::parse(choice["message"]["tool_calls"][0]["function"]["arguments"].get<std::string>()),
+            Json::parse(R"({"city":"Paris"})"));
+  int status = 0;
+  const std::string sse = PostSse(s, "/v1/chat/completions", body + R"(,"stream":true})", &status);
+  ASSERT_EQ(status, 200) << sse;
+  EXPECT_NE(sse.find("\"tool_calls\""), std::string::npos) << sse;
+  EXPECT_NE(sse.find("get_weather"), std::string::npos) << sse;
+  EXPECT_NE(sse.find("\"finish_reason\":\"tool_calls\""), std::string::npos) << sse;
   std::filesystem::remove(model);
 }
 
