@@ -951,6 +951,16 @@ TEST(ToolChoiceTest, RequiredAndNamedForceAValidCall) {
   EXPECT_EQ(finish, "tool_calls");
 }
 
+// Runs a shell command; its stdout in *out, its exit status returned (-1
+// when it cannot start).
+int ShellOutput(const std::string& cmd, std::string* out) {
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return -1;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out->append(buf, n);
+  return pclose(p);
+}
+
 // `moesplit render-template` prints exactly what llama.cpp rendered for every
 // template fixture (BOS/EOS from the tiny qwen3moe model, the fixture date).
 TEST(RenderTemplateCommandTest, MatchesEveryFixtureByteForByte) {
@@ -973,12 +983,8 @@ TEST(RenderTemplateCommandTest, MatchesEveryFixtureByteForByte) {
           absl::StrCat("'", kCli, "' render-template --model '", model, "' --template-file '",
                        path, "' --messages-json '", messages, "' --date 2026-11-29",
                        gen ? "" : " --no-generation-prompt");
-      FILE* p = popen(cmd.c_str(), "r");
-      ASSERT_NE(p, nullptr);
       std::string out;
-      char buf[4096];
-      for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-      EXPECT_EQ(pclose(p), 0) << cmd;
+      EXPECT_EQ(ShellOutput(cmd, &out), 0) << cmd;
       EXPECT_EQ(out, c["prompt"].get<std::string>()) << path << " case " << i - 1;
       ++cases;
     }
@@ -1008,12 +1014,8 @@ TEST(RenderTemplateCommandTest, ToolsFixturesWithToolsJson) {
           "'", kCli, "' render-template --model '", model, "' --template-file '", path,
           "' --messages-json '", base, ".messages.json' --tools-json '", base,
           ".tools.json' --date ", expected["date"].get<std::string>());
-      FILE* p = popen(cmd.c_str(), "r");
-      ASSERT_NE(p, nullptr);
       std::string out;
-      char buf[4096];
-      for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-      EXPECT_EQ(pclose(p), 0) << cmd;
+      EXPECT_EQ(ShellOutput(cmd, &out), 0) << cmd;
       EXPECT_EQ(out, c["prompt"].get<std::string>()) << expected_path << " case " << cases;
       ++cases;
     }
