@@ -51,9 +51,10 @@ absl::Status ValidateMatMul(const WeightView& w, const float* x, int64_t n_token
   if (w.packed && !PackedLayoutExists(w.type)) {
     return absl::InvalidArgumentError(absl::StrCat("MatMul: ", name, " has no packed layout"));
   }
-  if (w.packed && (w.n_rows % kPackedStripRows != 0 || w.n_cols % 256 != 0)) {
+  if (w.packed && (w.n_rows % kPackedStripRows != 0 || w.n_cols % PackedColumns(w.type) != 0)) {
     return absl::InvalidArgumentError(absl::StrCat("MatMul: packed ", name, " weights of ", w.n_rows, "x",
-                                                   w.n_cols, " are not whole 16-row strips of 256-column superblocks"));
+                                                   w.n_cols, " are not whole 16-row strips of ",
+                                                   PackedColumns(w.type), "-column superblocks"));
   }
   const bool has_work = w.n_cols > 0 && w.n_rows > 0 && n_tokens > 0;
   if (has_work && (w.data == nullptr || x == nullptr)) {

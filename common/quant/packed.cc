@@ -92,6 +92,63 @@ void PackSuperQ6K(const uint8_t* rows, uint64_t row_bytes, int64_t i, uint8_t* o
   }
 }
 
+// One 32-column block of 16 rows of Q8_0 or MXFP4 (packed.h).
+void PackBlock32(GgmlType type, const uint8_t* rows, uint64_t row_bytes, int64_t i, uint8_t* out) {
+  for (int r = 0; r < 16; ++r) {
+    if (type == GgmlType::kQ8_0) {
+      const auto* blk = reinterpret_cast<const BlockQ8_0*>(rows + r * row_bytes) + i;
+      for (int k = 0; k < 32; ++k) {
+        out[64 * (k / 4) + 4 * r + k % 4] = static_cast<uint8_t>(static_cast<uint8_t>(blk->qs[k]) ^ 0x80);
+      }
+      std::memcpy(out + kQ8_0D + 2 * r, &blk->d, 2);
+    } else {
+      const auto* blk = reinterpret_cast<const BlockMxfp4*>(rows + r * row_bytes) + i;
+      for (int j = 0; j < 16; ++j) out[64 * (j / 4) + 4 * r + j % 4] = blk->qs[j];
+      out[kMxfp4E + r] = blk->e;
+    }
+  }
+}
+
+// Signed value of row r, column k of a packed 32-column block (scalar
+// reference: the bias is not applied).
+int PackedCode32(GgmlType type, const uint8_t* sb, int r, int k) {
+  if (type == GgmlType::kQ8_0) return static_cast<int>(sb[64 * (k / 4) + 4 * r + k % 4]) - kQ8_0Bias;
+  const int j = k % 16;
+  const uint8_t byte = sb[64 * (j / 4) + 4 * r + j % 4];
+  return kValuesMxfp4[k < 16 ? byte & 0xF : byte >> 4];
+}
+
+// The scalar product over 32-column blocks: the canonical even/odd chains.
+void PackedGemmScalar32(const PackedView& w, int64_t row0, int64_t n_rows, const uint8_t* const* act,
+                        int64_t n_tokens, float* y, int64_t ldy) {
+  const int64_t nb = w.n_cols / 32;
+  const uint64_t sbb = PackedSuperBytes(w.type);
+  for (int64_t s = row0 / 16; s < (row0 + n_rows) / 16; ++s) {
+    const uint8_t* strip = w.data + s * nb * sbb;
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      const auto* a = reinterpret_cast<const BlockQ8_0*>(act[t]);
+      for (int r = 0; r < 16; ++r) {
+        float acc[2] = {0.0f, 0.0f};
+        for (int64_t i = 0; i < nb; ++i) {
+          const uint8_t* sb = strip + i * sbb;
+          int32_t isum = 0;
+          for (int k = 0; k < 32; ++k) isum += PackedCode32(w.type, sb, r, k) * a[i].qs[k];
+          float scale;
+          if (w.type == GgmlType::kQ8_0) {
+            uint16_t dh;
+            std::memcpy(&dh, sb + kQ8_0D + 2 * r, 2);
+            scale = Fp16ToFp32(dh);
+          } else {
+            scale = E8m0ToFp32Half(sb[kMxfp4E + r]);
+          }
+          acc[i & 1] = std::fma(static_cast<float>(isum), scale * Fp16ToFp32(a[i].d), acc[i & 1]);
+        }
+        y[t * ldy + (s * 16 - row0) + r] = acc[0] + acc[1];
+      }
+    }
+  }
+}
+
 // One packed code of row r, column k of superblock `sb` (scalar reference).
 int PackedCode(GgmlType type, const uint8_t* sb, int r, int k) {
   const int g = k / 32, q = (k % 32) / 4, b = k % 4;
@@ -112,12 +169,20 @@ uint64_t PackedSuperBytes(GgmlType type) {
     case GgmlType::kQ4_K: return kQ4KSuperBytes;
     case GgmlType::kQ5_K: return kQ5KSuperBytes;
     case GgmlType::kQ6_K: return kQ6KSuperBytes;
+    case GgmlType::kQ8_0: return kQ8_0SuperBytes;
+    case GgmlType::kMXFP4: return kMxfp4SuperBytes;
     default: return 0;
   }
 }
 
+int PackedCodeBias(GgmlType type) { return type == GgmlType::kQ8_0 ? kQ8_0Bias : kMxfp4Bias; }
+
 void PackedGemmScalarImpl(const PackedView& w, int64_t row0, int64_t n_rows, const uint8_t* const* act,
                           int64_t n_tokens, float* y, int64_t ldy) {
+  if (PackedColumns(w.type) == 32) {
+    PackedGemmScalar32(w, row0, n_rows, act, n_tokens, y, ldy);
+    return;
+  }
   const int64_t nsb = w.n_cols / 256;
   const uint64_t sbb = PackedSuperBytes(w.type);
   const bool q4 = w.type == GgmlType::kQ4_K || w.type == GgmlType::kQ5_K;  // groups of 32, mins
@@ -162,6 +227,11 @@ void PackedGemmScalarImpl(const PackedView& w, int64_t row0, int64_t n_rows, con
 
 bool PackedLayoutExists(GgmlType type) { return internal::PackedSuperBytes(type) > 0; }
 
+int64_t PackedColumns(GgmlType type) {
+  if (type == GgmlType::kQ8_0 || type == GgmlType::kMXFP4) return 32;
+  return PackedLayoutExists(type) ? 256 : 0;
+}
+
 bool PackedPreferred(GgmlType type) {
   static const bool enabled = [] {
     const char* e = std::getenv("MOESPLIT_PACKED");
@@ -172,18 +242,21 @@ bool PackedPreferred(GgmlType type) {
 
 uint64_t PackedMatrixBytes(GgmlType type, int64_t n_rows, int64_t n_cols) {
   const uint64_t sbb = internal::PackedSuperBytes(type);
-  if (sbb == 0 || n_rows <= 0 || n_cols <= 0 || n_rows % 16 != 0 || n_cols % 256 != 0) return 0;
-  return static_cast<uint64_t>(n_rows / 16) * static_cast<uint64_t>(n_cols / 256) * sbb;
+  const int64_t cols = PackedColumns(type);
+  if (sbb == 0 || n_rows <= 0 || n_cols <= 0 || n_rows % 16 != 0 || n_cols % cols != 0) return 0;
+  return static_cast<uint64_t>(n_rows / 16) * static_cast<uint64_t>(n_cols / cols) * sbb;
 }
 
 void PackRows(GgmlType type, const uint8_t* src, uint64_t row_bytes, int64_t n_rows, int64_t n_cols,
               uint8_t* dst) {
   const uint64_t sbb = internal::PackedSuperBytes(type);
-  const int64_t nsb = n_cols / 256;
+  const int64_t nsb = n_cols / PackedColumns(type);
   for (int64_t s = 0; s < n_rows / 16; ++s) {
     for (int64_t i = 0; i < nsb; ++i) {
       uint8_t* out = dst + (s * nsb + i) * sbb;
-      if (type == GgmlType::kQ4_K) {
+      if (PackedColumns(type) == 32) {
+        internal::PackBlock32(type, src + s * 16 * row_bytes, row_bytes, i, out);
+      } else if (type == GgmlType::kQ4_K) {
         internal::PackSuperQ45K<internal::BlockQ4_K, GgmlType::kQ4_K>(src + s * 16 * row_bytes, row_bytes, i, out);
       } else if (type == GgmlType::kQ5_K) {
         internal::PackSuperQ45K<internal::BlockQ5_K, GgmlType::kQ5_K>(src + s * 16 * row_bytes, row_bytes, i, out);

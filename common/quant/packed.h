@@ -1,6 +1,6 @@
-// Row-interleaved ("packed") layout of K-quant weight matrices (Q4_K, Q5_K,
-// Q6_K) for integer
-// dot instructions, and its matrix product.
+// Row-interleaved ("packed") layout of quantised weight matrices (Q4_K,
+// Q5_K, Q6_K, Q8_0, MXFP4) for integer dot instructions, and its matrix
+// product.
 //
 // The GGUF layout keeps each row's superblocks together, so a dot kernel
 // must reduce 16 int32 lanes to one number per row and decode the packed
@@ -31,13 +31,28 @@
 //                the high bits of code(r, 32 s + 4 (4 w + j) + b)
 //   [3072, 3328) scale of row r in group g < 16 at 3072 + 16 g + r (i8)
 //   [3328, 3360) d of row r (f16 bits)
-// A strip is its n_cols / 256 packed superblocks in column order; strips
-// follow each other.
+// The 32-column types pack one 32-column block of 16 rows as their
+// "superblock" (codes(r, k) = column 32 i + k of row r):
+// Q8_0 (544 bytes, = 16 x 34):
+//   [0, 512)     chunk c < 8, the 64 bytes at 64 c: byte 4 r + b =
+//                code(r, 4 c + b) + 128 (u8, the int8 code with its sign bit
+//                flipped, so vpdpbusd takes it unsigned; the bias times the
+//                block's activation sum is taken off again, exactly)
+//   [512, 544)   d of row r (f16 bits)
+// MXFP4 (272 bytes, = 16 x 17):
+//   [0, 256)     chunk c < 4, the 64 bytes at 64 c: byte 4 r + b = the GGUF
+//                byte qs[4 c + b] of row r (low nibble: the table index of
+//                column 4 c + b, high nibble: of column 16 + 4 c + b); the
+//                kernel looks the indices up as table value + 12 (u8)
+//   [256, 272)   e of row r (E8M0)
+// A strip is its n_cols / PackedColumns(type) packed superblocks in column
+// order; strips follow each other.
 //
 // The product gives the bits of GetTypeTraits(type)->vec_dot on the GGUF
 // rows (the canonical order of internal/unpack.h: exact integer sums, then
-// per superblock fma(isum, d * d_a) and fma(imin, -(dmin * d_a))), at every
-// kernel level, so packing changes no result.
+// per superblock fma(isum, d * d_a) and fma(imin, -(dmin * d_a)); for the
+// 32-column types the even-block and odd-block chains, then their sum), at
+// every kernel level, so packing changes no result.
 //
 // Thread-safe: pure functions over caller buffers.
 #pragma once
@@ -50,8 +65,12 @@ namespace moesplit::quant {
 
 inline constexpr int kPackedStripRows = 16;
 
-// True for the types with a packed layout (Q4_K, Q5_K, Q6_K).
+// True for the types with a packed layout (Q4_K, Q5_K, Q6_K, Q8_0, MXFP4).
 bool PackedLayoutExists(GgmlType type);
+
+// Columns of one packed superblock: 256 for the K-quants, 32 for Q8_0 and
+// MXFP4; 0 for types without a layout. Packed matrices have whole ones.
+int64_t PackedColumns(GgmlType type);
 
 // True when packing `type` pays on this CPU: PackedLayoutExists and the
 // CPU has AVX-512 VNNI (elsewhere the scalar product would be slower than
@@ -59,7 +78,8 @@ bool PackedLayoutExists(GgmlType type);
 bool PackedPreferred(GgmlType type);
 
 // Bytes of an n_rows x n_cols matrix of `type` in the packed layout; 0 when
-// it has none or the shape does not fit (n_rows % 16, n_cols % 256).
+// it has none or the shape does not fit (n_rows % 16, n_cols %
+// PackedColumns(type)).
 uint64_t PackedMatrixBytes(GgmlType type, int64_t n_rows, int64_t n_cols);
 
 // Re-lays n_rows GGUF rows (row stride row_bytes) into dst
@@ -75,7 +95,8 @@ struct PackedView {
 };
 
 // y[t * ldy + r] = vec_dot(W row (row0 + r), act[t]) for r < n_rows,
-// t < n_tokens; act[t]: n_cols columns of Q8_K (the types' vec_dot_type).
+// t < n_tokens; act[t]: n_cols columns of the type's vec_dot_type (Q8_K
+// for the K-quants, Q8_0 for Q8_0 and MXFP4).
 // REQUIRES: row0 and n_rows multiples of 16, row0 + n_rows <= w.n_rows.
 void PackedGemm(const PackedView& w, int64_t row0, int64_t n_rows, const uint8_t* const* act,
                 int64_t n_tokens, float* y, int64_t ldy);

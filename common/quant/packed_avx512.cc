@@ -13,7 +13,9 @@
 
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
+#include "common/base/fp16.h"
 #include "common/quant/internal/blocks.h"
 #include "common/quant/internal/packed_impl.h"
 
@@ -207,10 +209,114 @@ void StripsQ6K(const uint8_t* strip, uint64_t strip_bytes, int64_t nsb, const Bl
   }
 }
 
+// ---- 32-column blocks (Q8_0, MXFP4) against Q8_0 activations -------------
+
+// 16 lanes of E8m0ToFp32Half (blocks.h): 2^(e - 128), denormal for e < 2.
+__attribute__((always_inline)) inline __m512 E8m0Half16(const uint8_t* e8) {
+  const __m512i e = _mm512_cvtepu8_epi32(Load128(e8));
+  const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+  const __m512i small = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+  const __mmask16 is_small = _mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2));
+  return _mm512_castsi512_ps(_mm512_mask_blend_epi32(is_small, normal, small));
+}
+
+// The 16 rows' scales of a packed 32-column block.
+template <bool kMx>
+__attribute__((always_inline)) inline __m512 Scales32(const uint8_t* sb) {
+  if constexpr (kMx) {
+    return E8m0Half16(sb + kMxfp4E);
+  } else {
+    return _mm512_cvtph_ps(Load256(sb + kQ8_0D));
+  }
+}
+
+// The biased codes of chunk k < 8 (columns cols[k] .. + 3 of the block; see
+// kChunkCol) of a packed 32-column block.
+template <bool kMx>
+__attribute__((always_inline)) inline __m512i Codes32(const uint8_t* sb, int k, __m512i table) {
+  if constexpr (kMx) {
+    const __m512i q = Load512(sb + 64 * (k % 4));
+    const __m512i idx = k < 4 ? q : _mm512_srli_epi16(q, 4);
+    return _mm512_shuffle_epi8(table, _mm512_and_si512(idx, _mm512_set1_epi8(0x0F)));
+  } else {
+    return Load512(sb + 64 * k);
+  }
+}
+
+// First column of chunk k: Q8_0's chunks are in column order; MXFP4's low
+// nibbles are columns 0..15, its high nibbles 16..31.
+template <bool kMx>
+constexpr int ChunkCol(int k) {
+  return kMx ? (k < 4 ? 4 * k : 16 + 4 * (k - 4)) : 4 * k;
+}
+
+// Per token and 32-column block of the activations: -bias * (sum of its
+// codes), the start of the block's integer sum, and its scale d_a.
+struct BlockTerm {
+  int32_t neg_corr;
+  float da;
+};
+
+// T tokens x S consecutive strips over nb 32-column blocks; terms[t * nb + i]
+// for token t, block i.
+template <int T, int S, bool kMx>
+void Strips32(const uint8_t* strip, uint64_t strip_bytes, int64_t nb, const BlockQ8_0* const* a,
+              const BlockTerm* terms, const uint8_t* end, float* y, int64_t ldy) {
+  constexpr uint64_t kSB = kMx ? kMxfp4SuperBytes : kQ8_0SuperBytes;
+  alignas(64) static constexpr int8_t kTable[64] = {
+      12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,  //
+      12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,  //
+      12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,  //
+      12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
+  const __m512i table = Load512(kTable);
+  __m512 acc[2][T][S];
+  for (int p = 0; p < 2; ++p) {
+    for (int t = 0; t < T; ++t) {
+      for (int s = 0; s < S; ++s) acc[p][t][s] = _mm512_setzero_ps();
+    }
+  }
+  auto block = [&](int64_t i, int p) __attribute__((always_inline)) {
+    __m512i isum[T][S];
+    for (int t = 0; t < T; ++t) {
+      for (int s = 0; s < S; ++s) isum[t][s] = _mm512_set1_epi32(terms[t * nb + i].neg_corr);
+    }
+    for (int s = 0; s < S; ++s) PrefetchAhead(strip + s * strip_bytes + i * kSB, kSB, end);
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) {
+#pragma GCC unroll 4
+      for (int s = 0; s < S; ++s) {
+        const __m512i c = Codes32<kMx>(strip + s * strip_bytes + i * kSB, k, table);
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) isum[t][s] = _mm512_dpbusd_epi32(isum[t][s], c, Bcast(a[t][i].qs + ChunkCol<kMx>(k)));
+      }
+    }
+#pragma GCC unroll 4
+    for (int s = 0; s < S; ++s) {
+      const __m512 scale = Scales32<kMx>(strip + s * strip_bytes + i * kSB);
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) {
+        const __m512 da = _mm512_set1_ps(terms[t * nb + i].da);
+        acc[p][t][s] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t][s]), _mm512_mul_ps(scale, da), acc[p][t][s]);
+      }
+    }
+  };
+  int64_t i = 0;
+  for (; i + 2 <= nb; i += 2) {
+    block(i, 0);
+    block(i + 1, 1);
+  }
+  if (i < nb) block(i, 0);
+  for (int t = 0; t < T; ++t) {
+    for (int s = 0; s < S; ++s) _mm512_storeu_ps(y + t * ldy + 16 * s, _mm512_add_ps(acc[0][t][s], acc[1][t][s]));
+  }
+}
+
 #pragma GCC pop_options
 
 using StripFn = void (*)(const uint8_t*, uint64_t, int64_t, const BlockQ8_K* const*, const uint8_t*, float*,
                          int64_t);
+using Strip32Fn = void (*)(const uint8_t*, uint64_t, int64_t, const BlockQ8_0* const*, const BlockTerm*,
+                           const uint8_t*, float*, int64_t);
 
 template <int T>
 StripFn Q4KFn() { return StripsQ4K<T, 1>; }
@@ -221,10 +327,70 @@ StripFn Q6KFn() { return StripsQ6K<T, 1>; }
 
 constexpr int kMaxTokens = 8;
 
+template <int T>
+Strip32Fn Q8Fn() { return Strips32<T, 1, false>; }
+template <int T>
+Strip32Fn MxFn() { return Strips32<T, 1, true>; }
+
+// The activations' BlockTerms, into thread-local scratch (n_tokens x nb).
+const BlockTerm* BlockTerms(const BlockQ8_0* const* a, int64_t n_tokens, int64_t nb, int bias) {
+  thread_local std::vector<BlockTerm> terms;
+  terms.resize(static_cast<size_t>(n_tokens * nb));
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int64_t i = 0; i < nb; ++i) {
+      int32_t sum = 0;
+      for (int k = 0; k < 32; ++k) sum += a[t][i].qs[k];
+      terms[t * nb + i] = {-bias * sum, Fp16ToFp32(a[t][i].d)};
+    }
+  }
+  return terms.data();
+}
+
+void PackedGemm32(const PackedView& w, int64_t row0, int64_t n_rows, const uint8_t* const* act,
+                  int64_t n_tokens, float* y, int64_t ldy) {
+  const bool mx = w.type == GgmlType::kMXFP4;
+  static const Strip32Fn kQ8[kMaxTokens + 1] = {nullptr,    Q8Fn<1>(), Q8Fn<2>(), Q8Fn<3>(), Q8Fn<4>(),
+                                                Q8Fn<5>(), Q8Fn<6>(), Q8Fn<7>(), Q8Fn<8>()};
+  static const Strip32Fn kMx[kMaxTokens + 1] = {nullptr,    MxFn<1>(), MxFn<2>(), MxFn<3>(), MxFn<4>(),
+                                                MxFn<5>(), MxFn<6>(), MxFn<7>(), MxFn<8>()};
+  const int64_t nb = w.n_cols / 32;
+  const uint64_t strip_bytes = static_cast<uint64_t>(nb) * PackedSuperBytes(w.type);
+  const auto* const* a = reinterpret_cast<const BlockQ8_0* const*>(act);
+  const BlockTerm* terms = BlockTerms(a, n_tokens, nb, PackedCodeBias(w.type));
+  const int64_t s_begin = row0 / 16, s_end = (row0 + n_rows) / 16;
+  const uint8_t* end = w.data + s_end * strip_bytes;
+  static const Strip32Fn kQ8Pair[5] = {nullptr, Strips32<1, 2, false>, Strips32<2, 2, false>,
+                                        Strips32<3, 2, false>, Strips32<4, 2, false>};
+  static const Strip32Fn kMxPair[5] = {nullptr, Strips32<1, 2, true>, Strips32<2, 2, true>,
+                                       Strips32<3, 2, true>, Strips32<4, 2, true>};
+  int64_t s = s_begin;
+  // Two strips at a time, up to 4 tokens per pass.
+  for (; s + 2 <= s_end; s += 2) {
+    const uint8_t* strip = w.data + s * strip_bytes;
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += 4) {
+      const int nt = static_cast<int>(n_tokens - t0 < 4 ? n_tokens - t0 : 4);
+      (mx ? kMxPair : kQ8Pair)[nt](strip, strip_bytes, nb, a + t0, terms + t0 * nb, end,
+                                   y + t0 * ldy + (s - s_begin) * 16, ldy);
+    }
+  }
+  for (; s < s_end; ++s) {
+    const uint8_t* strip = w.data + s * strip_bytes;
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += kMaxTokens) {
+      const int nt = static_cast<int>(n_tokens - t0 < kMaxTokens ? n_tokens - t0 : kMaxTokens);
+      (mx ? kMx : kQ8)[nt](strip, strip_bytes, nb, a + t0, terms + t0 * nb, end,
+                           y + t0 * ldy + (s - s_begin) * 16, ldy);
+    }
+  }
+}
+
 }  // namespace
 
 bool PackedGemmAvx512(const PackedView& w, int64_t row0, int64_t n_rows, const uint8_t* const* act,
                       int64_t n_tokens, float* y, int64_t ldy) {
+  if (w.type == GgmlType::kQ8_0 || w.type == GgmlType::kMXFP4) {
+    PackedGemm32(w, row0, n_rows, act, n_tokens, y, ldy);
+    return true;
+  }
   const bool q4 = w.type == GgmlType::kQ4_K, q5 = w.type == GgmlType::kQ5_K;
   if (!q4 && !q5 && w.type != GgmlType::kQ6_K) return false;
   static const StripFn kQ4[kMaxTokens + 1] = {nullptr,    Q4KFn<1>(), Q4KFn<2>(), Q4KFn<3>(), Q4KFn<4>(),

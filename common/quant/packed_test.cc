@@ -36,7 +36,12 @@ std::vector<uint8_t> RandomRows(GgmlType type, int64_t n_rows, int64_t n_cols, u
   const uint64_t bb = TypeInfo(type).type_size;
   for (uint64_t off = 0; off < v.size(); off += bb) {
     const uint16_t d = Fp32ToFp16(u(rng)), dmin = Fp32ToFp16(u(rng));
-    if (type == GgmlType::kQ4_K || type == GgmlType::kQ5_K) {
+    if (type == GgmlType::kMXFP4) {
+      // E8M0: mostly around 2^-7 (so the dots stay finite), sometimes the
+      // denormal exponents 0 and 1.
+      const uint64_t k = rng() % 16;
+      v[off] = static_cast<uint8_t>(k == 0 ? 0 : k == 1 ? 1 : 112 + rng() % 16);
+    } else if (type == GgmlType::kQ8_0 || type == GgmlType::kQ4_K || type == GgmlType::kQ5_K) {
       std::memcpy(&v[off], &d, 2);
       std::memcpy(&v[off + 2], &dmin, 2);
     } else {  // Q6_K: d last
@@ -46,9 +51,10 @@ std::vector<uint8_t> RandomRows(GgmlType type, int64_t n_rows, int64_t n_cols, u
   return v;
 }
 
-// n_tokens Q8_K rows: random values, then one all-maximum and one
-// alternating row (codes +-127).
-std::vector<std::vector<uint8_t>> Activations(int64_t n_tokens, int64_t n_cols, uint64_t seed) {
+// n_tokens rows of `type`'s vec_dot_type: random values, then one
+// all-maximum and one alternating row (codes +-127).
+std::vector<std::vector<uint8_t>> Activations(GgmlType type, int64_t n_tokens, int64_t n_cols, uint64_t seed) {
+  const GgmlType act_type = GetTypeTraits(type)->vec_dot_type;
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> n(0.0f, 1.0f);
   std::vector<std::vector<uint8_t>> out;
@@ -57,8 +63,8 @@ std::vector<std::vector<uint8_t>> Activations(int64_t n_tokens, int64_t n_cols, 
     for (int64_t i = 0; i < n_cols; ++i) {
       x[i] = t % 5 == 3 ? 1.0f : t % 5 == 4 ? (i % 2 ? -2.0f : 2.0f) : n(rng);
     }
-    std::vector<uint8_t> q(*RowBytes(GgmlType::kQ8_K, n_cols));
-    GetTypeTraits(GgmlType::kQ8_K)->quantize(x.data(), q.data(), n_cols);
+    std::vector<uint8_t> q(*RowBytes(act_type, n_cols));
+    GetTypeTraits(act_type)->quantize(x.data(), q.data(), n_cols);
     out.push_back(std::move(q));
   }
   return out;
@@ -71,7 +77,13 @@ class PackedTest : public ::testing::TestWithParam<GgmlType> {
 
 TEST_P(PackedTest, EqualsVecDotAtEveryLevel) {
   const GgmlType type = GetParam();
-  for (const auto& [n_rows, n_cols] : {std::pair<int64_t, int64_t>{48, 256}, {64, 768}, {32, 2048}}) {
+  const bool block32 = PackedColumns(type) == 32;
+  // 32-column types: also an odd number of blocks (the even/odd chains) and
+  // gpt-oss's 2880 columns.
+  const std::vector<std::pair<int64_t, int64_t>> shapes =
+      block32 ? std::vector<std::pair<int64_t, int64_t>>{{48, 32}, {32, 96}, {64, 768}, {32, 2880}}
+              : std::vector<std::pair<int64_t, int64_t>>{{48, 256}, {64, 768}, {32, 2048}};
+  for (const auto& [n_rows, n_cols] : shapes) {
     const uint64_t rb = *RowBytes(type, n_cols);
     const std::vector<uint8_t> rows = RandomRows(type, n_rows, n_cols, 7 * n_rows + n_cols);
     std::vector<uint8_t> packed(PackedMatrixBytes(type, n_rows, n_cols));
@@ -79,7 +91,7 @@ TEST_P(PackedTest, EqualsVecDotAtEveryLevel) {
     PackRows(type, rows.data(), rb, n_rows, n_cols, packed.data());
     const PackedView w{type, packed.data(), n_rows, n_cols};
     for (int64_t n_tokens : {1, 2, 3, 7, 8, 9, 17}) {
-      const auto act = Activations(n_tokens, n_cols, n_tokens);
+      const auto act = Activations(type, n_tokens, n_cols, n_tokens);
       std::vector<const uint8_t*> ptrs;
       for (const auto& a : act) ptrs.push_back(a.data());
       // Rows [16, n_rows) (an offset strip range) and all rows.
@@ -115,7 +127,9 @@ TEST_P(PackedTest, EqualsVecDotAtEveryLevel) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, PackedTest, ::testing::Values(GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K),
+INSTANTIATE_TEST_SUITE_P(Types, PackedTest,
+                         ::testing::Values(GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kQ8_0,
+                                           GgmlType::kMXFP4),
                          [](const auto& info) { return std::string(GgmlTypeName(info.param)); });
 
 TEST(PackedLayoutTest, Sizes) {
@@ -124,7 +138,14 @@ TEST(PackedLayoutTest, Sizes) {
   EXPECT_EQ(PackedMatrixBytes(GgmlType::kQ6_K, 768, 2048), 768u * *RowBytes(GgmlType::kQ6_K, 2048));
   EXPECT_EQ(PackedMatrixBytes(GgmlType::kQ4_K, 8, 256), 0u);    // not whole strips
   EXPECT_EQ(PackedMatrixBytes(GgmlType::kQ4_K, 16, 128), 0u);   // not whole superblocks
-  EXPECT_EQ(PackedMatrixBytes(GgmlType::kQ8_0, 16, 256), 0u);   // no layout
+  EXPECT_EQ(PackedMatrixBytes(GgmlType::kQ4_0, 16, 256), 0u);   // no layout
+  EXPECT_EQ(PackedMatrixBytes(GgmlType::kQ8_0, 32, 2880), 2u * 90 * 544);  // = the GGUF bytes
+  EXPECT_EQ(PackedMatrixBytes(GgmlType::kQ8_0, 32, 2880), 32u * *RowBytes(GgmlType::kQ8_0, 2880));
+  EXPECT_EQ(PackedMatrixBytes(GgmlType::kMXFP4, 16, 2880), 16u * *RowBytes(GgmlType::kMXFP4, 2880));
+  EXPECT_EQ(PackedMatrixBytes(GgmlType::kMXFP4, 16, 48), 0u);   // not whole 32-column blocks
+  EXPECT_EQ(PackedColumns(GgmlType::kQ6_K), 256);
+  EXPECT_EQ(PackedColumns(GgmlType::kMXFP4), 32);
+  EXPECT_EQ(PackedColumns(GgmlType::kQ4_0), 0);
   EXPECT_TRUE(PackedLayoutExists(GgmlType::kQ4_K));
   EXPECT_TRUE(PackedLayoutExists(GgmlType::kQ5_K));
   EXPECT_EQ(PackedMatrixBytes(GgmlType::kQ5_K, 16, 256), 2880u);
@@ -132,7 +153,7 @@ TEST(PackedLayoutTest, Sizes) {
   if (std::getenv("MOESPLIT_PACKED") == nullptr) {
     EXPECT_EQ(PackedPreferred(GgmlType::kQ4_K), internal::CpuHasAvx512Vnni());
   }
-  EXPECT_FALSE(PackedPreferred(GgmlType::kQ8_0));
+  EXPECT_FALSE(PackedPreferred(GgmlType::kQ4_0));
 }
 
 }  // namespace

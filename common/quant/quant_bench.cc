@@ -112,12 +112,13 @@ void BenchPacked(GgmlType type, double secs) {
     for (int64_t c = 0; c < copies; ++c) PackRows(type, w.data() + c * rb * rows, rb, rows, cols, p.data() + c * pb);
     if (copies > 1) std::printf("%-5s packing: %.2f GB/s of GGUF bytes\n", testing::Name(type).c_str(), rb * rows * copies / 1e9 / (CpuSeconds() - t_pack));
     const int64_t n_tok = 32;
+    const GgmlType act_type = GetTypeTraits(type)->vec_dot_type;
     std::vector<std::vector<uint8_t>> act;
     std::vector<const uint8_t*> ptrs;
     for (int64_t t = 0; t < n_tok; ++t) {
       const std::vector<float> x = testing::RandomActivations(cols, 10 + t);
-      act.push_back(testing::Bytes(GgmlType::kQ8_K, cols));
-      (void)QuantizeRow(GgmlType::kQ8_K, x.data(), act.back().data(), cols);
+      act.push_back(testing::Bytes(act_type, cols));
+      (void)QuantizeRow(act_type, x.data(), act.back().data(), cols);
       ptrs.push_back(act.back().data());
     }
     std::vector<float> y(rows * n_tok);
@@ -131,9 +132,9 @@ void BenchPacked(GgmlType type, double secs) {
     });
     std::vector<uint8_t> tiles(ActTileBytes(cols, n_tok) + 64), scratch(TileGemmScratchBytes(type, cols) + 64);
     auto align = [](uint8_t* q) { return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(q) + 63) & ~uintptr_t{63}); };
-    PackActTiles(GgmlType::kQ8_K, ptrs.data(), n_tok, cols, align(tiles.data()));
+    PackActTiles(act_type, ptrs.data(), n_tok, cols, align(tiles.data()));
     const double macs = static_cast<double>(rows) * cols * n_tok / 1e9;
-    const double tiled = Rate(secs, macs, [&] {
+    const double tiled = !TileGemmAvailable(type) ? 0.0 : Rate(secs, macs, [&] {
       TileGemm({type, w.data() + (c++ % copies) * rb * rows, rows, cols, rb}, 0, rows, align(tiles.data()), n_tok,
                y.data(), rows, align(scratch.data()));
     });
@@ -151,7 +152,8 @@ void BenchPacked(GgmlType type, double secs) {
 int main(int argc, char** argv) {
   const double secs = argc > 1 ? std::atof(argv[1]) : 0.2;
   std::printf("active kernel level %d\n", static_cast<int>(moesplit::quant::ActiveKernelLevel()));
-  for (moesplit::GgmlType type : {moesplit::GgmlType::kQ4_K, moesplit::GgmlType::kQ5_K, moesplit::GgmlType::kQ6_K}) {
+  for (moesplit::GgmlType type : {moesplit::GgmlType::kQ4_K, moesplit::GgmlType::kQ5_K, moesplit::GgmlType::kQ6_K,
+                                  moesplit::GgmlType::kQ8_0, moesplit::GgmlType::kMXFP4}) {
     moesplit::quant::BenchPacked(type, secs);
   }
   if (argc > 2 && std::string(argv[2]) == "packed") return 0;
