@@ -3,6 +3,12 @@
 // quantisers, in thread CPU time (a benchmark, not a test).
 //
 //   quant_bench [seconds_per_case=0.2] [packed]   (packed: only the packed-layout lines)
+//   quant_bench [seconds_per_case=0.2] matvec [threads=2] [MiB=512]
+//
+// matvec: one-token MatMul (a decode step's dense product, e.g. the output
+// head) of a matrix of about MiB MiB with 2048 columns, far larger than the
+// caches, on `threads` threads, in GB/s of weight bytes, next to the DRAM
+// read bandwidth of the same threads measured alternately in the same run.
 
 #include <time.h>
 
@@ -11,7 +17,10 @@
 #include <string>
 #include <vector>
 
+#include "common/base/memory_bandwidth.h"
+#include "common/base/thread_pool.h"
 #include "common/quant/internal/test_util.h"
+#include "common/quant/matmul.h"
 #include "common/quant/gemm.h"
 #include "common/quant/packed.h"
 #include "common/quant/quant.h"
@@ -146,11 +155,64 @@ void BenchPacked(GgmlType type, double secs) {
   }
 }
 
+// Wall-clock seconds (the matvec runs on several threads).
+double WallSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+void BenchMatVec(double secs, int threads, int64_t mib) {
+  ThreadPool pool(threads);
+  DramReader dram(&pool);
+  const int64_t cols = 2048;
+  std::printf("one-token MatMul, %d threads, %lld MiB matrices x %lld columns (GB/s of weight bytes)\n", threads,
+              static_cast<long long>(mib), static_cast<long long>(cols));
+  for (GgmlType type : {GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kQ8_0, GgmlType::kMXFP4}) {
+    const uint64_t rb = *RowBytes(type, cols);
+    const int64_t rows = static_cast<int64_t>((static_cast<uint64_t>(mib) << 20) / rb) / 16 * 16;
+    std::vector<uint8_t> w(rb * rows);
+    (void)FillRandomBlocks(type, 5, 0.02f, w.data(), rows * cols);
+    std::vector<uint8_t> p;
+    if (PackedPreferred(type)) {
+      p.resize(PackedMatrixBytes(type, rows, cols));
+      PackRows(type, w.data(), rb, rows, cols, p.data());
+    }
+    const std::vector<float> x = testing::RandomActivations(cols, 3);
+    std::vector<float> y(rows);
+    const double bytes = static_cast<double>(rb) * rows;
+    auto rate = [&](const WeightView& v) {
+      (void)MatMul(v, x.data(), 1, y.data(), &pool);  // warm
+      int64_t n = 0;
+      const double t0 = WallSeconds();
+      double el = 0;
+      do {
+        (void)MatMul(v, x.data(), 1, y.data(), &pool);
+        ++n;
+        el = WallSeconds() - t0;
+      } while (el < secs);
+      return bytes * n / el / 1e9;
+    };
+    double gguf = 0, packed = 0, ram = 0;
+    for (int round = 0; round < 3; ++round) {  // alternated, best of 3 each
+      ram = std::max(ram, dram.MeasureGbps(1));
+      gguf = std::max(gguf, rate({type, w.data(), rows, cols, rb, false}));
+      if (!p.empty()) packed = std::max(packed, rate({type, p.data(), rows, cols, rb, true}));
+    }
+    std::printf("%-5s  DRAM read %6.2f  GGUF rows %6.2f (%3.0f%%)  packed %6.2f (%3.0f%%)\n", testing::Name(type).c_str(),
+                ram, gguf, 100 * gguf / ram, packed, 100 * packed / ram);
+  }
+}
+
 }  // namespace
 }  // namespace moesplit::quant
 
 int main(int argc, char** argv) {
   const double secs = argc > 1 ? std::atof(argv[1]) : 0.2;
+  if (argc > 2 && std::string(argv[2]) == "matvec") {
+    moesplit::quant::BenchMatVec(secs, argc > 3 ? std::atoi(argv[3]) : 2, argc > 4 ? std::atoll(argv[4]) : 512);
+    return 0;
+  }
   std::printf("active kernel level %d\n", static_cast<int>(moesplit::quant::ActiveKernelLevel()));
   for (moesplit::GgmlType type : {moesplit::GgmlType::kQ4_K, moesplit::GgmlType::kQ5_K, moesplit::GgmlType::kQ6_K,
                                   moesplit::GgmlType::kQ8_0, moesplit::GgmlType::kMXFP4}) {
