@@ -188,6 +188,7 @@ absl::Status Forward::CheckEntry(const SequenceBatch& s) const {
           "Eval: token ", i, " has id ", s.tokens[i], ", outside [0, ", hp.n_vocab, ")"));
     }
   }
+  RETURN_IF_ERROR(s.state->WindowIntact());
   return s.state->CheckRoom(static_cast<int64_t>(s.tokens.size()));
 }
 
@@ -211,6 +212,9 @@ absl::Status Forward::EvalBatch(absl::Span<const SequenceBatch> seqs) const {
         absl::StrCat("Eval: batch of ", total, " tokens is too large"));
   }
 
+  for (const SequenceBatch& s : seqs) {
+    s.state->NoteWrite(s.state->n_past() + static_cast<int64_t>(s.tokens.size()));
+  }
   std::unique_ptr<Workspace> ws = AcquireWorkspace();
   Batch b;
   b.n = static_cast<int64_t>(total);
@@ -384,14 +388,35 @@ absl::Status Forward::Attention(int il, Batch& b) const {
                 hp.rope.norm_style, b.rope);
     NormAndRope(k, t0, t1, hp.n_head_kv, hp.head_dim_k, L.k_norm, hp.rms_eps, hp.rope.n_rot,
                 hp.rope.norm_style, b.rope);
-    for (int64_t t = t0; t < t1; ++t) {
-      internal::ToF16(kd, k + t * kd, b.state[t]->k(il, b.pos[t]));
-      internal::ToF16(vd, v + t * vd, b.state[t]->v(il, b.pos[t]));
-    }
   });
+  auto write_rows = [&](int64_t t0, int64_t t1) {
+    For(pool_, t1 - t0, 16, [&](int64_t i0, int64_t i1) {
+      for (int64_t t = t0 + i0; t < t0 + i1; ++t) {
+        internal::ToF16(kd, k + t * kd, b.state[t]->k(il, b.pos[t]));
+        internal::ToF16(vd, v + t * vd, b.state[t]->v(il, b.pos[t]));
+      }
+    });
+  };
   const int64_t ad = hp.n_head * hp.head_dim_v;
   float* attn = ws.attn.Get(n * ad);
-  AttendHeads(il, b, q, attn);
+  // Sliding-window rings (SequenceState): at most max_step tokens of a
+  // sequence are written before they attend. Each token's attention is
+  // computed alone on these layers, so the split changes no result.
+  int64_t chunk = n;
+  for (int64_t t = 0; t < n; ++t) {
+    if (b.state[t]->has_ring(il)) chunk = std::min(chunk, b.state[t]->max_step());
+  }
+  for (int64_t t0 = 0; t0 < n; t0 += chunk) {
+    const int64_t t1 = std::min(n, t0 + chunk);
+    write_rows(t0, t1);
+    for (int64_t t = t0; t < t1;) {  // each sequence's run of positions
+      int64_t e = t + 1;
+      while (e < t1 && b.state[e] == b.state[t]) ++e;
+      b.state[t]->MirrorRows(il, b.pos[t], e - t);
+      t = e;
+    }
+    AttendHeads(il, b, t0, t1, q, attn);
+  }
   if (gated) {
     For(pool_, n, MinRows(ad), [&](int64_t t0, int64_t t1) {
       for (int64_t i = t0 * ad; i < t1 * ad; ++i) attn[i] *= internal::Sigmoid(gate[i]);
@@ -458,7 +483,7 @@ absl::Status Forward::Mla(int il, Batch& b) const {
     }
   }
   float* lat = ws.attn.Get(n * heads * lora);
-  AttendHeads(il, b, qq, lat);
+  AttendHeads(il, b, 0, b.n, qq, lat);
   // Per head: o_h = Wv_b[h] a_h, then Wo.
   float* attn = ws.v.Get(n * heads * dv);
   for (int64_t head = 0; head < heads; ++head) {
@@ -595,7 +620,8 @@ absl::Status Forward::DeltaNet(int il, Batch& b) const {
   return absl::OkStatus();
 }
 
-void Forward::AttendHeads(int il, const Batch& b, const float* q, float* out) const {
+void Forward::AttendHeads(int il, const Batch& b, int64_t t_begin, int64_t t_end, const float* q,
+                          float* out) const {
   const HyperParams& hp = model_->hparams();
   const int64_t hk = hp.head_dim_k, hv = hp.head_dim_v;
   const int64_t n_kv_heads = hp.n_head_kv, group = hp.n_head / hp.n_head_kv;
@@ -613,9 +639,9 @@ void Forward::AttendHeads(int il, const Batch& b, const float* q, float* out) co
     int64_t t0, n, cost;
   };
   std::vector<Block> blocks;
-  for (int64_t t = 0; t < b.n;) {
+  for (int64_t t = t_begin; t < t_end;) {
     int64_t e = t + 1;
-    while (e < b.n && e - t < kBlockTokens && b.state[e] == b.state[t]) ++e;
+    while (e < t_end && e - t < kBlockTokens && b.state[e] == b.state[t]) ++e;
     blocks.push_back({t, e - t, (e - t) * (b.pos[e - 1] + 1 - first(e - 1))});
     t = e;
   }

@@ -144,7 +144,8 @@ class Forward {
   absl::Status Step(absl::Span<const SequenceBatch> seqs, Batch& b) const;
   absl::Status Attention(int il, Batch& b) const;
   absl::Status DeltaNet(int il, Batch& b) const;
-  void AttendHeads(int il, const Batch& b, const float* q, float* out) const;
+  // Attention of the batch's tokens [t_begin, t_end) (their K/V rows written).
+  void AttendHeads(int il, const Batch& b, int64_t t_begin, int64_t t_end, const float* q, float* out) const;
   absl::Status MoeFfn(int il, Batch& b) const;
   absl::Status Mla(int il, Batch& b) const;
   absl::Status DenseFfn(int il, Batch& b) const;

@@ -576,5 +576,170 @@ TEST(GreedyGenerateTest, MatchesArgmaxOfFullEvaluationAndStops) {
   EXPECT_EQ(cb->size(), 3u);
 }
 
+
+// ------------------------------------------------- sliding-window rings
+
+namespace {
+
+// Fails the call of one layer on demand.
+class FailingExperts : public ExpertBackend {
+ public:
+  explicit FailingExperts(ExpertBackend* inner) : inner_(inner) {}
+  absl::Status Compute(const ExpertCall& call, ExpertResult* result) override {
+    if (call.layer == fail_layer) return absl::UnavailableError("worker gone");
+    return inner_->Compute(call, result);
+  }
+  int fail_layer = -1;
+
+ private:
+  ExpertBackend* inner_;
+};
+
+std::vector<int32_t> LongPrompt(int64_t n, int64_t n_vocab) {
+  std::vector<int32_t> t(n);
+  for (int64_t i = 0; i < n; ++i) t[i] = static_cast<int32_t>((7 * i * i + 3 * i + 1) % n_vocab);
+  return t;
+}
+
+}  // namespace
+
+// gpt-oss's sliding-window layers (window 4 here) keep a ring of
+// window + max_step - 1 positions; a state with max_step 3 (the forward
+// splits a 40-token prompt into steps of 3 on those layers) gives the same
+// bits as one that keeps every position, in prefill and decode, alone and
+// batched, and costs less.
+TEST(SlidingWindowRingTest, RingsGiveTheBitsOfTheFullCache) {
+  TinyModelOptions o;
+  o.arch = "gpt-oss";
+  o.matrix_type = GgmlType::kQ8_0;
+  Engine e = MakeEngine(o);
+  ASSERT_NE(e.forward, nullptr);
+  const HyperParams& hp = e.model->hparams();
+  ASSERT_EQ(hp.layers[0].sliding_window, 4);
+  auto full = SequenceState::Create(hp, 64, 64);  // 4 + 63 + 3 >= 64: no ring
+  auto ring = SequenceState::Create(hp, 64, 3);
+  ASSERT_TRUE(full.ok() && ring.ok());
+  EXPECT_FALSE((*full)->has_ring(0));
+  EXPECT_TRUE((*ring)->has_ring(0));
+  EXPECT_FALSE((*ring)->has_ring(1));  // a full-attention layer
+  EXPECT_LT((*ring)->bytes(), (*full)->bytes());
+  EXPECT_EQ((*ring)->bytes(), SequenceState::BytesFor(hp, 64, 3));
+  EXPECT_EQ(SequenceState::LayerPositions(hp, 0, 64, 3), 4 + 3 - 1 + 4 - 1);
+  EXPECT_EQ(SequenceState::LayerPositions(hp, 1, 64, 3), 64);
+
+  const std::vector<int32_t> prompt = LongPrompt(40, hp.n_vocab);
+  std::vector<float> want, got;
+  ASSERT_TRUE(e.forward->Eval(prompt, full->get(), LogitsMode::kAll, &want).ok());
+  ASSERT_TRUE(e.forward->Eval(prompt, ring->get(), LogitsMode::kAll, &got).ok());
+  ASSERT_EQ(got, want);
+  for (int32_t tok : {5, 9, 2, 31, 0, 17, 8}) {
+    ASSERT_TRUE(e.forward->Eval({tok}, full->get(), LogitsMode::kLast, &want).ok());
+    ASSERT_TRUE(e.forward->Eval({tok}, ring->get(), LogitsMode::kLast, &got).ok());
+    ASSERT_EQ(got, want) << "decode of " << tok;
+  }
+
+  // Batched with another ring sequence: each gets its bits.
+  auto a = SequenceState::Create(hp, 64, 3), c = SequenceState::Create(hp, 64, 3);
+  ASSERT_TRUE(a.ok() && c.ok());
+  const std::vector<int32_t> other = LongPrompt(23, hp.n_vocab);
+  std::vector<float> alone_a, alone_c, la, lc;
+  {
+    auto s = SequenceState::Create(hp, 64, 64);
+    ASSERT_TRUE(e.forward->Eval(prompt, s->get(), LogitsMode::kAll, &alone_a).ok());
+    s = SequenceState::Create(hp, 64, 64);
+    ASSERT_TRUE(e.forward->Eval(other, s->get(), LogitsMode::kAll, &alone_c).ok());
+  }
+  const SequenceBatch both[2] = {{a->get(), prompt, LogitsMode::kAll, &la},
+                                 {c->get(), other, LogitsMode::kAll, &lc}};
+  ASSERT_TRUE(e.forward->EvalBatch(both).ok());
+  EXPECT_EQ(la, alone_a);
+  EXPECT_EQ(lc, alone_c);
+}
+
+// Export / import with rings: only rows still in the ring export; a state
+// resumed from a full cache's rows decodes the same bits.
+TEST(SlidingWindowRingTest, ExportsWhatTheRingHoldsAndResumes) {
+  TinyModelOptions o;
+  o.arch = "gpt-oss";
+  Engine e = MakeEngine(o);
+  ASSERT_NE(e.forward, nullptr);
+  const HyperParams& hp = e.model->hparams();
+  auto full = *SequenceState::Create(hp, 64, 64);
+  auto ring = *SequenceState::Create(hp, 64, 3);
+  const std::vector<int32_t> prompt = LongPrompt(30, hp.n_vocab);
+  ASSERT_TRUE(e.forward->Eval(prompt, full.get(), LogitsMode::kNone, nullptr).ok());
+  ASSERT_TRUE(e.forward->Eval(prompt, ring.get(), LogitsMode::kNone, nullptr).ok());
+  const uint64_t row = full->kv_bytes_per_position();
+  ASSERT_EQ(ring->kv_bytes_per_position(), row);
+  std::vector<uint8_t> from_full(row * 4), from_ring(row * 4);
+  ASSERT_TRUE(full->ExportKv(26, 30, from_full.data()).ok());
+  ASSERT_TRUE(ring->ExportKv(26, 30, from_ring.data()).ok());
+  EXPECT_EQ(from_ring, from_full);
+  const absl::Status gone = ring->ExportKv(0, 4, from_ring.data());
+  EXPECT_EQ(gone.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(gone.message()), HasSubstr("no longer in layer 0's sliding-window ring"));
+
+  // All 30 rows of the full cache into a fresh ring state, then decode.
+  std::vector<uint8_t> rows(row * 30);
+  ASSERT_TRUE(full->ExportKv(0, 30, rows.data()).ok());
+  auto resumed = *SequenceState::Create(hp, 64, 3);
+  ASSERT_TRUE(resumed->ImportKv(0, rows.data(), rows.size()).ok());
+  ASSERT_TRUE(resumed->Resume(30, nullptr, 0).ok());
+  std::vector<float> want, got;
+  for (int32_t tok : {4, 11, 6}) {
+    ASSERT_TRUE(e.forward->Eval({tok}, full.get(), LogitsMode::kLast, &want).ok());
+    ASSERT_TRUE(e.forward->Eval({tok}, resumed.get(), LogitsMode::kLast, &got).ok());
+    ASSERT_EQ(got, want);
+  }
+}
+
+// The rewind rule: back at most max_step - 1 positions past the window;
+// a failed step that overwrote the window makes the state refuse steps
+// until Clear().
+TEST(SlidingWindowRingTest, RewindsOnlyAsFarAsTheRingHolds) {
+  TinyModelOptions o;
+  o.arch = "gpt-oss";
+  Engine e = MakeEngine(o);
+  ASSERT_NE(e.forward, nullptr);
+  const HyperParams& hp = e.model->hparams();
+  const std::vector<int32_t> prompt = LongPrompt(20, hp.n_vocab);
+  auto s = *SequenceState::Create(hp, 64, 3);  // keeps the window + 2
+  ASSERT_TRUE(e.forward->Eval(prompt, s.get(), LogitsMode::kNone, nullptr).ok());
+  const absl::Status far = s->Truncate(17);
+  EXPECT_EQ(far.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(far.message()), HasSubstr("keep only their window and 2 positions more"));
+  EXPECT_EQ(s->n_past(), 20);
+  ASSERT_TRUE(s->Truncate(18).ok());
+  // Replaying the two tokens gives the bits of the first time.
+  auto ref = *SequenceState::Create(hp, 64, 64);
+  std::vector<float> want, got;
+  ASSERT_TRUE(e.forward->Eval(prompt, ref.get(), LogitsMode::kLast, &want).ok());
+  ASSERT_TRUE(e.forward->Eval(absl::MakeConstSpan(prompt).subspan(18), s.get(), LogitsMode::kLast, &got).ok());
+  EXPECT_EQ(got, want);
+
+  // A failed step of 2 tokens keeps the window; one of 8 overwrote it.
+  FailingExperts failing(e.experts.get());
+  Forward f(e.model, &failing, e.pool.get());
+  failing.fail_layer = 1;  // after layer 0 (sliding) wrote its rows
+  const std::vector<int32_t> more = LongPrompt(8, hp.n_vocab);
+  EXPECT_EQ(f.Eval(absl::MakeConstSpan(more).subspan(0, 2), s.get(), LogitsMode::kLast, &got).code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(s->n_past(), 20);
+  failing.fail_layer = -1;
+  ASSERT_TRUE(f.Eval({more[0]}, s.get(), LogitsMode::kLast, &got).ok());
+  ASSERT_TRUE(f.Eval({more[0]}, ref.get(), LogitsMode::kLast, &want).ok());
+  EXPECT_EQ(got, want);
+  failing.fail_layer = 1;
+  EXPECT_FALSE(f.Eval(more, s.get(), LogitsMode::kLast, &got).ok());
+  failing.fail_layer = -1;
+  const absl::Status broken = f.Eval({more[1]}, s.get(), LogitsMode::kLast, &got);
+  EXPECT_EQ(broken.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(broken.message()), HasSubstr("overwritten by a failed step"));
+  s->Clear();
+  ASSERT_TRUE(f.Eval(prompt, s.get(), LogitsMode::kLast, &got).ok());
+  ASSERT_TRUE(f.Eval(prompt, (*SequenceState::Create(hp, 64, 64)).get(), LogitsMode::kLast, &want).ok());
+  EXPECT_EQ(got, want);
+}
+
 }  // namespace
 }  // namespace moesplit::model

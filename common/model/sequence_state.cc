@@ -24,19 +24,45 @@ uint64_t SequenceState::RecurrentBytes(const HyperParams& hp) {
          static_cast<uint64_t>(hp.ssm_conv_state_floats() + hp.ssm_recurrent_state_floats()) * sizeof(float);
 }
 
-uint64_t SequenceState::BytesFor(const HyperParams& hp, int64_t n_ctx) {
-  return KvBytesPerPosition(hp) * static_cast<uint64_t>(n_ctx) +
-         kRecurrentBuffers * RecurrentBytes(hp);
+namespace {
+
+// Ring positions of layer l (0: none; see the header).
+int64_t RingPositions(const HyperParams& hp, int l, int64_t n_ctx, int64_t max_step) {
+  const LayerSpec& spec = hp.layers[l];
+  const int64_t w = spec.sliding_window;
+  if (!IsAttention(spec.mixer) || spec.mixer == MixerKind::kMla || w <= 0) return 0;
+  const int64_t ring = w + max_step - 1;
+  return ring + w - 1 < n_ctx ? ring : 0;
+}
+
+}  // namespace
+
+int64_t SequenceState::LayerPositions(const HyperParams& hp, int layer, int64_t n_ctx, int64_t max_step) {
+  const int64_t ring = RingPositions(hp, layer, n_ctx, max_step);
+  return ring > 0 ? ring + hp.layers[layer].sliding_window - 1 : n_ctx;
+}
+
+uint64_t SequenceState::BytesFor(const HyperParams& hp, int64_t n_ctx, int64_t max_step) {
+  uint64_t kv = 0;
+  for (int l = 0; l < static_cast<int>(hp.layers.size()); ++l) {
+    kv += static_cast<uint64_t>(KvValuesPerPosition(hp, hp.layers[l].mixer)) * sizeof(uint16_t) *
+          static_cast<uint64_t>(LayerPositions(hp, l, n_ctx, max_step));
+  }
+  return kv + kRecurrentBuffers * RecurrentBytes(hp);
 }
 
 absl::StatusOr<std::unique_ptr<SequenceState>> SequenceState::Create(const HyperParams& hp,
-                                                                     int64_t n_ctx) {
+                                                                     int64_t n_ctx, int64_t max_step) {
   if (n_ctx < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("sequence state size n_ctx = ", n_ctx, " < 1"));
   }
+  if (max_step < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("sequence state max_step = ", max_step, " < 1"));
+  }
   std::unique_ptr<SequenceState> s(new SequenceState());
   s->n_ctx_ = n_ctx;
+  s->max_step_ = max_step;
   s->k_row_ = hp.n_head_kv * hp.head_dim_k;
   s->v_row_ = hp.n_head_kv * hp.head_dim_v;
   s->conv_floats_ = hp.ssm_conv_state_floats();
@@ -52,13 +78,20 @@ absl::StatusOr<std::unique_ptr<SequenceState>> SequenceState::Create(const Hyper
     for (int64_t l = 0; l < hp.n_layer; ++l) {
       s->kinds_.push_back(hp.layers[l].mixer);
       Layer& L = s->layers_[l];
+      const int64_t rows = LayerPositions(hp, static_cast<int>(l), n_ctx, max_step);
       if (hp.layers[l].mixer == MixerKind::kMla) {
-        L.k.reset(new uint16_t[static_cast<size_t>(n_ctx * s->k_row_)]);
+        L.k.reset(new uint16_t[static_cast<size_t>(rows * s->k_row_)]);
         L.v_base = L.k.get();
         L.v_stride = s->k_row_;
       } else if (IsAttention(hp.layers[l].mixer)) {
-        L.k.reset(new uint16_t[static_cast<size_t>(n_ctx * s->k_row_)]);
-        L.v.reset(new uint16_t[static_cast<size_t>(n_ctx * s->v_row_)]);
+        L.ring = RingPositions(hp, static_cast<int>(l), n_ctx, max_step);
+        if (L.ring > 0) {
+          L.window = hp.layers[l].sliding_window;
+          const int64_t keep = L.ring - L.window;
+          s->ring_keep_ = s->ring_keep_ < 0 ? keep : std::min(s->ring_keep_, keep);
+        }
+        L.k.reset(new uint16_t[static_cast<size_t>(rows * s->k_row_)]);
+        L.v.reset(new uint16_t[static_cast<size_t>(rows * s->v_row_)]);
         L.v_base = L.v.get();
         L.v_stride = s->v_row_;
       } else {
@@ -79,10 +112,12 @@ absl::StatusOr<std::unique_ptr<SequenceState>> SequenceState::Create(const Hyper
 uint64_t SequenceState::bytes() const {
   uint64_t b = 0;
   for (size_t l = 0; l < layers_.size(); ++l) {
+    const Layer& L = layers_[l];
+    const uint64_t rows = static_cast<uint64_t>(L.ring > 0 ? L.ring + L.window - 1 : n_ctx_);
     if (kinds_[l] == MixerKind::kMla) {
-      b += static_cast<uint64_t>(n_ctx_) * k_row_ * sizeof(uint16_t);
+      b += rows * k_row_ * sizeof(uint16_t);
     } else if (IsAttention(kinds_[l])) {
-      b += static_cast<uint64_t>(n_ctx_) * (k_row_ + v_row_) * sizeof(uint16_t);
+      b += rows * (k_row_ + v_row_) * sizeof(uint16_t);
     } else {
       b += kRecurrentBuffers * static_cast<uint64_t>(conv_floats_ + ssm_floats_) * sizeof(float);
     }
@@ -103,6 +138,7 @@ bool SequenceState::Matches(const HyperParams& hp) const {
 
 void SequenceState::Clear() {
   n_past_ = 0;
+  written_end_ = 0;
   checkpoints_.clear();
   for (size_t l = 0; l < layers_.size(); ++l) {
     if (IsAttention(kinds_[l])) continue;
@@ -121,6 +157,12 @@ absl::Status SequenceState::Truncate(int64_t n) {
   if (n == 0) {
     Clear();
     return absl::OkStatus();
+  }
+  if (ring_keep_ >= 0 && std::max(n_past_, written_end_) - n > ring_keep_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot rewind from ", n_past_, " to ", n, " positions: the sliding-window layers keep only "
+        "their window and ", ring_keep_, " positions more (written up to ",
+        std::max(n_past_, written_end_), ")"));
   }
   if (n_recurrent_ > 0) {
     auto it = checkpoints_.find(n);
@@ -149,6 +191,26 @@ absl::Status SequenceState::CheckRoom(int64_t n_new) const {
         n_ctx_));
   }
   return absl::OkStatus();
+}
+
+absl::Status SequenceState::WindowIntact() const {
+  if (ring_keep_ < 0 || written_end_ - n_past_ <= ring_keep_) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "the sliding-window KV of this sequence was overwritten by a failed step (written up to ",
+      written_end_, ", ", n_past_, " committed, the rings keep ", ring_keep_,
+      " positions past the window): clear it and start again"));
+}
+
+void SequenceState::MirrorRows(int layer, int64_t pos, int64_t n) {
+  const Layer& L = layers_[layer];
+  if (L.ring == 0) return;
+  for (int64_t p = pos; p < pos + n; ++p) {
+    const int64_t slot = p % L.ring;
+    if (slot >= L.window - 1) continue;
+    const int64_t to = slot + L.ring;
+    std::memcpy(L.k.get() + to * k_row_, L.k.get() + slot * k_row_, k_row_ * sizeof(uint16_t));
+    std::memcpy(L.v_base + to * L.v_stride, L.v_base + slot * L.v_stride, v_row_ * sizeof(uint16_t));
+  }
 }
 
 void SequenceState::Checkpoint() {
@@ -182,13 +244,27 @@ absl::Status SequenceState::ExportKv(int64_t begin, int64_t end, uint8_t* out) c
                                                    ") of a sequence of ", n_past_));
   }
   const int64_t n = end - begin;
+  const int64_t written = std::max(n_past_, written_end_);
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const int64_t ring = layers_[l].ring;
+    if (ring > 0 && begin < written - ring) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "positions from ", begin, " are no longer in layer ", l, "'s sliding-window ring (it holds ",
+          ring, " positions up to ", written, ")"));
+    }
+  }
   for (size_t l = 0; l < layers_.size(); ++l) {
     if (!IsAttention(kinds_[l])) continue;
-    const size_t kb = n * k_row_ * sizeof(uint16_t);
-    const size_t vb = kinds_[l] == MixerKind::kMla ? 0 : n * v_row_ * sizeof(uint16_t);
-    std::memcpy(out, k(static_cast<int>(l), begin), kb);
-    if (vb > 0) std::memcpy(out + kb, v(static_cast<int>(l), begin), vb);
-    out += kb + vb;
+    const int il = static_cast<int>(l);
+    const size_t kr = k_row_ * sizeof(uint16_t);
+    const size_t vr = kinds_[l] == MixerKind::kMla ? 0 : v_row_ * sizeof(uint16_t);
+    // Rows one at a time on a ring (it wraps), in one run elsewhere.
+    const int64_t run = layers_[l].ring > 0 ? 1 : n;
+    for (int64_t p = begin; p < end; p += run) {
+      std::memcpy(out + (p - begin) * kr, k(il, p), run * kr);
+      if (vr > 0) std::memcpy(out + n * kr + (p - begin) * vr, v(il, p), run * vr);
+    }
+    out += n * (kr + vr);
   }
   return absl::OkStatus();
 }
@@ -203,11 +279,19 @@ absl::Status SequenceState::ImportKv(int64_t pos, const uint8_t* in, uint64_t by
   }
   for (size_t l = 0; l < layers_.size(); ++l) {
     if (!IsAttention(kinds_[l])) continue;
-    const size_t kb = n * k_row_ * sizeof(uint16_t);
-    const size_t vb = kinds_[l] == MixerKind::kMla ? 0 : n * v_row_ * sizeof(uint16_t);
-    std::memcpy(k(static_cast<int>(l), pos), in, kb);
-    if (vb > 0) std::memcpy(v(static_cast<int>(l), pos), in + kb, vb);
-    in += kb + vb;
+    const int il = static_cast<int>(l);
+    const size_t kr = k_row_ * sizeof(uint16_t);
+    const size_t vr = kinds_[l] == MixerKind::kMla ? 0 : v_row_ * sizeof(uint16_t);
+    const int64_t ring = layers_[l].ring;
+    // A ring keeps the last of the rows (the earlier ones are overwritten).
+    const int64_t from = ring > 0 ? std::max(pos, pos + n - ring) : pos;
+    const int64_t run = ring > 0 ? 1 : n;
+    for (int64_t p = from; p < pos + n; p += run) {
+      std::memcpy(k(il, p), in + (p - pos) * kr, run * kr);
+      if (vr > 0) std::memcpy(v(il, p), in + n * kr + (p - pos) * vr, run * vr);
+    }
+    MirrorRows(il, from, pos + n - from);
+    in += n * (kr + vr);
   }
   return absl::OkStatus();
 }
@@ -230,6 +314,7 @@ absl::Status SequenceState::Resume(int64_t n, const uint8_t* recurrent, uint64_t
                      bytes, " bytes of recurrent state (", recurrent_bytes(), " expected)"));
   }
   checkpoints_.clear();
+  written_end_ = n;  // the rings hold the imported rows before n
   for (size_t l = 0; l < layers_.size(); ++l) {
     if (IsAttention(kinds_[l])) continue;
     Recurrent& r = layers_[l].buf[layers_[l].cur];
@@ -244,6 +329,7 @@ absl::Status SequenceState::Resume(int64_t n, const uint8_t* recurrent, uint64_t
 
 void SequenceState::Commit(int64_t n_new) {
   n_past_ += n_new;
+  written_end_ = std::max(written_end_, n_past_);
   for (size_t l = 0; l < layers_.size(); ++l) {
     if (!IsAttention(kinds_[l])) layers_[l].cur = 1 - layers_[l].cur;
   }

@@ -10,6 +10,14 @@
 //     roped key part (head_dim_k = kv_lora_rank + n_rot values, 576 for
 //     DeepSeek-V3), and its V is the latent inside it, as llama.cpp's cache:
 //     v(l, p) == k(l, p), v_stride(l) == k_stride();
+//   - a sliding-window attention layer (window W) keeps a ring of
+//     R = W + max_step - 1 positions instead (when that is less than
+//     n_ctx): position p lives in slot p % R, and slots [0, W - 1) are
+//     mirrored after the ring (slots R .. R + W - 2), so that the W rows a
+//     token attends to are contiguous from k(l, first) like anywhere else.
+//     The forward writes one sequence's rows into such a layer at most
+//     max_step() positions at a time before they attend (then MirrorRows),
+//     so a step never overwrites rows its own tokens still read;
 //   - a gated-DeltaNet layer keeps, whatever the context, its conv state
 //     (the last ssm_conv_kernel - 1 conv inputs, channel-major: channel c's
 //     taps at conv(l) + c * (kernel - 1), oldest first) and its recurrent
@@ -30,7 +38,14 @@
 //     recurrent and conv states at the current n_past). The recurrent
 //     state is restored from it and checkpoints past n are dropped.
 // Otherwise FailedPrecondition naming the nearest checkpoint, state
-// unchanged.
+// unchanged. With sliding-window rings a position n can be resumed from
+// only while the rings still hold the window before it: E - n <= keep, E
+// the furthest position written (a failed step's writes count; NoteWrite),
+// keep = R - W = max_step - 1. Truncate(n) refuses otherwise
+// (FailedPrecondition), and a step on a state whose failed step overwrote
+// the window before n_past is refused (WindowIntact) rather than computed
+// from overwritten rows; Clear() restores it. (CudaKvCache has the same
+// rule for its rings.)
 // The prefix cache (services/dense/prefix_cache.h) copies K/V rows and the
 // recurrent state out at block boundaries (ExportKv / ExportRecurrent) and
 // back into a fresh state (ImportKv + Resume).
@@ -38,6 +53,7 @@
 // Thread-safety: not thread-safe; one step at a time per state.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -53,23 +69,35 @@ class SequenceState {
  public:
   // InvalidArgument for n_ctx < 1; ResourceExhausted when the allocation
   // fails or is absurdly large.
+  // max_step: the most positions of this sequence the forward writes into a
+  // sliding-window layer before they attend (sizes the rings; the forward
+  // splits longer steps). InvalidArgument for max_step < 1.
   static absl::StatusOr<std::unique_ptr<SequenceState>> Create(const HyperParams& hp,
-                                                               int64_t n_ctx);
+                                                               int64_t n_ctx,
+                                                               int64_t max_step = kDefaultMaxStep);
+  static constexpr int64_t kDefaultMaxStep = 512;
 
   // f16 K + V bytes of one position over the attention layers (K only on
-  // MLA layers).
+  // MLA layers): the prefix cache's row (sliding-window layers included).
   static uint64_t KvBytesPerPosition(const HyperParams& hp);
+  // Positions attention layer `layer` keeps for n_ctx (the ring's slots,
+  // mirror included, for a sliding-window layer; n_ctx otherwise).
+  static int64_t LayerPositions(const HyperParams& hp, int layer, int64_t n_ctx, int64_t max_step);
   // f16 values one attention layer of `kind` keeps per position.
   static int64_t KvValuesPerPosition(const HyperParams& hp, MixerKind kind);
   // Conv + recurrent state bytes of the DeltaNet layers (one buffer each).
   static uint64_t RecurrentBytes(const HyperParams& hp);
   // Buffers per recurrent layer (current and next; see the file comment).
   static constexpr int kRecurrentBuffers = 2;
-  // What Create(hp, n_ctx)->bytes() is (double-buffered recurrent layers).
-  static uint64_t BytesFor(const HyperParams& hp, int64_t n_ctx);
+  // What Create(hp, n_ctx, max_step)->bytes() is (double-buffered
+  // recurrent layers, rings for sliding-window layers).
+  static uint64_t BytesFor(const HyperParams& hp, int64_t n_ctx, int64_t max_step = kDefaultMaxStep);
 
   int64_t n_ctx() const { return n_ctx_; }
   int64_t n_past() const { return n_past_; }
+  int64_t max_step() const { return max_step_; }
+  // Whether attention layer `layer` keeps a ring (see the file comment).
+  bool has_ring(int layer) const { return layers_[layer].ring > 0; }
   int n_layer() const { return static_cast<int>(layers_.size()); }
   // Everything allocated, checkpoints included.
   uint64_t bytes() const;
@@ -83,6 +111,11 @@ class SequenceState {
   // OkStatus when n_new more positions fit; OutOfRange naming n_past, n_new
   // and n_ctx otherwise.
   absl::Status CheckRoom(int64_t n_new) const;
+  // The forward is about to write positions up to `end` - 1.
+  void NoteWrite(int64_t end) { written_end_ = std::max(written_end_, end); }
+  // OK when the rings still hold the window before n_past (always without
+  // rings); FailedPrecondition otherwise (see the file comment).
+  absl::Status WindowIntact() const;
 
   // Copies the recurrent layers' state at n_past() (replacing one taken at
   // the same position). A no-op without recurrent layers.
@@ -99,7 +132,8 @@ class SequenceState {
   uint64_t recurrent_bytes() const {
     return static_cast<uint64_t>(n_recurrent_) * (conv_floats_ + ssm_floats_) * sizeof(float);
   }
-  // InvalidArgument unless 0 <= begin <= end <= n_past (the rows written).
+  // InvalidArgument unless 0 <= begin <= end <= n_past (the rows written);
+  // FailedPrecondition when a ring no longer holds position begin.
   absl::Status ExportKv(int64_t begin, int64_t end, uint8_t* out) const;
   // Writes rows in that layout at positions [pos, pos + n), leaving n_past
   // alone. InvalidArgument unless 0 <= pos, pos + n <= n_ctx and the size
@@ -113,15 +147,21 @@ class SequenceState {
   absl::Status Resume(int64_t n, const uint8_t* recurrent, uint64_t bytes);
 
   // Attention layers: raw K/V storage (the forward pass writes positions >=
-  // n_past, then Commit). REQUIRES: layer is an attention layer.
-  uint16_t* k(int layer, int64_t pos) { return layers_[layer].k.get() + pos * k_row_; }
+  // n_past, then Commit); rows of consecutive positions follow each other
+  // (up to the window, on a ring). REQUIRES: layer is an attention layer.
+  uint16_t* k(int layer, int64_t pos) { return layers_[layer].k.get() + Slot(layer, pos) * k_row_; }
   const uint16_t* k(int layer, int64_t pos) const {
-    return layers_[layer].k.get() + pos * k_row_;
+    return layers_[layer].k.get() + Slot(layer, pos) * k_row_;
   }
-  uint16_t* v(int layer, int64_t pos) { return layers_[layer].v_base + pos * layers_[layer].v_stride; }
+  uint16_t* v(int layer, int64_t pos) {
+    return layers_[layer].v_base + Slot(layer, pos) * layers_[layer].v_stride;
+  }
   const uint16_t* v(int layer, int64_t pos) const {
-    return layers_[layer].v_base + pos * layers_[layer].v_stride;
+    return layers_[layer].v_base + Slot(layer, pos) * layers_[layer].v_stride;
   }
+  // After rows [pos, pos + n) of a ring layer were written through k()/v():
+  // copies those in the mirrored slots. A no-op on other layers.
+  void MirrorRows(int layer, int64_t pos, int64_t n);
   // Elements from one position's K (V) to the next.
   int64_t k_stride() const { return k_row_; }
   int64_t v_stride(int layer) const { return layers_[layer].v_stride; }
@@ -148,16 +188,25 @@ class SequenceState {
     std::unique_ptr<uint16_t[]> k, v;
     uint16_t* v_base = nullptr;  // v.get(), or k.get() on MLA layers
     int64_t v_stride = 0;
+    int64_t ring = 0;    // ring positions R (0: every position has its row)
+    int64_t window = 0;  // the sliding window W of a ring layer
     // DeltaNet: buf[cur] is committed.
     Recurrent buf[2];
     int cur = 0;
   };
   SequenceState() = default;
+  int64_t Slot(int layer, int64_t pos) const {
+    const int64_t r = layers_[layer].ring;
+    return r > 0 ? pos % r : pos;
+  }
   const Recurrent& Cur(int layer) const { return layers_[layer].buf[layers_[layer].cur]; }
   Recurrent& Next(int layer) { return layers_[layer].buf[1 - layers_[layer].cur]; }
 
   int64_t n_ctx_ = 0;
   int64_t n_past_ = 0;
+  int64_t max_step_ = kDefaultMaxStep;
+  int64_t ring_keep_ = -1;  // how far back past the window the rings reach (-1: no rings)
+  int64_t written_end_ = 0;
   int64_t k_row_ = 0;  // n_head_kv * head_dim_k
   int64_t v_row_ = 0;  // n_head_kv * head_dim_v
   int64_t conv_floats_ = 0;

@@ -120,6 +120,7 @@ absl::StatusOr<std::unique_ptr<DenseEngine>> DenseEngine::Create(const EngineOpt
   ro.expert_cache_slots = options.expert_cache_slots;
   ro.prefill_stream_min_tokens = options.prefill_stream_min_tokens;
   ro.pin_experts = options.pin_experts;
+  ro.max_step = options.step_tokens;
   ASSIGN_OR_RETURN(e->runner_, CreateSequenceRunner(e->model_, backend, e->pool_.get(), ro));
   e->options_.max_sequences = e->runner_->slots();
   e->slot_used_.assign(e->runner_->slots(), false);

@@ -95,13 +95,13 @@ absl::Status ExportRecurrentOf(const State& st, std::vector<uint8_t>* out) {
 
 class CpuRunner final : public SequenceRunner {
  public:
-  CpuRunner(std::unique_ptr<model::Forward> f, int slots, int64_t n_ctx)
-      : forward_(std::move(f)), n_ctx_(n_ctx), states_(slots), started_(slots, false) {}
+  CpuRunner(std::unique_ptr<model::Forward> f, int slots, int64_t n_ctx, int64_t max_step)
+      : forward_(std::move(f)), n_ctx_(n_ctx), max_step_(max_step), states_(slots), started_(slots, false) {}
   int slots() const override { return static_cast<int>(states_.size()); }
   absl::Status Start(int slot, int64_t positions) override {
     RETURN_IF_ERROR(CheckStart(slot, positions, started_, n_ctx_));
     ASSIGN_OR_RETURN(states_[slot],
-                     model::SequenceState::Create(forward_->model().hparams(), positions));
+                     model::SequenceState::Create(forward_->model().hparams(), positions, max_step_));
     started_[slot] = true;
     used_ += states_[slot]->bytes();
     return absl::OkStatus();
@@ -124,7 +124,7 @@ class CpuRunner final : public SequenceRunner {
   int64_t capacity(int slot) const override { return states_[slot]->n_ctx(); }
   uint64_t state_bytes_used() const override { return used_; }
   uint64_t state_bytes_capacity() const override {
-    return model::SequenceState::BytesFor(forward_->model().hparams(), n_ctx_) * slots();
+    return model::SequenceState::BytesFor(forward_->model().hparams(), n_ctx_, max_step_) * slots();
   }
   std::string name() const override { return "cpu"; }
   uint64_t kv_bytes_per_position() const override {
@@ -154,6 +154,7 @@ class CpuRunner final : public SequenceRunner {
  private:
   std::unique_ptr<model::Forward> forward_;
   const int64_t n_ctx_;
+  const int64_t max_step_;
   std::vector<std::unique_ptr<model::SequenceState>> states_;
   std::vector<bool> started_;
   std::atomic<uint64_t> used_{0};
@@ -382,7 +383,8 @@ absl::StatusOr<std::unique_ptr<SequenceRunner>> CreateSequenceRunner(
   }
   if (o.n_ctx < 1) return absl::InvalidArgumentError(absl::StrCat("context ", o.n_ctx, " < 1"));
   auto forward = std::make_unique<model::Forward>(model, experts, pool);
-  return std::unique_ptr<SequenceRunner>(new CpuRunner(std::move(forward), o.n_parallel, o.n_ctx));
+  if (o.max_step < 1) return absl::InvalidArgumentError(absl::StrCat("step of ", o.max_step, " tokens < 1"));
+  return std::unique_ptr<SequenceRunner>(new CpuRunner(std::move(forward), o.n_parallel, o.n_ctx, o.max_step));
 }
 
 }  // namespace moesplit::dense

@@ -53,6 +53,10 @@ struct RunnerOptions {
   // start-up (cuda::CudaForward::MeasurePrefillSwitch); 0 = off.
   int64_t prefill_stream_min_tokens = -1;
   bool pin_experts = false;       // page-lock the experts' host copy source
+  // The most tokens of one sequence a step holds (the engine's step_tokens):
+  // sizes the CPU states' sliding-window rings (model::SequenceState), so
+  // that the prefix cache can still export the blocks a step completed.
+  int64_t max_step = 512;
 };
 
 // Left free of the GPU budget when the expert cache takes "the rest".
