@@ -16,6 +16,7 @@
 #include "gmock/gmock.h"
 #include "common/sampling/json_schema.h"
 #include "gtest/gtest.h"
+#include "common/model/sequence_state.h"
 #include "services/cli/test_model.h"
 
 namespace moesplit::dense {
@@ -246,7 +247,9 @@ TEST(DenseEngineTest, JsonConstraintStopsAtTheEndOfTheDocumentAndLengthCutsIt) {
   EXPECT_EQ(e->running(), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, EngineArchTest, MOESPLIT_ENGINE_ARCHS);
+// gpt-oss too: its test model's 128-token windows keep rings (SequenceState)
+// at the prefix-cache tests' context.
+INSTANTIATE_TEST_SUITE_P(Archs, EngineArchTest, ::testing::Values("qwen3moe", "qwen35moe", "gpt-oss"));
 
 // ------------------------------------------------------------ prefix cache
 
@@ -345,6 +348,15 @@ TEST_P(EngineArchTest, AConversationsNextTurnReusesItsPrefix) {
   EXPECT_EQ(e->metrics().prefix_cache_misses.Value(), 1);
   EXPECT_EQ(e->metrics().prefix_cache_reused_tokens.Value(), t2.outcome.cached_tokens);
   EXPECT_GT(e->metrics().prefix_cache_primary_bytes.Value(), 0);
+#ifndef MOESPLIT_CUDA_EMULATED
+  if (arch == "gpt-oss") {  // its sliding-window layers kept rings, not 4096 positions
+    auto m = model::Model::Open(ModelPath(arch));
+    ASSERT_TRUE(m.ok());
+    const model::HyperParams& hp = (*m)->hparams();
+    EXPECT_EQ(e->metrics().kv_capacity_bytes.Value(), 2.0 * model::SequenceState::BytesFor(hp, 4096, 512));
+    EXPECT_LT(model::SequenceState::BytesFor(hp, 4096, 512), model::SequenceState::BytesFor(hp, 4096, 4096));
+  }
+#endif
   std::printf("%s: first turn %d tokens, ttft %.3f s; next turn %zu tokens (%d cached), ttft "
               "%.3f s; without the cache %.3f s\n",
               arch.c_str(), kPrompt, t1.timings.ttft_s, second.size(), t2.outcome.cached_tokens,
