@@ -48,14 +48,17 @@ absl::StatusOr<std::string> Dump(const Json& j, const std::string& where) {
   }
 }
 
-class Compiler {
+}  // namespace
+
+class JsonSchemaCompiler {
  public:
-  Compiler(const Json& root, bool strict) : root_(root), strict_(strict) {}
+  JsonSchemaCompiler(GrammarBuilder* builder, const Json& root, bool strict)
+      : b(*builder), root_(root), strict_(strict) {}
 
   absl::StatusOr<uint32_t> Value(const Json& schema, const std::string& where, int depth);
   uint32_t AnyObject() { return Lazy(any_object_, [&] { MakeAny(); }); }
 
-  GrammarBuilder b;
+  GrammarBuilder& b;
 
  private:
   uint32_t Lazy(uint32_t& slot, const std::function<void()>& make) {
@@ -100,7 +103,7 @@ class Compiler {
   std::map<std::string, uint32_t> refs_;
 };
 
-uint32_t Compiler::Char() {
+uint32_t JsonSchemaCompiler::Char() {
   return Lazy(char_, [&] {
     const ByteSet cont = ByteSet::Range(0x80, 0xBF);
     auto B = [](ByteSet s) { return Item::Bytes(s); };
@@ -126,7 +129,7 @@ uint32_t Compiler::Char() {
   });
 }
 
-uint32_t Compiler::String(int min, int max) {
+uint32_t JsonSchemaCompiler::String(int min, int max) {
   auto [it, fresh] = strings_.try_emplace({min, max}, kNone);
   if (fresh) {
     const uint32_t chars =
@@ -136,7 +139,7 @@ uint32_t Compiler::String(int min, int max) {
   return it->second;
 }
 
-uint32_t Compiler::Integer() {
+uint32_t JsonSchemaCompiler::Integer() {
   return Lazy(integer_, [&] {
     const ByteSet digit = ByteSet::Range('0', '9');
     const uint32_t more = b.Repeat("integer-digits", {Item::Bytes(digit)}, 0, 15);
@@ -146,7 +149,7 @@ uint32_t Compiler::Integer() {
   });
 }
 
-uint32_t Compiler::Number() {
+uint32_t JsonSchemaCompiler::Number() {
   return Lazy(number_, [&] {
     const Item digit = Item::Bytes(ByteSet::Range('0', '9'));
     const uint32_t frac_digits = b.Repeat("fraction-digits", {digit}, 1, 16);
@@ -161,7 +164,7 @@ uint32_t Compiler::Number() {
   });
 }
 
-uint32_t Compiler::List(const std::string& name, char open, char close, const Sequence& item,
+uint32_t JsonSchemaCompiler::List(const std::string& name, char open, char close, const Sequence& item,
                         int min, int max) {
   if (max == 0) return b.Rule(name, {{Byte(open), Ws(), Byte(close)}});
   Sequence with_ws = item;
@@ -178,7 +181,7 @@ uint32_t Compiler::List(const std::string& name, char open, char close, const Se
   return b.Rule(name, {{Byte(open), Ws(), Byte(close)}, full});
 }
 
-void Compiler::MakeAny() {
+void JsonSchemaCompiler::MakeAny() {
   value_ = b.Reserve("value");
   Sequence kv = {Item::Ref(String(0, -1)), Ws(), Byte(':'), Ws(), Item::Ref(value_)};
   any_object_ = List("object", '{', '}', kv, 0, -1);
@@ -192,15 +195,15 @@ void Compiler::MakeAny() {
                     GrammarBuilder::Literal("null")});
 }
 
-uint32_t Compiler::Any() { return Lazy(value_, [&] { MakeAny(); }); }
+uint32_t JsonSchemaCompiler::Any() { return Lazy(value_, [&] { MakeAny(); }); }
 
-uint32_t Compiler::Literal(const std::string& name, const std::vector<std::string>& texts) {
+uint32_t JsonSchemaCompiler::Literal(const std::string& name, const std::vector<std::string>& texts) {
   std::vector<Sequence> alts;
   for (const std::string& t : texts) alts.push_back(GrammarBuilder::Literal(t));
   return b.Rule(name, std::move(alts));
 }
 
-absl::StatusOr<uint32_t> Compiler::Ref(const std::string& ref, const std::string& where,
+absl::StatusOr<uint32_t> JsonSchemaCompiler::Ref(const std::string& ref, const std::string& where,
                                        int depth) {
   if (auto it = refs_.find(ref); it != refs_.end()) return it->second;
   if (ref.empty() || ref[0] != '#') {
@@ -220,7 +223,7 @@ absl::StatusOr<uint32_t> Compiler::Ref(const std::string& ref, const std::string
   return id;
 }
 
-absl::StatusOr<int> Count(const Json& s, const char* key, int def, const std::string& where) {
+static absl::StatusOr<int> Count(const Json& s, const char* key, int def, const std::string& where) {
   auto it = s.find(key);
   if (it == s.end()) return def;
   if (!it->is_number_integer() || it->get<int64_t>() < 0) {
@@ -233,12 +236,12 @@ absl::StatusOr<int> Count(const Json& s, const char* key, int def, const std::st
   return static_cast<int>(it->get<int64_t>());
 }
 
-absl::StatusOr<uint32_t> Compiler::MapObject(uint32_t value) {
+absl::StatusOr<uint32_t> JsonSchemaCompiler::MapObject(uint32_t value) {
   Sequence kv = {Item::Ref(String(0, -1)), Ws(), Byte(':'), Ws(), Item::Ref(value)};
   return List("map", '{', '}', kv, 0, -1);
 }
 
-absl::StatusOr<uint32_t> Compiler::Object(const Json& s, const std::string& where, int depth) {
+absl::StatusOr<uint32_t> JsonSchemaCompiler::Object(const Json& s, const std::string& where, int depth) {
   static const Json kEmpty = Json::object();
   const Json* props = &kEmpty;
   if (auto it = s.find("properties"); it != s.end()) {
@@ -301,7 +304,7 @@ absl::StatusOr<uint32_t> Compiler::Object(const Json& s, const std::string& wher
   return b.Rule("object", {{Byte('{'), Ws(), Item::Ref(first), Byte('}')}});
 }
 
-absl::StatusOr<uint32_t> Compiler::Array(const Json& s, const std::string& where, int depth) {
+absl::StatusOr<uint32_t> JsonSchemaCompiler::Array(const Json& s, const std::string& where, int depth) {
   uint32_t item = 0;
   auto it = s.find("items");
   if (it == s.end()) {
@@ -317,7 +320,7 @@ absl::StatusOr<uint32_t> Compiler::Array(const Json& s, const std::string& where
   return List("array", '[', ']', {Item::Ref(item)}, min, max);
 }
 
-absl::StatusOr<uint32_t> Compiler::Value(const Json& s, const std::string& where, int depth) {
+absl::StatusOr<uint32_t> JsonSchemaCompiler::Value(const Json& s, const std::string& where, int depth) {
   if (depth > kMaxDepth) return Bad(where, absl::StrCat("nested deeper than ", kMaxDepth));
   RETURN_IF_ERROR(CheckSize(where));
   if (s.is_boolean()) {
@@ -426,11 +429,19 @@ absl::StatusOr<uint32_t> Compiler::Value(const Json& s, const std::string& where
   return b.Rule("type", std::move(alts));
 }
 
-}  // namespace
+JsonSchemaRules::JsonSchemaRules(GrammarBuilder* builder, const Json& root, bool strict)
+    : c_(std::make_unique<JsonSchemaCompiler>(builder, root, strict)) {}
+
+JsonSchemaRules::~JsonSchemaRules() = default;
+
+absl::StatusOr<uint32_t> JsonSchemaRules::Value(const Json& schema, const std::string& where) {
+  return c_->Value(schema, where, 0);
+}
 
 absl::StatusOr<std::shared_ptr<const grammar::Grammar>> CompileConstraint(
     const ConstraintSpec& spec) {
-  Compiler c(spec.schema, spec.strict);
+  GrammarBuilder builder;
+  JsonSchemaCompiler c(&builder, spec.schema, spec.strict);
   uint32_t value = 0;
   if (spec.kind == ConstraintSpec::Kind::kJsonObject) {
     value = c.AnyObject();

@@ -64,4 +64,22 @@ struct ConstraintSpec {
 absl::StatusOr<std::shared_ptr<const grammar::Grammar>> CompileConstraint(
     const ConstraintSpec& spec);
 
+class JsonSchemaCompiler;
+
+// The same values as rules of a caller's grammar, for outputs that embed
+// JSON in other text (a tool call's XML parameters, chat_tools.h). `root`
+// is what "$ref": "#..." resolves against; builder and root outlive this.
+class JsonSchemaRules {
+ public:
+  JsonSchemaRules(grammar::GrammarBuilder* builder, const nlohmann::ordered_json& root, bool strict = false);
+  ~JsonSchemaRules();
+  // A rule matching one value valid under `schema` (root or a part of it;
+  // `where` its location for errors, e.g. "#/properties/a"). Errors as
+  // CompileConstraint's.
+  absl::StatusOr<uint32_t> Value(const nlohmann::ordered_json& schema, const std::string& where);
+
+ private:
+  std::unique_ptr<JsonSchemaCompiler> c_;
+};
+
 }  // namespace moesplit

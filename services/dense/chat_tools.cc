@@ -1,8 +1,12 @@
 #include "services/dense/chat_tools.h"
 
+#include <map>
 #include <set>
+#include <string_view>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/status.h"
 #include "common/base/utf8.h"
 #include "common/sampling/json_schema.h"
 
@@ -236,12 +240,155 @@ std::string ToolFinishReason(const std::string& finish_reason, bool has_calls) {
   return has_calls && finish_reason == "stop" ? "tool_calls" : finish_reason;
 }
 
+namespace {
+
+using grammar::ByteSet;
+using grammar::GrammarBuilder;
+using grammar::Item;
+using grammar::Sequence;
+
+// A rule matching any UTF-8 text (tabs and newlines, no other control
+// bytes) that does not contain `stop` (ASCII): one rule per state of stop's
+// Knuth-Morris-Pratt automaton, none for the state that completes it.
+uint32_t TextWithout(GrammarBuilder& b, const std::string& stop) {
+  const int m = static_cast<int>(stop.size());
+  std::vector<int> fail(m, 0);
+  for (int i = 1, k = 0; i < m; ++i) {
+    while (k > 0 && stop[i] != stop[k]) k = fail[k - 1];
+    if (stop[i] == stop[k]) ++k;
+    fail[i] = k;
+  }
+  auto next = [&](int state, char c) {
+    while (state > 0 && stop[state] != c) state = fail[state - 1];
+    return stop[state] == c ? state + 1 : state;
+  };
+  const ByteSet cont = ByteSet::Range(0x80, 0xBF);
+  const uint32_t multi = b.Rule(
+      "utf8-multibyte",
+      {{Item::Bytes(ByteSet::Range(0xC2, 0xDF)), Item::Bytes(cont)},
+       {Item::Bytes(ByteSet::Range(0xE0, 0xEF)), Item::Bytes(cont), Item::Bytes(cont)},
+       {Item::Bytes(ByteSet::Range(0xF0, 0xF4)), Item::Bytes(cont), Item::Bytes(cont), Item::Bytes(cont)}});
+  std::vector<uint32_t> q(m);
+  for (int i = 0; i < m; ++i) q[i] = b.Reserve(absl::StrCat("text-", i));
+  for (int i = 0; i < m; ++i) {
+    std::map<int, ByteSet> to;
+    for (int c = 0; c < 0x7F; ++c) {
+      if (c < 0x20 && c != '\n' && c != '\t') continue;
+      const int j = next(i, static_cast<char>(c));
+      if (j < m) to[j].Add(static_cast<uint8_t>(c));
+    }
+    std::vector<Sequence> alts = {{}};
+    for (const auto& [j, set] : to) alts.push_back({Item::Bytes(set), Item::Ref(q[j])});
+    alts.push_back({Item::Ref(multi), Item::Ref(q[0])});
+    b.Define(q[i], std::move(alts));
+  }
+  return q[0];
+}
+
+// Qwen3-Coder's (Qwen3.5's) call of one function: <function=NAME>, then per
+// property of its parameters (in the order written; the required ones
+// always, the others optional) <parameter=KEY>\nVALUE\n</parameter>\n,
+// VALUE the raw text for a {"type": "string"} property (one of the values
+// for an enum or const; never containing "</parameter>") and JSON valid under
+// the property's schema otherwise, as chat::ParseToolCalls reads them back.
+absl::StatusOr<Sequence> Qwen3CoderCall(GrammarBuilder& b, const std::string& name, const Json& params,
+                                        uint32_t* text) {
+  constexpr std::string_view kEnd = "</parameter>";
+  Sequence call = GrammarBuilder::Literal("<function=" + name + ">\n");
+  const Json props = params.is_object() ? params.value("properties", Json::object()) : Json::object();
+  if (!props.is_object()) return absl::InvalidArgumentError("properties must be an object");
+  std::set<std::string> required;
+  if (params.is_object() && params.contains("required") && params["required"].is_array()) {
+    for (const Json& r : params["required"]) {
+      if (r.is_string()) required.insert(r.get<std::string>());
+    }
+  }
+  JsonSchemaRules json(&b, params);
+  for (const auto& [key, sub] : props.items()) {
+    if (key.empty() || key.find_first_of("<>\n") != std::string::npos || key.front() == ' ' ||
+        key.back() == ' ') {
+      return absl::InvalidArgumentError(absl::StrCat("the property name '", key,
+                                                     "' cannot be written as a <parameter=...> tag"));
+    }
+    const std::string where = "#/properties/" + key;
+    uint32_t value = 0;
+    if (sub.is_object() && sub.value("type", Json()) == "string") {
+      for (const char* k : {"minLength", "maxLength", "pattern", "format"}) {
+        if (sub.contains(k)) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              where, ": ", k, " cannot be enforced on Qwen3-Coder's raw-text arguments"));
+        }
+      }
+      std::vector<std::string> options;
+      if (sub.contains("enum") || sub.contains("const")) {
+        const Json list = sub.contains("enum") ? sub["enum"] : Json::array({sub["const"]});
+        if (!list.is_array() || list.empty()) return absl::InvalidArgumentError(where + ": enum must be a non-empty array");
+        for (const Json& v : list) {
+          if (!v.is_string() || v.get<std::string>().find(kEnd) != std::string::npos) {
+            return absl::InvalidArgumentError(where + ": enum values of a string must be strings");
+          }
+          options.push_back(v.get<std::string>());
+        }
+        std::vector<Sequence> alts;
+        for (const std::string& o : options) alts.push_back(GrammarBuilder::Literal(o));
+        value = b.Rule("enum-" + key, std::move(alts));
+      } else {
+        if (*text == UINT32_MAX) *text = TextWithout(b, std::string(kEnd));
+        value = *text;
+      }
+    } else {
+      ASSIGN_OR_RETURN(value, json.Value(sub, where));
+    }
+    Sequence tag = GrammarBuilder::Literal("<parameter=" + key + ">\n");
+    tag.push_back(Item::Ref(value));
+    GrammarBuilder::Append(tag, GrammarBuilder::Literal("\n</parameter>\n"));
+    if (required.count(key)) {
+      GrammarBuilder::Append(call, tag);
+    } else {
+      call.push_back(Item::Ref(b.Rule("optional-" + key, {{}, tag})));
+    }
+  }
+  GrammarBuilder::Append(call, GrammarBuilder::Literal("</function>\n"));
+  return call;
+}
+
+absl::StatusOr<std::shared_ptr<const grammar::Grammar>> Qwen3CoderConstraint(const ToolRequest& tools,
+                                                                             const std::string& before) {
+  GrammarBuilder b;
+  uint32_t text = UINT32_MAX;  // the raw-text rule, made once
+  std::vector<Sequence> calls;
+  for (const auto& t : tools.tools) {
+    const std::string name = t["function"]["name"].get<std::string>();
+    if (tools.choice == ToolChoice::kNamed && name != tools.named) continue;
+    const Json params = t["function"].value("parameters", Json());
+    absl::StatusOr<Sequence> call = Qwen3CoderCall(b, name, params, &text);
+    if (!call.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("tools: the parameters of '", name,
+                                                     "' cannot be enforced for tool_choice: ",
+                                                     call.status().message()));
+    }
+    calls.push_back(*std::move(call));
+  }
+  Sequence root = GrammarBuilder::Literal(before + "<tool_call>\n");
+  root.push_back(Item::Ref(b.Rule("call", std::move(calls))));
+  GrammarBuilder::Append(root, GrammarBuilder::Literal("</tool_call>"));
+  absl::StatusOr<std::shared_ptr<const grammar::Grammar>> g = b.Build(b.Rule("root", {root}));
+  if (!g.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("tools: cannot enforce tool_choice: ", g.status().message()));
+  }
+  return g;
+}
+
+}  // namespace
+
 absl::StatusOr<std::shared_ptr<const grammar::Grammar>> ToolChoiceConstraint(
-    const ToolRequest& tools, chat::ToolCallFamily family) {
-  if (family != chat::ToolCallFamily::kHermes || !tools.offered() ||
-      (tools.choice != ToolChoice::kRequired && tools.choice != ToolChoice::kNamed)) {
+    const ToolRequest& tools, chat::ToolCallFamily family, bool reasoning_open) {
+  if (!tools.offered() || (tools.choice != ToolChoice::kRequired && tools.choice != ToolChoice::kNamed)) {
     return nullptr;
   }
+  const std::string before = reasoning_open ? chat::ReasoningTags().close + "\n\n" : "";
+  if (family == chat::ToolCallFamily::kQwen3Coder) return Qwen3CoderConstraint(tools, before);
+  if (family != chat::ToolCallFamily::kHermes) return nullptr;
   // The frame around the call object {"name": N, "arguments": A}.
   const chat::ToolCallFrameText frame = chat::ToolCallFrameFor(family, "");
   const std::string open = frame.prefix.substr(0, frame.prefix.find('{'));
@@ -262,7 +409,7 @@ absl::StatusOr<std::shared_ptr<const grammar::Grammar>> ToolChoiceConstraint(
   }
   ConstraintSpec spec;
   spec.kind = ConstraintSpec::Kind::kJsonSchema;
-  spec.prefix = open;
+  spec.prefix = before + open;
   spec.schema = any.size() == 1 ? any[0] : nlohmann::ordered_json{{"anyOf", any}};
   spec.suffix = close;
   absl::StatusOr<std::shared_ptr<const grammar::Grammar>> g = CompileConstraint(spec);

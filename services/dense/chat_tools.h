@@ -16,12 +16,12 @@
 // tool_choice "none" (as llama.cpp): the tools are not given to the template
 // and the output is not parsed for calls. "required" / named: the tools are
 // offered and, for the Hermes family (Qwen2.5, Qwen3 and Hermes-style
-// templates: JSON calls), constrained decoding forces one call whose
-// arguments match the function's parameters (ToolChoiceConstraint); for the
-// other families (Qwen3-Coder's XML arguments, harmony's and DeepSeek's
-// special-token frames, which the byte grammar does not write) the output is
-// parsed as for "auto" (named: only calls of that function count) and an
-// answer without a call stays content.
+// templates: JSON calls) and the Qwen3-Coder family (Qwen3-Coder, Qwen3.5:
+// XML parameters), constrained decoding forces one call whose arguments
+// match the function's parameters (ToolChoiceConstraint); for harmony's and
+// DeepSeek's frames (special tokens, which the byte grammar does not write)
+// the output is parsed as for "auto" (named: only calls of that function
+// count) and an answer without a call stays content.
 //
 // Thread-safety: ParseToolRequest is; a ChatOutputStream is not.
 #pragma once
@@ -32,6 +32,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/chat/harmony.h"
+#include "common/chat/reasoning.h"
 #include "common/chat/tool_calls.h"
 #include "common/sampling/grammar.h"
 #include "nlohmann/json.hpp"
@@ -53,13 +54,27 @@ struct ToolRequest {
 };
 
 // The constraint that makes the model write a call (tool_choice required or
-// named) in `family`'s frame: "<tool_call>\n" + {"name": N, "arguments": A}
-// + "\n</tool_call>" with A valid under N's parameters (any of the tools
-// for "required"). Null when nothing is forced (auto, none, or a family the
-// grammar cannot frame; see above). InvalidArgument naming the problem when
-// a function's parameters use a keyword the grammar cannot enforce.
+// named) in `family`'s frame, of N (any of the tools for "required"):
+//   Hermes:      "<tool_call>\n" + {"name": N, "arguments": A} + "\n</tool_call>",
+//                A valid under N's parameters;
+//   Qwen3-Coder: "<tool_call>\n<function=N>\n", then per property of N's
+//                parameters (in the order written; the required ones always,
+//                the others optional) "<parameter=K>\nV\n</parameter>\n" with
+//                V the raw text of a {"type": "string"} property (one of its
+//                enum / const values if it has them; never containing
+//                "</parameter>") or JSON valid under the property's schema,
+//                then "</function>\n</tool_call>".
+// Null when nothing is forced (auto, none, or a family the grammar cannot
+// frame; see above). InvalidArgument naming the problem when a function's
+// parameters use a keyword the grammar cannot enforce (for Qwen3-Coder also
+// minLength / maxLength on a raw-text string, and property names that
+// cannot be a tag).
+// reasoning_open: the prompt ends inside a reasoning block
+// (chat::PromptOpensReasoning, Qwen3.5's generation prompt); the forced
+// output then closes it first ("</think>\n\n"), so that the call is not
+// read as reasoning.
 absl::StatusOr<std::shared_ptr<const grammar::Grammar>> ToolChoiceConstraint(
-    const ToolRequest& tools, chat::ToolCallFamily family);
+    const ToolRequest& tools, chat::ToolCallFamily family, bool reasoning_open = false);
 
 // Each argument is the request's field, or null when absent.
 absl::StatusOr<ToolRequest> ParseToolRequest(const nlohmann::ordered_json& tools,

@@ -305,18 +305,88 @@ TEST(ToolChoiceConstraintTest, HermesCallsAreForcedAndParseBack) {
   EXPECT_EQ(back.tool_calls[0].name, "get_weather");
   EXPECT_EQ(Json::parse(back.tool_calls[0].arguments), Json::parse(R"({"city": "Paris"})"));
   // Nothing is forced for auto / none, nor in families the byte grammar
-  // cannot frame (their calls are parsed as for auto).
+  // cannot frame (special-token frames; their calls are parsed as for auto).
   for (const ToolRequest& r : {Request(), Request("none")}) {
     auto g = ToolChoiceConstraint(r, chat::ToolCallFamily::kHermes);
     ASSERT_TRUE(g.ok());
     EXPECT_EQ(*g, nullptr);
   }
-  for (chat::ToolCallFamily f : {chat::ToolCallFamily::kHarmony, chat::ToolCallFamily::kQwen3Coder,
-                                 chat::ToolCallFamily::kDeepSeekV31}) {
+  for (chat::ToolCallFamily f : {chat::ToolCallFamily::kHarmony, chat::ToolCallFamily::kDeepSeekV31}) {
     auto g = ToolChoiceConstraint(Request("required"), f);
     ASSERT_TRUE(g.ok());
     EXPECT_EQ(*g, nullptr);
   }
+}
+
+// The same on a Qwen3-Coder (Qwen3.5) template: XML parameters, raw text for
+// strings, JSON for the rest, required ones always; what the grammar takes
+// parses back as the call with those arguments.
+TEST(ToolChoiceConstraintTest, Qwen3CoderCallsAreForcedAndParseBack) {
+  const Json tools = Json::parse(R"([
+    {"type": "function", "function": {"name": "book", "parameters": {"type": "object",
+      "properties": {"city": {"type": "string", "description": "where"},
+                     "nights": {"type": "integer"},
+                     "tags": {"type": "array", "items": {"type": "string"}},
+                     "room": {"type": "string", "enum": ["single", "double"]}},
+      "required": ["city", "nights"]}}},
+    {"type": "function", "function": {"name": "search_docs"}}])");
+  auto request = [&](const Json& choice) {
+    absl::StatusOr<ToolRequest> r = ParseToolRequest(tools, choice, Json());
+    EXPECT_TRUE(r.ok()) << r.status();
+    return *r;
+  };
+  const std::string full =
+      "<tool_call>\n<function=book>\n<parameter=city>\nSão Paulo <b>centre</b>\n</parameter>\n"
+      "<parameter=nights>\n3\n</parameter>\n<parameter=tags>\n[\"quiet\", \"view\"]\n</parameter>\n"
+      "<parameter=room>\ndouble\n</parameter>\n</function>\n</tool_call>";
+  const std::string minimal =
+      "<tool_call>\n<function=book>\n<parameter=city>\nOslo\n</parameter>\n<parameter=nights>\n1\n"
+      "</parameter>\n</function>\n</tool_call>";
+  const std::string search = "<tool_call>\n<function=search_docs>\n</function>\n</tool_call>";
+  auto named = ToolChoiceConstraint(request(Json::parse(R"({"type":"function","function":{"name":"book"}})")),
+                                    chat::ToolCallFamily::kQwen3Coder);
+  ASSERT_TRUE(named.ok()) << named.status();
+  ASSERT_NE(*named, nullptr);
+  EXPECT_TRUE(ConstraintAccepts(*named, full));
+  EXPECT_TRUE(ConstraintAccepts(*named, minimal));
+  EXPECT_FALSE(ConstraintAccepts(*named, search));
+  // A required parameter missing, a non-integer, an enum miss, the closing
+  // tag inside a raw string, properties out of order, plain text.
+  for (const std::string& bad : std::vector<std::string>{
+           "<tool_call>\n<function=book>\n<parameter=city>\nOslo\n</parameter>\n</function>\n</tool_call>",
+           "<tool_call>\n<function=book>\n<parameter=city>\nOslo\n</parameter>\n<parameter=nights>\n"
+           "two\n</parameter>\n</function>\n</tool_call>",
+           "<tool_call>\n<function=book>\n<parameter=city>\nOslo\n</parameter>\n<parameter=nights>\n1\n"
+           "</parameter>\n<parameter=room>\nsuite\n</parameter>\n</function>\n</tool_call>",
+           "<tool_call>\n<function=book>\n<parameter=city>\nOs</parameter>lo\n</parameter>\n"
+           "<parameter=nights>\n1\n</parameter>\n</function>\n</tool_call>",
+           "<tool_call>\n<function=book>\n<parameter=nights>\n1\n</parameter>\n<parameter=city>\nOslo\n"
+           "</parameter>\n</function>\n</tool_call>",
+           "Sure."}) {
+    EXPECT_FALSE(ConstraintAccepts(*named, bad)) << bad;
+  }
+  auto required = ToolChoiceConstraint(request("required"), chat::ToolCallFamily::kQwen3Coder);
+  ASSERT_TRUE(required.ok()) << required.status();
+  EXPECT_TRUE(ConstraintAccepts(*required, full));
+  EXPECT_TRUE(ConstraintAccepts(*required, search));
+  EXPECT_FALSE(ConstraintAccepts(*required, "<tool_call>\n<function=other>\n</function>\n</tool_call>"));
+
+  const ChatDelta back = SplitChatOutput(full, chat::OutputFormat::kThink, false,
+                                         chat::ToolCallFamily::kQwen3Coder, request("required"));
+  ASSERT_EQ(back.tool_calls.size(), 1u) << back.content;
+  EXPECT_EQ(back.tool_calls[0].name, "book");
+  EXPECT_EQ(Json::parse(back.tool_calls[0].arguments),
+            Json::parse(R"({"city": "São Paulo <b>centre</b>", "nights": 3, "tags": ["quiet", "view"],
+                            "room": "double"})"));
+
+  // What the grammar cannot enforce on raw text is refused, naming it.
+  const Json bad_tools = Json::parse(R"([{"type": "function", "function": {"name": "f",
+    "parameters": {"type": "object", "properties": {"s": {"type": "string", "maxLength": 4}}}}}])");
+  absl::StatusOr<ToolRequest> r = ParseToolRequest(bad_tools, "required", Json());
+  ASSERT_TRUE(r.ok());
+  auto refused = ToolChoiceConstraint(*r, chat::ToolCallFamily::kQwen3Coder);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()), ::testing::HasSubstr("#/properties/s: maxLength"));
 }
 
 }  // namespace

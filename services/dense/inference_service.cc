@@ -400,7 +400,8 @@ grpc::ServerWriteReactor<v1::ChatResponse>* InferenceService::Chat(
     bool constrained = p.constraint != nullptr;  // content = the JSON as generated
     // tool_choice required / named: a call is forced (before response_format).
     ASSIGN_OR_RETURN(std::shared_ptr<const grammar::Grammar> call,
-                     ToolChoiceConstraint(tools, served_.chat->tool_family()));
+                     ToolChoiceConstraint(tools, served_.chat->tool_family(),
+                                          chat::PromptOpensReasoning(prompt)));
     if (call != nullptr) {
       p.constraint = std::move(call);
       constrained = false;

@@ -287,16 +287,16 @@ absl::Status PreparePrompt(const Json& body, const ServedModel& served, size_t m
     ASSIGN_OR_RETURN(job->tools, ParseToolRequest(field("tools"), field("tool_choice"),
                                                   field("parallel_tool_calls")));
     if (job->tools.offered()) co.tools = job->tools.tools;
+    absl::StatusOr<std::string> prompt = served.chat->Render(*m, co);
+    if (!prompt.ok()) return WithParam(prompt.status(), "messages");
     // tool_choice required / named: a call is forced (before response_format).
-    absl::StatusOr<std::shared_ptr<const grammar::Grammar>> call =
-        ToolChoiceConstraint(job->tools, served.chat->tool_family());
+    absl::StatusOr<std::shared_ptr<const grammar::Grammar>> call = ToolChoiceConstraint(
+        job->tools, served.chat->tool_family(), chat::PromptOpensReasoning(*prompt));
     if (!call.ok()) return WithParam(call.status(), "tools");
     if (*call != nullptr) {
       job->c.params.constraint = *std::move(call);
       job->c.json_output = false;
     }
-    absl::StatusOr<std::string> prompt = served.chat->Render(*m, co);
-    if (!prompt.ok()) return WithParam(prompt.status(), "messages");
     RETURN_IF_ERROR(CheckPromptBytes(prompt->size(), max_token_bytes, n_ctx, "messages"));
     job->prompt_text = *prompt;
     const bool has_bos = !served.chat->bos_token().empty() &&

@@ -884,17 +884,27 @@ TEST(HarmonyTest, AToolCallComesBackAsToolCalls) {
   std::filesystem::remove(model);
 }
 
-// tool_choice named / required on a Hermes-family template (Qwen3's) with a
-// random-weight model: constrained decoding makes it call the function with
+// tool_choice named / required with a random-weight model, on a
+// Hermes-family template (Qwen3's: JSON arguments) and a Qwen3-Coder-family
+// one (Qwen3.5's: XML parameters, after the think block its generation
+// prompt opens): constrained decoding makes it call the function with
 // arguments that match the schema, on HTTP (streamed and not) and gRPC.
-TEST(ToolChoiceTest, RequiredAndNamedForceAValidCall) {
-  const std::string tmpl = std::string(MOESPLIT_FIXTURES_DIR) + "/templates/Qwen-Qwen3-0.6B.jinja";
+struct ToolChoiceCase {
+  const char* label;
+  const char* template_file;
+  const char* city;  // the city property's schema
+};
+
+class ToolChoiceTest : public ::testing::TestWithParam<ToolChoiceCase> {};
+
+TEST_P(ToolChoiceTest, RequiredAndNamedForceAValidCall) {
+  const std::string tmpl = std::string(MOESPLIT_FIXTURES_DIR) + "/templates/" + GetParam().template_file;
   if (!std::filesystem::exists(tmpl)) GTEST_SKIP() << tmpl << " not present";
   Server s(2, 2, {"--chat-template-file", tmpl});
-  const std::string tools =
-      R"([{"type":"function","function":{"name":"get_weather","parameters":{"type":"object",)"
-      R"("properties":{"city":{"type":"string","maxLength":12},"days":{"type":"integer"}},)"
-      R"("required":["city","days"]}}},{"type":"function","function":{"name":"search"}}])";
+  const std::string tools = absl::StrCat(
+      R"([{"type":"function","function":{"name":"get_weather","parameters":{"type":"object",)",
+      R"("properties":{"city":)", GetParam().city, R"(,"days":{"type":"integer"}},)",
+      R"("required":["city","days"]}}},{"type":"function","function":{"name":"search"}}])");
   for (const std::string choice :
        std::vector<std::string>{R"({"type":"function","function":{"name":"get_weather"}})",
                                 R"("required")"}) {
@@ -913,6 +923,7 @@ TEST(ToolChoiceTest, RequiredAndNamedForceAValidCall) {
     EXPECT_THAT(call["id"].get<std::string>(), ::testing::StartsWith("call_"));
     const std::string name = call["function"]["name"];
     const Json args = Json::parse(call["function"]["arguments"].get<std::string>());
+    EXPECT_TRUE(choice0["message"].value("reasoning_content", "").empty()) << r->body;
     if (name == "get_weather") {
       EXPECT_TRUE(args["city"].is_string() && args["city"].get<std::string>().size() <= 12) << args;
       EXPECT_TRUE(args["days"].is_number_integer()) << args;
@@ -950,6 +961,13 @@ TEST(ToolChoiceTest, RequiredAndNamedForceAValidCall) {
   EXPECT_TRUE(Json::parse(calls[0].arguments())["days"].is_number_integer());
   EXPECT_EQ(finish, "tool_calls");
 }
+
+INSTANTIATE_TEST_SUITE_P(
+    Templates, ToolChoiceTest,
+    ::testing::Values(ToolChoiceCase{"qwen3", "Qwen-Qwen3-0.6B.jinja", R"({"type":"string","maxLength":12})"},
+                      ToolChoiceCase{"qwen3_5", "Qwen3.5-4B.jinja",
+                                     R"({"type":"string","enum":["Paris","Oslo","Rome"]})"}),
+    [](const auto& info) { return std::string(info.param.label); });
 
 // Runs a shell command; its stdout in *out, its exit status returned (-1
 // when it cannot start).
