@@ -2,6 +2,7 @@
 #include "common/model/internal/ops.h"
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -314,6 +315,42 @@ TEST(SwiGluTest, MatchesFormulaInVectorBodyAndTail) {
     }
   }
   EXPECT_NEAR(Sigmoid(0.0f), 0.5f, 1e-7);
+}
+
+// SiluVector's AVX-512 and AVX2 lanes give the scalar expression's bits for
+// every input class: ordinary values, ones whose exp(-x) overflows or is
+// subnormal or zero, infinities and NaN (compared as bits).
+TEST(SiluVectorTest, EveryLaneIsTheScalarExpression) {
+  std::vector<float> x;
+  for (int i = 0; i < 4000; ++i) x.push_back(-90.0f + 0.0451f * i);
+  for (float v : {0.0f, -0.0f, 1e-30f, -1e-30f, 87.5f, 88.8f, 103.0f, 104.0f, 150.0f, 191.9f, 250.0f,
+                  -87.5f, -88.8f, -100.0f, -150.0f, -250.0f, INFINITY, -INFINITY, NAN, 3.0f}) {
+    x.push_back(v);
+  }
+  while (x.size() % kGgmlVectorWidth != 0) x.push_back(0.5f);
+  std::vector<float> u(x.size());
+  for (size_t i = 0; i < u.size(); ++i) u[i] = 1.5f - 0.001f * static_cast<float>(i);
+  auto bits = [](float f) {
+    uint32_t b;
+    std::memcpy(&b, &f, 4);
+    return b;
+  };
+  std::vector<int> lanes = {1};
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) lanes.push_back(8);
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq")) lanes.push_back(16);
+#endif
+  for (int l : lanes) {
+    std::vector<float> with_u(x.size()), alone(x.size());
+    SiluVectorLanes(l, x.data(), u.data(), static_cast<int64_t>(x.size()), with_u.data());
+    SiluVectorLanes(l, x.data(), nullptr, static_cast<int64_t>(x.size()), alone.data());
+    for (size_t i = 0; i < x.size(); ++i) {
+      const float s = x[i] / (1.0f + GgmlVExpf(0.0f - x[i]));
+      ASSERT_EQ(bits(alone[i]), bits(s)) << l << " lanes, x = " << x[i];
+      ASSERT_EQ(bits(with_u[i]), bits(s * u[i])) << l << " lanes, x = " << x[i];
+    }
+  }
+  SiluVector(x.data(), u.data(), 16, u.data());  // the dispatch, in place
 }
 
 }  // namespace

@@ -34,7 +34,7 @@ inline float DotLanes(const float* a, const float* b, int64_t n) {
 
 void SiluRow(const float* x, int64_t n, float* y) {
   const int64_t vectorised = n - n % kGgmlVectorWidth;
-  for (int64_t i = 0; i < vectorised; ++i) y[i] = x[i] / (1.0f + GgmlVExpf(0.0f - x[i]));
+  SiluVector(x, nullptr, vectorised, y);
   for (int64_t i = vectorised; i < n; ++i) y[i] = x[i] / (1.0f + std::exp(-x[i]));
 }
 

@@ -111,6 +111,93 @@ void RmsNormRows(const float* x, int64_t x_stride, const float* w, int64_t rows,
   for (; r < rows; ++r) RmsNorm(x + r * x_stride, w, n, eps, y + r * y_stride);
 }
 
+namespace {
+
+// SiLU kernels (SiluVector): ggml_v_expf on 16 or 8 lanes.
+#if defined(__x86_64__)
+// GCC 12 warns about the undefined pass-through operand of the unmasked
+// AVX-512 intrinsics (GCC bug 105593).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+template <bool kUp>
+__attribute__((target("avx512f,avx512dq,fma"))) void Silu16Avx512(const float* g, const float* u,
+                                                                   int64_t n, float* out) {
+  const __m512 r = _mm512_set1_ps(0x1.8p23f);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __m512 gv = _mm512_loadu_ps(g + i);
+    const __m512 x = _mm512_sub_ps(_mm512_setzero_ps(), gv);
+    const __m512 z = _mm512_fmadd_ps(x, _mm512_set1_ps(0x1.715476p+0f), r);
+    const __m512 nn = _mm512_sub_ps(z, r);
+    const __m512 b = _mm512_fnmadd_ps(nn, _mm512_set1_ps(0x1.7f7d1cp-20f),
+                                      _mm512_fnmadd_ps(nn, _mm512_set1_ps(0x1.62e4p-1f), x));
+    const __mmask16 d = _mm512_cmp_ps_mask(_mm512_abs_ps(nn), _mm512_set1_ps(192), _CMP_GT_OQ);
+    const __m512 uu = _mm512_mul_ps(b, b);
+    const __m512 j = _mm512_fmadd_ps(
+        _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_set1_ps(0x1.0e4020p-7f), b, _mm512_set1_ps(0x1.573e2ep-5f)),
+                        uu, _mm512_fmadd_ps(_mm512_set1_ps(0x1.555e66p-3f), b, _mm512_set1_ps(0x1.fffdb6p-2f))),
+        uu, _mm512_fmadd_ps(_mm512_set1_ps(0x1.ffffecp-1f), b, _mm512_set1_ps(1.0f)));
+    __m512 e = _mm512_scalef_ps(j, nn);
+    if (d != 0) {
+      const __m512 alt = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(nn, _mm512_setzero_ps(), _CMP_LE_OQ),
+                                              _mm512_set1_ps(INFINITY), _mm512_setzero_ps());
+      e = _mm512_mask_blend_ps(d, e, alt);
+    }
+    const __m512 silu = _mm512_div_ps(gv, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
+    _mm512_storeu_ps(out + i, kUp ? _mm512_mul_ps(silu, _mm512_loadu_ps(u + i)) : silu);
+  }
+}
+#pragma GCC diagnostic pop
+
+// The same with 8 lanes; ldexp(j, n) as (j * 2^(n/2)) * 2^(n - n/2), which is
+// exact whenever exp(-g) is normal or overflows, and otherwise (exp(-g) <
+// 2^-126) does not change 1 + exp(-g).
+template <bool kUp>
+__attribute__((target("avx2,fma"))) void Silu8Avx2(const float* g, const float* u, int64_t n, float* out) {
+  const __m256 r = _mm256_set1_ps(0x1.8p23f);
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  for (int64_t i = 0; i < n; i += 8) {
+    const __m256 gv = _mm256_loadu_ps(g + i);
+    const __m256 x = _mm256_sub_ps(_mm256_setzero_ps(), gv);
+    const __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), r);
+    const __m256 nn = _mm256_sub_ps(z, r);
+    const __m256 b = _mm256_fnmadd_ps(nn, _mm256_set1_ps(0x1.7f7d1cp-20f),
+                                      _mm256_fnmadd_ps(nn, _mm256_set1_ps(0x1.62e4p-1f), x));
+    const __m256 big = _mm256_cmp_ps(_mm256_andnot_ps(sign, nn), _mm256_set1_ps(192), _CMP_GT_OQ);
+    const __m256 uu = _mm256_mul_ps(b, b);
+    const __m256 j = _mm256_fmadd_ps(
+        _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b, _mm256_set1_ps(0x1.573e2ep-5f)),
+                        uu, _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b, _mm256_set1_ps(0x1.fffdb6p-2f))),
+        uu, _mm256_fmadd_ps(_mm256_set1_ps(0x1.ffffecp-1f), b, _mm256_set1_ps(1.0f)));
+    const __m256i ni = _mm256_cvttps_epi32(_mm256_blendv_ps(nn, _mm256_setzero_ps(), big));
+    const __m256i n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
+    const __m256 p1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, _mm256_set1_epi32(127)), 23));
+    const __m256 p2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, _mm256_set1_epi32(127)), 23));
+    __m256 e = _mm256_mul_ps(_mm256_mul_ps(j, p1), p2);
+    const __m256 alt = _mm256_blendv_ps(_mm256_set1_ps(INFINITY), _mm256_setzero_ps(),
+                                        _mm256_cmp_ps(nn, _mm256_setzero_ps(), _CMP_LE_OQ));
+    e = _mm256_blendv_ps(e, alt, big);
+    e = _mm256_blendv_ps(e, j, _mm256_cmp_ps(nn, nn, _CMP_UNORD_Q));  // NaN stays NaN
+    const __m256 silu = _mm256_div_ps(gv, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+    _mm256_storeu_ps(out + i, kUp ? _mm256_mul_ps(silu, _mm256_loadu_ps(u + i)) : silu);
+  }
+}
+#endif
+
+enum class SiluPath { kScalar, kAvx2, kAvx512 };
+
+SiluPath DetectSiluPath() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq")) return SiluPath::kAvx512;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return SiluPath::kAvx2;
+#endif
+  return SiluPath::kScalar;
+}
+
+
+}  // namespace
+
 float GgmlVExpf(float x) {
   const float r = 0x1.8p23f;
   const float z = std::fma(x, 0x1.715476p+0f, r);
@@ -125,13 +212,35 @@ float GgmlVExpf(float x) {
   return std::ldexp(j, static_cast<int>(n));
 }
 
+void SiluVector(const float* x, const float* u, int64_t n, float* y) {
+  static const SiluPath path = DetectSiluPath();
+  SiluVectorLanes(path == SiluPath::kAvx512 ? 16 : path == SiluPath::kAvx2 ? 8 : 1, x, u, n, y);
+}
+
+void SiluVectorLanes(int lanes, const float* x, const float* u, int64_t n, float* y) {
+#if defined(__x86_64__)
+  if (lanes == 16) {
+    u != nullptr ? Silu16Avx512<true>(x, u, n, y) : Silu16Avx512<false>(x, u, n, y);
+    return;
+  }
+  if (lanes == 8) {
+    u != nullptr ? Silu8Avx2<true>(x, u, n, y) : Silu8Avx2<false>(x, u, n, y);
+    return;
+  }
+#endif
+  for (int64_t i = 0; i < n; ++i) {
+    const float s = x[i] / (1.0f + GgmlVExpf(0.0f - x[i]));
+    y[i] = u != nullptr ? s * u[i] : s;
+  }
+}
+
 void SwiGlu(const float* gate, const float* up, int64_t rows, int64_t cols, float* out) {
   const int64_t vectorised = cols - cols % kGgmlVectorWidth;
   for (int64_t r = 0; r < rows; ++r) {
     const float* g = gate + r * cols;
     const float* u = up + r * cols;
     float* o = out + r * cols;
-    for (int64_t i = 0; i < vectorised; ++i) o[i] = g[i] / (1.0f + GgmlVExpf(0.0f - g[i])) * u[i];
+    SiluVector(g, u, vectorised, o);
     for (int64_t i = vectorised; i < cols; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
   }
 }

@@ -29,6 +29,16 @@ void RmsNormRows(const float* x, int64_t x_stride, const float* w, int64_t rows,
 float GgmlVExpf(float x);
 inline constexpr int64_t kGgmlVectorWidth = 16;
 
+// y[i] = x[i] / (1 + GgmlVExpf(0 - x[i])) * u[i] (u == nullptr: no factor)
+// for i < n, bit for bit the scalar expression, 16 lanes at a time on
+// AVX-512 (ggml_v_expf's scalef), 8 on AVX2 (ldexp in two exact halves;
+// where exp(-x) is subnormal, 1 + exp(-x) is 1 either way). y may alias x
+// or u. REQUIRES: n % kGgmlVectorWidth == 0.
+void SiluVector(const float* x, const float* u, int64_t n, float* y);
+// The same with the kernel of `lanes` (16: AVX-512, 8: AVX2, 1: scalar), for
+// tests. REQUIRES: the CPU has its instructions.
+void SiluVectorLanes(int lanes, const float* x, const float* u, int64_t n, float* y);
+
 // out[i] = SiLU(gate[i]) * up[i] over `rows` rows of `cols`, SiLU(x) =
 // x / (1 + exp(-x)), as ggml_vec_swiglu_f32 on AVX-512: the first
 // cols - cols % 16 elements of each row with GgmlVExpf, the rest with expf.
