@@ -17,6 +17,7 @@ namespace moesplit::model {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::FlakyExperts;
 using testing::MakeTinyModel;
 using testing::TinyModelOptions;
 
@@ -229,20 +230,6 @@ TEST(HybridForwardTest, BatchedSequencesGetTheBitsTheyGetAlone) {
     ASSERT_EQ(got[s], alone[s]) << "sequence " << s;
   }
 }
-
-// Fails the call of one layer on demand.
-class FlakyExperts : public ExpertBackend {
- public:
-  explicit FlakyExperts(ExpertBackend* inner) : inner_(inner) {}
-  absl::Status Compute(const ExpertCall& call, ExpertResult* result) override {
-    if (call.layer == fail_layer) return absl::UnavailableError("worker gone");
-    return inner_->Compute(call, result);
-  }
-  int fail_layer = -1;
-
- private:
-  ExpertBackend* inner_;
-};
 
 TEST(HybridForwardTest, AFailedStepLeavesTheRecurrentStateAsItWas) {
   Hybrid h = MakeHybrid(HybridOptions());

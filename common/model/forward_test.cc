@@ -581,24 +581,18 @@ TEST(GreedyGenerateTest, MatchesArgmaxOfFullEvaluationAndStops) {
 
 namespace {
 
-// Fails the call of one layer on demand.
-class FailingExperts : public ExpertBackend {
- public:
-  explicit FailingExperts(ExpertBackend* inner) : inner_(inner) {}
-  absl::Status Compute(const ExpertCall& call, ExpertResult* result) override {
-    if (call.layer == fail_layer) return absl::UnavailableError("worker gone");
-    return inner_->Compute(call, result);
-  }
-  int fail_layer = -1;
-
- private:
-  ExpertBackend* inner_;
-};
-
 std::vector<int32_t> LongPrompt(int64_t n, int64_t n_vocab) {
   std::vector<int32_t> t(n);
   for (int64_t i = 0; i < n; ++i) t[i] = static_cast<int32_t>((7 * i * i + 3 * i + 1) % n_vocab);
   return t;
+}
+
+// The tiny gpt-oss model (window 4 on layer 0) in process.
+Engine GptOssEngine(GgmlType type = GgmlType::kF32) {
+  TinyModelOptions o;
+  o.arch = "gpt-oss";
+  o.matrix_type = type;
+  return MakeEngine(o);
 }
 
 }  // namespace
@@ -609,10 +603,7 @@ std::vector<int32_t> LongPrompt(int64_t n, int64_t n_vocab) {
 // bits as one that keeps every position, in prefill and decode, alone and
 // batched, and costs less.
 TEST(SlidingWindowRingTest, RingsGiveTheBitsOfTheFullCache) {
-  TinyModelOptions o;
-  o.arch = "gpt-oss";
-  o.matrix_type = GgmlType::kQ8_0;
-  Engine e = MakeEngine(o);
+  Engine e = GptOssEngine(GgmlType::kQ8_0);
   ASSERT_NE(e.forward, nullptr);
   const HyperParams& hp = e.model->hparams();
   ASSERT_EQ(hp.layers[0].sliding_window, 4);
@@ -659,9 +650,7 @@ TEST(SlidingWindowRingTest, RingsGiveTheBitsOfTheFullCache) {
 // Export / import with rings: only rows still in the ring export; a state
 // resumed from a full cache's rows decodes the same bits.
 TEST(SlidingWindowRingTest, ExportsWhatTheRingHoldsAndResumes) {
-  TinyModelOptions o;
-  o.arch = "gpt-oss";
-  Engine e = MakeEngine(o);
+  Engine e = GptOssEngine();
   ASSERT_NE(e.forward, nullptr);
   const HyperParams& hp = e.model->hparams();
   auto full = *SequenceState::Create(hp, 64, 64);
@@ -697,9 +686,7 @@ TEST(SlidingWindowRingTest, ExportsWhatTheRingHoldsAndResumes) {
 // a failed step that overwrote the window makes the state refuse steps
 // until Clear().
 TEST(SlidingWindowRingTest, RewindsOnlyAsFarAsTheRingHolds) {
-  TinyModelOptions o;
-  o.arch = "gpt-oss";
-  Engine e = MakeEngine(o);
+  Engine e = GptOssEngine();
   ASSERT_NE(e.forward, nullptr);
   const HyperParams& hp = e.model->hparams();
   const std::vector<int32_t> prompt = LongPrompt(20, hp.n_vocab);
@@ -718,7 +705,7 @@ TEST(SlidingWindowRingTest, RewindsOnlyAsFarAsTheRingHolds) {
   EXPECT_EQ(got, want);
 
   // A failed step of 2 tokens keeps the window; one of 8 overwrote it.
-  FailingExperts failing(e.experts.get());
+  testing::FlakyExperts failing(e.experts.get());
   Forward f(e.model, &failing, e.pool.get());
   failing.fail_layer = 1;  // after layer 0 (sliding) wrote its rows
   const std::vector<int32_t> more = LongPrompt(8, hp.n_vocab);

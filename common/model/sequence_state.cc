@@ -5,6 +5,7 @@
 #include <new>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/status.h"
 
 namespace moesplit::model {
 int64_t SequenceState::KvValuesPerPosition(const HyperParams& hp, MixerKind kind) {
@@ -158,12 +159,7 @@ absl::Status SequenceState::Truncate(int64_t n) {
     Clear();
     return absl::OkStatus();
   }
-  if (ring_keep_ >= 0 && std::max(n_past_, written_end_) - n > ring_keep_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "cannot rewind from ", n_past_, " to ", n, " positions: the sliding-window layers keep only "
-        "their window and ", ring_keep_, " positions more (written up to ",
-        std::max(n_past_, written_end_), ")"));
-  }
+  RETURN_IF_ERROR(RingRewind(n_past_, written_end_, n, ring_keep_));
   if (n_recurrent_ > 0) {
     auto it = checkpoints_.find(n);
     if (it == checkpoints_.end()) {
@@ -193,13 +189,23 @@ absl::Status SequenceState::CheckRoom(int64_t n_new) const {
   return absl::OkStatus();
 }
 
-absl::Status SequenceState::WindowIntact() const {
-  if (ring_keep_ < 0 || written_end_ - n_past_ <= ring_keep_) return absl::OkStatus();
+absl::Status RingRewind(int64_t n_past, int64_t written_end, int64_t n, int64_t keep) {
+  const int64_t written = std::max(n_past, written_end);
+  if (keep < 0 || written - n <= keep) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "cannot rewind from ", n_past, " to ", n, " positions: the sliding-window layers keep only "
+      "their window and ", keep, " positions more (written up to ", written, ")"));
+}
+
+absl::Status RingWindowIntact(int64_t n_past, int64_t written_end, int64_t keep) {
+  if (keep < 0 || written_end - n_past <= keep) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
       "the sliding-window KV of this sequence was overwritten by a failed step (written up to ",
-      written_end_, ", ", n_past_, " committed, the rings keep ", ring_keep_,
+      written_end, ", ", n_past, " committed, the rings keep ", keep,
       " positions past the window): clear it and start again"));
 }
+
+absl::Status SequenceState::WindowIntact() const { return RingWindowIntact(n_past_, written_end_, ring_keep_); }
 
 void SequenceState::MirrorRows(int layer, int64_t pos, int64_t n) {
   const Layer& L = layers_[layer];

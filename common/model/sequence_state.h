@@ -65,6 +65,15 @@
 
 namespace moesplit::model {
 
+// The sliding-window ring rules of the file comment, for SequenceState and
+// cuda::CudaKvCache alike (keep: how far past the window the rings reach,
+// -1 without rings; written_end: the furthest position written).
+// Rewinding from n_past to n: FailedPrecondition when the rings lost the
+// window before n.
+absl::Status RingRewind(int64_t n_past, int64_t written_end, int64_t n, int64_t keep);
+// FailedPrecondition when a failed step overwrote the window before n_past.
+absl::Status RingWindowIntact(int64_t n_past, int64_t written_end, int64_t keep);
+
 class SequenceState {
  public:
   // InvalidArgument for n_ctx < 1; ResourceExhausted when the allocation

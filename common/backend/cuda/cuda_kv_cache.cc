@@ -152,12 +152,7 @@ absl::Status CudaKvCache::Truncate(int64_t n) {
         "cannot rewind the recurrent state from ", n_past_, " to ", n,
         " positions: the GPU sequence state keeps no checkpoints (only 0 or ", n_past_, ")"));
   }
-  if (ring_keep_ >= 0 && std::max(n_past_, written_end_) - n > ring_keep_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "cannot rewind from ", n_past_, " to ", n, " positions: the sliding-window layers keep only "
-        "their window and ", ring_keep_, " positions more (written up to ",
-        std::max(n_past_, written_end_), ")"));
-  }
+  RETURN_IF_ERROR(model::RingRewind(n_past_, written_end_, n, ring_keep_));
   n_past_ = n;
   return absl::OkStatus();
 }
@@ -171,11 +166,7 @@ absl::Status CudaKvCache::CheckRoom(int64_t n_new) const {
 }
 
 absl::Status CudaKvCache::WindowIntact() const {
-  if (ring_keep_ < 0 || written_end_ - n_past_ <= ring_keep_) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat(
-      "the sliding-window KV of this sequence was overwritten by a failed step (written up to ",
-      written_end_, ", ", n_past_, " committed, the rings keep ", ring_keep_,
-      " positions past the window): clear it and start again"));
+  return model::RingWindowIntact(n_past_, written_end_, ring_keep_);
 }
 
 void CudaKvCache::Commit(int64_t n_new) {

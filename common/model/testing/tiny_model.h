@@ -78,4 +78,19 @@ struct TinyEngine {
 };
 absl::StatusOr<TinyEngine> MakeTinyEngine(const TinyModelOptions& o, int threads = 2);
 
+// Forwards expert calls to `inner`, except the calls of layer fail_layer
+// (-1: none), which fail with Unavailable ("worker gone").
+class FlakyExperts : public ExpertBackend {
+ public:
+  explicit FlakyExperts(ExpertBackend* inner) : inner_(inner) {}
+  absl::Status Compute(const ExpertCall& call, ExpertResult* result) override {
+    if (call.layer == fail_layer) return absl::UnavailableError("worker gone");
+    return inner_->Compute(call, result);
+  }
+  int fail_layer = -1;
+
+ private:
+  ExpertBackend* inner_;
+};
+
 }  // namespace moesplit::model::testing
