@@ -197,6 +197,17 @@ absl::Status RingRewind(int64_t n_past, int64_t written_end, int64_t n, int64_t 
       "their window and ", keep, " positions more (written up to ", written, ")"));
 }
 
+absl::StatusOr<int64_t> KvImportRows(int64_t pos, uint64_t bytes, uint64_t row, int64_t n_ctx,
+                                     const char* what) {
+  const int64_t n = row == 0 ? 0 : static_cast<int64_t>(bytes / row);
+  if (pos < 0 || (row == 0 ? bytes != 0 : bytes % row != 0) || n > n_ctx - pos) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot import ", bytes, " bytes of K/V rows (", row,
+                                                   " per position) at position ", pos, " of a ", what,
+                                                   " of ", n_ctx));
+  }
+  return n;
+}
+
 absl::Status RingWindowIntact(int64_t n_past, int64_t written_end, int64_t keep) {
   if (keep < 0 || written_end - n_past <= keep) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
@@ -276,13 +287,7 @@ absl::Status SequenceState::ExportKv(int64_t begin, int64_t end, uint8_t* out) c
 }
 
 absl::Status SequenceState::ImportKv(int64_t pos, const uint8_t* in, uint64_t bytes) {
-  const uint64_t row = kv_bytes_per_position();
-  const int64_t n = row == 0 ? 0 : static_cast<int64_t>(bytes / row);
-  if (pos < 0 || (row == 0 ? bytes != 0 : bytes % row != 0) || n > n_ctx_ - pos) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot import ", bytes, " bytes of K/V rows (",
-                                                   row, " per position) at position ", pos,
-                                                   " of a state of ", n_ctx_));
-  }
+  ASSIGN_OR_RETURN(const int64_t n, KvImportRows(pos, bytes, kv_bytes_per_position(), n_ctx_, "state"));
   for (size_t l = 0; l < layers_.size(); ++l) {
     if (!IsAttention(kinds_[l])) continue;
     const int il = static_cast<int>(l);

@@ -73,6 +73,11 @@ namespace moesplit::model {
 absl::Status RingRewind(int64_t n_past, int64_t written_end, int64_t n, int64_t keep);
 // FailedPrecondition when a failed step overwrote the window before n_past.
 absl::Status RingWindowIntact(int64_t n_past, int64_t written_end, int64_t keep);
+// The rows an ImportKv of `bytes` at `pos` writes (rows of `row` bytes into
+// a holder of n_ctx positions, `what` naming it in the error);
+// InvalidArgument unless they are whole rows that fit.
+absl::StatusOr<int64_t> KvImportRows(int64_t pos, uint64_t bytes, uint64_t row, int64_t n_ctx,
+                                     const char* what);
 
 class SequenceState {
  public:

@@ -249,13 +249,7 @@ absl::Status CudaKvCache::ExportKv(int64_t begin, int64_t end, uint8_t* out) con
 }
 
 absl::Status CudaKvCache::ImportKv(int64_t pos, const uint8_t* in, uint64_t bytes) {
-  const uint64_t row = kv_bytes_per_position();
-  const int64_t n = row == 0 ? 0 : static_cast<int64_t>(bytes / row);
-  if (pos < 0 || (row == 0 ? bytes != 0 : bytes % row != 0) || n > n_ctx_ - pos) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot import ", bytes, " bytes of K/V rows (",
-                                                   row, " per position) at position ", pos,
-                                                   " of a cache of ", n_ctx_));
-  }
+  ASSIGN_OR_RETURN(const int64_t n, model::KvImportRows(pos, bytes, kv_bytes_per_position(), n_ctx_, "cache"));
   return CopyRows(pos, n, const_cast<uint8_t*>(in), 0);
 }
 
