@@ -40,9 +40,23 @@ std::string Model(const std::string& name) { return kFixtures + "/models/" + nam
 
 std::string Name(const std::string& tag) { return absl::StrCat("mst-", tag, "-", getpid()); }
 
+// A port no socket on this host is bound to now: the next of this
+// process's sequence that binds (one that an outgoing connection's
+// ephemeral port or another test's listener holds is skipped).
 int FreePort() {
   static int next = 20000 + (getpid() % 2000) * 10;
-  return next++;
+  for (;;) {
+    const int port = next++;
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return port;
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const bool free = bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0;
+    close(fd);
+    if (free) return port;
+  }
 }
 
 std::unique_ptr<ChildProcess> StartWorker(const std::vector<std::string>& args) {
