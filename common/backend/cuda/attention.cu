@@ -211,12 +211,16 @@ __global__ void __launch_bounds__(kWarps * 32) AttentionPartialKernel(AttentionP
 // 16 + 2, L % 16), adds its two (acc0 + acc2 | acc1 + acc3), then the
 // xor-shuffle tree 16, 8, 4, 2, 1 is GGML_F32Cx16_REDUCE's order; the
 // dimensions past a multiple of 64 are added in double, in order.
-template <int NV>
+//
+// kSplit (MLA): K rows of head_dim values (any size up to kMaxAttentionDimK,
+// the query's too), V of NV * 32 values; otherwise both are NV * 32.
+template <int NV, bool kSplit>
 __global__ void __launch_bounds__(kWarps * 32) AttentionF16Kernel(AttentionParams p, int64_t t0,
                                                                 int n_chunks) {
-  constexpr int hd = NV * 32;
-  constexpr int np = hd & ~63;  // dimensions in whole blocks of 64
-  __shared__ float sq[kWarps][hd];
+  constexpr int hv = NV * 32;
+  const int hd = kSplit ? p.head_dim : hv;  // K
+  const int np = hd & ~63;  // K dimensions in whole blocks of 64
+  __shared__ float sq[kWarps][kSplit ? kMaxAttentionDimK : hv];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int h = blockIdx.x * kWarps + warp;
   if (h >= p.n_head) return;  // whole warps; no block barrier below
@@ -229,8 +233,8 @@ __global__ void __launch_bounds__(kWarps * 32) AttentionF16Kernel(AttentionParam
   const int64_t end = chunk0 + kChunk < n_kv ? chunk0 + kChunk : n_kv;
   const int kvh = h / (p.n_head / p.n_head_kv);
   const float* q = p.q + (t * p.n_head + h) * hd;
-  for (int j = 0; j < NV; ++j) {
-    sq[warp][lane + 32 * j] = codec::HalfToFloat(codec::FloatToHalf(q[lane + 32 * j]));
+  for (int e = lane; e < hd; e += 32) {
+    sq[warp][e] = codec::HalfToFloat(codec::FloatToHalf(q[e]));
   }
   __syncwarp();
   const int jlo = lane >> 4, l16 = lane & 15;
@@ -238,12 +242,12 @@ __global__ void __launch_bounds__(kWarps * 32) AttentionF16Kernel(AttentionParam
 #pragma unroll
   for (int j = 0; j < NV; ++j) acc[j] = 0.0f;
   float m = -INFINITY, sum = 0.0f;
-  const int64_t col0 = static_cast<int64_t>(kvh) * hd;
+  const int64_t col0 = static_cast<int64_t>(kvh) * hd, vcol0 = static_cast<int64_t>(kvh) * hv;
   for (int64_t pos = begin; pos < end; ++pos) {
     const uint8_t* krow = SlotRow(p.kv.k, p.kv, pos, p.kv.k_row_bytes);
     const uint8_t* vrow = SlotRow(p.kv.v, p.kv, pos, p.kv.v_row_bytes);
     double dot = 0.0;
-    if constexpr (np > 0) {
+    if (np > 0) {  // uniform across the warp
       float a_lo = 0.0f, a_hi = 0.0f;
 #pragma unroll
       for (int b = 0; b < np; b += 64) {
@@ -255,7 +259,6 @@ __global__ void __launch_bounds__(kWarps * 32) AttentionF16Kernel(AttentionParam
       for (int off = 16; off > 0; off >>= 1) x += __shfl_xor_sync(0xFFFFFFFFu, x, off);
       dot = x;
     }
-#pragma unroll
     for (int e = np; e < hd; ++e) {
       dot += static_cast<double>(DecodeRowElement<GgmlType::kF16>(krow, col0 + e) * sq[warp][e]);
     }
@@ -271,13 +274,13 @@ __global__ void __launch_bounds__(kWarps * 32) AttentionF16Kernel(AttentionParam
     }
 #pragma unroll
     for (int j = 0; j < NV; ++j) {
-      const float v = DecodeRowElement<GgmlType::kF16>(vrow, col0 + lane + 32 * j);
+      const float v = DecodeRowElement<GgmlType::kF16>(vrow, vcol0 + lane + 32 * j);
       acc[j] = codec::HalfToFloat(codec::FloatToHalf(fmaf(v, vs, acc[j])));
     }
     sum = fmaf(sum, ms, vs);
   }
   float* part = p.split_scratch +
-                ((static_cast<int64_t>(blockIdx.y) * p.n_head + h) * n_chunks + c) * (hd + 2);
+                ((static_cast<int64_t>(blockIdx.y) * p.n_head + h) * n_chunks + c) * (hv + 2);
   if (lane == 0) {
     part[0] = m;
     part[1] = sum;
@@ -290,7 +293,7 @@ __global__ void __launch_bounds__(kWarps * 32) AttentionF16Kernel(AttentionParam
 __global__ void AttentionMergeKernel(AttentionParams p, int64_t t0, int n_chunks) {
   const int h = blockIdx.x;
   const int64_t t = t0 + blockIdx.y;
-  const int hd = p.head_dim;
+  const int hd = p.head_dim_v != 0 ? p.head_dim_v : p.head_dim;  // AttentionDimV
   const int64_t n_kv = p.pos0 + t + 1;
   const int c0 = static_cast<int>(FirstPos(p, n_kv) / kChunk);
   const int nc = static_cast<int>((n_kv + kChunk - 1) / kChunk);
@@ -354,17 +357,27 @@ cudaError_t LaunchPartialHg(const AttentionParams& p, int64_t t0, int64_t nt, in
   }
 }
 
-template <int NV>
+template <int NV, bool kSplit = false>
 cudaError_t LaunchF16Nv(const AttentionParams& p, int64_t t0, int64_t nt, int n_chunks,
                         cudaStream_t s) {
   const dim3 grid(static_cast<unsigned>((p.n_head + kWarps - 1) / kWarps),
                   static_cast<unsigned>(nt), static_cast<unsigned>(n_chunks));
-  AttentionF16Kernel<NV><<<grid, kWarps * 32, 0, s>>>(p, t0, n_chunks);
+  AttentionF16Kernel<NV, kSplit><<<grid, kWarps * 32, 0, s>>>(p, t0, n_chunks);
   return cudaGetLastError();
 }
 
 cudaError_t LaunchF16(const AttentionParams& p, int64_t t0, int64_t nt, int n_chunks,
                       cudaStream_t s) {
+  if (AttentionSplitKV(p)) {
+    switch (p.head_dim_v / 32) {
+      case 1: return LaunchF16Nv<1, true>(p, t0, nt, n_chunks, s);
+      case 2: return LaunchF16Nv<2, true>(p, t0, nt, n_chunks, s);
+      case 4: return LaunchF16Nv<4, true>(p, t0, nt, n_chunks, s);
+      case 8: return LaunchF16Nv<8, true>(p, t0, nt, n_chunks, s);
+      case 16: return LaunchF16Nv<16, true>(p, t0, nt, n_chunks, s);
+      default: return cudaErrorInvalidValue;
+    }
+  }
   switch (p.head_dim / 32) {
     case 1: return LaunchF16Nv<1>(p, t0, nt, n_chunks, s);
     case 2: return LaunchF16Nv<2>(p, t0, nt, n_chunks, s);
@@ -380,13 +393,13 @@ cudaError_t LaunchF16(const AttentionParams& p, int64_t t0, int64_t nt, int n_ch
 
 template <GgmlType F>
 CallResult LaunchAttention(const AttentionParams& p, cudaStream_t s) {
-  const int hd = p.head_dim;
+  const int hd = p.head_dim, hv = AttentionDimV(p);
   // Tokens per launch pair: as many as the scratch holds at the last
   // token's chunk count.
   int64_t t0 = 0;
   while (t0 < p.n_tok) {
     const int n_chunks = static_cast<int>((p.pos0 + p.n_tok + kChunk - 1) / kChunk);
-    const int64_t per_token = static_cast<int64_t>(p.n_head) * n_chunks * (hd + 2);
+    const int64_t per_token = static_cast<int64_t>(p.n_head) * n_chunks * (hv + 2);
     int64_t nt = p.split_scratch_elems / per_token;
     if (nt < 1) return {cudaErrorInvalidValue, "Attention: split scratch too small"};
     if (nt > p.n_tok - t0) nt = p.n_tok - t0;
@@ -409,7 +422,7 @@ CallResult LaunchAttention(const AttentionParams& p, cudaStream_t s) {
     }
     if (e != cudaSuccess) return {e, "AttentionPartialKernel<<<>>>"};
     AttentionMergeKernel<<<dim3(static_cast<unsigned>(p.n_head), static_cast<unsigned>(nt)),
-                           hd < 128 ? hd : 128, 0, s>>>(p, t0, n_chunks);
+                           hv < 128 ? hv : 128, 0, s>>>(p, t0, n_chunks);
     e = cudaGetLastError();
     if (e != cudaSuccess) return {e, "AttentionMergeKernel<<<>>>"};
     t0 += nt;
@@ -437,8 +450,7 @@ CallResult KvWrite(const PagedKv& kv, const float* k, const float* v, int64_t n_
 
 CallResult Attention(const AttentionParams& p, void* stream) {
   if (p.n_tok <= 0) return {};
-  if (p.head_dim % 32 != 0 || p.head_dim > 256 || p.head_dim < 32 || p.n_head_kv < 1 ||
-      p.n_head % p.n_head_kv != 0) {
+  if (!AttentionShapeSupported(p)) {
     return {cudaErrorInvalidValue, "Attention: unsupported head shape"};
   }
   if (p.split_scratch == nullptr) return {cudaErrorInvalidValue, "Attention: no split scratch"};

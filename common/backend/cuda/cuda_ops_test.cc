@@ -340,37 +340,43 @@ raw::AttentionParams AttentionOf(const raw::PagedKv& kv, const float* q, float* 
 // accumulator (the CPU reference's primitives, common/model/internal/
 // attention.h), then the chunks' {max, sum, acc} merged in order in f32.
 // k16 / v16: position p's head at + p * stride (f16).
+// hd: the K and query dimension, hv the V one (MLA: V is the start of K).
 std::vector<float> F16Attention(const float* q, const uint16_t* k16, const uint16_t* v16,
-                                int64_t stride, int64_t n_kv, int hd, float scale) {
-  std::vector<uint16_t> q16(hd), acc(hd);
+                                int64_t k_stride, int64_t v_stride, int64_t n_kv, int hd, int hv,
+                                float scale) {
+  std::vector<uint16_t> q16(hd), acc(hv);
   model::internal::ToF16(hd, q, q16.data());
   float m = -INFINITY, l = 0.0f;
-  std::vector<float> o(hd, 0.0f);
+  std::vector<float> o(hv, 0.0f);
   for (int64_t begin = 0; begin < n_kv; begin += raw::kAttentionChunk) {
     const int64_t end = std::min<int64_t>(begin + raw::kAttentionChunk, n_kv);
     std::fill(acc.begin(), acc.end(), 0);
     float cm = -INFINITY, csum = 0.0f;
     for (int64_t j = begin; j < end; ++j) {
-      const float s = model::internal::DotF16(hd, k16 + j * stride, q16.data()) * scale;
+      const float s = model::internal::DotF16(hd, k16 + j * k_stride, q16.data()) * scale;
       float ms = 1.0f, vs = 1.0f;
       if (s > cm) {
         ms = std::exp(cm - s);
         cm = s;
-        model::internal::ScaleF16(hd, acc.data(), ms);
+        model::internal::ScaleF16(hv, acc.data(), ms);
       } else {
         vs = std::exp(s - cm);
       }
-      model::internal::MadF16(hd, acc.data(), v16 + j * stride, vs);
+      model::internal::MadF16(hv, acc.data(), v16 + j * v_stride, vs);
       csum = std::fma(csum, ms, vs);
     }
     const float m_new = std::max(m, cm);
     const float a = std::exp(m - m_new), b = std::exp(cm - m_new);
     l = l * a + csum * b;
-    for (int i = 0; i < hd; ++i) o[i] = o[i] * a + Fp16ToFp32(acc[i]) * b;
+    for (int i = 0; i < hv; ++i) o[i] = o[i] * a + Fp16ToFp32(acc[i]) * b;
     m = m_new;
   }
   for (float& x : o) x *= 1.0f / l;
   return o;
+}
+std::vector<float> F16Attention(const float* q, const uint16_t* k16, const uint16_t* v16,
+                                int64_t stride, int64_t n_kv, int hd, float scale) {
+  return F16Attention(q, k16, v16, stride, stride, n_kv, hd, hd, scale);
 }
 
 // got against want to a few f16 steps of the row's largest value (the device
@@ -896,6 +902,270 @@ TEST_F(CudaOpsTest, GatedAttentionOpsAndMultiSectionRope) {
     }
     EXPECT_NE(roped[r * hd + 0], q[r * hd + 0]);
   }
+}
+
+// Per-head products (MLA's attn_k_b / attn_v_b): each (group, token) equals
+// MatVec of that group's matrix on that token's row, bit for bit, with
+// strided inputs and outputs.
+TEST_F(CudaOpsTest, GroupedMatVecEqualsMatVecPerGroup) {
+  for (GgmlType t : {GgmlType::kF16, GgmlType::kQ8_0, GgmlType::kQ4_K}) {
+    const int64_t groups = 5, rows = 48, cols = 256;
+    HostMatrix m = RandomMatrix(t, groups * rows, cols, 41);
+    const uint64_t group_bytes = m.row_bytes * rows;
+    const uint8_t* dw = Upload(m.bytes);
+    for (int64_t n : {1, 3, 9}) {
+      // x: token t's group g row at t * (groups * cols + 7) + g * cols; y: at
+      // t * (groups * (rows + 3)) + g * (rows + 3).
+      const int64_t x_tok = groups * cols + 7, y_group = rows + 3, y_tok = groups * y_group;
+      std::vector<float> x = RandomVector(n * x_tok, 42);
+      const float* dx = Upload(x);
+      float* dy = Zeros<float>(n * y_tok);
+      raw::GroupedMatVecParams p;
+      p.w = {t, dw, rows, cols, m.row_bytes};
+      p.group_bytes = group_bytes;
+      p.n_groups = groups;
+      p.x = dx;
+      p.x_tok = x_tok;
+      p.x_group = cols;
+      p.y = dy;
+      p.y_tok = y_tok;
+      p.y_group = y_group;
+      p.n_tok = n;
+      ASSERT_TRUE(ToStatus(raw::GroupedMatVec(p, s())).ok()) << GgmlTypeName(t);
+      const std::vector<float> got = Download(dy, n * y_tok);
+      for (int64_t g = 0; g < groups; ++g) {
+        std::vector<float> xg(n * cols);
+        for (int64_t tok = 0; tok < n; ++tok) {
+          std::copy_n(x.data() + tok * x_tok + g * cols, cols, xg.data() + tok * cols);
+        }
+        float* yg = Zeros<float>(n * rows);
+        const raw::DeviceMatrix wg{t, dw + g * group_bytes, rows, cols, m.row_bytes};
+        ASSERT_TRUE(ToStatus(raw::MatVec(wg, Upload(xg), n, yg, s())).ok());
+        const std::vector<float> want = Download(yg, n * rows);
+        for (int64_t tok = 0; tok < n; ++tok) {
+          ASSERT_EQ(0, std::memcmp(got.data() + tok * y_tok + g * y_group, want.data() + tok * rows,
+                                   rows * sizeof(float)))
+              << GgmlTypeName(t) << " n_tok " << n << " group " << g << " token " << tok;
+        }
+      }
+    }
+  }
+  raw::GroupedMatVecParams bad;
+  bad.n_tok = 1;
+  EXPECT_FALSE(ToStatus(raw::GroupedMatVec(bad, s())).ok());  // no groups
+}
+
+// MLA's element-wise pieces: the latent's norm over part of each row, NORM
+// RoPE at a stride, strided row copies.
+TEST_F(CudaOpsTest, StridedNormNormRopeAndRowCopiesMatchTheCpu) {
+  const int64_t rows = 5, stride = 80, d = 64, rot = 16;
+  std::vector<float> x = RandomVector(rows * stride, 51, 2.0f), w = RandomVector(d, 52);
+  float* dx = Upload(x);
+  ASSERT_TRUE(ToStatus(raw::RmsNormStrided(dx, stride, Upload(w), rows, d, 1e-6f, dx, stride, s())).ok());
+  std::vector<float> got = Download(dx, rows * stride);
+  for (int64_t r = 0; r < rows; ++r) {
+    std::vector<float> want(d);
+    model::internal::RmsNorm(x.data() + r * stride, w.data(), d, 1e-6f, want.data());
+    for (int64_t i = 0; i < d; ++i) {
+      ASSERT_NEAR(got[r * stride + i], want[i], 1e-5 * std::fabs(want[i]) + 1e-6) << r << " " << i;
+    }
+    // The rest of the row is left as it was.
+    EXPECT_EQ(0, std::memcmp(got.data() + r * stride + d, x.data() + r * stride + d,
+                             (stride - d) * sizeof(float)));
+  }
+  // NORM RoPE of 3 heads of 24 values each (rope part at offset 8 of each
+  // head), 5 tokens at positions 3.. of a YaRN-scaled table.
+  model::RopeParams rp;
+  rp.n_rot = rot;
+  rp.freq_base = 1e4f;
+  rp.scaling = model::RopeScaling::kYarn;
+  rp.freq_scale = 0.25f;
+  rp.ext_factor = 1.0f;
+  rp.n_ctx_orig = 64;
+  rp.norm_style = true;
+  const int64_t heads = 3, hd = 24, tok_stride = heads * hd + 5;
+  std::vector<float> q = RandomVector(rows * tok_stride, 53), cs, want = q;
+  for (int64_t t = 0; t < rows; ++t) {
+    model::internal::RopeAngles a;
+    model::internal::ComputeRopeAngles(rp, 3 + t, &a);
+    for (int64_t i = 0; i < rot / 2; ++i) {
+      cs.push_back(a.cos[i]);
+      cs.push_back(a.sin[i]);
+    }
+    for (int64_t h = 0; h < heads; ++h) {
+      model::internal::ApplyRopeNorm(a, rot, want.data() + t * tok_stride + h * hd + 8);
+    }
+  }
+  float* dq = Upload(q);
+  ASSERT_TRUE(ToStatus(raw::RopeNorm(dq + 8, rows, tok_stride, heads, hd, rot, Upload(cs), s())).ok());
+  got = Download(dq, q.size());
+  // Products and sums as the CPU's, no contraction (--fmad=false): exact.
+  EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)));
+  // Row copies: columns 8..23 of each head row into a packed buffer.
+  float* packed = Zeros<float>(rows * heads * 16);
+  ASSERT_TRUE(ToStatus(raw::CopyRows(dq + 8, hd, packed, 16, heads, 16, s())).ok());
+  const std::vector<float> pk = Download(packed, heads * 16);
+  for (int64_t h = 0; h < heads; ++h) {
+    EXPECT_EQ(0, std::memcmp(pk.data() + h * 16, got.data() + h * hd + 8, 16 * sizeof(float)));
+  }
+}
+
+// deepseek2's router: sigmoid scores, selection bias, 4 groups of which 2
+// are kept, normalised and scaled weights, as the CPU's
+// SelectExpertsGeneral; also without groups and with softmax scores.
+TEST_F(CudaOpsTest, GroupedRouterMatchesTheCpu) {
+  const int rows = 37, ne = 64, k = 6;
+  struct Case {
+    bool sigmoid;
+    int groups, used;
+    bool normalize;
+    float scale;
+    bool bias;
+  };
+  for (const Case& c : {Case{true, 4, 2, true, 2.5f, true}, Case{true, 1, 1, true, 1.0f, true},
+                        Case{false, 8, 3, false, 16.0f, false}}) {
+    std::vector<float> logits = RandomVector(rows * ne, 61, 2.0f);
+    const std::vector<float> bias = RandomVector(ne, 62, 0.5f);
+    // Exact ties among the selection values of row 0: experts 5 and 7.
+    logits[5] = logits[7] = 9.0f;
+    std::vector<float> bias_row = bias;
+    if (c.bias) bias_row[7] = bias_row[5];
+    raw::GroupedRouter r;
+    r.sigmoid = c.sigmoid;
+    r.n_expert = ne;
+    r.k = k;
+    r.normalize = c.normalize;
+    r.scale = c.scale;
+    r.bias = c.bias ? Upload(bias_row) : nullptr;
+    r.n_groups = c.groups;
+    r.n_group_used = c.used;
+    float* dl = Upload(logits);
+    int32_t* ids = Zeros<int32_t>(rows * k);
+    float* wts = Zeros<float>(rows * k);
+    ASSERT_TRUE(ToStatus(raw::SelectExpertsGrouped(r, dl, rows, ids, wts, s())).ok());
+    const std::vector<int32_t> got_ids = Download(ids, rows * k);
+    const std::vector<float> got_w = Download(wts, rows * k);
+    model::internal::RouterChoice rc;
+    rc.scoring = c.sigmoid ? model::RouterSpec::Scoring::kSigmoid : model::RouterSpec::Scoring::kSoftmax;
+    rc.n_expert = ne;
+    rc.k = k;
+    rc.normalize = c.normalize;
+    rc.scale = c.scale;
+    rc.bias = c.bias ? bias_row.data() : nullptr;
+    rc.n_groups = c.groups;
+    rc.n_group_used = c.used;
+    for (int row = 0; row < rows; ++row) {
+      std::vector<float> l(logits.begin() + row * ne, logits.begin() + (row + 1) * ne);
+      std::vector<int32_t> want_ids(k);
+      std::vector<float> want_w(k);
+      model::internal::SelectExpertsGeneral(rc, l.data(), want_ids.data(), want_w.data());
+      for (int i = 0; i < k; ++i) {
+        ASSERT_EQ(got_ids[row * k + i], want_ids[i]) << "row " << row << " rank " << i;
+        ASSERT_NEAR(got_w[row * k + i], want_w[i], 1e-5 * std::fabs(want_w[i]) + 1e-7)
+            << "row " << row << " rank " << i;
+      }
+    }
+  }
+  raw::GroupedRouter bad;
+  bad.n_expert = 10;
+  bad.k = 2;
+  bad.n_groups = 3;  // does not divide 10
+  EXPECT_FALSE(ToStatus(raw::SelectExpertsGrouped(bad, nullptr, 1, nullptr, nullptr, s())).ok());
+}
+
+// MLA's attention: one KV head whose rows hold K (latent + rope key, any
+// size up to 576) and whose V is the first head_dim_v values of K, over an
+// F16 cache with a shuffled block table, in two calls (a prompt then a
+// decode token) past one chunk; against the chunked f16 reference and, for
+// tokens within the first chunk, the CPU reference's AttendGroup (the same
+// bits but for the device's expf).
+TEST_F(CudaOpsTest, LatentAttentionMatchesTheCpu) {
+  struct Shape {
+    int kd, vd, n_head;
+  };
+  for (const Shape& sh : {Shape{80, 64, 4}, Shape{576, 512, 8}}) {
+    const int page = 64, n_pages = 6;
+    const int64_t total = 300;  // two chunks
+    const uint64_t rb = *RowBytes(GgmlType::kF16, sh.kd);
+    std::vector<int32_t> table(n_pages);
+    std::iota(table.begin(), table.end(), 0);
+    std::shuffle(table.begin(), table.end(), std::mt19937(7));
+    raw::PagedKv kv;
+    kv.type = GgmlType::kF16;
+    kv.k = kv.v = Zeros<uint8_t>(rb * page * n_pages);
+    kv.k_row_bytes = kv.v_row_bytes = rb;
+    kv.page_size = page;
+    kv.block_table = Upload(table);
+    std::vector<float> k = RandomVector(total * sh.kd, 71);
+    std::vector<float> q = RandomVector(total * sh.n_head * sh.kd, 72, 0.3f);
+    float* dk = Upload(k);
+    float* dq = Upload(q);
+    float* out = Zeros<float>(total * sh.n_head * sh.vd);
+    const int64_t scratch_elems = raw::AttentionScratchElems(sh.n_head, sh.vd, total);
+    float* scratch = Zeros<float>(scratch_elems);
+    const float scale = 0.11f;
+    for (auto [pos0, n] : {std::pair<int64_t, int64_t>{0, total - 1}, {total - 1, 1}}) {
+      ASSERT_TRUE(ToStatus(raw::KvWrite(kv, dk + pos0 * sh.kd, nullptr, n, pos0, sh.kd, 0, s())).ok());
+      raw::AttentionParams p;
+      p.q = dq + pos0 * sh.n_head * sh.kd;
+      p.out = out + pos0 * sh.n_head * sh.vd;
+      p.kv = kv;
+      p.n_tok = n;
+      p.pos0 = pos0;
+      p.n_head = sh.n_head;
+      p.n_head_kv = 1;
+      p.head_dim = sh.kd;
+      p.head_dim_v = sh.vd;
+      p.scale = scale;
+      p.split_scratch = scratch;
+      p.split_scratch_elems = scratch_elems;
+      ASSERT_TRUE(ToStatus(raw::Attention(p, s())).ok());
+    }
+    const std::vector<float> got = Download(out, total * sh.n_head * sh.vd);
+    std::vector<uint16_t> k16(total * sh.kd);
+    model::internal::ToF16(total * sh.kd, k.data(), k16.data());
+    for (int64_t t : {int64_t{0}, int64_t{1}, int64_t{100}, int64_t{255}, int64_t{256}, total - 1}) {
+      for (int h = 0; h < sh.n_head; ++h) {
+        const float* qh = q.data() + (t * sh.n_head + h) * sh.kd;
+        const float* gh = got.data() + (t * sh.n_head + h) * sh.vd;
+        const std::string what = "kd " + std::to_string(sh.kd) + " token " + std::to_string(t) +
+                                 " head " + std::to_string(h);
+        ExpectNearF16Row(gh, F16Attention(qh, k16.data(), k16.data(), sh.kd, sh.kd, t + 1, sh.kd,
+                                          sh.vd, scale),
+                         what.c_str());
+        if (t >= raw::kAttentionChunk) continue;
+        std::vector<float> want(sh.vd);
+        const float* qp[1] = {qh};
+        const int64_t nkv[1] = {t + 1};
+        float* op[1] = {want.data()};
+        model::internal::GroupAttention g;
+        g.k = g.v = k16.data();
+        g.k_stride = g.v_stride = sh.kd;
+        g.dk = sh.kd;
+        g.dv = sh.vd;
+        g.scale = scale;
+        g.n_q = 1;
+        g.q = qp;
+        g.n_kv = nkv;
+        g.out = op;
+        model::internal::AttendGroup(g);
+        ExpectNearF16Row(gh, want, (what + " (CPU reference)").c_str());
+      }
+    }
+  }
+  // Split K/V needs an F16 cache and a power-of-two V.
+  raw::AttentionParams p;
+  p.n_tok = 1;
+  p.n_head = p.n_head_kv = 1;
+  p.head_dim = 80;
+  p.head_dim_v = 48;
+  p.split_scratch = Zeros<float>(64);
+  p.split_scratch_elems = 64;
+  p.kv.type = GgmlType::kF16;
+  EXPECT_FALSE(ToStatus(raw::Attention(p, s())).ok());
+  p.head_dim_v = 64;
+  p.kv.type = GgmlType::kQ8_0;
+  EXPECT_FALSE(ToStatus(raw::Attention(p, s())).ok());
 }
 
 }  // namespace

@@ -51,6 +51,14 @@ __global__ void ScatterAddScaledKernel(float* dst, const float* src, const int32
   MS_GRID_LOOP(i, n * d) dst[static_cast<int64_t>(rows[i / d]) * d + i % d] += w[i / d] * src[i];
 }
 
+__global__ void CopyRowsKernel(const float* src, int64_t src_stride, float* dst,
+                               int64_t dst_stride, int64_t rows, int64_t cols) {
+  MS_GRID_LOOP(i, rows * cols) {
+    const int64_t r = i / cols, c = i % cols;
+    dst[r * dst_stride + c] = src[r * src_stride + c];
+  }
+}
+
 CallResult Launched(const char* name) { return {cudaGetLastError(), name}; }
 
 }  // namespace
@@ -99,6 +107,14 @@ CallResult ScatterAddScaled(float* dst, const float* src, const int32_t* rows, c
   ScatterAddScaledKernel<<<Blocks(n * d), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
       dst, src, rows, w, n, d);
   return Launched("ScatterAddScaledKernel<<<>>>");
+}
+
+CallResult CopyRows(const float* src, int64_t src_stride, float* dst, int64_t dst_stride,
+                    int64_t rows, int64_t cols, void* stream) {
+  if (rows * cols <= 0) return {};
+  CopyRowsKernel<<<Blocks(rows * cols), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      src, src_stride, dst, dst_stride, rows, cols);
+  return Launched("CopyRowsKernel<<<>>>");
 }
 
 }  // namespace moesplit::cuda::raw

@@ -335,13 +335,14 @@ float DotF16Order(int hd, const float* k, const float* q) {
 
 void AttentionPartialsF16(const AttentionParams& p, const FormatInfo& f, int64_t t0, int64_t nt,
                           int n_chunks) {
-  const int hd = p.head_dim, group = p.n_head / p.n_head_kv;
-  std::vector<float> q16(hd), acc(hd), kk(hd), vv(hd);
+  const int hd = p.head_dim, hv = AttentionDimV(p), group = p.n_head / p.n_head_kv;
+  std::vector<float> q16(hd), acc(hv), kk(hd), vv(hv);
   for (int64_t tl = 0; tl < nt; ++tl) {
     const int64_t t = t0 + tl;
     const int64_t n_kv = p.pos0 + t + 1;
     for (int h = 0; h < p.n_head; ++h) {
       const int64_t col0 = static_cast<int64_t>(h / group) * hd;
+      const int64_t vcol0 = static_cast<int64_t>(h / group) * hv;
       for (int i = 0; i < hd; ++i) q16[i] = F16Round(p.q[(t * p.n_head + h) * hd + i]);
       for (int c = 0; c < n_chunks; ++c) {
         const int64_t chunk0 = static_cast<int64_t>(c) * kChunk, first = FirstPos(p, n_kv);
@@ -353,24 +354,24 @@ void AttentionPartialsF16(const AttentionParams& p, const FormatInfo& f, int64_t
         float m = -INFINITY, sum = 0.0f;
         for (int64_t pos = begin; pos < end; ++pos) {
           f.decode(SlotRow(p.kv.k, p.kv, pos, p.kv.k_row_bytes), col0, hd, kk.data());
-          f.decode(SlotRow(p.kv.v, p.kv, pos, p.kv.v_row_bytes), col0, hd, vv.data());
+          f.decode(SlotRow(p.kv.v, p.kv, pos, p.kv.v_row_bytes), vcol0, hv, vv.data());
           const float s = DotF16Order(hd, kk.data(), q16.data()) * p.scale;
           float ms = 1.0f, vs = 1.0f;
           if (s > m) {
             ms = expf(m - s);
             m = s;
-            for (int i = 0; i < hd; ++i) acc[i] = F16Round(acc[i] * ms);
+            for (int i = 0; i < hv; ++i) acc[i] = F16Round(acc[i] * ms);
           } else {
             vs = expf(s - m);
           }
-          for (int i = 0; i < hd; ++i) acc[i] = F16Round(std::fma(vv[i], vs, acc[i]));
+          for (int i = 0; i < hv; ++i) acc[i] = F16Round(std::fma(vv[i], vs, acc[i]));
           sum = std::fma(sum, ms, vs);
         }
         float* part = p.split_scratch +
-                      ((tl * p.n_head + h) * n_chunks + c) * static_cast<int64_t>(hd + 2);
+                      ((tl * p.n_head + h) * n_chunks + c) * static_cast<int64_t>(hv + 2);
         part[0] = m;
         part[1] = sum;
-        for (int i = 0; i < hd; ++i) part[2 + i] = acc[i];
+        for (int i = 0; i < hv; ++i) part[2 + i] = acc[i];
       }
     }
   }
@@ -378,7 +379,7 @@ void AttentionPartialsF16(const AttentionParams& p, const FormatInfo& f, int64_t
 
 // AttentionMergeKernel: a token's chunk partials merged in chunk order.
 void AttentionMerge(const AttentionParams& p, int64_t t0, int64_t nt, int n_chunks) {
-  const int hd = p.head_dim;
+  const int hd = AttentionDimV(p);
   for (int64_t tl = 0; tl < nt; ++tl) {
     const int64_t t = t0 + tl;
     const int64_t n_kv = p.pos0 + t + 1;
@@ -602,26 +603,55 @@ CallResult DequantRows(const DeviceMatrix& w, const int32_t* row_ids, int64_t fi
   return {};
 }
 
+CallResult GroupedMatVec(const GroupedMatVecParams& p, void* stream) {
+  if (p.n_tok < 1 || p.n_tok / kMaxMatVecTokens > 65535 || p.n_groups < 1 ||
+      p.n_groups > 65535) {
+    return {kInvalidValue, "GroupedMatVec: n_tok / n_groups"};
+  }
+  const DeviceMatrix& w0 = p.w;
+  if (w0.n_rows == 0) return {};
+  const FormatInfo f = Info(w0.type);
+  if (f.decode == nullptr) return {kInvalidValue, "GroupedMatVec: unsupported format"};
+  const int wpr = WarpsPerRow(w0.n_rows, w0.n_cols);
+  std::vector<float> row(w0.n_cols), lanes(32 * wpr);
+  for (int64_t g = 0; g < p.n_groups; ++g) {
+    DeviceMatrix w = w0;
+    w.data = static_cast<const uint8_t*>(w0.data) + g * p.group_bytes;
+    if (!RowsOnDevice(w, f, 0, w.n_rows)) return Illegal("MatVecKernel<<<>>>");
+    for (int64_t t = 0; t < p.n_tok; ++t) {
+      if (!Extents()
+               .Floats(p.x + t * p.x_tok + g * p.x_group, w.n_cols)
+               .Floats(p.y + t * p.y_tok + g * p.y_group, w.n_rows)
+               .ok) {
+        return Illegal("MatVecKernel<<<>>>");
+      }
+    }
+    // (y must not alias x: the kernel reads x while other blocks write y.)
+    for (int64_t r = 0; r < w.n_rows; ++r) {
+      f.decode(static_cast<const uint8_t*>(w.data) + r * w.row_bytes, 0, w.n_cols, row.data());
+      for (int64_t t = 0; t < p.n_tok; ++t) {
+        p.y[t * p.y_tok + g * p.y_group + r] =
+            RowDot(row.data(), p.x + t * p.x_tok + g * p.x_group, w.n_cols, wpr, lanes.data());
+      }
+    }
+  }
+  return {};
+}
+
 CallResult MatVec(const DeviceMatrix& w, const float* x, int64_t n_tok, float* y,
                   void* stream) {
   if (n_tok < 1 || n_tok / kMaxMatVecTokens > 65535) return {kInvalidValue, "MatVec: n_tok"};
   if (w.n_rows == 0) return {};
-  const FormatInfo f = Info(w.type);
-  if (f.decode == nullptr) return {kInvalidValue, "MatVec: unsupported format"};
-  if (!RowsOnDevice(w, f, 0, w.n_rows) ||
-      !Extents().Floats(x, n_tok * w.n_cols).Floats(y, n_tok * w.n_rows).ok) {
-    return Illegal("MatVecKernel<<<>>>");
-  }
-  const int wpr = WarpsPerRow(w.n_rows, w.n_cols);
-  std::vector<float> row(w.n_cols), lanes(32 * wpr);
-  // (y must not alias x: the kernel reads x while other blocks write y.)
-  for (int64_t r = 0; r < w.n_rows; ++r) {
-    f.decode(static_cast<const uint8_t*>(w.data) + r * w.row_bytes, 0, w.n_cols, row.data());
-    for (int64_t t = 0; t < n_tok; ++t) {
-      y[t * w.n_rows + r] = RowDot(row.data(), x + t * w.n_cols, w.n_cols, wpr, lanes.data());
-    }
-  }
-  return {};
+  if (Info(w.type).decode == nullptr) return {kInvalidValue, "MatVec: unsupported format"};
+  GroupedMatVecParams p;
+  p.w = w;
+  p.n_groups = 1;
+  p.x = x;
+  p.x_tok = w.n_cols;
+  p.y = y;
+  p.y_tok = w.n_rows;
+  p.n_tok = n_tok;
+  return GroupedMatVec(p, stream);
 }
 
 CallResult RoundActivations(GgmlType weight_type, const float* x, int64_t n_tok, int64_t n_cols,
@@ -687,13 +717,22 @@ void RotateNeox(float* v, const float* cs, int64_t half) {
 
 CallResult RmsNorm(const float* x, const float* w, int64_t rows, int64_t d, float eps,
                    float* y, void* stream) {
+  return RmsNormStrided(x, d, w, rows, d, eps, y, d, stream);
+}
+
+CallResult RmsNormStrided(const float* x, int64_t x_stride, const float* w, int64_t rows,
+                          int64_t d, float eps, float* y, int64_t y_stride, void* stream) {
   if (rows <= 0) return {};
-  if (!Extents().Floats(x, rows * d).Floats(y, rows * d).Floats(w, w ? d : 0).ok) {
+  if (!Extents()
+           .Floats(x, (rows - 1) * x_stride + d)
+           .Floats(y, (rows - 1) * y_stride + d)
+           .Floats(w, w ? d : 0)
+           .ok) {
     return Illegal("RmsNormKernel<<<>>>");
   }
   for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * d;
-    float* yr = y + r * d;
+    const float* xr = x + r * x_stride;
+    float* yr = y + r * y_stride;
     const float scale = RmsScale(xr, d, eps);
     for (int64_t i = 0; i < d; ++i) {
       const float v = xr[i] * scale;
@@ -714,6 +753,46 @@ CallResult RopeNeox(float* x, int64_t n_tok, int64_t n_heads, int64_t head_dim, 
     for (int64_t h = 0; h < n_heads; ++h) {
       RotateNeox(x + (t * n_heads + h) * head_dim, cos_sin + t * half * 2, half);
     }
+  }
+  return {};
+}
+
+CallResult RopeNorm(float* x, int64_t n_tok, int64_t tok_stride, int64_t n_heads,
+                    int64_t head_stride, int64_t n_rot, const float* cos_sin, void* stream) {
+  if (n_tok <= 0 || n_heads <= 0 || n_rot < 2) return {};
+  const int64_t half = n_rot / 2;
+  if (!Extents()
+           .Floats(x, (n_tok - 1) * tok_stride + (n_heads - 1) * head_stride + 2 * half)
+           .Floats(cos_sin, n_tok * half * 2)
+           .ok) {
+    return Illegal("RopeNormKernel<<<>>>");
+  }
+  for (int64_t t = 0; t < n_tok; ++t) {
+    const float* cs = cos_sin + t * half * 2;
+    for (int64_t h = 0; h < n_heads; ++h) {
+      float* v = x + t * tok_stride + h * head_stride;
+      for (int64_t i = 0; i < half; ++i) {
+        const float c = cs[2 * i], sn = cs[2 * i + 1];
+        const float x0 = v[2 * i], x1 = v[2 * i + 1];
+        v[2 * i] = x0 * c - x1 * sn;
+        v[2 * i + 1] = x0 * sn + x1 * c;
+      }
+    }
+  }
+  return {};
+}
+
+CallResult CopyRows(const float* src, int64_t src_stride, float* dst, int64_t dst_stride,
+                    int64_t rows, int64_t cols, void* stream) {
+  if (rows * cols <= 0) return {};
+  if (!Extents()
+           .Floats(src, (rows - 1) * src_stride + cols)
+           .Floats(dst, (rows - 1) * dst_stride + cols)
+           .ok) {
+    return Illegal("CopyRowsKernel<<<>>>");
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(dst + r * dst_stride, src + r * src_stride, cols * sizeof(float));
   }
   return {};
 }
@@ -856,6 +935,24 @@ CallResult SelectExpertsTopKSoftmax(const float* logits, int64_t rows, int n_exp
   return {};
 }
 
+CallResult SelectExpertsGrouped(const GroupedRouter& r, float* logits, int64_t rows,
+                                int32_t* ids, float* weights, void* stream) {
+  if (rows <= 0) return {};
+  if (const char* bad = codec::CheckGroupedRouter(r)) return {kInvalidValue, bad};
+  if (!Extents()
+           .Floats(logits, rows * r.n_expert)
+           .Dev(ids, rows * r.k * 4)
+           .Floats(weights, rows * r.k)
+           .Floats(r.bias, r.bias ? r.n_expert : 0)
+           .ok) {
+    return Illegal("SelectExpertsGroupedKernel<<<>>>");
+  }
+  for (int64_t i = 0; i < rows; ++i) {
+    codec::SelectExpertsGroupedRow(r, logits + i * r.n_expert, ids + i * r.k, weights + i * r.k);
+  }
+  return {};
+}
+
 // ------------------------------------------------------------ paged KV + attention
 bool KvTypeSupported(GgmlType type) {
   return type == GgmlType::kF16 || type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0;
@@ -899,28 +996,26 @@ CallResult KvWrite(const PagedKv& kv, const float* k, const float* v, int64_t n_
 
 CallResult Attention(const AttentionParams& p, void* stream) {
   if (p.n_tok <= 0) return {};
-  if (p.head_dim % 32 != 0 || p.head_dim > 256 || p.head_dim < 32 || p.n_head_kv < 1 ||
-      p.n_head % p.n_head_kv != 0) {
-    return {kInvalidValue, "Attention: unsupported head shape"};
-  }
+  if (!KvTypeSupported(p.kv.type)) return {kInvalidValue, "Attention: KV type"};
+  if (!AttentionShapeSupported(p)) return {kInvalidValue, "Attention: unsupported head shape"};
   if (p.split_scratch == nullptr) return {kInvalidValue, "Attention: no split scratch"};
   if (p.window < 0) return {kInvalidValue, "Attention: negative window"};
-  if (!KvTypeSupported(p.kv.type)) return {kInvalidValue, "Attention: KV type"};
   const FormatInfo f = Info(p.kv.type);
-  const int hd = p.head_dim;
-  const uint64_t row_used = UsedRowBytes(f, static_cast<int64_t>(p.n_head_kv) * hd);
+  const int hd = p.head_dim, hv = AttentionDimV(p);
+  const uint64_t k_used = UsedRowBytes(f, static_cast<int64_t>(p.n_head_kv) * hd);
+  const uint64_t v_used = UsedRowBytes(f, static_cast<int64_t>(p.n_head_kv) * hv);
   if (!Extents()
            .Floats(p.q, p.n_tok * p.n_head * hd)
-           .Floats(p.out, p.n_tok * p.n_head * hd)
+           .Floats(p.out, p.n_tok * p.n_head * hv)
            .ok ||
       (p.sinks != nullptr && !Extents().Floats(p.sinks, p.n_head).ok) ||
-      !KvOnDevice(p.kv, p.pos0 + p.n_tok, 0, row_used, row_used)) {
+      !KvOnDevice(p.kv, p.pos0 + p.n_tok, 0, k_used, v_used)) {
     return Illegal("AttentionPartialKernel<<<>>>");
   }
   int64_t t0 = 0;
   while (t0 < p.n_tok) {
     const int n_chunks = static_cast<int>((p.pos0 + p.n_tok + kChunk - 1) / kChunk);
-    const int64_t per_token = static_cast<int64_t>(p.n_head) * n_chunks * (hd + 2);
+    const int64_t per_token = static_cast<int64_t>(p.n_head) * n_chunks * (hv + 2);
     int64_t nt = p.split_scratch_elems / per_token;
     if (nt < 1) return {kInvalidValue, "Attention: split scratch too small"};
     nt = std::min<int64_t>({nt, p.n_tok - t0, 65535});

@@ -1,4 +1,4 @@
-// NEOX rotary position embedding with a host-computed angle table.
+// NEOX and NORM rotary position embedding with a host-computed angle table.
 #include <cuda_runtime.h>
 
 #include "common/backend/cuda/internal/cuda_raw.h"
@@ -6,6 +6,21 @@
 
 namespace moesplit::cuda::raw {
 namespace {
+
+// Block (h, t): pairs (2i, 2i + 1) of head h of token t, threads striding
+// over i.
+__global__ void RopeNormKernel(float* x, int64_t tok_stride, int64_t head_stride, int64_t half,
+                               const float* cos_sin) {
+  const int64_t t = blockIdx.y;
+  float* v = x + t * tok_stride + blockIdx.x * head_stride;
+  const float* cs = cos_sin + t * half * 2;
+  for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
+    const float c = cs[2 * i], s = cs[2 * i + 1];
+    const float x0 = v[2 * i], x1 = v[2 * i + 1];
+    v[2 * i] = x0 * c - x1 * s;
+    v[2 * i + 1] = x0 * s + x1 * c;
+  }
+}
 
 __global__ void RopeNeoxKernel(float* x, int64_t n_heads, int64_t head_dim, int64_t half,
                                const float* cos_sin) {
@@ -52,6 +67,15 @@ CallResult RopeNeox(float* x, int64_t n_tok, int64_t n_heads, int64_t head_dim, 
   RopeNeoxKernel<<<grid, 64, 0, static_cast<cudaStream_t>(stream)>>>(x, n_heads, head_dim,
                                                                      n_rot / 2, cos_sin);
   return {cudaGetLastError(), "RopeNeoxKernel<<<>>>"};
+}
+
+CallResult RopeNorm(float* x, int64_t n_tok, int64_t tok_stride, int64_t n_heads,
+                    int64_t head_stride, int64_t n_rot, const float* cos_sin, void* stream) {
+  if (n_tok <= 0 || n_heads <= 0 || n_rot < 2) return {};
+  const dim3 grid(static_cast<unsigned>(n_heads), static_cast<unsigned>(n_tok));
+  RopeNormKernel<<<grid, 64, 0, static_cast<cudaStream_t>(stream)>>>(x, tok_stride, head_stride,
+                                                                     n_rot / 2, cos_sin);
+  return {cudaGetLastError(), "RopeNormKernel<<<>>>"};
 }
 
 }  // namespace moesplit::cuda::raw

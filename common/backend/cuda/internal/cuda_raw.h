@@ -103,16 +103,49 @@ struct GemmContext {
 CallResult MatMul(const DeviceMatrix& w, const float* x, int64_t n_tok, float* y,
                   const GemmContext& ctx, void* stream);
 
+// Per-head products (MLA's attn_k_b / attn_v_b, one matrix per query head):
+// for every group g < n_groups and token t < n_tok (<= 8 x 65535),
+//   y[t * y_tok + g * y_group + r] = sum_c w_g[r][c] * x[t * x_tok + g * x_group + c],
+// w_g the matrix of w.n_rows x w.n_cols at w.data + g * group_bytes; each
+// (group, token) as MatVec computes it (the same lanes and order). The
+// activations are used as given: round them first (RoundActivations).
+// n_groups <= 65535.
+struct GroupedMatVecParams {
+  DeviceMatrix w;  // one group's matrix
+  uint64_t group_bytes = 0;
+  int64_t n_groups = 0;
+  const float* x = nullptr;
+  int64_t x_tok = 0, x_group = 0;
+  float* y = nullptr;
+  int64_t y_tok = 0, y_group = 0;
+  int64_t n_tok = 0;
+};
+CallResult GroupedMatVec(const GroupedMatVecParams& p, void* stream);
+
 // ------------------------------------------------------------ element-wise (norm.cu, elementwise.cu, rope.cu)
 // y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w, rows of d (w nullable; y may
 // alias x). Sum of squares in double, as the CPU reference.
 CallResult RmsNorm(const float* x, const float* w, int64_t rows, int64_t d, float eps,
                    float* y, void* stream);
+// RmsNorm of the first d values of rows that lie x_stride (y_stride) floats
+// apart; the rest of each row is left as it is (MLA's latent norm).
+CallResult RmsNormStrided(const float* x, int64_t x_stride, const float* w, int64_t rows,
+                          int64_t d, float eps, float* y, int64_t y_stride, void* stream);
 // NEOX RoPE in place on n_tok x n_heads heads of head_dim: pairs (i, i +
 // n_rot/2), i < n_rot/2, rotated by cos_sin[t][i] = {cos, sin} (device,
 // n_tok x n_rot/2 x 2, computed on the host by the CPU reference code).
 CallResult RopeNeox(float* x, int64_t n_tok, int64_t n_heads, int64_t head_dim, int64_t n_rot,
                     const float* cos_sin, void* stream);
+// NORM-style RoPE (deepseek2) in place: for token t < n_tok and head h <
+// n_heads, the n_rot values at x + t * tok_stride + h * head_stride, pairs
+// (2i, 2i + 1) rotated by cos_sin[t][i] (as RopeNeox's table):
+//   x0' = x0 cos - x1 sin,  x1' = x0 sin + x1 cos.
+CallResult RopeNorm(float* x, int64_t n_tok, int64_t tok_stride, int64_t n_heads,
+                    int64_t head_stride, int64_t n_rot, const float* cos_sin, void* stream);
+// dst[r * dst_stride + c] = src[r * src_stride + c] for r < rows, c < cols
+// (the regions must not overlap).
+CallResult CopyRows(const float* src, int64_t src_stride, float* dst, int64_t dst_stride,
+                    int64_t rows, int64_t cols, void* stream);
 // The per-head norms and RoPE of attention in one launch: RmsNorm (as
 // RmsNorm, rows of head_dim, skipped for a side whose weight is null) then
 // RopeNeox, on q (n_tok x n_head heads) and k (n_tok x n_head_kv heads), in
@@ -156,6 +189,27 @@ CallResult SelectExperts(float* logits, int64_t rows, int n_expert, int k, bool 
 // the logits are left as they are. REQUIRES: 1 <= k <= n_expert <= 1024.
 CallResult SelectExpertsTopKSoftmax(const float* logits, int64_t rows, int n_expert, int k,
                                     int32_t* ids, float* weights, void* stream);
+// deepseek2's router (the CPU's model::internal::SelectExpertsGeneral): per
+// row, the scores (softmax as SelectExperts, or sigmoid 1 / (1 + exp(-x)))
+// overwrite the logits; selection values = scores + bias (bias nullable);
+// with n_groups > 1 the n_group_used groups of n_expert / n_groups experts
+// whose two best selection values sum highest (in double, rounded to float;
+// ties -> lower group) stay eligible; the k best eligible (ties -> lower
+// id) are chosen, each weighted by its score (without the bias), the
+// weights renormalised to sum 1 (in double) when `normalize`, then times
+// `scale`. REQUIRES: 1 <= k <= n_expert <= 1024, n_groups <= kMaxExpertGroups
+// dividing n_expert, n_group_used <= n_groups.
+inline constexpr int kMaxExpertGroups = 64;
+struct GroupedRouter {
+  bool sigmoid = false;  // else softmax
+  int n_expert = 0, k = 0;
+  bool normalize = false;
+  float scale = 1.0f;
+  const float* bias = nullptr;  // device, n_expert, or null
+  int n_groups = 1, n_group_used = 1;
+};
+CallResult SelectExpertsGrouped(const GroupedRouter& r, float* logits, int64_t rows,
+                                int32_t* ids, float* weights, void* stream);
 
 // ------------------------------------------------------------ paged KV + attention (attention.cu)
 // One layer's paged K and V: position p of a sequence lives in page
@@ -179,11 +233,16 @@ CallResult KvWrite(const PagedKv& kv, const float* k, const float* v, int64_t n_
 
 struct AttentionParams {
   const float* q = nullptr;  // n_tok x n_head x head_dim
-  float* out = nullptr;      // n_tok x n_head x head_dim
+  float* out = nullptr;      // n_tok x n_head x head_dim_v
   PagedKv kv;
   int64_t n_tok = 0;
   int64_t pos0 = 0;          // token t attends positions first(t) .. pos0 + t
-  int n_head = 0, n_head_kv = 0, head_dim = 0;  // head_dim % 32 == 0, <= 256
+  // head_dim (K) % 32 == 0, <= 256, and head_dim_v = 0 (the same); or, an
+  // F16 cache only, head_dim_v a power of two from 32 to kMaxAttentionDimV
+  // and any head_dim up to kMaxAttentionDimK (MLA: K = latent + rope key,
+  // V = the latent, read from the K rows: kv.v = kv.k). See
+  // AttentionShapeSupported.
+  int n_head = 0, n_head_kv = 0, head_dim = 0, head_dim_v = 0;
   float scale = 1.0f;
   // Sliding window (gpt-oss's even layers): W > 0 makes first(t) =
   // max(0, pos0 + t - W + 1), the last W positions; 0 attends from 0.
@@ -193,8 +252,8 @@ struct AttentionParams {
   // as the CPU reference does (common/model/internal/attention.h).
   const float* sinks = nullptr;
   // Chunk partials: at least n_head * ceil((pos0 + n_tok) / kAttentionChunk)
-  // * (head_dim + 2) floats (one token per launch); more lets more tokens go
-  // per launch (AttentionScratchElems: kDecodeTokens at n_ctx).
+  // * (V dimension + 2) floats (one token per launch); more lets more tokens
+  // go per launch (AttentionScratchElems: kDecodeTokens at n_ctx).
   float* split_scratch = nullptr;
   int64_t split_scratch_elems = 0;
 };
@@ -216,12 +275,33 @@ struct AttentionParams {
 // thus spreads over hundreds of blocks, and a token's result is the same in
 // any batch (prefill, micro-batches and decode agree bit for bit).
 inline constexpr int kAttentionChunk = 256;
+inline constexpr int kMaxAttentionDimK = 576;  // DeepSeek-V3's 512 + 64
+inline constexpr int kMaxAttentionDimV = 512;
 // Scratch floats for kDecodeTokens tokens attending up to n_ctx positions in
-// one launch (longer batches go in several launches).
+// one launch (longer batches go in several launches); head_dim_v: the V
+// dimension.
 inline constexpr int kDecodeTokens = 8;
-inline int64_t AttentionScratchElems(int n_head, int head_dim, int64_t n_ctx) {
+inline int64_t AttentionScratchElems(int n_head, int head_dim_v, int64_t n_ctx) {
   const int64_t chunks = (n_ctx + kAttentionChunk - 1) / kAttentionChunk;
-  return static_cast<int64_t>(kDecodeTokens) * n_head * chunks * (head_dim + 2);
+  return static_cast<int64_t>(kDecodeTokens) * n_head * chunks * (head_dim_v + 2);
+}
+// The V dimension of `p` (head_dim when head_dim_v is 0), and whether K and
+// V differ (the MLA form: F16 only).
+inline int AttentionDimV(const AttentionParams& p) {
+  return p.head_dim_v != 0 ? p.head_dim_v : p.head_dim;
+}
+inline bool AttentionSplitKV(const AttentionParams& p) {
+  return p.head_dim_v != 0 && p.head_dim_v != p.head_dim;
+}
+// Whether `p`'s head shape is one the kernels take (see AttentionParams).
+inline bool AttentionShapeSupported(const AttentionParams& p) {
+  if (p.n_head_kv < 1 || p.n_head % p.n_head_kv != 0) return false;
+  if (!AttentionSplitKV(p)) {
+    return p.head_dim % 32 == 0 && p.head_dim >= 32 && p.head_dim <= 256;
+  }
+  const int hv = p.head_dim_v;
+  return p.kv.type == GgmlType::kF16 && p.head_dim >= 1 && p.head_dim <= kMaxAttentionDimK &&
+         hv >= 32 && hv <= kMaxAttentionDimV && (hv & (hv - 1)) == 0;
 }
 CallResult Attention(const AttentionParams& p, void* stream);
 
