@@ -721,10 +721,7 @@ absl::Status Forward::MoeFfn(int il, Batch& b) const {
   call.weights.resize(n * k);
   // deepseek2's router (sigmoid, selection bias, groups, scale) or any
   // combination the two fixed forms below do not cover.
-  const bool general = hp.router_scoring == RouterSpec::Scoring::kSigmoid ||
-                       !L.router_sel_b.empty() || hp.n_expert_groups > 1 ||
-                       hp.expert_weights_scale != 1.0f ||
-                       (hp.norm_topk && hp.router_scoring != RouterSpec::Scoring::kSoftmax);
+  const bool general = internal::UsesGeneralRouter(hp, !L.router_sel_b.empty());
   internal::RouterChoice rc;
   rc.scoring = hp.router_scoring;
   rc.n_expert = static_cast<int>(hp.n_expert);

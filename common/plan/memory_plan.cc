@@ -178,7 +178,13 @@ GpuWorkspaceElems GpuWorkspace(const ModelShape& s, int64_t B, int64_t n_ctx,
   w.attn = B * hp.n_head * hp.head_dim_v;
   w.router = B * hp.n_expert;
   w.topk = B * hp.n_expert_used;
-  w.sh = shared_expert ? B * hp.n_ff_shexp : 0;
+  // The shared expert's and the dense-FFN layers' intermediate rows.
+  bool dense_ffn = false, mla = false;
+  for (const model::LayerSpec& l : hp.layers) {
+    dense_ffn |= l.ffn == model::FfnKind::kDense;
+    mla |= l.mixer == model::MixerKind::kMla;
+  }
+  w.sh = std::max(shared_expert ? B * hp.n_ff_shexp : 0, dense_ffn ? B * hp.n_ff : 0);
   w.ex_ff = B * hp.n_ff_exp;
   w.rope = B * hp.rope.n_rot;
   w.head_rows = std::min(B, kGpuHeadRows);
@@ -192,6 +198,11 @@ GpuWorkspaceElems GpuWorkspace(const ModelShape& s, int64_t B, int64_t n_ctx,
     gated_attention |= l.mixer == model::MixerKind::kGatedAttention;
   }
   if (gated_attention) w.qg = 2 * B * hp.n_head * hp.head_dim_k;
+  if (mla) {
+    w.mla_q = B * hp.n_head * std::max(hp.head_dim_k_mla, hp.head_dim_v_mla);
+    w.mla_qa = B * hp.q_lora_rank;
+    w.mla_in = B * hp.n_head * (hp.head_dim_k_mla - hp.rope.n_rot);
+  }
   if (hp.n_recurrent_layers() > 0) {
     w.dn_qkv = B * hp.ssm_conv_channels();
     w.dn_inner = B * hp.ssm_inner();
@@ -206,7 +217,7 @@ WorkspaceBytes GpuWorkspaceElems::Bytes() const {
   WorkspaceBytes b;
   const uint64_t floats = 6 * x + q + k + v + attn + 2 * router + 3 * topk + 2 * ex_ff + rope +
                           (sh > 0 ? 2 * sh + tokens : 0) + mixer() + 2 * dn_inner +
-                          2 * dn_heads;
+                          2 * dn_heads + mla_q + mla_qa + mla_in;
   const uint64_t ints = 3 * topk + tokens;
   b.activations = 4 * (floats + ints);
   b.logits = 4 * static_cast<uint64_t>(logits);

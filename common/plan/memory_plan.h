@@ -18,7 +18,8 @@
 //      the attention layers, n_attention_layers x n_ctx x n_parallel x
 //      per-position bytes, where one
 //      layer's position holds n_head_kv x (head_dim_k + head_dim_v) elements
-//      of the KV type: f16 2 bytes; q8_0 34 bytes per 32; q4_0 18 bytes per
+//      (an MLA layer: head_dim_k only, the latent and the rope key) of the
+//      KV type: f16 2 bytes; q8_0 34 bytes per 32; q4_0 18 bytes per
 //      32 (ggml's block sizes; the head dims must then be multiples of 32).
 //   2'. the KV cache is paged: n_ctx rounds up to whole pages of
 //      kGpuKvPage positions, plus a 4-byte block-table entry per page; a
@@ -35,13 +36,18 @@
 //        [k, v] + B n_head hd_v [attention output] + 2 B n_expert [router
 //        logits, next-layer prediction] + 6 B top_k [weights, ids, GPU-expert
 //        rows and weights, predicted ids and weights] + 2 B n_ff_exp
-//        [GPU-expert gate/up] + 2 B ff_shexp + B [shared expert, if any] +
+//        [GPU-expert gate/up] + 2 B ff + B [shared expert or dense FFN, if
+//        any: ff the larger of ff_shexp and, with dense-FFN layers, n_ff] +
 //        B n_rot [RoPE angles] + B [token ids]; one buffer of the larger of
 //        2 B n_head hd_k [gated attention: the doubled q projection, queries
 //        and gates] and B conv_channels [gated DeltaNet: qkv, then the conv
 //        output] (no layer needs both); with gated-DeltaNet layers also
 //        2 B ssm_inner [z, the heads' output] + 2 B ssm_v_heads [beta,
-//        decay];
+//        decay]; with MLA layers also B n_head max(hd_k_mla, hd_v_mla) [the
+//        queries, later attn_v_b's outputs] + B q_lora [q LoRA rows] + B
+//        n_head (hd_k_mla - n_rot) [the heads' nope parts gathered; the KV
+//        row and the absorbed queries are k and q above: hd_k = kv_lora +
+//        n_rot, hd_v = kv_lora];
 //      - logits: min(B, 32) rows x n_vocab x 4 bytes (the head runs in
 //        groups of 32 rows);
 //      - attention scratch: split-K chunk partials for 8 tokens at the full
@@ -167,6 +173,9 @@ struct GpuWorkspaceElems {
           rope = 0, head_rows = 0, logits = 0, scratch = 0, split = 0, tokens = 0;
   int64_t qg = 0;                                 // gated attention
   int64_t dn_qkv = 0, dn_inner = 0, dn_heads = 0;  // gated DeltaNet
+  // MLA: the queries per head (nope + rope; later the heads' attn_v_b
+  // outputs), the q LoRA's rank-space rows, the heads' nope parts gathered.
+  int64_t mla_q = 0, mla_qa = 0, mla_in = 0;
   // The one buffer that holds qg in a gated-attention layer and dn_qkv in a
   // DeltaNet layer.
   int64_t mixer() const { return qg > dn_qkv ? qg : dn_qkv; }

@@ -8,12 +8,12 @@
 #include <future>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "common/backend/cuda/cuda_backend.h"
 #include "common/backend/cuda/cuda_status.h"
 #include "common/backend/cuda/internal/block_codec.h"
 #include "common/backend/cuda/internal/cuda_raw.h"
 #include "common/backend/cuda/internal/forward_buffers.h"
+#include "common/backend/cuda/internal/router_row.h"
 #include "common/base/status.h"
 #include "common/model/internal/ops.h"
 #include "common/quant/quant.h"
@@ -43,9 +43,17 @@ void ForEachLayerMatrix(const model::Model& m, Fn fn) {
     for (const quant::WeightView* w :
          {&L.wq, &L.wk, &L.wv, &L.wo, &L.ssm_qkv, &L.ssm_z, &L.ssm_beta, &L.ssm_alpha,
           &L.ssm_out, &L.router, &L.shexp_gate_inp, &L.shexp_gate, &L.shexp_up,
-          &L.shexp_down}) {
+          &L.shexp_down, &L.wq_a, &L.wq_b, &L.wkv_a, &L.ffn_gate, &L.ffn_up, &L.ffn_down}) {
       if (w->data != nullptr) fn(*w);
     }
+  }
+}
+
+// The per-head MLA matrices (attn_k_b, attn_v_b) of layer L: every head's.
+template <typename Fn>
+void ForEachHeadTensor(const model::LayerWeights& L, Fn fn) {
+  for (const model::ExpertTensorView* v : {&L.wk_b, &L.wv_b}) {
+    if (v->data != nullptr) fn(*v);
   }
 }
 
@@ -58,27 +66,68 @@ WorkspaceSizes Sizes(const model::Model& m, int64_t B, int64_t n_ctx, int stream
   return plan::GpuWorkspace(plan::ShapeOfModel(m), B, n_ctx, stream_buffers);
 }
 
+bool HasMla(const HyperParams& hp) {
+  for (const model::LayerSpec& l : hp.layers) {
+    if (l.mixer == model::MixerKind::kMla) return true;
+  }
+  return false;
+}
+
+// The grouped router of layer L (deepseek2's; model::internal::
+// UsesGeneralRouter), for the kernel.
+raw::GroupedRouter GroupedRouterOf(const HyperParams& hp, const float* selection_bias) {
+  raw::GroupedRouter r;
+  r.sigmoid = hp.router_scoring == model::RouterSpec::Scoring::kSigmoid;
+  r.n_expert = static_cast<int>(hp.n_expert);
+  r.k = static_cast<int>(hp.n_expert_used);
+  r.normalize = hp.norm_topk;
+  r.scale = hp.expert_weights_scale;
+  r.bias = selection_bias;
+  r.n_groups = hp.n_expert_groups > 1 ? static_cast<int>(hp.n_expert_groups) : 1;
+  r.n_group_used = hp.n_expert_groups > 1 ? static_cast<int>(hp.n_group_used) : 1;
+  return r;
+}
+
 absl::Status CheckSupported(const model::Model& m) {
   const HyperParams& hp = m.hparams();
-  // deepseek2's pieces have CPU kernels only so far (named, so that
-  // --backend auto runs the model on the CPU).
-  std::vector<std::string> missing;
-  bool mla = false, dense = false, sel_bias = false;
+  bool general = false;
   for (int il = 0; il < m.n_layer(); ++il) {
-    mla = mla || hp.layers[il].mixer == model::MixerKind::kMla;
-    dense = dense || hp.layers[il].ffn == model::FfnKind::kDense;
-    sel_bias = sel_bias || !m.layer(il).router_sel_b.empty();
+    general = general || (hp.layers[il].ffn == model::FfnKind::kMoe &&
+                          model::internal::UsesGeneralRouter(hp, !m.layer(il).router_sel_b.empty()));
   }
-  if (mla) missing.push_back("multi-head latent attention (MLA) with NORM RoPE");
-  if (dense) missing.push_back("dense-FFN layers");
-  if (hp.router_scoring == model::RouterSpec::Scoring::kSigmoid || sel_bias ||
-      hp.n_expert_groups > 1 || hp.expert_weights_scale != 1.0f) {
-    missing.push_back("the sigmoid router with selection bias, expert groups and weight scale");
+  if (general) {
+    if (hp.router_scoring == model::RouterSpec::Scoring::kSoftmaxSelected) {
+      return absl::UnimplementedError(
+          "CUDA router: top-k-then-softmax scoring with a selection bias, groups or a weight scale");
+    }
+    if (const char* bad = codec::CheckGroupedRouter(GroupedRouterOf(hp, nullptr))) {
+      return absl::UnimplementedError(absl::StrCat(
+          "CUDA router: ", bad, " (", hp.n_expert, " experts, top ", hp.n_expert_used, ", ",
+          hp.n_expert_groups, " groups, ", hp.n_group_used, " used)"));
+    }
   }
-  if (!missing.empty()) {
-    return absl::UnimplementedError(absl::StrCat("the CUDA forward does not implement ", hp.arch,
-                                                 "'s ", absl::StrJoin(missing, ", "),
-                                                 " yet (use --backend cpu)"));
+  if (HasMla(hp)) {
+    raw::AttentionParams a;
+    a.kv.type = GgmlType::kF16;
+    a.n_head = static_cast<int>(hp.n_head);
+    a.n_head_kv = static_cast<int>(hp.n_head_kv);
+    a.head_dim = static_cast<int>(hp.head_dim_k);
+    a.head_dim_v = static_cast<int>(hp.head_dim_v);
+    if (hp.n_head_kv != 1 || !raw::AttentionShapeSupported(a) ||
+        hp.rope.n_rot > hp.head_dim_k_mla || !hp.rope.norm_style) {
+      return absl::UnimplementedError(absl::StrCat(
+          "CUDA MLA needs one latent KV head of up to ", raw::kMaxAttentionDimK,
+          " values (latent + rope key), a latent of a power of two from 32 to ",
+          raw::kMaxAttentionDimV, " and NORM RoPE; the model has ", hp.n_head_kv, " x ",
+          hp.head_dim_k, " / ", hp.head_dim_v));
+    }
+  } else if (hp.head_dim_k != hp.head_dim_v || hp.head_dim_k % 32 != 0 ||
+             hp.head_dim_k > 256) {
+    return absl::UnimplementedError(absl::StrCat("CUDA attention needs head_dim_k == head_dim_v, "
+                                                 "a multiple of 32 up to 256; the model has ",
+                                                 hp.head_dim_k, " / ", hp.head_dim_v));
+  } else if (hp.rope.norm_style || hp.rope.n_rot > hp.head_dim_k) {
+    return absl::UnimplementedError("CUDA attention: only NEOX RoPE with n_rot <= head_dim");
   }
   if (hp.n_recurrent_layers() > 0) {
     const int64_t dim = hp.ssm_head_k;
@@ -94,14 +143,6 @@ absl::Status CheckSupported(const model::Model& m) {
                                                    raw::kMaxConvKernel, "]"));
     }
   }
-  if (hp.head_dim_k != hp.head_dim_v || hp.head_dim_k % 32 != 0 || hp.head_dim_k > 256) {
-    return absl::UnimplementedError(absl::StrCat("CUDA attention needs head_dim_k == head_dim_v, "
-                                                 "a multiple of 32 up to 256; the model has ",
-                                                 hp.head_dim_k, " / ", hp.head_dim_v));
-  }
-  if (hp.rope.n_rot > hp.head_dim_k) {
-    return absl::UnimplementedError("CUDA forward: only NEOX RoPE with n_rot <= head_dim");
-  }
   if (hp.n_expert > 1024 || hp.n_expert_used < 1) {
     return absl::UnimplementedError(absl::StrCat("CUDA router: n_expert ", hp.n_expert));
   }
@@ -113,6 +154,9 @@ absl::Status CheckSupported(const model::Model& m) {
     }
   };
   ForEachLayerMatrix(m, check);
+  for (int il = 0; il < m.n_layer(); ++il) {
+    ForEachHeadTensor(m.layer(il), [&](const model::ExpertTensorView& v) { check(v.Expert(0)); });
+  }
   check(m.token_embd());
   check(m.output());
   return st;
@@ -143,9 +187,13 @@ absl::StatusOr<GpuMemoryPlan> CudaForward::Plan(const model::Model& m,
     const model::LayerWeights& L = m.layer(il);
     for (const auto* v : {&L.attn_norm, &L.bq, &L.bk, &L.bv, &L.q_norm, &L.k_norm, &L.ffn_norm,
                           &L.bo, &L.sinks, &L.router_b, &L.gate_exps_b, &L.up_exps_b,
-                          &L.down_exps_b, &L.ssm_conv, &L.ssm_dt_bias, &L.ssm_a, &L.ssm_norm}) {
+                          &L.down_exps_b, &L.ssm_conv, &L.ssm_dt_bias, &L.ssm_a, &L.ssm_norm,
+                          &L.q_a_norm, &L.kv_a_norm, &L.router_sel_b}) {
       p.dense_weights += VecBytes(*v);
     }
+    ForEachHeadTensor(L, [&](const model::ExpertTensorView& v) {
+      p.dense_weights += v.expert_bytes * static_cast<uint64_t>(v.n_expert);
+    });
   }
   ASSIGN_OR_RETURN(p.kv_cache,
                    CudaKvCache::KvBytes(m.hparams(), o.n_ctx, o.kv_type, o.kv_page_size,
@@ -167,6 +215,19 @@ absl::Status UploadMatrix(backend::Device* dev, backend::Stream* s, const quant:
   return absl::OkStatus();
 }
 
+// Every head's matrix of an MLA per-head tensor; out->m is one head's shape.
+absl::Status UploadHeads(backend::Device* dev, backend::Stream* s,
+                         const model::ExpertTensorView& v, DeviceMatrixBuf* out,
+                         uint64_t* head_bytes) {
+  if (v.data == nullptr) return absl::OkStatus();
+  const uint64_t bytes = v.expert_bytes * static_cast<uint64_t>(v.n_expert);
+  ASSIGN_OR_RETURN(out->buf, dev->Allocate(bytes));
+  RETURN_IF_ERROR(s->CopyToDevice(*out->buf, 0, v.data, bytes));
+  out->m = {v.type, out->buf->data(), v.n_out, v.n_in, v.row_bytes};
+  *head_bytes = v.expert_bytes;
+  return absl::OkStatus();
+}
+
 absl::Status UploadVec(backend::Device* dev, backend::Stream* s, const std::vector<float>& v,
                        DeviceVec* out) {
   if (v.empty()) return absl::OkStatus();
@@ -185,6 +246,11 @@ absl::StatusOr<std::unique_ptr<CudaForward>> CudaForward::Create(
     return absl::InvalidArgumentError("CudaForward: needs a CUDA device and an expert backend");
   }
   RETURN_IF_ERROR(CheckSupported(*model));
+  if (HasMla(model->hparams()) && options.kv_type != GgmlType::kF16) {
+    return absl::UnimplementedError(absl::StrCat(
+        "CUDA MLA attention reads an F16 KV cache only (asked for ",
+        std::string(GgmlTypeName(options.kv_type)), ")"));
+  }
   ASSIGN_OR_RETURN(const GpuMemoryPlan plan, Plan(*model, options));
   uint64_t budget = options.gpu_memory_budget;
   if (budget == 0) {
@@ -254,6 +320,17 @@ absl::StatusOr<std::unique_ptr<CudaForward>> CudaForward::Create(
     RETURN_IF_ERROR(UploadMatrix(device, s, L.ssm_beta, &D.ssm_beta));
     RETURN_IF_ERROR(UploadMatrix(device, s, L.ssm_alpha, &D.ssm_alpha));
     RETURN_IF_ERROR(UploadMatrix(device, s, L.ssm_out, &D.ssm_out));
+    RETURN_IF_ERROR(UploadMatrix(device, s, L.wq_a, &D.wq_a));
+    RETURN_IF_ERROR(UploadMatrix(device, s, L.wq_b, &D.wq_b));
+    RETURN_IF_ERROR(UploadMatrix(device, s, L.wkv_a, &D.wkv_a));
+    RETURN_IF_ERROR(UploadHeads(device, s, L.wk_b, &D.wk_b, &D.wk_b_head_bytes));
+    RETURN_IF_ERROR(UploadHeads(device, s, L.wv_b, &D.wv_b, &D.wv_b_head_bytes));
+    RETURN_IF_ERROR(UploadVec(device, s, L.q_a_norm, &D.q_a_norm));
+    RETURN_IF_ERROR(UploadVec(device, s, L.kv_a_norm, &D.kv_a_norm));
+    RETURN_IF_ERROR(UploadVec(device, s, L.router_sel_b, &D.router_sel_b));
+    RETURN_IF_ERROR(UploadMatrix(device, s, L.ffn_gate, &D.ffn_gate));
+    RETURN_IF_ERROR(UploadMatrix(device, s, L.ffn_up, &D.ffn_up));
+    RETURN_IF_ERROR(UploadMatrix(device, s, L.ffn_down, &D.ffn_down));
   }
   RETURN_IF_ERROR(s->Synchronize());
 
@@ -303,6 +380,9 @@ absl::StatusOr<std::unique_ptr<CudaForward>> CudaForward::Create(
   RETURN_IF_ERROR(alloc(z.dn_inner, &ws.dn_out));
   RETURN_IF_ERROR(alloc(z.dn_heads, &ws.dn_beta));
   RETURN_IF_ERROR(alloc(z.dn_heads, &ws.dn_g));
+  RETURN_IF_ERROR(alloc(z.mla_q, &ws.mla_q));
+  RETURN_IF_ERROR(alloc(z.mla_qa, &ws.mla_qa));
+  RETURN_IF_ERROR(alloc(z.mla_in, &ws.mla_in));
   ASSIGN_OR_RETURN(ws.pin_pred_ids, PinnedHostBuffer::Create(z.topk * sizeof(int32_t)));
   // Streamed prefill: staging buffers, their copy stream and events.
   f->experts_on_gpu_ = m.hparams().n_expert > 0 && GpuExpertCache::CheckCopyable(m).ok();
@@ -497,10 +577,16 @@ absl::Status CudaForward::EvalChunk(absl::Span<const int32_t> tokens,
     layer_start_ = SteadyClock::now();
     if (hp.is_recurrent(il)) {
       RETURN_IF_ERROR(DeltaNet(il, n, segs));
+    } else if (hp.layers[il].mixer == model::MixerKind::kMla) {
+      RETURN_IF_ERROR(Mla(il, n, segs));
     } else {
       RETURN_IF_ERROR(Attention(il, n, segs));
     }
-    RETURN_IF_ERROR(MoeFfn(il, n));
+    if (hp.layers[il].ffn == model::FfnKind::kDense) {
+      RETURN_IF_ERROR(DenseFfn(il, n));
+    } else {
+      RETURN_IF_ERROR(MoeFfn(il, n));
+    }
   }
   if (expert_cache_ != nullptr) expert_cache_->EndStep();
   return absl::OkStatus();
@@ -519,7 +605,10 @@ absl::Status CudaForward::MoeFfn(int il, int64_t n) {
     RETURN_IF_CUDA_ERROR(raw::MatMul(R.router.m, ws.h, n, logits, g, s));
     if (R.router_b.p) RETURN_IF_CUDA_ERROR(raw::AddBias(logits, R.router_b.p, n, hp.n_expert, s));
     const int ne = static_cast<int>(hp.n_expert), kk = static_cast<int>(k);
-    if (hp.router_scoring == model::RouterSpec::Scoring::kSoftmaxSelected) {
+    if (model::internal::UsesGeneralRouter(hp, R.router_sel_b.p != nullptr)) {
+      RETURN_IF_CUDA_ERROR(raw::SelectExpertsGrouped(GroupedRouterOf(hp, R.router_sel_b.p),
+                                                     logits, n, ids, wts, s));
+    } else if (hp.router_scoring == model::RouterSpec::Scoring::kSoftmaxSelected) {
       RETURN_IF_CUDA_ERROR(raw::SelectExpertsTopKSoftmax(logits, n, ne, kk, ids, wts, s));
     } else {
       RETURN_IF_CUDA_ERROR(raw::SelectExperts(logits, n, ne, kk, hp.norm_topk, ids, wts, s));
@@ -543,11 +632,7 @@ absl::Status CudaForward::MoeFfn(int il, int64_t n) {
   RETURN_IF_ERROR(stream_->Record(*copied_));
   // The shared expert runs on the GPU while the host computes the routed ones.
   if (L.sh_down.present()) {
-    const int64_t ff = L.sh_up.m.n_rows;
-    RETURN_IF_CUDA_ERROR(raw::MatMul(L.sh_gate.m, ws.h, n, ws.sh_g, g, s));
-    RETURN_IF_CUDA_ERROR(raw::MatMul(L.sh_up.m, ws.h, n, ws.sh_u, g, s));
-    RETURN_IF_CUDA_ERROR(raw::SwiGlu(ws.sh_g, ws.sh_u, n * ff, ws.sh_g, s));
-    RETURN_IF_CUDA_ERROR(raw::MatMul(L.sh_down.m, ws.sh_g, n, ws.o, g, s));
+    RETURN_IF_ERROR(SwiGluFfn(L.sh_gate, L.sh_up, L.sh_down, n));
     if (L.sh_gate_inp.present()) {
       RETURN_IF_CUDA_ERROR(raw::MatMul(L.sh_gate_inp.m, ws.h, n, ws.sh_s, g, s));
       RETURN_IF_CUDA_ERROR(raw::ScaleRowsBySigmoid(ws.o, ws.sh_s, n, d, s));
@@ -622,6 +707,31 @@ absl::Status CudaForward::MoeFfn(int il, int64_t n) {
   RETURN_IF_CUDA_ERROR(raw::MemcpyAsync(ws.part, ws.pin_part->data(), n * d * sizeof(float), 0, s));
   RETURN_IF_CUDA_ERROR(raw::Add(ws.x, ws.part, n * d, s));
   stats_.host_seconds += SecondsSince(t_host);
+  return absl::OkStatus();
+}
+
+absl::Status CudaForward::SwiGluFfn(const internal::DeviceMatrixBuf& gate,
+                                     const internal::DeviceMatrixBuf& up,
+                                     const internal::DeviceMatrixBuf& down, int64_t n) {
+  Workspace& ws = *ws_;
+  void* s = stream_->native();
+  const raw::GemmContext g{ws.scratch, ws.sizes.scratch};
+  const int64_t ff = up.m.n_rows;
+  RETURN_IF_CUDA_ERROR(raw::MatMul(gate.m, ws.h, n, ws.sh_g, g, s));
+  RETURN_IF_CUDA_ERROR(raw::MatMul(up.m, ws.h, n, ws.sh_u, g, s));
+  RETURN_IF_CUDA_ERROR(raw::SwiGlu(ws.sh_g, ws.sh_u, n * ff, ws.sh_g, s));
+  RETURN_IF_CUDA_ERROR(raw::MatMul(down.m, ws.sh_g, n, ws.o, g, s));
+  return absl::OkStatus();
+}
+
+absl::Status CudaForward::DenseFfn(int il, int64_t n) {
+  const HyperParams& hp = model_->hparams();
+  const LayerW& L = w_->layers[il];
+  Workspace& ws = *ws_;
+  void* s = stream_->native();
+  RETURN_IF_CUDA_ERROR(raw::RmsNorm(ws.x, L.ffn_norm.p, n, hp.n_embd, hp.rms_eps, ws.h, s));
+  RETURN_IF_ERROR(SwiGluFfn(L.ffn_gate, L.ffn_up, L.ffn_down, n));
+  RETURN_IF_CUDA_ERROR(raw::Add(ws.x, ws.o, n * hp.n_embd, s));
   return absl::OkStatus();
 }
 

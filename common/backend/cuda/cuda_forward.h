@@ -11,8 +11,18 @@
 //        causal conv + SiLU over the sequence's conv state, L2-normed q and
 //        k heads, the recurrent delta rule over its recurrent state, the
 //        gated RMSNorm, ssm_out (delta_net.cu; internal/cuda_raw.h);
-// then per MoE layer:
-//   GPU: h = ffn_norm(x); router logits -> softmax top-k (ties -> lower id)
+//   multi-head latent attention (deepseek2), the CPU reference's absorbed
+//        form: q through the q LoRA (or attn_q), the KV latent + rope key
+//        (attn_kv_a_mqa, the latent's norm, NORM RoPE) written to the cache
+//        as the position's one K row, each head's nope query through its
+//        attn_k_b into the latent space, attention with K = that row and V
+//        = its latent part, each head's result out through its attn_v_b
+//        (GroupedMatVec), then attn_output;
+// then a dense-FFN layer (deepseek2's leading ones): x += FFN(ffn_norm(x));
+// or a MoE layer:
+//   GPU: h = ffn_norm(x); router logits -> softmax top-k (ties -> lower id),
+//        gpt-oss's top-k then softmax, or deepseek2's sigmoid scores with a
+//        selection bias, expert groups and a weight scale
 //   GPU -> host: h, ids, weights (pinned, async; an event marks them)
 //   GPU: shared expert (+ sigmoid gate) queued, x += shared   (overlaps)
 //   GPU: pairs whose expert is resident in an attached GpuExpertCache, and
@@ -68,6 +78,10 @@
 #include "common/plan/prefill_switch.h"
 
 namespace moesplit::cuda {
+
+namespace internal {
+struct DeviceMatrixBuf;  // internal/forward_buffers.h
+}  // namespace internal
 
 struct CudaForwardOptions {
   int64_t n_ctx = 4096;                  // KV positions planned for one sequence
@@ -199,11 +213,14 @@ class CudaKvCache {
   // layers). InvalidArgument for n outside [0, n_ctx] or a wrong size.
   absl::Status Resume(int64_t n, const uint8_t* recurrent, uint64_t bytes);
 
-  // Device views for the kernels (internal use by CudaForward).
+  // Device views for the kernels (internal use by CudaForward). An MLA
+  // layer keeps K rows only (the latent and the rope key; prefix-cache
+  // exports carry no V rows): its V is the latent at the start of each K
+  // row, so v() is k() and v_row_bytes() k_row_bytes().
   uint8_t* k(int layer) const;
   uint8_t* v(int layer) const;
   uint64_t k_row_bytes() const { return k_row_bytes_; }
-  uint64_t v_row_bytes() const { return v_row_bytes_; }
+  uint64_t v_row_bytes() const { return v_row_bytes_ > 0 ? v_row_bytes_ : k_row_bytes_; }
   // The block table layer `layer`'s kernels read (a ring's for a
   // sliding-window layer).
   const int32_t* block_table(int layer) const;
@@ -277,11 +294,13 @@ struct CudaSequenceBatch {
 
 class CudaForward {
  public:
-  // Checks that the model is supported (qwen3moe / qwen2moe / qwen35moe
-  // shapes: head_dim a multiple of 32 up to 256 with head_dim_k ==
-  // head_dim_v; DeltaNet heads of equal key and value size, a multiple of 16
-  // up to 256, conv kernel 2..8; n_expert <= 1024, every weight in a format
-  // the kernels decode; InvalidArgument /
+  // Checks that the model is supported (qwen3moe / qwen2moe / qwen35moe /
+  // gpt-oss shapes: head_dim a multiple of 32 up to 256 with head_dim_k ==
+  // head_dim_v and NEOX RoPE; deepseek2's MLA: one latent KV head of up to
+  // 576 values, a latent of a power of two from 32 to 512, NORM RoPE, an F16
+  // KV cache; DeltaNet heads of equal key and value size, a multiple of 16
+  // up to 256, conv kernel 2..8; n_expert <= 1024, at most 64 expert groups;
+  // every weight in a format the kernels decode; InvalidArgument /
   // Unimplemented otherwise), checks the plan against the budget, uploads the
   // dense weights. `device` must be a CUDA device; `experts` and `device`
   // must outlive the object.
@@ -346,7 +365,18 @@ class CudaForward {
   absl::Status EvalChunk(absl::Span<const int32_t> tokens, absl::Span<const Segment> segs);
   absl::Status Attention(int il, int64_t n, absl::Span<const Segment> segs);
   absl::Status DeltaNet(int il, int64_t n, absl::Span<const Segment> segs);
+  // Multi-head latent attention (deepseek2), in the CPU reference's absorbed
+  // form (common/model/forward.cc): the KV cache keeps the normed latent and
+  // the roped key per position, each query head attends to it through
+  // attn_k_b and its output leaves through attn_v_b (GroupedMatVec).
+  absl::Status Mla(int il, int64_t n, absl::Span<const Segment> segs);
   absl::Status MoeFfn(int il, int64_t n);
+  // A dense-FFN layer (deepseek2's leading layers): x += FFN(ffn_norm(x)).
+  absl::Status DenseFfn(int il, int64_t n);
+  // ws.o = down . SwiGLU(gate . ws.h, up . ws.h) for n rows (the shared
+  // expert and the dense FFN).
+  absl::Status SwiGluFfn(const internal::DeviceMatrixBuf& gate, const internal::DeviceMatrixBuf& up,
+                         const internal::DeviceMatrixBuf& down, int64_t n);
   // Computes the entries of `call` whose expert is resident in the cache or
   // streamed on the GPU (x += w * E(h)), removes them from `call`, and
   // drives the cache's policy for layer il.

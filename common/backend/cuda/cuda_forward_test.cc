@@ -17,6 +17,7 @@
 #include "common/base/thread_pool.h"
 #include "common/model/expert.h"
 #include "common/model/forward.h"
+#include "common/model/sequence_state.h"
 #include "common/model/testing/tiny_model.h"
 #include "common/plan/memory_plan.h"
 #include "gtest/gtest.h"
@@ -112,7 +113,6 @@ TEST_P(CudaOracleTest, MatchesLlamaCppLogits) {
   const std::string gguf = ModelsDir() + "/" + spec["model"].get<std::string>();
   if (!fs::exists(gguf)) GTEST_SKIP() << gguf << " not present";
   auto m = model::Model::Open(gguf);
-  const std::string arch = name.substr(0, name.find("-tiny-"));
   ASSERT_TRUE(m.ok()) << m.status();
   const int64_t nv = (*m)->hparams().n_vocab;
   ThreadPool pool(0);
@@ -120,14 +120,6 @@ TEST_P(CudaOracleTest, MatchesLlamaCppLogits) {
   CudaForwardOptions o;
   o.n_ctx = 256;
   auto fwd = CudaForward::Create(*m, &experts, gpu.get(), o);
-  if (arch == "deepseek2" && !fwd.ok()) {
-    // The CPU forward implements deepseek2; the CUDA one refuses it (named)
-    // until its kernels land (issue open).
-    EXPECT_EQ(fwd.status().code(), absl::StatusCode::kUnimplemented) << fwd.status();
-    EXPECT_NE(fwd.status().message().find("multi-head latent attention"), std::string::npos)
-        << fwd.status();
-    GTEST_SKIP() << name << ": " << fwd.status();
-  }
   ASSERT_TRUE(fwd.ok()) << fwd.status();
   const bool float_model = name.size() > 4 && (name.substr(name.size() - 4) == "-f16" ||
                                                name.substr(name.size() - 4) == "-f32");
@@ -415,6 +407,107 @@ TEST_F(CudaForwardTest, EvalBatchGivesEachSequenceItsOwnLogits) {
   EXPECT_EQ(fwd->EvalBatch({}).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ((*ba)->n_past(), 7);
   EXPECT_EQ((*bb)->n_past(), 4);
+}
+
+// deepseek2 on the GPU, from its oracle fixture (3 layers: one dense-FFN
+// layer, two MoE layers with the grouped sigmoid router and a shared
+// expert; MLA with a q LoRA, latent 64 + rope 16, value head 32).
+class CudaMlaTest : public CudaTinyTest {
+ protected:
+  void SetUp() override {
+    CudaTinyTest::SetUp();
+    if (IsSkipped()) return;
+    const std::string path = std::string(MOESPLIT_FIXTURES_DIR) + "/models/deepseek2-tiny-f16.gguf";
+    if (!fs::exists(path)) GTEST_SKIP() << path << " not present";
+    auto m = model::Model::Open(path);
+    ASSERT_TRUE(m.ok()) << m.status();
+    model_ = *m;
+    experts_ = std::make_unique<model::InProcessExperts>(model::ExpertStore(model_), nullptr);
+  }
+};
+
+// Micro-batches (cutting across KV pages), the whole prompt and one token
+// at a time agree (past one attention chunk); two sequences in one step get
+// what they get alone, bit for bit; the latent cache holds one K row per
+// position and exports the CPU's rows.
+TEST_F(CudaMlaTest, MicroBatchesDecodeAndBatchingAgree) {
+  const int64_t nv = model_->hparams().n_vocab;
+  const std::vector<int32_t> prompt = Prompt(300, static_cast<int>(nv));
+  CudaForwardOptions whole;
+  whole.n_ctx = 320;
+  CudaForwardOptions small = whole;
+  small.max_batch = 7;
+  small.kv_page_size = 3;
+  auto a = Make(whole), b = Make(small);
+  ASSERT_TRUE(a && b);
+  auto ca = a->CreateCache(), cb = b->CreateCache(), cc = a->CreateCache();
+  ASSERT_TRUE(ca.ok() && cb.ok() && cc.ok());
+  std::vector<float> la, lb, one, seq;
+  ASSERT_TRUE(a->Eval(prompt, ca->get(), LogitsMode::kAll, &la).ok());
+  ASSERT_TRUE(b->Eval(prompt, cb->get(), LogitsMode::kAll, &lb).ok());
+  EXPECT_LE(Compare(lb, la, nv).worst_nmse, 1e-5);
+  for (int32_t t : absl::MakeConstSpan(prompt).subspan(0, 40)) {
+    const int32_t tok[1] = {t};
+    ASSERT_TRUE(a->Eval(tok, cc->get(), LogitsMode::kLast, &one).ok());
+    seq.insert(seq.end(), one.begin(), one.end());
+  }
+  EXPECT_LE(Compare(seq, std::vector<float>(la.begin(), la.begin() + 40 * nv), nv).worst_nmse,
+            1e-5);
+  // The CPU keeps the same rows per position: the latent and the rope key
+  // of every MLA layer, in f16, no V rows.
+  const model::HyperParams& hp = model_->hparams();
+  EXPECT_EQ((*ca)->kv_bytes_per_position(), model::SequenceState::KvBytesPerPosition(hp));
+  EXPECT_EQ((*ca)->kv_bytes_per_position(),
+            static_cast<uint64_t>(hp.n_attention_layers()) * (hp.kv_lora_rank + hp.rope.n_rot) * 2);
+  // Two sequences in one step.
+  const std::vector<int32_t> p1 = Prompt(9, static_cast<int>(nv)), p2 = {5, 17, 99};
+  auto s1 = a->CreateCache(), s2 = a->CreateCache(), t1 = a->CreateCache(), t2 = a->CreateCache();
+  ASSERT_TRUE(s1.ok() && s2.ok() && t1.ok() && t2.ok());
+  std::vector<float> l1, l2, g1, g2;
+  ASSERT_TRUE(a->Eval(p1, s1->get(), LogitsMode::kAll, &l1).ok());
+  ASSERT_TRUE(a->Eval(p2, s2->get(), LogitsMode::kLast, &l2).ok());
+  const CudaSequenceBatch step[2] = {{t1->get(), p1, LogitsMode::kAll, &g1},
+                                     {t2->get(), p2, LogitsMode::kLast, &g2}};
+  ASSERT_TRUE(a->EvalBatch(step).ok());
+  EXPECT_EQ(g1, l1);
+  EXPECT_EQ(g2, l2);
+}
+
+// The plan is what the forward allocates (the MLA buffers, the latent KV
+// rows, the dense-FFN layer's rows), and MLA over a quantised KV cache is
+// refused by name, allocating nothing.
+TEST_F(CudaMlaTest, PlanIsWhatItAllocatesAndQuantisedKvIsRefused) {
+  for (auto [n_ctx, max_batch] : {std::pair<int64_t, int64_t>{300, 64}, {1000, 7}}) {
+    CudaForwardOptions o;
+    o.n_ctx = n_ctx;
+    o.max_batch = max_batch;
+    auto gp = CudaForward::Plan(*model_, o);
+    ASSERT_TRUE(gp.ok()) << gp.status();
+    plan::PlanOptions po;
+    po.budget_bytes = uint64_t{1} << 40;
+    po.n_ctx = n_ctx;
+    po.n_ubatch = max_batch;
+    auto mp = plan::PlanMemory(plan::ShapeOfModel(*model_), po);
+    ASSERT_TRUE(mp.ok()) << mp.status();
+    EXPECT_EQ(gp->dense_weights, mp->dense.total());
+    EXPECT_EQ(gp->kv_cache, mp->kv_cache);
+    EXPECT_EQ(gp->workspace, mp->workspace.total());
+    const uint64_t before = gpu_->allocated_bytes();
+    auto fwd = Create(o);
+    ASSERT_TRUE(fwd.ok()) << fwd.status();
+    EXPECT_EQ(gpu_->allocated_bytes() - before, gp->dense_weights + gp->workspace);
+    auto cache = (*fwd)->CreateCache();
+    ASSERT_TRUE(cache.ok());
+    EXPECT_EQ(gpu_->allocated_bytes() - before, gp->total());
+  }
+  CudaForwardOptions q;
+  q.n_ctx = 64;
+  q.kv_type = GgmlType::kQ8_0;
+  const uint64_t before = gpu_->allocated_bytes();
+  auto refused = Create(q);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnimplemented) << refused.status();
+  EXPECT_NE(refused.status().message().find("F16"), std::string::npos) << refused.status();
+  EXPECT_EQ(gpu_->allocated_bytes(), before);
 }
 
 TEST_F(CudaForwardTest, QuantisedKvCachesStayClose) {

@@ -15,6 +15,23 @@ namespace moesplit::cuda {
 
 using model::HyperParams;
 
+namespace {
+
+// Values per position of an attention layer's K and V rows. An MLA layer
+// keeps K only (the latent and the rope key; its V is the latent inside
+// K): V 0, as model::SequenceState keeps it.
+int64_t KValues(const HyperParams& hp) { return hp.n_head_kv * hp.head_dim_k; }
+int64_t VValues(const HyperParams& hp) {
+  for (const model::LayerSpec& l : hp.layers) {
+    if (model::IsAttention(l.mixer)) {
+      return model::SequenceState::KvValuesPerPosition(hp, l.mixer) - KValues(hp);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
 absl::StatusOr<uint64_t> CudaKvCache::KvBytes(const HyperParams& hp, int64_t n_ctx,
                                               GgmlType type, int page_size, int64_t max_step) {
   if (n_ctx < 1 || page_size < 1 || max_step < 1) {
@@ -27,11 +44,11 @@ absl::StatusOr<uint64_t> CudaKvCache::KvBytes(const HyperParams& hp, int64_t n_c
   }
   const int64_t n_attn = hp.n_attention_layers();
   if (n_attn == 0) return 0;
-  const auto kr = RowBytes(type, hp.n_head_kv * hp.head_dim_k);
-  const auto vr = RowBytes(type, hp.n_head_kv * hp.head_dim_v);
+  const auto kr = RowBytes(type, KValues(hp));
+  const auto vr = RowBytes(type, VValues(hp));
   if (!kr || !vr) {
     return absl::InvalidArgumentError(
-        absl::StrCat("KV rows of ", hp.n_head_kv * hp.head_dim_k, " elements do not fit ",
+        absl::StrCat("KV rows of ", KValues(hp), " elements do not fit ",
                      std::string(GgmlTypeName(type)), " blocks"));
   }
   const int64_t pages = (n_ctx + page_size - 1) / page_size;
@@ -70,8 +87,8 @@ absl::StatusOr<std::unique_ptr<CudaKvCache>> CudaKvCache::Create(backend::Device
   c->ssm_floats_ = hp.ssm_recurrent_state_floats();
   const bool attention = hp.n_attention_layers() > 0;
   if (attention) {
-    c->k_row_bytes_ = *RowBytes(type, hp.n_head_kv * hp.head_dim_k);
-    c->v_row_bytes_ = *RowBytes(type, hp.n_head_kv * hp.head_dim_v);
+    c->k_row_bytes_ = *RowBytes(type, KValues(hp));
+    c->v_row_bytes_ = *RowBytes(type, VValues(hp));
   }
   c->layer_pages_ = layout.layer_pages;
   const uint64_t rec_bytes = static_cast<uint64_t>(c->conv_floats_ + c->ssm_floats_) * 4;
@@ -83,7 +100,9 @@ absl::StatusOr<std::unique_ptr<CudaKvCache>> CudaKvCache::Create(backend::Device
     if (model::IsAttention(hp.layers[l].mixer)) {
       const uint64_t slots = static_cast<uint64_t>(layout.layer_pages[l]) * page_size;
       ASSIGN_OR_RETURN(c->k_[l], device->Allocate(slots * c->k_row_bytes_));
-      ASSIGN_OR_RETURN(c->v_[l], device->Allocate(slots * c->v_row_bytes_));
+      if (c->v_row_bytes_ > 0) {
+        ASSIGN_OR_RETURN(c->v_[l], device->Allocate(slots * c->v_row_bytes_));
+      }
     } else {
       // Left uninitialised: a fresh cache reads zeros instead (see the header).
       for (auto& r : c->rec_) {
@@ -127,8 +146,8 @@ bool CudaKvCache::Matches(const HyperParams& hp) const {
   }
   if (conv_floats_ != hp.ssm_conv_state_floats() || ssm_floats_ != hp.ssm_recurrent_state_floats()) return false;
   if (hp.n_attention_layers() == 0) return true;
-  const auto kr = RowBytes(type_, hp.n_head_kv * hp.head_dim_k);
-  const auto vr = RowBytes(type_, hp.n_head_kv * hp.head_dim_v);
+  const auto kr = RowBytes(type_, KValues(hp));
+  const auto vr = RowBytes(type_, VValues(hp));
   return kr && vr && *kr == k_row_bytes_ && *vr == v_row_bytes_;
 }
 
@@ -220,7 +239,7 @@ absl::Status CudaKvCache::CopyRows(int64_t pos, int64_t n, uint8_t* host, int ki
           "positions from ", pos, " are no longer in layer ", l, "'s sliding-window ring (it holds ",
           ring * page_size_, " positions up to ", written_end_, ")"));
     }
-    for (int part = 0; part < 2; ++part) {
+    for (int part = 0; part < (v_row_bytes_ > 0 ? 2 : 1); ++part) {
       uint8_t* base = static_cast<uint8_t*>((part == 0 ? k_ : v_)[l]->data());
       const uint64_t row = part == 0 ? k_row_bytes_ : v_row_bytes_;
       // Runs of positions within one page are contiguous.
@@ -288,7 +307,9 @@ absl::Status CudaKvCache::Resume(int64_t n, const uint8_t* recurrent, uint64_t b
 }
 
 uint8_t* CudaKvCache::k(int layer) const { return static_cast<uint8_t*>(k_[layer]->data()); }
-uint8_t* CudaKvCache::v(int layer) const { return static_cast<uint8_t*>(v_[layer]->data()); }
+uint8_t* CudaKvCache::v(int layer) const {
+  return v_[layer] != nullptr ? static_cast<uint8_t*>(v_[layer]->data()) : k(layer);
+}
 const int32_t* CudaKvCache::block_table(int layer) const {
   const int r = ring_of_layer_[layer];
   return static_cast<const int32_t*>(r < 0 ? table_->data() : ring_tables_[r].second->data());

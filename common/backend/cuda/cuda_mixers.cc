@@ -1,6 +1,8 @@
 // The token mixers of the CUDA forward: GQA attention (plain or gated; with
-// gpt-oss's biases, sinks and sliding windows) over the paged KV cache, and the gated DeltaNet over the conv and recurrent
-// state (cuda_forward.h, the file comment; kernels in internal/cuda_raw.h).
+// gpt-oss's biases, sinks and sliding windows) over the paged KV cache,
+// deepseek2's multi-head latent attention over its latent cache, and the
+// gated DeltaNet over the conv and recurrent state (cuda_forward.h, the file
+// comment; kernels in internal/cuda_raw.h).
 #include <cmath>
 
 #include "common/backend/cuda/cuda_forward.h"
@@ -75,7 +77,7 @@ absl::Status CudaForward::Attention(int il, int64_t n, absl::Span<const Segment>
     ap.n_head = static_cast<int>(hp.n_head);
     ap.n_head_kv = static_cast<int>(hp.n_head_kv);
     ap.head_dim = static_cast<int>(hd);
-    ap.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    ap.scale = hp.attn_scale();
     ap.window = hp.layers[il].sliding_window;
     ap.sinks = L.sinks.p;
     ap.split_scratch = ws.split;
@@ -85,6 +87,94 @@ absl::Status CudaForward::Attention(int il, int64_t n, absl::Span<const Segment>
   if (gated) RETURN_IF_CUDA_ERROR(raw::ApplyHeadGate(ws.attn, ws.qg, n * hp.n_head, hd, s));
   RETURN_IF_CUDA_ERROR(raw::MatMul(L.wo.m, ws.attn, n, ws.o, g, s));
   if (L.bo.p) RETURN_IF_CUDA_ERROR(raw::AddBias(ws.o, L.bo.p, n, d, s));
+  RETURN_IF_CUDA_ERROR(raw::Add(ws.x, ws.o, n * d, s));
+  return absl::OkStatus();
+}
+
+absl::Status CudaForward::Mla(int il, int64_t n, absl::Span<const Segment> segs) {
+  const HyperParams& hp = model_->hparams();
+  const LayerW& L = w_->layers[il];
+  Workspace& ws = *ws_;
+  void* s = stream_->native();
+  const raw::GemmContext g{ws.scratch, ws.sizes.scratch};
+  const int64_t d = hp.n_embd, heads = hp.n_head, rot = hp.rope.n_rot;
+  const int64_t lora = hp.kv_lora_rank, dq = hp.head_dim_k_mla, nope = dq - rot;
+  const int64_t dv = hp.head_dim_v_mla;
+  const int64_t kd = hp.head_dim_k;  // lora + rot: the cache row and the absorbed query
+  RETURN_IF_CUDA_ERROR(raw::RmsNorm(ws.x, L.attn_norm.p, n, d, hp.rms_eps, ws.h, s));
+  // The queries: n x heads x (nope + rot).
+  if (L.wq_a.present()) {
+    const int64_t ql = hp.q_lora_rank;
+    RETURN_IF_CUDA_ERROR(raw::MatMul(L.wq_a.m, ws.h, n, ws.mla_qa, g, s));
+    RETURN_IF_CUDA_ERROR(raw::RmsNorm(ws.mla_qa, L.q_a_norm.p, n, ql, hp.rms_eps, ws.mla_qa, s));
+    RETURN_IF_CUDA_ERROR(raw::MatMul(L.wq_b.m, ws.mla_qa, n, ws.mla_q, g, s));
+  } else {
+    RETURN_IF_CUDA_ERROR(raw::MatMul(L.wq.m, ws.h, n, ws.mla_q, g, s));
+  }
+  // The position's cache row: the normed latent, then the roped key part.
+  RETURN_IF_CUDA_ERROR(raw::MatMul(L.wkv_a.m, ws.h, n, ws.k, g, s));
+  RETURN_IF_CUDA_ERROR(
+      raw::RmsNormStrided(ws.k, kd, L.kv_a_norm.p, n, lora, hp.rms_eps, ws.k, kd, s));
+  RETURN_IF_CUDA_ERROR(raw::RopeNorm(ws.k + lora, n, kd, 1, kd, rot, ws.rope, s));
+  RETURN_IF_CUDA_ERROR(raw::RopeNorm(ws.mla_q + nope, n, heads * dq, heads, dq, rot, ws.rope, s));
+  // The absorbed queries, n x heads x kd: [attn_k_b[h] . q_nope, q_pe].
+  RETURN_IF_CUDA_ERROR(raw::CopyRows(ws.mla_q, dq, ws.mla_in, nope, n * heads, nope, s));
+  RETURN_IF_CUDA_ERROR(raw::CopyRows(ws.mla_q + nope, dq, ws.q + lora, kd, n * heads, rot, s));
+  RETURN_IF_CUDA_ERROR(
+      raw::RoundActivations(L.wk_b.m.type, ws.mla_in, n * heads, nope, ws.mla_in, s));
+  raw::GroupedMatVecParams kb;
+  kb.w = L.wk_b.m;
+  kb.group_bytes = L.wk_b_head_bytes;
+  kb.n_groups = heads;
+  kb.x = ws.mla_in;
+  kb.x_tok = heads * nope;
+  kb.x_group = nope;
+  kb.y = ws.q;
+  kb.y_tok = heads * kd;
+  kb.y_group = kd;
+  kb.n_tok = n;
+  RETURN_IF_CUDA_ERROR(raw::GroupedMatVec(kb, s));
+  // Each sequence's tokens against its own paged cache: one K row per
+  // position, V its first lora values.
+  for (const Segment& sg : segs) {
+    const CudaKvCache* cache = sg.cache;
+    raw::PagedKv kv;
+    kv.type = cache->type();
+    kv.k = kv.v = cache->k(il);
+    kv.k_row_bytes = kv.v_row_bytes = cache->k_row_bytes();
+    kv.page_size = cache->page_size();
+    kv.block_table = cache->block_table(il);
+    RETURN_IF_CUDA_ERROR(raw::KvWrite(kv, ws.k + sg.first * kd, nullptr, sg.n, sg.pos0, kd, 0, s));
+    raw::AttentionParams ap;
+    ap.q = ws.q + sg.first * heads * kd;
+    ap.out = ws.attn + sg.first * heads * lora;
+    ap.kv = kv;
+    ap.n_tok = sg.n;
+    ap.pos0 = sg.pos0;
+    ap.n_head = static_cast<int>(heads);
+    ap.n_head_kv = 1;
+    ap.head_dim = static_cast<int>(kd);
+    ap.head_dim_v = static_cast<int>(lora);
+    ap.scale = hp.attn_scale();
+    ap.split_scratch = ws.split;
+    ap.split_scratch_elems = ws.sizes.split;
+    RETURN_IF_CUDA_ERROR(raw::Attention(ap, s));
+  }
+  // The heads' values, n x heads x dv: attn_v_b[h] . latent result.
+  RETURN_IF_CUDA_ERROR(raw::RoundActivations(L.wv_b.m.type, ws.attn, n * heads, lora, ws.attn, s));
+  raw::GroupedMatVecParams vb;
+  vb.w = L.wv_b.m;
+  vb.group_bytes = L.wv_b_head_bytes;
+  vb.n_groups = heads;
+  vb.x = ws.attn;
+  vb.x_tok = heads * lora;
+  vb.x_group = lora;
+  vb.y = ws.mla_q;
+  vb.y_tok = heads * dv;
+  vb.y_group = dv;
+  vb.n_tok = n;
+  RETURN_IF_CUDA_ERROR(raw::GroupedMatVec(vb, s));
+  RETURN_IF_CUDA_ERROR(raw::MatMul(L.wo.m, ws.mla_q, n, ws.o, g, s));
   RETURN_IF_CUDA_ERROR(raw::Add(ws.x, ws.o, n * d, s));
   return absl::OkStatus();
 }

@@ -445,6 +445,12 @@ void SelectExpertsGeneral(const RouterChoice& rc, float* logits, int32_t* ids, f
   }
 }
 
+bool UsesGeneralRouter(const HyperParams& hp, bool selection_bias) {
+  return hp.router_scoring == RouterSpec::Scoring::kSigmoid || selection_bias ||
+         hp.n_expert_groups > 1 || hp.expert_weights_scale != 1.0f ||
+         (hp.norm_topk && hp.router_scoring != RouterSpec::Scoring::kSoftmax);
+}
+
 int64_t Argmax(const float* x, int64_t n) {
   int64_t best = 0;
   for (int64_t i = 1; i < n; ++i) {

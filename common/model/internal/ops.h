@@ -85,6 +85,11 @@ struct RouterChoice {
   int n_group_used = 0;
 };
 void SelectExpertsGeneral(const RouterChoice& rc, float* logits, int32_t* ids, float* weights);
+// Whether a layer routes with SelectExpertsGeneral rather than one of the two
+// fixed forms (softmax then top-k; gpt-oss's top-k then softmax): sigmoid
+// scores, a selection bias, expert groups, a weight scale, or normalised
+// weights of a scoring other than softmax (deepseek2's router).
+bool UsesGeneralRouter(const HyperParams& hp, bool selection_bias);
 
 // RoPE angles for one position: cos/sin of theta_i for i in [0, n_rot/2),
 // following ggml's rope_yarn (theta_i = pos * base^(-2i/n_rot), computed by

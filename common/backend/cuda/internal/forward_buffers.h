@@ -35,6 +35,14 @@ struct LayerW {
   DeviceVec ssm_conv, ssm_dt_bias, ssm_a, ssm_norm;  // gated DeltaNet
   DeviceMatrixBuf wq, wk, wv, wo, router, sh_gate_inp, sh_gate, sh_up, sh_down;
   DeviceMatrixBuf ssm_qkv, ssm_z, ssm_beta, ssm_alpha, ssm_out;
+  // MLA (deepseek2): the q LoRA, the KV latent + rope key projection, their
+  // norms; attn_k_b / attn_v_b hold every head's matrix, m one head's shape
+  // and *_head_bytes the distance between heads.
+  DeviceMatrixBuf wq_a, wq_b, wkv_a, wk_b, wv_b;
+  uint64_t wk_b_head_bytes = 0, wv_b_head_bytes = 0;
+  DeviceVec q_a_norm, kv_a_norm;
+  DeviceVec router_sel_b;                    // deepseek2's selection bias
+  DeviceMatrixBuf ffn_gate, ffn_up, ffn_down;  // dense-FFN layers
 };
 
 }  // namespace internal
@@ -61,6 +69,9 @@ struct CudaForward::Workspace {
   // gates, the heads' output.
   float *qg = nullptr, *dn_qkv = nullptr, *dn_z = nullptr, *dn_beta = nullptr, *dn_g = nullptr,
         *dn_out = nullptr;
+  // MLA: the heads' queries (then attn_v_b's outputs), the q LoRA rows, the
+  // gathered nope parts (plan::GpuWorkspaceElems).
+  float *mla_q = nullptr, *mla_qa = nullptr, *mla_in = nullptr;
   int32_t *tokens = nullptr, *ids = nullptr, *ex_idx = nullptr, *pred_ids = nullptr;
   std::unique_ptr<PinnedHostBuffer> pin_h, pin_x, pin_ids, pin_wts, pin_part, pin_ex_idx, pin_ex_w,
       pin_pred_ids;
