@@ -55,7 +55,7 @@ fi
 used_kib() { du -sk "$PKG" | cut -f1; }
 budget_kib=$((LIMIT_MIB * 1024))
 for name in qwen3moe-tiny-f16 qwen35moe-tiny-f16 qwen35moe-tiny-q8_0 gptoss-tiny-mxfp4_moe \
-            gptoss-tiny-f16 qwen3moe-tiny-q4_k_m \
+            gptoss-tiny-f16 deepseek2-tiny-q8_0 deepseek2-tiny-f16 qwen3moe-tiny-q4_k_m \
             qwen2moe-tiny-q4_k_m qwen3moe-tiny-q8_0 \
             qwen3moe-tiny-iq4_xs qwen3moe-tiny-mxfp4_moe qwen3moe-tiny-q2_k qwen3moe-tiny-q6_k \
             qwen3moe-tiny-iq4_nl qwen3moe-tiny-q3_k_m qwen3moe-tiny-q4_0 qwen2moe-tiny-q8_0; do

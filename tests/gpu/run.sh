@@ -3,8 +3,9 @@
 # tests/gpu/package.sh) carried along:
 #   1. the CUDA tests: block decoders, device, backend consistency (every op
 #      vs the CPU reference, the DeltaNet ops included), the GPU forward vs
-#      llama.cpp's fixture logits (qwen3moe, qwen2moe and qwen35moe: the
-#      package carries qwen35moe-tiny-f16 and -q8_0; the summary says
+#      llama.cpp's fixture logits (qwen3moe, qwen2moe, qwen35moe, gpt-oss
+#      and deepseek2: the package carries qwen35moe-tiny-f16 and -q8_0 and
+#      deepseek2-tiny-f16 and -q8_0 among others; the summary says
 #      whether they ran) and vs the CPU forward;
 #   2. gpu_bench on a Qwen3-30B-A3B-shaped Q4_K_M model generated into
 #      /dev/shm (--gpu-memory 8GiB --ctx 65536 --kv-type q8_0), then, with
@@ -88,6 +89,15 @@ for t in CudaOracleTest.MatchesLlamaCppLogits/gptoss_tiny_f16 \
 done
 for t in SlidingWindowAndSinksMatchTheCpu TopKSoftmaxRouterMatchesTheCpu; do
   say "gpt-oss $t: $(grep -E "^\[ *(OK|FAILED|SKIPPED) *\] [^ ]*$t" "$LOGS/cuda_ops_test.log" | sed -E 's/^\[ *([A-Z]+) *\].*/\1/' | sort | uniq -c | tr -s ' \n' ' ' || true)"
+done
+# deepseek2: its fixtures (MLA, dense layers, the grouped router) and the MLA ops.
+for t in CudaOracleTest.MatchesLlamaCppLogits/deepseek2_tiny_f16 \
+         CudaOracleTest.MatchesLlamaCppLogits/deepseek2_tiny_q8_0; do
+  say "deepseek2 $t: $(grep -E "^\[ *(OK|FAILED|SKIPPED) *\] [^ ]*$t" "$LOGS/cuda_forward_test.log" | sed -E 's/^\[ *([A-Z]+) *\].*/\1/' | sort | uniq -c | tr -s ' \n' ' ' || true)"
+done
+for t in GroupedMatVecEqualsMatVecPerGroup StridedNormNormRopeAndRowCopiesMatchTheCpu \
+         GroupedRouterMatchesTheCpu LatentAttentionMatchesTheCpu; do
+  say "deepseek2 $t: $(grep -E "^\[ *(OK|FAILED|SKIPPED) *\] [^ ]*$t" "$LOGS/cuda_ops_test.log" | sed -E 's/^\[ *([A-Z]+) *\].*/\1/' | sort | uniq -c | tr -s ' \n' ' ' || true)"
 done
 for t in CudaOracleTest.MatchesLlamaCppLogits/qwen35moe_tiny_f16 \
          CudaOracleTest.MatchesLlamaCppLogits/qwen35moe_tiny_q8_0 CudaHybridTest CudaVsCpuTest.LogitsMatchTheCpuForward/qwen35moe; do
