@@ -203,7 +203,7 @@ void RunExpertCopies(absl::Span<const ExpertCopyJob> jobs, ThreadPool* pool) {
   }
 }
 
-absl::Status ValidateExpertCall(const ExpertCall& call, const ExpertStore& store) {
+absl::Status ValidateExpertCall(const ExpertCallView& call, const ExpertStore& store) {
   auto bad = [&](auto&&... parts) {
     return absl::InvalidArgumentError(
         absl::StrCat("expert call ", call.call_id, ": ", parts...));
@@ -499,7 +499,7 @@ absl::Status CheckExpertWeights(const char* what, const quant::WeightView& w, in
 // One call's state; Run() executes it on the pool.
 class FusedExpertCall {
  public:
-  FusedExpertCall(const ExpertStore& store, const ExpertCall& call, ThreadPool* pool,
+  FusedExpertCall(const ExpertStore& store, const ExpertCallView& call, ThreadPool* pool,
                   InProcessExperts::Scratch* s, float* partial);
   void Run();
 
@@ -522,7 +522,7 @@ class FusedExpertCall {
   void RunItems(int phase, int64_t n, Fn&& fn);
 
   const ExpertStore& store_;
-  const ExpertCall& call_;
+  const ExpertCallView call_;
   ThreadPool* const pool_;
   InProcessExperts::Scratch& s_;
   float* const partial_;
@@ -539,7 +539,7 @@ class FusedExpertCall {
   bool decode_split_ = false;  // down items per expert, then a reduction phase
 };
 
-FusedExpertCall::FusedExpertCall(const ExpertStore& store, const ExpertCall& call, ThreadPool* pool,
+FusedExpertCall::FusedExpertCall(const ExpertStore& store, const ExpertCallView& call, ThreadPool* pool,
                                  InProcessExperts::Scratch* s, float* partial)
     : store_(store),
       call_(call),
@@ -947,7 +947,9 @@ InProcessExperts::InProcessExperts(ExpertStore store, ThreadPool* pool)
 
 InProcessExperts::~InProcessExperts() = default;
 
-absl::Status InProcessExperts::Compute(const ExpertCall& call, ExpertResult* result) {
+absl::Status InProcessExperts::ComputeInto(const ExpertCallView& call, float* partial,
+                                           uint64_t* worker_ns) {
+  if (worker_ns != nullptr) *worker_ns = 0;
   RETURN_IF_ERROR(ValidateExpertCall(call, store_));
   const int e0 = store_.expert_begin();
   const int64_t d = call.d, ff = store_.n_ff();
@@ -955,12 +957,43 @@ absl::Status InProcessExperts::Compute(const ExpertCall& call, ExpertResult* res
   RETURN_IF_ERROR(CheckExpertWeights("up", store_.Up(call.layer, e0), ff, d));
   RETURN_IF_ERROR(CheckExpertWeights("down", store_.Down(call.layer, e0), d, ff));
   std::lock_guard<std::mutex> lock(mu_);
-  result->call_id = call.call_id;
-  result->partial.resize(static_cast<size_t>(call.n_tokens) * d);
   if (call.n_tokens == 0) return absl::OkStatus();
-  FusedExpertCall fused(store_, call, pool_, scratch_.get(), result->partial.data());
+  FusedExpertCall fused(store_, call, pool_, scratch_.get(), partial);
   fused.Run();
   return absl::OkStatus();
+}
+
+ExpertCall CopyCall(const ExpertCallView& v) {
+  ExpertCall c;
+  c.call_id = v.call_id;
+  c.layer = v.layer;
+  c.n_tokens = v.n_tokens;
+  c.d = v.d;
+  c.hidden.assign(v.hidden.begin(), v.hidden.end());
+  c.token_offsets.assign(v.token_offsets.begin(), v.token_offsets.end());
+  c.expert_ids.assign(v.expert_ids.begin(), v.expert_ids.end());
+  c.weights.assign(v.weights.begin(), v.weights.end());
+  return c;
+}
+
+absl::Status ExpertBackend::Compute(const ExpertCallView& call, ExpertResult* result) {
+  result->call_id = call.call_id;
+  result->worker_ns = 0;
+  result->partial.resize(static_cast<size_t>(std::max(call.n_tokens, 0)) *
+                         static_cast<size_t>(std::max(call.d, 0)));
+  return ComputeInto(call, result->partial.data(), &result->worker_ns);
+}
+
+absl::Status ExpertBackend::Start(const ExpertCallView& call, float* partial,
+                                  uint64_t* worker_ns) {
+  started_ = ComputeInto(call, partial, worker_ns);
+  return absl::OkStatus();
+}
+
+absl::Status ExpertBackend::Finish() {
+  absl::Status s = std::move(started_);
+  started_ = absl::OkStatus();
+  return s;
 }
 
 }  // namespace moesplit::model

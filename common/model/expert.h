@@ -1,7 +1,9 @@
 // The routed-expert interface: the forward pass hands each MoE layer's
-// routed-expert work to an ExpertBackend as one ExpertCall and gets one
-// ExpertResult back. The two structs are plain data so that a later backend
-// can carry them across a process boundary unchanged.
+// routed-expert work to an ExpertBackend as one call and gets its partial
+// back. A call is plain data (ExpertCall owns it; ExpertCallView points at
+// someone else's, e.g. a shared-memory slot) so that a backend can carry it
+// across a process boundary unchanged, and compute from wherever it lies
+// into wherever the caller wants the result (ComputeInto), without copies.
 //
 // ExpertCall (one layer, one batch):
 //   1. call_id        caller-chosen id, echoed in the result
@@ -55,12 +57,34 @@ struct ExpertCall {
   std::vector<float> weights;
 };
 
+// An ExpertCall's fields over memory someone else owns: an ExpertCall (it
+// converts implicitly), a shared-memory request slot, a decoded message.
+// Backends compute from it without copying; the memory must stay valid and
+// unchanged until the call's result is written.
+struct ExpertCallView {
+  uint64_t call_id = 0;
+  int32_t layer = 0;
+  int32_t n_tokens = 0;
+  int32_t d = 0;
+  absl::Span<const float> hidden;
+  absl::Span<const uint32_t> token_offsets;
+  absl::Span<const int32_t> expert_ids;
+  absl::Span<const float> weights;
+
+  ExpertCallView() = default;
+  ExpertCallView(const ExpertCall& c)  // NOLINT: implicit, as a span from a vector
+      : call_id(c.call_id), layer(c.layer), n_tokens(c.n_tokens), d(c.d), hidden(c.hidden),
+        token_offsets(c.token_offsets), expert_ids(c.expert_ids), weights(c.weights) {}
+};
+// An owning copy of `view` (what a recorder keeps).
+ExpertCall CopyCall(const ExpertCallView& view);
+
 // The routing entries of tokens [t0, t1) of `call` whose expert keep(e)
 // accepts, in order, as CSR: *offsets gets t1 - t0 + 1 entries starting at 0.
 // Returns how many entries were kept. (How a call is split between workers,
 // expert-id shards of one worker, and the GPU expert cache.)
 template <typename Keep>
-size_t FilterRouting(const ExpertCall& call, int t0, int t1, Keep keep,
+size_t FilterRouting(const ExpertCallView& call, int t0, int t1, Keep keep,
                      std::vector<uint32_t>* offsets, std::vector<int32_t>* ids,
                      std::vector<float>* weights) {
   offsets->assign(1, 0);
@@ -90,10 +114,28 @@ struct ExpertResult {
 class ExpertBackend {
  public:
   virtual ~ExpertBackend() = default;
-  // Computes `call` into *result (resized; its previous contents are
-  // discarded). InvalidArgument for a call that breaks the contract above;
-  // on any error *result is unspecified.
-  virtual absl::Status Compute(const ExpertCall& call, ExpertResult* result) = 0;
+  // Computes `call` into partial[0 .. n_tokens * d) (the caller's memory,
+  // not overlapping the call's); *worker_ns as ExpertResult::worker_ns (0
+  // where not measured). InvalidArgument for a call that breaks the contract
+  // above; on any error the partial is unspecified.
+  virtual absl::Status ComputeInto(const ExpertCallView& call, float* partial,
+                                   uint64_t* worker_ns) = 0;
+  // ComputeInto into *result (partial resized, call_id set).
+  absl::Status Compute(const ExpertCallView& call, ExpertResult* result);
+
+  // The same computation in two halves, so that the caller can work while
+  // it runs (the dense side's shared expert while a worker computes the
+  // routed ones): Start hands the call over, Finish waits for it and has
+  // written the partial. The call's memory and `partial` must stay valid,
+  // and the call unchanged, until Finish returns; one call at a time (Start
+  // again only after Finish). The default computes in Start (ComputeInto)
+  // and returns that status from Finish: backends that compute in the
+  // caller's process and threads gain nothing from overlapping.
+  virtual absl::Status Start(const ExpertCallView& call, float* partial, uint64_t* worker_ns);
+  virtual absl::Status Finish();
+
+ private:
+  absl::Status started_;  // the default Start's status, for Finish
 };
 
 // The gate, up and down tensors of one layer's routed experts, and their
@@ -198,7 +240,7 @@ ExpertStore LocalExpertStore(std::shared_ptr<const Model> model, ThreadPool* poo
 // Checks `call` against the store's shapes (layer and expert id within the
 // store's ranges, sizes, CSR offsets, finite weights). InvalidArgument naming
 // the problem.
-absl::Status ValidateExpertCall(const ExpertCall& call, const ExpertStore& store);
+absl::Status ValidateExpertCall(const ExpertCallView& call, const ExpertStore& store);
 
 class FusedExpertCall;
 
@@ -248,7 +290,8 @@ class InProcessExperts final : public ExpertBackend {
   InProcessExperts(ExpertStore store, ThreadPool* pool);
   ~InProcessExperts() override;
 
-  absl::Status Compute(const ExpertCall& call, ExpertResult* result) override;
+  absl::Status ComputeInto(const ExpertCallView& call, float* partial,
+                           uint64_t* worker_ns) override;
 
  private:
   friend class FusedExpertCall;  // expert.cc: one call's execution

@@ -59,17 +59,17 @@ struct Forward::Workspace {
   FloatBuffer x, h, q, k, v, attn, o, router, gate, up, shared, shexp_g, head_h, logits;
   FloatBuffer q_gate, qkv, conv, z, beta, alpha;  // gated attention, DeltaNet
   FloatBuffer qa, head_in, head_out;              // MLA
+  FloatBuffer partial;                            // the routed experts' result
   ExpertCall call;
-  ExpertResult res;
 
   uint64_t bytes() const {
     uint64_t b = 0;
     for (const FloatBuffer* f : {&x, &h, &q, &k, &v, &attn, &o, &router, &gate, &up, &shared,
                                  &shexp_g, &head_h, &logits, &q_gate, &qkv, &conv, &z, &beta,
-                                 &alpha, &qa, &head_in, &head_out}) {
+                                 &alpha, &qa, &head_in, &head_out, &partial}) {
       b += f->bytes();
     }
-    return b + (call.hidden.capacity() + res.partial.capacity()) * sizeof(float);
+    return b + call.hidden.capacity() * sizeof(float);
   }
 };
 
@@ -703,7 +703,6 @@ absl::Status Forward::MoeFfn(int il, Batch& b) const {
   call.hidden.resize(n * d);
   NormRows(pool_, b.x, L.ffn_norm, n, d, hp.rms_eps, call.hidden.data());
   const bool shared = L.has_shared_expert();
-  if (shared) RETURN_IF_ERROR(SharedExpert(il, call.hidden.data(), n, ws));
 
   float* router = ws.router.Get(n * hp.n_expert);
   RETURN_IF_ERROR(quant::MatMul(L.router, call.hidden.data(), n, router, pool_));
@@ -751,14 +750,17 @@ absl::Status Forward::MoeFfn(int il, Batch& b) const {
     }
   });
   call.token_offsets[n] = static_cast<uint32_t>(n * k);
-  ExpertResult& res = ws.res;
-  RETURN_IF_ERROR(experts_->Compute(call, &res));
-  if (res.call_id != call.call_id || res.partial.size() != static_cast<size_t>(n * d)) {
-    return absl::InternalError(absl::StrCat("expert backend answered call ", call.call_id,
-                                            " with call ", res.call_id, " of ",
-                                            res.partial.size(), " values"));
-  }
-  const float* partial = res.partial.data();
+  // The routed experts, and the shared expert while they are computed: a
+  // worker computes them in its own threads between Start and Finish (an
+  // in-process backend already has, in Start). Finish runs whatever the
+  // shared expert's outcome, so that the backend is ready for the next call.
+  float* partial = ws.partial.Get(n * d);
+  RETURN_IF_ERROR(experts_->Start(call, partial, nullptr));
+  const absl::Status shared_status =
+      shared ? SharedExpert(il, call.hidden.data(), n, ws) : absl::OkStatus();
+  const absl::Status routed_status = experts_->Finish();
+  RETURN_IF_ERROR(routed_status);
+  RETURN_IF_ERROR(shared_status);
   const float* sh = shared ? ws.shared.Get(n * d) : nullptr;
   For(pool_, n, MinRows(d), [&](int64_t t0, int64_t t1) {
     for (int64_t i = t0 * d; i < t1 * d; ++i) {

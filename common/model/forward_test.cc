@@ -499,10 +499,10 @@ TEST(ForwardTest, RejectsBadInputWithoutTouchingTheCache) {
 // Records the calls and answers zeros: checks what the forward pass routes.
 class RecordingExperts : public ExpertBackend {
  public:
-  absl::Status Compute(const ExpertCall& call, ExpertResult* result) override {
-    calls.push_back(call);
-    result->call_id = call.call_id;
-    result->partial.assign(call.hidden.size(), 0.0f);
+  absl::Status ComputeInto(const ExpertCallView& call, float* partial,
+                           uint64_t* worker_ns) override {
+    calls.push_back(CopyCall(call));
+    std::fill(partial, partial + call.hidden.size(), 0.0f);
     return absl::OkStatus();
   }
   std::vector<ExpertCall> calls;

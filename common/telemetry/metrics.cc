@@ -116,7 +116,7 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& registry, int n_layer, int n_
                    .Add({})),
       heat_map_(std::make_shared<ActivationHeatMap>(n_layer, n_expert)) {}
 
-void WorkerMetrics::OnCall(const char* transport, const model::ExpertCall& call,
+void WorkerMetrics::OnCall(const char* transport, const model::ExpertCallView& call,
                            uint64_t bytes_in, uint64_t bytes_out, double seconds,
                            const absl::Status& status) {
   calls_.Add({{"transport", transport}, {"code", absl::StatusCodeToString(status.code())}})
@@ -177,7 +177,7 @@ DenseExpertMetrics::DenseExpertMetrics(prometheus::Registry& registry)
                   .Register(registry)
                   .Add({}, TokenBuckets())) {}
 
-void DenseExpertMetrics::ObserveCall(const model::ExpertCall& call, double round_trip_seconds,
+void DenseExpertMetrics::ObserveCall(const model::ExpertCallView& call, double round_trip_seconds,
                                      uint64_t worker_ns) {
   tokens_.Observe(call.n_tokens);
   round_trip_.Observe(round_trip_seconds);

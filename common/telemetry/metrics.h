@@ -62,7 +62,7 @@ class WorkerMetrics final : public transport::CallObserver {
  public:
   WorkerMetrics(prometheus::Registry& registry, int n_layer, int n_expert);
 
-  void OnCall(const char* transport, const model::ExpertCall& call, uint64_t bytes_in,
+  void OnCall(const char* transport, const model::ExpertCallView& call, uint64_t bytes_in,
               uint64_t bytes_out, double seconds, const absl::Status& status) override;
   void SetResidentBytes(int node, uint64_t bytes);
   void SetThreads(int threads);
@@ -88,7 +88,7 @@ class DenseExpertMetrics {
   void Update(const std::vector<std::unique_ptr<transport::ExpertClient>>& clients);
   // One MoE layer's routed experts (RemoteExperts' call observer): its
   // tokens, round trip and the workers' own time (0: not reported).
-  void ObserveCall(const model::ExpertCall& call, double round_trip_seconds, uint64_t worker_ns);
+  void ObserveCall(const model::ExpertCallView& call, double round_trip_seconds, uint64_t worker_ns);
 
  private:
   prometheus::Family<prometheus::Gauge>& up_;

@@ -30,12 +30,13 @@ absl::Status ReconnectBackoff::Failed(absl::Status status) {
   return status;
 }
 
-absl::Status ExpertClient::Compute(const model::ExpertCall& call, model::ExpertResult* result) {
+absl::Status ExpertClient::ComputeInto(const model::ExpertCallView& call, float* partial,
+                                       uint64_t* worker_ns) {
   ASSIGN_OR_RETURN(const uint64_t ticket, Submit(call));
-  return Wait(ticket, result);
+  return Wait(ticket, partial, call.hidden.size(), worker_ns);
 }
 
-absl::Status CheckCallTokens(const model::ExpertCall& call, int max_tokens) {
+absl::Status CheckCallTokens(const model::ExpertCallView& call, int max_tokens) {
   if (max_tokens <= 0 || call.n_tokens <= max_tokens) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
       "call ", call.call_id, " carries ", call.n_tokens,

@@ -1,10 +1,14 @@
 // Transports between the dense service and expert-workers.
 //
 // The dense side holds one ExpertClient per worker connection. A client is an
-// ExpertBackend (Compute = Submit + Wait), so the forward pass cannot tell an
-// in-process store from a worker in another process or on another host. All
-// transports carry ExpertCall/ExpertResult unchanged (f32 hidden states pass
-// through bit for bit), so results are bit-identical across them.
+// ExpertBackend (ComputeInto = Submit + Wait), so the forward pass cannot tell
+// an in-process store from a worker in another process or on another host.
+// All transports carry a call's fields and its partial unchanged (f32 hidden
+// states pass through bit for bit), so results are bit-identical across
+// them. Over shared memory the worker computes straight from the request
+// slot into the response slot (the dense side's one copy each way is the
+// slot's); over gRPC it computes from the received message into the one it
+// sends.
 //
 // The worker side serves an ExpertBackend (its ExpertStore's compute) behind
 // an ExpertServer: shared memory (ShmExpertServer) or gRPC (GrpcExpertServer).
@@ -123,10 +127,13 @@ class ReconnectBackoff {
 // (the dense service serialises per connection).
 class ExpertClient : public model::ExpertBackend {
  public:
-  // Sends a call; the result is collected by Wait(ticket). At most
-  // `kMaxInFlight` calls may be outstanding.
-  virtual absl::StatusOr<uint64_t> Submit(const model::ExpertCall& call) = 0;
-  virtual absl::Status Wait(uint64_t ticket, model::ExpertResult* result) = 0;
+  // Sends a call (copied out before Submit returns); the result is collected
+  // by Wait(ticket). At most `kMaxInFlight` calls may be outstanding.
+  virtual absl::StatusOr<uint64_t> Submit(const model::ExpertCallView& call) = 0;
+  // The partial of the ticket's call into partial[0 .. n) (n = its n_tokens
+  // x d; a response of another size is an Internal error); *worker_ns as
+  // ExpertResult's. Tickets are collected in submission order.
+  virtual absl::Status Wait(uint64_t ticket, float* partial, size_t n, uint64_t* worker_ns) = 0;
   // The worker's description (connects if needed).
   virtual absl::StatusOr<WorkerDescription> Describe() = 0;
   // "shm://NAME" or "grpc://HOST:PORT".
@@ -143,7 +150,8 @@ class ExpertClient : public model::ExpertBackend {
   // once instead of waiting out its backoff (ReconnectBackoff::PeerSeen).
   virtual absl::Status Probe() = 0;
 
-  absl::Status Compute(const model::ExpertCall& call, model::ExpertResult* result) override;
+  absl::Status ComputeInto(const model::ExpertCallView& call, float* partial,
+                           uint64_t* worker_ns) override;
 
   static constexpr int kMaxInFlight = 4;
 };
@@ -161,7 +169,7 @@ class ExpertServer {
 // advertised WorkerDescription::max_tokens; <= 0: no limit); otherwise
 // InvalidArgument naming both numbers. Servers check every call with it
 // before computing anything.
-absl::Status CheckCallTokens(const model::ExpertCall& call, int max_tokens);
+absl::Status CheckCallTokens(const model::ExpertCallView& call, int max_tokens);
 
 // Opens a client for "shm://NAME" or "grpc://HOST:PORT". Connection happens
 // lazily (first Describe/Submit). InvalidArgument for another scheme.
@@ -177,7 +185,7 @@ namespace moesplit::transport {
 class CallObserver {
  public:
   virtual ~CallObserver() = default;
-  virtual void OnCall(const char* transport, const model::ExpertCall& call,
+  virtual void OnCall(const char* transport, const model::ExpertCallView& call,
                       uint64_t bytes_in, uint64_t bytes_out, double seconds,
                       const absl::Status& status) = 0;
 };

@@ -28,7 +28,10 @@ constexpr int kMaxMessageBytes = 256 << 20;
 
 // Decodes a proto call into the domain type. Hidden states travel as f32
 // (bit-identical results on every transport); another dtype is refused.
-absl::Status CallFromProto(const v1::ExpertCall& p, model::ExpertCall* call) {
+// A view of `p`'s call: its routing as the message holds it, its hidden
+// state in place when the bytes are 4-aligned (else copied into *copy).
+absl::Status CallFromProto(const v1::ExpertCall& p, std::vector<float>* copy,
+                           model::ExpertCallView* call) {
   if (p.dtype() != v1::HIDDEN_DTYPE_F32) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "call %d: hidden dtype %d; this worker takes f32 hidden states only", p.call_id(),
@@ -44,15 +47,21 @@ absl::Status CallFromProto(const v1::ExpertCall& p, model::ExpertCall* call) {
   call->layer = p.layer();
   call->n_tokens = p.n_tokens();
   call->d = p.d();
-  call->hidden.resize(n);
-  std::memcpy(call->hidden.data(), p.hidden().data(), 4 * n);
-  call->token_offsets.assign(p.token_offsets().begin(), p.token_offsets().end());
-  call->expert_ids.assign(p.expert_ids().begin(), p.expert_ids().end());
-  call->weights.assign(p.weights().begin(), p.weights().end());
+  const char* bytes = p.hidden().data();
+  if (reinterpret_cast<uintptr_t>(bytes) % alignof(float) == 0) {
+    call->hidden = absl::MakeConstSpan(reinterpret_cast<const float*>(bytes), n);
+  } else {
+    copy->resize(n);
+    std::memcpy(copy->data(), bytes, 4 * n);
+    call->hidden = *copy;
+  }
+  call->token_offsets = absl::MakeConstSpan(p.token_offsets().data(), p.token_offsets().size());
+  call->expert_ids = absl::MakeConstSpan(p.expert_ids().data(), p.expert_ids().size());
+  call->weights = absl::MakeConstSpan(p.weights().data(), p.weights().size());
   return absl::OkStatus();
 }
 
-void CallToProto(const model::ExpertCall& c, v1::ExpertCall* p) {
+void CallToProto(const model::ExpertCallView& c, v1::ExpertCall* p) {
   p->set_call_id(c.call_id);
   p->set_layer(c.layer);
   p->set_n_tokens(c.n_tokens);
@@ -174,15 +183,29 @@ class GrpcExpertServer::Service final : public v1::ExpertWorker::CallbackService
    private:
     void RunCall() {
       const auto start = std::chrono::steady_clock::now();
-      absl::Status status = CallFromProto(request_, &call_);
-      if (status.ok()) status = CheckCallTokens(call_, s_->max_tokens_);
-      if (status.ok()) status = s_->backend_->Compute(call_, &result_);
+      model::ExpertCallView call;
+      absl::Status status = CallFromProto(request_, &hidden_copy_, &call);
+      if (status.ok()) status = CheckCallTokens(call, s_->max_tokens_);
       response_.Clear();
+      if (status.ok()) {
+        // Computed straight into the response's bytes when they are aligned.
+        std::string* out = response_.mutable_partial();
+        out->resize(4 * call.hidden.size());
+        float* dst = reinterpret_cast<uintptr_t>(out->data()) % alignof(float) == 0
+                         ? reinterpret_cast<float*>(out->data())
+                         : nullptr;
+        if (dst == nullptr) partial_copy_.resize(call.hidden.size());
+        uint64_t worker_ns = 0;
+        status = s_->backend_->ComputeInto(call, dst != nullptr ? dst : partial_copy_.data(),
+                                           &worker_ns);
+        if (status.ok() && dst == nullptr) {
+          std::memcpy(out->data(), partial_copy_.data(), out->size());
+        }
+      }
       response_.set_call_id(request_.call_id());
       response_.set_code(static_cast<int>(status.code()));
-      if (status.ok()) {
-        response_.set_partial(result_.partial.data(), 4 * result_.partial.size());
-      } else {
+      if (!status.ok()) {
+        response_.clear_partial();
         response_.set_message(std::string(status.message()));
       }
       response_.set_worker_ns(static_cast<uint64_t>(
@@ -192,7 +215,7 @@ class GrpcExpertServer::Service final : public v1::ExpertWorker::CallbackService
       if (s_->observer_ != nullptr) {
         const double secs =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        s_->observer_->OnCall("grpc", call_, request_.ByteSizeLong(), response_.ByteSizeLong(),
+        s_->observer_->OnCall("grpc", call, request_.ByteSizeLong(), response_.ByteSizeLong(),
                               secs, status);
       }
       StartWrite(&response_);
@@ -200,8 +223,8 @@ class GrpcExpertServer::Service final : public v1::ExpertWorker::CallbackService
     Service* s_;
     v1::ExpertCall request_;
     v1::ExpertResult response_;
-    model::ExpertCall call_;
-    model::ExpertResult result_;
+    // Only when the message's bytes are not 4-aligned.
+    std::vector<float> hidden_copy_, partial_copy_;
   };
 
   const std::string identity_;
@@ -274,8 +297,8 @@ class GrpcExpertClient final : public ExpertClient {
     watchdog_.join();
   }
 
-  absl::StatusOr<uint64_t> Submit(const model::ExpertCall& call) override;
-  absl::Status Wait(uint64_t ticket, model::ExpertResult* result) override;
+  absl::StatusOr<uint64_t> Submit(const model::ExpertCallView& call) override;
+  absl::Status Wait(uint64_t ticket, float* partial, size_t n, uint64_t* worker_ns) override;
   absl::StatusOr<WorkerDescription> Describe() override {
     RETURN_IF_ERROR(EnsureConnected());
     return description_;
@@ -408,7 +431,7 @@ void GrpcExpertClient::Disconnect() {
   ctx_.reset();
 }
 
-absl::StatusOr<uint64_t> GrpcExpertClient::Submit(const model::ExpertCall& call) {
+absl::StatusOr<uint64_t> GrpcExpertClient::Submit(const model::ExpertCallView& call) {
   RETURN_IF_ERROR(EnsureConnected());
   if (next_ticket_ - next_result_ >= static_cast<uint64_t>(kMaxInFlight)) {
     return absl::FailedPreconditionError(
@@ -425,7 +448,8 @@ absl::StatusOr<uint64_t> GrpcExpertClient::Submit(const model::ExpertCall& call)
   return next_ticket_++;
 }
 
-absl::Status GrpcExpertClient::Wait(uint64_t ticket, model::ExpertResult* result) {
+absl::Status GrpcExpertClient::Wait(uint64_t ticket, float* partial, size_t n,
+                                    uint64_t* worker_ns) {
   if (stream_ == nullptr) {
     return absl::UnavailableError(absl::StrCat("expert worker ", address_, " connection lost"));
   }
@@ -464,10 +488,13 @@ absl::Status GrpcExpertClient::Wait(uint64_t ticket, model::ExpertResult* result
     return absl::Status(static_cast<absl::StatusCode>(response_.code()),
                         absl::StrCat(address_, ": ", response_.message()));
   }
-  result->call_id = response_.call_id();
-  result->worker_ns = response_.worker_ns();
-  result->partial.resize(response_.partial().size() / 4);
-  std::memcpy(result->partial.data(), response_.partial().data(), 4 * result->partial.size());
+  if (response_.partial().size() != 4 * n) {
+    return absl::InternalError(absl::StrCat(address_, ": call ", response_.call_id(),
+                                            " answered ", response_.partial().size() / 4,
+                                            " values, ", n, " expected"));
+  }
+  if (worker_ns != nullptr) *worker_ns = response_.worker_ns();
+  std::memcpy(partial, response_.partial().data(), 4 * n);
   return absl::OkStatus();
 }
 

@@ -68,7 +68,7 @@ absl::StatusOr<std::unique_ptr<RemoteExperts>> RemoteExperts::Connect(
   return r;
 }
 
-bool RemoteExperts::BuildSubCall(const model::ExpertCall& call, int w, int t0, int t1,
+bool RemoteExperts::BuildSubCall(const model::ExpertCallView& call, int w, int t0, int t1,
                                  model::ExpertCall* sub) const {
   const int d = call.d;
   sub->call_id = call.call_id;
@@ -87,24 +87,12 @@ void RemoteExperts::SetRoundTripObserver(RoundTripObserver observer) {
   observer_ = std::move(observer);
 }
 
-absl::Status RemoteExperts::Compute(const model::ExpertCall& call, model::ExpertResult* result) {
-  const auto start = std::chrono::steady_clock::now();
-  RETURN_IF_ERROR(ComputeCalls(call, result));
-  absl::MutexLock lock(&observer_mu_);
-  if (observer_) {
-    observer_(call, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
-              result->worker_ns);
-  }
-  return absl::OkStatus();
-}
-
-absl::Status RemoteExperts::ComputeCalls(const model::ExpertCall& call,
-                                         model::ExpertResult* result) {
+absl::Status RemoteExperts::Check(const model::ExpertCallView& call) const {
   if (call.layer < 0 || call.layer >= n_layer_) {
     return absl::InvalidArgumentError(absl::StrCat("expert call layer ", call.layer,
                                                    " out of range [0, ", n_layer_, ")"));
   }
-  if (call.token_offsets.size() != static_cast<size_t>(call.n_tokens) + 1 ||
+  if (call.n_tokens < 0 || call.token_offsets.size() != static_cast<size_t>(call.n_tokens) + 1 ||
       call.hidden.size() != static_cast<size_t>(call.n_tokens) * call.d) {
     return absl::InvalidArgumentError("malformed expert call (sizes)");
   }
@@ -114,54 +102,133 @@ absl::Status RemoteExperts::ComputeCalls(const model::ExpertCall& call,
           absl::StrCat("expert id ", e, " out of range [0, ", n_expert_, ")"));
     }
   }
-  // Token chunks: the smallest max_tokens among the workers.
+  return absl::OkStatus();
+}
+
+// Token chunks: the smallest max_tokens among the workers.
+int RemoteExperts::ChunkTokens(const model::ExpertCallView& call) const {
   int chunk = call.n_tokens > 0 ? call.n_tokens : 1;
   for (const auto& d : workers_) chunk = std::min(chunk, std::max(1, d.max_tokens));
+  return chunk;
+}
+
+absl::Status RemoteExperts::SubmitChunk(const model::ExpertCallView& call, int t0, int t1,
+                                        bool whole) {
   const int n_workers = static_cast<int>(clients_.size());
-  if (n_workers == 1 && chunk >= call.n_tokens && !call.expert_ids.empty()) {
-    // One worker owning every expert (the shards cover the model), one
-    // chunk: the call goes as it is and its result is the answer, without
-    // the sub-call copy, the zeroed sum and the add (three passes over
-    // n_tokens x d floats; ~1% of a 512-token prefill).
-    ASSIGN_OR_RETURN(uint64_t ticket, clients_[0]->Submit(call));
-    RETURN_IF_ERROR(clients_[0]->Wait(ticket, result));
-    result->call_id = call.call_id;
+  tickets_.assign(n_workers, -1);
+  subs_.resize(n_workers);
+  absl::Status first_error;
+  for (int w = 0; w < n_workers; ++w) {
+    if (whole && w > 0) break;
+    if (!whole && !BuildSubCall(call, w, t0, t1, &subs_[w])) continue;
+    auto ticket = whole ? clients_[w]->Submit(call) : clients_[w]->Submit(subs_[w]);
+    if (!ticket.ok()) {
+      if (first_error.ok()) first_error = ticket.status();
+      continue;
+    }
+    tickets_[w] = static_cast<int64_t>(*ticket);
+  }
+  return first_error;
+}
+
+absl::Status RemoteExperts::CollectChunk(const model::ExpertCallView& call, int t0, int t1,
+                                         bool whole, float* partial,
+                                         uint64_t* chunk_worker_ns) {
+  const int n_workers = static_cast<int>(clients_.size());
+  const size_t n = static_cast<size_t>(t1 - t0) * call.d;
+  float* dst = partial + static_cast<size_t>(t0) * call.d;
+  results_.resize(n_workers);
+  absl::Status first_error;
+  *chunk_worker_ns = 0;  // the slowest worker of the chunk
+  if (!whole) std::fill(dst, dst + n, 0.0f);
+  for (int w = 0; w < n_workers; ++w) {
+    if (tickets_[w] < 0) continue;
+    uint64_t worker_ns = 0;
+    absl::Status s;
+    if (whole) {
+      s = clients_[w]->Wait(static_cast<uint64_t>(tickets_[w]), dst, n, &worker_ns);
+    } else {
+      results_[w].resize(n);
+      s = clients_[w]->Wait(static_cast<uint64_t>(tickets_[w]), results_[w].data(), n,
+                            &worker_ns);
+    }
+    if (!s.ok()) {
+      if (first_error.ok()) first_error = s;
+      continue;
+    }
+    if (!first_error.ok()) continue;
+    *chunk_worker_ns = std::max(*chunk_worker_ns, worker_ns);
+    if (!whole) {
+      const float* p = results_[w].data();
+      for (size_t i = 0; i < n; ++i) dst[i] += p[i];
+    }
+  }
+  return first_error;
+}
+
+absl::Status RemoteExperts::ComputeInto(const model::ExpertCallView& call, float* partial,
+                                        uint64_t* worker_ns) {
+  RETURN_IF_ERROR(Start(call, partial, worker_ns));
+  return Finish();
+}
+
+absl::Status RemoteExperts::Start(const model::ExpertCallView& call, float* partial,
+                                  uint64_t* worker_ns) {
+  if (pending_.active) {
+    return absl::FailedPreconditionError("an expert call is already in flight (Finish it first)");
+  }
+  RETURN_IF_ERROR(Check(call));
+  pending_ = Pending{};
+  pending_.active = true;
+  pending_.call = call;
+  pending_.partial = partial;
+  pending_.worker_ns = worker_ns;
+  pending_.start = std::chrono::steady_clock::now();
+  const int chunk = ChunkTokens(call);
+  if (chunk >= call.n_tokens) {
+    // One chunk: submitted now, collected in Finish. One worker owning every
+    // expert (the shards cover the model) takes the call as it is and
+    // answers into the caller's partial: no sub-call copy, zeroed sum or add
+    // (three passes over n_tokens x d floats; ~1% of a 512-token prefill).
+    pending_.whole = clients_.size() == 1 && !call.expert_ids.empty();
+    pending_.submitted = true;
+    pending_.status = SubmitChunk(call, 0, call.n_tokens, pending_.whole);
     return absl::OkStatus();
   }
-  result->call_id = call.call_id;
-  result->worker_ns = 0;
-  result->partial.assign(call.hidden.size(), 0.0f);
-  subs_.resize(n_workers);
-  results_.resize(n_workers);
-  for (int t0 = 0; t0 < call.n_tokens; t0 += chunk) {
+  // Several chunks: each waits for the previous one, so the call runs here.
+  uint64_t total_ns = 0;
+  for (int t0 = 0; t0 < call.n_tokens && pending_.status.ok(); t0 += chunk) {
     const int t1 = std::min(call.n_tokens, t0 + chunk);
-    std::vector<int64_t> tickets(n_workers, -1);
-    absl::Status first_error;
-    uint64_t chunk_worker_ns = 0;  // the slowest worker of the chunk
-    for (int w = 0; w < n_workers; ++w) {
-      if (!BuildSubCall(call, w, t0, t1, &subs_[w])) continue;
-      auto ticket = clients_[w]->Submit(subs_[w]);
-      if (!ticket.ok()) {
-        if (first_error.ok()) first_error = ticket.status();
-        continue;
-      }
-      tickets[w] = static_cast<int64_t>(*ticket);
-    }
-    for (int w = 0; w < n_workers; ++w) {
-      if (tickets[w] < 0) continue;
-      absl::Status s = clients_[w]->Wait(static_cast<uint64_t>(tickets[w]), &results_[w]);
-      if (!s.ok()) {
-        if (first_error.ok()) first_error = s;
-        continue;
-      }
-      if (!first_error.ok()) continue;
-      chunk_worker_ns = std::max(chunk_worker_ns, results_[w].worker_ns);
-      float* dst = result->partial.data() + static_cast<size_t>(t0) * call.d;
-      const std::vector<float>& p = results_[w].partial;
-      for (size_t i = 0; i < p.size(); ++i) dst[i] += p[i];
-    }
-    RETURN_IF_ERROR(first_error);
-    result->worker_ns += chunk_worker_ns;
+    absl::Status s = SubmitChunk(call, t0, t1, false);
+    uint64_t chunk_ns = 0;
+    absl::Status c = CollectChunk(call, t0, t1, false, partial, &chunk_ns);
+    pending_.status = !s.ok() ? s : c;
+    total_ns += chunk_ns;
+  }
+  pending_.chunk_worker_ns = total_ns;
+  return absl::OkStatus();
+}
+
+absl::Status RemoteExperts::Finish() {
+  if (!pending_.active) return absl::FailedPreconditionError("no expert call in flight");
+  Pending& p = pending_;
+  p.active = false;
+  absl::Status status = p.status;
+  if (p.submitted) {
+    // Every ticket Start got is collected, even after an error (the rings
+    // stay in step); a call no worker has entries of gives zeros.
+    uint64_t ns = 0;
+    const absl::Status c = CollectChunk(p.call, 0, p.call.n_tokens, p.whole, p.partial, &ns);
+    if (status.ok()) status = c;
+    p.chunk_worker_ns = ns;
+  }
+  RETURN_IF_ERROR(status);
+  if (p.worker_ns != nullptr) *p.worker_ns = p.chunk_worker_ns;
+  absl::MutexLock lock(&observer_mu_);
+  if (observer_) {
+    observer_(p.call,
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - p.start).count(),
+              p.chunk_worker_ns);
   }
   return absl::OkStatus();
 }

@@ -279,10 +279,14 @@ void ShmExpertServer::AcceptSlot(int slot_index) {
 
 namespace {
 
-// Reads request slot `index` into `call`; InvalidArgument if it breaks the
-// connection's geometry.
+// Reads request slot `index` into `call`: the hidden state in place (the
+// worker computes straight from the slot), the routing (offsets, expert
+// ids, weights: a few hundred bytes) copied into `routing`, so that what the
+// backend validates is what it computes with whatever the other side does
+// to the slot. InvalidArgument if the header breaks the connection's
+// geometry.
 absl::Status ReadRequest(const ConnHeader* h, const uint8_t* base, uint32_t index,
-                         model::ExpertCall* call) {
+                         model::ExpertCall* routing, model::ExpertCallView* call) {
   const uint8_t* p = base + h->req_offset + (index % kRing) * h->req_slot_bytes;
   RequestHeader rh;
   std::memcpy(&rh, p, sizeof rh);
@@ -299,24 +303,33 @@ absl::Status ReadRequest(const ConnHeader* h, const uint8_t* base, uint32_t inde
   call->d = rh.d;
   p += sizeof rh;
   const size_t nh = static_cast<size_t>(rh.n_tokens) * rh.d;
-  call->hidden.resize(nh);
-  std::memcpy(call->hidden.data(), p, 4 * nh);
+  call->hidden = absl::MakeConstSpan(reinterpret_cast<const float*>(p), nh);
   p += 4 * nh;
-  call->token_offsets.resize(rh.n_tokens + 1);
-  std::memcpy(call->token_offsets.data(), p, 4 * (rh.n_tokens + 1));
-  p += 4 * (rh.n_tokens + 1);
-  call->expert_ids.resize(rh.n_pairs);
-  std::memcpy(call->expert_ids.data(), p, 4 * rh.n_pairs);
-  p += 4 * rh.n_pairs;
-  call->weights.resize(rh.n_pairs);
-  std::memcpy(call->weights.data(), p, 4 * rh.n_pairs);
+  auto copy = [&p](auto* v, size_t n) {
+    v->resize(n);
+    std::memcpy(v->data(), p, 4 * n);
+    p += 4 * n;
+  };
+  copy(&routing->token_offsets, rh.n_tokens + 1);
+  copy(&routing->expert_ids, rh.n_pairs);
+  copy(&routing->weights, rh.n_pairs);
+  call->token_offsets = routing->token_offsets;
+  call->expert_ids = routing->expert_ids;
+  call->weights = routing->weights;
   return absl::OkStatus();
 }
 
+// Where slot `index`'s partial goes (after its ResponseHeader, 8-aligned).
+float* ResponsePartial(ConnHeader* h, uint8_t* base, uint32_t index) {
+  static_assert(sizeof(ResponseHeader) % 8 == 0);
+  return reinterpret_cast<float*>(base + h->resp_offset + (index % kRing) * h->resp_slot_bytes +
+                                  sizeof(ResponseHeader));
+}
+
+// The response header of slot `index` (the partial is already in place);
 // `start`: when the worker took the request (MonotonicNs).
 void WriteResponse(ConnHeader* h, uint8_t* base, uint32_t index, uint64_t call_id,
-                   const absl::Status& status, const std::vector<float>& partial,
-                   uint64_t start) {
+                   const absl::Status& status, uint64_t start) {
   uint8_t* p = base + h->resp_offset + (index % kRing) * h->resp_slot_bytes;
   auto* rh = reinterpret_cast<ResponseHeader*>(p);
   rh->call_id = call_id;
@@ -324,7 +337,6 @@ void WriteResponse(ConnHeader* h, uint8_t* base, uint32_t index, uint64_t call_i
   const std::string msg(status.message());
   rh->message_len = static_cast<uint32_t>(std::min<size_t>(msg.size(), kMessageBytes - 1));
   std::memcpy(rh->message, msg.data(), rh->message_len);
-  if (status.ok()) std::memcpy(p + sizeof(ResponseHeader), partial.data(), 4 * partial.size());
   rh->worker_ns = MonotonicNs() - start;
 }
 
@@ -333,15 +345,12 @@ void WriteResponse(ConnHeader* h, uint8_t* base, uint32_t index, uint64_t call_i
 void ShmExpertServer::Serve(Connection* conn) {
   ConnHeader* h = conn->header();
   auto* base = static_cast<uint8_t*>(conn->mapping->addr());
-  model::ExpertCall call;
-  model::ExpertResult result;
-  // Sized for the largest call now (touching the pages) and kept: calls
-  // only shrink and regrow them within capacity.
-  call.hidden.resize(static_cast<size_t>(h->max_tokens) * h->d);
-  call.token_offsets.reserve(h->max_tokens + 1);
-  call.expert_ids.reserve(h->max_pairs);
-  call.weights.reserve(h->max_pairs);
-  result.partial.resize(static_cast<size_t>(h->max_tokens) * h->d);
+  // The routing's copy, sized for the largest call now and kept.
+  model::ExpertCall routing;
+  routing.token_offsets.reserve(h->max_tokens + 1);
+  routing.expert_ids.reserve(h->max_pairs);
+  routing.weights.reserve(h->max_pairs);
+  model::ExpertCallView call;
   const uint64_t idle_ns = static_cast<uint64_t>(options_.idle_timeout.count()) * 1000000000ull;
   uint32_t tail = h->req_tail.load(std::memory_order_acquire);
   while (!stop_.load(std::memory_order_relaxed) && h->closed.load() == 0) {
@@ -352,19 +361,22 @@ void ShmExpertServer::Serve(Connection* conn) {
       }
     }
     const uint64_t start = MonotonicNs();
-    absl::Status status = ReadRequest(h, base, tail, &call);
-    if (status.ok()) status = backend_->Compute(call, &result);
-    if (status.ok() && result.partial.size() != static_cast<size_t>(call.n_tokens) * call.d) {
-      status = absl::InternalError("expert backend returned a partial of the wrong size");
+    call = {};
+    absl::Status status = ReadRequest(h, base, tail, &routing, &call);
+    uint64_t worker_ns = 0;
+    if (status.ok()) {
+      status = backend_->ComputeInto(call, ResponsePartial(h, base, tail), &worker_ns);
     }
-    WriteResponse(h, base, tail, call.call_id, status, result.partial, start);
+    WriteResponse(h, base, tail, call.call_id, status, start);
     ++tail;
     h->req_tail.store(tail, std::memory_order_release);
     Publish(&h->resp_head, tail, &h->client_sleeping);
     if (options_.observer != nullptr) {
+      // (The view's hidden state is the slot's, which the client may reuse
+      // once the response is published: only sizes are read.)
       const uint64_t in = sizeof(RequestHeader) + 4ull * call.hidden.size() +
                           4ull * call.token_offsets.size() + 8ull * call.expert_ids.size();
-      const uint64_t out = sizeof(ResponseHeader) + (status.ok() ? 4ull * result.partial.size() : 0);
+      const uint64_t out = sizeof(ResponseHeader) + (status.ok() ? 4ull * call.hidden.size() : 0);
       options_.observer->OnCall("shm", call, in, out, (MonotonicNs() - start) * 1e-9, status);
     }
   }
@@ -383,8 +395,8 @@ class ShmExpertClient final : public ExpertClient {
         backoff_(options_) {}
   ~ShmExpertClient() override { Disconnect(); }
 
-  absl::StatusOr<uint64_t> Submit(const model::ExpertCall& call) override;
-  absl::Status Wait(uint64_t ticket, model::ExpertResult* result) override;
+  absl::StatusOr<uint64_t> Submit(const model::ExpertCallView& call) override;
+  absl::Status Wait(uint64_t ticket, float* partial, size_t n, uint64_t* worker_ns) override;
   absl::StatusOr<WorkerDescription> Describe() override {
     RETURN_IF_ERROR(EnsureConnected());
     return description_;
@@ -602,7 +614,7 @@ void ShmExpertClient::Disconnect() {
   control_.reset();
 }
 
-absl::StatusOr<uint64_t> ShmExpertClient::Submit(const model::ExpertCall& call) {
+absl::StatusOr<uint64_t> ShmExpertClient::Submit(const model::ExpertCallView& call) {
   RETURN_IF_ERROR(EnsureConnected());
   ConnHeader* h = header();
   const size_t n_pairs = call.expert_ids.size();
@@ -640,7 +652,8 @@ absl::StatusOr<uint64_t> ShmExpertClient::Submit(const model::ExpertCall& call) 
   return head;
 }
 
-absl::Status ShmExpertClient::Wait(uint64_t ticket, model::ExpertResult* result) {
+absl::Status ShmExpertClient::Wait(uint64_t ticket, float* partial, size_t n,
+                                   uint64_t* worker_ns) {
   if (conn_ == nullptr) {
     return absl::UnavailableError(absl::StrCat("expert worker ", address_, " connection lost"));
   }
@@ -684,11 +697,15 @@ absl::Status ShmExpertClient::Wait(uint64_t ticket, model::ExpertResult* result)
     // The call's geometry is in its request slot (same index).
     RequestHeader req;
     std::memcpy(&req, base() + h->req_offset + (index % kRing) * h->req_slot_bytes, sizeof req);
-    result->call_id = rh.call_id;
-    result->worker_ns = rh.worker_ns;
-    result->partial.resize(static_cast<size_t>(req.n_tokens) * req.d);
-    std::memcpy(result->partial.data(), p + sizeof(ResponseHeader), 4 * result->partial.size());
-    counters_.bytes_received += sizeof(ResponseHeader) + 4 * result->partial.size();
+    const size_t got = static_cast<size_t>(req.n_tokens) * req.d;
+    if (got != n) {
+      status = absl::InternalError(absl::StrCat(address_, ": call ", rh.call_id, " answered ",
+                                                got, " values, ", n, " expected"));
+    } else {
+      if (worker_ns != nullptr) *worker_ns = rh.worker_ns;
+      std::memcpy(partial, p + sizeof(ResponseHeader), 4 * n);
+      counters_.bytes_received += sizeof(ResponseHeader) + 4 * n;
+    }
   }
   h->resp_tail.store(index + 1, std::memory_order_release);
   h->client_beat_ns.store(MonotonicNs(), std::memory_order_relaxed);

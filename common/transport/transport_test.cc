@@ -29,25 +29,27 @@ constexpr int kD = 64;
 // h * (e + 1) + layer, weighted and summed over the token's experts.
 class FakeExperts : public model::ExpertBackend {
  public:
-  absl::Status Compute(const model::ExpertCall& call, model::ExpertResult* result) override {
+  absl::Status ComputeInto(const model::ExpertCallView& call, float* partial,
+                           uint64_t* worker_ns) override {
     calls.fetch_add(1);
     if (call.layer < 0 || call.layer >= 4) {
       return absl::InvalidArgumentError(absl::StrCat("layer ", call.layer, " out of range"));
     }
-    result->call_id = call.call_id;
-    result->partial.assign(static_cast<size_t>(call.n_tokens) * call.d, 0.0f);
+    std::fill(partial, partial + static_cast<size_t>(call.n_tokens) * call.d, 0.0f);
     for (int t = 0; t < call.n_tokens; ++t) {
       for (uint32_t k = call.token_offsets[t]; k < call.token_offsets[t + 1]; ++k) {
         for (int i = 0; i < call.d; ++i) {
-          result->partial[t * call.d + i] +=
+          partial[t * call.d + i] +=
               call.weights[k] * (call.hidden[t * call.d + i] * (call.expert_ids[k] + 1) + call.layer);
         }
       }
     }
     if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    while (hold.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     return absl::OkStatus();
   }
   int delay_ms = 0;
+  std::atomic<bool> hold{false};  // calls wait while set
   std::atomic<int> calls{0};  // Compute calls, also refused ones
 };
 
@@ -172,11 +174,24 @@ TEST(TransportTest, PipelinedCallsComeBackInOrder) {
       tickets.push_back(*t);
     }
     EXPECT_FALSE((*client)->Submit(MakeCall(1, 0, 99)).ok()) << addr << ": ring overflow accepted";
+    // Results in call order: call i's own (its layer is in every value).
     for (int i = 0; i < ExpertClient::kMaxInFlight; ++i) {
-      model::ExpertResult r;
-      ASSERT_TRUE((*client)->Wait(tickets[i], &r).ok()) << addr;
-      EXPECT_EQ(r.call_id, static_cast<uint64_t>(i)) << addr;
+      model::ExpertResult want;
+      ASSERT_TRUE(backend.Compute(MakeCall(2, i % 4, i), &want).ok());
+      std::vector<float> got(want.partial.size());
+      ASSERT_TRUE((*client)->Wait(tickets[i], got.data(), got.size(), nullptr).ok()) << addr;
+      EXPECT_EQ(got, want.partial) << addr << " call " << i;
+      // A size that is not the call's is refused.
+      if (i == 0) {
+        auto t = (*client)->Submit(MakeCall(2, 0, 50));
+        ASSERT_TRUE(t.ok());
+        tickets.push_back(*t);
+      }
     }
+    std::vector<float> wrong(3);
+    EXPECT_EQ((*client)->Wait(tickets.back(), wrong.data(), wrong.size(), nullptr).code(),
+              absl::StatusCode::kInternal)
+        << addr;
   }
 }
 
@@ -500,6 +515,63 @@ TEST(RemoteExpertsTest, DeadShardFailsOnlyTheCallsThatNeedIt) {
   EXPECT_TRUE((*remote)->Compute(MakeCall(2, 1, 3), &r).ok());
 }
 
+
+// Start hands a call to the workers and returns while they compute (the
+// dense side works meanwhile); Finish collects it into the caller's buffer:
+// the same bits as ComputeInto, for one worker (the call as it is), two
+// expert shards and a call of several chunks (which runs whole in Start).
+// Misuse is refused, and a failing call leaves the backend ready for the
+// next one.
+TEST(RemoteExpertsTest, StartAndFinishOverlapTheCallerWithTheWorkers) {
+  for (bool sharded : {false, true}) {
+    ShardedWorkers w;
+    if (sharded) {
+      StartShards(w, {Shard(0, 4, 0, 4, "a"), Shard(0, 4, 4, 8, "b")}, "overlap2");
+    } else {
+      StartShards(w, {Shard(0, 4, 0, 8, "a")}, "overlap1");
+    }
+    auto remote = RemoteExperts::Connect(w.Clients(), 4, 8);
+    ASSERT_TRUE(remote.ok()) << remote.status();
+    model::ExpertBackend& b = **remote;
+    for (int n : {5, 40}) {  // 40: two chunks of max_tokens 32
+      const model::ExpertCall call = MakeCall(n, 2, 11);
+      std::vector<float> direct(n * kD), overlapped(n * kD, -1.0f);
+      ASSERT_TRUE(b.ComputeInto(call, direct.data(), nullptr).ok());
+      // The workers are held: a one-chunk Start returns all the same (had
+      // it waited, the client's timeout would have failed it).
+      w.backend.hold = n <= 32;
+      uint64_t worker_ns = 0;
+      ASSERT_TRUE(b.Start(call, overlapped.data(), &worker_ns).ok());
+      EXPECT_EQ(b.Start(call, overlapped.data(), nullptr).code(),
+                absl::StatusCode::kFailedPrecondition);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      w.backend.hold = false;
+      ASSERT_TRUE(b.Finish().ok());
+      EXPECT_GT(worker_ns, 0u);  // the workers' own time, reported through Finish
+      EXPECT_EQ(overlapped, direct) << "sharded " << sharded << " n " << n;
+    }
+    EXPECT_EQ(b.Finish().code(), absl::StatusCode::kFailedPrecondition);
+    // A bad call (layer 9) is refused by Start, nothing in flight; a worker
+    // that is gone fails the call in Finish; then calls go on.
+    std::vector<float> out(2 * kD);
+    EXPECT_EQ(b.Start(MakeCall(2, 9, 1), out.data(), nullptr).code(),
+              absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(b.Finish().code(), absl::StatusCode::kFailedPrecondition);
+    w.servers.back()->Shutdown();
+    const model::ExpertCall later = MakeCall(2, 1, 3);  // alive until Finish
+    ASSERT_TRUE(b.Start(later, out.data(), nullptr).ok());
+    EXPECT_EQ(b.Finish().code(), absl::StatusCode::kUnavailable);
+    if (sharded) {
+      // The other shard still answers for its own experts: a call that
+      // routes only to experts 0-3 goes on.
+      model::ExpertCall first = MakeCall(1, 1, 4);
+      first.expert_ids = {0, 1};
+      std::vector<float> one(kD);
+      ASSERT_TRUE(b.Start(first, one.data(), nullptr).ok());
+      EXPECT_TRUE(b.Finish().ok());
+    }
+  }
+}
 
 // Probe: the readiness check, apart from the call path. A live worker of
 // this model is OK; a stopped one UNAVAILABLE naming it (shm: no segment

@@ -23,13 +23,15 @@
 // reported are the means over the rounds. Remote workers also report their
 // own time per call (ExpertResult::worker_ns): the same bytes over that time
 // is the worker's bandwidth without the transport's hand-offs, printed
-// beside it; and each round ends with the same experts' bytes read with the
+// beside it with the hand-off's cost per expert call (round trip - worker
+// time, per layer and token); and each round ends with the same experts' bytes read with the
 // DRAM loop and no compute (ReadOnlyReplaySeconds), the roofline of that
 // access pattern.
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -56,19 +58,32 @@ double Since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// Passes calls through to the real backend; while recording, keeps a copy
-// of each call and the time spent waiting for its result.
+// Passes calls through to the real backend (Start and Finish too, so that
+// the forward overlaps as it does without it); while recording, keeps a copy
+// of each call and the time the caller spent inside the backend's calls
+// (for Start/Finish: in the two, not the work done between them).
 class RecordingExperts final : public model::ExpertBackend {
  public:
   explicit RecordingExperts(model::ExpertBackend* inner) : inner_(inner) {}
 
-  absl::Status Compute(const model::ExpertCall& call, model::ExpertResult* result) override {
+  absl::Status ComputeInto(const model::ExpertCallView& call, float* partial,
+                           uint64_t* worker_ns) override {
     const auto t0 = Clock::now();
-    absl::Status s = inner_->Compute(call, result);
-    const double dt = Since(t0);
-    absl::MutexLock lock(&mu_);
-    seconds_ += dt;
-    if (recording_) calls_.push_back(call);
+    absl::Status s = inner_->ComputeInto(call, partial, worker_ns);
+    Note(call, Since(t0));
+    return s;
+  }
+  absl::Status Start(const model::ExpertCallView& call, float* partial,
+                     uint64_t* worker_ns) override {
+    const auto t0 = Clock::now();
+    absl::Status s = inner_->Start(call, partial, worker_ns);
+    Note(call, Since(t0));
+    return s;
+  }
+  absl::Status Finish() override {
+    const auto t0 = Clock::now();
+    absl::Status s = inner_->Finish();
+    Note(std::nullopt, Since(t0));
     return s;
   }
 
@@ -87,6 +102,12 @@ class RecordingExperts final : public model::ExpertBackend {
   }
 
  private:
+  void Note(std::optional<model::ExpertCallView> call, double dt) {
+    absl::MutexLock lock(&mu_);
+    seconds_ += dt;
+    if (recording_ && call) calls_.push_back(model::CopyCall(*call));
+  }
+
   model::ExpertBackend* const inner_;
   absl::Mutex mu_;
   bool recording_ = false;
@@ -365,6 +386,11 @@ absl::Status RunBench(const Args& args, const CommandIo& io) {
     max_fraction = std::max(max_fraction, r.worker_gbps / r.dram_gbps);
   }
   const double worker_decode_tok_s = n_gen * reps / worker_decode_s;
+  // Per expert call of the decode replay: the round trip, the worker's own
+  // part (remote workers only) and the rest, the hand-off.
+  const double n_decode_calls = static_cast<double>(decodes[0].calls.size()) * reps;
+  const double call_round_trip_us = 1e6 * worker_decode_s / std::max(1.0, n_decode_calls);
+  const double call_worker_us = 1e6 * worker_busy_s / std::max(1.0, n_decode_calls);
   const double worker_prefill_tok_s = n_prompt / wp.seconds;
   const double weight_bytes_per_token = static_cast<double>(decode_weight_bytes) / n_gen;
 
@@ -392,7 +418,10 @@ absl::Status RunBench(const Args& args, const CommandIo& io) {
       j["worker_busy_weight_gbps"] = busy_gbps;
       j["worker_busy_fraction_of_dram"] = busy_gbps / dram_gbps;
       j["worker_busy_fraction_of_round_trips"] = worker_busy_s / worker_decode_s;
+      j["expert_call_worker_us"] = call_worker_us;
+      j["expert_call_handoff_us"] = call_round_trip_us - call_worker_us;
     }
+    j["expert_call_round_trip_us"] = call_round_trip_us;
     j["read_only_weight_gbps"] = read_only_gbps;
     j["read_only_fraction_of_dram"] = read_only_gbps / dram_gbps;
     nlohmann::json per_round = nlohmann::json::array();
@@ -443,6 +472,9 @@ absl::Status RunBench(const Args& args, const CommandIo& io) {
     std::fprintf(io.out, "  over the worker's own time       %8.1f GB/s  (%.1f%% of DRAM; the "
                  "calls' round trips are %.1f%% worker time, the rest hand-off)\n",
                  busy_gbps, 100 * busy_gbps / dram_gbps, 100 * worker_busy_s / worker_decode_s);
+    std::fprintf(io.out, "expert call (decode), per layer    %8.1f us round trip = %.1f us "
+                 "worker + %.1f us hand-off\n",
+                 call_round_trip_us, call_worker_us, call_round_trip_us - call_worker_us);
   }
   std::fprintf(io.out, "same bytes, read without compute   %8.1f GB/s  (%.1f%% of DRAM: the "
                "roofline of the worker's access pattern)\n",

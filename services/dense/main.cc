@@ -208,7 +208,7 @@ int Run(int argc, char** argv) {
     // observer keeps the metrics (and their registry) alive as long as the
     // engine may call it.
     (*engine)->remote()->SetRoundTripObserver(
-        [m = expert_metrics, registry](const model::ExpertCall& call, double round_trip_s,
+        [m = expert_metrics, registry](const model::ExpertCallView& call, double round_trip_s,
                                        uint64_t worker_ns) {
           m->ObserveCall(call, round_trip_s, worker_ns);
         });

@@ -24,8 +24,8 @@ struct ExpertShard::NodePart {
   int expert_begin = 0, expert_end = 0;
   std::unique_ptr<ThreadPool> pool;
   std::unique_ptr<model::InProcessExperts> experts;
-  model::ExpertCall sub;
-  model::ExpertResult result;
+  model::ExpertCall routing;  // the part's entries (SubCall)
+  std::vector<float> partial;
   absl::Status status;
 };
 
@@ -37,15 +37,17 @@ uint64_t SliceBytes(const model::ExpertTensorView& v, int eb, int ee) {
   return model::CopiedExpertBytes(v, eb, ee, quant::PackedPreferred(v.type));
 }
 
-// Keeps only the entries of `call` whose expert is in [eb, ee).
-void SubCall(const model::ExpertCall& call, int eb, int ee, model::ExpertCall* sub) {
-  sub->call_id = call.call_id;
-  sub->layer = call.layer;
-  sub->n_tokens = call.n_tokens;
-  sub->d = call.d;
-  sub->hidden = call.hidden;
+// `call` with only its entries whose expert is in [eb, ee) (kept in
+// *routing); the hidden state is the call's own.
+model::ExpertCallView SubCall(const model::ExpertCallView& call, int eb, int ee,
+                              model::ExpertCall* routing) {
   model::FilterRouting(call, 0, call.n_tokens, [&](int e) { return e >= eb && e < ee; },
-                       &sub->token_offsets, &sub->expert_ids, &sub->weights);
+                       &routing->token_offsets, &routing->expert_ids, &routing->weights);
+  model::ExpertCallView sub = call;
+  sub.token_offsets = routing->token_offsets;
+  sub.expert_ids = routing->expert_ids;
+  sub.weights = routing->weights;
+  return sub;
 }
 
 }  // namespace
@@ -188,7 +190,9 @@ absl::StatusOr<std::unique_ptr<ExpertShard>> ExpertShard::Load(const ShardOption
 
 ExpertShard::~ExpertShard() = default;
 
-absl::Status ExpertShard::Compute(const model::ExpertCall& call, model::ExpertResult* result) {
+absl::Status ExpertShard::ComputeInto(const model::ExpertCallView& call, float* partial,
+                                      uint64_t* worker_ns) {
+  if (worker_ns != nullptr) *worker_ns = 0;
   RETURN_IF_ERROR(transport::CheckCallTokens(call, description_.max_tokens));
   std::lock_guard<std::mutex> lock(mu_);
   if (call.layer < description_.layer_begin || call.layer >= description_.layer_end) {
@@ -196,17 +200,30 @@ absl::Status ExpertShard::Compute(const model::ExpertCall& call, model::ExpertRe
         "layer ", call.layer, " is not in this worker's shard (layers ",
         description_.layer_begin, "-", description_.layer_end - 1, ")"));
   }
-  if (parts_.size() == 1) return parts_[0]->experts->Compute(call, result);
+  if (parts_.size() == 1) return parts_[0]->experts->ComputeInto(call, partial, nullptr);
+  // The parts' split reads the routing before their stores validate it.
+  bool ok = call.n_tokens >= 0 &&
+            call.hidden.size() == static_cast<size_t>(call.n_tokens) * call.d &&
+            call.token_offsets.size() == static_cast<size_t>(call.n_tokens) + 1 &&
+            call.token_offsets[0] == 0 && call.expert_ids.size() == call.weights.size() &&
+            call.token_offsets.back() == call.expert_ids.size();
+  for (int t = 0; ok && t < call.n_tokens; ++t) {
+    ok = call.token_offsets[t] <= call.token_offsets[t + 1];
+  }
+  if (!ok) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "expert call ", call.call_id, ": malformed (sizes or token offsets)"));
+  }
   drivers_->RunOnAll([&](int i) {
     NodePart& p = *parts_[i];
-    SubCall(call, p.expert_begin, p.expert_end, &p.sub);
-    p.status = p.experts->Compute(p.sub, &p.result);
+    const model::ExpertCallView sub = SubCall(call, p.expert_begin, p.expert_end, &p.routing);
+    p.partial.resize(call.hidden.size());
+    p.status = p.experts->ComputeInto(sub, p.partial.data(), nullptr);
   });
-  result->call_id = call.call_id;
-  result->partial.assign(call.hidden.size(), 0.0f);
+  std::fill(partial, partial + call.hidden.size(), 0.0f);
   for (auto& p : parts_) {
     RETURN_IF_ERROR(p->status);
-    for (size_t i = 0; i < p->result.partial.size(); ++i) result->partial[i] += p->result.partial[i];
+    for (size_t i = 0; i < call.hidden.size(); ++i) partial[i] += p->partial[i];
   }
   return absl::OkStatus();
 }

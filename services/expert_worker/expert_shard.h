@@ -47,7 +47,8 @@ class ExpertShard final : public model::ExpertBackend {
   static absl::StatusOr<std::unique_ptr<ExpertShard>> Load(const ShardOptions& options);
   ~ExpertShard() override;
 
-  absl::Status Compute(const model::ExpertCall& call, model::ExpertResult* result) override;
+  absl::Status ComputeInto(const model::ExpertCallView& call, float* partial,
+                           uint64_t* worker_ns) override;
 
   const transport::WorkerDescription& description() const { return description_; }
   const ExpertArena& arena() const { return *arena_; }

@@ -174,7 +174,8 @@ ExpertCall RandomCall(int n_tokens, std::mt19937* rng) {
 class PreviousExperts final : public model::ExpertBackend {
  public:
   PreviousExperts(const ExpertStore& store, ThreadPool* pool) : store_(store), pool_(pool) {}
-  absl::Status Compute(const ExpertCall& call, ExpertResult* result) override {
+  absl::Status ComputeInto(const model::ExpertCallView& call, float* partial,
+                           uint64_t* worker_ns) override {
     const int64_t d = call.d, ff = store_.n_ff();
     std::vector<std::vector<int32_t>> by_expert(store_.n_expert());
     for (size_t k = 0; k < call.expert_ids.size(); ++k) by_expert[call.expert_ids[k]].push_back(static_cast<int32_t>(k));
@@ -195,10 +196,9 @@ class PreviousExperts final : public model::ExpertBackend {
       (void)quant::MatMul(store_.Down(call.layer, e), gate.data(), n, y.data(), pool_);
       for (int64_t r = 0; r < n; ++r) std::copy_n(y.data() + r * d, d, out.data() + entries[r] * d);
     }
-    result->call_id = call.call_id;
-    result->partial.assign(call.n_tokens * d, 0.0f);
+    std::fill(partial, partial + call.n_tokens * d, 0.0f);
     for (int32_t t = 0; t < call.n_tokens; ++t) {
-      float* dst = result->partial.data() + t * d;
+      float* dst = partial + t * d;
       for (uint32_t k = call.token_offsets[t]; k < call.token_offsets[t + 1]; ++k) {
         for (int64_t i = 0; i < d; ++i) dst[i] += out[k * d + i] * call.weights[k];
       }
@@ -219,12 +219,12 @@ class PreviousExperts final : public model::ExpertBackend {
 class ReadOnlyExperts final : public model::ExpertBackend {
  public:
   ReadOnlyExperts(const ExpertStore& store, ThreadPool* pool) : store_(store), pool_(pool) {}
-  absl::Status Compute(const ExpertCall& call, ExpertResult* result) override {
+  absl::Status ComputeInto(const model::ExpertCallView& call, float* partial,
+                           uint64_t* worker_ns) override {
     std::vector<int32_t> ids;
     for (int32_t e : call.expert_ids) ids.push_back(e - store_.expert_begin());
     model::ReadExpertWeights(store_.Layer(call.layer), ids, pool_);
-    result->call_id = call.call_id;
-    result->partial.assign(static_cast<size_t>(call.n_tokens) * call.d, 0.0f);
+    std::fill(partial, partial + static_cast<size_t>(call.n_tokens) * call.d, 0.0f);
     return absl::OkStatus();
   }
 

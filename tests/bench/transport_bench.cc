@@ -30,14 +30,13 @@ constexpr int kExperts = 8;
 class NoCompute : public model::ExpertBackend {
  public:
   explicit NoCompute(int compute_us = 0) : compute_us_(compute_us) {}
-  absl::Status Compute(const model::ExpertCall& call, model::ExpertResult* result) override {
+  absl::Status ComputeInto(const model::ExpertCallView& call, float* partial,
+                           uint64_t* worker_ns) override {
     if (compute_us_ > 0) {
       const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(compute_us_);
       while (std::chrono::steady_clock::now() < until) {
       }
     }
-    result->call_id = call.call_id;
-    result->partial.resize(static_cast<size_t>(call.n_tokens) * call.d);
     return absl::OkStatus();
   }
 

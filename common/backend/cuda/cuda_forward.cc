@@ -3,7 +3,6 @@
 #include <chrono>
 #include <climits>
 #include <cmath>
-#include <cstring>
 #include <functional>
 #include <future>
 
@@ -653,7 +652,6 @@ absl::Status CudaForward::MoeFfn(int il, int64_t n) {
   const float* h = static_cast<const float*>(ws.pin_h->data());
   const int32_t* ids = static_cast<const int32_t*>(ws.pin_ids->data());
   const float* wts = static_cast<const float*>(ws.pin_wts->data());
-  call.hidden.assign(h, h + n * d);
   call.expert_ids.assign(ids, ids + n * k);
   call.weights.assign(wts, wts + n * k);
   call.token_offsets.resize(n + 1);
@@ -666,20 +664,24 @@ absl::Status CudaForward::MoeFfn(int il, int64_t n) {
                                               call.weights[i]));
     }
   }
-  // When the layer streams experts, the host's share starts on another
-  // thread before the streamed copies are queued (from pageable memory,
-  // queueing them blocks this thread while the bytes are staged).
-  model::ExpertResult res;
+  // The host's share (call's routing once GpuExperts has taken the GPU's)
+  // computes from the pinned copy of h and answers into the pinned upload
+  // buffer: no copies on this side. When the layer streams experts, it
+  // starts on another thread before the streamed copies are queued (from
+  // pageable memory, queueing them blocks this thread while the bytes are
+  // staged).
+  float* part = static_cast<float*>(ws.pin_part->data());
   double host_call_s = 0;
-  std::future<absl::Status> host_done;  // declared after call and res: joined first
-  auto start_host = [&] {
-    host_done = std::async(std::launch::async, [this, &call, &res, &host_call_s] {
-      const auto t0 = SteadyClock::now();
-      absl::Status st = experts_->Compute(call, &res);
-      host_call_s = SecondsSince(t0);
-      return st;
-    });
+  auto host_call = [this, &call, h, n, d, part, &host_call_s]() -> absl::Status {
+    model::ExpertCallView v = call;
+    v.hidden = absl::MakeConstSpan(h, n * d);
+    const auto t0 = SteadyClock::now();
+    absl::Status st = experts_->ComputeInto(v, part, nullptr);
+    host_call_s = SecondsSince(t0);
+    return st;
   };
+  std::future<absl::Status> host_done;  // declared after call: joined first
+  auto start_host = [&] { host_done = std::async(std::launch::async, host_call); };
   RETURN_IF_ERROR(GpuExperts(il, &call, start_host));
   if (predict) {
     const int32_t* pred = static_cast<const int32_t*>(ws.pin_pred_ids->data());
@@ -688,23 +690,11 @@ absl::Status CudaForward::MoeFfn(int il, int64_t n) {
   stats_.expert_cache_misses += call.expert_ids.size();
   stats_.host_seconds += SecondsSince(t_host);
   if (call.expert_ids.empty()) return absl::OkStatus();  // every pair ran on the GPU
-  if (host_done.valid()) {
-    RETURN_IF_ERROR(host_done.get());
-  } else {
-    const auto t0 = SteadyClock::now();
-    RETURN_IF_ERROR(experts_->Compute(call, &res));
-    host_call_s = SecondsSince(t0);
-  }
+  RETURN_IF_ERROR(host_done.valid() ? host_done.get() : host_call());
   stats_.expert_seconds += host_call_s;
   stats_.expert_calls++;
   t_host = SteadyClock::now();
-  if (res.call_id != call.call_id || res.partial.size() != static_cast<size_t>(n * d)) {
-    return absl::InternalError(absl::StrCat("expert backend answered call ", call.call_id,
-                                            " with call ", res.call_id, " of ",
-                                            res.partial.size(), " values"));
-  }
-  std::memcpy(ws.pin_part->data(), res.partial.data(), n * d * sizeof(float));
-  RETURN_IF_CUDA_ERROR(raw::MemcpyAsync(ws.part, ws.pin_part->data(), n * d * sizeof(float), 0, s));
+  RETURN_IF_CUDA_ERROR(raw::MemcpyAsync(ws.part, part, n * d * sizeof(float), 0, s));
   RETURN_IF_CUDA_ERROR(raw::Add(ws.x, ws.part, n * d, s));
   stats_.host_seconds += SecondsSince(t_host);
   return absl::OkStatus();

@@ -892,11 +892,12 @@ TEST_F(CudaStreamedPrefillTest, MeasuredSwitchOverSetsTheThreshold) {
 class FlakyExperts : public model::ExpertBackend {
  public:
   explicit FlakyExperts(model::ExpertBackend* inner) : inner_(inner) {}
-  absl::Status Compute(const model::ExpertCall& call, model::ExpertResult* result) override {
+  absl::Status ComputeInto(const model::ExpertCallView& call, float* partial,
+                           uint64_t* worker_ns) override {
     if (call.layer == fail_layer || (fail_from_call >= 0 && calls++ >= fail_from_call)) {
       return absl::UnavailableError("worker gone");
     }
-    return inner_->Compute(call, result);
+    return inner_->ComputeInto(call, partial, worker_ns);
   }
   int fail_layer = -1;
   int fail_from_call = -1;

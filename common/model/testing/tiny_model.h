@@ -83,9 +83,10 @@ absl::StatusOr<TinyEngine> MakeTinyEngine(const TinyModelOptions& o, int threads
 class FlakyExperts : public ExpertBackend {
  public:
   explicit FlakyExperts(ExpertBackend* inner) : inner_(inner) {}
-  absl::Status Compute(const ExpertCall& call, ExpertResult* result) override {
+  absl::Status ComputeInto(const ExpertCallView& call, float* partial,
+                           uint64_t* worker_ns) override {
     if (call.layer == fail_layer) return absl::UnavailableError("worker gone");
-    return inner_->Compute(call, result);
+    return inner_->ComputeInto(call, partial, worker_ns);
   }
   int fail_layer = -1;
 
