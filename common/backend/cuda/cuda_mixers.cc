@@ -120,20 +120,26 @@ absl::Status CudaForward::Mla(int il, int64_t n, absl::Span<const Segment> segs)
   // The absorbed queries, n x heads x kd: [attn_k_b[h] . q_nope, q_pe].
   RETURN_IF_CUDA_ERROR(raw::CopyRows(ws.mla_q, dq, ws.mla_in, nope, n * heads, nope, s));
   RETURN_IF_CUDA_ERROR(raw::CopyRows(ws.mla_q + nope, dq, ws.q + lora, kd, n * heads, rot, s));
-  RETURN_IF_CUDA_ERROR(
-      raw::RoundActivations(L.wk_b.m.type, ws.mla_in, n * heads, nope, ws.mla_in, s));
-  raw::GroupedMatVecParams kb;
-  kb.w = L.wk_b.m;
-  kb.group_bytes = L.wk_b_head_bytes;
-  kb.n_groups = heads;
-  kb.x = ws.mla_in;
-  kb.x_tok = heads * nope;
-  kb.x_group = nope;
-  kb.y = ws.q;
-  kb.y_tok = heads * kd;
-  kb.y_group = kd;
-  kb.n_tok = n;
-  RETURN_IF_CUDA_ERROR(raw::GroupedMatVec(kb, s));
+  // Per head h: y[t][h] (at out_stride) = w[h] . x[t][h] (in_dim values),
+  // the rows rounded in place first to the weight's activation type.
+  auto per_head = [&](const internal::DeviceMatrixBuf& w, uint64_t head_bytes, float* x,
+                      int64_t in_dim, float* y, int64_t out_stride) -> absl::Status {
+    RETURN_IF_CUDA_ERROR(raw::RoundActivations(w.m.type, x, n * heads, in_dim, x, s));
+    raw::GroupedMatVecParams p;
+    p.w = w.m;
+    p.group_bytes = head_bytes;
+    p.n_groups = heads;
+    p.x = x;
+    p.x_tok = heads * in_dim;
+    p.x_group = in_dim;
+    p.y = y;
+    p.y_tok = heads * out_stride;
+    p.y_group = out_stride;
+    p.n_tok = n;
+    RETURN_IF_CUDA_ERROR(raw::GroupedMatVec(p, s));
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(per_head(L.wk_b, L.wk_b_head_bytes, ws.mla_in, nope, ws.q, kd));
   // Each sequence's tokens against its own paged cache: one K row per
   // position, V its first lora values.
   for (const Segment& sg : segs) {
@@ -161,19 +167,7 @@ absl::Status CudaForward::Mla(int il, int64_t n, absl::Span<const Segment> segs)
     RETURN_IF_CUDA_ERROR(raw::Attention(ap, s));
   }
   // The heads' values, n x heads x dv: attn_v_b[h] . latent result.
-  RETURN_IF_CUDA_ERROR(raw::RoundActivations(L.wv_b.m.type, ws.attn, n * heads, lora, ws.attn, s));
-  raw::GroupedMatVecParams vb;
-  vb.w = L.wv_b.m;
-  vb.group_bytes = L.wv_b_head_bytes;
-  vb.n_groups = heads;
-  vb.x = ws.attn;
-  vb.x_tok = heads * lora;
-  vb.x_group = lora;
-  vb.y = ws.mla_q;
-  vb.y_tok = heads * dv;
-  vb.y_group = dv;
-  vb.n_tok = n;
-  RETURN_IF_CUDA_ERROR(raw::GroupedMatVec(vb, s));
+  RETURN_IF_ERROR(per_head(L.wv_b, L.wv_b_head_bytes, ws.attn, lora, ws.mla_q, dv));
   RETURN_IF_CUDA_ERROR(raw::MatMul(L.wo.m, ws.mla_q, n, ws.o, g, s));
   RETURN_IF_CUDA_ERROR(raw::Add(ws.x, ws.o, n * d, s));
   return absl::OkStatus();
