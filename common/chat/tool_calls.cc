@@ -193,11 +193,31 @@ ToolCallFrameText ToolCallFrameFor(ToolCallFamily family, std::string_view name)
       return {std::string(kDsCallsBegin) + std::string(kDsCallBegin) + n + std::string(kDsSep),
               std::string(kDsCallEnd) + std::string(kDsCallsEnd)};
     case ToolCallFamily::kHarmony:
-      // After the generation prompt "<|start|>assistant".
-      return {" to=functions." + n + "<|channel|>commentary json<|message|>", "<|call|>"};
+      // After the generation prompt "<|start|>assistant", as gpt-oss writes
+      // a call (the template renders past ones recipient first).
+      return {"<|channel|>commentary to=functions." + n + " <|constrain|>json<|message|>", "<|call|>"};
     case ToolCallFamily::kNone: break;
   }
   return {};
+}
+
+std::vector<std::string_view> FrameTags(ToolCallFamily family) {
+  std::vector<std::string_view> tags = {"<think>", "</think>"};
+  switch (family) {
+    case ToolCallFamily::kHermes:
+    case ToolCallFamily::kQwen3Coder:
+      tags.insert(tags.end(), {kHermesOpen, kHermesClose});
+      break;
+    case ToolCallFamily::kDeepSeekV31:
+      tags.insert(tags.end(), {kDsCallsBegin, kDsCallsEnd, kDsCallBegin, kDsCallEnd, kDsSep});
+      break;
+    case ToolCallFamily::kHarmony:
+      tags.insert(tags.end(), {"<|start|>", "<|channel|>", "<|constrain|>", "<|message|>",
+                               "<|end|>", "<|call|>"});
+      break;
+    case ToolCallFamily::kNone: break;
+  }
+  return tags;
 }
 
 std::string NewToolCallId() {

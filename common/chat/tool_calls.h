@@ -75,6 +75,11 @@ struct ToolCallFrameText {
 // kNone: both empty.
 ToolCallFrameText ToolCallFrameFor(ToolCallFamily family, std::string_view name);
 
+// The tags of the family's frames, and "<think>" / "</think>", that its
+// models' vocabularies hold as one (special) token each, so that a grammar
+// forcing a frame writes them as those tokens (grammar::GrammarBuilder::Tag).
+std::vector<std::string_view> FrameTags(ToolCallFamily family);
+
 struct ToolCallConfig {
   ToolCallFamily family = ToolCallFamily::kNone;
   // The OpenAI `tools` array of the request (validated: each element has

@@ -47,6 +47,44 @@ Sequence GrammarBuilder::Literal(std::string_view text) {
   return s;
 }
 
+std::string TokenBytes(std::string_view text) {
+  std::string bytes(1, static_cast<char>(kTokenMark));
+  bytes.append(text);
+  bytes.push_back(static_cast<char>(kTokenMark));
+  return bytes;
+}
+
+Item GrammarBuilder::Tag(std::string_view text) {
+  auto it = tags_.find(text);
+  if (it == tags_.end()) {
+    const uint32_t r = Rule("tag " + std::string(text), {Literal(TokenBytes(text)), Literal(text)});
+    it = tags_.emplace(std::string(text), r).first;
+  }
+  return Item::Ref(it->second);
+}
+
+Sequence GrammarBuilder::TextWithTags(std::string_view text,
+                                      const std::vector<std::string_view>& tags) {
+  Sequence out;
+  size_t plain = 0;  // start of the literal run
+  for (size_t i = 0; i < text.size();) {
+    std::string_view tag;
+    for (std::string_view t : tags) {
+      if (!t.empty() && text.substr(i, t.size()) == t && t.size() > tag.size()) tag = t;
+    }
+    if (tag.empty()) {
+      ++i;
+      continue;
+    }
+    Append(out, Literal(text.substr(plain, i - plain)));
+    out.push_back(Tag(tag));
+    i += tag.size();
+    plain = i;
+  }
+  Append(out, Literal(text.substr(plain)));
+  return out;
+}
+
 uint32_t GrammarBuilder::Repeat(std::string name, const Sequence& item, int min, int max) {
   GRAMMAR_CHECK(min >= 0, "negative repeat count");
   GRAMMAR_CHECK(max < 0 || min <= max, "repeat min above max");

@@ -11,6 +11,15 @@
 //   alternative, another follows), kEnd (end of the rule's last alternative).
 // rule_start(r) is the index of rule r's first alternative.
 //
+// Special tokens. A vocabulary's control and user-defined tokens (harmony's
+// "<|channel|>", DeepSeek's "<｜tool▁sep｜>", "<tool_call>") are one token
+// each, not the bytes of their text. The grammar names such a token by
+// TokenBytes(text): kTokenMark, the text, kTokenMark. kTokenMark (0xFF)
+// never occurs in UTF-8, so no text a grammar accepts can spell it, and
+// VocabIndex (token_constraint.h) files each special token under exactly
+// those bytes. GrammarBuilder::Tag(text) matches the token or, for a
+// vocabulary that lacks it, its text.
+//
 // Build() refuses (InvalidArgument) a rule referenced but never defined, a
 // grammar of more than kMaxGrammarElements elements, and left recursion (a
 // rule that can reach itself again without consuming a byte), which no
@@ -22,6 +31,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -43,6 +53,12 @@ namespace moesplit::grammar {
 
 // The largest grammar Build() accepts (elements, 40 bytes each).
 inline constexpr size_t kMaxGrammarElements = size_t{1} << 20;
+
+inline constexpr uint8_t kTokenMark = 0xFF;
+
+// The bytes by which a grammar names the special token whose text is
+// `text` (see the file comment).
+std::string TokenBytes(std::string_view text);
 
 struct ByteSet {
   uint64_t bits[4] = {0, 0, 0, 0};
@@ -106,6 +122,13 @@ class GrammarBuilder {
 
   // The bytes of `text`, one item each.
   static Sequence Literal(std::string_view text);
+  // A reference to a rule matching the special token `text` or the bytes
+  // of `text` (one rule per text, made on first use).
+  Item Tag(std::string_view text);
+  // `text` as a sequence in which each occurrence of one of `tags` is
+  // Tag(tag) and the rest is Literal.
+  Sequence TextWithTags(std::string_view text, const std::vector<std::string_view>& tags);
+
   // A rule matching `item` repeated min..max times (max < 0: unbounded).
   // REQUIRES: 0 <= min, max < 0 or min <= max.
   uint32_t Repeat(std::string name, const Sequence& item, int min, int max);
@@ -124,6 +147,7 @@ class GrammarBuilder {
   std::vector<std::string> names_;
   std::vector<std::vector<Sequence>> rules_;
   std::vector<bool> defined_;
+  std::map<std::string, uint32_t, std::less<>> tags_;
   size_t size_ = 0;
 };
 

@@ -292,7 +292,7 @@ TEST(TokenConstraintTest, MaskOnTheQwen2VocabularyMatchesTokenByTokenChecks) {
     for (int32_t id = 0; id < tok.n_vocab(); ++id) {
       const bool expect = tok.IsEndOfGeneration(id)
                               ? c.complete()
-                              : (*vocab)->usable(id) && c.CanAccept(tok.Piece(id));
+                              : (*vocab)->usable(id) && c.CanAccept((*vocab)->piece(id));
       ASSERT_EQ(allowed(id), expect) << "step " << step << " token " << id << " '"
                                      << tok.Piece(id) << "'";
       n_allowed += expect;
@@ -307,6 +307,67 @@ TEST(TokenConstraintTest, MaskOnTheQwen2VocabularyMatchesTokenByTokenChecks) {
   }
   EXPECT_TRUE(c.finished());
   EXPECT_TRUE(c.Accept(eog).ok());
+}
+
+// A grammar's Tag allows the vocabulary's special token of that text (and
+// the text spelled out); nothing else allows a special token, however its
+// text fits, and no normal token can spell a token's mark.
+TEST(TokenConstraintTest, TagsAllowTheSpecialTokenAndTheTextOnly) {
+  auto spec = MakeTestVocab(400, TestVocabStyle::kHarmony);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  spec->tokens.push_back("<tool_call>");
+  if (!spec->types.empty()) spec->types.push_back(TokenType::kUserDefined);
+  auto tok = Tokenizer::FromSpec(*spec);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  const Tokenizer& t = **tok;
+  auto vocab = VocabIndex::FromTokenizer(t);
+  ASSERT_TRUE(vocab.ok()) << vocab.status();
+  const int32_t channel = t.FindToken("<|channel|>"), message = t.FindToken("<|message|>");
+  const int32_t call = t.FindToken("<|call|>"), tool_call = t.FindToken("<tool_call>");
+  const int32_t lt = t.FindToken("<");
+  ASSERT_TRUE(channel >= 0 && message >= 0 && call >= 0 && tool_call >= 0 && lt >= 0);
+  ASSERT_TRUE(t.IsEndOfGeneration(call));
+  EXPECT_EQ((*vocab)->piece(channel), grammar::TokenBytes("<|channel|>"));
+  EXPECT_EQ((*vocab)->piece(tool_call), grammar::TokenBytes("<tool_call>"));
+  for (int32_t id = 0; id < t.n_vocab(); ++id) {
+    if (t.Piece(id).find('\xFF') != std::string::npos) EXPECT_FALSE((*vocab)->usable(id)) << id;
+  }
+
+  grammar::GrammarBuilder b;
+  const std::vector<std::string_view> tags = {"<|channel|>", "<tool_call>"};
+  const uint32_t root = b.Rule("root", {b.TextWithTags("<|channel|>x<tool_call>", tags)});
+  auto g = b.Build(root);
+  ASSERT_TRUE(g.ok()) << g.status();
+  TokenConstraint c(*g, *vocab);
+  auto allowed = [&](int32_t id) { return (c.AllowedTokens()[id >> 6] >> (id & 63)) & 1; };
+  EXPECT_TRUE(allowed(channel));
+  EXPECT_TRUE(allowed(lt));  // spelled out
+  EXPECT_FALSE(allowed(message));
+  EXPECT_FALSE(allowed(tool_call));
+  EXPECT_FALSE(allowed(call));
+  ASSERT_TRUE(c.Accept(channel).ok());
+  EXPECT_FALSE(c.Accept(channel).ok());
+  ASSERT_TRUE(c.AcceptBytes("x").ok());
+  EXPECT_TRUE(allowed(tool_call));
+  ASSERT_TRUE(c.Accept(tool_call).ok());
+  EXPECT_TRUE(c.complete());
+  EXPECT_TRUE(allowed(call));
+  // The same sentence spelled out, token by token of the plain text.
+  TokenConstraint spelled(*g, *vocab);
+  auto ids = t.Encode("<|channel|>x<tool_call>", /*parse_special=*/false, /*add_special=*/false);
+  ASSERT_TRUE(ids.ok());
+  for (int32_t id : *ids) ASSERT_TRUE(spelled.Accept(id).ok()) << t.Piece(id);
+  EXPECT_TRUE(spelled.complete());
+
+  // Inside a JSON string, whose text "<|channel|>" would fit, no special
+  // token is allowed.
+  auto str = Schema(R"({"type":"string"})");
+  ASSERT_TRUE(str.ok());
+  TokenConstraint in_string(*str, *vocab);
+  ASSERT_TRUE(in_string.AcceptBytes("\"").ok());
+  const auto mask = in_string.AllowedTokens();
+  for (int32_t id : {channel, message, tool_call}) EXPECT_FALSE((mask[id >> 6] >> (id & 63)) & 1) << id;
+  EXPECT_TRUE((mask[lt >> 6] >> (lt & 63)) & 1);
 }
 
 TEST(TokenConstraintTest, StringContentMaskIsCachedPerState) {

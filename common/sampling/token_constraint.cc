@@ -84,8 +84,15 @@ absl::StatusOr<std::shared_ptr<const VocabIndex>> VocabIndex::FromTokenizer(
   for (int32_t id = 0; id < tok.n_vocab(); ++id) {
     pieces[id] = tok.Piece(id);
     const TokenType t = tok.type(id);
-    usable[id] = (t == TokenType::kNormal || t == TokenType::kByte) && !tok.IsControl(id) &&
-                 !tok.IsEndOfGeneration(id);
+    if (tok.IsEndOfGeneration(id) || pieces[id].empty()) continue;
+    if ((t == TokenType::kNormal || t == TokenType::kByte) && !tok.IsControl(id)) {
+      // A byte no UTF-8 text holds (the byte-level token for 0xFF) could
+      // spell a special token's mark.
+      usable[id] = pieces[id].find(static_cast<char>(grammar::kTokenMark)) == std::string::npos;
+    } else if (t == TokenType::kControl || t == TokenType::kUserDefined) {
+      pieces[id] = grammar::TokenBytes(pieces[id]);
+      usable[id] = true;
+    }
   }
   return Create(pieces, usable, tok.EndOfGenerationIds());
 }

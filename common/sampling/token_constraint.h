@@ -7,9 +7,11 @@
 // in depth-first preorder (per node: its byte, its depth, where its subtree
 // ends, the tokens that end there), plus the end-of-generation ids. Tokens
 // left out (never allowed while constrained): those marked not `usable`
-// (the caller passes control, user-defined, unknown and unused tokens) and
-// tokens with no bytes. EOG ids are allowed exactly when the grammar is
-// complete.
+// and tokens with no bytes. EOG ids are allowed exactly when the grammar is
+// complete. From a tokenizer, control and user-defined tokens that do not
+// end generation are filed under grammar::TokenBytes(their text), so that
+// a grammar's Tag allows them and nothing else does; unknown and unused
+// tokens, and normal tokens holding byte 0xFF, are left out.
 //
 // TokenConstraint (one per sequence): a pushdown matcher in llama.cpp's
 // style -- the state is a set of stacks of grammar positions, each stack's
@@ -56,8 +58,8 @@ class VocabIndex {
   static absl::StatusOr<std::shared_ptr<const VocabIndex>> Create(
       const std::vector<std::string>& pieces, const std::vector<bool>& usable,
       const std::vector<int32_t>& eog);
-  // The tokenizer's vocabulary: pieces as Decode renders them; usable are
-  // the normal and byte tokens that are not control/EOG tokens. `n_vocab`
+  // The tokenizer's vocabulary: pieces as Decode renders them (special
+  // tokens as TokenBytes; see the file comment). `n_vocab`
   // (the model's logits, >= the tokenizer's; -1 = the tokenizer's) pads the
   // ids past the tokenizer's as never allowed.
   static absl::StatusOr<std::shared_ptr<const VocabIndex>> FromTokenizer(const Tokenizer& tok,

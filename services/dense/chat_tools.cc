@@ -352,6 +352,15 @@ absl::StatusOr<Sequence> Qwen3CoderCall(GrammarBuilder& b, const std::string& na
   return call;
 }
 
+absl::StatusOr<std::shared_ptr<const grammar::Grammar>> BuildToolGrammar(GrammarBuilder& b,
+                                                                         const Sequence& root) {
+  absl::StatusOr<std::shared_ptr<const grammar::Grammar>> g = b.Build(b.Rule("root", {root}));
+  if (!g.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("tools: cannot enforce tool_choice: ", g.status().message()));
+  }
+  return g;
+}
+
 absl::StatusOr<std::shared_ptr<const grammar::Grammar>> Qwen3CoderConstraint(const ToolRequest& tools,
                                                                              const std::string& before) {
   GrammarBuilder b;
@@ -369,56 +378,70 @@ absl::StatusOr<std::shared_ptr<const grammar::Grammar>> Qwen3CoderConstraint(con
     }
     calls.push_back(*std::move(call));
   }
-  Sequence root = GrammarBuilder::Literal(before + "<tool_call>\n");
+  const std::vector<std::string_view> tags = chat::FrameTags(chat::ToolCallFamily::kQwen3Coder);
+  Sequence root = b.TextWithTags(before + "<tool_call>\n", tags);
   root.push_back(Item::Ref(b.Rule("call", std::move(calls))));
-  GrammarBuilder::Append(root, GrammarBuilder::Literal("</tool_call>"));
-  absl::StatusOr<std::shared_ptr<const grammar::Grammar>> g = b.Build(b.Rule("root", {root}));
-  if (!g.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("tools: cannot enforce tool_choice: ", g.status().message()));
+  GrammarBuilder::Append(root, b.TextWithTags("</tool_call>", tags));
+  return BuildToolGrammar(b, root);
+}
+
+// The families whose arguments are one JSON value (Hermes, DeepSeek-V3.1,
+// harmony): per function, its frame's prefix, the arguments valid under
+// its parameters (none: an empty object, OpenAI's rule), the frame's
+// suffix. Harmony's suffix <|call|> ends generation, so it is left to the
+// end-of-generation tokens a complete grammar allows; before its call the
+// model may write one analysis message (its reasoning), as gpt-oss does.
+absl::StatusOr<std::shared_ptr<const grammar::Grammar>> JsonCallConstraint(
+    const ToolRequest& tools, chat::ToolCallFamily family, const std::string& before) {
+  GrammarBuilder b;
+  const std::vector<std::string_view> tags = chat::FrameTags(family);
+  const bool harmony = family == chat::ToolCallFamily::kHarmony;
+  std::vector<Sequence> calls;
+  for (const auto& t : tools.tools) {
+    const std::string name = t["function"]["name"].get<std::string>();
+    if (tools.choice == ToolChoice::kNamed && name != tools.named) continue;
+    Json params = t["function"].value("parameters", Json());
+    if (params.is_null()) params = {{"type", "object"}};
+    JsonSchemaRules json(&b, params);
+    absl::StatusOr<uint32_t> args = json.Value(params, "#");
+    if (!args.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("tools: the parameters of '", name,
+                                                     "' cannot be enforced for tool_choice: ",
+                                                     args.status().message()));
+    }
+    const chat::ToolCallFrameText frame = chat::ToolCallFrameFor(family, name);
+    Sequence call = b.TextWithTags(frame.prefix, tags);
+    call.push_back(Item::Ref(*args));
+    if (!harmony) GrammarBuilder::Append(call, b.TextWithTags(frame.suffix, tags));
+    calls.push_back(std::move(call));
   }
-  return g;
+  Sequence root = b.TextWithTags(before, tags);
+  if (harmony) {
+    Sequence analysis = b.TextWithTags("<|channel|>analysis<|message|>", tags);
+    analysis.push_back(Item::Ref(TextWithout(b, "<|end|>")));
+    GrammarBuilder::Append(analysis, b.TextWithTags("<|end|><|start|>assistant", tags));
+    root.push_back(Item::Ref(b.Rule("analysis", {{}, std::move(analysis)})));
+  }
+  root.push_back(Item::Ref(b.Rule("call", std::move(calls))));
+  return BuildToolGrammar(b, root);
 }
 
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<const grammar::Grammar>> ToolChoiceConstraint(
     const ToolRequest& tools, chat::ToolCallFamily family, bool reasoning_open) {
-  if (!tools.offered() || (tools.choice != ToolChoice::kRequired && tools.choice != ToolChoice::kNamed)) {
+  if (!tools.offered() || (tools.choice != ToolChoice::kRequired && tools.choice != ToolChoice::kNamed) ||
+      family == chat::ToolCallFamily::kNone) {
     return nullptr;
   }
-  const std::string before = reasoning_open ? chat::ReasoningTags().close + "\n\n" : "";
+  // DeepSeek's templates write the call right after </think>.
+  std::string before;
+  if (reasoning_open) {
+    before = chat::ReasoningTags().close;
+    if (family != chat::ToolCallFamily::kDeepSeekV31) before += "\n\n";
+  }
   if (family == chat::ToolCallFamily::kQwen3Coder) return Qwen3CoderConstraint(tools, before);
-  if (family != chat::ToolCallFamily::kHermes) return nullptr;
-  // The frame around the call object {"name": N, "arguments": A}.
-  const chat::ToolCallFrameText frame = chat::ToolCallFrameFor(family, "");
-  const std::string open = frame.prefix.substr(0, frame.prefix.find('{'));
-  const std::string close = frame.suffix.substr(frame.suffix.find('}') + 1);
-  nlohmann::ordered_json any = nlohmann::ordered_json::array();
-  for (const auto& t : tools.tools) {
-    const std::string name = t["function"]["name"].get<std::string>();
-    if (tools.choice == ToolChoice::kNamed && name != tools.named) continue;
-    nlohmann::ordered_json params = t["function"].value("parameters", nlohmann::ordered_json());
-    // No parameters: an empty argument list (OpenAI's rule).
-    if (params.is_null()) params = {{"type", "object"}};
-    nlohmann::ordered_json call = {
-        {"type", "object"},
-        {"properties", {{"name", {{"const", name}}}, {"arguments", params}}},
-        {"required", nlohmann::ordered_json::array({"name", "arguments"})},
-        {"additionalProperties", false}};
-    any.push_back(std::move(call));
-  }
-  ConstraintSpec spec;
-  spec.kind = ConstraintSpec::Kind::kJsonSchema;
-  spec.prefix = before + open;
-  spec.schema = any.size() == 1 ? any[0] : nlohmann::ordered_json{{"anyOf", any}};
-  spec.suffix = close;
-  absl::StatusOr<std::shared_ptr<const grammar::Grammar>> g = CompileConstraint(spec);
-  if (!g.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tools: a function's parameters cannot be enforced for tool_choice: ",
-        g.status().message()));
-  }
-  return g;
+  return JsonCallConstraint(tools, family, before);
 }
 
 }  // namespace moesplit::dense

@@ -15,13 +15,10 @@
 //   parallel_tool_calls  bool (default true); false: at most one call returned
 // tool_choice "none" (as llama.cpp): the tools are not given to the template
 // and the output is not parsed for calls. "required" / named: the tools are
-// offered and, for the Hermes family (Qwen2.5, Qwen3 and Hermes-style
-// templates: JSON calls) and the Qwen3-Coder family (Qwen3-Coder, Qwen3.5:
-// XML parameters), constrained decoding forces one call whose arguments
-// match the function's parameters (ToolChoiceConstraint); for harmony's and
-// DeepSeek's frames (special tokens, which the byte grammar does not write)
-// the output is parsed as for "auto" (named: only calls of that function
-// count) and an answer without a call stays content.
+// offered and constrained decoding forces one call, in the template
+// family's frame, whose arguments match the function's parameters
+// (ToolChoiceConstraint); the output is parsed as for "auto" (named: only
+// calls of that function count).
 //
 // Thread-safety: ParseToolRequest is; a ChatOutputStream is not.
 #pragma once
@@ -54,9 +51,15 @@ struct ToolRequest {
 };
 
 // The constraint that makes the model write a call (tool_choice required or
-// named) in `family`'s frame, of N (any of the tools for "required"):
-//   Hermes:      "<tool_call>\n" + {"name": N, "arguments": A} + "\n</tool_call>",
-//                A valid under N's parameters;
+// named) in `family`'s frame, of N (any of the tools for "required"), A
+// being JSON valid under N's parameters (an empty object when it has none):
+//   Hermes:      "<tool_call>\n{\"name\": \"N\", \"arguments\": " A "}\n</tool_call>";
+//   DeepSeek-V3.1: "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>N<｜tool▁sep｜>" A
+//                "<｜tool▁call▁end｜><｜tool▁calls▁end｜>";
+//   harmony:     optionally one analysis message (the reasoning:
+//                "<|channel|>analysis<|message|>" text "<|end|><|start|>assistant"),
+//                then "<|channel|>commentary to=functions.N <|constrain|>json<|message|>" A,
+//                and end of generation (<|call|>);
 //   Qwen3-Coder: "<tool_call>\n<function=N>\n", then per property of N's
 //                parameters (in the order written; the required ones always,
 //                the others optional) "<parameter=K>\nV\n</parameter>\n" with
@@ -64,15 +67,17 @@ struct ToolRequest {
 //                enum / const values if it has them; never containing
 //                "</parameter>") or JSON valid under the property's schema,
 //                then "</function>\n</tool_call>".
-// Null when nothing is forced (auto, none, or a family the grammar cannot
-// frame; see above). InvalidArgument naming the problem when a function's
+// The frames' tags (chat::FrameTags) are written as the vocabulary's special
+// tokens where it has them (grammar::GrammarBuilder::Tag).
+// Null when nothing is forced (auto, none, or no tool-call family).
+// InvalidArgument naming the problem when a function's
 // parameters use a keyword the grammar cannot enforce (for Qwen3-Coder also
 // minLength / maxLength on a raw-text string, and property names that
 // cannot be a tag).
 // reasoning_open: the prompt ends inside a reasoning block
 // (chat::PromptOpensReasoning, Qwen3.5's generation prompt); the forced
-// output then closes it first ("</think>\n\n"), so that the call is not
-// read as reasoning.
+// output then closes it first ("</think>\n\n"; DeepSeek: "</think>"), so
+// that the call is not read as reasoning.
 absl::StatusOr<std::shared_ptr<const grammar::Grammar>> ToolChoiceConstraint(
     const ToolRequest& tools, chat::ToolCallFamily family, bool reasoning_open = false);
 

@@ -304,18 +304,79 @@ TEST(ToolChoiceConstraintTest, HermesCallsAreForcedAndParseBack) {
   ASSERT_EQ(back.tool_calls.size(), 1u) << back.content;
   EXPECT_EQ(back.tool_calls[0].name, "get_weather");
   EXPECT_EQ(Json::parse(back.tool_calls[0].arguments), Json::parse(R"({"city": "Paris"})"));
-  // Nothing is forced for auto / none, nor in families the byte grammar
-  // cannot frame (special-token frames; their calls are parsed as for auto).
+  // Nothing is forced for auto / none, nor without a tool-call family.
   for (const ToolRequest& r : {Request(), Request("none")}) {
     auto g = ToolChoiceConstraint(r, chat::ToolCallFamily::kHermes);
     ASSERT_TRUE(g.ok());
     EXPECT_EQ(*g, nullptr);
   }
-  for (chat::ToolCallFamily f : {chat::ToolCallFamily::kHarmony, chat::ToolCallFamily::kDeepSeekV31}) {
-    auto g = ToolChoiceConstraint(Request("required"), f);
-    ASSERT_TRUE(g.ok());
-    EXPECT_EQ(*g, nullptr);
-  }
+  auto none = ToolChoiceConstraint(Request("required"), chat::ToolCallFamily::kNone);
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(*none, nullptr);
+  // The frame's tags may also be the special tokens (TokenBytes).
+  const std::string as_tokens = grammar::TokenBytes("<tool_call>") +
+                                "\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n" +
+                                grammar::TokenBytes("</tool_call>");
+  EXPECT_TRUE(ConstraintAccepts(*named, as_tokens));
+}
+
+// DeepSeek-V3.1 and gpt-oss (harmony), whose frames are special tokens: the
+// grammar writes them as the tokens or as their text, DeepSeek's right
+// after the think block its generation prompt opened, gpt-oss's after an
+// optional analysis message; what it takes parses back as the call.
+TEST(ToolChoiceConstraintTest, DeepSeekAndHarmonyCallsAreForcedAndParseBack) {
+  using grammar::TokenBytes;
+  const ToolRequest named =
+      Request(Json::parse(R"({"type":"function","function":{"name":"get_weather"}})"));
+  const std::string args = R"({"city": "Oslo"})";
+
+  auto ds = ToolChoiceConstraint(named, chat::ToolCallFamily::kDeepSeekV31, /*reasoning_open=*/true);
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  ASSERT_NE(*ds, nullptr);
+  const std::string ds_text = "</think><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>" +
+                              args + "<｜tool▁call▁end｜><｜tool▁calls▁end｜>";
+  EXPECT_TRUE(ConstraintAccepts(*ds, ds_text));
+  EXPECT_TRUE(ConstraintAccepts(*ds, TokenBytes("</think>") + TokenBytes("<｜tool▁calls▁begin｜>") +
+                                         TokenBytes("<｜tool▁call▁begin｜>") + "get_weather" +
+                                         TokenBytes("<｜tool▁sep｜>") + args +
+                                         TokenBytes("<｜tool▁call▁end｜>") + TokenBytes("<｜tool▁calls▁end｜>")));
+  EXPECT_FALSE(ConstraintAccepts(*ds, ds_text.substr(std::string("</think>").size())));
+  EXPECT_FALSE(ConstraintAccepts(*ds, "</think>The weather is fine."));
+  EXPECT_FALSE(ConstraintAccepts(*ds, "</think><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>"
+                                      "{\"city\": 3}<｜tool▁call▁end｜><｜tool▁calls▁end｜>"));
+  const ChatDelta ds_back = SplitChatOutput(ds_text, chat::OutputFormat::kThink, true,
+                                            chat::ToolCallFamily::kDeepSeekV31, named);
+  ASSERT_EQ(ds_back.tool_calls.size(), 1u) << ds_back.content;
+  EXPECT_EQ(ds_back.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(Json::parse(ds_back.tool_calls[0].arguments), Json::parse(args));
+  EXPECT_EQ(ds_back.content, "");
+  EXPECT_EQ(ds_back.reasoning_content, "");
+
+  auto h = ToolChoiceConstraint(Request("required"), chat::ToolCallFamily::kHarmony);
+  ASSERT_TRUE(h.ok()) << h.status();
+  ASSERT_NE(*h, nullptr);
+  const std::string call = "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>" + args;
+  const std::string reasoned = "<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant" + call;
+  EXPECT_TRUE(ConstraintAccepts(*h, call));
+  EXPECT_TRUE(ConstraintAccepts(*h, reasoned));
+  EXPECT_TRUE(ConstraintAccepts(*h, TokenBytes("<|channel|>") + "analysis" + TokenBytes("<|message|>") +
+                                        "Need the weather." + TokenBytes("<|end|>") + TokenBytes("<|start|>") +
+                                        "assistant" + TokenBytes("<|channel|>") +
+                                        "commentary to=functions.search_docs " + TokenBytes("<|constrain|>") +
+                                        "json" + TokenBytes("<|message|>") + "{}"));
+  EXPECT_FALSE(ConstraintAccepts(*h, "<|channel|>final<|message|>Fine."));
+  EXPECT_FALSE(ConstraintAccepts(*h, "<|channel|>analysis<|message|>a<|end|><|start|>assistant"
+                                     "<|channel|>final<|message|>Fine."));
+  EXPECT_FALSE(ConstraintAccepts(*h, "<|channel|>commentary to=functions.other <|constrain|>json<|message|>{}"));
+  // <|call|> ends generation, so the call's frame stops at the arguments.
+  EXPECT_FALSE(ConstraintAccepts(*h, call + "<|call|>"));
+  const ChatDelta h_back = SplitChatOutput(reasoned, chat::OutputFormat::kHarmony, false,
+                                           chat::ToolCallFamily::kHarmony, Request("required"));
+  ASSERT_EQ(h_back.tool_calls.size(), 1u) << h_back.content;
+  EXPECT_EQ(h_back.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(Json::parse(h_back.tool_calls[0].arguments), Json::parse(args));
+  EXPECT_EQ(h_back.reasoning_content, "Need the weather.");
+  EXPECT_EQ(h_back.content, "");
 }
 
 // The same on a Qwen3-Coder (Qwen3.5) template: XML parameters, raw text for

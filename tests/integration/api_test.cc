@@ -884,11 +884,64 @@ TEST(HarmonyTest, AToolCallComesBackAsToolCalls) {
   std::filesystem::remove(model);
 }
 
+// tool_choice required on gpt-oss (the hand-set model, fitted to reason and
+// then answer without a call): the analysis message stays the reasoning, and
+// where the model would open its final answer the grammar writes a
+// commentary message to a function, as the vocabulary's harmony tokens, with
+// arguments valid under its parameters. With tool_choice auto the same model
+// answers as scripted.
+TEST(HarmonyTest, RequiredToolChoiceForcesACallAfterTheAnalysis) {
+  const std::string model = ScriptedHarmonyModel(
+      "<|channel|>analysis<|message|>Think first.<|end|><|start|>assistant<|channel|>final"
+      "<|message|>Hello there!<|return|>");
+  Server s(2, 2, {}, model);
+  const std::string body =
+      R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":200,"temperature":0,)"
+      R"("tools":[{"type":"function","function":{"name":"get_weather","parameters":)"
+      R"({"type":"object","properties":{"city":{"enum":["Paris","Oslo"]}},"required":["city"]}}}])";
+  auto a = s.Http().Post("/v1/chat/completions", body + "}", "application/json");
+  ASSERT_TRUE(a);
+  ASSERT_EQ(a->status, 200) << a->body;
+  const Json free = Json::parse(a->body)["choices"][0];
+  EXPECT_EQ(free["message"]["content"], "Hello there!") << a->body;
+  EXPECT_EQ(free["finish_reason"], "stop") << a->body;
+  for (const bool stream : {false, true}) {
+    SCOPED_TRACE(stream);
+    const std::string forced = body + R"(,"tool_choice":"required")" + (stream ? R"(,"stream":true})" : "}");
+    if (!stream) {
+      auto r = s.Http().Post("/v1/chat/completions", forced, "application/json");
+      ASSERT_TRUE(r);
+      ASSERT_EQ(r->status, 200) << r->body;
+      const Json choice = Json::parse(r->body)["choices"][0];
+      EXPECT_EQ(choice["message"]["reasoning_content"], "Think first.") << r->body;
+      EXPECT_TRUE(choice["message"]["content"].is_null()) << r->body;
+      EXPECT_EQ(choice["finish_reason"], "tool_calls") << r->body;
+      ASSERT_EQ(choice["message"]["tool_calls"].size(), 1u) << r->body;
+      const Json call = choice["message"]["tool_calls"][0]["function"];
+      EXPECT_EQ(call["name"], "get_weather");
+      const Json args = Json::parse(call["arguments"].get<std::string>());
+      EXPECT_TRUE(args == Json::parse(R"({"city":"Paris"})") || args == Json::parse(R"({"city":"Oslo"})"))
+          << args;
+    } else {
+      int status = 0;
+      const std::string sse = PostSse(s, "/v1/chat/completions", forced, &status);
+      ASSERT_EQ(status, 200) << sse;
+      EXPECT_NE(sse.find("\"tool_calls\""), std::string::npos) << sse;
+      EXPECT_NE(sse.find("\"finish_reason\":\"tool_calls\""), std::string::npos) << sse;
+      EXPECT_EQ(sse.find("Hello there"), std::string::npos) << sse;
+    }
+  }
+  std::filesystem::remove(model);
+}
+
 // tool_choice named / required with a random-weight model, on a
-// Hermes-family template (Qwen3's: JSON arguments) and a Qwen3-Coder-family
+// Hermes-family template (Qwen3's: JSON arguments), a Qwen3-Coder-family
 // one (Qwen3.5's: XML parameters, after the think block its generation
-// prompt opens): constrained decoding makes it call the function with
-// arguments that match the schema, on HTTP (streamed and not) and gRPC.
+// prompt opens) and DeepSeek-V3.1's (special-token frames, which this
+// vocabulary lacks, so they are spelled out): constrained decoding makes it
+// call the function with arguments that match the schema, on HTTP
+// (streamed and not) and gRPC. gpt-oss's is HarmonyTest's below (harmony
+// needs a vocabulary with its tokens).
 struct ToolChoiceCase {
   const char* label;
   const char* template_file;
@@ -902,9 +955,10 @@ TEST_P(ToolChoiceTest, RequiredAndNamedForceAValidCall) {
   if (!std::filesystem::exists(tmpl)) GTEST_SKIP() << tmpl << " not present";
   Server s(2, 2, {"--chat-template-file", tmpl});
   const std::string tools = absl::StrCat(
-      R"([{"type":"function","function":{"name":"get_weather","parameters":{"type":"object",)",
-      R"("properties":{"city":)", GetParam().city, R"(,"days":{"type":"integer"}},)",
-      R"("required":["city","days"]}}},{"type":"function","function":{"name":"search"}}])");
+      R"([{"type":"function","function":{"name":"get_weather","description":"Forecast",)",
+      R"("parameters":{"type":"object","properties":{"city":)", GetParam().city,
+      R"(,"days":{"type":"integer"}},"required":["city","days"]}}},)",
+      R"({"type":"function","function":{"name":"search","description":"Search the web"}}])");
   for (const std::string choice :
        std::vector<std::string>{R"({"type":"function","function":{"name":"get_weather"}})",
                                 R"("required")"}) {
@@ -924,6 +978,8 @@ TEST_P(ToolChoiceTest, RequiredAndNamedForceAValidCall) {
     const std::string name = call["function"]["name"];
     const Json args = Json::parse(call["function"]["arguments"].get<std::string>());
     EXPECT_TRUE(choice0["message"].value("reasoning_content", "").empty()) << r->body;
+    EXPECT_TRUE(choice0["message"]["content"].is_null() ||
+                choice0["message"]["content"].get<std::string>().empty()) << r->body;
     if (name == "get_weather") {
       EXPECT_TRUE(args["city"].is_string() && args["city"].get<std::string>().size() <= 12) << args;
       EXPECT_TRUE(args["days"].is_number_integer()) << args;
@@ -966,7 +1022,9 @@ INSTANTIATE_TEST_SUITE_P(
     Templates, ToolChoiceTest,
     ::testing::Values(ToolChoiceCase{"qwen3", "Qwen-Qwen3-0.6B.jinja", R"({"type":"string","maxLength":12})"},
                       ToolChoiceCase{"qwen3_5", "Qwen3.5-4B.jinja",
-                                     R"({"type":"string","enum":["Paris","Oslo","Rome"]})"}),
+                                     R"({"type":"string","enum":["Paris","Oslo","Rome"]})"},
+                      ToolChoiceCase{"deepseek_v3_1", "deepseek-ai-DeepSeek-V3.1.jinja",
+                                     R"({"type":"string","maxLength":12})"}),
     [](const auto& info) { return std::string(info.param.label); });
 
 // Runs a shell command; its stdout in *out, its exit status returned (-1
