@@ -57,7 +57,10 @@ std::string TokenBytes(std::string_view text) {
 Item GrammarBuilder::Tag(std::string_view text) {
   auto it = tags_.find(text);
   if (it == tags_.end()) {
-    const uint32_t r = Rule("tag " + std::string(text), {Literal(TokenBytes(text)), Literal(text)});
+    std::vector<Sequence> forms;
+    if (has_token_ == nullptr || has_token_(text)) forms.push_back(Literal(TokenBytes(text)));
+    if (has_token_ == nullptr || !has_token_(text)) forms.push_back(Literal(text));
+    const uint32_t r = Rule("tag " + std::string(text), std::move(forms));
     it = tags_.emplace(std::string(text), r).first;
   }
   return Item::Ref(it->second);

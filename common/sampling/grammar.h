@@ -17,8 +17,8 @@
 // TokenBytes(text): kTokenMark, the text, kTokenMark. kTokenMark (0xFF)
 // never occurs in UTF-8, so no text a grammar accepts can spell it, and
 // VocabIndex (token_constraint.h) files each special token under exactly
-// those bytes. GrammarBuilder::Tag(text) matches the token or, for a
-// vocabulary that lacks it, its text.
+// those bytes. GrammarBuilder::Tag(text) matches the token where the
+// vocabulary has it, and the text spelled out where it does not.
 //
 // Build() refuses (InvalidArgument) a rule referenced but never defined, a
 // grammar of more than kMaxGrammarElements elements, and left recursion (a
@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -55,6 +56,10 @@ namespace moesplit::grammar {
 inline constexpr size_t kMaxGrammarElements = size_t{1} << 20;
 
 inline constexpr uint8_t kTokenMark = 0xFF;
+
+// Whether the vocabulary holds `text` as one special token
+// (VocabIndex::SpecialTokenTest makes one from a tokenizer).
+using TokenTest = std::function<bool(std::string_view)>;
 
 // The bytes by which a grammar names the special token whose text is
 // `text` (see the file comment).
@@ -112,6 +117,10 @@ using Sequence = std::vector<Item>;
 
 class GrammarBuilder {
  public:
+  // `has_token`: which tag texts the vocabulary holds as special tokens;
+  // null = not known, so that a Tag takes either form.
+  explicit GrammarBuilder(TokenTest has_token = nullptr) : has_token_(std::move(has_token)) {}
+
   // A new rule id, defined later with Define (names show in errors).
   uint32_t Reserve(std::string name);
   // REQUIRES: `rule` reserved and not yet defined; at least one alternative
@@ -122,8 +131,9 @@ class GrammarBuilder {
 
   // The bytes of `text`, one item each.
   static Sequence Literal(std::string_view text);
-  // A reference to a rule matching the special token `text` or the bytes
-  // of `text` (one rule per text, made on first use).
+  // A reference to a rule matching the special token `text` where the
+  // vocabulary has it, else the bytes of `text` (both when it is not known;
+  // one rule per text, made on first use).
   Item Tag(std::string_view text);
   // `text` as a sequence in which each occurrence of one of `tags` is
   // Tag(tag) and the rest is Literal.
@@ -147,6 +157,7 @@ class GrammarBuilder {
   std::vector<std::string> names_;
   std::vector<std::vector<Sequence>> rules_;
   std::vector<bool> defined_;
+  TokenTest has_token_;
   std::map<std::string, uint32_t, std::less<>> tags_;
   size_t size_ = 0;
 };

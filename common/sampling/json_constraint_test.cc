@@ -359,6 +359,23 @@ TEST(TokenConstraintTest, TagsAllowTheSpecialTokenAndTheTextOnly) {
   for (int32_t id : *ids) ASSERT_TRUE(spelled.Accept(id).ok()) << t.Piece(id);
   EXPECT_TRUE(spelled.complete());
 
+  // Knowing the vocabulary, a tag it holds is only the token and one it
+  // lacks only the text.
+  grammar::GrammarBuilder known(VocabIndex::SpecialTokenTest(t));
+  const std::vector<std::string_view> known_tags = {"<|channel|>", "<nope>"};
+  auto k = known.Build(known.Rule("root", {known.TextWithTags("<|channel|><nope>", known_tags)}));
+  ASSERT_TRUE(k.ok()) << k.status();
+  TokenConstraint strict(*k, *vocab);
+  auto strict_allowed = [&](int32_t id) { return (strict.AllowedTokens()[id >> 6] >> (id & 63)) & 1; };
+  EXPECT_TRUE(strict_allowed(channel));
+  EXPECT_FALSE(strict_allowed(lt));
+  ASSERT_TRUE(strict.Accept(channel).ok());
+  EXPECT_TRUE(strict_allowed(lt));
+  ASSERT_TRUE(strict.AcceptBytes("<nope>").ok());
+  EXPECT_TRUE(strict.complete());
+  EXPECT_FALSE(VocabIndex::SpecialTokenTest(t)("<|call|>"));  // ends generation
+  EXPECT_FALSE(VocabIndex::SpecialTokenTest(t)("x"));
+
   // Inside a JSON string, whose text "<|channel|>" would fit, no special
   // token is allowed.
   auto str = Schema(R"({"type":"string"})");

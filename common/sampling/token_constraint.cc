@@ -71,6 +71,19 @@ absl::StatusOr<std::shared_ptr<const VocabIndex>> VocabIndex::Create(
   return std::shared_ptr<const VocabIndex>(std::move(v));
 }
 
+bool VocabIndex::FiledAsSpecial(const Tokenizer& tok, int32_t id) {
+  const TokenType t = tok.type(id);
+  return (t == TokenType::kControl || t == TokenType::kUserDefined) && !tok.IsEndOfGeneration(id) &&
+         !tok.Piece(id).empty();
+}
+
+grammar::TokenTest VocabIndex::SpecialTokenTest(const Tokenizer& tok) {
+  return [&tok](std::string_view text) {
+    const int32_t id = tok.FindToken(text);
+    return id >= 0 && FiledAsSpecial(tok, id) && tok.Piece(id) == text;
+  };
+}
+
 absl::StatusOr<std::shared_ptr<const VocabIndex>> VocabIndex::FromTokenizer(
     const Tokenizer& tok, int32_t n_vocab) {
   if (n_vocab < 0) n_vocab = tok.n_vocab();
@@ -89,7 +102,7 @@ absl::StatusOr<std::shared_ptr<const VocabIndex>> VocabIndex::FromTokenizer(
       // A byte no UTF-8 text holds (the byte-level token for 0xFF) could
       // spell a special token's mark.
       usable[id] = pieces[id].find(static_cast<char>(grammar::kTokenMark)) == std::string::npos;
-    } else if (t == TokenType::kControl || t == TokenType::kUserDefined) {
+    } else if (FiledAsSpecial(tok, id)) {
       pieces[id] = grammar::TokenBytes(pieces[id]);
       usable[id] = true;
     }

@@ -65,6 +65,13 @@ class VocabIndex {
   static absl::StatusOr<std::shared_ptr<const VocabIndex>> FromTokenizer(const Tokenizer& tok,
                                                                          int32_t n_vocab = -1);
 
+  // Whether FromTokenizer files token `id` under TokenBytes: a control or
+  // user-defined token with text that does not end generation.
+  static bool FiledAsSpecial(const Tokenizer& tok, int32_t id);
+  // Whether `tok` has such a token with the text `text` (for
+  // grammar::GrammarBuilder); `tok` must outlive the test.
+  static grammar::TokenTest SpecialTokenTest(const Tokenizer& tok);
+
   int32_t n_vocab() const { return n_vocab_; }
   size_t trie_nodes() const { return nodes_.size(); }
   const std::vector<int32_t>& eog() const { return eog_; }

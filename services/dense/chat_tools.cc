@@ -361,9 +361,9 @@ absl::StatusOr<std::shared_ptr<const grammar::Grammar>> BuildToolGrammar(Grammar
   return g;
 }
 
-absl::StatusOr<std::shared_ptr<const grammar::Grammar>> Qwen3CoderConstraint(const ToolRequest& tools,
-                                                                             const std::string& before) {
-  GrammarBuilder b;
+absl::StatusOr<std::shared_ptr<const grammar::Grammar>> Qwen3CoderConstraint(
+    const ToolRequest& tools, const std::string& before, grammar::TokenTest has_token) {
+  GrammarBuilder b(std::move(has_token));
   uint32_t text = UINT32_MAX;  // the raw-text rule, made once
   std::vector<Sequence> calls;
   for (const auto& t : tools.tools) {
@@ -392,8 +392,9 @@ absl::StatusOr<std::shared_ptr<const grammar::Grammar>> Qwen3CoderConstraint(con
 // end-of-generation tokens a complete grammar allows; before its call the
 // model may write one analysis message (its reasoning), as gpt-oss does.
 absl::StatusOr<std::shared_ptr<const grammar::Grammar>> JsonCallConstraint(
-    const ToolRequest& tools, chat::ToolCallFamily family, const std::string& before) {
-  GrammarBuilder b;
+    const ToolRequest& tools, chat::ToolCallFamily family, const std::string& before,
+    grammar::TokenTest has_token) {
+  GrammarBuilder b(std::move(has_token));
   const std::vector<std::string_view> tags = chat::FrameTags(family);
   const bool harmony = family == chat::ToolCallFamily::kHarmony;
   std::vector<Sequence> calls;
@@ -429,7 +430,8 @@ absl::StatusOr<std::shared_ptr<const grammar::Grammar>> JsonCallConstraint(
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<const grammar::Grammar>> ToolChoiceConstraint(
-    const ToolRequest& tools, chat::ToolCallFamily family, bool reasoning_open) {
+    const ToolRequest& tools, chat::ToolCallFamily family, bool reasoning_open,
+    grammar::TokenTest has_token) {
   if (!tools.offered() || (tools.choice != ToolChoice::kRequired && tools.choice != ToolChoice::kNamed) ||
       family == chat::ToolCallFamily::kNone) {
     return nullptr;
@@ -440,8 +442,10 @@ absl::StatusOr<std::shared_ptr<const grammar::Grammar>> ToolChoiceConstraint(
     before = chat::ReasoningTags().close;
     if (family != chat::ToolCallFamily::kDeepSeekV31) before += "\n\n";
   }
-  if (family == chat::ToolCallFamily::kQwen3Coder) return Qwen3CoderConstraint(tools, before);
-  return JsonCallConstraint(tools, family, before);
+  if (family == chat::ToolCallFamily::kQwen3Coder) {
+    return Qwen3CoderConstraint(tools, before, std::move(has_token));
+  }
+  return JsonCallConstraint(tools, family, before, std::move(has_token));
 }
 
 }  // namespace moesplit::dense

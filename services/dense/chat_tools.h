@@ -68,7 +68,8 @@ struct ToolRequest {
 //                "</parameter>") or JSON valid under the property's schema,
 //                then "</function>\n</tool_call>".
 // The frames' tags (chat::FrameTags) are written as the vocabulary's special
-// tokens where it has them (grammar::GrammarBuilder::Tag).
+// tokens where `has_token` says it has them and spelled out where it does
+// not (null: either; grammar::GrammarBuilder::Tag).
 // Null when nothing is forced (auto, none, or no tool-call family).
 // InvalidArgument naming the problem when a function's
 // parameters use a keyword the grammar cannot enforce (for Qwen3-Coder also
@@ -79,7 +80,8 @@ struct ToolRequest {
 // output then closes it first ("</think>\n\n"; DeepSeek: "</think>"), so
 // that the call is not read as reasoning.
 absl::StatusOr<std::shared_ptr<const grammar::Grammar>> ToolChoiceConstraint(
-    const ToolRequest& tools, chat::ToolCallFamily family, bool reasoning_open = false);
+    const ToolRequest& tools, chat::ToolCallFamily family, bool reasoning_open = false,
+    grammar::TokenTest has_token = nullptr);
 
 // Each argument is the request's field, or null when absent.
 absl::StatusOr<ToolRequest> ParseToolRequest(const nlohmann::ordered_json& tools,

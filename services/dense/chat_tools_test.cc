@@ -352,6 +352,17 @@ TEST(ToolChoiceConstraintTest, DeepSeekAndHarmonyCallsAreForcedAndParseBack) {
   EXPECT_EQ(ds_back.content, "");
   EXPECT_EQ(ds_back.reasoning_content, "");
 
+  // Knowing the vocabulary: the tags it holds only as tokens, the others
+  // only as text.
+  auto known = ToolChoiceConstraint(named, chat::ToolCallFamily::kDeepSeekV31, true,
+                                    [](std::string_view t) { return t != "</think>"; });
+  ASSERT_TRUE(known.ok()) << known.status();
+  EXPECT_TRUE(ConstraintAccepts(*known, "</think>" + TokenBytes("<｜tool▁calls▁begin｜>") +
+                                            TokenBytes("<｜tool▁call▁begin｜>") + "get_weather" +
+                                            TokenBytes("<｜tool▁sep｜>") + args +
+                                            TokenBytes("<｜tool▁call▁end｜>") + TokenBytes("<｜tool▁calls▁end｜>")));
+  EXPECT_FALSE(ConstraintAccepts(*known, ds_text));
+
   auto h = ToolChoiceConstraint(Request("required"), chat::ToolCallFamily::kHarmony);
   ASSERT_TRUE(h.ok()) << h.status();
   ASSERT_NE(*h, nullptr);

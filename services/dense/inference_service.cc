@@ -14,6 +14,7 @@
 #include "common/base/status.h"
 #include "common/base/utf8.h"
 #include "common/chat/reasoning.h"
+#include "common/sampling/token_constraint.h"
 #include "common/transport/grpc_status.h"
 #include "services/dense/chat_tools.h"
 #include "services/dense/request_limits.h"
@@ -401,7 +402,8 @@ grpc::ServerWriteReactor<v1::ChatResponse>* InferenceService::Chat(
     // tool_choice required / named: a call is forced (before response_format).
     ASSIGN_OR_RETURN(std::shared_ptr<const grammar::Grammar> call,
                      ToolChoiceConstraint(tools, served_.chat->tool_family(),
-                                          chat::PromptOpensReasoning(prompt)));
+                                          chat::PromptOpensReasoning(prompt),
+                                          VocabIndex::SpecialTokenTest(engine.tokenizer())));
     if (call != nullptr) {
       p.constraint = std::move(call);
       constrained = false;

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/status.h"
 #include "common/chat/reasoning.h"
+#include "common/sampling/token_constraint.h"
 #include "services/dense/chat_tools.h"
 #include "services/dense/readiness.h"
 #include "services/dense/request_log.h"
@@ -291,7 +292,8 @@ absl::Status PreparePrompt(const Json& body, const ServedModel& served, size_t m
     if (!prompt.ok()) return WithParam(prompt.status(), "messages");
     // tool_choice required / named: a call is forced (before response_format).
     absl::StatusOr<std::shared_ptr<const grammar::Grammar>> call = ToolChoiceConstraint(
-        job->tools, served.chat->tool_family(), chat::PromptOpensReasoning(*prompt));
+        job->tools, served.chat->tool_family(), chat::PromptOpensReasoning(*prompt),
+        VocabIndex::SpecialTokenTest(tok));
     if (!call.ok()) return WithParam(call.status(), "tools");
     if (*call != nullptr) {
       job->c.params.constraint = *std::move(call);

@@ -907,7 +907,8 @@ TEST(HarmonyTest, RequiredToolChoiceForcesACallAfterTheAnalysis) {
   EXPECT_EQ(free["finish_reason"], "stop") << a->body;
   for (const bool stream : {false, true}) {
     SCOPED_TRACE(stream);
-    const std::string forced = body + R"(,"tool_choice":"required")" + (stream ? R"(,"stream":true})" : "}");
+    const std::string forced =
+        body + R"(,"tool_choice":"required","logprobs":true)" + (stream ? R"(,"stream":true})" : "}");
     if (!stream) {
       auto r = s.Http().Post("/v1/chat/completions", forced, "application/json");
       ASSERT_TRUE(r);
@@ -922,6 +923,14 @@ TEST(HarmonyTest, RequiredToolChoiceForcesACallAfterTheAnalysis) {
       const Json args = Json::parse(call["arguments"].get<std::string>());
       EXPECT_TRUE(args == Json::parse(R"({"city":"Paris"})") || args == Json::parse(R"({"city":"Oslo"})"))
           << args;
+      // The frame's tags were the special tokens, not their text spelled out.
+      int constrain = 0, message = 0;
+      for (const Json& t : choice["logprobs"]["content"]) {
+        constrain += t["token"] == "<|constrain|>";
+        message += t["token"] == "<|message|>";
+      }
+      EXPECT_EQ(constrain, 1) << choice["logprobs"];
+      EXPECT_EQ(message, 2) << choice["logprobs"];  // the analysis's and the call's
     } else {
       int status = 0;
       const std::string sse = PostSse(s, "/v1/chat/completions", forced, &status);
