@@ -57,9 +57,11 @@ std::string TokenBytes(std::string_view text) {
 Item GrammarBuilder::Tag(std::string_view text) {
   auto it = tags_.find(text);
   if (it == tags_.end()) {
+    const bool either = has_token_ == nullptr;  // the vocabulary is not known
+    const bool token = either || has_token_(text);
     std::vector<Sequence> forms;
-    if (has_token_ == nullptr || has_token_(text)) forms.push_back(Literal(TokenBytes(text)));
-    if (has_token_ == nullptr || !has_token_(text)) forms.push_back(Literal(text));
+    if (token) forms.push_back(Literal(TokenBytes(text)));
+    if (either || !token) forms.push_back(Literal(text));
     const uint32_t r = Rule("tag " + std::string(text), std::move(forms));
     it = tags_.emplace(std::string(text), r).first;
   }
