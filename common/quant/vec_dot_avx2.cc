@@ -65,9 +65,9 @@ void AppendAvx2Kernels(SimdKernels* out) {
       Entry<DotMxfp4Simd>(GgmlType::kMXFP4, l),
       Entry<DotQ2KSimd>(GgmlType::kQ2_K, l),
       Entry<DotQ3KSimd>(GgmlType::kQ3_K, l),
-      Entry<DotQ45KSimd<false>>(GgmlType::kQ4_K, l),
-      Entry<DotQ45KSimd<true>>(GgmlType::kQ5_K, l),
-      Entry<DotQ6KSimd>(GgmlType::kQ6_K, l),
+      Entry<DotQ45KPairs<false, K45Sums256>>(GgmlType::kQ4_K, l),
+      Entry<DotQ45KPairs<true, K45Sums256>>(GgmlType::kQ5_K, l),
+      Entry<DotQ6KPairs>(GgmlType::kQ6_K, l),
       Entry<DotIq4XsSimd>(GgmlType::kIQ4_XS, l),
   };
   out->dots.insert(out->dots.end(), std::begin(kernels), std::end(kernels));

@@ -48,23 +48,8 @@ inline __m512i Join(__m256i a, __m256i b) {
 // Two Q4_K / Q5_K superblocks at a time. Codes in natural order against the
 // activation with VNNI; the 16 int32 lanes of each 64-element product are
 // reduced to the 8 group sums, multiplied by the sub-scales, and reduced
-// together with the mins term, giving [isum A, isum B, imin A, imin B]; then
-// the canonical float steps A (main, min), B (main, min).
-
-// Sub-scales and mins of two superblocks (ggml's utmp trick in 32-bit lanes):
-// per 128-bit lane (A low, B high) bytes 0..7 = scales, 8..15 = mins.
-__attribute__((always_inline)) inline __m256i K4ScalesPair(const uint8_t* a, const uint8_t* b) {
-  const __m256i v = _mm256_set_m128i(Load128(b), Load128(a));  // u0 u1 u2 (+4 bytes of qs)
-  const __m256i p = _mm256_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0));  // u0 u2 u1 u2
-  const __m256i q = _mm256_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0));  // u0 u0 u1 u1
-  const __m256i m1 = _mm256_set1_epi32(0x3f3f3f3f), m2 = _mm256_set1_epi32(0x0f0f0f0f);
-  const __m256i lo = _mm256_and_si256(_mm256_srlv_epi32(p, _mm256_setr_epi32(0, 0, 0, 4, 0, 0, 0, 4)),
-                                      _mm256_blend_epi32(m1, m2, 0xAA));
-  const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(q, _mm256_setr_epi32(0, 6, 0, 6, 0, 6, 0, 6)),
-                                      _mm256_setr_epi32(0, 0x03030303, 0, 0x03030303, 0, 0x03030303, 0,
-                                                        0x03030303));
-  return _mm256_or_si256(lo, _mm256_slli_epi32(hi, 4));
-}
+// together with the mins term, giving [isum A, isum B, imin A, imin B]; the
+// canonical float steps are DotQ45KPairs's (x86_dot.inc).
 
 // Lane sums of a 64-element product D (lanes 0..7 group 2j, 8..15 group
 // 2j+1) for j = 0..3: returns per superblock [S0 S2 S4 S6 | x | S1 S3 S5 S7 | x].
@@ -92,82 +77,45 @@ __attribute__((always_inline)) inline __m512i K45Codes(const uint8_t* qs, const 
 }
 
 // [isum A, isum B, imin A, imin B] of superblocks a, b (the same block may
-// be passed twice).
-template <bool kFive, typename Block>
-__attribute__((always_inline)) inline __m128i K45PairSums(const Block& a, const Block& b, const BlockQ8_K& ya, const BlockQ8_K& yb) {
-  const __m512i m4 = _mm512_set1_epi8(0xF);
-  const __m256i sc_order = _mm256_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 9, 10, 11, 12, 13, 14, 15, 0, 2, 4, 6, 1, 3,
-                                            5, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  const __m128i min_order = _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15);
-  __m512i d[2][4];
-  const Block* blk[2] = {&a, &b};
-  const BlockQ8_K* act[2] = {&ya, &yb};
+// be passed twice), for DotQ45KPairs.
+struct K45Sums512 {
+  template <bool kFive, typename Block>
+  __attribute__((always_inline)) static __m128i Of(const Block& a, const Block& b, const BlockQ8_K& ya,
+                                                   const BlockQ8_K& yb) {
+    const __m512i m4 = _mm512_set1_epi8(0xF);
+    const __m256i sc_order = _mm256_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 9, 10, 11, 12, 13, 14, 15, 0, 2, 4, 6, 1, 3,
+                                              5, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m128i min_order = _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15);
+    __m512i d[2][4];
+    const Block* blk[2] = {&a, &b};
+    const BlockQ8_K* act[2] = {&ya, &yb};
 #pragma GCC unroll 2
-  for (int s = 0; s < 2; ++s) {
-    const uint8_t* qh = nullptr;
-    if constexpr (kFive) qh = blk[s]->qh;
+    for (int s = 0; s < 2; ++s) {
+      const uint8_t* qh = nullptr;
+      if constexpr (kFive) qh = blk[s]->qh;
 #pragma GCC unroll 4
-    for (int c = 0; c < 4; ++c) {
-      d[s][c] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), K45Codes<kFive>(blk[s]->qs, qh, c % 2, c / 2, m4),
-                                    Load512(act[s]->qs + 64 * c));
+      for (int c = 0; c < 4; ++c) {
+        d[s][c] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), K45Codes<kFive>(blk[s]->qs, qh, c % 2, c / 2, m4),
+                                      Load512(act[s]->qs + 64 * c));
+      }
     }
+    const __m512i ga = GroupSums4(d[0][0], d[0][1], d[0][2], d[0][3]);
+    const __m512i gb = GroupSums4(d[1][0], d[1][1], d[1][2], d[1][3]);
+    // [A: S0 S2 S4 S6 S1 S3 S5 S7 | B: same] times the matching sub-scales.
+    const __m512i g = _mm512_shuffle_i32x4(ga, gb, _MM_SHUFFLE(2, 0, 2, 0));
+    const __m256i sm = _mm256_shuffle_epi8(K4ScalesPair(a.scales, b.scales), sc_order);
+    const __m128i sc8 = _mm256_castsi256_si128(_mm256_permute4x64_epi64(sm, _MM_SHUFFLE(3, 1, 2, 0)));
+    const __m512i prod = _mm512_mullo_epi32(g, _mm512_cvtepu8_epi32(sc8));
+    // Mins: [A m0..3, B m0..3 | A m4..7, B m4..7] against the group sums of q.
+    const __m128i mins8 =
+        _mm_shuffle_epi8(_mm256_castsi256_si128(_mm256_permute4x64_epi64(sm, _MM_SHUFFLE(3, 1, 3, 1))), min_order);
+    const __m256i qsum = _mm256_hadd_epi16(Load256(ya.bsums), Load256(yb.bsums));
+    const __m256i mins = _mm256_madd_epi16(_mm256_cvtepu8_epi16(mins8), qsum);
+    const __m256i t = _mm256_hadd_epi32(_mm512_castsi512_si256(prod), _mm512_extracti64x4_epi64(prod, 1));
+    const __m256i u = _mm256_hadd_epi32(t, mins);
+    return _mm_add_epi32(_mm256_castsi256_si128(u), _mm256_extracti128_si256(u, 1));
   }
-  const __m512i ga = GroupSums4(d[0][0], d[0][1], d[0][2], d[0][3]);
-  const __m512i gb = GroupSums4(d[1][0], d[1][1], d[1][2], d[1][3]);
-  // [A: S0 S2 S4 S6 S1 S3 S5 S7 | B: same] times the matching sub-scales.
-  const __m512i g = _mm512_shuffle_i32x4(ga, gb, _MM_SHUFFLE(2, 0, 2, 0));
-  const __m256i sm = _mm256_shuffle_epi8(K4ScalesPair(a.scales, b.scales), sc_order);
-  const __m128i sc8 = _mm256_castsi256_si128(_mm256_permute4x64_epi64(sm, _MM_SHUFFLE(3, 1, 2, 0)));
-  const __m512i prod = _mm512_mullo_epi32(g, _mm512_cvtepu8_epi32(sc8));
-  // Mins: [A m0..3, B m0..3 | A m4..7, B m4..7] against the group sums of q.
-  const __m128i mins8 =
-      _mm_shuffle_epi8(_mm256_castsi256_si128(_mm256_permute4x64_epi64(sm, _MM_SHUFFLE(3, 1, 3, 1))), min_order);
-  const __m256i qsum = _mm256_hadd_epi16(Load256(ya.bsums), Load256(yb.bsums));
-  const __m256i mins = _mm256_madd_epi16(_mm256_cvtepu8_epi16(mins8), qsum);
-  const __m256i t = _mm256_hadd_epi32(_mm512_castsi512_si256(prod), _mm512_extracti64x4_epi64(prod, 1));
-  const __m256i u = _mm256_hadd_epi32(t, mins);
-  return _mm_add_epi32(_mm256_castsi256_si128(u), _mm256_extracti128_si256(u, 1));
-}
-
-// [dA, dB, -dminA, -dminB] times the activation scales.
-template <typename Block>
-__attribute__((always_inline)) inline __m128 K45PairScales(const Block& a, const Block& b, float da, float db) {
-  uint32_t ha, hb;
-  std::memcpy(&ha, &a.d, 4);  // d, dmin
-  std::memcpy(&hb, &b.d, 4);
-  const __m128i h = _mm_shufflelo_epi16(_mm_setr_epi32(static_cast<int>(ha), static_cast<int>(hb), 0, 0),
-                                        _MM_SHUFFLE(3, 1, 2, 0));
-  const __m128 neg_hi = _mm_castsi128_ps(_mm_setr_epi32(0, 0, INT32_MIN, INT32_MIN));
-  return _mm_xor_ps(_mm_mul_ps(_mm_cvtph_ps(h), _mm_setr_ps(da, db, da, db)), neg_hi);
-}
-
-template <bool kFive>
-float DotQ45K512x2(int64_t n, const void* vx, const void* vy) {
-  using Block = std::conditional_t<kFive, BlockQ5_K, BlockQ4_K>;
-  const Block* x = static_cast<const Block*>(vx);
-  const BlockQ8_K* y = static_cast<const BlockQ8_K*>(vy);
-  const int64_t nb = n / 256;
-  __m128 a = _mm_setzero_ps();
-  int64_t i = 0;
-  for (; i + 2 <= nb; i += 2) {
-    __m128 f = _mm_cvtepi32_ps(K45PairSums<kFive>(x[i], x[i + 1], y[i], y[i + 1]));
-    __m128 sc = K45PairScales(x[i], x[i + 1], y[i].d, y[i + 1].d);
-    // Canonical order: A main, A min, B main, B min.
-    a = _mm_fmadd_ss(f, sc, a);
-    a = _mm_fmadd_ss(_mm_movehl_ps(f, f), _mm_movehl_ps(sc, sc), a);
-    f = _mm_shuffle_ps(f, f, _MM_SHUFFLE(3, 3, 3, 1));
-    sc = _mm_shuffle_ps(sc, sc, _MM_SHUFFLE(3, 3, 3, 1));
-    a = _mm_fmadd_ss(f, sc, a);
-    a = _mm_fmadd_ss(_mm_movehl_ps(f, f), _mm_movehl_ps(sc, sc), a);
-  }
-  if (i < nb) {  // an odd last superblock: the pair code on (x[i], x[i]), A's steps only
-    const __m128 f = _mm_cvtepi32_ps(K45PairSums<kFive>(x[i], x[i], y[i], y[i]));
-    const __m128 sc = K45PairScales(x[i], x[i], y[i].d, y[i].d);
-    a = _mm_fmadd_ss(f, sc, a);
-    a = _mm_fmadd_ss(_mm_movehl_ps(f, f), _mm_movehl_ps(sc, sc), a);
-  }
-  return _mm_cvtss_f32(a);
-}
+};
 
 float DotQ6K512(int64_t n, const void* vx, const void* vy) {
   const BlockQ6_K* x = static_cast<const BlockQ6_K*>(vx);
@@ -258,8 +206,8 @@ void AppendAvx512Kernels(SimdKernels* out) {
       Entry<DotMxfp4Simd>(GgmlType::kMXFP4, l),
       Entry<DotQ2KSimd>(GgmlType::kQ2_K, l),
       Entry<DotQ3KSimd>(GgmlType::kQ3_K, l),
-      Entry<DotQ45K512x2<false>>(GgmlType::kQ4_K, l),
-      Entry<DotQ45K512x2<true>>(GgmlType::kQ5_K, l),
+      Entry<DotQ45KPairs<false, K45Sums512>>(GgmlType::kQ4_K, l),
+      Entry<DotQ45KPairs<true, K45Sums512>>(GgmlType::kQ5_K, l),
       Entry<DotQ6K512>(GgmlType::kQ6_K, l),
       Entry<DotIq4XsSimd>(GgmlType::kIQ4_XS, l),
   };
