@@ -107,19 +107,21 @@ void BenchQuantizer(GgmlType type, double secs) {
 // The packed layout (packed.h) against the GGUF kernels on one expert-sized
 // matrix (768 x 2048) held in cache, and on 64 of them (out of cache):
 // GB/s of GGUF weight bytes for one token (decode), and tokens x rows x
-// columns multiply-adds per second for 32 tokens (prefill).
+// columns multiply-adds per second for 32 tokens (prefill). Where the CPU
+// does not prefer the packed layout (PackedPreferred) its columns read 0.
 void BenchPacked(GgmlType type, double secs) {
-  if (!PackedPreferred(type)) return;
+  if (!PackedLayoutExists(type)) return;
+  const bool packed_ok = PackedPreferred(type);
   const int64_t rows = 768, cols = 2048;
   const uint64_t rb = *RowBytes(type, cols);
   for (int64_t copies : {1, 64}) {
     std::vector<uint8_t> w(rb * rows * copies);
     (void)FillRandomBlocks(type, 3, 0.02f, w.data(), rows * cols * copies);
-    const uint64_t pb = PackedMatrixBytes(type, rows, cols);
+    const uint64_t pb = packed_ok ? PackedMatrixBytes(type, rows, cols) : 0;
     std::vector<uint8_t> p(pb * copies);
     const double t_pack = CpuSeconds();
-    for (int64_t c = 0; c < copies; ++c) PackRows(type, w.data() + c * rb * rows, rb, rows, cols, p.data() + c * pb);
-    if (copies > 1) std::printf("%-5s packing: %.2f GB/s of GGUF bytes\n", testing::Name(type).c_str(), rb * rows * copies / 1e9 / (CpuSeconds() - t_pack));
+    for (int64_t c = 0; c < copies && packed_ok; ++c) PackRows(type, w.data() + c * rb * rows, rb, rows, cols, p.data() + c * pb);
+    if (copies > 1 && packed_ok) std::printf("%-5s packing: %.2f GB/s of GGUF bytes\n", testing::Name(type).c_str(), rb * rows * copies / 1e9 / (CpuSeconds() - t_pack));
     const int64_t n_tok = 32;
     const GgmlType act_type = GetTypeTraits(type)->vec_dot_type;
     std::vector<std::vector<uint8_t>> act;
@@ -136,7 +138,7 @@ void BenchPacked(GgmlType type, double secs) {
     const double gguf = Rate(secs, rb * rows / 1e9, [&] {
       t->vec_dot_rows(cols, w.data() + (c++ % copies) * rb * rows, rb, rows, ptrs[0], y.data());
     });
-    const double packed = Rate(secs, rb * rows / 1e9, [&] {
+    const double packed = !packed_ok ? 0.0 : Rate(secs, rb * rows / 1e9, [&] {
       PackedGemm({type, p.data() + (c++ % copies) * pb, rows, cols}, 0, rows, ptrs.data(), 1, y.data(), rows);
     });
     std::vector<uint8_t> tiles(ActTileBytes(cols, n_tok) + 64), scratch(TileGemmScratchBytes(type, cols) + 64);
@@ -147,7 +149,7 @@ void BenchPacked(GgmlType type, double secs) {
       TileGemm({type, w.data() + (c++ % copies) * rb * rows, rows, cols, rb}, 0, rows, align(tiles.data()), n_tok,
                y.data(), rows, align(scratch.data()));
     });
-    const double packed_mm = Rate(secs, macs, [&] {
+    const double packed_mm = !packed_ok ? 0.0 : Rate(secs, macs, [&] {
       PackedGemm({type, p.data() + (c++ % copies) * pb, rows, cols}, 0, rows, ptrs.data(), n_tok, y.data(), rows);
     });
     std::printf("%-5s %s: 1 token  GGUF rows %6.2f GB/s, packed %6.2f GB/s;  32 tokens  tiled %6.1f, packed %6.1f Gmac/s\n",

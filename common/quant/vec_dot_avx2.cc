@@ -47,6 +47,11 @@ template <VecDotFn kFn>
 SimdKernel Entry(GgmlType type, KernelLevel level) {
   return {type, level, kFn, DotRows<kFn>};
 }
+// The same with a two-row many-rows form.
+template <VecDotFn kFn, void (*kDot2)(int64_t, const void*, const void*, const void*, float*)>
+SimdKernel PairEntry(GgmlType type, KernelLevel level) {
+  return {type, level, kFn, DotRowPairs<kDot2>};
+}
 
 }  // namespace
 
@@ -65,9 +70,9 @@ void AppendAvx2Kernels(SimdKernels* out) {
       Entry<DotMxfp4Simd>(GgmlType::kMXFP4, l),
       Entry<DotQ2KSimd>(GgmlType::kQ2_K, l),
       Entry<DotQ3KSimd>(GgmlType::kQ3_K, l),
-      Entry<DotQ45KPairs<false, K45Sums256>>(GgmlType::kQ4_K, l),
-      Entry<DotQ45KPairs<true, K45Sums256>>(GgmlType::kQ5_K, l),
-      Entry<DotQ6KPairs>(GgmlType::kQ6_K, l),
+      PairEntry<DotQ45KPairs<false, K45Sums256>, DotQ45KRowPair<false>>(GgmlType::kQ4_K, l),
+      PairEntry<DotQ45KPairs<true, K45Sums256>, DotQ45KRowPair<true>>(GgmlType::kQ5_K, l),
+      PairEntry<DotQ6KPairs, DotQ6KRowPair>(GgmlType::kQ6_K, l),
       Entry<DotIq4XsSimd>(GgmlType::kIQ4_XS, l),
   };
   out->dots.insert(out->dots.end(), std::begin(kernels), std::end(kernels));
