@@ -1,5 +1,6 @@
 // Packing into the strip layout of packed.h, the scalar product over it, and
-// the dispatch to the AVX-512 VNNI kernel (packed_avx512.cc).
+// the dispatch to the AVX-512 VNNI kernel (packed_avx512.cc) or the AVX2 one
+// (packed_avx2.cc).
 
 #include "common/quant/packed.h"
 
@@ -235,9 +236,11 @@ int64_t PackedColumns(GgmlType type) {
 bool PackedPreferred(GgmlType type) {
   static const bool enabled = [] {
     const char* e = std::getenv("MOESPLIT_PACKED");
-    return internal::CpuHasAvx512Vnni() && !(e != nullptr && std::strcmp(e, "0") == 0);
+    return internal::CpuHasAvx2() && !(e != nullptr && std::strcmp(e, "0") == 0);
   }();
-  return enabled && PackedLayoutExists(type);
+  // AVX-512 VNNI has a kernel for every layout; AVX2 for the K-quants (its
+  // 32-column kernels would not beat the GGUF rows').
+  return enabled && PackedLayoutExists(type) && (internal::CpuHasAvx512Vnni() || internal::PackedAvx2Type(type));
 }
 
 uint64_t PackedMatrixBytes(GgmlType type, int64_t n_rows, int64_t n_cols) {
@@ -272,6 +275,7 @@ void PackedGemm(const PackedView& w, int64_t row0, int64_t n_rows, const uint8_t
   if (internal::CpuHasAvx512Vnni() && internal::PackedGemmAvx512(w, row0, n_rows, act, n_tokens, y, ldy)) {
     return;
   }
+  if (internal::CpuHasAvx2() && internal::PackedGemmAvx2(w, row0, n_rows, act, n_tokens, y, ldy)) return;
   internal::PackedGemmScalarImpl(w, row0, n_rows, act, n_tokens, y, ldy);
 }
 

@@ -13,6 +13,7 @@
 
 #include "common/base/fp16.h"
 #include "common/quant/internal/kernels.h"
+#include "common/quant/internal/packed_impl.h"
 #include "common/quant/internal/unpack.h"
 #include "common/quant/quant.h"
 #include "gtest/gtest.h"
@@ -100,6 +101,13 @@ TEST_P(PackedTest, EqualsVecDotAtEveryLevel) {
         std::vector<float> fast(n_tokens * nr, -1.0f), scalar(n_tokens * nr, -2.0f);
         PackedGemm(w, row0, nr, ptrs.data(), n_tokens, fast.data(), nr);
         PackedGemmScalar(w, row0, nr, ptrs.data(), n_tokens, scalar.data(), nr);
+        // The AVX2 kernel too where it exists, also on CPUs whose PackedGemm
+        // is the AVX-512 one.
+        std::vector<float> avx2(n_tokens * nr, -3.0f);
+        const bool have_avx2 = internal::CpuHasAvx2() && internal::PackedAvx2Type(type);
+        if (have_avx2) {
+          ASSERT_TRUE(internal::PackedGemmAvx2(w, row0, nr, ptrs.data(), n_tokens, avx2.data(), nr));
+        }
         // The canonical order (internal/unpack.h): the scalar canonical dot
         // and the SIMD levels' vec_dot. (The scalar level's vec_dot is ggml's
         // generic reference, equal only to float rounding.)
@@ -118,6 +126,11 @@ TEST_P(PackedTest, EqualsVecDotAtEveryLevel) {
                   << row0 + r << ": " << fast[t * nr + r] << " vs " << want;
               ASSERT_EQ(Bits(scalar[t * nr + r]), Bits(want)) << name << ", scalar packed, token " << t
                                                               << " row " << row0 + r;
+              if (have_avx2) {
+                ASSERT_EQ(Bits(avx2[t * nr + r]), Bits(want)) << name << ", avx2 packed, cols " << n_cols
+                                                              << " tokens " << n_tokens << " token " << t
+                                                              << " row " << row0 + r;
+              }
             }
           }
         }
@@ -151,7 +164,10 @@ TEST(PackedLayoutTest, Sizes) {
   EXPECT_EQ(PackedMatrixBytes(GgmlType::kQ5_K, 16, 256), 2880u);
   EXPECT_FALSE(PackedLayoutExists(GgmlType::kQ2_K));
   if (std::getenv("MOESPLIT_PACKED") == nullptr) {
-    EXPECT_EQ(PackedPreferred(GgmlType::kQ4_K), internal::CpuHasAvx512Vnni());
+    EXPECT_EQ(PackedPreferred(GgmlType::kQ4_K), internal::CpuHasAvx2());
+    EXPECT_EQ(PackedPreferred(GgmlType::kQ6_K), internal::CpuHasAvx2());
+    EXPECT_EQ(PackedPreferred(GgmlType::kQ8_0), internal::CpuHasAvx512Vnni());
+    EXPECT_EQ(PackedPreferred(GgmlType::kMXFP4), internal::CpuHasAvx512Vnni());
   }
   EXPECT_FALSE(PackedPreferred(GgmlType::kQ4_0));
 }

@@ -29,6 +29,16 @@ int PackedCodeBias(GgmlType type);
 void PackedGemmScalarImpl(const PackedView& w, int64_t row0, int64_t n_rows, const uint8_t* const* act,
                           int64_t n_tokens, float* y, int64_t ldy);
 
+// The AVX2 product (packed_avx2.cc) of Q4_K, Q5_K and Q6_K; false for the
+// other types or when not compiled in. REQUIRES: CpuHasAvx2().
+bool PackedGemmAvx2(const PackedView& w, int64_t row0, int64_t n_rows, const uint8_t* const* act,
+                    int64_t n_tokens, float* y, int64_t ldy);
+
+// True for the types PackedGemmAvx2 computes.
+inline bool PackedAvx2Type(GgmlType type) {
+  return type == GgmlType::kQ4_K || type == GgmlType::kQ5_K || type == GgmlType::kQ6_K;
+}
+
 // The AVX-512 VNNI product (packed_avx512.cc); false when not compiled in.
 // REQUIRES: CpuHasAvx512Vnni().
 bool PackedGemmAvx512(const PackedView& w, int64_t row0, int64_t n_rows, const uint8_t* const* act,
