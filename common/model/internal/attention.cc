@@ -129,6 +129,176 @@ MOESPLIT_TARGET void ScaleVector(int64_t n, uint16_t* y, float v) {
   ScaleScalar(n - i, y + i, v);
 }
 
+// Thread-local growable scratch (uninitialised, 64-byte aligned): `slot`
+// names one of a few buffers that are used at the same time.
+float* ThreadScratch(int slot, int64_t n) {
+  struct Buf {
+    std::unique_ptr<float[]> p;
+    int64_t cap = 0;
+  };
+  constexpr int kSlots = 8;
+  thread_local Buf bufs[kSlots];
+  Buf& b = bufs[slot];
+  if (b.cap < n) {
+    b.p.reset(new float[static_cast<size_t>(n) + 16]);
+    b.cap = n;
+  }
+  return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(b.p.get()) + 63) &
+                                  ~uintptr_t{63});
+}
+
+constexpr int64_t kChunk = 128;  // positions whose scores are computed at once
+
+// f16 rounding of every lane (what storing to and reloading from f16 does).
+MOESPLIT_TARGET inline __m256 RoundF16x8(__m256 v) {
+  return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+}
+
+// DotVector(dk, K row, q16) with the key row and the query as f32 values
+// (kr: the f32 of f16 keys, q: the f32 of f16(q)): the same FMAs in the same
+// lanes, the same reduction and the same double tail.
+MOESPLIT_TARGET inline float DotRowF32(int64_t dk, const float* kr, const float* q) {
+  const int64_t np = dk & ~(kStep - 1);
+  float r = 0.0f;
+  if (np > 0) {
+    __m256 lo[4], hi[4];
+    for (int j = 0; j < 4; ++j) lo[j] = hi[j] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < np; i += kStep) {
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) {
+        const int64_t e = i + j * kLanes;
+        lo[j] = _mm256_fmadd_ps(_mm256_load_ps(kr + e), _mm256_load_ps(q + e), lo[j]);
+        hi[j] = _mm256_fmadd_ps(_mm256_load_ps(kr + e + 8), _mm256_load_ps(q + e + 8), hi[j]);
+      }
+    }
+    const __m256 vlo = _mm256_add_ps(_mm256_add_ps(lo[0], lo[2]), _mm256_add_ps(lo[1], lo[3]));
+    const __m256 vhi = _mm256_add_ps(_mm256_add_ps(hi[0], hi[2]), _mm256_add_ps(hi[1], hi[3]));
+    const __m256 t8 = _mm256_add_ps(vhi, vlo);
+    const __m128 t4 = _mm_add_ps(_mm256_extractf128_ps(t8, 1), _mm256_castps256_ps128(t8));
+    const __m128 h = _mm_add_ps(t4, _mm_movehl_ps(t4, t4));  // l0+l2, l1+l3
+    r = _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps(h, h, 1)));
+    if (np == dk) return r;
+  }
+  double sum = r;
+  for (int64_t e = np; e < dk; ++e) sum += static_cast<double>(kr[e] * q[e]);
+  return static_cast<float>(sum);
+}
+
+// acc (dv f16 values held as f32, 8 lanes at a time) over positions
+// [0, n): acc = f16(acc * ms) where ms != 1, then acc = f16(fma(V, vs, acc)),
+// as ScaleVector and MadVector compute them (the hardware conversion for
+// whole 8-lane blocks, the scalar one past the last; vrow: V rows in f32,
+// stride dvp; ms/vs: this query's factors, stride nqp).
+template <int kVecs>
+MOESPLIT_TARGET inline void AccumulateBlock(const float* vrow, int64_t dvp, int64_t n, const float* ms,
+                                            const float* vs, int64_t nqp, float* acc) {
+  __m256 a[kVecs];
+#pragma GCC unroll 8
+  for (int u = 0; u < kVecs; ++u) a[u] = _mm256_load_ps(acc + 8 * u);
+  for (int64_t j = 0; j < n; ++j) {
+    const float m = ms[j * nqp];
+    if (m != 1.0f) {
+      const __m256 f = _mm256_set1_ps(m);
+#pragma GCC unroll 8
+      for (int u = 0; u < kVecs; ++u) a[u] = RoundF16x8(_mm256_mul_ps(a[u], f));
+    }
+    const __m256 v = _mm256_set1_ps(vs[j * nqp]);
+    const float* vr = vrow + j * dvp;
+#pragma GCC unroll 8
+    for (int u = 0; u < kVecs; ++u) a[u] = RoundF16x8(_mm256_fmadd_ps(_mm256_load_ps(vr + 8 * u), v, a[u]));
+  }
+#pragma GCC unroll 8
+  for (int u = 0; u < kVecs; ++u) _mm256_store_ps(acc + 8 * u, a[u]);
+}
+
+// AttendHead for every query of the group, fused as AttendGroup512 is (see
+// attention.h) with 8-lane registers: each key and value row converted
+// once for all queries, the scores of a chunk of positions first, then each
+// query's online softmax (std::exp, as AttendHead), then its accumulation in
+// f32 registers rounded through f16 after every step.
+MOESPLIT_TARGET void AttendGroup256(const GroupAttention& g) {
+  const int64_t n_q = g.n_q, dk = g.dk, dv = g.dv;
+  const int64_t qs = (dk + 7) / 8 * 8;
+  const int64_t dv8 = dv / 8 * 8;       // lanes of whole 8-lane blocks
+  const int64_t dvp = (dv + 7) / 8 * 8;  // padded row
+  float* qf = ThreadScratch(0, n_q * qs);
+  const int64_t nqp = n_q;
+  float* scores = ThreadScratch(1, nqp * kChunk);
+  float* mss = ThreadScratch(2, nqp * kChunk);
+  float* vss = ThreadScratch(3, nqp * kChunk);
+  float* acc = ThreadScratch(4, n_q * dvp);
+  float* vrows = ThreadScratch(5, kChunk * dvp);
+  float* state = ThreadScratch(6, 2 * n_q);  // running max [0, n_q), sum [n_q, 2 n_q)
+  float* krow = ThreadScratch(7, qs);
+  int64_t max_kv = 0;
+  for (int64_t i = 0; i < n_q; ++i) {
+    for (int64_t c = 0; c < dk; ++c) qf[i * qs + c] = Fp16ToFp32(Fp32ToFp16(g.q[i][c]));
+    for (int64_t c = 0; c < dvp; ++c) acc[i * dvp + c] = 0.0f;
+    state[i] = -INFINITY;
+    state[n_q + i] = 0.0f;
+    max_kv = std::max(max_kv, g.n_kv[i]);
+  }
+  const int64_t dk8 = dk / 8 * 8;
+  for (int64_t j0 = 0; j0 < max_kv; j0 += kChunk) {
+    const int64_t j1 = std::min(max_kv, j0 + kChunk);
+    for (int64_t j = j0; j < j1; ++j) {
+      const uint16_t* kr = g.k + j * g.k_stride;
+      for (int64_t c = 0; c < dk8; c += 8) _mm256_store_ps(krow + c, Load8(kr + c));
+      for (int64_t c = dk8; c < dk; ++c) krow[c] = Fp16ToFp32(kr[c]);
+      for (int64_t i = 0; i < n_q; ++i) {
+        if (j < g.n_kv[i]) scores[(j - j0) * nqp + i] = DotRowF32(dk, krow, qf + i * qs) * g.scale;
+      }
+      const uint16_t* vr = g.v + j * g.v_stride;
+      float* row = vrows + (j - j0) * dvp;
+      for (int64_t c = 0; c < dv8; c += 8) _mm256_store_ps(row + c, Load8(vr + c));
+      for (int64_t c = dv8; c < dv; ++c) row[c] = Fp16ToFp32(vr[c]);
+      for (int64_t c = dv; c < dvp; ++c) row[c] = 0.0f;
+    }
+    for (int64_t i = 0; i < n_q; ++i) {
+      const int64_t end = std::min(j1, g.n_kv[i]);
+      float m = state[i], sum = state[n_q + i];
+      for (int64_t j = j0; j < end; ++j) {
+        const float s = scores[(j - j0) * nqp + i];
+        float ms = 1.0f, vs = 1.0f;
+        if (s > m) {
+          ms = std::exp(m - s);
+          m = s;
+        } else {
+          vs = std::exp(s - m);
+        }
+        sum = std::fma(sum, ms, vs);
+        mss[(j - j0) * nqp + i] = ms;
+        vss[(j - j0) * nqp + i] = vs;
+      }
+      state[i] = m;
+      state[n_q + i] = sum;
+      if (end <= j0) continue;
+      float* a = acc + i * dvp;
+      const float* ms = mss + i;
+      const float* vs = vss + i;
+      int64_t c = 0;
+      for (; c + 64 <= dv8; c += 64) AccumulateBlock<8>(vrows + c, dvp, end - j0, ms, vs, nqp, a + c);
+      for (; c < dv8; c += 8) AccumulateBlock<1>(vrows + c, dvp, end - j0, ms, vs, nqp, a + c);
+      for (; c < dv; ++c) {  // the scalar tail, as MadScalar / ScaleScalar
+        float x = a[c];
+        for (int64_t j = j0; j < end; ++j) {
+          const float f = ms[(j - j0) * nqp];
+          if (f != 1.0f) x = Fp16ToFp32(Fp32ToFp16(x * f));
+          x = Fp16ToFp32(Fp32ToFp16(std::fma(vrows[(j - j0) * dvp + c], vs[(j - j0) * nqp], x)));
+        }
+        a[c] = x;
+      }
+    }
+  }
+  for (int64_t i = 0; i < n_q; ++i) {
+    float sum = state[n_q + i];
+    float* a = acc + i * dvp;
+    if (g.sinks != nullptr && g.sinks[i] > -INFINITY) ApplySink(g.sinks[i], state[i], &sum, a, dv);
+    const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
+    for (int64_t c = 0; c < dv; ++c) g.out[i][c] = a[c] * inv;
+  }
+}
+
 // The same operations with 16-lane registers: one accumulator per ggml
 // accumulator, the reduction as above.
 #define MOESPLIT_TARGET512 __attribute__((target("avx512f,avx512dq,avx2,fma,f16c")))
@@ -179,26 +349,6 @@ MOESPLIT_TARGET512 void ScaleVector512(int64_t n, uint16_t* y, float v) {
   for (; i + 16 <= n; i += 16) Store16(y + i, _mm512_mul_ps(Load16(y + i), vv));
   ScaleVector(n - i, y + i, v);
 }
-
-// Thread-local growable scratch (uninitialised, 64-byte aligned): `slot`
-// names one of a few buffers that are used at the same time.
-float* ThreadScratch(int slot, int64_t n) {
-  struct Buf {
-    std::unique_ptr<float[]> p;
-    int64_t cap = 0;
-  };
-  constexpr int kSlots = 8;
-  thread_local Buf bufs[kSlots];
-  Buf& b = bufs[slot];
-  if (b.cap < n) {
-    b.p.reset(new float[static_cast<size_t>(n) + 16]);
-    b.cap = n;
-  }
-  return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(b.p.get()) + 63) &
-                                  ~uintptr_t{63});
-}
-
-constexpr int64_t kChunk = 128;  // positions whose scores are computed at once
 
 // f16 rounding of every lane (what storing to and reloading from f16 does).
 MOESPLIT_TARGET512 inline __m512 RoundF16(__m512 v) {
@@ -753,6 +903,7 @@ float DotVector512(int64_t n, const uint16_t* x, const uint16_t* y) { return Dot
 void MadVector512(int64_t n, uint16_t* y, const uint16_t* x, float v) { MadScalar(n, y, x, v); }
 void ScaleVector512(int64_t n, uint16_t* y, float v) { ScaleScalar(n, y, v); }
 void AttendGroup512(const GroupAttention&) {}
+void AttendGroup256(const GroupAttention&) {}
 bool Exp16MatchesLibm() { return false; }
 void ToF16Vector512(int64_t n, const float* src, uint16_t* dst) {
   for (int64_t i = 0; i < n; ++i) dst[i] = Fp32ToFp16(src[i]);
@@ -833,6 +984,7 @@ void AttendHead(const HeadAttention& a, uint16_t* acc16, float* out, F16Kernels 
 void AttendGroup(const GroupAttention& g, F16Kernels k) {
   if (g.n_q <= 0) return;
   if (Pick(k) == Level::kAvx512) return AttendGroup512(g);
+  if (Pick(k) == Level::kAvx2) return AttendGroup256(g);
   std::vector<uint16_t> q16(g.dk), acc16(g.dv);
   HeadAttention a;
   a.q16 = q16.data();

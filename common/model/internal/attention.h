@@ -101,8 +101,9 @@ struct GroupAttention {
 // on the accumulator), then the online softmax of 16 queries at once (one
 // query per lane, exp as ExpF32), then each query's accumulation over the
 // chunk with its f16 accumulator in f32 registers, rounded through f16
-// after every step (the bits storing it would give). kAvx2 / kScalar run
-// AttendHead per query. Scratch is thread-local.
+// after every step (the bits storing it would give). The AVX2 form is the
+// same with 8-lane registers, the softmax per query with std::exp. kScalar
+// runs AttendHead per query. Scratch is thread-local.
 void AttendGroup(const GroupAttention& g, F16Kernels k = F16Kernels::kAuto);
 
 }  // namespace moesplit::model::internal
