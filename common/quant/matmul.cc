@@ -146,7 +146,10 @@ void PackedProduct(const WeightView& w, const uint8_t* act, uint64_t act_row_byt
   for (int64_t t = 0; t < n_tokens; ++t) rows[t] = act + t * act_row_bytes;
   const PackedView pv{w.type, w.data, w.n_rows, w.n_cols};
   const int64_t n_strips = w.n_rows / kPackedStripRows;
-  const int64_t min_strips = std::max<int64_t>(1, 4096 / std::max<int64_t>(1, w.n_cols / 16 * n_tokens));
+  // The same least work per thread as RowProduct's (65536 multiply-adds):
+  // a decode step's K and V products (512 x 2048) take both threads.
+  const int64_t min_strips =
+      std::max<int64_t>(1, 65536 / std::max<int64_t>(1, kPackedStripRows * w.n_cols * n_tokens));
   Parallel(pool, n_strips, min_strips, [&](int64_t s0, int64_t s1) {
     const int64_t r0 = s0 * kPackedStripRows;
     PackedGemm(pv, r0, (s1 - s0) * kPackedStripRows, rows.data(), n_tokens, y + r0, w.n_rows);
