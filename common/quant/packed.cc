@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "common/base/fp16.h"
 #include "common/quant/internal/blocks.h"
@@ -165,6 +166,19 @@ float Fma(float a, float b, float c) { return std::fma(a, b, c); }
 
 }  // namespace
 
+const BlockTerm* BlockTerms(const BlockQ8_0* const* a, int64_t n_tokens, int64_t nb, int bias) {
+  thread_local std::vector<BlockTerm> terms;
+  terms.resize(static_cast<size_t>(n_tokens * nb));
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int64_t i = 0; i < nb; ++i) {
+      int32_t sum = 0;
+      for (int k = 0; k < 32; ++k) sum += a[t][i].qs[k];
+      terms[t * nb + i] = {-bias * sum, Fp16ToFp32(a[t][i].d)};
+    }
+  }
+  return terms.data();
+}
+
 uint64_t PackedSuperBytes(GgmlType type) {
   switch (type) {
     case GgmlType::kQ4_K: return kQ4KSuperBytes;
@@ -238,8 +252,8 @@ bool PackedPreferred(GgmlType type) {
     const char* e = std::getenv("MOESPLIT_PACKED");
     return internal::CpuHasAvx2() && !(e != nullptr && std::strcmp(e, "0") == 0);
   }();
-  // AVX-512 VNNI has a kernel for every layout; AVX2 for the K-quants (its
-  // 32-column kernels would not beat the GGUF rows').
+  // AVX-512 VNNI has a kernel for every layout; AVX2 for the K-quants and
+  // MXFP4 (PackedAvx2Type).
   return enabled && PackedLayoutExists(type) && (internal::CpuHasAvx512Vnni() || internal::PackedAvx2Type(type));
 }
 

@@ -73,9 +73,9 @@ bool PackedLayoutExists(GgmlType type);
 int64_t PackedColumns(GgmlType type);
 
 // True when packing `type` pays on this CPU: PackedLayoutExists and a SIMD
-// kernel for it, i.e. AVX-512 VNNI (every layout) or AVX2 (Q4_K, Q5_K, Q6_K:
-// its 32-column kernels would not beat the GGUF rows', and the scalar product
-// would be slower than the GGUF kernels). MOESPLIT_PACKED=0 in the
+// kernel for it, i.e. AVX-512 VNNI (every layout) or AVX2 (Q4_K, Q5_K, Q6_K,
+// MXFP4; Q8_0's biased codes overflow vpmaddubsw's pair sums, and the scalar
+// product would be slower than the GGUF kernels). MOESPLIT_PACKED=0 in the
 // environment turns it off.
 bool PackedPreferred(GgmlType type);
 

@@ -1,5 +1,5 @@
-// AVX2 product over the packed strip layout (packed.h) for Q4_K, Q5_K and
-// Q6_K. A strip's 64-byte code chunks are two 32-byte halves of 8 rows each
+// AVX2 product over the packed strip layout (packed.h) for Q4_K, Q5_K, Q6_K
+// and MXFP4 (Q8_0's biased codes do not fit vpmaddubsw's int16 pair sums). A strip's 64-byte code chunks are two 32-byte halves of 8 rows each
 // (rows 0..7, 8..15); per half and 32-column span the codes are decoded once
 // into 8 registers of 32 codes (8 rows x 4 columns), then for each token
 // vpmaddubsw against the broadcast 4-byte activation quads gives int16 pair
@@ -214,7 +214,77 @@ void StripQ6K(const uint8_t* strip, int64_t nsb, const BlockQ8_K* const* a, cons
   }
 }
 
+// ---- MXFP4 (32-column blocks) against Q8_0 activations -------------------
+
+// 8 lanes of E8m0ToFp32Half (blocks.h): 2^(e - 128), denormal for e < 2.
+__attribute__((always_inline)) inline __m256 E8m0Half8(const uint8_t* e8) {
+  const __m256i e = _mm256_cvtepu8_epi32(Load64(e8));
+  const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+  const __m256i small = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+  const __m256i is_small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+  return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, small, is_small));
+}
+
+// T tokens x the 16 rows of one MXFP4 strip over nb blocks: per block and
+// half the codes looked up as table value + 12 (0..24; kMxfp4Bias), then per
+// token two int16 sums of four vpmaddubsw each (<= 4 * 2 * 24 * 128 = 24576)
+// widened by vpmaddwd; the integer sum starts at the block's -12 * sum(q)
+// (BlockTerm), and the float steps alternate between the even and the odd
+// block chains, summed at the end, as the canonical order of the 32-column
+// types.
+template <int T>
+void StripMxfp4(const uint8_t* strip, int64_t nb, const BlockQ8_0* const* a, const BlockTerm* terms,
+                const uint8_t* end, float* y, int64_t ldy) {
+  alignas(16) static constexpr int8_t kTable[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
+  const __m256i table = _mm256_broadcastsi128_si256(Load128(kTable));
+  const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  __m256 acc[2][T][2];
+  for (int p = 0; p < 2; ++p) {
+    for (int t = 0; t < T; ++t) acc[p][t][0] = acc[p][t][1] = _mm256_setzero_ps();
+  }
+  for (int64_t i = 0; i < nb; ++i) {
+    const uint8_t* sb = strip + i * kMxfp4SuperBytes;
+    PrefetchAhead(sb, kMxfp4SuperBytes, end);
+    const int p = static_cast<int>(i & 1);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      // c[k]: columns 4 k .. 4 k + 3 (k < 4, low nibbles) or 16 + 4 (k - 4) .. (high).
+      __m256i c[8];
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) {
+        const __m256i q = Load256(sb + 64 * k + 32 * h);
+        c[k] = _mm256_shuffle_epi8(table, _mm256_and_si256(q, m4));
+        c[k + 4] = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
+      }
+      const __m256 scale = E8m0Half8(sb + kMxfp4E + 8 * h);
+#pragma GCC unroll 4
+      for (int t = 0; t < T; ++t) {
+        const int8_t* q8 = a[t][i].qs;
+        __m256i lo = _mm256_maddubs_epi16(c[0], Bcast(q8));
+        __m256i hi = _mm256_maddubs_epi16(c[4], Bcast(q8 + 16));
+#pragma GCC unroll 3
+        for (int k = 1; k < 4; ++k) {
+          lo = _mm256_add_epi16(lo, _mm256_maddubs_epi16(c[k], Bcast(q8 + 4 * k)));
+          hi = _mm256_add_epi16(hi, _mm256_maddubs_epi16(c[k + 4], Bcast(q8 + 16 + 4 * k)));
+        }
+        const BlockTerm& term = terms[t * nb + i];
+        const __m256i isum = _mm256_add_epi32(_mm256_set1_epi32(term.neg_corr),
+                                              _mm256_add_epi32(_mm256_madd_epi16(lo, ones), _mm256_madd_epi16(hi, ones)));
+        acc[p][t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(scale, _mm256_set1_ps(term.da)),
+                                       acc[p][t][h]);
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    _mm256_storeu_ps(y + t * ldy, _mm256_add_ps(acc[0][t][0], acc[1][t][0]));
+    _mm256_storeu_ps(y + t * ldy + 8, _mm256_add_ps(acc[0][t][1], acc[1][t][1]));
+  }
+}
+
 #pragma GCC pop_options
+
+using Strip32Fn = void (*)(const uint8_t*, int64_t, const BlockQ8_0* const*, const BlockTerm*, const uint8_t*,
+                           float*, int64_t);
 
 using StripFn = void (*)(const uint8_t*, int64_t, const BlockQ8_K* const*, const uint8_t*, float*, int64_t);
 
@@ -229,6 +299,23 @@ bool PackedGemmAvx2(const PackedView& w, int64_t row0, int64_t n_rows, const uin
   static const StripFn kQ5[kMaxTokens + 1] = {nullptr, StripQ45K<1, true>, StripQ45K<2, true>, StripQ45K<3, true>,
                                               StripQ45K<4, true>};
   static const StripFn kQ6[kMaxTokens + 1] = {nullptr, StripQ6K<1>, StripQ6K<2>, StripQ6K<3>, StripQ6K<4>};
+  if (w.type == GgmlType::kMXFP4) {
+    static const Strip32Fn kMx[kMaxTokens + 1] = {nullptr, StripMxfp4<1>, StripMxfp4<2>, StripMxfp4<3>,
+                                                  StripMxfp4<4>};
+    const int64_t nb = w.n_cols / 32;
+    const uint64_t strip_bytes = static_cast<uint64_t>(nb) * kMxfp4SuperBytes;
+    const auto* const* a = reinterpret_cast<const BlockQ8_0* const*>(act);
+    const BlockTerm* terms = BlockTerms(a, n_tokens, nb, kMxfp4Bias);
+    const int64_t s_begin = row0 / 16, s_end = (row0 + n_rows) / 16;
+    const uint8_t* end = w.data + s_end * strip_bytes;
+    for (int64_t s = s_begin; s < s_end; ++s) {
+      for (int64_t t0 = 0; t0 < n_tokens; t0 += kMaxTokens) {
+        const int nt = static_cast<int>(n_tokens - t0 < kMaxTokens ? n_tokens - t0 : kMaxTokens);
+        kMx[nt](w.data + s * strip_bytes, nb, a + t0, terms + t0 * nb, end, y + t0 * ldy + (s - s_begin) * 16, ldy);
+      }
+    }
+    return true;
+  }
   const StripFn* fns = w.type == GgmlType::kQ4_K   ? kQ4
                        : w.type == GgmlType::kQ5_K ? kQ5
                        : w.type == GgmlType::kQ6_K ? kQ6

@@ -250,13 +250,6 @@ constexpr int ChunkCol(int k) {
   return kMx ? (k < 4 ? 4 * k : 16 + 4 * (k - 4)) : 4 * k;
 }
 
-// Per token and 32-column block of the activations: -bias * (sum of its
-// codes), the start of the block's integer sum, and its scale d_a.
-struct BlockTerm {
-  int32_t neg_corr;
-  float da;
-};
-
 // T tokens x S consecutive strips over nb 32-column blocks; terms[t * nb + i]
 // for token t, block i.
 template <int T, int S, bool kMx>
@@ -331,20 +324,6 @@ template <int T>
 Strip32Fn Q8Fn() { return Strips32<T, 1, false>; }
 template <int T>
 Strip32Fn MxFn() { return Strips32<T, 1, true>; }
-
-// The activations' BlockTerms, into thread-local scratch (n_tokens x nb).
-const BlockTerm* BlockTerms(const BlockQ8_0* const* a, int64_t n_tokens, int64_t nb, int bias) {
-  thread_local std::vector<BlockTerm> terms;
-  terms.resize(static_cast<size_t>(n_tokens * nb));
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    for (int64_t i = 0; i < nb; ++i) {
-      int32_t sum = 0;
-      for (int k = 0; k < 32; ++k) sum += a[t][i].qs[k];
-      terms[t * nb + i] = {-bias * sum, Fp16ToFp32(a[t][i].d)};
-    }
-  }
-  return terms.data();
-}
 
 void PackedGemm32(const PackedView& w, int64_t row0, int64_t n_rows, const uint8_t* const* act,
                   int64_t n_tokens, float* y, int64_t ldy) {

@@ -167,7 +167,7 @@ TEST(PackedLayoutTest, Sizes) {
     EXPECT_EQ(PackedPreferred(GgmlType::kQ4_K), internal::CpuHasAvx2());
     EXPECT_EQ(PackedPreferred(GgmlType::kQ6_K), internal::CpuHasAvx2());
     EXPECT_EQ(PackedPreferred(GgmlType::kQ8_0), internal::CpuHasAvx512Vnni());
-    EXPECT_EQ(PackedPreferred(GgmlType::kMXFP4), internal::CpuHasAvx512Vnni());
+    EXPECT_EQ(PackedPreferred(GgmlType::kMXFP4), internal::CpuHasAvx2());
   }
   EXPECT_FALSE(PackedPreferred(GgmlType::kQ4_0));
 }

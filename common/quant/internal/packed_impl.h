@@ -3,6 +3,7 @@
 
 #include <cstdint>
 
+#include "common/quant/internal/blocks.h"
 #include "common/quant/packed.h"
 
 namespace moesplit::quant::internal {
@@ -29,14 +30,27 @@ int PackedCodeBias(GgmlType type);
 void PackedGemmScalarImpl(const PackedView& w, int64_t row0, int64_t n_rows, const uint8_t* const* act,
                           int64_t n_tokens, float* y, int64_t ldy);
 
-// The AVX2 product (packed_avx2.cc) of Q4_K, Q5_K and Q6_K; false for the
-// other types or when not compiled in. REQUIRES: CpuHasAvx2().
+// Per token and 32-column block of the activations: -bias * (sum of its
+// codes), the start of the block's integer sum over the biased codes, and
+// its scale d_a.
+struct BlockTerm {
+  int32_t neg_corr;
+  float da;
+};
+
+// The activations' BlockTerms (Q8_0 rows), into thread-local scratch
+// (terms[t * nb + i] for token t, block i).
+const BlockTerm* BlockTerms(const BlockQ8_0* const* a, int64_t n_tokens, int64_t nb, int bias);
+
+// The AVX2 product (packed_avx2.cc) of Q4_K, Q5_K, Q6_K and MXFP4; false for
+// the other types or when not compiled in. REQUIRES: CpuHasAvx2().
 bool PackedGemmAvx2(const PackedView& w, int64_t row0, int64_t n_rows, const uint8_t* const* act,
                     int64_t n_tokens, float* y, int64_t ldy);
 
 // True for the types PackedGemmAvx2 computes.
 inline bool PackedAvx2Type(GgmlType type) {
-  return type == GgmlType::kQ4_K || type == GgmlType::kQ5_K || type == GgmlType::kQ6_K;
+  return type == GgmlType::kQ4_K || type == GgmlType::kQ5_K || type == GgmlType::kQ6_K ||
+         type == GgmlType::kMXFP4;
 }
 
 // The AVX-512 VNNI product (packed_avx512.cc); false when not compiled in.
