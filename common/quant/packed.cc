@@ -252,9 +252,7 @@ bool PackedPreferred(GgmlType type) {
     const char* e = std::getenv("MOESPLIT_PACKED");
     return internal::CpuHasAvx2() && !(e != nullptr && std::strcmp(e, "0") == 0);
   }();
-  // AVX-512 VNNI has a kernel for every layout; AVX2 for the K-quants and
-  // MXFP4 (PackedAvx2Type).
-  return enabled && PackedLayoutExists(type) && (internal::CpuHasAvx512Vnni() || internal::PackedAvx2Type(type));
+  return enabled && PackedLayoutExists(type);
 }
 
 uint64_t PackedMatrixBytes(GgmlType type, int64_t n_rows, int64_t n_cols) {

@@ -72,11 +72,10 @@ bool PackedLayoutExists(GgmlType type);
 // MXFP4; 0 for types without a layout. Packed matrices have whole ones.
 int64_t PackedColumns(GgmlType type);
 
-// True when packing `type` pays on this CPU: PackedLayoutExists and a SIMD
-// kernel for it, i.e. AVX-512 VNNI (every layout) or AVX2 (Q4_K, Q5_K, Q6_K,
-// MXFP4; Q8_0's biased codes overflow vpmaddubsw's pair sums, and the scalar
-// product would be slower than the GGUF kernels). MOESPLIT_PACKED=0 in the
-// environment turns it off.
+// True when packing `type` pays on this CPU: PackedLayoutExists and the CPU
+// has AVX2 (packed_avx2.cc) or AVX-512 VNNI (packed_avx512.cc); elsewhere the
+// scalar product would be slower than the GGUF kernels. MOESPLIT_PACKED=0 in
+// the environment turns it off.
 bool PackedPreferred(GgmlType type);
 
 // Bytes of an n_rows x n_cols matrix of `type` in the packed layout; 0 when

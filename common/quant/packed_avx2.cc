@@ -1,5 +1,4 @@
-// AVX2 product over the packed strip layout (packed.h) for Q4_K, Q5_K, Q6_K
-// and MXFP4 (Q8_0's biased codes do not fit vpmaddubsw's int16 pair sums). A strip's 64-byte code chunks are two 32-byte halves of 8 rows each
+// AVX2 product over the packed strip layout (packed.h) for every packed type. A strip's 64-byte code chunks are two 32-byte halves of 8 rows each
 // (rows 0..7, 8..15); per half and 32-column span the codes are decoded once
 // into 8 registers of 32 codes (8 rows x 4 columns), then for each token
 // vpmaddubsw against the broadcast 4-byte activation quads gives int16 pair
@@ -281,8 +280,55 @@ void StripMxfp4(const uint8_t* strip, int64_t nb, const BlockQ8_0* const* a, con
   }
 }
 
+// T tokens x the 16 rows of one Q8_0 strip over nb blocks: the biased codes
+// flipped back to int8 (code ^ 0x80), then per chunk vpmaddubsw of |code|
+// and the activation quad with the code's sign (each pair sum <= 2 * 128 *
+// 127, so every chunk is widened by its own vpmaddwd); the float steps as
+// StripMxfp4's.
+template <int T>
+void StripQ8_0(const uint8_t* strip, int64_t nb, const BlockQ8_0* const* a, const uint8_t* end, float* y,
+               int64_t ldy) {
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80)), ones = _mm256_set1_epi16(1);
+  __m256 acc[2][T][2];
+  for (int p = 0; p < 2; ++p) {
+    for (int t = 0; t < T; ++t) acc[p][t][0] = acc[p][t][1] = _mm256_setzero_ps();
+  }
+  for (int64_t i = 0; i < nb; ++i) {
+    const uint8_t* sb = strip + i * kQ8_0SuperBytes;
+    PrefetchAhead(sb, kQ8_0SuperBytes, end);
+    const int p = static_cast<int>(i & 1);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      __m256i c[8], m[8];  // signed codes of chunk k (columns 4 k .. 4 k + 3), |codes|
+#pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k) {
+        c[k] = _mm256_xor_si256(Load256(sb + 64 * k + 32 * h), flip);
+        m[k] = _mm256_sign_epi8(c[k], c[k]);
+      }
+      const __m256 scale = _mm256_cvtph_ps(Load128(sb + kQ8_0D + 16 * h));
+#pragma GCC unroll 4
+      for (int t = 0; t < T; ++t) {
+        const int8_t* q8 = a[t][i].qs;
+        __m256i isum = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; ++k) {
+          const __m256i pr = _mm256_maddubs_epi16(m[k], _mm256_sign_epi8(Bcast(q8 + 4 * k), c[k]));
+          isum = _mm256_add_epi32(isum, _mm256_madd_epi16(pr, ones));
+        }
+        const __m256 da = _mm256_set1_ps(_cvtsh_ss(a[t][i].d));
+        acc[p][t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(scale, da), acc[p][t][h]);
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    _mm256_storeu_ps(y + t * ldy, _mm256_add_ps(acc[0][t][0], acc[1][t][0]));
+    _mm256_storeu_ps(y + t * ldy + 8, _mm256_add_ps(acc[0][t][1], acc[1][t][1]));
+  }
+}
+
 #pragma GCC pop_options
 
+using Strip8Fn = void (*)(const uint8_t*, int64_t, const BlockQ8_0* const*, const uint8_t*, float*, int64_t);
 using Strip32Fn = void (*)(const uint8_t*, int64_t, const BlockQ8_0* const*, const BlockTerm*, const uint8_t*,
                            float*, int64_t);
 
@@ -299,6 +345,22 @@ bool PackedGemmAvx2(const PackedView& w, int64_t row0, int64_t n_rows, const uin
   static const StripFn kQ5[kMaxTokens + 1] = {nullptr, StripQ45K<1, true>, StripQ45K<2, true>, StripQ45K<3, true>,
                                               StripQ45K<4, true>};
   static const StripFn kQ6[kMaxTokens + 1] = {nullptr, StripQ6K<1>, StripQ6K<2>, StripQ6K<3>, StripQ6K<4>};
+  if (w.type == GgmlType::kQ8_0) {
+    static const Strip8Fn kQ8[kMaxTokens + 1] = {nullptr, StripQ8_0<1>, StripQ8_0<2>, StripQ8_0<3>,
+                                                 StripQ8_0<4>};
+    const int64_t nb = w.n_cols / 32;
+    const uint64_t strip_bytes = static_cast<uint64_t>(nb) * kQ8_0SuperBytes;
+    const auto* const* a = reinterpret_cast<const BlockQ8_0* const*>(act);
+    const int64_t s_begin = row0 / 16, s_end = (row0 + n_rows) / 16;
+    const uint8_t* end = w.data + s_end * strip_bytes;
+    for (int64_t s = s_begin; s < s_end; ++s) {
+      for (int64_t t0 = 0; t0 < n_tokens; t0 += kMaxTokens) {
+        const int nt = static_cast<int>(n_tokens - t0 < kMaxTokens ? n_tokens - t0 : kMaxTokens);
+        kQ8[nt](w.data + s * strip_bytes, nb, a + t0, end, y + t0 * ldy + (s - s_begin) * 16, ldy);
+      }
+    }
+    return true;
+  }
   if (w.type == GgmlType::kMXFP4) {
     static const Strip32Fn kMx[kMaxTokens + 1] = {nullptr, StripMxfp4<1>, StripMxfp4<2>, StripMxfp4<3>,
                                                   StripMxfp4<4>};

@@ -104,7 +104,7 @@ TEST_P(PackedTest, EqualsVecDotAtEveryLevel) {
         // The AVX2 kernel too where it exists, also on CPUs whose PackedGemm
         // is the AVX-512 one.
         std::vector<float> avx2(n_tokens * nr, -3.0f);
-        const bool have_avx2 = internal::CpuHasAvx2() && internal::PackedAvx2Type(type);
+        const bool have_avx2 = internal::CpuHasAvx2();
         if (have_avx2) {
           ASSERT_TRUE(internal::PackedGemmAvx2(w, row0, nr, ptrs.data(), n_tokens, avx2.data(), nr));
         }
@@ -166,7 +166,7 @@ TEST(PackedLayoutTest, Sizes) {
   if (std::getenv("MOESPLIT_PACKED") == nullptr) {
     EXPECT_EQ(PackedPreferred(GgmlType::kQ4_K), internal::CpuHasAvx2());
     EXPECT_EQ(PackedPreferred(GgmlType::kQ6_K), internal::CpuHasAvx2());
-    EXPECT_EQ(PackedPreferred(GgmlType::kQ8_0), internal::CpuHasAvx512Vnni());
+    EXPECT_EQ(PackedPreferred(GgmlType::kQ8_0), internal::CpuHasAvx2());
     EXPECT_EQ(PackedPreferred(GgmlType::kMXFP4), internal::CpuHasAvx2());
   }
   EXPECT_FALSE(PackedPreferred(GgmlType::kQ4_0));

@@ -42,16 +42,10 @@ struct BlockTerm {
 // (terms[t * nb + i] for token t, block i).
 const BlockTerm* BlockTerms(const BlockQ8_0* const* a, int64_t n_tokens, int64_t nb, int bias);
 
-// The AVX2 product (packed_avx2.cc) of Q4_K, Q5_K, Q6_K and MXFP4; false for
-// the other types or when not compiled in. REQUIRES: CpuHasAvx2().
+// The AVX2 product (packed_avx2.cc) of every packed type; false for the
+// other types or when not compiled in. REQUIRES: CpuHasAvx2().
 bool PackedGemmAvx2(const PackedView& w, int64_t row0, int64_t n_rows, const uint8_t* const* act,
                     int64_t n_tokens, float* y, int64_t ldy);
-
-// True for the types PackedGemmAvx2 computes.
-inline bool PackedAvx2Type(GgmlType type) {
-  return type == GgmlType::kQ4_K || type == GgmlType::kQ5_K || type == GgmlType::kQ6_K ||
-         type == GgmlType::kMXFP4;
-}
 
 // The AVX-512 VNNI product (packed_avx512.cc); false when not compiled in.
 // REQUIRES: CpuHasAvx512Vnni().
