@@ -340,61 +340,45 @@ constexpr int kMaxTokens = 4;
 
 bool PackedGemmAvx2(const PackedView& w, int64_t row0, int64_t n_rows, const uint8_t* const* act,
                     int64_t n_tokens, float* y, int64_t ldy) {
+  if (!PackedLayoutExists(w.type)) return false;
+  const int64_t nb = w.n_cols / PackedColumns(w.type);  // packed superblocks per strip
+  const uint64_t strip_bytes = static_cast<uint64_t>(nb) * PackedSuperBytes(w.type);
+  const int64_t s_begin = row0 / 16, s_end = (row0 + n_rows) / 16;
+  const uint8_t* end = w.data + s_end * strip_bytes;
+  // fn(strip, first token, tokens, output) per strip and run of at most
+  // kMaxTokens tokens.
+  auto for_strips = [&](auto fn) {
+    for (int64_t s = s_begin; s < s_end; ++s) {
+      for (int64_t t0 = 0; t0 < n_tokens; t0 += kMaxTokens) {
+        const int nt = static_cast<int>(n_tokens - t0 < kMaxTokens ? n_tokens - t0 : kMaxTokens);
+        fn(w.data + s * strip_bytes, t0, nt, y + t0 * ldy + (s - s_begin) * 16);
+      }
+    }
+  };
+  if (w.type == GgmlType::kQ8_0 || w.type == GgmlType::kMXFP4) {
+    static const Strip8Fn kQ8[kMaxTokens + 1] = {nullptr, StripQ8_0<1>, StripQ8_0<2>, StripQ8_0<3>,
+                                                 StripQ8_0<4>};
+    static const Strip32Fn kMx[kMaxTokens + 1] = {nullptr, StripMxfp4<1>, StripMxfp4<2>, StripMxfp4<3>,
+                                                  StripMxfp4<4>};
+    const auto* const* a = reinterpret_cast<const BlockQ8_0* const*>(act);
+    if (w.type == GgmlType::kQ8_0) {
+      for_strips([&](const uint8_t* strip, int64_t t0, int nt, float* ys) { kQ8[nt](strip, nb, a + t0, end, ys, ldy); });
+    } else {
+      const BlockTerm* terms = BlockTerms(a, n_tokens, nb, kMxfp4Bias);
+      for_strips([&](const uint8_t* strip, int64_t t0, int nt, float* ys) {
+        kMx[nt](strip, nb, a + t0, terms + t0 * nb, end, ys, ldy);
+      });
+    }
+    return true;
+  }
   static const StripFn kQ4[kMaxTokens + 1] = {nullptr, StripQ45K<1, false>, StripQ45K<2, false>,
                                               StripQ45K<3, false>, StripQ45K<4, false>};
   static const StripFn kQ5[kMaxTokens + 1] = {nullptr, StripQ45K<1, true>, StripQ45K<2, true>, StripQ45K<3, true>,
                                               StripQ45K<4, true>};
   static const StripFn kQ6[kMaxTokens + 1] = {nullptr, StripQ6K<1>, StripQ6K<2>, StripQ6K<3>, StripQ6K<4>};
-  if (w.type == GgmlType::kQ8_0) {
-    static const Strip8Fn kQ8[kMaxTokens + 1] = {nullptr, StripQ8_0<1>, StripQ8_0<2>, StripQ8_0<3>,
-                                                 StripQ8_0<4>};
-    const int64_t nb = w.n_cols / 32;
-    const uint64_t strip_bytes = static_cast<uint64_t>(nb) * kQ8_0SuperBytes;
-    const auto* const* a = reinterpret_cast<const BlockQ8_0* const*>(act);
-    const int64_t s_begin = row0 / 16, s_end = (row0 + n_rows) / 16;
-    const uint8_t* end = w.data + s_end * strip_bytes;
-    for (int64_t s = s_begin; s < s_end; ++s) {
-      for (int64_t t0 = 0; t0 < n_tokens; t0 += kMaxTokens) {
-        const int nt = static_cast<int>(n_tokens - t0 < kMaxTokens ? n_tokens - t0 : kMaxTokens);
-        kQ8[nt](w.data + s * strip_bytes, nb, a + t0, end, y + t0 * ldy + (s - s_begin) * 16, ldy);
-      }
-    }
-    return true;
-  }
-  if (w.type == GgmlType::kMXFP4) {
-    static const Strip32Fn kMx[kMaxTokens + 1] = {nullptr, StripMxfp4<1>, StripMxfp4<2>, StripMxfp4<3>,
-                                                  StripMxfp4<4>};
-    const int64_t nb = w.n_cols / 32;
-    const uint64_t strip_bytes = static_cast<uint64_t>(nb) * kMxfp4SuperBytes;
-    const auto* const* a = reinterpret_cast<const BlockQ8_0* const*>(act);
-    const BlockTerm* terms = BlockTerms(a, n_tokens, nb, kMxfp4Bias);
-    const int64_t s_begin = row0 / 16, s_end = (row0 + n_rows) / 16;
-    const uint8_t* end = w.data + s_end * strip_bytes;
-    for (int64_t s = s_begin; s < s_end; ++s) {
-      for (int64_t t0 = 0; t0 < n_tokens; t0 += kMaxTokens) {
-        const int nt = static_cast<int>(n_tokens - t0 < kMaxTokens ? n_tokens - t0 : kMaxTokens);
-        kMx[nt](w.data + s * strip_bytes, nb, a + t0, terms + t0 * nb, end, y + t0 * ldy + (s - s_begin) * 16, ldy);
-      }
-    }
-    return true;
-  }
-  const StripFn* fns = w.type == GgmlType::kQ4_K   ? kQ4
-                       : w.type == GgmlType::kQ5_K ? kQ5
-                       : w.type == GgmlType::kQ6_K ? kQ6
-                                                   : nullptr;
-  if (fns == nullptr) return false;
-  const int64_t nsb = w.n_cols / 256;
-  const uint64_t strip_bytes = static_cast<uint64_t>(nsb) * PackedSuperBytes(w.type);
+  const StripFn* fns = w.type == GgmlType::kQ4_K ? kQ4 : w.type == GgmlType::kQ5_K ? kQ5 : kQ6;
   const auto* const* a = reinterpret_cast<const BlockQ8_K* const*>(act);
-  const int64_t s_begin = row0 / 16, s_end = (row0 + n_rows) / 16;
-  const uint8_t* end = w.data + s_end * strip_bytes;
-  for (int64_t s = s_begin; s < s_end; ++s) {
-    const uint8_t* strip = w.data + s * strip_bytes;
-    for (int64_t t0 = 0; t0 < n_tokens; t0 += kMaxTokens) {
-      const int nt = static_cast<int>(n_tokens - t0 < kMaxTokens ? n_tokens - t0 : kMaxTokens);
-      fns[nt](strip, nsb, a + t0, end, y + t0 * ldy + (s - s_begin) * 16, ldy);
-    }
-  }
+  for_strips([&](const uint8_t* strip, int64_t t0, int nt, float* ys) { fns[nt](strip, nb, a + t0, end, ys, ldy); });
   return true;
 }
 

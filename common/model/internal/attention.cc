@@ -29,6 +29,19 @@ void ApplySink(float sink, float m, float* sum, float* out, int64_t dv) {
   }
 }
 
+// AttendHead's last steps for every query i of a fused group: the sink, then
+// out = acc * (1 / sum); m[i], sum[i] its softmax's running max and sum, its
+// accumulator (f16 values held as f32) at acc + i * dvp.
+[[maybe_unused]] void FinishGroup(const GroupAttention& g, const float* m, const float* sum, float* acc, int64_t dvp) {
+  for (int64_t i = 0; i < g.n_q; ++i) {
+    float s = sum[i];
+    float* a = acc + i * dvp;
+    if (g.sinks != nullptr && g.sinks[i] > -INFINITY) ApplySink(g.sinks[i], m[i], &s, a, g.dv);
+    const float inv = s == 0.0f ? 0.0f : 1.0f / s;
+    for (int64_t c = 0; c < g.dv; ++c) g.out[i][c] = a[c] * inv;
+  }
+}
+
 constexpr int64_t kStep = 64;  // ggml's GGML_F16_STEP for AVX-512
 constexpr int kLanes = 16;     // GGML_F16_EPR for AVX-512
 
@@ -91,6 +104,18 @@ MOESPLIT_TARGET inline void Store8(uint16_t* p, __m256 v) {
   _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
 }
 
+// ggml's AVX-512 reduction of the 4 x 16 accumulators held as (lower,
+// upper) pairs of 8 lanes: ((a0+a2)+(a1+a3)), 16 -> 8 -> 4 lanes, then
+// (l0+l2)+(l1+l3).
+MOESPLIT_TARGET inline float ReduceLoHi(const __m256 lo[4], const __m256 hi[4]) {
+  const __m256 vlo = _mm256_add_ps(_mm256_add_ps(lo[0], lo[2]), _mm256_add_ps(lo[1], lo[3]));
+  const __m256 vhi = _mm256_add_ps(_mm256_add_ps(hi[0], hi[2]), _mm256_add_ps(hi[1], hi[3]));
+  const __m256 t8 = _mm256_add_ps(vhi, vlo);
+  const __m128 t4 = _mm_add_ps(_mm256_extractf128_ps(t8, 1), _mm256_castps256_ps128(t8));
+  const __m128 h = _mm_add_ps(t4, _mm_movehl_ps(t4, t4));  // l0+l2, l1+l3
+  return _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps(h, h, 1)));
+}
+
 // 16-lane accumulators as (lower, upper) pairs of 8 lanes.
 MOESPLIT_TARGET float DotVector(int64_t n, const uint16_t* x, const uint16_t* y) {
   const int64_t np = n & ~(kStep - 1);
@@ -104,15 +129,7 @@ MOESPLIT_TARGET float DotVector(int64_t n, const uint16_t* x, const uint16_t* y)
       hi[j] = _mm256_fmadd_ps(Load8(x + e + 8), Load8(y + e + 8), hi[j]);
     }
   }
-  const __m256 vlo = _mm256_add_ps(_mm256_add_ps(lo[0], lo[2]), _mm256_add_ps(lo[1], lo[3]));
-  const __m256 vhi = _mm256_add_ps(_mm256_add_ps(hi[0], hi[2]), _mm256_add_ps(hi[1], hi[3]));
-  const __m256 t8 = _mm256_add_ps(vhi, vlo);
-  const __m128 t4 = _mm_add_ps(_mm256_extractf128_ps(t8, 1), _mm256_castps256_ps128(t8));
-  float t[4];
-  _mm_storeu_ps(t, t4);
-  const float r0 = t[0] + t[2];
-  const float r1 = t[1] + t[3];
-  return DotTail(np, n, x, y, r0 + r1);
+  return DotTail(np, n, x, y, ReduceLoHi(lo, hi));
 }
 
 MOESPLIT_TARGET void MadVector(int64_t n, uint16_t* y, const uint16_t* x, float v) {
@@ -171,12 +188,7 @@ MOESPLIT_TARGET inline float DotRowF32(int64_t dk, const float* kr, const float*
         hi[j] = _mm256_fmadd_ps(_mm256_load_ps(kr + e + 8), _mm256_load_ps(q + e + 8), hi[j]);
       }
     }
-    const __m256 vlo = _mm256_add_ps(_mm256_add_ps(lo[0], lo[2]), _mm256_add_ps(lo[1], lo[3]));
-    const __m256 vhi = _mm256_add_ps(_mm256_add_ps(hi[0], hi[2]), _mm256_add_ps(hi[1], hi[3]));
-    const __m256 t8 = _mm256_add_ps(vhi, vlo);
-    const __m128 t4 = _mm_add_ps(_mm256_extractf128_ps(t8, 1), _mm256_castps256_ps128(t8));
-    const __m128 h = _mm_add_ps(t4, _mm_movehl_ps(t4, t4));  // l0+l2, l1+l3
-    r = _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps(h, h, 1)));
+    r = ReduceLoHi(lo, hi);
     if (np == dk) return r;
   }
   double sum = r;
@@ -290,13 +302,7 @@ MOESPLIT_TARGET void AttendGroup256(const GroupAttention& g) {
       }
     }
   }
-  for (int64_t i = 0; i < n_q; ++i) {
-    float sum = state[n_q + i];
-    float* a = acc + i * dvp;
-    if (g.sinks != nullptr && g.sinks[i] > -INFINITY) ApplySink(g.sinks[i], state[i], &sum, a, dv);
-    const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
-    for (int64_t c = 0; c < dv; ++c) g.out[i][c] = a[c] * inv;
-  }
+  FinishGroup(g, state, state + n_q, acc, dvp);
 }
 
 // The same operations with 16-lane registers: one accumulator per ggml
@@ -870,13 +876,7 @@ MOESPLIT_TARGET512 void AttendGroup512(const GroupAttention& g) {
       }
     }
   }
-  for (int64_t i = 0; i < n_q; ++i) {
-    float sum = state[nqp + i];
-    float* a = acc + i * dvp;
-    if (g.sinks != nullptr && g.sinks[i] > -INFINITY) ApplySink(g.sinks[i], state[i], &sum, a, dv);
-    const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
-    for (int64_t c = 0; c < dv; ++c) g.out[i][c] = a[c] * inv;
-  }
+  FinishGroup(g, state, state + nqp, acc, dvp);
 }
 
 enum class Level { kScalar, kAvx2, kAvx512 };
