@@ -118,6 +118,13 @@ void StripQ45K(const uint8_t* strip, int64_t nsb, const BlockQ8_K* const* a, con
   const __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32(INT32_MIN));
   for (int64_t i = 0; i < nsb; ++i) {
     const uint8_t* sb = strip + i * kSB;
+    // Per token, the group sums of q: [g0 .. g3 | g4 .. g7] as int16 pairs
+    // (2 p, 2 p + 1), for both halves.
+    alignas(16) int32_t qp[T][4];
+    for (int t = 0; t < T; ++t) {
+      _mm_store_si128(reinterpret_cast<__m128i*>(qp[t]),
+                      _mm_hadd_epi16(Load128(a[t][i].bsums), Load128(a[t][i].bsums + 8)));
+    }
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
       __m256i isum[T];
@@ -148,14 +155,11 @@ void StripQ45K(const uint8_t* strip, int64_t nsb, const BlockQ8_K* const* a, con
 #pragma GCC unroll 4
       for (int t = 0; t < T; ++t) {
         const BlockQ8_K& blk = a[t][i];
-        // Group sums of q: [g0 .. g3 | g4 .. g7] as int16 pairs (2 p, 2 p + 1).
-        alignas(16) int32_t qp[4];
-        _mm_store_si128(reinterpret_cast<__m128i*>(qp), _mm_hadd_epi16(Load128(blk.bsums), Load128(blk.bsums + 8)));
         __m256i imin = _mm256_setzero_si256();
 #pragma GCC unroll 4
         for (int p = 0; p < 4; ++p) {
           imin = _mm256_add_epi32(imin, _mm256_madd_epi16(_mm256_cvtepu8_epi16(Load128(sb + kQ4KMins + 32 * p + 16 * h)),
-                                                          _mm256_set1_epi32(qp[p])));
+                                                          _mm256_set1_epi32(qp[t][p])));
         }
         const __m256 da = _mm256_set1_ps(blk.d);
         acc[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(d, da), acc[t][h]);
