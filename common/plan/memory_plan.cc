@@ -317,6 +317,7 @@ MemoryPlan FixedPart(const ModelShape& s, const PlanOptions& o) {
   p.recurrent_state = p.recurrent_bytes_per_sequence * static_cast<uint64_t>(o.n_parallel);
   p.workspace = GpuWorkspace(s, o.n_ubatch, o.n_ctx, o.stream_buffers).Bytes();
   p.margin = o.margin_bytes;
+  p.prefix_cache_device = o.prefix_cache_device_bytes;
   return p;
 }
 
@@ -447,6 +448,11 @@ std::string Suggestion(const ModelShape& s, const PlanOptions& o) {
       }
     }
   }
+  if (o.prefix_cache_device_bytes > 0) {
+    PlanOptions d = o;
+    d.prefix_cache_device_bytes = 0;
+    if (Fits(s, d)) tries.push_back("a smaller --cache-device");
+  }
   if (tries.empty()) return "";
   return absl::StrCat("; try ", absl::StrJoin(tries, " or "));
 }
@@ -473,6 +479,9 @@ absl::StatusOr<MemoryPlan> PlanMemory(const ModelShape& shape, const PlanOptions
         Gib(p.kv_cache),
         p.recurrent_state > 0 ? absl::StrCat(" + recurrent state ", Gib(p.recurrent_state)) : "",
         " + workspace ", Gib(p.workspace.total()), " + margin ", Gib(p.margin),
+        p.prefix_cache_device > 0
+            ? absl::StrCat(" + prefix cache ", Gib(p.prefix_cache_device))
+            : "",
         "), budget ", Gib(options.budget_bytes), ": ", Gib(need - options.budget_bytes),
         " short", hint));
   }
@@ -558,6 +567,9 @@ std::string FormatPlanTable(const MemoryPlan& p) {
   Row(&out, "  prefill staging", p.workspace.staging,
       absl::StrFormat("(%d streamed experts in flight)", o.stream_buffers));
   Row(&out, "margin", p.margin);
+  if (p.prefix_cache_device > 0) {
+    Row(&out, "prefix cache (device)", p.prefix_cache_device, "(--cache-device)");
+  }
   const ExpertCachePlan& c = p.expert_cache;
   const int64_t all = c.moe_layers * c.experts_per_layer;
   Row(&out, "expert cache", c.bytes,
@@ -607,6 +619,7 @@ std::string FormatPlanJson(const MemoryPlan& p) {
         {"rounding", p.workspace.rounding},
         {"staging", p.workspace.staging}}},
       {"margin", p.margin},
+      {"prefix_cache_device", p.prefix_cache_device},
       {"expert_cache",
        {{"total", p.expert_cache.bytes},
         {"slot_bytes", p.expert_cache.slot_bytes},

@@ -140,6 +140,8 @@ struct PlanOptions {
   int64_t n_ubatch = 512;      // largest micro-batch (tokens per forward step)
   uint64_t margin_bytes = uint64_t{256} << 20;
   int stream_buffers = 2;      // streamed-prefill staging buffers
+  // The prefix cache's device tier (--cache-device): held before the cache.
+  uint64_t prefix_cache_device_bytes = 0;
 };
 
 struct DenseWeightBytes {
@@ -237,14 +239,17 @@ struct MemoryPlan {
   uint64_t recurrent_bytes_per_sequence = 0;
   WorkspaceBytes workspace;
   uint64_t margin = 0;
+  uint64_t prefix_cache_device = 0;  // the prefix cache's device tier
   ExpertCachePlan expert_cache;
   // Host
   uint64_t host_token_embd = 0;       // 0 when tied (then on the GPU)
   uint64_t host_routed_experts = 0;   // all routed experts, on the workers
 
-  // dense + kv + recurrent + workspace + margin (what must fit before the cache).
+  // dense + kv + recurrent + workspace + margin + the prefix cache's device
+  // tier (what must fit before the expert cache).
   uint64_t fixed_bytes() const {
-    return dense.total() + kv_cache + recurrent_state + workspace.total() + margin;
+    return dense.total() + kv_cache + recurrent_state + workspace.total() + margin +
+           prefix_cache_device;
   }
   uint64_t gpu_total() const { return fixed_bytes() + expert_cache.bytes; }
 };

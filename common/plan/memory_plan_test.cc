@@ -10,6 +10,7 @@ namespace moesplit::plan {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using model::TensorId;
 
 constexpr uint64_t kGiB = uint64_t{1} << 30;
@@ -222,6 +223,33 @@ TEST(MemoryPlanTest, RefusesWhatDoesNotFitSayingByHowMuch) {
   p = PlanMemory(Qwen3Shape(), o);
   ASSERT_FALSE(p.ok());
   EXPECT_THAT(p.status().message(), HasSubstr("alone do not fit"));
+}
+
+// The prefix cache's device tier is planned before the expert cache: it
+// takes its bytes from there, shows in the table and the JSON, and when it
+// is what makes a plan not fit the refusal says so.
+TEST(MemoryPlanTest, ThePrefixCacheDeviceTierComesOutOfTheExpertCache) {
+  PlanOptions o = Mission();
+  o.prefix_cache_device_bytes = uint64_t{1} << 30;
+  absl::StatusOr<MemoryPlan> p = PlanMemory(Qwen3Shape(), o);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->prefix_cache_device, uint64_t{1} << 30);
+  EXPECT_EQ(p->fixed_bytes(), 4629619712u + (uint64_t{1} << 30));
+  EXPECT_EQ(p->expert_cache.slots, (8 * kGiB - 4629619712u - (uint64_t{1} << 30)) / 3059712);
+  EXPECT_LE(p->gpu_total(), 8 * kGiB);
+  EXPECT_THAT(FormatPlanTable(*p), HasSubstr("prefix cache (device)"));
+  const nlohmann::json j = nlohmann::json::parse(FormatPlanJson(*p));
+  EXPECT_EQ(j["gpu"]["prefix_cache_device"].get<uint64_t>(), uint64_t{1} << 30);
+  EXPECT_EQ(j["gpu"]["total"].get<uint64_t>(), p->gpu_total());
+  // Without it the table has no such row.
+  EXPECT_THAT(FormatPlanTable(*PlanMemory(Qwen3Shape(), Mission())),
+              Not(HasSubstr("prefix cache (device)")));
+  o.prefix_cache_device_bytes = 4 * kGiB;
+  p = PlanMemory(Qwen3Shape(), o);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(p.status().message(), HasSubstr("+ prefix cache 4.00 GiB"));
+  EXPECT_THAT(p.status().message(), HasSubstr("a smaller --cache-device"));
 }
 
 TEST(MemoryPlanTest, RejectsBadOptions) {

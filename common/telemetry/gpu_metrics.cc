@@ -32,6 +32,7 @@ GpuMetrics::GpuMetrics(prometheus::Registry& r, int n_layer)
       plan_kv_(plan_family_.Add({{"use", "kv_cache"}})),
       plan_workspace_(plan_family_.Add({{"use", "workspace"}})),
       plan_cache_(plan_family_.Add({{"use", "expert_cache"}})),
+      plan_prefix_cache_(plan_family_.Add({{"use", "prefix_cache"}})),
       hits_(CounterFamily(r, "moesplit_expert_cache_hits_total",
                           "Routed experts found in the GPU expert cache")
                 .Add({})),
@@ -66,6 +67,7 @@ void GpuMetrics::SetPlan(const plan::MemoryPlan& p) {
   plan_kv_.Set(static_cast<double>(p.kv_cache));
   plan_workspace_.Set(static_cast<double>(p.workspace.total() + p.margin));
   plan_cache_.Set(static_cast<double>(p.expert_cache.bytes));
+  plan_prefix_cache_.Set(static_cast<double>(p.prefix_cache_device));
 }
 
 void GpuMetrics::SetUsedBytes(uint64_t bytes) { used_.Set(static_cast<double>(bytes)); }

@@ -2,7 +2,7 @@
 // (common/plan), device memory in use and the hot-expert cache
 // (common/model/expert_cache.h). Names as in the metrics contract:
 //   moesplit_gpu_memory_budget_bytes                       gauge
-//   moesplit_gpu_memory_plan_bytes{use="dense_weights|kv_cache|workspace|expert_cache"}
+//   moesplit_gpu_memory_plan_bytes{use="dense_weights|kv_cache|workspace|expert_cache|prefix_cache"}
 //                                                          gauge
 //     (workspace includes the plan's margin, so the four sum to the plan's total)
 //   moesplit_gpu_memory_used_bytes                         gauge (device total - free)
@@ -64,6 +64,7 @@ class GpuMetrics {
   prometheus::Gauge& plan_kv_;
   prometheus::Gauge& plan_workspace_;
   prometheus::Gauge& plan_cache_;
+  prometheus::Gauge& plan_prefix_cache_;
   std::vector<prometheus::Gauge*> resident_;
   std::vector<prometheus::Counter*> layer_hits_, layer_misses_;
   prometheus::Counter& hits_;

@@ -26,6 +26,7 @@ TEST(GpuMetricsTest, EveryFamilyIsThereAtStartUp) {
            "moesplit_gpu_memory_plan_bytes{use=\"kv_cache\"} 0",
            "moesplit_gpu_memory_plan_bytes{use=\"workspace\"} 0",
            "moesplit_gpu_memory_plan_bytes{use=\"expert_cache\"} 0",
+           "moesplit_gpu_memory_plan_bytes{use=\"prefix_cache\"} 0",
            "moesplit_expert_cache_resident_experts{layer=\"0\"} 0",
            "moesplit_expert_cache_resident_experts{layer=\"2\"} 0",
            "moesplit_expert_cache_hits_total 0",
@@ -50,6 +51,7 @@ TEST(GpuMetricsTest, ExportsThePlanAndTheCache) {
   p.workspace.logits = 1000;
   p.margin = 24;
   p.expert_cache.bytes = 4000;
+  p.prefix_cache_device = 512;
   prometheus::Registry r;
   GpuMetrics m(r, 2);
   m.SetPlan(p);
@@ -81,6 +83,7 @@ TEST(GpuMetricsTest, ExportsThePlanAndTheCache) {
            "moesplit_gpu_memory_plan_bytes{use=\"kv_cache\"} 3422552064",
            "moesplit_gpu_memory_plan_bytes{use=\"workspace\"} 1024",
            "moesplit_gpu_memory_plan_bytes{use=\"expert_cache\"} 4000",
+           "moesplit_gpu_memory_plan_bytes{use=\"prefix_cache\"} 512",
            "moesplit_expert_cache_resident_experts{layer=\"0\"} 2",
            "moesplit_expert_cache_resident_experts{layer=\"1\"} 1",
            "moesplit_expert_cache_hits_total 2",

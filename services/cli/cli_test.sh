@@ -73,6 +73,14 @@ if [[ $(rc plan30) == 0 ]] && grep -Eq "KV cache +3422553088 " "$WORK/plan30.out
   fail "plan --preset: $(cat "$WORK/plan30.out" "$WORK/plan30.err")"; fi
 # DeepSeek-V3 (MLA): the latent KV, 61 layers x (512 + 64) f16 = 70272 bytes
 # per position; the routed experts on two 256 GiB workers by layer ranges.
+# The prefix cache's device tier comes out of the expert cache (1 GiB: 943
+# slots left of 1294) and is printed with the other tiers.
+run plan30d -- plan --preset qwen3-30b-a3b --type Q4_K_M --gpu-memory 8GiB --ctx 65536 --kv-type q8_0 --parallel 1 --cache-device 1GiB --cache-ram 16GiB
+if [[ $(rc plan30d) == 0 ]] && grep -Eq "prefix cache \(device\) +1073741824 " "$WORK/plan30d.out" &&
+   grep -q "943 experts of 3059712 bytes" "$WORK/plan30d.out" &&
+   grep -q "prefix cache: device tier 1.00 GiB; host RAM: primary tier .*, host tier 16.00 GiB" "$WORK/plan30d.out"; then
+  pass "plan --cache-device"; else
+  fail "plan --cache-device: $(cat "$WORK/plan30d.out" "$WORK/plan30d.err")"; fi
 run planv3 -- plan --preset deepseek-v3 --gpu-memory 24GiB --ctx 65536 --parallel 1 --worker-memory 256GiB
 if [[ $(rc planv3) == 0 ]] && grep -Eq "KV cache +[0-9]+ .*70272 bytes/position x 65536" "$WORK/planv3.out" &&
    grep -q "expert-workers: 2 of 256.00 GiB" "$WORK/planv3.out" &&

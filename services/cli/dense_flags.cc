@@ -342,6 +342,13 @@ void AddDenseServiceFlags(FlagParser& p, DenseServiceFlags* f, const FlagNames& 
                 "reuse the state of prompt prefixes seen before (blocks of 64 tokens)")
         .OneOf({"on", "off"});
   }
+  if (want("cache-device")) {
+    p.AddString("cache-device", &f->cache_device,
+                "prefix cache device-memory tier on the GPU, in front of the primary tier and "
+                "planned in --gpu-memory (taken from the expert cache); 0 = none")
+        .Check([](absl::string_view v) { return plan::ParseByteSize(v).status(); })
+        .Meta("SIZE");
+  }
   if (want("cache-memory")) {
     p.AddString("cache-memory", &f->cache_memory,
                 "prefix cache primary tier budget, e.g. 2GiB")

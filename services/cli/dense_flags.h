@@ -47,6 +47,7 @@ struct DenseServiceFlags {
   // primary tier's budget ("" = what the sequence slots hold at the full
   // context) and the host-RAM tier's ("0" = none).
   std::string prefix_cache = "on";
+  std::string cache_device = "0";
   std::string cache_memory;
   std::string cache_ram = "0";
   // The HTTP front end's limits (services/dense/http_server.h).

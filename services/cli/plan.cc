@@ -67,7 +67,7 @@ absl::Status RunPlan(const Args& args, const CommandIo& io) {
   const plan::PlanOptions plan_defaults;
   std::string model_path, preset, type, gpu_memory, kv_type = service.kv_type, worker_memory;
   std::string prefix_cache = service.prefix_cache, cache_memory = service.cache_memory,
-              cache_ram = service.cache_ram;
+              cache_ram = service.cache_ram, cache_device = service.cache_device;
   std::string margin = plan::FormatBytes(plan_defaults.margin_bytes);
   margin.erase(std::remove(margin.begin(), margin.end(), ' '), margin.end());
   int64_t ctx = service.ctx, parallel = service.parallel, ubatch = plan_defaults.n_ubatch;
@@ -105,6 +105,7 @@ absl::Status RunPlan(const Args& args, const CommandIo& io) {
       .Meta("SIZE")
       .DefaultText("the sequence slots' state at the full context");
   f.AddString("cache-ram", &cache_ram, "as moesplit-dense --cache-ram").Meta("SIZE");
+  f.AddString("cache-device", &cache_device, "as moesplit-dense --cache-device").Meta("SIZE");
   f.AddString("margin", &margin, "memory kept free for rounding and small buffers").Meta("SIZE");
   f.AddString("worker-memory", &worker_memory,
               "also plan expert-workers of this much memory for routed experts: how many, and "
@@ -138,6 +139,11 @@ absl::Status RunPlan(const Args& args, const CommandIo& io) {
   ASSIGN_OR_RETURN(o.kv_type, plan::ParseKvType(kv_type));
   o.n_parallel = parallel;
   o.n_ubatch = ubatch;
+  if (prefix_cache == "on") {
+    absl::StatusOr<uint64_t> d = plan::ParseByteSize(cache_device);
+    if (!d.ok()) return absl::InvalidArgumentError(absl::StrCat("--cache-device: ", d.status().message()));
+    o.prefix_cache_device_bytes = *d;
+  }
 
   plan::ModelShape shape;
   if (!model_path.empty()) {
@@ -180,9 +186,10 @@ absl::Status RunPlan(const Args& args, const CommandIo& io) {
     }
     return p.status();
   }
-  // The prefix cache's tiers live in host RAM (not in the GPU budget); the
-  // primary tier's default is what the sequence slots hold (the service's
-  // rule, dense_engine.h).
+  // The prefix cache's primary and host tiers live in host RAM (not in the
+  // GPU budget; its device tier is a row of the GPU plan); the primary
+  // tier's default is what the sequence slots hold (the service's rule,
+  // dense_engine.h).
   uint64_t primary = 0, host = 0;
   if (prefix_cache == "on") {
     primary = p->kv_cache + p->recurrent_state;
@@ -199,6 +206,7 @@ absl::Status RunPlan(const Args& args, const CommandIo& io) {
   if (json) {
     nlohmann::ordered_json j = nlohmann::ordered_json::parse(text);
     j["prefix_cache"] = {{"enabled", prefix_cache == "on"},
+                         {"device_bytes", p->prefix_cache_device},
                          {"primary_bytes", primary},
                          {"host_bytes", host}};
     if (!workers.empty()) {
@@ -214,7 +222,10 @@ absl::Status RunPlan(const Args& args, const CommandIo& io) {
     text = j.dump(2) + "\n";
   } else {
     if (prefix_cache == "on") {
-      absl::StrAppend(&text, "prefix cache (host RAM): primary tier ", plan::FormatBytes(primary),
+      absl::StrAppend(&text, "prefix cache: device tier ",
+                      p->prefix_cache_device > 0 ? plan::FormatBytes(p->prefix_cache_device)
+                                                 : "off (--cache-device 0)",
+                      "; host RAM: primary tier ", plan::FormatBytes(primary),
                       cache_memory.empty() ? " (the sequence slots' state)" : "",
                       ", host tier ", host > 0 ? plan::FormatBytes(host) : "off (--cache-ram 0)",
                       "\n");

@@ -29,6 +29,7 @@ TEST(DenseServiceFlagsTest, DefaultsStayWhenAbsent) {
   EXPECT_EQ(f.prefix_cache, "on");
   EXPECT_TRUE(f.cache_memory.empty());
   EXPECT_EQ(f.cache_ram, "0");
+  EXPECT_EQ(f.cache_device, "0");
 }
 
 TEST(DenseServiceFlagsTest, ParsesEveryFlag) {
@@ -72,7 +73,9 @@ TEST(DenseServiceFlagsTest, ParsesEveryFlag) {
                                    "off",
                                    "--cache-memory",
                                    "2GiB",
-                                   "--cache-ram=16G"},
+                                   "--cache-ram=16G",
+                                   "--cache-device",
+                                   "512MiB"},
                                   &f);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(f.experts, "shm://w0,grpc://10.0.0.2:50061");
@@ -89,6 +92,7 @@ TEST(DenseServiceFlagsTest, ParsesEveryFlag) {
   EXPECT_EQ(f.prefix_cache, "off");
   EXPECT_EQ(f.cache_memory, "2GiB");
   EXPECT_EQ(f.cache_ram, "16G");
+  EXPECT_EQ(f.cache_device, "512MiB");
 }
 
 struct BadCase {
@@ -109,6 +113,7 @@ TEST(DenseServiceFlagsTest, BadValuesFailWhileParsing) {
       {{"--model", "m", "--prefix-cache", "maybe"}, "--prefix-cache"},
       {{"--model", "m", "--cache-memory", "0"}, "more than 0 bytes"},
       {{"--model", "m", "--cache-ram", "12 parsecs"}, "unknown unit"},
+      {{"--model", "m", "--cache-device", "lots"}, "--cache-device"},
       {{"--model", "m", "--max-queue", "-1"}, "flag --max-queue must be in 0..100000"},
       {{"--model", "m", "--step-tokens", "0"}, "flag --step-tokens must be in 1.."},
       {{"--model", "m", "--ctx", "8"}, "flag --ctx must be in 16..16777216, got 8"},

@@ -121,6 +121,13 @@ absl::StatusOr<std::unique_ptr<DenseEngine>> DenseEngine::Create(const EngineOpt
   ro.prefill_stream_min_tokens = options.prefill_stream_min_tokens;
   ro.pin_experts = options.pin_experts;
   ro.max_step = options.step_tokens;
+  if (options.prefix_cache && options.cache_device > 0) {
+    if (options.backend == "cpu") {
+      return absl::InvalidArgumentError(
+          "a prefix-cache device tier (cache_device) needs the GPU backend, not --backend cpu");
+    }
+    ro.prefix_cache_device = options.cache_device;
+  }
   ASSIGN_OR_RETURN(e->runner_, CreateSequenceRunner(e->model_, backend, e->pool_.get(), ro));
   e->options_.max_sequences = e->runner_->slots();
   e->slot_used_.assign(e->runner_->slots(), false);
@@ -139,9 +146,20 @@ absl::StatusOr<std::unique_ptr<DenseEngine>> DenseEngine::Create(const EngineOpt
     co.primary_bytes = options.cache_memory > 0 ? options.cache_memory
                                                 : e->runner_->state_bytes_capacity();
     co.host_bytes = options.cache_ram;
+    if (options.cache_device > 0 && !e->runner_->has_device_memory()) {
+      Log(LogLevel::kWarning, "moesplit-dense",
+          absl::StrCat("prefix cache: no device tier on the ", e->runner_->name(),
+                       " runner (--cache-device ignored)"));
+    } else if (options.cache_device > 0) {
+      co.device_bytes = options.cache_device;
+      co.upload = [runner = e->runner_.get()](absl::Span<const uint8_t> kv) {
+        return runner->UploadKv(kv);
+      };
+    }
     e->cache_ = std::make_unique<PrefixCache>(co);
     e->metrics_->prefix_cache_primary_capacity.Set(static_cast<double>(co.primary_bytes));
     e->metrics_->prefix_cache_host_capacity.Set(static_cast<double>(co.host_bytes));
+    e->metrics_->prefix_cache_device_capacity.Set(static_cast<double>(co.device_bytes));
   }
   e->loop_ = std::thread([p = e.get()] { p->Loop(); });
   return e;
@@ -403,7 +421,10 @@ void DenseEngine::ImportPrefix(Sequence& s) {
   const int64_t B = cache_->block_tokens();
   absl::Status st = absl::OkStatus();
   for (size_t i = 0; i < m.blocks.size() && st.ok(); ++i) {
-    st = runner_->ImportKv(s.slot, static_cast<int64_t>(i) * B, m.blocks[i]->kv);
+    const PrefixCache::Block& b = *m.blocks[i];
+    const int64_t pos = static_cast<int64_t>(i) * B;
+    st = b.device_kv != nullptr ? runner_->ImportKvDevice(s.slot, pos, *b.device_kv)
+                                : runner_->ImportKv(s.slot, pos, b.kv);
   }
   if (st.ok()) st = runner_->Resume(s.slot, m.tokens, m.blocks.back()->state);
   if (!st.ok()) {
@@ -456,14 +477,25 @@ void DenseEngine::InsertBlocks(Sequence& s) {
     const uint64_t key = PrefixCache::ChainKey(s.block_key, tokens);
     if (cache_->Wants(key, with_state)) {
       std::vector<uint8_t> kv, state;
-      absl::Status st = runner_->ExportKv(s.slot, begin, end, &kv);
+      DeviceRowsRef device_kv;
+      absl::Status st = absl::OkStatus();
+      if (cache_->options().device_bytes > 0) {
+        // Into the device tier; where the device has no room, to the host.
+        absl::StatusOr<DeviceRowsRef> rows = runner_->ExportKvDevice(s.slot, begin, end);
+        if (rows.ok()) {
+          device_kv = std::move(*rows);
+        } else if (rows.status().code() != absl::StatusCode::kResourceExhausted) {
+          st = rows.status();
+        }
+      }
+      if (st.ok() && device_kv == nullptr) st = runner_->ExportKv(s.slot, begin, end, &kv);
       if (st.ok() && with_state) st = runner_->ExportRecurrent(s.slot, &state);
       if (!st.ok()) {
         Log(LogLevel::kWarning, "moesplit-dense",
             absl::StrCat("prefix cache: export failed: ", st.message()));
         return;
       }
-      cache_->Insert(s.block_key, tokens, std::move(kv), std::move(state));
+      cache_->Insert(s.block_key, tokens, std::move(kv), std::move(state), std::move(device_kv));
     }
     s.block_key = key;
     ++s.cached_blocks;
@@ -483,6 +515,11 @@ void DenseEngine::UpdateCacheMetrics() {
   add(metrics_->prefix_cache_host_hits, now.host_hits, was.host_hits);
   add(metrics_->prefix_cache_demotions, now.demoted, was.demoted);
   add(metrics_->prefix_cache_evictions, now.evicted, was.evicted);
+  add(metrics_->prefix_cache_device_hits, now.device_hits, was.device_hits);
+  add(metrics_->prefix_cache_uploads, now.uploaded, was.uploaded);
+  add(metrics_->prefix_cache_device_demotions, now.device_demoted, was.device_demoted);
+  metrics_->prefix_cache_device_bytes.Set(static_cast<double>(now.device_bytes));
+  metrics_->prefix_cache_device_blocks.Set(static_cast<double>(now.device_blocks));
   metrics_->prefix_cache_primary_bytes.Set(static_cast<double>(now.primary_bytes));
   metrics_->prefix_cache_host_bytes.Set(static_cast<double>(now.host_bytes));
   metrics_->prefix_cache_primary_blocks.Set(static_cast<double>(now.primary_blocks));

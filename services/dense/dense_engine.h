@@ -93,8 +93,12 @@ struct EngineOptions {
   // Automatic prefix caching (prefix_cache.h, README "Prefix caching"): on
   // by default; the primary tier's budget (0 = what the runner's
   // sequence slots hold at the full context, state_bytes_capacity) and the
-  // host tier's (--cache-ram; 0 = none: evicted blocks are dropped).
+  // host tier's (--cache-ram; 0 = none: evicted blocks are dropped). On a
+  // GPU runner cache_device (--cache-device; 0 = none) is a device-memory
+  // tier in front of them, planned in the GPU budget (InvalidArgument with
+  // backend "cpu"; ignored, with a warning, when "auto" runs on the CPU).
   bool prefix_cache = true;
+  uint64_t cache_device = 0;
   uint64_t cache_memory = 0;
   uint64_t cache_ram = 0;
   int cache_block_tokens = kDefaultBlockTokens;

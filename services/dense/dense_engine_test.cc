@@ -257,7 +257,7 @@ INSTANTIATE_TEST_SUITE_P(Archs, EngineArchTest, ::testing::Values("qwen3moe", "q
 // primary tier's budget `memory` (0 = automatic) and the host tier's `ram`.
 std::unique_ptr<DenseEngine> CacheEngine(const std::string& arch, bool cache, int n_ctx,
                                          uint64_t memory = 0, uint64_t ram = 0,
-                                         int max_sequences = 2) {
+                                         int max_sequences = 2, uint64_t device = 0) {
   EngineOptions o;
   o.model_path = ModelPath(arch);
   o.threads = 2;
@@ -267,6 +267,7 @@ std::unique_ptr<DenseEngine> CacheEngine(const std::string& arch, bool cache, in
   o.prefix_cache = cache;
   o.cache_memory = memory;
   o.cache_ram = ram;
+  o.cache_device = device;
 #ifdef MOESPLIT_CUDA_EMULATED
   o.backend = "cuda";
   o.expert_cache_slots = 0;
@@ -406,6 +407,75 @@ TEST_P(EngineArchTest, EvictedPrefixesComeBackFromTheHostTier) {
   EXPECT_EQ(Serve(*drop, prompts[0], 6).outcome.cached_tokens, 0);
   EXPECT_GT(drop->metrics().prefix_cache_evictions.Value(), 0);
   EXPECT_EQ(drop->metrics().prefix_cache_host_bytes.Value(), 0);
+}
+
+// The GPU's device tier: blocks stay in device memory, spill to the host
+// tiers past its budget and come back up on a hit; the tokens do not
+// change. On the CPU a device tier is refused with --backend cpu and
+// ignored (no budget, no device blocks) with auto.
+TEST_P(EngineArchTest, TheDeviceTierHoldsPrefixesAndSpillsToTheHost) {
+  const std::string arch = GetParam();
+  auto m = model::Model::Open(ModelPath(arch));
+  ASSERT_TRUE(m.ok());
+  const auto& hp = (*m)->hparams();
+  const uint64_t block = model::SequenceState::KvBytesPerPosition(hp) * kDefaultBlockTokens +
+                         kDefaultBlockTokens * sizeof(int32_t);
+  const uint64_t device = 4 * block + model::SequenceState::RecurrentBytes(hp);
+  const uint64_t primary = 4 * block + 2 * model::SequenceState::RecurrentBytes(hp);
+#ifdef MOESPLIT_CUDA_EMULATED
+  auto e = CacheEngine(arch, true, 512, primary, uint64_t{64} << 20, 2, device);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->metrics().prefix_cache_device_capacity.Value(), device);
+  std::vector<std::vector<int32_t>> prompts, first;
+  for (int i = 0; i < 5; ++i) {
+    prompts.push_back(RandomTokens(200, 40 + i));
+    const Served s = Serve(*e, prompts.back(), 6);
+    EXPECT_EQ(s.outcome.cached_tokens, 0) << i;
+    first.push_back(s.tokens);
+  }
+  EXPECT_GT(e->metrics().prefix_cache_device_blocks.Value(), 0);
+  EXPECT_LE(e->metrics().prefix_cache_device_bytes.Value(), device);
+  EXPECT_GT(e->metrics().prefix_cache_device_demotions.Value(), 0);
+  EXPECT_GT(e->metrics().prefix_cache_demotions.Value(), 0);  // on down to the host tier
+  for (int i = 4; i >= 0; --i) {  // the most recent first: on the device still
+    const Served s = Serve(*e, prompts[i], 6);
+    EXPECT_EQ(s.tokens, first[i]) << arch << " prompt " << i;
+    EXPECT_EQ(s.outcome.cached_tokens, 192) << arch << " prompt " << i;
+  }
+  EXPECT_GT(e->metrics().prefix_cache_device_hits.Value(), 0);
+  EXPECT_GT(e->metrics().prefix_cache_uploads.Value(), 0);
+  EXPECT_GT(e->metrics().prefix_cache_host_hits.Value(), 0);
+  EXPECT_LE(e->metrics().prefix_cache_device_bytes.Value(), device);
+  EXPECT_EQ(e->metrics().prefix_cache_hits.Value(), 5);
+  // The same traffic without a device tier gives the same tokens.
+  auto host_only = CacheEngine(arch, true, 512, primary, uint64_t{64} << 20);
+  ASSERT_NE(host_only, nullptr);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(Serve(*host_only, prompts[i], 6).tokens, first[i]) << i;
+  EXPECT_EQ(host_only->metrics().prefix_cache_device_blocks.Value(), 0);
+#else
+  EngineOptions o;
+  o.model_path = ModelPath(arch);
+  o.threads = 2;
+  o.n_ctx = 512;
+  o.cache_device = device;
+  o.backend = "cpu";
+  auto refused = DenseEngine::Create(o);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("--backend cpu"), std::string::npos)
+      << refused.status();
+  if (QueryGpuMemory().total == 0) {  // no GPU: auto runs on the CPU
+    auto e = CacheEngine(arch, true, 512, primary, 0, 2, device);
+    ASSERT_NE(e, nullptr);
+    EXPECT_EQ(e->metrics().prefix_cache_device_capacity.Value(), 0);
+    const auto p = RandomTokens(200, 40);
+    const Served a = Serve(*e, p, 6);
+    const Served b = Serve(*e, p, 6);
+    EXPECT_EQ(a.tokens, b.tokens);
+    EXPECT_EQ(b.outcome.cached_tokens, 192);
+    EXPECT_EQ(e->metrics().prefix_cache_device_blocks.Value(), 0);
+  }
+#endif
 }
 
 // Several sequences sharing a system prompt run at once: each imports the

@@ -111,6 +111,11 @@ int Run(int argc, char** argv) {
   } else {
     return Fail(bytes.status());
   }
+  if (auto bytes = plan::ParseByteSize(f.cache_device); bytes.ok()) {
+    opt.cache_device = *bytes;
+  } else {
+    return Fail(bytes.status());
+  }
   opt.threads = f.threads > 0 ? static_cast<int>(f.threads) : AvailableCpuCount();
   opt.n_ctx = static_cast<int>(f.ctx);
   opt.expert_timeout = std::chrono::milliseconds(f.expert_timeout_ms);
@@ -226,6 +231,7 @@ int Run(int argc, char** argv) {
     po.n_ctx = (*engine)->n_ctx();
     po.n_parallel = opt.max_sequences;  // one GPU KV cache per sequence
     po.budget_bytes = plan_budget;
+    po.prefix_cache_device_bytes = opt.prefix_cache ? opt.cache_device : 0;
     auto kv = plan::ParseKvType(opt.kv_type);
     if (kv.ok()) po.kv_type = *kv;
     auto memory_plan = plan::PlanMemory(plan::ShapeOfModel((*engine)->model()), po);

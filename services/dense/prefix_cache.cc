@@ -14,6 +14,19 @@ uint64_t Mix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+// A copy of b's identity and state with these K/V rows.
+std::shared_ptr<PrefixCache::Block> WithRows(const PrefixCache::Block& b, std::vector<uint8_t> kv,
+                                             DeviceRowsRef device_kv) {
+  auto out = std::make_shared<PrefixCache::Block>();
+  out->key = b.key;
+  out->parent = b.parent;
+  out->tokens = b.tokens;
+  out->kv = std::move(kv);
+  out->device_kv = std::move(device_kv);
+  out->state = b.state;
+  return out;
+}
+
 }  // namespace
 
 PrefixCache::PrefixCache(const PrefixCacheOptions& options) : options_(options) {}
@@ -59,13 +72,26 @@ PrefixCache::Match PrefixCache::Lookup(absl::Span<const int32_t> tokens, int64_t
   }
   ++stats_.hits;
   stats_.reused_tokens += m.tokens;
-  for (uint64_t key : keys) {
-    Entry& e = blocks_.at(key);
+  const bool upload = options_.device_bytes > 0 && options_.upload != nullptr;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    Entry& e = blocks_.at(keys[i]);
+    if (e.tier == Tier::kDevice) {
+      ++m.device_blocks;
+      ++stats_.device_hits;
+      continue;
+    }
     if (e.tier == Tier::kHost) {
       MoveTo(e, Tier::kPrimary);
       ++m.host_blocks;
       ++stats_.host_hits;
     }
+    if (!upload || e.block->bytes() > options_.device_bytes) continue;
+    absl::StatusOr<DeviceRowsRef> rows = options_.upload(e.block->kv);
+    if (!rows.ok() || *rows == nullptr) continue;  // stays in host memory
+    Place(e, WithRows(*e.block, {}, std::move(*rows)), Tier::kDevice);
+    m.blocks[i] = e.block;
+    ++m.device_blocks;
+    ++stats_.uploaded;
   }
   Touch(keys.back());
   Enforce();
@@ -79,37 +105,51 @@ bool PrefixCache::Wants(uint64_t key, bool with_state) const {
 }
 
 uint64_t PrefixCache::Insert(uint64_t parent, absl::Span<const int32_t> tokens,
-                             std::vector<uint8_t> kv, std::vector<uint8_t> state) {
+                             std::vector<uint8_t> kv, std::vector<uint8_t> state,
+                             DeviceRowsRef device_kv) {
   const uint64_t key = ChainKey(parent, tokens);
   auto b = std::make_shared<Block>();
   b->key = key;
   b->parent = parent;
   b->tokens.assign(tokens.begin(), tokens.end());
   b->kv = std::move(kv);
+  b->device_kv = std::move(device_kv);
   b->state = std::move(state);
+  if (b->device_kv != nullptr && b->bytes() > options_.device_bytes) {
+    // Larger than the device tier: kept in host memory.
+    absl::StatusOr<std::vector<uint8_t>> rows = b->device_kv->ToHost();
+    if (!rows.ok()) return key;
+    b = WithRows(*b, std::move(*rows), nullptr);
+  }
   std::lock_guard<std::mutex> l(mu_);
   auto it = blocks_.find(key);
   if (it != blocks_.end()) {
     Entry& e = it->second;
     if (e.block->parent != parent || e.block->tokens != b->tokens) return key;  // a collision
-    if (e.block->state.empty() && !b->state.empty() &&
-        b->bytes() <= options_.primary_bytes) {
-      TierBytes(e.tier) += b->bytes() - e.block->bytes();
-      e.block = std::move(b);  // holders of the old block keep theirs
+    if (e.block->state.empty() && !b->state.empty()) {
+      // The new state with the rows in the form the entry's tier keeps.
+      std::shared_ptr<Block> with = b;
+      if ((b->device_kv != nullptr) != (e.tier == Tier::kDevice)) {
+        with = WithRows(*e.block, e.block->kv, e.block->device_kv);
+        with->state = std::move(b->state);
+      }
+      // Holders of the old block keep theirs.
+      if (with->bytes() <= Budget(e.tier)) Place(e, std::move(with), e.tier);
     }
     Touch(key);
     Enforce();
     return key;
   }
-  if (b->bytes() > options_.primary_bytes) return key;
+  const Tier tier = b->device_kv != nullptr ? Tier::kDevice : Tier::kPrimary;
+  if (b->bytes() > Budget(tier)) return key;
   Entry& e = blocks_[key];
   const uint64_t bytes = b->bytes();
   e.block = std::move(b);
-  e.tier = Tier::kPrimary;
-  Lru(Tier::kPrimary).push_front(key);
-  e.lru = Lru(Tier::kPrimary).begin();
-  TierBytes(Tier::kPrimary) += bytes;
-  ++TierBlocks(Tier::kPrimary);
+  e.tier = tier;
+  Lru(tier).push_front(key);
+  e.lru = Lru(tier).begin();
+  TierBytes(tier) += bytes;
+  ++TierBlocks(tier);
   if (auto p = blocks_.find(parent); p != blocks_.end()) ++p->second.children;
   ++stats_.inserted;
   Touch(key);
@@ -132,15 +172,17 @@ void PrefixCache::Touch(uint64_t key) {
   }
 }
 
-void PrefixCache::MoveTo(Entry& e, Tier tier) {
-  const uint64_t bytes = e.block->bytes();
-  TierBytes(e.tier) -= bytes;
+void PrefixCache::MoveTo(Entry& e, Tier tier) { Place(e, e.block, tier); }
+
+void PrefixCache::Place(Entry& e, BlockRef block, Tier tier) {
+  TierBytes(e.tier) -= e.block->bytes();
   --TierBlocks(e.tier);
   auto& from = Lru(e.tier);
   auto& to = Lru(tier);
   to.splice(to.begin(), from, e.lru);
   e.tier = tier;
-  TierBytes(tier) += bytes;
+  e.block = std::move(block);
+  TierBytes(tier) += e.block->bytes();
   ++TierBlocks(tier);
 }
 
@@ -165,6 +207,20 @@ void PrefixCache::Enforce() {
     }
     return list.back();
   };
+  // The device tier's least recently used blocks go to the host, to the
+  // front of the primary tier (its descendants there stay behind it); a
+  // block whose copy fails is dropped.
+  while (stats_.device_bytes > options_.device_bytes && !Lru(Tier::kDevice).empty()) {
+    const uint64_t key = Lru(Tier::kDevice).back();
+    Entry& e = blocks_.at(key);
+    absl::StatusOr<std::vector<uint8_t>> rows = e.block->device_kv->ToHost();
+    if (!rows.ok()) {
+      Drop(key);
+      continue;
+    }
+    Place(e, WithRows(*e.block, std::move(*rows), nullptr), Tier::kPrimary);
+    ++stats_.device_demoted;
+  }
   const bool host = options_.host_bytes > 0;
   while (stats_.primary_bytes > options_.primary_bytes && !Lru(Tier::kPrimary).empty()) {
     const uint64_t key = host ? Lru(Tier::kPrimary).back() : victim(Tier::kPrimary);

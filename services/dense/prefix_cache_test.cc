@@ -156,6 +156,139 @@ TEST(PrefixCacheTest, NoHostTierDropsAndOversizedBlocksAreNotKept) {
   EXPECT_EQ(tiny.Lookup(Seq(1, 4), 4, false).tokens, 0);
 }
 
+// A device for the device tier: rows "in device memory" are a copy the test
+// can see, counted while alive; copies to the host can be made to fail.
+struct FakeDevice {
+  std::atomic<int64_t> live{0};
+  std::atomic<bool> fail_to_host{false};
+  std::atomic<int> uploads{0};
+};
+
+class FakeRows final : public DeviceRows {
+ public:
+  FakeRows(FakeDevice* d, std::vector<uint8_t> rows) : d_(d), rows_(std::move(rows)) { ++d_->live; }
+  ~FakeRows() override { --d_->live; }
+  uint64_t bytes() const override { return rows_.size(); }
+  absl::StatusOr<std::vector<uint8_t>> ToHost() const override {
+    if (d_->fail_to_host) return absl::InternalError("copy failed");
+    return rows_;
+  }
+
+ private:
+  FakeDevice* d_;
+  std::vector<uint8_t> rows_;
+};
+
+// InsertAll with the K/V rows "on the device".
+void InsertAllOnDevice(PrefixCache& c, FakeDevice& d, const std::vector<int32_t>& tokens,
+                       size_t bytes) {
+  uint64_t parent = PrefixCache::kRootKey;
+  for (size_t pos = 0; pos + kB <= tokens.size(); pos += kB) {
+    auto span = absl::MakeConstSpan(tokens).subspan(pos, kB);
+    parent = c.Insert(parent, span, {}, {},
+                      std::make_shared<FakeRows>(&d, Payload(span, pos, bytes)));
+  }
+}
+
+// A block's rows wherever they are.
+std::vector<uint8_t> Rows(const PrefixCache::Block& b) {
+  return b.device_kv != nullptr ? *b.device_kv->ToHost() : b.kv;
+}
+
+TEST(PrefixCacheTest, TheDeviceTierDemotesToTheHostAndHitsGoBackUp) {
+  // Blocks of 64 + 16 bytes: the device tier holds 2, the primary 2, the host 4.
+  const uint64_t block = 64 + kB * sizeof(int32_t);
+  FakeDevice d;
+  PrefixCacheOptions o = Opts(2 * block, 4 * block);
+  o.device_bytes = 2 * block;
+  o.upload = [&d](absl::Span<const uint8_t> kv) -> absl::StatusOr<DeviceRowsRef> {
+    ++d.uploads;
+    return std::make_shared<FakeRows>(&d, std::vector<uint8_t>(kv.begin(), kv.end()));
+  };
+  PrefixCache c(o);
+  const auto a = Seq(100, 8), b = Seq(200, 8), e = Seq(300, 8);
+  InsertAllOnDevice(c, d, a, 64);
+  PrefixCacheStats s = c.stats();
+  EXPECT_EQ(s.device_blocks, 2);
+  EXPECT_EQ(s.device_bytes, 2 * block);
+  EXPECT_EQ(s.primary_blocks, 0);
+  InsertAllOnDevice(c, d, b, 64);  // a's blocks copied down to the primary tier
+  s = c.stats();
+  EXPECT_EQ(s.device_blocks, 2);
+  EXPECT_EQ(s.primary_blocks, 2);
+  EXPECT_EQ(s.device_demoted, 2u);
+  EXPECT_EQ(d.live.load(), 2);  // a's device rows freed
+  InsertAllOnDevice(c, d, e, 64);  // b down, a on to the host tier
+  s = c.stats();
+  EXPECT_EQ(s.host_blocks, 2);
+  EXPECT_EQ(s.demoted, 2u);
+  // A hit on the host tier: back up to the device, the rows unchanged.
+  auto m = c.Lookup(a, 8, false);
+  EXPECT_EQ(m.tokens, 8);
+  EXPECT_EQ(m.host_blocks, 2);
+  EXPECT_EQ(m.device_blocks, 2);
+  for (size_t i = 0; i < 2; ++i) {
+    ASSERT_NE(m.blocks[i]->device_kv, nullptr) << i;
+    EXPECT_TRUE(m.blocks[i]->kv.empty());
+    EXPECT_EQ(Rows(*m.blocks[i]), Payload(absl::MakeConstSpan(a).subspan(i * kB, kB), i * kB, 64));
+  }
+  s = c.stats();
+  EXPECT_EQ(s.uploaded, 2u);
+  EXPECT_EQ(d.uploads.load(), 2);
+  EXPECT_EQ(s.device_blocks, 2);
+  EXPECT_LE(s.device_bytes, o.device_bytes);
+  EXPECT_LE(s.primary_bytes, o.primary_bytes);
+  EXPECT_LE(s.host_bytes, o.host_bytes);
+  // A hit on the device tier copies nothing.
+  m = c.Lookup(a, 8, false);
+  EXPECT_EQ(m.device_blocks, 2);
+  EXPECT_EQ(m.host_blocks, 0);
+  EXPECT_EQ(c.stats().device_hits, 2u);
+  EXPECT_EQ(d.uploads.load(), 2);
+  // Every sequence is still whole somewhere, with its own rows.
+  for (const auto& seq : {b, e}) {
+    auto got = c.Lookup(seq, 8, false);
+    ASSERT_EQ(got.tokens, 8);
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_EQ(Rows(*got.blocks[i]),
+                Payload(absl::MakeConstSpan(seq).subspan(i * kB, kB), i * kB, 64));
+    }
+  }
+  m.blocks.clear();
+}
+
+TEST(PrefixCacheTest, DeviceRowsThatCannotComeDownAreDroppedAndBigOnesStayOnTheHost) {
+  const uint64_t block = 64 + kB * sizeof(int32_t);
+  FakeDevice d;
+  PrefixCacheOptions o = Opts(8 * block);
+  o.device_bytes = 2 * block;
+  PrefixCache c(o);
+  InsertAllOnDevice(c, d, Seq(1, 8), 64);
+  d.fail_to_host = true;
+  InsertAllOnDevice(c, d, Seq(50, 8), 64);  // the first two cannot be copied down
+  PrefixCacheStats s = c.stats();
+  EXPECT_EQ(s.device_blocks, 2);
+  EXPECT_EQ(s.primary_blocks, 0);
+  EXPECT_EQ(s.evicted, 2u);
+  EXPECT_EQ(d.live.load(), 2);
+  EXPECT_EQ(c.Lookup(Seq(1, 8), 8, false).tokens, 0);
+  EXPECT_EQ(c.Lookup(Seq(50, 8), 8, false).tokens, 8);
+  // Without an upload function, a hit stays where it is.
+  d.fail_to_host = false;
+  InsertAllOnDevice(c, d, Seq(90, 8), 64);
+  auto m = c.Lookup(Seq(50, 8), 8, false);
+  EXPECT_EQ(m.tokens, 8);
+  EXPECT_EQ(m.device_blocks, 0);
+  EXPECT_EQ(m.blocks[0]->kv, Payload(Seq(50, 4), 0, 64));
+  // Rows larger than the device tier are kept in host memory.
+  const auto big = Seq(500, 4);
+  c.Insert(PrefixCache::kRootKey, big, {}, {}, std::make_shared<FakeRows>(&d, Payload(big, 0, 3 * 64)));
+  m = c.Lookup(big, 4, false);
+  ASSERT_EQ(m.tokens, 4);
+  EXPECT_EQ(m.blocks[0]->device_kv, nullptr);
+  EXPECT_EQ(m.blocks[0]->kv, Payload(big, 0, 3 * 64));
+}
+
 // Several sequences sharing prefixes at once, under budgets small enough
 // that blocks are evicted while other threads hold and read them.
 TEST(PrefixCacheTest, ConcurrentSequencesShareBlocksSafely) {

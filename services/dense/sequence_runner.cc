@@ -161,6 +161,27 @@ class CpuRunner final : public SequenceRunner {
 };
 
 #if MOESPLIT_HAVE_CUDA
+// Prefix-cache rows in the runner's device memory (SequenceRunner::ExportKvDevice).
+class CudaDeviceRows final : public DeviceRows {
+ public:
+  CudaDeviceRows(backend::Device* device, std::unique_ptr<backend::Buffer> buffer)
+      : device_(device), buffer_(std::move(buffer)) {}
+  uint64_t bytes() const override { return buffer_->size(); }
+  absl::StatusOr<std::vector<uint8_t>> ToHost() const override {
+    std::vector<uint8_t> out(bytes());
+    ASSIGN_OR_RETURN(auto stream, device_->CreateStream());
+    RETURN_IF_ERROR(stream->CopyToHost(out.data(), *buffer_, 0, out.size()));
+    RETURN_IF_ERROR(stream->Synchronize());
+    return out;
+  }
+  uint8_t* data() const { return static_cast<uint8_t*>(buffer_->data()); }
+  backend::Buffer& buffer() { return *buffer_; }
+
+ private:
+  backend::Device* device_;
+  std::unique_ptr<backend::Buffer> buffer_;
+};
+
 class CudaRunner final : public SequenceRunner {
  public:
   CudaRunner(std::unique_ptr<backend::Device> d, std::unique_ptr<cuda::CudaForward> f,
@@ -224,6 +245,29 @@ class CudaRunner final : public SequenceRunner {
     RETURN_IF_ERROR(CheckStarted(slot, started_));
     return caches_[slot]->Resume(n, recurrent.data(), recurrent.size());
   }
+  bool has_device_memory() const override { return true; }
+  absl::StatusOr<DeviceRowsRef> ExportKvDevice(int slot, int64_t begin, int64_t end) override {
+    RETURN_IF_ERROR(CheckStarted(slot, started_));
+    RETURN_IF_ERROR(caches_[slot]->CheckExport(begin, end));
+    ASSIGN_OR_RETURN(auto rows, NewRows(kv_bytes_per_position() * static_cast<uint64_t>(end - begin)));
+    RETURN_IF_ERROR(caches_[slot]->ExportKvToDevice(begin, end, rows->data()));
+    return rows;
+  }
+  absl::StatusOr<DeviceRowsRef> UploadKv(absl::Span<const uint8_t> kv) override {
+    ASSIGN_OR_RETURN(auto rows, NewRows(kv.size()));
+    ASSIGN_OR_RETURN(auto stream, device_->CreateStream());
+    RETURN_IF_ERROR(stream->CopyToDevice(rows->buffer(), 0, kv.data(), kv.size()));
+    RETURN_IF_ERROR(stream->Synchronize());
+    return rows;
+  }
+  absl::Status ImportKvDevice(int slot, int64_t pos, const DeviceRows& kv) override {
+    RETURN_IF_ERROR(CheckStarted(slot, started_));
+    const auto* rows = dynamic_cast<const CudaDeviceRows*>(&kv);
+    if (rows == nullptr) {
+      return absl::InvalidArgumentError("prefix-cache rows not in this runner's device memory");
+    }
+    return caches_[slot]->ImportKvFromDevice(pos, rows->data(), rows->bytes());
+  }
   GpuRunnerInfo gpu_info() const override {
     GpuRunnerInfo info = info_;
     if (expert_cache_ != nullptr) {
@@ -242,6 +286,12 @@ class CudaRunner final : public SequenceRunner {
   std::atomic<uint64_t> used_{0};
   std::shared_ptr<cuda::GpuExpertCache> expert_cache_;
   const GpuRunnerInfo info_;  // the fields fixed at start-up
+
+  absl::StatusOr<std::shared_ptr<CudaDeviceRows>> NewRows(uint64_t bytes) {
+    if (bytes == 0) return absl::InvalidArgumentError("no prefix-cache rows to hold");
+    ASSIGN_OR_RETURN(auto buffer, device_->Allocate(bytes));
+    return std::make_shared<CudaDeviceRows>(device_.get(), std::move(buffer));
+  }
 };
 
 absl::StatusOr<std::unique_ptr<SequenceRunner>> MakeCuda(
@@ -262,6 +312,7 @@ absl::StatusOr<std::unique_ptr<SequenceRunner>> MakeCuda(
     }
     po.n_ctx = o.n_ctx;
     po.n_parallel = o.n_parallel;
+    po.prefix_cache_device_bytes = o.prefix_cache_device;
     ASSIGN_OR_RETURN(po.kv_type, plan::ParseKvType(o.kv_type));
     auto p = plan::PlanMemory(plan::ShapeOfModel(*model), po);
     if (p.status().code() == absl::StatusCode::kResourceExhausted) {
@@ -303,7 +354,9 @@ absl::StatusOr<std::unique_ptr<SequenceRunner>> MakeCuda(
   int64_t slots = o.expert_cache_slots;
   const uint64_t slot_bytes = cuda::GpuExpertCache::SlotBytes(*model);
   if (slots < 0) {
-    const uint64_t budget = device->budget(), used = device->allocated_bytes();
+    // The prefix cache's device tier is empty now; its budget stays free.
+    const uint64_t budget = device->budget();
+    const uint64_t used = device->allocated_bytes() + o.prefix_cache_device;
     slots = slot_bytes > 0 && budget > used + kExpertCacheMargin
                 ? static_cast<int64_t>((budget - used - kExpertCacheMargin) / slot_bytes)
                 : 0;
@@ -329,6 +382,20 @@ absl::StatusOr<std::unique_ptr<SequenceRunner>> MakeCuda(
 #endif
 
 }  // namespace
+
+absl::StatusOr<DeviceRowsRef> SequenceRunner::ExportKvDevice(int, int64_t, int64_t) {
+  return NoDeviceMemory();
+}
+absl::StatusOr<DeviceRowsRef> SequenceRunner::UploadKv(absl::Span<const uint8_t>) {
+  return NoDeviceMemory();
+}
+absl::Status SequenceRunner::ImportKvDevice(int, int64_t, const DeviceRows&) {
+  return NoDeviceMemory();
+}
+absl::Status SequenceRunner::NoDeviceMemory() const {
+  return absl::UnimplementedError(
+      absl::StrCat("the ", name(), " runner keeps no state in device memory"));
+}
 
 bool HaveCudaBackend() { return MOESPLIT_HAVE_CUDA != 0; }
 

@@ -35,6 +35,7 @@
 #include "common/model/expert_cache.h"
 #include "common/model/forward.h"
 #include "common/model/model.h"
+#include "services/dense/prefix_cache.h"
 
 namespace moesplit::dense {
 
@@ -57,6 +58,9 @@ struct RunnerOptions {
   // sizes the CPU states' sliding-window rings (model::SequenceState), so
   // that the prefix cache can still export the blocks a step completed.
   int64_t max_step = 512;
+  // GPU: device memory the prefix cache's device tier may hold (its budget,
+  // --cache-device), planned with the rest and left out of the expert cache.
+  uint64_t prefix_cache_device = 0;
 };
 
 // Left free of the GPU budget when the expert cache takes "the rest".
@@ -127,8 +131,22 @@ class SequenceRunner {
   // started, a range outside its capacity or a wrong size.
   virtual absl::Status ImportKv(int slot, int64_t pos, absl::Span<const uint8_t> kv) = 0;
   virtual absl::Status Resume(int slot, int64_t n, absl::Span<const uint8_t> recurrent) = 0;
+  // The prefix cache's device tier (prefix_cache.h), on runners whose state
+  // is in device memory (has_device_memory()): positions [begin, end) of a
+  // started slot's K/V copied into a new device buffer (device to device;
+  // InvalidArgument outside [0, n_past], ResourceExhausted over the device
+  // budget), exported host rows copied up into one, and such rows written
+  // into a slot at [pos, ...) as ImportKv does. The rows hold device memory
+  // of this runner and must not outlive it. Unimplemented elsewhere.
+  virtual bool has_device_memory() const { return false; }
+  virtual absl::StatusOr<DeviceRowsRef> ExportKvDevice(int slot, int64_t begin, int64_t end);
+  virtual absl::StatusOr<DeviceRowsRef> UploadKv(absl::Span<const uint8_t> kv);
+  virtual absl::Status ImportKvDevice(int slot, int64_t pos, const DeviceRows& kv);
   // Thread-safe (may be called while another thread runs EvalBatch).
   virtual GpuRunnerInfo gpu_info() const { return {}; }
+
+ protected:
+  absl::Status NoDeviceMemory() const;  // the device-tier methods' answer
 };
 
 // InvalidArgument for an unknown backend or KV type; see the file comment.

@@ -242,5 +242,91 @@ TEST(SequenceRunnerCacheTest, ExportedStateResumesBitForBit) {
   }
 }
 
+// Rows that are not any runner's device memory.
+class HostRows final : public DeviceRows {
+ public:
+  explicit HostRows(std::vector<uint8_t> rows) : rows_(std::move(rows)) {}
+  uint64_t bytes() const override { return rows_.size(); }
+  absl::StatusOr<std::vector<uint8_t>> ToHost() const override { return rows_; }
+
+ private:
+  std::vector<uint8_t> rows_;
+};
+
+// The prefix cache's device tier: a slot's rows copied into device memory
+// are ExportKv's bytes, host rows copied up come back unchanged, and rows
+// imported from the device resume the sequence bit for bit, as ImportKv's
+// do. The CPU runner has no device memory and says so.
+TEST(SequenceRunnerCacheTest, DeviceRowsAreTheExportedRowsAndResumeBitForBit) {
+  for (const std::string arch : {"qwen3moe", "qwen35moe", "gpt-oss"}) {
+    for (const std::string kv_type : {"f16", "q8_0"}) {
+      model::testing::TinyModelOptions mo;
+      mo.arch = arch;
+      mo.head_dim = 32;
+      mo.n_layer = arch == "qwen35moe" ? 4 : 2;
+      auto m = model::testing::MakeTinyModel(mo);
+      ASSERT_TRUE(m.ok()) << m.status();
+      model::InProcessExperts experts(model::ExpertStore(*m), nullptr);
+      RunnerOptions ro;
+      ro.n_ctx = 64;
+      ro.n_parallel = 2;
+      ro.kv_type = kv_type;
+      ro.expert_cache_slots = 0;
+      ro.prefill_stream_min_tokens = 0;
+      auto r = CreateSequenceRunner(*m, &experts, nullptr, ro);
+      ASSERT_TRUE(r.ok()) << r.status();
+      SequenceRunner& run = **r;
+      const std::string what = arch + " " + kv_type + " " + run.name();
+      std::vector<int32_t> tokens;
+      for (int i = 0; i < 21; ++i) tokens.push_back((i * 5 + 1) % 40);
+      const auto all = absl::MakeConstSpan(tokens);
+      ASSERT_TRUE(run.Start(0, 64).ok());
+      const RunnerEntry head[1] = {{0, all.subspan(0, 16), model::LogitsMode::kNone, nullptr}};
+      ASSERT_TRUE(run.EvalBatch(head).ok()) << what;
+      if (!run.has_device_memory()) {
+        EXPECT_EQ(run.name(), "cpu");
+        EXPECT_EQ(run.ExportKvDevice(0, 0, 8).status().code(), absl::StatusCode::kUnimplemented);
+        EXPECT_EQ(run.UploadKv(std::vector<uint8_t>(8)).status().code(),
+                  absl::StatusCode::kUnimplemented);
+        EXPECT_EQ(run.ImportKvDevice(0, 0, HostRows({1, 2})).code(),
+                  absl::StatusCode::kUnimplemented);
+        break;  // one model says it
+      }
+      std::vector<uint8_t> kv, state;  // the rows of [0, 8), then of [8, 16)
+      ASSERT_TRUE(run.ExportKv(0, 0, 8, &kv).ok());
+      ASSERT_TRUE(run.ExportKv(0, 8, 16, &kv).ok());
+      ASSERT_TRUE(run.ExportRecurrent(0, &state).ok());
+      absl::StatusOr<DeviceRowsRef> front = run.ExportKvDevice(0, 0, 8);
+      ASSERT_TRUE(front.ok()) << front.status() << " " << what;
+      EXPECT_EQ((*front)->bytes(), 8 * run.kv_bytes_per_position());
+      absl::StatusOr<std::vector<uint8_t>> front_host = (*front)->ToHost();
+      ASSERT_TRUE(front_host.ok());
+      EXPECT_EQ(*front_host, std::vector<uint8_t>(kv.begin(), kv.begin() + kv.size() / 2)) << what;
+      EXPECT_EQ(run.ExportKvDevice(0, 0, 17).status().code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_EQ(run.ExportKvDevice(1, 0, 8).status().code(), absl::StatusCode::kInvalidArgument);
+      const auto back_half = absl::MakeConstSpan(kv).subspan(kv.size() / 2);
+      absl::StatusOr<DeviceRowsRef> back = run.UploadKv(back_half);
+      ASSERT_TRUE(back.ok()) << back.status();
+      absl::StatusOr<std::vector<uint8_t>> back_host = (*back)->ToHost();
+      ASSERT_TRUE(back_host.ok());
+      EXPECT_EQ(*back_host, std::vector<uint8_t>(back_half.begin(), back_half.end()));
+      std::vector<float> want, got;
+      const RunnerEntry tail0[1] = {{0, all.subspan(16), model::LogitsMode::kLast, &want}};
+      ASSERT_TRUE(run.EvalBatch(tail0).ok());
+
+      ASSERT_TRUE(run.Start(1, 64).ok());
+      EXPECT_EQ(run.ImportKvDevice(1, 0, HostRows(*front_host)).code(),
+                absl::StatusCode::kInvalidArgument);  // not device memory
+      EXPECT_EQ(run.ImportKvDevice(1, 60, **front).code(), absl::StatusCode::kInvalidArgument);
+      ASSERT_TRUE(run.ImportKvDevice(1, 0, **front).ok()) << what;
+      ASSERT_TRUE(run.ImportKvDevice(1, 8, **back).ok()) << what;
+      ASSERT_TRUE(run.Resume(1, 16, state).ok());
+      const RunnerEntry tail1[1] = {{1, all.subspan(16), model::LogitsMode::kLast, &got}};
+      ASSERT_TRUE(run.EvalBatch(tail1).ok());
+      EXPECT_EQ(got, want) << what;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace moesplit::dense

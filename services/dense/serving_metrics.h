@@ -47,14 +47,21 @@ class ServingMetrics {
   prometheus::Histogram& batch_tokens;
   // The prefix cache (prefix_cache.h): lookups that reused a block or none,
   // prompt tokens reused, blocks brought back from the host tier, blocks
-  // moved to the host tier and dropped, and each tier's bytes and blocks
-  // now (tier = "primary" | "host").
+  // moved to the host tier and dropped, the device tier's hits, uploads and
+  // copies down to the primary tier, and each tier's bytes and blocks now
+  // (tier = "device" | "primary" | "host").
   prometheus::Counter& prefix_cache_hits;
   prometheus::Counter& prefix_cache_misses;
   prometheus::Counter& prefix_cache_reused_tokens;
   prometheus::Counter& prefix_cache_host_hits;
   prometheus::Counter& prefix_cache_demotions;
   prometheus::Counter& prefix_cache_evictions;
+  prometheus::Counter& prefix_cache_device_hits;
+  prometheus::Counter& prefix_cache_uploads;
+  prometheus::Counter& prefix_cache_device_demotions;
+  prometheus::Gauge& prefix_cache_device_bytes;
+  prometheus::Gauge& prefix_cache_device_blocks;
+  prometheus::Gauge& prefix_cache_device_capacity;
   prometheus::Gauge& prefix_cache_primary_bytes;
   prometheus::Gauge& prefix_cache_host_bytes;
   prometheus::Gauge& prefix_cache_primary_blocks;

@@ -203,10 +203,15 @@ class CudaKvCache {
   // (model::SequenceState's layout, recurrent_bytes() bytes).
   uint64_t kv_bytes_per_position() const;
   uint64_t recurrent_bytes() const;
-  // InvalidArgument unless 0 <= begin <= end <= n_past.
+  // InvalidArgument unless 0 <= begin <= end <= n_past (CheckExport).
   absl::Status ExportKv(int64_t begin, int64_t end, uint8_t* out) const;
+  absl::Status CheckExport(int64_t begin, int64_t end) const;
   // Writes rows at [pos, pos + bytes / kv_bytes_per_position()); n_past unchanged.
   absl::Status ImportKv(int64_t pos, const uint8_t* in, uint64_t bytes);
+  // The same two with the rows in this device's memory (device-to-device
+  // copies: the prefix cache's device tier).
+  absl::Status ExportKvToDevice(int64_t begin, int64_t end, uint8_t* out) const;
+  absl::Status ImportKvFromDevice(int64_t pos, const uint8_t* in, uint64_t bytes);
   // Zeros when fresh.
   absl::Status ExportRecurrent(uint8_t* out) const;
   // n_past = n with this committed recurrent state (empty without DeltaNet
@@ -256,9 +261,11 @@ class CudaKvCache {
   int64_t ring_keep_ = -1;
   int64_t written_end_ = 0;
   std::vector<int32_t> host_table_;         // the block table as set
-  // Copies positions [pos, pos + n) of every attention layer between the
-  // pages and `host` (kind: raw::MemcpyAsync's, 0 host->device, 1 back).
-  absl::Status CopyRows(int64_t pos, int64_t n, uint8_t* host, int kind) const;
+  // Copies positions [pos, pos + n) of every attention layer (ExportKv's
+  // layout) between the pages and `other`: to it (out) or from it; `other`
+  // in host memory or, with other_on_device, in this device's.
+  absl::Status CopyRows(int64_t pos, int64_t n, uint8_t* other, bool out,
+                        bool other_on_device) const;
 };
 
 // Cumulative counters of one CudaForward.

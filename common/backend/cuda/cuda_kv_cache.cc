@@ -228,13 +228,15 @@ uint64_t CudaKvCache::recurrent_bytes() const {
   return static_cast<uint64_t>(n_rec) * (conv_floats_ + ssm_floats_) * sizeof(float);
 }
 
-absl::Status CudaKvCache::CopyRows(int64_t pos, int64_t n, uint8_t* host, int kind) const {
+absl::Status CudaKvCache::CopyRows(int64_t pos, int64_t n, uint8_t* other, bool out,
+                                   bool other_on_device) const {
+  const int kind = other_on_device ? 2 : out ? 1 : 0;
   for (size_t l = 0; l < kinds_.size(); ++l) {
     if (!model::IsAttention(kinds_[l])) continue;
     // A sliding-window ring holds only its last layer_positions() rows:
     // page i of the sequence is ring page i % R.
     const int64_t ring = ring_of_layer_[l] < 0 ? 0 : layer_pages_[l];
-    if (ring > 0 && kind == 1 && pos < written_end_ - ring * page_size_) {
+    if (ring > 0 && out && pos < written_end_ - ring * page_size_) {
       return absl::FailedPreconditionError(absl::StrCat(
           "positions from ", pos, " are no longer in layer ", l, "'s sliding-window ring (it holds ",
           ring * page_size_, " positions up to ", written_end_, ")"));
@@ -248,9 +250,9 @@ absl::Status CudaKvCache::CopyRows(int64_t pos, int64_t n, uint8_t* host, int ki
         const int64_t run = std::min<int64_t>(page_size_ - in_page, pos + n - p);
         const int64_t page = ring > 0 ? (p / page_size_) % ring : host_table_[p / page_size_];
         uint8_t* dev = base + (static_cast<uint64_t>(page) * page_size_ + in_page) * row;
-        RETURN_IF_CUDA_ERROR(kind == 0 ? raw::MemcpyAsync(dev, host, run * row, 0, nullptr)
-                                       : raw::MemcpyAsync(host, dev, run * row, 1, nullptr));
-        host += run * row;
+        RETURN_IF_CUDA_ERROR(out ? raw::MemcpyAsync(other, dev, run * row, kind, nullptr)
+                                 : raw::MemcpyAsync(dev, other, run * row, kind, nullptr));
+        other += run * row;
         p += run;
       }
     }
@@ -260,16 +262,31 @@ absl::Status CudaKvCache::CopyRows(int64_t pos, int64_t n, uint8_t* host, int ki
 }
 
 absl::Status CudaKvCache::ExportKv(int64_t begin, int64_t end, uint8_t* out) const {
-  if (begin < 0 || begin > end || end > n_past_) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot export positions [", begin, ", ", end,
-                                                   ") of a sequence of ", n_past_));
-  }
-  return CopyRows(begin, end - begin, out, 1);
+  RETURN_IF_ERROR(CheckExport(begin, end));
+  return CopyRows(begin, end - begin, out, /*out=*/true, /*other_on_device=*/false);
+}
+
+absl::Status CudaKvCache::ExportKvToDevice(int64_t begin, int64_t end, uint8_t* out) const {
+  RETURN_IF_ERROR(CheckExport(begin, end));
+  return CopyRows(begin, end - begin, out, /*out=*/true, /*other_on_device=*/true);
 }
 
 absl::Status CudaKvCache::ImportKv(int64_t pos, const uint8_t* in, uint64_t bytes) {
   ASSIGN_OR_RETURN(const int64_t n, model::KvImportRows(pos, bytes, kv_bytes_per_position(), n_ctx_, "cache"));
-  return CopyRows(pos, n, const_cast<uint8_t*>(in), 0);
+  return CopyRows(pos, n, const_cast<uint8_t*>(in), /*out=*/false, /*other_on_device=*/false);
+}
+
+absl::Status CudaKvCache::ImportKvFromDevice(int64_t pos, const uint8_t* in, uint64_t bytes) {
+  ASSIGN_OR_RETURN(const int64_t n, model::KvImportRows(pos, bytes, kv_bytes_per_position(), n_ctx_, "cache"));
+  return CopyRows(pos, n, const_cast<uint8_t*>(in), /*out=*/false, /*other_on_device=*/true);
+}
+
+absl::Status CudaKvCache::CheckExport(int64_t begin, int64_t end) const {
+  if (begin < 0 || begin > end || end > n_past_) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot export positions [", begin, ", ", end,
+                                                   ") of a sequence of ", n_past_));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CudaKvCache::ExportRecurrent(uint8_t* out) const {
