@@ -27,11 +27,24 @@ bash "$here/llamacpp_peer.sh" --build-only
 num() { python3 -c "import json,sys; v=json.loads(sys.stdin.read()).get('$1'); print(v if v is not None else 'nan')"; }
 pre=() dec=()
 printf "%-6s %12s %12s %7s %12s %12s %7s\n" round "ours pp" "llama pp" ratio "ours tg" "llama tg" ratio
+err=$(mktemp)
+trap 'rm -f "$err"' EXIT
+# A run that fails (e.g. a depth past the model's context) stops the script
+# with that run's own message.
+run_or_say() {
+  local what=$1
+  shift
+  if ! "$@" 2>"$err"; then
+    echo "side_by_side.sh: $what failed:" >&2
+    cat "$err" >&2
+    exit 1
+  fi
+}
 for ((r = 1; r <= rounds; ++r)); do
-  ours=$("$bin" bench --model "$model" --threads "$threads" --prompt "$prompt" --gen "$gen" \
-         --depth "$depth" --reps 3 --json 2>/dev/null)
-  peer=$(bash "$here/llamacpp_peer.sh" "$model" --threads "$threads" --prompt "$prompt" \
-         --gen "$gen" --depth "$depth" --reps 3 2>/dev/null | tail -1)
+  ours=$(run_or_say "moesplit bench" "$bin" bench --model "$model" --threads "$threads" \
+         --prompt "$prompt" --gen "$gen" --depth "$depth" --reps 3 --json)
+  peer=$(run_or_say "llama-bench" bash "$here/llamacpp_peer.sh" "$model" --threads "$threads" \
+         --prompt "$prompt" --gen "$gen" --depth "$depth" --reps 3 | tail -1)
   op=$(num prefill_tok_s <<<"$ours")
   od=$(num decode_tok_s <<<"$ours")  # at --depth (one depth given)
   pp=$(num prefill_tok_s <<<"$peer")
