@@ -223,6 +223,12 @@ MOESPLIT_TARGET inline void AccumulateBlock(const float* vrow, int64_t dvp, int6
   for (int u = 0; u < kVecs; ++u) _mm256_store_ps(acc + 8 * u, a[u]);
 }
 
+// Positions ahead of the one being read whose K and V rows are prefetched
+// (a line per 32 f16 values, issued from the loops that convert the rows:
+// GCC deletes a loop of prefetches alone): at decode the cache is past the
+// caches and a group reads each row once.
+constexpr int64_t kPrefetchRows = 16;
+
 // AttendHead for every query of the group, fused as AttendGroup512 is (see
 // attention.h) with 8-lane registers: each key and value row converted
 // once for all queries, the scores of a chunk of positions first, then each
@@ -255,14 +261,23 @@ MOESPLIT_TARGET void AttendGroup256(const GroupAttention& g) {
     const int64_t j1 = std::min(max_kv, j0 + kChunk);
     for (int64_t j = j0; j < j1; ++j) {
       const uint16_t* kr = g.k + j * g.k_stride;
-      for (int64_t c = 0; c < dk8; c += 8) _mm256_store_ps(krow + c, Load8(kr + c));
+      const int64_t ahead = std::min(j + kPrefetchRows, max_kv - 1);
+      const uint16_t* kn = g.k + ahead * g.k_stride;
+      for (int64_t c = 0; c < dk8; c += 8) {
+        if ((c & 31) == 0) _mm_prefetch(reinterpret_cast<const char*>(kn + c), _MM_HINT_T0);
+        _mm256_store_ps(krow + c, Load8(kr + c));
+      }
       for (int64_t c = dk8; c < dk; ++c) krow[c] = Fp16ToFp32(kr[c]);
       for (int64_t i = 0; i < n_q; ++i) {
         if (j < g.n_kv[i]) scores[(j - j0) * nqp + i] = DotRowF32(dk, krow, qf + i * qs) * g.scale;
       }
       const uint16_t* vr = g.v + j * g.v_stride;
       float* row = vrows + (j - j0) * dvp;
-      for (int64_t c = 0; c < dv8; c += 8) _mm256_store_ps(row + c, Load8(vr + c));
+      const uint16_t* vn = g.v + ahead * g.v_stride;
+      for (int64_t c = 0; c < dv8; c += 8) {
+        if ((c & 31) == 0) _mm_prefetch(reinterpret_cast<const char*>(vn + c), _MM_HINT_T0);
+        _mm256_store_ps(row + c, Load8(vr + c));
+      }
       for (int64_t c = dv8; c < dv; ++c) row[c] = Fp16ToFp32(vr[c]);
       for (int64_t c = dv; c < dvp; ++c) row[c] = 0.0f;
     }
