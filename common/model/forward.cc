@@ -364,7 +364,8 @@ absl::Status Forward::Attention(int il, Batch& b) const {
     // Wq gives per head [query, gate]: split them (llama.cpp's views of Qcur_full).
     float* qg = ws.q_gate.Get(n * 2 * qd);
     gate = ws.gate.Get(n * qd);
-    RETURN_IF_ERROR(quant::MatMul(W.wq, h, n, qg, pool_));
+    const quant::Product qkv[] = {{W.wq, qg}, {W.wk, k}, {W.wv, v}};
+    RETURN_IF_ERROR(quant::MatMuls(qkv, h, n, pool_));
     const int64_t hd = hp.head_dim_k;
     For(pool_, n, MinRows(2 * qd), [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) {
@@ -376,10 +377,9 @@ absl::Status Forward::Attention(int il, Batch& b) const {
       }
     });
   } else {
-    RETURN_IF_ERROR(quant::MatMul(W.wq, h, n, q, pool_));
+    const quant::Product qkv[] = {{W.wq, q}, {W.wk, k}, {W.wv, v}};
+    RETURN_IF_ERROR(quant::MatMuls(qkv, h, n, pool_));
   }
-  RETURN_IF_ERROR(quant::MatMul(W.wk, h, n, k, pool_));
-  RETURN_IF_ERROR(quant::MatMul(W.wv, h, n, v, pool_));
   For(pool_, n, MinRows(qd + kd, 8192), [&](int64_t t0, int64_t t1) {
     AddBias(L.bq, t0, t1, q);
     AddBias(L.bk, t0, t1, k);
@@ -444,18 +444,19 @@ absl::Status Forward::Mla(int il, Batch& b) const {
   float* h = ws.h.Get(n * d);
   NormRows(pool_, b.x, L.attn_norm, n, d, hp.rms_eps, h);
   float* q = ws.q_gate.Get(n * heads * dq);
+  // The latent (normed below) and the shared rope key, straight into the cache.
+  float* kv = ws.k.Get(n * kd);
   if (W.wq_a.data != nullptr) {
     const int64_t ql = hp.q_lora_rank;
     float* qa = ws.qa.Get(n * ql);
-    RETURN_IF_ERROR(quant::MatMul(W.wq_a, h, n, qa, pool_));
+    const quant::Product down[] = {{W.wq_a, qa}, {W.wkv_a, kv}};
+    RETURN_IF_ERROR(quant::MatMuls(down, h, n, pool_));
     NormRows(pool_, qa, L.q_a_norm, n, ql, hp.rms_eps, qa);
     RETURN_IF_ERROR(quant::MatMul(W.wq_b, qa, n, q, pool_));
   } else {
-    RETURN_IF_ERROR(quant::MatMul(W.wq, h, n, q, pool_));
+    const quant::Product qkv[] = {{W.wq, q}, {W.wkv_a, kv}};
+    RETURN_IF_ERROR(quant::MatMuls(qkv, h, n, pool_));
   }
-  // The latent (normed) and the shared rope key, straight into the cache.
-  float* kv = ws.k.Get(n * kd);
-  RETURN_IF_ERROR(quant::MatMul(W.wkv_a, h, n, kv, pool_));
   For(pool_, n, MinRows(kd + heads * dq, 4096), [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       float* row = kv + t * kd;
@@ -535,10 +536,8 @@ absl::Status Forward::DeltaNet(int il, Batch& b) const {
   float* z = ws.z.Get(n * inner);
   float* beta = ws.beta.Get(n * n_v);
   float* g = ws.alpha.Get(n * n_v);
-  RETURN_IF_ERROR(quant::MatMul(W.ssm_qkv, h, n, qkv, pool_));
-  RETURN_IF_ERROR(quant::MatMul(W.ssm_z, h, n, z, pool_));
-  RETURN_IF_ERROR(quant::MatMul(L.ssm_beta, h, n, beta, pool_));
-  RETURN_IF_ERROR(quant::MatMul(L.ssm_alpha, h, n, g, pool_));
+  const quant::Product in[] = {{W.ssm_qkv, qkv}, {W.ssm_z, z}, {L.ssm_beta, beta}, {L.ssm_alpha, g}};
+  RETURN_IF_ERROR(quant::MatMuls(in, h, n, pool_));
   for (int64_t i = 0; i < n * n_v; ++i) {
     const int64_t head = i % n_v;
     beta[i] = internal::Sigmoid(beta[i]);
@@ -778,8 +777,8 @@ absl::Status Forward::SwiGluFfn(const quant::WeightView& gate_w, const quant::We
   const int64_t ff = up_w.n_rows;
   float* gate = ws.gate.Get(n * ff);
   float* up = ws.up.Get(n * ff);
-  RETURN_IF_ERROR(quant::MatMul(gate_w, h, n, gate, pool_));
-  RETURN_IF_ERROR(quant::MatMul(up_w, h, n, up, pool_));
+  const quant::Product gate_up[] = {{gate_w, gate}, {up_w, up}};
+  RETURN_IF_ERROR(quant::MatMuls(gate_up, h, n, pool_));
   For(pool_, n, MinRows(ff, 4096), [&](int64_t t0, int64_t t1) {
     internal::SwiGlu(gate + t0 * ff, up + t0 * ff, t1 - t0, ff, gate + t0 * ff);
   });

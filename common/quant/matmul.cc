@@ -80,33 +80,45 @@ void Parallel(ThreadPool* pool, int64_t n, int64_t min_chunk,
   }
 }
 
-// One vec_dot per (row, token): rows split over the threads, each row tile
-// run against every token while it is hot.
-void RowProduct(const TypeTraits& traits, const WeightView& w, const uint8_t* act, uint64_t act_row_bytes,
-                int64_t n_tokens, float* y, ThreadPool* pool) {
+// Rows [r0, r1) of y = W x by vec_dot, each row tile run against every
+// token while it is hot.
+void RowRange(const TypeTraits& traits, const WeightView& w, const uint8_t* act,
+              uint64_t act_row_bytes, int64_t n_tokens, int64_t r0, int64_t r1, float* y) {
   const int64_t n_rows = w.n_rows, n_cols = w.n_cols;
-  const int64_t work_per_row = std::max<int64_t>(1, n_cols * n_tokens);
-  const int64_t min_rows = std::max<int64_t>(1, 65536 / work_per_row);
-  Parallel(pool, n_rows, min_rows, [&](int64_t r0, int64_t r1) {
-    for (int64_t rt = r0; rt < r1; rt += kRowTile) {
-      const int64_t nr = std::min(r1, rt + kRowTile) - rt;
-      const uint8_t* wt = w.data + rt * w.row_bytes;
-      for (int64_t t = 0; t < n_tokens; ++t) {
-        const uint8_t* a = act + t * act_row_bytes;
-        float* yt = y + t * n_rows + rt;
-        if (traits.vec_dot_rows != nullptr) {
-          traits.vec_dot_rows(n_cols, wt, w.row_bytes, nr, a, yt);
-        } else {
-          for (int64_t r = 0; r < nr; ++r) yt[r] = traits.vec_dot(n_cols, wt + r * w.row_bytes, a);
-        }
+  for (int64_t rt = r0; rt < r1; rt += kRowTile) {
+    const int64_t nr = std::min(r1, rt + kRowTile) - rt;
+    const uint8_t* wt = w.data + rt * w.row_bytes;
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      const uint8_t* a = act + t * act_row_bytes;
+      float* yt = y + t * n_rows + rt;
+      if (traits.vec_dot_rows != nullptr) {
+        traits.vec_dot_rows(n_cols, wt, w.row_bytes, nr, a, yt);
+      } else {
+        for (int64_t r = 0; r < nr; ++r) yt[r] = traits.vec_dot(n_cols, wt + r * w.row_bytes, a);
       }
     }
+  }
+}
+
+// The least work a thread is given: 65536 multiply-adds, in units of
+// `unit_rows` rows of n_cols x n_tokens (a decode step's K and V products,
+// 512 x 2048, take both threads).
+int64_t MinUnits(int64_t unit_rows, int64_t n_cols, int64_t n_tokens) {
+  return std::max<int64_t>(1, 65536 / std::max<int64_t>(1, unit_rows * n_cols * n_tokens));
+}
+
+// One vec_dot per (row, token): rows split over the threads.
+void RowProduct(const TypeTraits& traits, const WeightView& w, const uint8_t* act, uint64_t act_row_bytes,
+                int64_t n_tokens, float* y, ThreadPool* pool) {
+  Parallel(pool, w.n_rows, MinUnits(1, w.n_cols, n_tokens), [&](int64_t r0, int64_t r1) {
+    RowRange(traits, w, act, act_row_bytes, n_tokens, r0, r1, y);
   });
 }
 
 // 64-byte aligned, uninitialised thread-local scratch (grows, never
 // shrinks): slot 0 for TileGemm, 1 for the activation tiles, 2 for the
-// converted activation rows (MatMul never nests on one thread).
+// converted activation rows (MatMul never nests on one thread); MatMuls'
+// one dispatch (no tiled GEMM) keeps up to three activation types in 0-2.
 uint8_t* ThreadScratch(uint64_t bytes, int slot = 0) {
   struct Buf {
     std::unique_ptr<uint8_t[]> p;
@@ -146,17 +158,101 @@ void PackedProduct(const WeightView& w, const uint8_t* act, uint64_t act_row_byt
   for (int64_t t = 0; t < n_tokens; ++t) rows[t] = act + t * act_row_bytes;
   const PackedView pv{w.type, w.data, w.n_rows, w.n_cols};
   const int64_t n_strips = w.n_rows / kPackedStripRows;
-  // The same least work per thread as RowProduct's (65536 multiply-adds):
-  // a decode step's K and V products (512 x 2048) take both threads.
-  const int64_t min_strips =
-      std::max<int64_t>(1, 65536 / std::max<int64_t>(1, kPackedStripRows * w.n_cols * n_tokens));
-  Parallel(pool, n_strips, min_strips, [&](int64_t s0, int64_t s1) {
+  Parallel(pool, n_strips, MinUnits(kPackedStripRows, w.n_cols, n_tokens), [&](int64_t s0, int64_t s1) {
     const int64_t r0 = s0 * kPackedStripRows;
     PackedGemm(pv, r0, (s1 - s0) * kPackedStripRows, rows.data(), n_tokens, y + r0, w.n_rows);
   });
 }
 
+// The activation rows in `type` (f32: x itself), converted over the pool
+// into scratch slot `slot`.
+const uint8_t* ActivationRows(GgmlType type, const float* x, int64_t n_cols, int64_t n_tokens,
+                              int slot, ThreadPool* pool) {
+  if (type == GgmlType::kF32) return reinterpret_cast<const uint8_t*>(x);
+  const uint64_t row_bytes = *RowBytes(type, n_cols);
+  const QuantRowFn quantize = GetTypeTraits(type)->quantize;
+  uint8_t* dst = ThreadScratch(row_bytes * static_cast<uint64_t>(n_tokens), slot);
+  const int64_t min_tokens = std::max<int64_t>(1, 16384 / n_cols);
+  Parallel(pool, n_tokens, min_tokens, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) quantize(x + t * n_cols, dst + t * row_bytes, n_cols);
+  });
+  return dst;
+}
+
 }  // namespace
+
+absl::Status MatMuls(absl::Span<const Product> products, const float* x, int64_t n_tokens,
+                     ThreadPool* pool) {
+  for (const Product& p : products) RETURN_IF_ERROR(ValidateMatMul(p.w, x, n_tokens, p.y));
+  // One dispatch when every product runs row by row or packed over one
+  // shared column count, with at most three activation types (scratch
+  // slots 0-2, free outside the tiled GEMM); otherwise one MatMul each.
+  std::vector<GgmlType> act_types;
+  bool fused = n_tokens > 0;
+  for (const Product& p : products) {
+    if (p.w.n_cols != products[0].w.n_cols) fused = false;
+    if (!p.w.packed && n_tokens >= kMinTiledTokens && TileGemmAvailable(p.w.type)) fused = false;
+    const GgmlType t = GetTypeTraits(p.w.type)->vec_dot_type;
+    if (t != GgmlType::kF32 && std::find(act_types.begin(), act_types.end(), t) == act_types.end()) {
+      act_types.push_back(t);
+    }
+  }
+  if (act_types.size() > 3) fused = false;
+  if (!fused || products.empty() || products[0].w.n_cols == 0) {
+    for (const Product& p : products) RETURN_IF_ERROR(MatMul(p.w, x, n_tokens, p.y, pool));
+    return absl::OkStatus();
+  }
+  const int64_t n_cols = products[0].w.n_cols;
+  std::vector<const uint8_t*> acts(act_types.size());
+  for (size_t i = 0; i < act_types.size(); ++i) {
+    acts[i] = ActivationRows(act_types[i], x, n_cols, n_tokens, static_cast<int>(i), pool);
+  }
+  // Each product's rows in units of 16 (a packed strip, a row tile), numbered
+  // on from the previous product's.
+  struct Part {
+    const TypeTraits* traits;
+    const uint8_t* act;
+    uint64_t act_row_bytes;
+    std::vector<const uint8_t*> rows;  // packed: the activation row pointers
+    int64_t first_unit, n_units;
+  };
+  std::vector<Part> parts;
+  int64_t total = 0;
+  for (const Product& p : products) {
+    Part part;
+    part.traits = GetTypeTraits(p.w.type);
+    const GgmlType t = part.traits->vec_dot_type;
+    part.act = t == GgmlType::kF32
+                   ? reinterpret_cast<const uint8_t*>(x)
+                   : acts[std::find(act_types.begin(), act_types.end(), t) - act_types.begin()];
+    part.act_row_bytes = *RowBytes(t, n_cols);
+    if (p.w.packed) {
+      for (int64_t i = 0; i < n_tokens; ++i) part.rows.push_back(part.act + i * part.act_row_bytes);
+    }
+    part.first_unit = total;
+    part.n_units = (p.w.n_rows + kRowTile - 1) / kRowTile;
+    total += part.n_units;
+    parts.push_back(std::move(part));
+  }
+  static_assert(kRowTile == kPackedStripRows, "a unit is one row tile or one packed strip");
+  Parallel(pool, total, MinUnits(kRowTile, n_cols, n_tokens), [&](int64_t u0, int64_t u1) {
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const Part& part = parts[i];
+      const WeightView& w = products[i].w;
+      const int64_t a = std::max(u0, part.first_unit), b = std::min(u1, part.first_unit + part.n_units);
+      if (a >= b) continue;
+      const int64_t r0 = (a - part.first_unit) * kRowTile;
+      const int64_t r1 = std::min(w.n_rows, (b - part.first_unit) * kRowTile);
+      if (w.packed) {
+        const PackedView pv{w.type, w.data, w.n_rows, w.n_cols};
+        PackedGemm(pv, r0, r1 - r0, part.rows.data(), n_tokens, products[i].y + r0, w.n_rows);
+      } else {
+        RowRange(*part.traits, w, part.act, part.act_row_bytes, n_tokens, r0, r1, products[i].y);
+      }
+    }
+  });
+  return absl::OkStatus();
+}
 
 absl::Status MatMul(const WeightView& w, const float* x, int64_t n_tokens, float* y,
                     ThreadPool* pool) {
@@ -169,19 +265,9 @@ absl::Status MatMul(const WeightView& w, const float* x, int64_t n_tokens, float
   const TypeTraits* traits = GetTypeTraits(w.type);
   const GgmlType act_type = traits->vec_dot_type;
   const uint64_t act_row_bytes = *RowBytes(act_type, w.n_cols);
-  const int64_t n_cols = w.n_cols;
 
   // Activation rows in the weight's vec_dot_type (f32 is used in place).
-  const uint8_t* act = reinterpret_cast<const uint8_t*>(x);
-  if (act_type != GgmlType::kF32) {
-    const QuantRowFn quantize = GetTypeTraits(act_type)->quantize;
-    uint8_t* dst = ThreadScratch(act_row_bytes * static_cast<uint64_t>(n_tokens), 2);
-    const int64_t min_tokens = std::max<int64_t>(1, 16384 / n_cols);
-    Parallel(pool, n_tokens, min_tokens, [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t) quantize(x + t * n_cols, dst + t * act_row_bytes, n_cols);
-    });
-    act = dst;
-  }
+  const uint8_t* act = ActivationRows(act_type, x, w.n_cols, n_tokens, 2, pool);
 
   if (w.packed) {
     PackedProduct(w, act, act_row_bytes, n_tokens, y, pool);

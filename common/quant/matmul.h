@@ -23,6 +23,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "common/base/thread_pool.h"
 #include "common/gguf/types.h"
 
@@ -41,5 +42,20 @@ struct WeightView {
 
 absl::Status MatMul(const WeightView& w, const float* x, int64_t n_tokens,
                     float* y, ThreadPool* pool);
+
+// Products of one activation (a layer's q, k and v; an FFN's gate and up):
+// each y = W x as MatMul computes it, the same bits, but in one dispatch over
+// the pool when every product runs row by row or packed (packed weights, or
+// fewer tokens than the tiled GEMM takes) with one column count: the
+// threads split the products' rows together, instead of each product waking
+// them and the small ones (K, V at decode) running on too few. Otherwise one
+// MatMul after another. Errors as MatMul's, checked for every product before
+// any is computed.
+struct Product {
+  WeightView w;
+  float* y = nullptr;
+};
+absl::Status MatMuls(absl::Span<const Product> products, const float* x, int64_t n_tokens,
+                     ThreadPool* pool);
 
 }  // namespace moesplit::quant

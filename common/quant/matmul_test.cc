@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "common/base/thread_pool.h"
+#include "common/quant/packed.h"
 #include "common/quant/internal/test_util.h"
 #include "common/quant/quant.h"
 #include "common/quant/random_blocks.h"
@@ -126,6 +127,72 @@ TEST(MatMulTest, EmptyShapes) {
   WeightView no_cols{GgmlType::kQ8_0, nullptr, 4, 0, 0};
   EXPECT_TRUE(MatMul(no_cols, nullptr, 2, y.data(), nullptr).ok());
   for (float v : y) EXPECT_EQ(v, 0.0f);
+}
+
+// MatMuls gives each product MatMul's bits, fused or not: K-quants, Q8_0,
+// f32, f16 and bf16 products of one activation (more than three activation
+// types: one MatMul each), packed and GGUF rows, token counts on both sides
+// of the tiled GEMM's threshold, any pool.
+TEST(MatMulTest, ProductsOfOneActivationEqualTheirMatMuls) {
+  const int64_t cols = 512;
+  struct Spec {
+    GgmlType type;
+    int64_t rows;
+    bool packed;
+  };
+  const std::vector<std::vector<Spec>> sets = {
+      {{GgmlType::kQ4_K, 64, true}, {GgmlType::kQ4_K, 16, true}, {GgmlType::kQ6_K, 32, true}},
+      {{GgmlType::kQ4_K, 37, false}, {GgmlType::kQ6_K, 19, false}, {GgmlType::kQ8_0, 48, true},
+       {GgmlType::kF32, 5, false}},
+      {{GgmlType::kQ5_K, 16, false}, {GgmlType::kF16, 7, false}, {GgmlType::kBF16, 3, false},
+       {GgmlType::kQ8_0, 9, false}},  // four activation types
+      {{GgmlType::kMXFP4, 32, true}, {GgmlType::kQ8_0, 1, false}},
+  };
+  ThreadPool pool1(1), pool3(3);
+  ThreadPool* pools[] = {nullptr, &pool1, &pool3};
+  for (size_t si = 0; si < sets.size(); ++si) {
+    std::vector<Weights> ws;
+    std::vector<std::vector<uint8_t>> packed;
+    for (size_t i = 0; i < sets[si].size(); ++i) {
+      const Spec& sp = sets[si][i];
+      ws.push_back(MakeWeights(sp.type, sp.rows, cols, 0, 77 + 13 * i + si));
+      if (sp.packed) {
+        packed.emplace_back(PackedMatrixBytes(sp.type, sp.rows, cols));
+        PackRows(sp.type, ws.back().bytes.data(), ws.back().view.row_bytes, sp.rows, cols,
+                 packed.back().data());
+        ws.back().view.data = packed.back().data();
+        ws.back().view.packed = true;
+      }
+    }
+    for (int64_t tokens : {1, 2, 4, 5, 9}) {
+      const std::vector<float> x = RandomActivations(tokens * cols, 40 + tokens);
+      for (ThreadPool* pool : pools) {
+        std::vector<Product> ps;
+        std::vector<std::vector<float>> ys(ws.size()), want(ws.size());
+        for (size_t i = 0; i < ws.size(); ++i) {
+          ys[i].assign(tokens * ws[i].view.n_rows, NAN);
+          want[i].assign(tokens * ws[i].view.n_rows, NAN);
+          ASSERT_TRUE(MatMul(ws[i].view, x.data(), tokens, want[i].data(), nullptr).ok());
+          ps.push_back({ws[i].view, ys[i].data()});
+        }
+        ASSERT_TRUE(MatMuls(ps, x.data(), tokens, pool).ok());
+        for (size_t i = 0; i < ws.size(); ++i) {
+          int64_t bad = 0;
+          for (size_t k = 0; k < ys[i].size(); ++k) bad += !(ys[i][k] == want[i][k]);
+          EXPECT_EQ(bad, 0) << "set " << si << " product " << i << " (" << Name(ws[i].view.type)
+                            << ") tokens " << tokens << " threads " << (pool ? pool->size() : 0);
+        }
+      }
+    }
+  }
+  // A bad product is refused before any is computed.
+  Weights a = MakeWeights(GgmlType::kQ4_K, 16, cols, 0, 1);
+  std::vector<float> x = RandomActivations(cols, 1), ya(16, 7.0f), yb(16, 7.0f);
+  WeightView bad = a.view;
+  bad.n_cols = 200;
+  const Product ps[] = {{a.view, ya.data()}, {bad, yb.data()}};
+  EXPECT_EQ(MatMuls(ps, x.data(), 1, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  for (float v : ya) EXPECT_EQ(v, 7.0f);
 }
 
 TEST(MatMulTest, BadArgumentsAreInvalidArgument) {
