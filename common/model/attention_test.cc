@@ -332,11 +332,12 @@ TEST(AttendSinkTest, GroupEqualsHeadAndFormula) {
 
 // The softmax's exp against the C library over a sweep of float bit
 // patterns (all of [-inf, 0] with a stride, the positive range up to and
-// past overflow, NaNs), bit for bit; and on x86 with AVX-512 under glibc it
-// is the vector form (a failed run-time check would fall back silently).
+// past overflow, NaNs), bit for bit; and on x86 with AVX-512 or AVX2 under
+// glibc it is the vector form (a failed run-time check would fall back
+// silently).
 TEST(ExpF32Test, EqualsLibmBitForBit) {
 #if defined(__x86_64__) && defined(__GLIBC__)
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
       __builtin_cpu_supports("f16c")) {
     EXPECT_TRUE(VectorExpInUse());
   }

@@ -164,6 +164,173 @@ float* ThreadScratch(int slot, int64_t n) {
                                   ~uintptr_t{63});
 }
 
+// glibc's expf (2.28 and later, the build with FMA: __expf_fma), bit for
+// bit: x * 32/ln2 = k + r in double, 2^(k/32) from a table of 32 entries
+// (the bits of 2^(i/32) less i << 47, as glibc's __exp2f_data.tab), a cubic
+// in r, the product rounded to float once. Exp8 (AVX2) and Exp16 (AVX-512)
+// compute it in vector lanes; a check at first use compares each with the
+// library before the softmax uses it.
+struct ExpTable {
+  alignas(64) uint64_t t[32];
+  ExpTable() {
+    for (int i = 0; i < 32; ++i) {
+      const double v = static_cast<double>(std::exp2(static_cast<long double>(i) / 32));
+      uint64_t b;
+      std::memcpy(&b, &v, sizeof(b));
+      t[i] = b - (static_cast<uint64_t>(i) << 47);
+    }
+  }
+};
+
+const ExpTable& ExpTab() {
+  static const ExpTable tab;
+  return tab;
+}
+
+// 4 lanes of the double-precision core (|x| < 88, finite).
+MOESPLIT_TARGET inline __m256d ExpQuad(__m256d xd, const ExpTable& tab) {
+  const __m256d inv_ln2_n = _mm256_set1_pd(0x1.71547652b82fep0 * 32);
+  const __m256d shift = _mm256_set1_pd(0x1.8p52);
+  const __m256d kd0 = _mm256_fmadd_pd(inv_ln2_n, xd, shift);
+  const __m256i ki = _mm256_castpd_si256(kd0);
+  const __m256d kd = _mm256_sub_pd(kd0, shift);
+  const __m256d r = _mm256_fmsub_pd(inv_ln2_n, xd, kd);
+  const __m256i t = _mm256_i64gather_epi64(reinterpret_cast<const long long*>(tab.t),
+                                           _mm256_and_si256(ki, _mm256_set1_epi64x(31)), 8);
+  const __m256d sc = _mm256_castsi256_pd(_mm256_add_epi64(t, _mm256_slli_epi64(ki, 47)));
+  const __m256d z = _mm256_fmadd_pd(r, _mm256_set1_pd(0x1.c6af84b912394p-5 / (32.0 * 32 * 32)),
+                                    _mm256_set1_pd(0x1.ebfce50fac4f3p-3 / (32.0 * 32)));
+  const __m256d r2 = _mm256_mul_pd(r, r);
+  const __m256d y = _mm256_fmadd_pd(r, _mm256_set1_pd(0x1.62e42ff0c52d6p-1 / 32), _mm256_set1_pd(1.0));
+  return _mm256_mul_pd(_mm256_fmadd_pd(z, r2, y), sc);
+}
+
+// std::exp on 8 lanes: lanes with |x| >= 88 or not finite (glibc's special
+// cases; at most one per query in a softmax, its first -inf) by the library.
+MOESPLIT_TARGET inline __m256 Exp8(__m256 x, const ExpTable& tab) {
+  const __m128 lo = _mm256_cvtpd_ps(ExpQuad(_mm256_cvtps_pd(_mm256_castps256_ps128(x)), tab));
+  const __m128 hi = _mm256_cvtpd_ps(ExpQuad(_mm256_cvtps_pd(_mm256_extractf128_ps(x, 1)), tab));
+  __m256 e = _mm256_set_m128(hi, lo);
+  const __m256i top =
+      _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(x), 20), _mm256_set1_epi32(0x7ff));
+  const int big = _mm256_movemask_ps(
+      _mm256_castsi256_ps(_mm256_cmpgt_epi32(top, _mm256_set1_epi32(0x42a))));
+  if (big == 0) return e;
+  alignas(32) float xs[8], es[8];
+  _mm256_store_ps(xs, x);
+  _mm256_store_ps(es, e);
+  for (int l = 0; l < 8; ++l) {
+    if (big & (1 << l)) es[l] = std::exp(xs[l]);
+  }
+  return _mm256_load_ps(es);
+}
+
+// Exp8 equals std::exp on this machine's library: edge cases and a sweep of
+// the floats a softmax exponentiates (x <= 0) and some above.
+MOESPLIT_TARGET bool CheckExp8() {
+  std::vector<float> xs = {0.0f,     -0.0f,     -INFINITY,    INFINITY, NAN,       -NAN,
+                           88.0f,    88.72283f, 88.7229f,     89.0f,    -87.9f,    -88.0f,
+                           -100.0f,  -103.0f,   -103.278923f, -103.28f, -103.5f,   -103.972076f,
+                           -103.98f, -104.0f,   -1e30f,       1e30f,    0x1p-149f, -0x1p-149f,
+                           1e-8f,    -1e-8f};
+  for (uint32_t b = 0x80000000u; b < 0xc3000000u; b += 0x7f01u) xs.push_back(Fp32FromBits(b));
+  for (uint32_t b = 0; b < 0x43000000u; b += 0x3f9f1u) xs.push_back(Fp32FromBits(b));
+  while (xs.size() % 8 != 0) xs.push_back(-1.0f);
+  alignas(32) float out[8];
+  for (size_t i = 0; i < xs.size(); i += 8) {
+    _mm256_store_ps(out, Exp8(_mm256_loadu_ps(xs.data() + i), ExpTab()));
+    for (int l = 0; l < 8; ++l) {
+      const float want = std::exp(xs[i + l]);
+      if (Fp32ToBits(out[l]) != Fp32ToBits(want) && !(std::isnan(want) && std::isnan(out[l]))) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+bool Exp8MatchesLibm() {
+  static const bool ok = CheckExp8();
+  return ok;
+}
+
+MOESPLIT_TARGET void ExpStore8(const float* x, float* y) {
+  _mm256_storeu_ps(y, Exp8(_mm256_loadu_ps(x), ExpTab()));
+}
+
+// The online softmax of up to 8 queries i0 + l (lanes l < lanes) over
+// positions [j0, j1), as AttendHead computes it per query: for each position
+// below the query's n_kv, the accumulator's rescale factor ms and the value
+// weight vs (mss[(j - j0) * nqp + i0 + l], likewise vss), the running max
+// m_io[l] and sum sum_io[l]; exp by Exp8 when vector_exp, else std::exp.
+MOESPLIT_TARGET void Softmax8(const float* scores, int64_t nqp, int64_t i0, int64_t j0, int64_t j1,
+                              const int64_t* n_kv, int lanes, bool vector_exp, float* m_io,
+                              float* sum_io, float* mss, float* vss) {
+  alignas(32) int32_t nk[8];
+  for (int l = 0; l < 8; ++l) {
+    nk[l] = l < lanes ? static_cast<int32_t>(std::min<int64_t>(n_kv[i0 + l], j1)) : 0;
+  }
+  const __m256i nkv = _mm256_load_si256(reinterpret_cast<const __m256i*>(nk));
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const ExpTable& tab = ExpTab();
+  alignas(32) float mv[8] = {}, sv[8] = {}, row[8] = {};
+  for (int l = 0; l < lanes; ++l) {
+    mv[l] = m_io[l];
+    sv[l] = sum_io[l];
+  }
+  __m256 m = _mm256_load_ps(mv), sum = _mm256_load_ps(sv);
+  for (int64_t j = j0; j < j1; ++j) {
+    const __m256 active = _mm256_castsi256_ps(
+        _mm256_cmpgt_epi32(nkv, _mm256_set1_epi32(static_cast<int32_t>(j))));
+    const int live = _mm256_movemask_ps(active);
+    if (live == 0) break;
+    const float* sr = scores + (j - j0) * nqp + i0;
+    __m256 s;
+    if (live == 0xff) {
+      s = _mm256_loadu_ps(sr);
+    } else {
+      for (int l = 0; l < 8; ++l) row[l] = (live >> l) & 1 ? sr[l] : 0.0f;
+      s = _mm256_load_ps(row);
+    }
+    const __m256 gt = _mm256_and_ps(active, _mm256_cmp_ps(s, m, _CMP_GT_OQ));
+    // Inactive lanes exponentiate 0 (their results are not used).
+    const __m256 d = _mm256_and_ps(active, _mm256_blendv_ps(_mm256_sub_ps(s, m), _mm256_sub_ps(m, s), gt));
+    __m256 e;
+    if (vector_exp) {
+      e = Exp8(d, tab);
+    } else {
+      alignas(32) float t[8];
+      _mm256_store_ps(t, d);
+      for (float& x : t) x = std::exp(x);
+      e = _mm256_load_ps(t);
+    }
+    const __m256 ms = _mm256_blendv_ps(one, e, gt);
+    const __m256 vs = _mm256_blendv_ps(e, one, gt);
+    m = _mm256_blendv_ps(m, s, gt);
+    sum = _mm256_blendv_ps(sum, _mm256_fmadd_ps(sum, ms, vs), active);
+    float* msr = mss + (j - j0) * nqp + i0;
+    float* vsr = vss + (j - j0) * nqp + i0;
+    if (lanes == 8) {
+      _mm256_storeu_ps(msr, ms);
+      _mm256_storeu_ps(vsr, vs);
+    } else {
+      alignas(32) float a[8], b[8];
+      _mm256_store_ps(a, ms);
+      _mm256_store_ps(b, vs);
+      for (int l = 0; l < lanes; ++l) {
+        msr[l] = a[l];
+        vsr[l] = b[l];
+      }
+    }
+  }
+  _mm256_store_ps(mv, m);
+  _mm256_store_ps(sv, sum);
+  for (int l = 0; l < lanes; ++l) {
+    m_io[l] = mv[l];
+    sum_io[l] = sv[l];
+  }
+}
+
 constexpr int64_t kChunk = 128;  // positions whose scores are computed at once
 
 // f16 rounding of every lane (what storing to and reloading from f16 does).
@@ -231,9 +398,9 @@ constexpr int64_t kPrefetchRows = 16;
 
 // AttendHead for every query of the group, fused as AttendGroup512 is (see
 // attention.h) with 8-lane registers: each key and value row converted
-// once for all queries, the scores of a chunk of positions first, then each
-// query's online softmax (std::exp, as AttendHead), then its accumulation in
-// f32 registers rounded through f16 after every step.
+// once for all queries, the scores of a chunk of positions first, then the
+// online softmax of 8 queries at once (Softmax8, exp as ExpF32), then each
+// query's accumulation in f32 registers rounded through f16 after every step.
 MOESPLIT_TARGET void AttendGroup256(const GroupAttention& g) {
   const int64_t n_q = g.n_q, dk = g.dk, dv = g.dv;
   const int64_t qs = (dk + 7) / 8 * 8;
@@ -248,6 +415,7 @@ MOESPLIT_TARGET void AttendGroup256(const GroupAttention& g) {
   float* vrows = ThreadScratch(5, kChunk * dvp);
   float* state = ThreadScratch(6, 2 * n_q);  // running max [0, n_q), sum [n_q, 2 n_q)
   float* krow = ThreadScratch(7, qs);
+  const bool vector_exp = Exp8MatchesLibm();
   int64_t max_kv = 0;
   for (int64_t i = 0; i < n_q; ++i) {
     for (int64_t c = 0; c < dk; ++c) qf[i * qs + c] = Fp16ToFp32(Fp32ToFp16(g.q[i][c]));
@@ -281,24 +449,12 @@ MOESPLIT_TARGET void AttendGroup256(const GroupAttention& g) {
       for (int64_t c = dv8; c < dv; ++c) row[c] = Fp16ToFp32(vr[c]);
       for (int64_t c = dv; c < dvp; ++c) row[c] = 0.0f;
     }
+    for (int64_t i0 = 0; i0 < n_q; i0 += 8) {
+      Softmax8(scores, nqp, i0, j0, j1, g.n_kv, static_cast<int>(std::min<int64_t>(8, n_q - i0)),
+               vector_exp, state + i0, state + n_q + i0, mss, vss);
+    }
     for (int64_t i = 0; i < n_q; ++i) {
       const int64_t end = std::min(j1, g.n_kv[i]);
-      float m = state[i], sum = state[n_q + i];
-      for (int64_t j = j0; j < end; ++j) {
-        const float s = scores[(j - j0) * nqp + i];
-        float ms = 1.0f, vs = 1.0f;
-        if (s > m) {
-          ms = std::exp(m - s);
-          m = s;
-        } else {
-          vs = std::exp(s - m);
-        }
-        sum = std::fma(sum, ms, vs);
-        mss[(j - j0) * nqp + i] = ms;
-        vss[(j - j0) * nqp + i] = vs;
-      }
-      state[i] = m;
-      state[n_q + i] = sum;
       if (end <= j0) continue;
       float* a = acc + i * dvp;
       const float* ms = mss + i;
@@ -571,19 +727,7 @@ MOESPLIT_TARGET512 void ToF16Vector512(int64_t n, const float* src, uint16_t* ds
 // 32 entries, a cubic in r, the product rounded to float once; the same
 // special cases (-inf -> 0, NaN -> NaN, overflow to inf, underflow to 0 or
 // the smallest subnormal). Exp16MatchesLibm checks it against the library at
-// run time before AttendGroup512 uses it.
-struct ExpTable {
-  uint64_t t[32];  // bits of 2^(i/32) less i << 47, as glibc's __exp2f_data.tab
-  ExpTable() {
-    for (int i = 0; i < 32; ++i) {
-      const double v = static_cast<double>(std::exp2(static_cast<long double>(i) / 32));
-      uint64_t b;
-      std::memcpy(&b, &v, sizeof(b));
-      t[i] = b - (static_cast<uint64_t>(i) << 47);
-    }
-  }
-};
-
+// run time before AttendGroup512 uses it (the table: ExpTable, above).
 MOESPLIT_TARGET512 inline __m512d ExpHalf(__m512d xd, const ExpTable& tab) {
   const __m512d inv_ln2_n = _mm512_set1_pd(0x1.71547652b82fep0 * 32);
   const __m512d shift = _mm512_set1_pd(0x1.8p52);
@@ -607,7 +751,7 @@ MOESPLIT_TARGET512 inline __m512d ExpHalf(__m512d xd, const ExpTable& tab) {
 }
 
 MOESPLIT_TARGET512 inline __m512 Exp16(__m512 x) {
-  static const ExpTable tab;
+  const ExpTable& tab = ExpTab();
   const __m256 lo = _mm512_cvtpd_ps(ExpHalf(_mm512_cvtps_pd(_mm512_castps512_ps256(x)), tab));
   const __m256 hi = _mm512_cvtpd_ps(ExpHalf(_mm512_cvtps_pd(_mm512_extractf32x8_ps(x, 1)), tab));
   __m512 e = _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
@@ -920,6 +1064,7 @@ void ScaleVector512(int64_t n, uint16_t* y, float v) { ScaleScalar(n, y, v); }
 void AttendGroup512(const GroupAttention&) {}
 void AttendGroup256(const GroupAttention&) {}
 bool Exp16MatchesLibm() { return false; }
+bool Exp8MatchesLibm() { return false; }
 void ToF16Vector512(int64_t n, const float* src, uint16_t* dst) {
   for (int64_t i = 0; i < n; ++i) dst[i] = Fp32ToFp16(src[i]);
 }
@@ -955,13 +1100,24 @@ void ScaleF16(int64_t n, uint16_t* y, float v, F16Kernels k) {
   ScaleScalar(n, y, v);
 }
 
-bool VectorExpInUse() { return Pick(F16Kernels::kAuto) == Level::kAvx512 && Exp16MatchesLibm(); }
+bool VectorExpInUse() {
+  switch (Pick(F16Kernels::kAuto)) {
+    case Level::kAvx512: return Exp16MatchesLibm();
+    case Level::kAvx2: return Exp8MatchesLibm();
+    case Level::kScalar: break;
+  }
+  return false;
+}
 
 void ExpF32(int64_t n, const float* x, float* y) {
   int64_t i = 0;
 #ifdef MOESPLIT_HAVE_X86_F16C
   if (VectorExpInUse()) {
-    for (; i + kLanes <= n; i += kLanes) ExpStore16(x + i, y + i);
+    if (Pick(F16Kernels::kAuto) == Level::kAvx512) {
+      for (; i + kLanes <= n; i += kLanes) ExpStore16(x + i, y + i);
+    } else {
+      for (; i + 8 <= n; i += 8) ExpStore8(x + i, y + i);
+    }
   }
 #endif
   for (; i < n; ++i) y[i] = std::exp(x[i]);

@@ -53,8 +53,9 @@ void ScaleF16(int64_t n, uint16_t* y, float v, F16Kernels k = F16Kernels::kAuto)
 void ToF16(int64_t n, const float* src, uint16_t* dst);
 
 // y[i] = std::exp(x[i]) bit for bit. Where VectorExpInUse(), 16 lanes at a
-// time: glibc's expf (2.28 and later) rebuilt in AVX-512, which a check at
-// first use compares with the library; AttendGroup's softmax uses it.
+// time (AVX-512) or 8 (AVX2): glibc's expf (2.28 and later) rebuilt in
+// vector lanes, which a check at first use compares with the library;
+// AttendGroup's softmax uses it.
 void ExpF32(int64_t n, const float* x, float* y);
 bool VectorExpInUse();
 
@@ -102,7 +103,7 @@ struct GroupAttention {
 // query per lane, exp as ExpF32), then each query's accumulation over the
 // chunk with its f16 accumulator in f32 registers, rounded through f16
 // after every step (the bits storing it would give). The AVX2 form is the
-// same with 8-lane registers, the softmax per query with std::exp. kScalar
+// same with 8-lane registers, the softmax of 8 queries at once. kScalar
 // runs AttendHead per query. Scratch is thread-local.
 void AttendGroup(const GroupAttention& g, F16Kernels k = F16Kernels::kAuto);
 
