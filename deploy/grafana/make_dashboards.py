@@ -105,6 +105,25 @@ b.add([
     ts("Tokens per forward step", [target(q(0.5, "moesplit_batch_tokens"), "p50"),
                                    target(q(0.99, "moesplit_batch_tokens"), "p99", "B")], "short"),
 ])
+b.row("Prefix cache")
+b.add([
+    ts("Prefix cache hit ratio", [target(
+        f"sum(rate(moesplit_prefix_cache_hits_total{I}[$__rate_interval])) / "
+        f"(sum(rate(moesplit_prefix_cache_hits_total{I}[$__rate_interval])) + "
+        f"sum(rate(moesplit_prefix_cache_misses_total{I}[$__rate_interval])))", "hits")], "percentunit",
+       desc="Requests that reused at least one cached block, of all requests."),
+    ts("Prompt tokens reused/s", [target(f"sum by (instance) (rate(moesplit_prefix_cache_reused_tokens_total{I}[$__rate_interval]))", "reused {{instance}}"),
+                                  target(f"sum by (instance) (rate(moesplit_prompt_tokens_total{I}[$__rate_interval]))", "evaluated {{instance}}", "B")], "short"),
+    ts("Prefix cache by tier", [target(f"sum by (tier) (moesplit_prefix_cache_bytes{I})", "{{tier}}"),
+                                target(f"sum by (tier) (moesplit_prefix_cache_capacity_bytes{I})", "budget {{tier}}", "B")], "bytes",
+       desc="Bytes held per tier (device: GPU memory, --cache-device; primary: --cache-memory; host: --cache-ram) and each tier's budget."),
+    ts("Blocks moved between tiers/s", [
+        target(f"sum(rate(moesplit_prefix_cache_device_demotions_total{I}[$__rate_interval]))", "device -> primary"),
+        target(f"sum(rate(moesplit_prefix_cache_demotions_total{I}[$__rate_interval]))", "primary -> host", "B"),
+        target(f"sum(rate(moesplit_prefix_cache_uploads_total{I}[$__rate_interval]))", "up to the device", "C"),
+        target(f"sum(rate(moesplit_prefix_cache_host_hits_total{I}[$__rate_interval]))", "back from the host", "D"),
+        target(f"sum(rate(moesplit_prefix_cache_evictions_total{I}[$__rate_interval]))", "dropped", "E")], "short"),
+])
 serving = b.json()
 
 # ------------------------------------------------------------- gpu
