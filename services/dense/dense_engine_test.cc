@@ -367,6 +367,12 @@ TEST_P(EngineArchTest, AConversationsNextTurnReusesItsPrefix) {
 #endif
 }
 
+// A prefix-cache block's bytes without a recurrent state (prefix_cache.h).
+uint64_t BlockBytes(const model::HyperParams& hp) {
+  return model::SequenceState::KvBytesPerPosition(hp) * kDefaultBlockTokens +
+         kDefaultBlockTokens * sizeof(int32_t);
+}
+
 // More distinct prefixes than the primary tier holds: evicted blocks go to
 // the host tier and later hits take them from there; the tokens do not
 // change.
@@ -375,8 +381,7 @@ TEST_P(EngineArchTest, EvictedPrefixesComeBackFromTheHostTier) {
   auto m = model::Model::Open(ModelPath(arch));
   ASSERT_TRUE(m.ok());
   const auto& hp = (*m)->hparams();
-  const uint64_t block = model::SequenceState::KvBytesPerPosition(hp) * kDefaultBlockTokens +
-                         kDefaultBlockTokens * sizeof(int32_t);
+  const uint64_t block = BlockBytes(hp);
   // Room for two prefixes' blocks (3 each) and their states (a hybrid
   // model keeps one per prefix, at its last block boundary).
   const uint64_t primary = 6 * block + 2 * model::SequenceState::RecurrentBytes(hp);
@@ -418,8 +423,7 @@ TEST_P(EngineArchTest, TheDeviceTierHoldsPrefixesAndSpillsToTheHost) {
   auto m = model::Model::Open(ModelPath(arch));
   ASSERT_TRUE(m.ok());
   const auto& hp = (*m)->hparams();
-  const uint64_t block = model::SequenceState::KvBytesPerPosition(hp) * kDefaultBlockTokens +
-                         kDefaultBlockTokens * sizeof(int32_t);
+  const uint64_t block = BlockBytes(hp);
   const uint64_t device = 4 * block + model::SequenceState::RecurrentBytes(hp);
   const uint64_t primary = 4 * block + 2 * model::SequenceState::RecurrentBytes(hp);
 #ifdef MOESPLIT_CUDA_EMULATED

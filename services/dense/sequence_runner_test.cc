@@ -165,6 +165,27 @@ TEST_F(SequenceRunnerTest, ReportsTheStateItHolds) {
   EXPECT_EQ((*r)->state_bytes_used(), 0u);
 }
 
+// The prefix-cache tests' tiny model of `arch` (qwen35moe: 4 layers, so
+// that it has DeltaNet and attention layers) and runner options (two
+// 64-position slots; on the GPU no expert cache and no streamed prefill).
+absl::StatusOr<std::shared_ptr<const model::Model>> CacheTestModel(const std::string& arch) {
+  model::testing::TinyModelOptions mo;
+  mo.arch = arch;
+  mo.head_dim = 32;
+  mo.n_layer = arch == "qwen35moe" ? 4 : 2;
+  return model::testing::MakeTinyModel(mo);
+}
+
+RunnerOptions CacheTestOptions(const std::string& kv_type) {
+  RunnerOptions ro;
+  ro.n_ctx = 64;
+  ro.n_parallel = 2;
+  ro.kv_type = kv_type;
+  ro.expert_cache_slots = 0;
+  ro.prefill_stream_min_tokens = 0;
+  return ro;
+}
+
 // The prefix cache's copies: K/V rows and the recurrent state exported from
 // one slot at a block boundary and imported into another give the next
 // tokens the logits they get in the slot that computed them, bit for bit
@@ -182,21 +203,11 @@ TEST(SequenceRunnerCacheTest, ExportedStateResumesBitForBit) {
         if (!std::filesystem::exists(path)) continue;
         m = model::Model::Open(path);
       } else {
-        model::testing::TinyModelOptions mo;
-        mo.arch = arch;
-        mo.head_dim = 32;
-        mo.n_layer = arch == "qwen35moe" ? 4 : 2;
-        m = model::testing::MakeTinyModel(mo);
+        m = CacheTestModel(arch);
       }
       ASSERT_TRUE(m.ok()) << m.status();
       model::InProcessExperts experts(model::ExpertStore(*m), nullptr);
-      RunnerOptions ro;
-      ro.n_ctx = 64;
-      ro.n_parallel = 2;
-      ro.kv_type = kv_type;
-      ro.expert_cache_slots = 0;
-      ro.prefill_stream_min_tokens = 0;
-      auto r = CreateSequenceRunner(*m, &experts, nullptr, ro);
+      auto r = CreateSequenceRunner(*m, &experts, nullptr, CacheTestOptions(kv_type));
       ASSERT_TRUE(r.ok()) << r.status();
       SequenceRunner& run = **r;
       if (run.name() == "cpu" && kv_type != "f16") continue;  // the CPU keeps f16
@@ -260,20 +271,10 @@ class HostRows final : public DeviceRows {
 TEST(SequenceRunnerCacheTest, DeviceRowsAreTheExportedRowsAndResumeBitForBit) {
   for (const std::string arch : {"qwen3moe", "qwen35moe", "gpt-oss"}) {
     for (const std::string kv_type : {"f16", "q8_0"}) {
-      model::testing::TinyModelOptions mo;
-      mo.arch = arch;
-      mo.head_dim = 32;
-      mo.n_layer = arch == "qwen35moe" ? 4 : 2;
-      auto m = model::testing::MakeTinyModel(mo);
+      auto m = CacheTestModel(arch);
       ASSERT_TRUE(m.ok()) << m.status();
       model::InProcessExperts experts(model::ExpertStore(*m), nullptr);
-      RunnerOptions ro;
-      ro.n_ctx = 64;
-      ro.n_parallel = 2;
-      ro.kv_type = kv_type;
-      ro.expert_cache_slots = 0;
-      ro.prefill_stream_min_tokens = 0;
-      auto r = CreateSequenceRunner(*m, &experts, nullptr, ro);
+      auto r = CreateSequenceRunner(*m, &experts, nullptr, CacheTestOptions(kv_type));
       ASSERT_TRUE(r.ok()) << r.status();
       SequenceRunner& run = **r;
       const std::string what = arch + " " + kv_type + " " + run.name();

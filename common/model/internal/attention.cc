@@ -187,6 +187,29 @@ const ExpTable& ExpTab() {
   return tab;
 }
 
+// Whether `store` (y = exp(x), `lanes` floats at a time) equals std::exp on
+// this machine's library: edge cases and a sweep of the floats a softmax
+// exponentiates (x <= 0) and some above.
+bool ExpStoreMatchesLibm(void (*store)(const float* x, float* y), int lanes) {
+  std::vector<float> xs = {0.0f,     -0.0f,     -INFINITY,    INFINITY, NAN,       -NAN,
+                           88.0f,    88.72283f, 88.7229f,     89.0f,    -87.9f,    -88.0f,
+                           -100.0f,  -103.0f,   -103.278923f, -103.28f, -103.5f,   -103.972076f,
+                           -103.98f, -104.0f,   -1e30f,       1e30f,    0x1p-149f, -0x1p-149f,
+                           1e-8f,    -1e-8f};
+  for (uint32_t b = 0x80000000u; b < 0xc3000000u; b += 0x7f01u) xs.push_back(Fp32FromBits(b));
+  for (uint32_t b = 0; b < 0x43000000u; b += 0x3f9f1u) xs.push_back(Fp32FromBits(b));
+  while (xs.size() % lanes != 0) xs.push_back(-1.0f);
+  std::vector<float> out(xs.size());
+  for (size_t i = 0; i < xs.size(); i += lanes) store(xs.data() + i, out.data() + i);
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const float want = std::exp(xs[i]);
+    if (Fp32ToBits(out[i]) != Fp32ToBits(want) && !(std::isnan(want) && std::isnan(out[i]))) {
+      return false;
+    }
+  }
+  return true;
+}
+
 // 4 lanes of the double-precision core (|x| < 88, finite).
 MOESPLIT_TARGET inline __m256d ExpQuad(__m256d xd, const ExpTable& tab) {
   const __m256d inv_ln2_n = _mm256_set1_pd(0x1.71547652b82fep0 * 32);
@@ -225,37 +248,13 @@ MOESPLIT_TARGET inline __m256 Exp8(__m256 x, const ExpTable& tab) {
   return _mm256_load_ps(es);
 }
 
-// Exp8 equals std::exp on this machine's library: edge cases and a sweep of
-// the floats a softmax exponentiates (x <= 0) and some above.
-MOESPLIT_TARGET bool CheckExp8() {
-  std::vector<float> xs = {0.0f,     -0.0f,     -INFINITY,    INFINITY, NAN,       -NAN,
-                           88.0f,    88.72283f, 88.7229f,     89.0f,    -87.9f,    -88.0f,
-                           -100.0f,  -103.0f,   -103.278923f, -103.28f, -103.5f,   -103.972076f,
-                           -103.98f, -104.0f,   -1e30f,       1e30f,    0x1p-149f, -0x1p-149f,
-                           1e-8f,    -1e-8f};
-  for (uint32_t b = 0x80000000u; b < 0xc3000000u; b += 0x7f01u) xs.push_back(Fp32FromBits(b));
-  for (uint32_t b = 0; b < 0x43000000u; b += 0x3f9f1u) xs.push_back(Fp32FromBits(b));
-  while (xs.size() % 8 != 0) xs.push_back(-1.0f);
-  alignas(32) float out[8];
-  for (size_t i = 0; i < xs.size(); i += 8) {
-    _mm256_store_ps(out, Exp8(_mm256_loadu_ps(xs.data() + i), ExpTab()));
-    for (int l = 0; l < 8; ++l) {
-      const float want = std::exp(xs[i + l]);
-      if (Fp32ToBits(out[l]) != Fp32ToBits(want) && !(std::isnan(want) && std::isnan(out[l]))) {
-        return false;
-      }
-    }
-  }
-  return true;
+MOESPLIT_TARGET void ExpStore8(const float* x, float* y) {
+  _mm256_storeu_ps(y, Exp8(_mm256_loadu_ps(x), ExpTab()));
 }
 
 bool Exp8MatchesLibm() {
-  static const bool ok = CheckExp8();
+  static const bool ok = ExpStoreMatchesLibm(ExpStore8, 8);
   return ok;
-}
-
-MOESPLIT_TARGET void ExpStore8(const float* x, float* y) {
-  _mm256_storeu_ps(y, Exp8(_mm256_loadu_ps(x), ExpTab()));
 }
 
 // The online softmax of up to 8 queries i0 + l (lanes l < lanes) over
@@ -776,37 +775,13 @@ MOESPLIT_TARGET512 inline __m512 Exp16(__m512 x) {
   return _mm512_mask_mov_ps(e, minus_inf, _mm512_setzero_ps());
 }
 
-// Exp16 equals std::exp on this machine's library: edge cases and a sweep
-// of the floats a softmax exponentiates (x <= 0) and some above.
-MOESPLIT_TARGET512 bool CheckExp16() {
-  std::vector<float> xs = {0.0f,     -0.0f,     -INFINITY,    INFINITY, NAN,       -NAN,
-                           88.0f,    88.72283f, 88.7229f,     89.0f,    -87.9f,    -88.0f,
-                           -100.0f,  -103.0f,   -103.278923f, -103.28f, -103.5f,   -103.972076f,
-                           -103.98f, -104.0f,   -1e30f,       1e30f,    0x1p-149f, -0x1p-149f,
-                           1e-8f,    -1e-8f};
-  for (uint32_t b = 0x80000000u; b < 0xc3000000u; b += 0x7f01u) xs.push_back(Fp32FromBits(b));
-  for (uint32_t b = 0; b < 0x43000000u; b += 0x3f9f1u) xs.push_back(Fp32FromBits(b));
-  while (xs.size() % 16 != 0) xs.push_back(-1.0f);
-  alignas(64) float out[16];
-  for (size_t i = 0; i < xs.size(); i += 16) {
-    _mm512_store_ps(out, Exp16(_mm512_loadu_ps(xs.data() + i)));
-    for (int l = 0; l < 16; ++l) {
-      const float want = std::exp(xs[i + l]);
-      if (Fp32ToBits(out[l]) != Fp32ToBits(want) && !(std::isnan(want) && std::isnan(out[l]))) {
-        return false;
-      }
-    }
-  }
-  return true;
+MOESPLIT_TARGET512 void ExpStore16(const float* x, float* y) {
+  _mm512_storeu_ps(y, Exp16(_mm512_loadu_ps(x)));
 }
 
 bool Exp16MatchesLibm() {
-  static const bool ok = CheckExp16();
+  static const bool ok = ExpStoreMatchesLibm(ExpStore16, 16);
   return ok;
-}
-
-MOESPLIT_TARGET512 void ExpStore16(const float* x, float* y) {
-  _mm512_storeu_ps(y, Exp16(_mm512_loadu_ps(x)));
 }
 
 // The online softmax of 16 queries (lanes) over positions [j0, j1), as
