@@ -390,9 +390,12 @@ MOESPLIT_TARGET inline void AccumulateBlock(const float* vrow, int64_t dvp, int6
 }
 
 // Positions ahead of the one being read whose K and V rows are prefetched
-// (a line per 32 f16 values, issued from the loops that convert the rows:
-// GCC deletes a loop of prefetches alone): at decode the cache is past the
-// caches and a group reads each row once.
+// (a line per 32 f16 values) by both fused group kernels: at decode the
+// cache is past the caches and a group reads each row once. GCC 12 drops
+// the prefetches of a helper (a lambda, an inline function without the
+// caller's target) inlined into a target region: they are written out where
+// they are issued (checked with objdump: prefetcht0 in GroupScores16 and
+// AttendGroup512/256).
 constexpr int64_t kPrefetchRows = 16;
 
 // AttendHead for every query of the group, fused as AttendGroup512 is (see
@@ -543,15 +546,26 @@ MOESPLIT_TARGET512 inline float ReduceDot(const __m512 a[4]) {
 
 // Scores s[j - j0][i] = DotF16(K[j], q16_i) * scale (row stride nqp) for
 // positions [j0, j1) below each query's n_kv. NB > 0: dk's 64-blocks (NB of
-// them) stay in registers across the queries; NB = 0: any dk.
+// them) stay in registers across the queries; NB = 0: any dk. The K and V
+// rows kPrefetchRows positions ahead (at most last_row) are prefetched.
 template <int NB>
 MOESPLIT_TARGET512 void GroupScores(const GroupAttention& g, const float* qf, int64_t qs,
-                                    int64_t j0, int64_t j1, int64_t nqp, float* scores) {
+                                    int64_t j0, int64_t j1, int64_t last_row, int64_t nqp,
+                                    float* scores) {
   const int64_t np = g.dk & ~(kStep - 1);
   const int64_t nb = np / kStep;
   const __m512 zero = _mm512_setzero_ps();
   for (int64_t j = j0; j < j1; ++j) {
     const uint16_t* kr = g.k + j * g.k_stride;
+    const int64_t ahead = std::min(j + kPrefetchRows, last_row);
+    const uint16_t* kn = g.k + ahead * g.k_stride;
+    const uint16_t* vn = g.v + ahead * g.v_stride;
+    for (int64_t c = 0; c < g.dk; c += 32) {
+      _mm_prefetch(reinterpret_cast<const char*>(kn + c), _MM_HINT_T0);
+    }
+    for (int64_t c = 0; c < g.dv; c += 32) {
+      _mm_prefetch(reinterpret_cast<const char*>(vn + c), _MM_HINT_T0);
+    }
     __m512 kv[NB > 0 ? NB * 4 : 1];
     if constexpr (NB > 0) {
       for (int u = 0; u < NB * 4; ++u) kv[u] = Load16(kr + u * kLanes);
@@ -627,19 +641,40 @@ MOESPLIT_TARGET512 inline __m512 ReduceDot16(const __m512 v[16]) {
 // GroupScores for dk = 64 * NB (no tail), 16 queries per reduction. Scores
 // of positions at or past a query's n_kv are computed too (the rows exist:
 // another query of the group reads them) and never read.
+//
+// The K and V rows kPrefetchRows positions ahead (at most last_row) are
+// prefetched from the loads of the K rows, a line (32 f16 values) per two
+// vectors: V's only over its first dk columns (dv <= dk in every model we
+// run; MLA's V lies inside its K row).
 template <int NB>
 MOESPLIT_TARGET512 void GroupScores16(const GroupAttention& g, const float* qf, int64_t qs,
-                                      int64_t j0, int64_t j1, int64_t nqp, float* scores) {
+                                      int64_t j0, int64_t j1, int64_t last_row, int64_t nqp,
+                                      float* scores) {
   const __m512 zero = _mm512_setzero_ps();
+// The prefetches of row `ahead`'s lines holding K (and V) vector u, written
+// out in each loop (a macro, not a helper: see kPrefetchRows).
+#define MOESPLIT_PREFETCH_KV(ahead, u)                                                          \
+  if (((u) & 1) == 0) {                                                                        \
+    _mm_prefetch(reinterpret_cast<const char*>(g.k + (ahead) * g.k_stride + (u) * kLanes),     \
+                 _MM_HINT_T0);                                                                 \
+    if ((u) * kLanes < g.dv) {                                                                 \
+      _mm_prefetch(reinterpret_cast<const char*>(g.v + (ahead) * g.v_stride + (u) * kLanes),   \
+                   _MM_HINT_T0);                                                               \
+    }                                                                                          \
+  }
   const __m512 scale = _mm512_set1_ps(g.scale);
   int64_t j = j0;
   // Two positions at a time: each query vector loaded once for both.
   for (; NB <= 2 && j + 2 <= j1; j += 2) {
     const uint16_t* kr0 = g.k + j * g.k_stride;
     const uint16_t* kr1 = kr0 + g.k_stride;
+    const int64_t a0 = std::min(j + kPrefetchRows, last_row);
+    const int64_t a1 = std::min(j + 1 + kPrefetchRows, last_row);
     __m512 k0[NB * 4], k1[NB * 4];
 #pragma GCC unroll 16
     for (int u = 0; u < NB * 4; ++u) {
+      MOESPLIT_PREFETCH_KV(a0, u)
+      MOESPLIT_PREFETCH_KV(a1, u)
       k0[u] = Load16(kr0 + u * kLanes);
       k1[u] = Load16(kr1 + u * kLanes);
     }
@@ -677,9 +712,13 @@ MOESPLIT_TARGET512 void GroupScores16(const GroupAttention& g, const float* qf, 
   }
   for (; j < j1; ++j) {
     const uint16_t* kr = g.k + j * g.k_stride;
+    const int64_t a0 = std::min(j + kPrefetchRows, last_row);
     __m512 kv[NB * 4];
 #pragma GCC unroll 16
-    for (int u = 0; u < NB * 4; ++u) kv[u] = Load16(kr + u * kLanes);
+    for (int u = 0; u < NB * 4; ++u) {
+      MOESPLIT_PREFETCH_KV(a0, u)
+      kv[u] = Load16(kr + u * kLanes);
+    }
     for (int64_t i0 = 0; i0 < g.n_q; i0 += 16) {
       __m512 v[16];
 #pragma GCC unroll 16
@@ -705,6 +744,7 @@ MOESPLIT_TARGET512 void GroupScores16(const GroupAttention& g, const float* qf, 
     }
   }
 }
+#undef MOESPLIT_PREFETCH_KV
 
 // ToF16 16 values at a time; a block holding a NaN goes through the scalar
 // conversion (whose NaN encoding the hardware's need not match).
@@ -956,15 +996,15 @@ MOESPLIT_TARGET512 void AttendGroup512(const GroupAttention& g) {
   for (int64_t j0 = 0; j0 < max_kv; j0 += kChunk) {
     const int64_t j1 = std::min(max_kv, j0 + kChunk);
     switch (dk % kStep == 0 ? dk / kStep : 0) {
-      case 1: GroupScores16<1>(g, qf, qs, j0, j1, nqp, scores); break;
-      case 2: GroupScores16<2>(g, qf, qs, j0, j1, nqp, scores); break;
-      case 3: GroupScores16<3>(g, qf, qs, j0, j1, nqp, scores); break;
-      case 4: GroupScores16<4>(g, qf, qs, j0, j1, nqp, scores); break;
+      case 1: GroupScores16<1>(g, qf, qs, j0, j1, max_kv - 1, nqp, scores); break;
+      case 2: GroupScores16<2>(g, qf, qs, j0, j1, max_kv - 1, nqp, scores); break;
+      case 3: GroupScores16<3>(g, qf, qs, j0, j1, max_kv - 1, nqp, scores); break;
+      case 4: GroupScores16<4>(g, qf, qs, j0, j1, max_kv - 1, nqp, scores); break;
       default:
         // It writes only the scores below each query's n_kv; Softmax16 loads
         // whole rows (masking the rest), so they start as zeros.
         std::fill(scores, scores + (j1 - j0) * nqp, 0.0f);
-        GroupScores<0>(g, qf, qs, j0, j1, nqp, scores);
+        GroupScores<0>(g, qf, qs, j0, j1, max_kv - 1, nqp, scores);
         break;
     }
     for (int64_t i0 = 0; i0 < n_q; i0 += 16) {
