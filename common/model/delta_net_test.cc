@@ -4,9 +4,11 @@
 // its rewind rule.
 #include <cmath>
 #include <random>
+#include <string>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "common/base/aligned_allocator.h"
 #include "common/model/expert.h"
 #include "common/model/forward.h"
 #include "common/model/internal/delta_net.h"
@@ -61,22 +63,37 @@ TEST(DeltaNetKernelTest, DeltaRuleMatchesNaiveRecurrence) {
   for (int64_t i = 0; i < dim * dim; ++i) EXPECT_NEAR(s1[i], S[i], 1e-5) << i;
 }
 
-// The SIMD paths follow the reference loops' order: the same bits.
+// The SIMD paths follow the reference loops' order: the same bits, for
+// both forms (the AVX2 one also on AVX-512 CPUs), one token (decode) or
+// several, a state_out on a cache line (the last token's state written with
+// non-temporal stores) or off it (plain stores), and a dim past the scratch
+// block (528: the decayed rows kept in state_out between the passes).
 TEST(DeltaNetKernelTest, SimdDeltaRuleGivesTheReferenceBits) {
-  for (int64_t dim : {16, 32, 48, 128, 40}) {
-    const int64_t n = 5;
-    std::vector<float> q = Random(n * dim, 11), k = Random(n * dim, 12), v = Random(n * dim, 13);
-    std::vector<float> g = Random(n, 14, 0.5f), beta = Random(n, 15, 0.5f);
-    const std::vector<float> s0 = Random(dim * dim, 16, 0.1f);
-    std::vector<float> a(dim * dim), b(dim * dim), oa(n * dim), ob(n * dim);
-    internal::DeltaRuleHead ha{q.data(), k.data(), v.data(), dim, dim, dim, g.data(),
-                               beta.data(), 1, oa.data(), dim};
-    internal::DeltaRuleHead hb = ha;
-    hb.out = ob.data();
-    internal::DeltaRule(ha, n, dim, s0.data(), a.data());
-    internal::DeltaRuleReference(hb, n, dim, s0.data(), b.data());
-    ASSERT_EQ(oa, ob) << dim;
-    ASSERT_EQ(a, b) << dim;
+  for (int64_t dim : {16, 32, 48, 128, 40, 528}) {
+    for (int64_t n : {1, 5}) {
+      std::vector<float> q = Random(n * dim, 11), k = Random(n * dim, 12),
+                         v = Random(n * dim, 13);
+      std::vector<float> g = Random(n, 14, 0.5f), beta = Random(n, 15, 0.5f);
+      const std::vector<float> s0 = Random(dim * dim, 16, 0.1f);
+      std::vector<float> b(dim * dim), ob(n * dim);
+      internal::DeltaRuleHead hb{q.data(), k.data(), v.data(), dim,         dim, dim,
+                                 g.data(), beta.data(), 1,     ob.data(), dim};
+      internal::DeltaRuleReference(hb, n, dim, s0.data(), b.data());
+      for (auto form : {internal::DeltaRuleForm::kAuto, internal::DeltaRuleForm::kAvx2}) {
+        for (int64_t offset : {0, 1}) {  // floats past a 64-byte boundary
+          CacheAlignedVector<float> a(offset + dim * dim, -1.0f);
+          std::vector<float> oa(n * dim);
+          internal::DeltaRuleHead ha = hb;
+          ha.out = oa.data();
+          internal::DeltaRule(ha, n, dim, s0.data(), a.data() + offset, form);
+          const std::string what = "dim " + std::to_string(dim) + " n " + std::to_string(n) +
+                                   " avx2 " + std::to_string(form == internal::DeltaRuleForm::kAvx2) +
+                                   " offset " + std::to_string(offset);
+          ASSERT_EQ(oa, ob) << what;
+          ASSERT_EQ(std::vector<float>(a.begin() + offset, a.end()), b) << what;
+        }
+      }
+    }
   }
 }
 

@@ -61,6 +61,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/base/aligned_allocator.h"
 #include "common/model/arch.h"
 
 namespace moesplit::model {
@@ -193,7 +194,9 @@ class SequenceState {
 
  private:
   struct Recurrent {
-    std::vector<float> conv, ssm;
+    // Cache-line aligned: the SIMD delta rule writes a decode step's new
+    // state with non-temporal stores, which need it (internal/delta_net.cc).
+    CacheAlignedVector<float> conv, ssm;
   };
   struct Layer {
     // Attention: left uninitialised (a large allocation's pages are only

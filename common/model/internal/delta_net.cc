@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "common/model/internal/ops.h"
 
@@ -103,6 +104,21 @@ namespace {
 
 constexpr int64_t kRows = 4;  // rows per pass: independent chains hide the adds' latency
 
+// At decode the state (64 KiB a head at dim 128) comes from DRAM and goes
+// back: the caches held hundreds of MB of weights since the last token. So
+// the SIMD forms (a) keep a row block's decayed rows between their two
+// passes in a scratch block (kRows x dim floats, in L1) instead of in
+// state_out, (b) write the last token's new state with non-temporal stores
+// where state_out is aligned for them (no read of the lines first, no
+// eviction of the weights being streamed), with a store fence before
+// returning so that the thread that reads it next sees it, and (c) prefetch
+// the rows kPrefetchBlocks row blocks ahead (past a head's last row, the
+// next head's state: the layer's heads lie in one buffer). The arithmetic is
+// unchanged (DeltaNetKernelTest). A measured decode step of Qwen3.5's 6 x 32
+// heads x 128, one thread, state from DRAM: ~2.6 -> ~0.9 ms.
+constexpr int64_t kScratchDim = 512;  // the widest state row the scratch block holds
+constexpr int64_t kPrefetchBlocks = 2;
+
 // DotLanes' pairwise reduction of 16 lanes: [l] + [l + 8], then + 4, + 2, + 1.
 inline float ReduceLanes(float* l) {
   for (int64_t w = kLanes / 2; w >= 1; w /= 2) {
@@ -131,6 +147,10 @@ __attribute__((target("avx512f,avx512dq,avx2"))) void DeltaRuleAvx512(const Delt
                                                              float* state_out) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
   const float* src = state_in;
+  alignas(64) float scratch[kRows * kScratchDim];
+  const bool use_scratch = dim <= kScratchDim;
+  const bool aligned = (reinterpret_cast<uintptr_t>(state_out) & 63) == 0;
+  bool streamed = false;
   for (int64_t t = 0; t < n; ++t) {
     const float* q = h.q + t * h.q_stride;
     const float* k = h.k + t * h.k_stride;
@@ -138,14 +158,25 @@ __attribute__((target("avx512f,avx512dq,avx2"))) void DeltaRuleAvx512(const Delt
     const __m512 decay = _mm512_set1_ps(std::exp(h.g[t * h.g_stride]));
     const float beta = h.beta[t * h.g_stride];
     float* o = h.out + t * h.out_stride;
+    const bool stream = use_scratch && aligned && t == n - 1;
+    streamed |= stream;
     for (int64_t j = 0; j < dim; j += kRows) {
+      // The decayed rows of this block between the passes (row stride dim).
+      float* xr = use_scratch ? scratch : state_out + j * dim;
+      // (An address past the buffer is harmless to a prefetch; computed as
+      // an integer, not as a pointer past the end.)
+      const uintptr_t ahead = reinterpret_cast<uintptr_t>(src + j * dim) +
+                              kPrefetchBlocks * kRows * dim * sizeof(float);
+      for (int64_t c = 0; c < kRows * dim; c += 16) {
+        _mm_prefetch(reinterpret_cast<const char*>(ahead + c * sizeof(float)), _MM_HINT_T0);
+      }
       __m512 acc[kRows];
       for (int64_t r = 0; r < kRows; ++r) acc[r] = _mm512_setzero_ps();
       for (int64_t i = 0; i < dim; i += 16) {
         const __m512 kk = _mm512_loadu_ps(k + i);
         for (int64_t r = 0; r < kRows; ++r) {
           const __m512 x = _mm512_mul_ps(_mm512_loadu_ps(src + (j + r) * dim + i), decay);
-          _mm512_storeu_ps(state_out + (j + r) * dim + i, x);
+          _mm512_storeu_ps(xr + r * dim + i, x);
           acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(x, kk));
         }
       }
@@ -158,8 +189,13 @@ __attribute__((target("avx512f,avx512dq,avx2"))) void DeltaRuleAvx512(const Delt
         const __m512 kk = _mm512_loadu_ps(k + i), qq = _mm512_loadu_ps(q + i);
         for (int64_t r = 0; r < kRows; ++r) {
           float* row = state_out + (j + r) * dim + i;
-          const __m512 x = _mm512_add_ps(_mm512_loadu_ps(row), _mm512_mul_ps(kk, delta[r]));
-          _mm512_storeu_ps(row, x);
+          const __m512 x =
+              _mm512_add_ps(_mm512_loadu_ps(xr + r * dim + i), _mm512_mul_ps(kk, delta[r]));
+          if (stream) {
+            _mm512_stream_ps(row, x);
+          } else {
+            _mm512_storeu_ps(row, x);
+          }
           acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(x, qq));
         }
       }
@@ -167,6 +203,7 @@ __attribute__((target("avx512f,avx512dq,avx2"))) void DeltaRuleAvx512(const Delt
     }
     src = state_out;
   }
+  if (streamed) _mm_sfence();
   if (n == 0) std::copy(state_in, state_in + dim * dim, state_out);
 }
 
@@ -176,6 +213,10 @@ __attribute__((target("avx2"))) void DeltaRuleAvx2(const DeltaRuleHead& h, int64
                                                    float* state_out) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
   const float* src = state_in;
+  alignas(64) float scratch[kRows * kScratchDim];
+  const bool use_scratch = dim <= kScratchDim;
+  const bool aligned = (reinterpret_cast<uintptr_t>(state_out) & 31) == 0;
+  bool streamed = false;
   for (int64_t t = 0; t < n; ++t) {
     const float* q = h.q + t * h.q_stride;
     const float* k = h.k + t * h.k_stride;
@@ -183,14 +224,24 @@ __attribute__((target("avx2"))) void DeltaRuleAvx2(const DeltaRuleHead& h, int64
     const __m256 decay = _mm256_set1_ps(std::exp(h.g[t * h.g_stride]));
     const float beta = h.beta[t * h.g_stride];
     float* o = h.out + t * h.out_stride;
+    const bool stream = use_scratch && aligned && t == n - 1;
+    streamed |= stream;
     for (int64_t j = 0; j < dim; j += kRows) {
+      float* xr = use_scratch ? scratch : state_out + j * dim;
+      // (An address past the buffer is harmless to a prefetch; computed as
+      // an integer, not as a pointer past the end.)
+      const uintptr_t ahead = reinterpret_cast<uintptr_t>(src + j * dim) +
+                              kPrefetchBlocks * kRows * dim * sizeof(float);
+      for (int64_t c = 0; c < kRows * dim; c += 16) {
+        _mm_prefetch(reinterpret_cast<const char*>(ahead + c * sizeof(float)), _MM_HINT_T0);
+      }
       __m256 lo[kRows], hi[kRows];
       for (int64_t r = 0; r < kRows; ++r) lo[r] = hi[r] = _mm256_setzero_ps();
       for (int64_t i = 0; i < dim; i += 16) {
         const __m256 k0 = _mm256_loadu_ps(k + i), k1 = _mm256_loadu_ps(k + i + 8);
         for (int64_t r = 0; r < kRows; ++r) {
           const float* in = src + (j + r) * dim + i;
-          float* out = state_out + (j + r) * dim + i;
+          float* out = xr + r * dim + i;
           const __m256 x0 = _mm256_mul_ps(_mm256_loadu_ps(in), decay);
           const __m256 x1 = _mm256_mul_ps(_mm256_loadu_ps(in + 8), decay);
           _mm256_storeu_ps(out, x0);
@@ -208,11 +259,17 @@ __attribute__((target("avx2"))) void DeltaRuleAvx2(const DeltaRuleHead& h, int64
         const __m256 k0 = _mm256_loadu_ps(k + i), k1 = _mm256_loadu_ps(k + i + 8);
         const __m256 q0 = _mm256_loadu_ps(q + i), q1 = _mm256_loadu_ps(q + i + 8);
         for (int64_t r = 0; r < kRows; ++r) {
+          const float* x = xr + r * dim + i;
           float* row = state_out + (j + r) * dim + i;
-          const __m256 x0 = _mm256_add_ps(_mm256_loadu_ps(row), _mm256_mul_ps(k0, delta[r]));
-          const __m256 x1 = _mm256_add_ps(_mm256_loadu_ps(row + 8), _mm256_mul_ps(k1, delta[r]));
-          _mm256_storeu_ps(row, x0);
-          _mm256_storeu_ps(row + 8, x1);
+          const __m256 x0 = _mm256_add_ps(_mm256_loadu_ps(x), _mm256_mul_ps(k0, delta[r]));
+          const __m256 x1 = _mm256_add_ps(_mm256_loadu_ps(x + 8), _mm256_mul_ps(k1, delta[r]));
+          if (stream) {
+            _mm256_stream_ps(row, x0);
+            _mm256_stream_ps(row + 8, x1);
+          } else {
+            _mm256_storeu_ps(row, x0);
+            _mm256_storeu_ps(row + 8, x1);
+          }
           lo[r] = _mm256_add_ps(lo[r], _mm256_mul_ps(x0, q0));
           hi[r] = _mm256_add_ps(hi[r], _mm256_mul_ps(x1, q1));
         }
@@ -223,6 +280,7 @@ __attribute__((target("avx2"))) void DeltaRuleAvx2(const DeltaRuleHead& h, int64
     }
     src = state_out;
   }
+  if (streamed) _mm_sfence();
   if (n == 0) std::copy(state_in, state_in + dim * dim, state_out);
 }
 
@@ -230,13 +288,15 @@ __attribute__((target("avx2"))) void DeltaRuleAvx2(const DeltaRuleHead& h, int64
 #endif
 
 void DeltaRule(const DeltaRuleHead& h, int64_t n, int64_t dim, const float* state_in,
-               float* state_out) {
+               float* state_out, DeltaRuleForm form) {
 #if defined(__x86_64__)
   static const bool kAvx2 = __builtin_cpu_supports("avx2");
   static const bool kAvx512 =
       kAvx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
   if (dim % 16 == 0 && dim > 0) {
-    if (kAvx512) return DeltaRuleAvx512(h, n, dim, state_in, state_out);
+    if (kAvx512 && form == DeltaRuleForm::kAuto) {
+      return DeltaRuleAvx512(h, n, dim, state_in, state_out);
+    }
     if (kAvx2) return DeltaRuleAvx2(h, n, dim, state_in, state_out);
   }
 #endif

@@ -52,10 +52,15 @@ struct DeltaRuleHead {
   float* out;
   int64_t out_stride;
 };
+// The SIMD form DeltaRule runs: the best this CPU has, or at most AVX2
+// (tests, so that the AVX2 form is checked on AVX-512 CPUs too).
+enum class DeltaRuleForm { kAuto, kAvx2 };
 // On AVX-512 and AVX2 CPUs (dim a multiple of 16) 16 lanes per step, 4 rows
 // at a time, in DeltaRuleReference's order: the same bits on every CPU.
+// state_out on a 64-byte boundary (32 for AVX2) lets the last token's state
+// go out with non-temporal stores (see delta_net.cc); any alignment works.
 void DeltaRule(const DeltaRuleHead& h, int64_t n, int64_t dim, const float* state_in,
-               float* state_out);
+               float* state_out, DeltaRuleForm form = DeltaRuleForm::kAuto);
 // The plain loops (the order every SIMD path follows); for tests.
 void DeltaRuleReference(const DeltaRuleHead& h, int64_t n, int64_t dim, const float* state_in,
                         float* state_out);
