@@ -282,6 +282,31 @@ void PackRows(GgmlType type, const uint8_t* src, uint64_t row_bytes, int64_t n_r
   }
 }
 
+GgmlType PackedStorageType(GgmlType type) {
+  return type == GgmlType::kQ5_0 ? GgmlType::kQ8_0 : type;
+}
+
+void WidenRowsToQ8_0(GgmlType type, const uint8_t* src, uint64_t row_bytes, int64_t n_rows,
+                     int64_t n_cols, uint8_t* dst) {
+  (void)type;  // Q5_0 (packed.h)
+  const int64_t nb = n_cols / 32;
+  auto* out = reinterpret_cast<internal::BlockQ8_0*>(dst);
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const auto* in = reinterpret_cast<const internal::BlockQ5_0*>(src + static_cast<uint64_t>(r) * row_bytes);
+    for (int64_t i = 0; i < nb; ++i, ++out) {  // the codes as DequantQ5_0 reads them
+      out->d = in[i].d;
+      uint32_t qh;
+      std::memcpy(&qh, in[i].qh, sizeof(qh));
+      for (int j = 0; j < 16; ++j) {
+        const int xh_0 = ((qh >> j) << 4) & 0x10;
+        const int xh_1 = (qh >> (j + 12)) & 0x10;
+        out->qs[j] = static_cast<int8_t>(((in[i].qs[j] & 0x0F) | xh_0) - 16);
+        out->qs[j + 16] = static_cast<int8_t>(((in[i].qs[j] >> 4) | xh_1) - 16);
+      }
+    }
+  }
+}
+
 void PackedGemm(const PackedView& w, int64_t row0, int64_t n_rows, const uint8_t* const* act,
                 int64_t n_tokens, float* y, int64_t ldy) {
   if (internal::CpuHasAvx512Vnni() && internal::PackedGemmAvx512(w, row0, n_rows, act, n_tokens, y, ldy)) {

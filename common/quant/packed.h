@@ -88,6 +88,23 @@ uint64_t PackedMatrixBytes(GgmlType type, int64_t n_rows, int64_t n_cols);
 void PackRows(GgmlType type, const uint8_t* src, uint64_t row_bytes, int64_t n_rows,
               int64_t n_cols, uint8_t* dst);
 
+// Q5_0 rows widen losslessly to Q8_0 rows (each code as an int8, the same
+// f16 scale), and on the SIMD levels (where the packed layout is used) their
+// dot with a Q8_0 activation is Q8_0's, bit for bit (the same block sums and
+// scale products in the same order; packed_test): so they use Q8_0's packed
+// layout and kernels. This serves the small-row tensors of K-quant files
+// that fell back to Q5_0, e.g. MLA's per-head attn_k_b (128 columns, too few
+// for a K-quant) in Q4_K_M files, whose 4-block rows spent most of their time
+// in per-row overhead. (Q4_0's dots round differently: not widened.)
+// PackedStorageType: kQ8_0 for Q5_0, `type` itself otherwise.
+GgmlType PackedStorageType(GgmlType type);
+
+// Writes n_rows Q5_0 rows (row stride row_bytes, n_cols a multiple of 32)
+// as Q8_0 rows, back to back, into dst (n_rows * RowBytes(kQ8_0, n_cols)
+// bytes). REQUIRES: type == kQ5_0.
+void WidenRowsToQ8_0(GgmlType type, const uint8_t* src, uint64_t row_bytes, int64_t n_rows,
+                     int64_t n_cols, uint8_t* dst);
+
 struct PackedView {
   GgmlType type = GgmlType::kQ4_K;
   const uint8_t* data = nullptr;  // PackRows output
