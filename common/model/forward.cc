@@ -94,6 +94,7 @@ Forward::Forward(std::shared_ptr<const Model> model, ExpertBackend* experts,
           &L.shexp_down, &L.wq_a, &L.wq_b, &L.wkv_a, &L.ffn_gate, &L.ffn_up, &L.ffn_down}) {
       total += PackedCopyBytes(*w, p);
     }
+    total += PackedCopyBytes(Stacked(L.wk_b), p) + PackedCopyBytes(Stacked(L.wv_b), p);
   }
   if (total > 0) packed_arena_ = AllocateHugePageBytes(total);
   uint8_t* arena = packed_arena_.get();
@@ -106,20 +107,55 @@ Forward::Forward(std::shared_ptr<const Model> model, ExpertBackend* experts,
                       MaybePacked(L.shexp_up, p, &arena), MaybePacked(L.shexp_down, p, &arena),
                       MaybePacked(L.wq_a, p, &arena), MaybePacked(L.wq_b, p, &arena),
                       MaybePacked(L.wkv_a, p, &arena), MaybePacked(L.ffn_gate, p, &arena),
-                      MaybePacked(L.ffn_up, p, &arena), MaybePacked(L.ffn_down, p, &arena)});
+                      MaybePacked(L.ffn_up, p, &arena), MaybePacked(L.ffn_down, p, &arena),
+                      quant::WeightView{}, quant::WeightView{}});
+    for (auto [t, out] : {std::pair{&L.wk_b, &dense_.back().wk_b}, {&L.wv_b, &dense_.back().wv_b}}) {
+      const quant::WeightView packed = MaybePacked(Stacked(*t), p, &arena);
+      *out = packed.packed ? packed : quant::WeightView{};
+    }
   }
   output_ = MaybePacked(model_->output(), p, &arena);
 }
 
+quant::WeightView Forward::Stacked(const ExpertTensorView& t) {
+  if (t.data == nullptr || t.packed || t.n_out % quant::kPackedStripRows != 0 ||
+      t.expert_bytes != static_cast<uint64_t>(t.n_out) * t.row_bytes) {
+    return {};
+  }
+  return {t.type, t.data, t.n_expert * t.n_out, t.n_in, t.row_bytes, false};
+}
+
+quant::WeightView Forward::HeadMatrix(const quant::WeightView& stacked, const ExpertTensorView& t,
+                                      int64_t h) {
+  if (!stacked.packed) return t.Expert(h);
+  quant::WeightView w = stacked;
+  w.n_rows = t.n_out;
+  w.data += h * quant::PackedMatrixBytes(w.type, t.n_out, t.n_in);
+  return w;
+}
+
 uint64_t Forward::PackedCopyBytes(const quant::WeightView& w, bool pack) {
-  if (!pack || w.data == nullptr || w.packed || !quant::PackedPreferred(w.type)) return 0;
-  return (quant::PackedMatrixBytes(w.type, w.n_rows, w.n_cols) + 63) / 64 * 64;
+  // Q5_0 is packed as Q8_0 (the same bits: quant/packed.h).
+  const GgmlType type = quant::PackedStorageType(w.type);
+  if (!pack || w.data == nullptr || w.packed || !quant::PackedPreferred(type)) return 0;
+  return (quant::PackedMatrixBytes(type, w.n_rows, w.n_cols) + 63) / 64 * 64;
 }
 
 quant::WeightView Forward::MaybePacked(const quant::WeightView& w, bool pack, uint8_t** arena) {
   const uint64_t copy_bytes = PackedCopyBytes(w, pack);
   if (copy_bytes == 0) return w;
-  const uint64_t bytes = quant::PackedMatrixBytes(w.type, w.n_rows, w.n_cols);
+  const GgmlType type = quant::PackedStorageType(w.type);
+  const uint64_t bytes = quant::PackedMatrixBytes(type, w.n_rows, w.n_cols);
+  // A widened type's rows, as rows of the type it is packed as.
+  std::vector<uint8_t> wide;
+  const uint8_t* src = w.data;
+  uint64_t src_row_bytes = w.row_bytes;
+  if (type != w.type) {
+    src_row_bytes = *RowBytes(type, w.n_cols);
+    wide.resize(src_row_bytes * w.n_rows);
+    quant::WidenRowsToQ8_0(w.type, w.data, w.row_bytes, w.n_rows, w.n_cols, wide.data());
+    src = wide.data();
+  }
   uint8_t* dst = nullptr;
   if (*arena != nullptr) {
     dst = *arena;
@@ -132,10 +168,12 @@ quant::WeightView Forward::MaybePacked(const quant::WeightView& w, bool pack, ui
   }
   const uint64_t strip_bytes = bytes / static_cast<uint64_t>(w.n_rows / quant::kPackedStripRows);
   For(pool_, w.n_rows / quant::kPackedStripRows, 8, [&](int64_t s0, int64_t s1) {
-    quant::PackRows(w.type, w.data + s0 * quant::kPackedStripRows * w.row_bytes, w.row_bytes,
+    quant::PackRows(type, src + s0 * quant::kPackedStripRows * src_row_bytes, src_row_bytes,
                     (s1 - s0) * quant::kPackedStripRows, w.n_cols, dst + s0 * strip_bytes);
   });
   quant::WeightView p = w;
+  p.type = type;
+  p.row_bytes = src_row_bytes;
   p.data = dst;
   p.packed = true;
   return p;
@@ -478,7 +516,7 @@ absl::Status Forward::Mla(int il, Batch& b) const {
       std::copy(src, src + nope, in + t * nope);
       std::copy(src + nope, src + dq, qq + (t * heads + head) * kd + lora);
     }
-    RETURN_IF_ERROR(quant::MatMul(L.wk_b.Expert(head), in, n, out, pool_));
+    RETURN_IF_ERROR(quant::MatMul(HeadMatrix(W.wk_b, L.wk_b, head), in, n, out, pool_));
     for (int64_t t = 0; t < n; ++t) {
       std::copy(out + t * lora, out + (t + 1) * lora, qq + (t * heads + head) * kd);
     }
@@ -492,7 +530,7 @@ absl::Status Forward::Mla(int il, Batch& b) const {
       const float* src = lat + (t * heads + head) * lora;
       std::copy(src, src + lora, in + t * lora);
     }
-    RETURN_IF_ERROR(quant::MatMul(L.wv_b.Expert(head), in, n, out, pool_));
+    RETURN_IF_ERROR(quant::MatMul(HeadMatrix(W.wv_b, L.wv_b, head), in, n, out, pool_));
     for (int64_t t = 0; t < n; ++t) {
       std::copy(out + t * dv, out + (t + 1) * dv, attn + (t * heads + head) * dv);
     }

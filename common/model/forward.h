@@ -163,7 +163,16 @@ class Forward {
   struct DenseWeights {
     quant::WeightView wq, wk, wv, wo, ssm_qkv, ssm_z, ssm_out, shexp_gate, shexp_up,
         shexp_down, wq_a, wq_b, wkv_a, ffn_gate, ffn_up, ffn_down;
+    // MLA's per-head matrices, all heads stacked as one matrix: a packed
+    // copy (HeadMatrix slices it), or data == nullptr (the GGUF's, per head).
+    quant::WeightView wk_b, wv_b;
   };
+  // The heads of t stacked as one matrix, when each head is whole packed
+  // strips; else an empty view (not packed).
+  static quant::WeightView Stacked(const ExpertTensorView& t);
+  // Head h's matrix: a slice of the packed stacked copy, or t's own.
+  static quant::WeightView HeadMatrix(const quant::WeightView& stacked, const ExpertTensorView& t,
+                                      int64_t h);
   // Bytes of w's packed copy (64-byte multiple), 0 when it stays as it is.
   static uint64_t PackedCopyBytes(const quant::WeightView& w, bool pack);
   // w's packed copy, at *arena (advanced) when arena is not null, else in a

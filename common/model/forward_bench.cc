@@ -54,7 +54,10 @@ int Measure(const std::string& path, int64_t n_vocab, const std::string& type_na
   auto t0 = Clock::now();
   absl::Status st = forward.Eval(prompt, cache->get(), LogitsMode::kLast, &logits);
   const double prompt_s = Seconds(t0);
-  if (!st.ok()) return 1;
+  if (!st.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(st.message()).c_str());
+    return 1;
+  }
   const uint64_t prompt_hash = Fnv1a(logits);
   // Repeated prompts (the cache cleared each time): the first run above
   // also pays for first-touch page faults of the weights and the buffers.

@@ -12,6 +12,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/thread_pool.h"
 #include "common/gguf/gguf.h"
 #include "common/model/expert.h"
 #include "common/model/forward.h"
@@ -333,6 +334,58 @@ TEST_F(TestModelTest, DeepSeek2MatchesTheLlamaCppFixture) {
   std::vector<float> logits;
   ASSERT_TRUE(forward.Eval({1, 2, 3}, state->get(), model::LogitsMode::kLast, &logits).ok());
   for (float x : logits) ASSERT_TRUE(std::isfinite(x));
+}
+
+// A Q4_K_M deepseek2 model whose per-head attn_k_b fell back to Q5_0 (32
+// columns) and whose attn_v_b is a K-quant: the CPU forward's packed copies
+// (Q5_0 widened to Q8_0, both sliced per head) give the GGUF rows' bits,
+// prefill and decode.
+TEST_F(TestModelTest, DeepSeek2PackedHeadMatricesGiveTheSameBits) {
+  auto spec = PresetSpec("deepseek-v3");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  spec->n_layer = 2;
+  spec->n_embd = 256;
+  spec->n_head = 4;
+  spec->q_lora_rank = 0;
+  spec->kv_lora_rank = 256;
+  spec->head_dim = 48;
+  spec->n_rot = 16;
+  spec->head_dim_v = 32;
+  spec->n_dense_lead = 1;
+  spec->n_ff = 256;
+  spec->n_expert = 8;
+  spec->n_expert_used = 2;
+  spec->n_ff_exp = 256;
+  spec->n_expert_groups = 1;
+  spec->n_group_used = 1;
+  spec->n_vocab = 300;
+  spec->n_ctx = 256;
+  spec->type = "Q4_K_M";
+  spec->threads = 2;
+  const std::string path = Path("ds2-q4km.gguf");
+  ASSERT_TRUE(WriteTestModel(*spec, path).ok());
+  auto m = model::Model::Open(path);
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_EQ((*m)->layer(1).wk_b.type, GgmlType::kQ5_0);
+  ThreadPool pool(2);
+  model::InProcessExperts experts(model::ExpertStore(*m), &pool);
+  model::Forward packed(*m, &experts, &pool, /*pack_dense=*/true);
+  model::Forward plain(*m, &experts, &pool, /*pack_dense=*/false);
+  auto s1 = model::SequenceState::Create((*m)->hparams(), 32);
+  auto s2 = model::SequenceState::Create((*m)->hparams(), 32);
+  ASSERT_TRUE(s1.ok() && s2.ok());
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 12; ++i) prompt.push_back((i * 37) % 300);
+  std::vector<float> a, b;
+  ASSERT_TRUE(packed.Eval(prompt, s1->get(), model::LogitsMode::kAll, &a).ok());
+  ASSERT_TRUE(plain.Eval(prompt, s2->get(), model::LogitsMode::kAll, &b).ok());
+  EXPECT_EQ(a, b);
+  for (int32_t t : {5, 77, 299}) {
+    const int32_t one[1] = {t};
+    ASSERT_TRUE(packed.Eval(one, s1->get(), model::LogitsMode::kLast, &a).ok());
+    ASSERT_TRUE(plain.Eval(one, s2->get(), model::LogitsMode::kLast, &b).ok());
+    EXPECT_EQ(a, b) << t;
+  }
 }
 
 // The deepseek2 presets as published: MLA with a 576-value latent KV row,
