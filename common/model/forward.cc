@@ -135,27 +135,14 @@ quant::WeightView Forward::HeadMatrix(const quant::WeightView& stacked, const Ex
 }
 
 uint64_t Forward::PackedCopyBytes(const quant::WeightView& w, bool pack) {
-  // Q5_0 is packed as Q8_0 (the same bits: quant/packed.h).
-  const GgmlType type = quant::PackedStorageType(w.type);
-  if (!pack || w.data == nullptr || w.packed || !quant::PackedPreferred(type)) return 0;
-  return (quant::PackedMatrixBytes(type, w.n_rows, w.n_cols) + 63) / 64 * 64;
+  if (!pack || w.data == nullptr || w.packed || !quant::PackedPreferred(w.type)) return 0;
+  return (quant::PackedMatrixBytes(w.type, w.n_rows, w.n_cols) + 63) / 64 * 64;
 }
 
 quant::WeightView Forward::MaybePacked(const quant::WeightView& w, bool pack, uint8_t** arena) {
   const uint64_t copy_bytes = PackedCopyBytes(w, pack);
   if (copy_bytes == 0) return w;
-  const GgmlType type = quant::PackedStorageType(w.type);
-  const uint64_t bytes = quant::PackedMatrixBytes(type, w.n_rows, w.n_cols);
-  // A widened type's rows, as rows of the type it is packed as.
-  std::vector<uint8_t> wide;
-  const uint8_t* src = w.data;
-  uint64_t src_row_bytes = w.row_bytes;
-  if (type != w.type) {
-    src_row_bytes = *RowBytes(type, w.n_cols);
-    wide.resize(src_row_bytes * w.n_rows);
-    quant::WidenRowsToQ8_0(w.type, w.data, w.row_bytes, w.n_rows, w.n_cols, wide.data());
-    src = wide.data();
-  }
+  const uint64_t bytes = quant::PackedMatrixBytes(w.type, w.n_rows, w.n_cols);
   uint8_t* dst = nullptr;
   if (*arena != nullptr) {
     dst = *arena;
@@ -168,12 +155,10 @@ quant::WeightView Forward::MaybePacked(const quant::WeightView& w, bool pack, ui
   }
   const uint64_t strip_bytes = bytes / static_cast<uint64_t>(w.n_rows / quant::kPackedStripRows);
   For(pool_, w.n_rows / quant::kPackedStripRows, 8, [&](int64_t s0, int64_t s1) {
-    quant::PackRows(type, src + s0 * quant::kPackedStripRows * src_row_bytes, src_row_bytes,
+    quant::PackRows(w.type, w.data + s0 * quant::kPackedStripRows * w.row_bytes, w.row_bytes,
                     (s1 - s0) * quant::kPackedStripRows, w.n_cols, dst + s0 * strip_bytes);
   });
   quant::WeightView p = w;
-  p.type = type;
-  p.row_bytes = src_row_bytes;
   p.data = dst;
   p.packed = true;
   return p;

@@ -94,8 +94,12 @@ void PackSuperQ6K(const uint8_t* rows, uint64_t row_bytes, int64_t i, uint8_t* o
   }
 }
 
-// One 32-column block of 16 rows of Q8_0 or MXFP4 (packed.h).
+// Column of bit z of a packed Q5_0 fifth-bit byte 4 r + b (packed.h).
+constexpr int Q5_0FifthCol(int z, int b) { return z < 4 ? 4 * z + b : 16 + 4 * (z - 4) + b; }
+
+// One 32-column block of 16 rows of Q8_0, MXFP4 or Q5_0 (packed.h).
 void PackBlock32(GgmlType type, const uint8_t* rows, uint64_t row_bytes, int64_t i, uint8_t* out) {
+  if (type == GgmlType::kQ5_0) std::memset(out + kQ5_0High, 0, 64);
   for (int r = 0; r < 16; ++r) {
     if (type == GgmlType::kQ8_0) {
       const auto* blk = reinterpret_cast<const BlockQ8_0*>(rows + r * row_bytes) + i;
@@ -103,6 +107,17 @@ void PackBlock32(GgmlType type, const uint8_t* rows, uint64_t row_bytes, int64_t
         out[64 * (k / 4) + 4 * r + k % 4] = static_cast<uint8_t>(static_cast<uint8_t>(blk->qs[k]) ^ 0x80);
       }
       std::memcpy(out + kQ8_0D + 2 * r, &blk->d, 2);
+    } else if (type == GgmlType::kQ5_0) {
+      const auto* blk = reinterpret_cast<const BlockQ5_0*>(rows + r * row_bytes) + i;
+      uint32_t qh;
+      std::memcpy(&qh, blk->qh, 4);
+      for (int j = 0; j < 16; ++j) out[64 * (j / 4) + 4 * r + j % 4] = blk->qs[j];
+      for (int z = 0; z < 8; ++z) {
+        for (int b = 0; b < 4; ++b) {
+          out[kQ5_0High + 4 * r + b] |= static_cast<uint8_t>(((qh >> Q5_0FifthCol(z, b)) & 1) << z);
+        }
+      }
+      std::memcpy(out + kQ5_0D + 2 * r, &blk->d, 2);
     } else {
       const auto* blk = reinterpret_cast<const BlockMxfp4*>(rows + r * row_bytes) + i;
       for (int j = 0; j < 16; ++j) out[64 * (j / 4) + 4 * r + j % 4] = blk->qs[j];
@@ -117,7 +132,10 @@ int PackedCode32(GgmlType type, const uint8_t* sb, int r, int k) {
   if (type == GgmlType::kQ8_0) return static_cast<int>(sb[64 * (k / 4) + 4 * r + k % 4]) - kQ8_0Bias;
   const int j = k % 16;
   const uint8_t byte = sb[64 * (j / 4) + 4 * r + j % 4];
-  return kValuesMxfp4[k < 16 ? byte & 0xF : byte >> 4];
+  const int nibble = k < 16 ? byte & 0xF : byte >> 4;
+  if (type == GgmlType::kMXFP4) return kValuesMxfp4[nibble];
+  const int z = k < 16 ? j / 4 : 4 + j / 4;
+  return (nibble | ((sb[kQ5_0High + 4 * r + j % 4] >> z) & 1) << 4) - kQ5_0Bias;
 }
 
 // The scalar product over 32-column blocks: the canonical even/odd chains.
@@ -136,12 +154,12 @@ void PackedGemmScalar32(const PackedView& w, int64_t row0, int64_t n_rows, const
           int32_t isum = 0;
           for (int k = 0; k < 32; ++k) isum += PackedCode32(w.type, sb, r, k) * a[i].qs[k];
           float scale;
-          if (w.type == GgmlType::kQ8_0) {
-            uint16_t dh;
-            std::memcpy(&dh, sb + kQ8_0D + 2 * r, 2);
-            scale = Fp16ToFp32(dh);
-          } else {
+          if (w.type == GgmlType::kMXFP4) {
             scale = E8m0ToFp32Half(sb[kMxfp4E + r]);
+          } else {
+            uint16_t dh;
+            std::memcpy(&dh, sb + (w.type == GgmlType::kQ8_0 ? kQ8_0D : kQ5_0D) + 2 * r, 2);
+            scale = Fp16ToFp32(dh);
           }
           acc[i & 1] = std::fma(static_cast<float>(isum), scale * Fp16ToFp32(a[i].d), acc[i & 1]);
         }
@@ -186,11 +204,14 @@ uint64_t PackedSuperBytes(GgmlType type) {
     case GgmlType::kQ6_K: return kQ6KSuperBytes;
     case GgmlType::kQ8_0: return kQ8_0SuperBytes;
     case GgmlType::kMXFP4: return kMxfp4SuperBytes;
+    case GgmlType::kQ5_0: return kQ5_0SuperBytes;
     default: return 0;
   }
 }
 
-int PackedCodeBias(GgmlType type) { return type == GgmlType::kQ8_0 ? kQ8_0Bias : kMxfp4Bias; }
+int PackedCodeBias(GgmlType type) {
+  return type == GgmlType::kQ8_0 ? kQ8_0Bias : type == GgmlType::kQ5_0 ? kQ5_0Bias : kMxfp4Bias;
+}
 
 void PackedGemmScalarImpl(const PackedView& w, int64_t row0, int64_t n_rows, const uint8_t* const* act,
                           int64_t n_tokens, float* y, int64_t ldy) {
@@ -243,7 +264,7 @@ void PackedGemmScalarImpl(const PackedView& w, int64_t row0, int64_t n_rows, con
 bool PackedLayoutExists(GgmlType type) { return internal::PackedSuperBytes(type) > 0; }
 
 int64_t PackedColumns(GgmlType type) {
-  if (type == GgmlType::kQ8_0 || type == GgmlType::kMXFP4) return 32;
+  if (type == GgmlType::kQ8_0 || type == GgmlType::kMXFP4 || type == GgmlType::kQ5_0) return 32;
   return PackedLayoutExists(type) ? 256 : 0;
 }
 
@@ -277,31 +298,6 @@ void PackRows(GgmlType type, const uint8_t* src, uint64_t row_bytes, int64_t n_r
         internal::PackSuperQ45K<internal::BlockQ5_K, GgmlType::kQ5_K>(src + s * 16 * row_bytes, row_bytes, i, out);
       } else {
         internal::PackSuperQ6K(src + s * 16 * row_bytes, row_bytes, i, out);
-      }
-    }
-  }
-}
-
-GgmlType PackedStorageType(GgmlType type) {
-  return type == GgmlType::kQ5_0 ? GgmlType::kQ8_0 : type;
-}
-
-void WidenRowsToQ8_0(GgmlType type, const uint8_t* src, uint64_t row_bytes, int64_t n_rows,
-                     int64_t n_cols, uint8_t* dst) {
-  (void)type;  // Q5_0 (packed.h)
-  const int64_t nb = n_cols / 32;
-  auto* out = reinterpret_cast<internal::BlockQ8_0*>(dst);
-  for (int64_t r = 0; r < n_rows; ++r) {
-    const auto* in = reinterpret_cast<const internal::BlockQ5_0*>(src + static_cast<uint64_t>(r) * row_bytes);
-    for (int64_t i = 0; i < nb; ++i, ++out) {  // the codes as DequantQ5_0 reads them
-      out->d = in[i].d;
-      uint32_t qh;
-      std::memcpy(&qh, in[i].qh, sizeof(qh));
-      for (int j = 0; j < 16; ++j) {
-        const int xh_0 = ((qh >> j) << 4) & 0x10;
-        const int xh_1 = (qh >> (j + 12)) & 0x10;
-        out->qs[j] = static_cast<int8_t>(((in[i].qs[j] & 0x0F) | xh_0) - 16);
-        out->qs[j + 16] = static_cast<int8_t>(((in[i].qs[j] >> 4) | xh_1) - 16);
       }
     }
   }

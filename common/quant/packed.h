@@ -1,6 +1,6 @@
 // Row-interleaved ("packed") layout of quantised weight matrices (Q4_K,
-// Q5_K, Q6_K, Q8_0, MXFP4) for integer dot instructions, and its matrix
-// product.
+// Q5_K, Q6_K, Q8_0, MXFP4, Q5_0) for integer dot instructions, and its
+// matrix product.
 //
 // The GGUF layout keeps each row's superblocks together, so a dot kernel
 // must reduce 16 int32 lanes to one number per row and decode the packed
@@ -45,6 +45,16 @@
 //                column 4 c + b, high nibble: of column 16 + 4 c + b); the
 //                kernel looks the indices up as table value + 12 (u8)
 //   [256, 272)   e of row r (E8M0)
+// Q5_0 (352 bytes, = 16 x 22):
+//   [0, 256)     MXFP4's nibble bytes (the GGUF qs bytes: low nibbles the
+//                low 4 bits of columns 0..15, high nibbles of 16..31)
+//   [256, 320)   fifth bits: bit z of byte 4 r + b is the fifth bit of
+//                code(r, 4 z + b) for z < 4, of code(r, 16 + 4 (z - 4) + b)
+//                for z >= 4 (the column order of the nibble chunks); the
+//                kernel gives vpdpbusd the 5-bit code (value + 16, u8)
+//   [320, 352)   d of row r (f16 bits)
+// (K-quant files store Q5_0 where rows are not whole 256-column superblocks:
+// DeepSeek-V2-Lite's 1408-column ffn_down_exps, MLA's 128-column attn_k_b.)
 // A strip is its n_cols / PackedColumns(type) packed superblocks in column
 // order; strips follow each other.
 //
@@ -65,11 +75,12 @@ namespace moesplit::quant {
 
 inline constexpr int kPackedStripRows = 16;
 
-// True for the types with a packed layout (Q4_K, Q5_K, Q6_K, Q8_0, MXFP4).
+// True for the types with a packed layout (Q4_K, Q5_K, Q6_K, Q8_0, MXFP4,
+// Q5_0).
 bool PackedLayoutExists(GgmlType type);
 
-// Columns of one packed superblock: 256 for the K-quants, 32 for Q8_0 and
-// MXFP4; 0 for types without a layout. Packed matrices have whole ones.
+// Columns of one packed superblock: 256 for the K-quants, 32 for Q8_0,
+// MXFP4 and Q5_0; 0 for types without a layout. Packed matrices have whole ones.
 int64_t PackedColumns(GgmlType type);
 
 // True when packing `type` pays on this CPU: PackedLayoutExists and the CPU
@@ -88,23 +99,6 @@ uint64_t PackedMatrixBytes(GgmlType type, int64_t n_rows, int64_t n_cols);
 void PackRows(GgmlType type, const uint8_t* src, uint64_t row_bytes, int64_t n_rows,
               int64_t n_cols, uint8_t* dst);
 
-// Q5_0 rows widen losslessly to Q8_0 rows (each code as an int8, the same
-// f16 scale), and on the SIMD levels (where the packed layout is used) their
-// dot with a Q8_0 activation is Q8_0's, bit for bit (the same block sums and
-// scale products in the same order; packed_test): so they use Q8_0's packed
-// layout and kernels. This serves the small-row tensors of K-quant files
-// that fell back to Q5_0, e.g. MLA's per-head attn_k_b (128 columns, too few
-// for a K-quant) in Q4_K_M files, whose 4-block rows spent most of their time
-// in per-row overhead. (Q4_0's dots round differently: not widened.)
-// PackedStorageType: kQ8_0 for Q5_0, `type` itself otherwise.
-GgmlType PackedStorageType(GgmlType type);
-
-// Writes n_rows Q5_0 rows (row stride row_bytes, n_cols a multiple of 32)
-// as Q8_0 rows, back to back, into dst (n_rows * RowBytes(kQ8_0, n_cols)
-// bytes). REQUIRES: type == kQ5_0.
-void WidenRowsToQ8_0(GgmlType type, const uint8_t* src, uint64_t row_bytes, int64_t n_rows,
-                     int64_t n_cols, uint8_t* dst);
-
 struct PackedView {
   GgmlType type = GgmlType::kQ4_K;
   const uint8_t* data = nullptr;  // PackRows output
@@ -114,7 +108,7 @@ struct PackedView {
 
 // y[t * ldy + r] = vec_dot(W row (row0 + r), act[t]) for r < n_rows,
 // t < n_tokens; act[t]: n_cols columns of the type's vec_dot_type (Q8_K
-// for the K-quants, Q8_0 for Q8_0 and MXFP4).
+// for the K-quants, Q8_0 for the 32-column types).
 // REQUIRES: row0 and n_rows multiples of 16, row0 + n_rows <= w.n_rows.
 void PackedGemm(const PackedView& w, int64_t row0, int64_t n_rows, const uint8_t* const* act,
                 int64_t n_tokens, float* y, int64_t ldy);

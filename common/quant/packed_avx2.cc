@@ -284,6 +284,78 @@ void StripMxfp4(const uint8_t* strip, int64_t nb, const BlockQ8_0* const* a, con
   }
 }
 
+// Bit k of each byte of x moved to bit 4 (as packed_avx512.cc's BitToFour).
+template <int k>
+__attribute__((always_inline)) inline __m256i BitToFour(__m256i x) {
+  if constexpr (k < 4) {
+    return _mm256_slli_epi16(x, 4 - k);
+  } else if constexpr (k == 4) {
+    return x;
+  } else {
+    return _mm256_srli_epi16(x, k - 4);
+  }
+}
+
+// The 5-bit codes of chunks k and k + 4 of half h of a packed Q5_0 block
+// (nibbles | fifth bit << 4, 0..31) into c[k], c[k + 4].
+template <int k>
+__attribute__((always_inline)) inline void CodesQ5_0(const uint8_t* sb, int h, __m256i high, __m256i c[8]) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m10 = _mm256_set1_epi8(0x10);
+  const __m256i q = Load256(sb + 64 * k + 32 * h);
+  c[k] = _mm256_or_si256(_mm256_and_si256(q, m4), _mm256_and_si256(BitToFour<k>(high), m10));
+  c[k + 4] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
+                             _mm256_and_si256(BitToFour<k + 4>(high), m10));
+}
+
+// T tokens x the 16 rows of one Q5_0 strip over nb blocks: StripMxfp4's
+// sums over the 5-bit codes (value + 16, kQ5_0Bias; four vpmaddubsw pairs
+// add up to <= 4 * 2 * 31 * 127 = 31496 in int16).
+template <int T>
+void StripQ5_0(const uint8_t* strip, int64_t nb, const BlockQ8_0* const* a, const BlockTerm* terms,
+               const uint8_t* end, float* y, int64_t ldy) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[2][T][2];
+  for (int p = 0; p < 2; ++p) {
+    for (int t = 0; t < T; ++t) acc[p][t][0] = acc[p][t][1] = _mm256_setzero_ps();
+  }
+  for (int64_t i = 0; i < nb; ++i) {
+    const uint8_t* sb = strip + i * kQ5_0SuperBytes;
+    PrefetchAhead(sb, kQ5_0SuperBytes, end);
+    const int p = static_cast<int>(i & 1);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      // c[k]: columns 4 k .. 4 k + 3 (k < 4, low nibbles) or 16 + 4 (k - 4) .. (high).
+      __m256i c[8];
+      const __m256i high = Load256(sb + kQ5_0High + 32 * h);
+      CodesQ5_0<0>(sb, h, high, c);
+      CodesQ5_0<1>(sb, h, high, c);
+      CodesQ5_0<2>(sb, h, high, c);
+      CodesQ5_0<3>(sb, h, high, c);
+      const __m256 scale = _mm256_cvtph_ps(Load128(sb + kQ5_0D + 16 * h));
+#pragma GCC unroll 4
+      for (int t = 0; t < T; ++t) {
+        const int8_t* q8 = a[t][i].qs;
+        __m256i lo = _mm256_maddubs_epi16(c[0], Bcast(q8));
+        __m256i hi = _mm256_maddubs_epi16(c[4], Bcast(q8 + 16));
+#pragma GCC unroll 3
+        for (int k = 1; k < 4; ++k) {
+          lo = _mm256_add_epi16(lo, _mm256_maddubs_epi16(c[k], Bcast(q8 + 4 * k)));
+          hi = _mm256_add_epi16(hi, _mm256_maddubs_epi16(c[k + 4], Bcast(q8 + 16 + 4 * k)));
+        }
+        const BlockTerm& term = terms[t * nb + i];
+        const __m256i isum = _mm256_add_epi32(_mm256_set1_epi32(term.neg_corr),
+                                              _mm256_add_epi32(_mm256_madd_epi16(lo, ones), _mm256_madd_epi16(hi, ones)));
+        acc[p][t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(scale, _mm256_set1_ps(term.da)),
+                                       acc[p][t][h]);
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    _mm256_storeu_ps(y + t * ldy, _mm256_add_ps(acc[0][t][0], acc[1][t][0]));
+    _mm256_storeu_ps(y + t * ldy + 8, _mm256_add_ps(acc[0][t][1], acc[1][t][1]));
+  }
+}
+
 // T tokens x the 16 rows of one Q8_0 strip over nb blocks: the biased codes
 // flipped back to int8 (code ^ 0x80), then per chunk vpmaddubsw of |code|
 // and the activation quad with the code's sign (each pair sum <= 2 * 128 *
@@ -359,18 +431,21 @@ bool PackedGemmAvx2(const PackedView& w, int64_t row0, int64_t n_rows, const uin
       }
     }
   };
-  if (w.type == GgmlType::kQ8_0 || w.type == GgmlType::kMXFP4) {
+  if (PackedColumns(w.type) == 32) {
     static const Strip8Fn kQ8[kMaxTokens + 1] = {nullptr, StripQ8_0<1>, StripQ8_0<2>, StripQ8_0<3>,
                                                  StripQ8_0<4>};
     static const Strip32Fn kMx[kMaxTokens + 1] = {nullptr, StripMxfp4<1>, StripMxfp4<2>, StripMxfp4<3>,
                                                   StripMxfp4<4>};
+    static const Strip32Fn kQ5[kMaxTokens + 1] = {nullptr, StripQ5_0<1>, StripQ5_0<2>, StripQ5_0<3>,
+                                                  StripQ5_0<4>};
     const auto* const* a = reinterpret_cast<const BlockQ8_0* const*>(act);
     if (w.type == GgmlType::kQ8_0) {
       for_strips([&](const uint8_t* strip, int64_t t0, int nt, float* ys) { kQ8[nt](strip, nb, a + t0, end, ys, ldy); });
     } else {
-      const BlockTerm* terms = BlockTerms(a, n_tokens, nb, kMxfp4Bias);
+      const BlockTerm* terms = BlockTerms(a, n_tokens, nb, PackedCodeBias(w.type));
+      const Strip32Fn* fns = w.type == GgmlType::kQ5_0 ? kQ5 : kMx;
       for_strips([&](const uint8_t* strip, int64_t t0, int nt, float* ys) {
-        kMx[nt](strip, nb, a + t0, terms + t0 * nb, end, ys, ldy);
+        fns[nt](strip, nb, a + t0, terms + t0 * nb, end, ys, ldy);
       });
     }
     return true;

@@ -11,8 +11,10 @@
 #include <immintrin.h>
 #endif
 
+#include <array>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "common/base/fp16.h"
@@ -209,7 +211,14 @@ void StripsQ6K(const uint8_t* strip, uint64_t strip_bytes, int64_t nsb, const Bl
   }
 }
 
-// ---- 32-column blocks (Q8_0, MXFP4) against Q8_0 activations -------------
+// ---- 32-column blocks (Q8_0, MXFP4, Q5_0) against Q8_0 activations ------
+
+enum class Kind32 { kQ8_0, kMxfp4, kQ5_0 };
+
+template <Kind32 K>
+constexpr uint64_t SuperBytes32() {
+  return K == Kind32::kQ8_0 ? kQ8_0SuperBytes : K == Kind32::kMxfp4 ? kMxfp4SuperBytes : kQ5_0SuperBytes;
+}
 
 // 16 lanes of E8m0ToFp32Half (blocks.h): 2^(e - 128), denormal for e < 2.
 __attribute__((always_inline)) inline __m512 E8m0Half16(const uint8_t* e8) {
@@ -221,41 +230,76 @@ __attribute__((always_inline)) inline __m512 E8m0Half16(const uint8_t* e8) {
 }
 
 // The 16 rows' scales of a packed 32-column block.
-template <bool kMx>
+template <Kind32 K>
 __attribute__((always_inline)) inline __m512 Scales32(const uint8_t* sb) {
-  if constexpr (kMx) {
+  if constexpr (K == Kind32::kMxfp4) {
     return E8m0Half16(sb + kMxfp4E);
   } else {
-    return _mm512_cvtph_ps(Load256(sb + kQ8_0D));
+    return _mm512_cvtph_ps(Load256(sb + (K == Kind32::kQ8_0 ? kQ8_0D : kQ5_0D)));
   }
 }
 
-// The biased codes of chunk k < 8 (columns cols[k] .. + 3 of the block; see
-// kChunkCol) of a packed 32-column block.
-template <bool kMx>
-__attribute__((always_inline)) inline __m512i Codes32(const uint8_t* sb, int k, __m512i table) {
-  if constexpr (kMx) {
-    const __m512i q = Load512(sb + 64 * (k % 4));
-    const __m512i idx = k < 4 ? q : _mm512_srli_epi16(q, 4);
-    return _mm512_shuffle_epi8(table, _mm512_and_si512(idx, _mm512_set1_epi8(0x0F)));
+// Bit k of each byte of h moved to bit 4 (the other bits of the byte are
+// cleared by the caller's mask; a 16-bit shift moves no bit into bit 4 of
+// the neighbouring byte).
+template <int k>
+__attribute__((always_inline)) inline __m512i BitToFour(__m512i h) {
+  if constexpr (k < 4) {
+    return _mm512_slli_epi16(h, 4 - k);
+  } else if constexpr (k == 4) {
+    return h;
   } else {
-    return Load512(sb + 64 * k);
+    return _mm512_srli_epi16(h, k - 4);
   }
 }
 
-// First column of chunk k: Q8_0's chunks are in column order; MXFP4's low
-// nibbles are columns 0..15, its high nibbles 16..31.
-template <bool kMx>
+// The biased codes of chunk k < 8 (columns ChunkCol(k) .. + 3 of the block)
+// of a packed 32-column block.
+template <Kind32 K, int k>
+__attribute__((always_inline)) inline __m512i Codes32(const uint8_t* sb, __m512i table) {
+  if constexpr (K == Kind32::kQ8_0) {
+    return Load512(sb + 64 * k);
+  } else {
+    const __m512i q = Load512(sb + 64 * (k % 4));
+    const __m512i nibble = _mm512_and_si512(k < 4 ? q : _mm512_srli_epi16(q, 4), _mm512_set1_epi8(0x0F));
+    if constexpr (K == Kind32::kMxfp4) {
+      return _mm512_shuffle_epi8(table, nibble);
+    } else {
+      const __m512i fifth = _mm512_and_si512(BitToFour<k>(Load512(sb + kQ5_0High)), _mm512_set1_epi8(0x10));
+      return _mm512_or_si512(nibble, fifth);
+    }
+  }
+}
+
+// First column of chunk k: Q8_0's chunks are in column order; MXFP4's and
+// Q5_0's low nibbles are columns 0..15, their high nibbles 16..31.
+template <Kind32 K>
 constexpr int ChunkCol(int k) {
-  return kMx ? (k < 4 ? 4 * k : 16 + 4 * (k - 4)) : 4 * k;
+  return K != Kind32::kQ8_0 ? (k < 4 ? 4 * k : 16 + 4 * (k - 4)) : 4 * k;
+}
+
+// isum[t][s] += chunk k's codes of the S strips times token t's quad, for
+// every k < 8 (templates: the chunk index is a shift count).
+template <Kind32 K, int T, int S, int k = 0>
+__attribute__((always_inline)) inline void Chunks32(const uint8_t* sb0, uint64_t strip_bytes, const BlockQ8_0* const* a,
+                                                    int64_t i, __m512i table, __m512i isum[T][S]) {
+  if constexpr (k < 8) {
+#pragma GCC unroll 4
+    for (int s = 0; s < S; ++s) {
+      const __m512i c = Codes32<K, k>(sb0 + s * strip_bytes, table);
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) isum[t][s] = _mm512_dpbusd_epi32(isum[t][s], c, Bcast(a[t][i].qs + ChunkCol<K>(k)));
+    }
+    Chunks32<K, T, S, k + 1>(sb0, strip_bytes, a, i, table, isum);
+  }
 }
 
 // T tokens x S consecutive strips over nb 32-column blocks; terms[t * nb + i]
 // for token t, block i.
-template <int T, int S, bool kMx>
+template <int T, int S, Kind32 K>
 void Strips32(const uint8_t* strip, uint64_t strip_bytes, int64_t nb, const BlockQ8_0* const* a,
               const BlockTerm* terms, const uint8_t* end, float* y, int64_t ldy) {
-  constexpr uint64_t kSB = kMx ? kMxfp4SuperBytes : kQ8_0SuperBytes;
+  constexpr uint64_t kSB = SuperBytes32<K>();
   alignas(64) static constexpr int8_t kTable[64] = {
       12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,  //
       12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,  //
@@ -274,18 +318,10 @@ void Strips32(const uint8_t* strip, uint64_t strip_bytes, int64_t nb, const Bloc
       for (int s = 0; s < S; ++s) isum[t][s] = _mm512_set1_epi32(terms[t * nb + i].neg_corr);
     }
     for (int s = 0; s < S; ++s) PrefetchAhead(strip + s * strip_bytes + i * kSB, kSB, end);
-#pragma GCC unroll 8
-    for (int k = 0; k < 8; ++k) {
-#pragma GCC unroll 4
-      for (int s = 0; s < S; ++s) {
-        const __m512i c = Codes32<kMx>(strip + s * strip_bytes + i * kSB, k, table);
-#pragma GCC unroll 8
-        for (int t = 0; t < T; ++t) isum[t][s] = _mm512_dpbusd_epi32(isum[t][s], c, Bcast(a[t][i].qs + ChunkCol<kMx>(k)));
-      }
-    }
+    Chunks32<K, T, S>(strip + i * kSB, strip_bytes, a, i, table, isum);
 #pragma GCC unroll 4
     for (int s = 0; s < S; ++s) {
-      const __m512 scale = Scales32<kMx>(strip + s * strip_bytes + i * kSB);
+      const __m512 scale = Scales32<K>(strip + s * strip_bytes + i * kSB);
 #pragma GCC unroll 8
       for (int t = 0; t < T; ++t) {
         const __m512 da = _mm512_set1_ps(terms[t * nb + i].da);
@@ -320,44 +356,42 @@ StripFn Q6KFn() { return StripsQ6K<T, 1>; }
 
 constexpr int kMaxTokens = 8;
 
-template <int T>
-Strip32Fn Q8Fn() { return Strips32<T, 1, false>; }
-template <int T>
-Strip32Fn MxFn() { return Strips32<T, 1, true>; }
+// Strips32 of kind K: one strip for 1..kMaxTokens tokens, two strips for
+// 1..4.
+template <Kind32 K, int... T>
+constexpr std::array<Strip32Fn, sizeof...(T) + 1> OneStrip(std::integer_sequence<int, T...>) {
+  return {nullptr, Strips32<T + 1, 1, K>...};
+}
+template <Kind32 K, int... T>
+constexpr std::array<Strip32Fn, sizeof...(T) + 1> TwoStrips(std::integer_sequence<int, T...>) {
+  return {nullptr, Strips32<T + 1, 2, K>...};
+}
 
+template <Kind32 K>
 void PackedGemm32(const PackedView& w, int64_t row0, int64_t n_rows, const uint8_t* const* act,
                   int64_t n_tokens, float* y, int64_t ldy) {
-  const bool mx = w.type == GgmlType::kMXFP4;
-  static const Strip32Fn kQ8[kMaxTokens + 1] = {nullptr,    Q8Fn<1>(), Q8Fn<2>(), Q8Fn<3>(), Q8Fn<4>(),
-                                                Q8Fn<5>(), Q8Fn<6>(), Q8Fn<7>(), Q8Fn<8>()};
-  static const Strip32Fn kMx[kMaxTokens + 1] = {nullptr,    MxFn<1>(), MxFn<2>(), MxFn<3>(), MxFn<4>(),
-                                                MxFn<5>(), MxFn<6>(), MxFn<7>(), MxFn<8>()};
+  static constexpr auto kOne = OneStrip<K>(std::make_integer_sequence<int, kMaxTokens>());
+  static constexpr auto kPair = TwoStrips<K>(std::make_integer_sequence<int, 4>());
   const int64_t nb = w.n_cols / 32;
   const uint64_t strip_bytes = static_cast<uint64_t>(nb) * PackedSuperBytes(w.type);
   const auto* const* a = reinterpret_cast<const BlockQ8_0* const*>(act);
   const BlockTerm* terms = BlockTerms(a, n_tokens, nb, PackedCodeBias(w.type));
   const int64_t s_begin = row0 / 16, s_end = (row0 + n_rows) / 16;
   const uint8_t* end = w.data + s_end * strip_bytes;
-  static const Strip32Fn kQ8Pair[5] = {nullptr, Strips32<1, 2, false>, Strips32<2, 2, false>,
-                                        Strips32<3, 2, false>, Strips32<4, 2, false>};
-  static const Strip32Fn kMxPair[5] = {nullptr, Strips32<1, 2, true>, Strips32<2, 2, true>,
-                                       Strips32<3, 2, true>, Strips32<4, 2, true>};
   int64_t s = s_begin;
   // Two strips at a time, up to 4 tokens per pass.
   for (; s + 2 <= s_end; s += 2) {
     const uint8_t* strip = w.data + s * strip_bytes;
     for (int64_t t0 = 0; t0 < n_tokens; t0 += 4) {
       const int nt = static_cast<int>(n_tokens - t0 < 4 ? n_tokens - t0 : 4);
-      (mx ? kMxPair : kQ8Pair)[nt](strip, strip_bytes, nb, a + t0, terms + t0 * nb, end,
-                                   y + t0 * ldy + (s - s_begin) * 16, ldy);
+      kPair[nt](strip, strip_bytes, nb, a + t0, terms + t0 * nb, end, y + t0 * ldy + (s - s_begin) * 16, ldy);
     }
   }
   for (; s < s_end; ++s) {
     const uint8_t* strip = w.data + s * strip_bytes;
     for (int64_t t0 = 0; t0 < n_tokens; t0 += kMaxTokens) {
       const int nt = static_cast<int>(n_tokens - t0 < kMaxTokens ? n_tokens - t0 : kMaxTokens);
-      (mx ? kMx : kQ8)[nt](strip, strip_bytes, nb, a + t0, terms + t0 * nb, end,
-                           y + t0 * ldy + (s - s_begin) * 16, ldy);
+      kOne[nt](strip, strip_bytes, nb, a + t0, terms + t0 * nb, end, y + t0 * ldy + (s - s_begin) * 16, ldy);
     }
   }
 }
@@ -366,9 +400,11 @@ void PackedGemm32(const PackedView& w, int64_t row0, int64_t n_rows, const uint8
 
 bool PackedGemmAvx512(const PackedView& w, int64_t row0, int64_t n_rows, const uint8_t* const* act,
                       int64_t n_tokens, float* y, int64_t ldy) {
-  if (w.type == GgmlType::kQ8_0 || w.type == GgmlType::kMXFP4) {
-    PackedGemm32(w, row0, n_rows, act, n_tokens, y, ldy);
-    return true;
+  switch (w.type) {
+    case GgmlType::kQ8_0: PackedGemm32<Kind32::kQ8_0>(w, row0, n_rows, act, n_tokens, y, ldy); return true;
+    case GgmlType::kMXFP4: PackedGemm32<Kind32::kMxfp4>(w, row0, n_rows, act, n_tokens, y, ldy); return true;
+    case GgmlType::kQ5_0: PackedGemm32<Kind32::kQ5_0>(w, row0, n_rows, act, n_tokens, y, ldy); return true;
+    default: break;
   }
   const bool q4 = w.type == GgmlType::kQ4_K, q5 = w.type == GgmlType::kQ5_K;
   if (!q4 && !q5 && w.type != GgmlType::kQ6_K) return false;

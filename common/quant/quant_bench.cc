@@ -170,7 +170,8 @@ void BenchMatVec(double secs, int threads, int64_t mib) {
   const int64_t cols = 2048;
   std::printf("one-token MatMul, %d threads, %lld MiB matrices x %lld columns (GB/s of weight bytes)\n", threads,
               static_cast<long long>(mib), static_cast<long long>(cols));
-  for (GgmlType type : {GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kQ8_0, GgmlType::kMXFP4}) {
+  for (GgmlType type :
+       {GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kQ8_0, GgmlType::kMXFP4, GgmlType::kQ5_0}) {
     const uint64_t rb = *RowBytes(type, cols);
     const int64_t rows = static_cast<int64_t>((static_cast<uint64_t>(mib) << 20) / rb) / 16 * 16;
     std::vector<uint8_t> w(rb * rows);
@@ -217,7 +218,7 @@ int main(int argc, char** argv) {
   }
   std::printf("active kernel level %d\n", static_cast<int>(moesplit::quant::ActiveKernelLevel()));
   for (moesplit::GgmlType type : {moesplit::GgmlType::kQ4_K, moesplit::GgmlType::kQ5_K, moesplit::GgmlType::kQ6_K,
-                                  moesplit::GgmlType::kQ8_0, moesplit::GgmlType::kMXFP4}) {
+                                  moesplit::GgmlType::kQ8_0, moesplit::GgmlType::kMXFP4, moesplit::GgmlType::kQ5_0}) {
     moesplit::quant::BenchPacked(type, secs);
   }
   if (argc > 2 && std::string(argv[2]) == "packed") return 0;

@@ -338,8 +338,7 @@ TEST_F(TestModelTest, DeepSeek2MatchesTheLlamaCppFixture) {
 
 // A Q4_K_M deepseek2 model whose per-head attn_k_b fell back to Q5_0 (32
 // columns) and whose attn_v_b is a K-quant: the CPU forward's packed copies
-// (Q5_0 widened to Q8_0, both sliced per head) give the GGUF rows' bits,
-// prefill and decode.
+// (both sliced per head) give the GGUF rows' bits, prefill and decode.
 TEST_F(TestModelTest, DeepSeek2PackedHeadMatricesGiveTheSameBits) {
   auto spec = PresetSpec("deepseek-v3");
   ASSERT_TRUE(spec.ok()) << spec.status();

@@ -14,17 +14,20 @@ inline constexpr uint64_t kQ4KSuperBytes = 2368;
 inline constexpr uint64_t kQ5KHigh = 2368, kQ5KSuperBytes = 2880;
 inline constexpr uint64_t kQ6KHigh = 2048, kQ6KScales = 3072, kQ6KD = 3328;
 inline constexpr uint64_t kQ6KSuperBytes = 3360;
-// 32-column blocks: Q8_0 codes (biased by 128) then d; MXFP4 nibbles then e.
+// 32-column blocks: Q8_0 codes (biased by 128) then d; MXFP4 nibbles then e;
+// Q5_0 nibbles, fifth bits, then d.
 inline constexpr uint64_t kQ8_0D = 512, kQ8_0SuperBytes = 544;
 inline constexpr uint64_t kMxfp4E = 256, kMxfp4SuperBytes = 272;
+inline constexpr uint64_t kQ5_0High = 256, kQ5_0D = 320, kQ5_0SuperBytes = 352;
 // The unsigned codes the packed 32-column types give vpdpbusd are the
-// signed values plus this bias (Q8_0: code ^ 0x80; MXFP4: table value + 12).
-inline constexpr int kQ8_0Bias = 128, kMxfp4Bias = 12;
+// signed values plus this bias (Q8_0: code ^ 0x80; MXFP4: table value + 12;
+// Q5_0: its own 5-bit code, value + 16).
+inline constexpr int kQ8_0Bias = 128, kMxfp4Bias = 12, kQ5_0Bias = 16;
 
 // Bytes of one packed superblock of 16 rows; 0 for types without a layout.
 uint64_t PackedSuperBytes(GgmlType type);
 
-// Bias of a packed 32-column type's codes (kQ8_0Bias, kMxfp4Bias).
+// Bias of a packed 32-column type's codes (kQ8_0Bias, kMxfp4Bias, kQ5_0Bias).
 int PackedCodeBias(GgmlType type);
 
 void PackedGemmScalarImpl(const PackedView& w, int64_t row0, int64_t n_rows, const uint8_t* const* act,
