@@ -58,7 +58,7 @@ int64_t MinRows(int64_t row_elements, int64_t work = 16384) {
 struct Forward::Workspace {
   FloatBuffer x, h, q, k, v, attn, o, router, gate, up, shared, shexp_g, head_h, logits;
   FloatBuffer q_gate, qkv, conv, z, beta, alpha;  // gated attention, DeltaNet
-  FloatBuffer qa, head_in, head_out;              // MLA
+  FloatBuffer qa;                                 // MLA
   FloatBuffer partial;                            // the routed experts' result
   ExpertCall call;
 
@@ -66,7 +66,7 @@ struct Forward::Workspace {
     uint64_t b = 0;
     for (const FloatBuffer* f : {&x, &h, &q, &k, &v, &attn, &o, &router, &gate, &up, &shared,
                                  &shexp_g, &head_h, &logits, &q_gate, &qkv, &conv, &z, &beta,
-                                 &alpha, &qa, &head_in, &head_out, &partial}) {
+                                 &alpha, &qa, &partial}) {
       b += f->bytes();
     }
     return b + call.hidden.capacity() * sizeof(float);
@@ -493,38 +493,51 @@ absl::Status Forward::Mla(int il, Batch& b) const {
   });
   // Per head: Q = [Wk_b[h] q_nope, q_pe] (kd values per head).
   float* qq = ws.q.Get(n * heads * kd);
-  float* in = ws.head_in.Get(n * std::max(nope, lora));
-  float* out = ws.head_out.Get(n * std::max(lora, dv));
-  for (int64_t head = 0; head < heads; ++head) {
-    for (int64_t t = 0; t < n; ++t) {
-      const float* src = q + (t * heads + head) * dq;
-      std::copy(src, src + nope, in + t * nope);
-      std::copy(src + nope, src + dq, qq + (t * heads + head) * kd + lora);
+  For(pool_, n, MinRows(heads * rot, 4096), [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      for (int64_t head = 0; head < heads; ++head) {
+        const float* src = q + (t * heads + head) * dq + nope;
+        std::copy(src, src + rot, qq + (t * heads + head) * kd + lora);
+      }
     }
-    RETURN_IF_ERROR(quant::MatMul(HeadMatrix(W.wk_b, L.wk_b, head), in, n, out, pool_));
-    for (int64_t t = 0; t < n; ++t) {
-      std::copy(out + t * lora, out + (t + 1) * lora, qq + (t * heads + head) * kd);
-    }
-  }
+  });
+  RETURN_IF_ERROR(HeadProducts(W.wk_b, L.wk_b, n, q, dq, qq, kd));
   float* lat = ws.attn.Get(n * heads * lora);
   AttendHeads(il, b, 0, b.n, qq, lat);
   // Per head: o_h = Wv_b[h] a_h, then Wo.
   float* attn = ws.v.Get(n * heads * dv);
-  for (int64_t head = 0; head < heads; ++head) {
-    for (int64_t t = 0; t < n; ++t) {
-      const float* src = lat + (t * heads + head) * lora;
-      std::copy(src, src + lora, in + t * lora);
-    }
-    RETURN_IF_ERROR(quant::MatMul(HeadMatrix(W.wv_b, L.wv_b, head), in, n, out, pool_));
-    for (int64_t t = 0; t < n; ++t) {
-      std::copy(out + t * dv, out + (t + 1) * dv, attn + (t * heads + head) * dv);
-    }
-  }
+  RETURN_IF_ERROR(HeadProducts(W.wv_b, L.wv_b, n, lat, lora, attn, dv));
   float* o = ws.o.Get(n * d);
   RETURN_IF_ERROR(quant::MatMul(W.wo, attn, n, o, pool_));
   For(pool_, n, MinRows(d), [&](int64_t t0, int64_t t1) {
     for (int64_t i = t0 * d; i < t1 * d; ++i) b.x[i] += o[i];
   });
+  return absl::OkStatus();
+}
+
+absl::Status Forward::HeadProducts(const quant::WeightView& stacked, const ExpertTensorView& t,
+                                  int64_t n, const float* x, int64_t x_head, float* y,
+                                  int64_t y_head) const {
+  const int64_t heads = t.n_expert, cols = t.n_in, rows = t.n_out;
+  // One dispatch for all heads (one per head was two dozen a layer, each
+  // too small to pay for waking the threads at decode); each head's product
+  // runs on one thread, with the bits MatMul gives on any pool.
+  std::vector<absl::Status> status(heads);
+  For(pool_, heads, 1, [&](int64_t h0, int64_t h1) {
+    std::vector<float> in(n * cols), out(n * rows);
+    for (int64_t head = h0; head < h1; ++head) {
+      for (int64_t i = 0; i < n; ++i) {
+        const float* src = x + (i * heads + head) * x_head;
+        std::copy(src, src + cols, in.data() + i * cols);
+      }
+      status[head] = quant::MatMul(HeadMatrix(stacked, t, head), in.data(), n, out.data(), nullptr);
+      if (!status[head].ok()) continue;
+      for (int64_t i = 0; i < n; ++i) {
+        std::copy(out.data() + i * rows, out.data() + (i + 1) * rows, y + (i * heads + head) * y_head);
+      }
+    }
+  });
+  for (absl::Status& s : status) RETURN_IF_ERROR(s);
   return absl::OkStatus();
 }
 
@@ -671,7 +684,16 @@ void Forward::AttendHeads(int il, const Batch& b, int64_t t_begin, int64_t t_end
   // one at a time so that the threads finish together.
   std::stable_sort(blocks.begin(), blocks.end(),
                    [](const Block& x, const Block& y) { return x.cost > y.cost; });
-  const int64_t items = static_cast<int64_t>(blocks.size()) * n_kv_heads;
+  // Fewer items than threads (a decode step of one sequence with few KV
+  // heads; MLA has one): each group's query heads are split into `parts`
+  // items too. AttendGroup gives every query AttendHead's bits, whatever its
+  // group; each part converts the K/V rows again, but on its own thread.
+  const int64_t threads = pool_ == nullptr ? 1 : pool_->size();
+  const int64_t per_head = static_cast<int64_t>(blocks.size()) * n_kv_heads;
+  const int64_t want = std::min(group, std::max<int64_t>(1, (threads + per_head - 1) / per_head));
+  const int64_t part_heads = (group + want - 1) / want;
+  const int64_t parts = (group + part_heads - 1) / part_heads;  // none empty
+  const int64_t items = per_head * parts;
   std::atomic<int64_t> next{0};
   auto work = [&](int) {
     std::vector<const float*> qp(kBlockTokens * group);
@@ -688,8 +710,10 @@ void Forward::AttendHeads(int il, const Batch& b, int64_t t_begin, int64_t t_end
     g.n_kv = n_kv.data();
     g.sinks = sinks.empty() ? nullptr : sink.data();
     for (int64_t idx; (idx = next.fetch_add(1, std::memory_order_relaxed)) < items;) {
-      const Block& blk = blocks[idx / n_kv_heads];
-      const int64_t kvh = idx % n_kv_heads;
+      const Block& blk = blocks[idx / (n_kv_heads * parts)];
+      const int64_t kvh = idx / parts % n_kv_heads, part = idx % parts;
+      const int64_t h0 = kvh * group + part * part_heads;
+      const int64_t h1 = std::min((kvh + 1) * group, h0 + part_heads);
       const SequenceState& cache = *b.state[blk.t0];
       const int64_t p0 = first(blk.t0);
       g.k = cache.k(il, p0) + kvh * hk;
@@ -697,7 +721,7 @@ void Forward::AttendHeads(int il, const Batch& b, int64_t t_begin, int64_t t_end
       g.v_stride = cache.v_stride(il);  // n_kv_heads * hv; MLA: V lives inside K
       g.n_q = 0;
       for (int64_t t = blk.t0; t < blk.t0 + blk.n; ++t) {
-        for (int64_t head = kvh * group; head < (kvh + 1) * group; ++head) {
+        for (int64_t head = h0; head < h1; ++head) {
           qp[g.n_q] = q + (t * hp.n_head + head) * hk;
           op[g.n_q] = out + (t * hp.n_head + head) * hv;
           // Causal: positions p0 .. pos of its own sequence.

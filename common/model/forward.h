@@ -148,6 +148,11 @@ class Forward {
   void AttendHeads(int il, const Batch& b, int64_t t_begin, int64_t t_end, const float* q, float* out) const;
   absl::Status MoeFfn(int il, Batch& b) const;
   absl::Status Mla(int il, Batch& b) const;
+  // MLA's per-head products: for each of t's heads h and token i < n,
+  // y[(i * heads + h) * y_head ..] = W_h x[(i * heads + h) * x_head ..]
+  // (t.n_in values in, t.n_out out), W_h = HeadMatrix(stacked, t, h).
+  absl::Status HeadProducts(const quant::WeightView& stacked, const ExpertTensorView& t, int64_t n,
+                            const float* x, int64_t x_head, float* y, int64_t y_head) const;
   absl::Status DenseFfn(int il, Batch& b) const;
   // SiLU(gate . h) * (up . h) then down, n rows of h into *out.
   absl::Status SwiGluFfn(const quant::WeightView& gate, const quant::WeightView& up,

@@ -338,7 +338,9 @@ TEST_F(TestModelTest, DeepSeek2MatchesTheLlamaCppFixture) {
 
 // A Q4_K_M deepseek2 model whose per-head attn_k_b fell back to Q5_0 (32
 // columns) and whose attn_v_b is a K-quant: the CPU forward's packed copies
-// (both sliced per head) give the GGUF rows' bits, prefill and decode.
+// (both sliced per head) give the GGUF rows' bits, prefill and decode, on 2
+// threads and on 1 and 3 (a decode step splits MLA's one KV head's query
+// heads over the threads).
 TEST_F(TestModelTest, DeepSeek2PackedHeadMatricesGiveTheSameBits) {
   auto spec = PresetSpec("deepseek-v3");
   ASSERT_TRUE(spec.ok()) << spec.status();
@@ -368,22 +370,26 @@ TEST_F(TestModelTest, DeepSeek2PackedHeadMatricesGiveTheSameBits) {
   ASSERT_EQ((*m)->layer(1).wk_b.type, GgmlType::kQ5_0);
   ThreadPool pool(2);
   model::InProcessExperts experts(model::ExpertStore(*m), &pool);
-  model::Forward packed(*m, &experts, &pool, /*pack_dense=*/true);
+  ThreadPool pool3(3);
   model::Forward plain(*m, &experts, &pool, /*pack_dense=*/false);
-  auto s1 = model::SequenceState::Create((*m)->hparams(), 32);
-  auto s2 = model::SequenceState::Create((*m)->hparams(), 32);
-  ASSERT_TRUE(s1.ok() && s2.ok());
   std::vector<int32_t> prompt;
   for (int i = 0; i < 12; ++i) prompt.push_back((i * 37) % 300);
-  std::vector<float> a, b;
-  ASSERT_TRUE(packed.Eval(prompt, s1->get(), model::LogitsMode::kAll, &a).ok());
-  ASSERT_TRUE(plain.Eval(prompt, s2->get(), model::LogitsMode::kAll, &b).ok());
-  EXPECT_EQ(a, b);
-  for (int32_t t : {5, 77, 299}) {
-    const int32_t one[1] = {t};
-    ASSERT_TRUE(packed.Eval(one, s1->get(), model::LogitsMode::kLast, &a).ok());
-    ASSERT_TRUE(plain.Eval(one, s2->get(), model::LogitsMode::kLast, &b).ok());
-    EXPECT_EQ(a, b) << t;
+  for (ThreadPool* p : {&pool, static_cast<ThreadPool*>(nullptr), &pool3}) {
+    const int threads = p == nullptr ? 1 : p->size();
+    model::Forward packed(*m, &experts, p, /*pack_dense=*/true);
+    auto s1 = model::SequenceState::Create((*m)->hparams(), 32);
+    auto s2 = model::SequenceState::Create((*m)->hparams(), 32);
+    ASSERT_TRUE(s1.ok() && s2.ok());
+    std::vector<float> a, b;
+    ASSERT_TRUE(packed.Eval(prompt, s1->get(), model::LogitsMode::kAll, &a).ok());
+    ASSERT_TRUE(plain.Eval(prompt, s2->get(), model::LogitsMode::kAll, &b).ok());
+    EXPECT_EQ(a, b) << threads << " threads";
+    for (int32_t t : {5, 77, 299}) {
+      const int32_t one[1] = {t};
+      ASSERT_TRUE(packed.Eval(one, s1->get(), model::LogitsMode::kLast, &a).ok());
+      ASSERT_TRUE(plain.Eval(one, s2->get(), model::LogitsMode::kLast, &b).ok());
+      EXPECT_EQ(a, b) << t << ", " << threads << " threads";
+    }
   }
 }
 
