@@ -58,7 +58,7 @@ int64_t MinRows(int64_t row_elements, int64_t work = 16384) {
 struct Forward::Workspace {
   FloatBuffer x, h, q, k, v, attn, o, router, gate, up, shared, shexp_g, head_h, logits;
   FloatBuffer q_gate, qkv, conv, z, beta, alpha;  // gated attention, DeltaNet
-  FloatBuffer qa;                                 // MLA
+  FloatBuffer qa, head_in, head_out;              // MLA
   FloatBuffer partial;                            // the routed experts' result
   ExpertCall call;
 
@@ -66,7 +66,7 @@ struct Forward::Workspace {
     uint64_t b = 0;
     for (const FloatBuffer* f : {&x, &h, &q, &k, &v, &attn, &o, &router, &gate, &up, &shared,
                                  &shexp_g, &head_h, &logits, &q_gate, &qkv, &conv, &z, &beta,
-                                 &alpha, &qa, &partial}) {
+                                 &alpha, &qa, &head_in, &head_out, &partial}) {
       b += f->bytes();
     }
     return b + call.hidden.capacity() * sizeof(float);
@@ -110,8 +110,7 @@ Forward::Forward(std::shared_ptr<const Model> model, ExpertBackend* experts,
                       MaybePacked(L.ffn_up, p, &arena), MaybePacked(L.ffn_down, p, &arena),
                       quant::WeightView{}, quant::WeightView{}});
     for (auto [t, out] : {std::pair{&L.wk_b, &dense_.back().wk_b}, {&L.wv_b, &dense_.back().wv_b}}) {
-      const quant::WeightView packed = MaybePacked(Stacked(*t), p, &arena);
-      *out = packed.packed ? packed : quant::WeightView{};
+      *out = MaybePacked(Stacked(*t), p, &arena);
     }
   }
   output_ = MaybePacked(model_->output(), p, &arena);
@@ -123,15 +122,6 @@ quant::WeightView Forward::Stacked(const ExpertTensorView& t) {
     return {};
   }
   return {t.type, t.data, t.n_expert * t.n_out, t.n_in, t.row_bytes, false};
-}
-
-quant::WeightView Forward::HeadMatrix(const quant::WeightView& stacked, const ExpertTensorView& t,
-                                      int64_t h) {
-  if (!stacked.packed) return t.Expert(h);
-  quant::WeightView w = stacked;
-  w.n_rows = t.n_out;
-  w.data += h * quant::PackedMatrixBytes(w.type, t.n_out, t.n_in);
-  return w;
 }
 
 uint64_t Forward::PackedCopyBytes(const quant::WeightView& w, bool pack) {
@@ -501,12 +491,12 @@ absl::Status Forward::Mla(int il, Batch& b) const {
       }
     }
   });
-  RETURN_IF_ERROR(HeadProducts(W.wk_b, L.wk_b, n, q, dq, qq, kd));
+  RETURN_IF_ERROR(HeadProducts(W.wk_b, L.wk_b, n, q, dq, qq, kd, ws));
   float* lat = ws.attn.Get(n * heads * lora);
   AttendHeads(il, b, 0, b.n, qq, lat);
   // Per head: o_h = Wv_b[h] a_h, then Wo.
   float* attn = ws.v.Get(n * heads * dv);
-  RETURN_IF_ERROR(HeadProducts(W.wv_b, L.wv_b, n, lat, lora, attn, dv));
+  RETURN_IF_ERROR(HeadProducts(W.wv_b, L.wv_b, n, lat, lora, attn, dv, ws));
   float* o = ws.o.Get(n * d);
   RETURN_IF_ERROR(quant::MatMul(W.wo, attn, n, o, pool_));
   For(pool_, n, MinRows(d), [&](int64_t t0, int64_t t1) {
@@ -517,11 +507,36 @@ absl::Status Forward::Mla(int il, Batch& b) const {
 
 absl::Status Forward::HeadProducts(const quant::WeightView& stacked, const ExpertTensorView& t,
                                   int64_t n, const float* x, int64_t x_head, float* y,
-                                  int64_t y_head) const {
+                                  int64_t y_head, Workspace& ws) const {
   const int64_t heads = t.n_expert, cols = t.n_in, rows = t.n_out;
-  // One dispatch for all heads (one per head was two dozen a layer, each
-  // too small to pay for waking the threads at decode); each head's product
-  // runs on one thread, with the bits MatMul gives on any pool.
+  if (stacked.data != nullptr) {
+    // One GroupedMatMul over the stacked heads: inputs gathered head after
+    // head, outputs scattered back.
+    float* in = ws.head_in.Get(heads * n * cols);
+    float* out = ws.head_out.Get(heads * n * rows);
+    For(pool_, heads, MinRows(n * cols), [&](int64_t h0, int64_t h1) {
+      for (int64_t head = h0; head < h1; ++head) {
+        for (int64_t i = 0; i < n; ++i) {
+          const float* src = x + (i * heads + head) * x_head;
+          std::copy(src, src + cols, in + (head * n + i) * cols);
+        }
+      }
+    });
+    RETURN_IF_ERROR(quant::GroupedMatMul(stacked, heads, in, n, out, pool_));
+    For(pool_, heads, MinRows(n * rows), [&](int64_t h0, int64_t h1) {
+      for (int64_t head = h0; head < h1; ++head) {
+        for (int64_t i = 0; i < n; ++i) {
+          const float* src = out + (head * n + i) * rows;
+          std::copy(src, src + rows, y + (i * heads + head) * y_head);
+        }
+      }
+    });
+    return absl::OkStatus();
+  }
+  // Heads that cannot be stacked (not whole 16-row strips, or not
+  // contiguous): one dispatch for all heads, each head's product on one
+  // thread (one dispatch per head was two dozen a layer, each too small to
+  // pay for waking the threads at decode), with the bits MatMul gives on any pool.
   std::vector<absl::Status> status(heads);
   For(pool_, heads, 1, [&](int64_t h0, int64_t h1) {
     std::vector<float> in(n * cols), out(n * rows);
@@ -530,7 +545,7 @@ absl::Status Forward::HeadProducts(const quant::WeightView& stacked, const Exper
         const float* src = x + (i * heads + head) * x_head;
         std::copy(src, src + cols, in.data() + i * cols);
       }
-      status[head] = quant::MatMul(HeadMatrix(stacked, t, head), in.data(), n, out.data(), nullptr);
+      status[head] = quant::MatMul(t.Expert(head), in.data(), n, out.data(), nullptr);
       if (!status[head].ok()) continue;
       for (int64_t i = 0; i < n; ++i) {
         std::copy(out.data() + i * rows, out.data() + (i + 1) * rows, y + (i * heads + head) * y_head);

@@ -279,4 +279,59 @@ absl::Status MatMul(const WeightView& w, const float* x, int64_t n_tokens, float
   return absl::OkStatus();
 }
 
+absl::Status GroupedMatMul(const WeightView& w, int64_t n_groups, const float* x, int64_t n_tokens,
+                           float* y, ThreadPool* pool) {
+  if (n_groups <= 0 || w.n_rows % n_groups != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GroupedMatMul: ", n_groups, " groups do not divide ", w.n_rows, " rows"));
+  }
+  const int64_t r = w.n_rows / n_groups, n_cols = w.n_cols;
+  const uint64_t group_bytes =
+      w.packed ? PackedMatrixBytes(w.type, r, n_cols) : static_cast<uint64_t>(r) * w.row_bytes;
+  auto group = [&](int64_t g) {
+    WeightView v = w;
+    v.n_rows = r;
+    v.data = w.data == nullptr ? nullptr : w.data + g * group_bytes;
+    return v;
+  };
+  RETURN_IF_ERROR(ValidateMatMul(group(0), x, n_tokens, y));  // every group's geometry
+  if (r == 0 || n_tokens == 0) return absl::OkStatus();
+  if (n_cols == 0) {
+    std::fill(y, y + n_groups * n_tokens * r, 0.0f);
+    return absl::OkStatus();
+  }
+  if (r % kRowTile != 0 || (!w.packed && n_tokens >= kMinTiledTokens && TileGemmAvailable(w.type))) {
+    for (int64_t g = 0; g < n_groups; ++g) {
+      RETURN_IF_ERROR(MatMul(group(g), x + g * n_tokens * n_cols, n_tokens, y + g * n_tokens * r, pool));
+    }
+    return absl::OkStatus();
+  }
+  const TypeTraits* traits = GetTypeTraits(w.type);
+  const GgmlType act_type = traits->vec_dot_type;
+  const uint64_t act_row_bytes = *RowBytes(act_type, n_cols);
+  // Every group's activation rows, group after group.
+  const uint8_t* act = ActivationRows(act_type, x, n_cols, n_groups * n_tokens, 2, pool);
+  std::vector<const uint8_t*> rows;
+  if (w.packed) {
+    for (int64_t i = 0; i < n_groups * n_tokens; ++i) rows.push_back(act + i * act_row_bytes);
+  }
+  const int64_t units = r / kRowTile;  // per group
+  Parallel(pool, n_groups * units, MinUnits(kRowTile, n_cols, n_tokens), [&](int64_t u0, int64_t u1) {
+    for (int64_t u = u0; u < u1;) {
+      const int64_t g = u / units, e = std::min(u1, (g + 1) * units);
+      const int64_t r0 = (u - g * units) * kRowTile, r1 = (e - g * units) * kRowTile;
+      const WeightView wg = group(g);
+      float* yg = y + g * n_tokens * r;
+      if (w.packed) {
+        const PackedView pv{w.type, wg.data, r, n_cols};
+        PackedGemm(pv, r0, r1 - r0, rows.data() + g * n_tokens, n_tokens, yg + r0, r);
+      } else {
+        RowRange(*traits, wg, act + g * n_tokens * act_row_bytes, act_row_bytes, n_tokens, r0, r1, yg);
+      }
+      u = e;
+    }
+  });
+  return absl::OkStatus();
+}
+
 }  // namespace moesplit::quant

@@ -58,4 +58,17 @@ struct Product {
 absl::Status MatMuls(absl::Span<const Product> products, const float* x, int64_t n_tokens,
                      ThreadPool* pool);
 
+// Products of one matrix's row groups with activations of their own (MLA's
+// per-head attn_k_b / attn_v_b, every head stacked): for g < n_groups,
+// y_g = W_g x_g, W_g the rows [g r, (g + 1) r) of w (r = w.n_rows /
+// n_groups; packed: r whole 16-row strips, the strips of a group
+// consecutive), x_g = x + g * n_tokens * w.n_cols and y_g = y + g * n_tokens
+// * r, both dense row-major. Each y_g has MatMul(W_g, x_g)'s bits. One
+// dispatch for all groups (the activations converted together, the threads
+// splitting every group's rows) when the products run packed or row by row
+// and r is whole 16-row units; otherwise one MatMul per group. Errors as
+// MatMul's, and InvalidArgument when n_groups does not divide w.n_rows.
+absl::Status GroupedMatMul(const WeightView& w, int64_t n_groups, const float* x, int64_t n_tokens,
+                           float* y, ThreadPool* pool);
+
 }  // namespace moesplit::quant

@@ -195,6 +195,64 @@ TEST(MatMulTest, ProductsOfOneActivationEqualTheirMatMuls) {
   for (float v : ya) EXPECT_EQ(v, 7.0f);
 }
 
+// GroupedMatMul gives each row group MatMul's bits on its own activations:
+// packed (K-quant, Q5_0) and GGUF rows, groups of whole 16-row units and not
+// (one MatMul per group), token counts on both sides of the tiled GEMM's
+// threshold, any pool; a group count that does not divide the rows is
+// refused with the output untouched.
+TEST(MatMulTest, GroupedProductsEqualTheirMatMuls) {
+  struct Spec {
+    GgmlType type;
+    int64_t groups, rows, cols;  // rows per group
+    bool packed;
+  };
+  const Spec specs[] = {{GgmlType::kQ4_K, 4, 32, 512, true},  {GgmlType::kQ5_0, 6, 16, 128, true},
+                        {GgmlType::kQ5_0, 3, 32, 96, false},  {GgmlType::kQ4_K, 2, 48, 256, false},
+                        {GgmlType::kQ8_0, 5, 8, 64, false},   {GgmlType::kF32, 2, 16, 32, false}};
+  ThreadPool pool1(1), pool3(3);
+  ThreadPool* pools[] = {nullptr, &pool1, &pool3};
+  for (const Spec& sp : specs) {
+    if (sp.packed && !PackedPreferred(sp.type)) continue;  // Q5_0: canonical dots on SIMD levels only
+    Weights w = MakeWeights(sp.type, sp.groups * sp.rows, sp.cols, 0, 5 + sp.groups);
+    std::vector<uint8_t> packed;
+    if (sp.packed) {
+      packed.resize(PackedMatrixBytes(sp.type, sp.groups * sp.rows, sp.cols));
+      PackRows(sp.type, w.bytes.data(), w.view.row_bytes, sp.groups * sp.rows, sp.cols, packed.data());
+      w.view.data = packed.data();
+      w.view.packed = true;
+    }
+    const uint64_t group_bytes = sp.packed ? PackedMatrixBytes(sp.type, sp.rows, sp.cols) : sp.rows * w.view.row_bytes;
+    for (int64_t tokens : {1, 3, 5, 9}) {
+      const std::vector<float> x = RandomActivations(sp.groups * tokens * sp.cols, 60 + tokens);
+      std::vector<float> want(sp.groups * tokens * sp.rows, NAN);
+      for (int64_t g = 0; g < sp.groups; ++g) {
+        WeightView wg = w.view;
+        wg.n_rows = sp.rows;
+        wg.data += g * group_bytes;
+        ASSERT_TRUE(MatMul(wg, x.data() + g * tokens * sp.cols, tokens, want.data() + g * tokens * sp.rows,
+                           nullptr).ok());
+      }
+      for (ThreadPool* pool : pools) {
+        std::vector<float> y(want.size(), NAN);
+        ASSERT_TRUE(GroupedMatMul(w.view, sp.groups, x.data(), tokens, y.data(), pool).ok());
+        int64_t bad = 0;
+        for (size_t k = 0; k < y.size(); ++k) bad += !(y[k] == want[k]);
+        EXPECT_EQ(bad, 0) << Name(sp.type) << (sp.packed ? " packed" : " rows") << ", " << sp.groups
+                          << " groups of " << sp.rows << ", tokens " << tokens << " threads "
+                          << (pool ? pool->size() : 0);
+      }
+    }
+  }
+  Weights a = MakeWeights(GgmlType::kQ4_K, 48, 256, 0, 1);
+  std::vector<float> x = RandomActivations(5 * 256, 1), y(48, 7.0f);
+  EXPECT_EQ(GroupedMatMul(a.view, 5, x.data(), 1, y.data(), nullptr).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(GroupedMatMul(a.view, 0, x.data(), 1, y.data(), nullptr).code(), absl::StatusCode::kInvalidArgument);
+  WeightView bad = a.view;
+  bad.n_cols = 200;
+  EXPECT_EQ(GroupedMatMul(bad, 3, x.data(), 1, y.data(), nullptr).code(), absl::StatusCode::kInvalidArgument);
+  for (float v : y) EXPECT_EQ(v, 7.0f);
+}
+
 TEST(MatMulTest, BadArgumentsAreInvalidArgument) {
   const Weights good = MakeWeights(GgmlType::kQ4_K, 4, 256, 0, 1);
   std::vector<float> x(2 * 512), y(2 * 8);
