@@ -217,7 +217,7 @@ void StripQ6K(const uint8_t* strip, int64_t nsb, const BlockQ8_K* const* a, cons
   }
 }
 
-// ---- MXFP4 (32-column blocks) against Q8_0 activations -------------------
+// ---- MXFP4, Q5_0 and Q8_0 (32-column blocks) against Q8_0 activations ----
 
 // 8 lanes of E8m0ToFp32Half (blocks.h): 2^(e - 128), denormal for e < 2.
 __attribute__((always_inline)) inline __m256 E8m0Half8(const uint8_t* e8) {
@@ -226,62 +226,6 @@ __attribute__((always_inline)) inline __m256 E8m0Half8(const uint8_t* e8) {
   const __m256i small = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
   const __m256i is_small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
   return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, small, is_small));
-}
-
-// T tokens x the 16 rows of one MXFP4 strip over nb blocks: per block and
-// half the codes looked up as table value + 12 (0..24; kMxfp4Bias), then per
-// token two int16 sums of four vpmaddubsw each (<= 4 * 2 * 24 * 128 = 24576)
-// widened by vpmaddwd; the integer sum starts at the block's -12 * sum(q)
-// (BlockTerm), and the float steps alternate between the even and the odd
-// block chains, summed at the end, as the canonical order of the 32-column
-// types.
-template <int T>
-void StripMxfp4(const uint8_t* strip, int64_t nb, const BlockQ8_0* const* a, const BlockTerm* terms,
-                const uint8_t* end, float* y, int64_t ldy) {
-  alignas(16) static constexpr int8_t kTable[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
-  const __m256i table = _mm256_broadcastsi128_si256(Load128(kTable));
-  const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
-  __m256 acc[2][T][2];
-  for (int p = 0; p < 2; ++p) {
-    for (int t = 0; t < T; ++t) acc[p][t][0] = acc[p][t][1] = _mm256_setzero_ps();
-  }
-  for (int64_t i = 0; i < nb; ++i) {
-    const uint8_t* sb = strip + i * kMxfp4SuperBytes;
-    PrefetchAhead(sb, kMxfp4SuperBytes, end);
-    const int p = static_cast<int>(i & 1);
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) {
-      // c[k]: columns 4 k .. 4 k + 3 (k < 4, low nibbles) or 16 + 4 (k - 4) .. (high).
-      __m256i c[8];
-#pragma GCC unroll 4
-      for (int k = 0; k < 4; ++k) {
-        const __m256i q = Load256(sb + 64 * k + 32 * h);
-        c[k] = _mm256_shuffle_epi8(table, _mm256_and_si256(q, m4));
-        c[k + 4] = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
-      }
-      const __m256 scale = E8m0Half8(sb + kMxfp4E + 8 * h);
-#pragma GCC unroll 4
-      for (int t = 0; t < T; ++t) {
-        const int8_t* q8 = a[t][i].qs;
-        __m256i lo = _mm256_maddubs_epi16(c[0], Bcast(q8));
-        __m256i hi = _mm256_maddubs_epi16(c[4], Bcast(q8 + 16));
-#pragma GCC unroll 3
-        for (int k = 1; k < 4; ++k) {
-          lo = _mm256_add_epi16(lo, _mm256_maddubs_epi16(c[k], Bcast(q8 + 4 * k)));
-          hi = _mm256_add_epi16(hi, _mm256_maddubs_epi16(c[k + 4], Bcast(q8 + 16 + 4 * k)));
-        }
-        const BlockTerm& term = terms[t * nb + i];
-        const __m256i isum = _mm256_add_epi32(_mm256_set1_epi32(term.neg_corr),
-                                              _mm256_add_epi32(_mm256_madd_epi16(lo, ones), _mm256_madd_epi16(hi, ones)));
-        acc[p][t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(scale, _mm256_set1_ps(term.da)),
-                                       acc[p][t][h]);
-      }
-    }
-  }
-  for (int t = 0; t < T; ++t) {
-    _mm256_storeu_ps(y + t * ldy, _mm256_add_ps(acc[0][t][0], acc[1][t][0]));
-    _mm256_storeu_ps(y + t * ldy + 8, _mm256_add_ps(acc[0][t][1], acc[1][t][1]));
-  }
 }
 
 // Bit k of each byte of x moved to bit 4 (as packed_avx512.cc's BitToFour).
@@ -307,31 +251,50 @@ __attribute__((always_inline)) inline void CodesQ5_0(const uint8_t* sb, int h, _
                              _mm256_and_si256(BitToFour<k + 4>(high), m10));
 }
 
-// T tokens x the 16 rows of one Q5_0 strip over nb blocks: StripMxfp4's
-// sums over the 5-bit codes (value + 16, kQ5_0Bias; four vpmaddubsw pairs
-// add up to <= 4 * 2 * 31 * 127 = 31496 in int16).
-template <int T>
-void StripQ5_0(const uint8_t* strip, int64_t nb, const BlockQ8_0* const* a, const BlockTerm* terms,
-               const uint8_t* end, float* y, int64_t ldy) {
-  const __m256i ones = _mm256_set1_epi16(1);
+// T tokens x the 16 rows of one MXFP4 or (kQ5) Q5_0 strip over nb blocks:
+// per block and half the codes (MXFP4: looked up as table value + 12, 0..24,
+// kMxfp4Bias; Q5_0: the 5-bit code, value + 16, kQ5_0Bias), then per token
+// two int16 sums of four vpmaddubsw each (<= 4 * 2 * 31 * 128 = 31744)
+// widened by vpmaddwd; the integer sum starts at the block's -bias * sum(q)
+// (BlockTerm), and the float steps alternate between the even and the odd
+// block chains, summed at the end, as the canonical order of the 32-column
+// types.
+template <int T, bool kQ5>
+void StripNibbles(const uint8_t* strip, int64_t nb, const BlockQ8_0* const* a, const BlockTerm* terms,
+                  const uint8_t* end, float* y, int64_t ldy) {
+  constexpr uint64_t kSB = kQ5 ? kQ5_0SuperBytes : kMxfp4SuperBytes;
+  alignas(16) static constexpr int8_t kTable[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
+  const __m256i table = _mm256_broadcastsi128_si256(Load128(kTable));
+  const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
   __m256 acc[2][T][2];
   for (int p = 0; p < 2; ++p) {
     for (int t = 0; t < T; ++t) acc[p][t][0] = acc[p][t][1] = _mm256_setzero_ps();
   }
   for (int64_t i = 0; i < nb; ++i) {
-    const uint8_t* sb = strip + i * kQ5_0SuperBytes;
-    PrefetchAhead(sb, kQ5_0SuperBytes, end);
+    const uint8_t* sb = strip + i * kSB;
+    PrefetchAhead(sb, kSB, end);
     const int p = static_cast<int>(i & 1);
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
       // c[k]: columns 4 k .. 4 k + 3 (k < 4, low nibbles) or 16 + 4 (k - 4) .. (high).
       __m256i c[8];
-      const __m256i high = Load256(sb + kQ5_0High + 32 * h);
-      CodesQ5_0<0>(sb, h, high, c);
-      CodesQ5_0<1>(sb, h, high, c);
-      CodesQ5_0<2>(sb, h, high, c);
-      CodesQ5_0<3>(sb, h, high, c);
-      const __m256 scale = _mm256_cvtph_ps(Load128(sb + kQ5_0D + 16 * h));
+      __m256 scale;
+      if constexpr (kQ5) {
+        const __m256i high = Load256(sb + kQ5_0High + 32 * h);
+        CodesQ5_0<0>(sb, h, high, c);
+        CodesQ5_0<1>(sb, h, high, c);
+        CodesQ5_0<2>(sb, h, high, c);
+        CodesQ5_0<3>(sb, h, high, c);
+        scale = _mm256_cvtph_ps(Load128(sb + kQ5_0D + 16 * h));
+      } else {
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) {
+          const __m256i q = Load256(sb + 64 * k + 32 * h);
+          c[k] = _mm256_shuffle_epi8(table, _mm256_and_si256(q, m4));
+          c[k + 4] = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
+        }
+        scale = E8m0Half8(sb + kMxfp4E + 8 * h);
+      }
 #pragma GCC unroll 4
       for (int t = 0; t < T; ++t) {
         const int8_t* q8 = a[t][i].qs;
@@ -360,7 +323,7 @@ void StripQ5_0(const uint8_t* strip, int64_t nb, const BlockQ8_0* const* a, cons
 // flipped back to int8 (code ^ 0x80), then per chunk vpmaddubsw of |code|
 // and the activation quad with the code's sign (each pair sum <= 2 * 128 *
 // 127, so every chunk is widened by its own vpmaddwd); the float steps as
-// StripMxfp4's.
+// StripNibbles'.
 template <int T>
 void StripQ8_0(const uint8_t* strip, int64_t nb, const BlockQ8_0* const* a, const uint8_t* end, float* y,
                int64_t ldy) {
@@ -434,10 +397,10 @@ bool PackedGemmAvx2(const PackedView& w, int64_t row0, int64_t n_rows, const uin
   if (PackedColumns(w.type) == 32) {
     static const Strip8Fn kQ8[kMaxTokens + 1] = {nullptr, StripQ8_0<1>, StripQ8_0<2>, StripQ8_0<3>,
                                                  StripQ8_0<4>};
-    static const Strip32Fn kMx[kMaxTokens + 1] = {nullptr, StripMxfp4<1>, StripMxfp4<2>, StripMxfp4<3>,
-                                                  StripMxfp4<4>};
-    static const Strip32Fn kQ5[kMaxTokens + 1] = {nullptr, StripQ5_0<1>, StripQ5_0<2>, StripQ5_0<3>,
-                                                  StripQ5_0<4>};
+    static const Strip32Fn kMx[kMaxTokens + 1] = {nullptr, StripNibbles<1, false>, StripNibbles<2, false>,
+                                                  StripNibbles<3, false>, StripNibbles<4, false>};
+    static const Strip32Fn kQ5[kMaxTokens + 1] = {nullptr, StripNibbles<1, true>, StripNibbles<2, true>,
+                                                  StripNibbles<3, true>, StripNibbles<4, true>};
     const auto* const* a = reinterpret_cast<const BlockQ8_0* const*>(act);
     if (w.type == GgmlType::kQ8_0) {
       for_strips([&](const uint8_t* strip, int64_t t0, int nt, float* ys) { kQ8[nt](strip, nb, a + t0, end, ys, ldy); });
