@@ -417,6 +417,9 @@ TEST_F(TestModelTest, DeepSeek2PresetsPlan) {
     EXPECT_EQ(hp.n_moe_layers(), w.layers - w.dense);
     auto plan = PlanTensors(*spec);
     ASSERT_TRUE(plan.ok()) << plan.status();
+    // Every preset's file can be written (Q4_K_M: DeepSeek-V3's 18432-column
+    // dense ffn_down is Q6_K).
+    EXPECT_TRUE(ValidateSpec(*spec).ok()) << w.preset << ": " << ValidateSpec(*spec);
     bool q_a = false, q = false, dense_ffn = false;
     for (const PlannedTensor& t : *plan) {
       q_a = q_a || t.name == "blk.0.attn_q_a.weight";
