@@ -94,7 +94,9 @@ Forward::Forward(std::shared_ptr<const Model> model, ExpertBackend* experts,
           &L.shexp_down, &L.wq_a, &L.wq_b, &L.wkv_a, &L.ffn_gate, &L.ffn_up, &L.ffn_down}) {
       total += PackedCopyBytes(*w, p);
     }
-    total += PackedCopyBytes(Stacked(L.wk_b), p) + PackedCopyBytes(Stacked(L.wv_b), p);
+    for (const ExpertTensorView* t : {&L.wk_b, &L.wv_b}) {
+      total += PackedCopyBytes(Stacked(*t), p && HeadsPack(*t));
+    }
   }
   if (total > 0) packed_arena_ = AllocateHugePageBytes(total);
   uint8_t* arena = packed_arena_.get();
@@ -110,19 +112,20 @@ Forward::Forward(std::shared_ptr<const Model> model, ExpertBackend* experts,
                       MaybePacked(L.ffn_up, p, &arena), MaybePacked(L.ffn_down, p, &arena),
                       quant::WeightView{}, quant::WeightView{}});
     for (auto [t, out] : {std::pair{&L.wk_b, &dense_.back().wk_b}, {&L.wv_b, &dense_.back().wv_b}}) {
-      *out = MaybePacked(Stacked(*t), p, &arena);
+      *out = MaybePacked(Stacked(*t), p && HeadsPack(*t), &arena);
     }
   }
   output_ = MaybePacked(model_->output(), p, &arena);
 }
 
 quant::WeightView Forward::Stacked(const ExpertTensorView& t) {
-  if (t.data == nullptr || t.packed || t.n_out % quant::kPackedStripRows != 0 ||
-      t.expert_bytes != static_cast<uint64_t>(t.n_out) * t.row_bytes) {
+  if (t.data == nullptr || t.packed || t.expert_bytes != static_cast<uint64_t>(t.n_out) * t.row_bytes) {
     return {};
   }
   return {t.type, t.data, t.n_expert * t.n_out, t.n_in, t.row_bytes, false};
 }
+
+bool Forward::HeadsPack(const ExpertTensorView& t) { return t.n_out % quant::kPackedStripRows == 0; }
 
 uint64_t Forward::PackedCopyBytes(const quant::WeightView& w, bool pack) {
   if (!pack || w.data == nullptr || w.packed || !quant::PackedPreferred(w.type)) return 0;
@@ -509,50 +512,30 @@ absl::Status Forward::HeadProducts(const quant::WeightView& stacked, const Exper
                                   int64_t n, const float* x, int64_t x_head, float* y,
                                   int64_t y_head, Workspace& ws) const {
   const int64_t heads = t.n_expert, cols = t.n_in, rows = t.n_out;
-  if (stacked.data != nullptr) {
-    // One GroupedMatMul over the stacked heads: inputs gathered head after
-    // head, outputs scattered back.
-    float* in = ws.head_in.Get(heads * n * cols);
-    float* out = ws.head_out.Get(heads * n * rows);
-    For(pool_, heads, MinRows(n * cols), [&](int64_t h0, int64_t h1) {
-      for (int64_t head = h0; head < h1; ++head) {
-        for (int64_t i = 0; i < n; ++i) {
-          const float* src = x + (i * heads + head) * x_head;
-          std::copy(src, src + cols, in + (head * n + i) * cols);
-        }
-      }
-    });
-    RETURN_IF_ERROR(quant::GroupedMatMul(stacked, heads, in, n, out, pool_));
-    For(pool_, heads, MinRows(n * rows), [&](int64_t h0, int64_t h1) {
-      for (int64_t head = h0; head < h1; ++head) {
-        for (int64_t i = 0; i < n; ++i) {
-          const float* src = out + (head * n + i) * rows;
-          std::copy(src, src + rows, y + (i * heads + head) * y_head);
-        }
-      }
-    });
-    return absl::OkStatus();
+  if (stacked.data == nullptr) {  // GGUF tensors always stack
+    return absl::InternalError("MLA head matrices are not one contiguous tensor");
   }
-  // Heads that cannot be stacked (not whole 16-row strips, or not
-  // contiguous): one dispatch for all heads, each head's product on one
-  // thread (one dispatch per head was two dozen a layer, each too small to
-  // pay for waking the threads at decode), with the bits MatMul gives on any pool.
-  std::vector<absl::Status> status(heads);
-  For(pool_, heads, 1, [&](int64_t h0, int64_t h1) {
-    std::vector<float> in(n * cols), out(n * rows);
+  // One GroupedMatMul over the stacked heads: inputs gathered head after
+  // head, outputs scattered back.
+  float* in = ws.head_in.Get(heads * n * cols);
+  float* out = ws.head_out.Get(heads * n * rows);
+  For(pool_, heads, MinRows(n * cols), [&](int64_t h0, int64_t h1) {
     for (int64_t head = h0; head < h1; ++head) {
       for (int64_t i = 0; i < n; ++i) {
         const float* src = x + (i * heads + head) * x_head;
-        std::copy(src, src + cols, in.data() + i * cols);
-      }
-      status[head] = quant::MatMul(t.Expert(head), in.data(), n, out.data(), nullptr);
-      if (!status[head].ok()) continue;
-      for (int64_t i = 0; i < n; ++i) {
-        std::copy(out.data() + i * rows, out.data() + (i + 1) * rows, y + (i * heads + head) * y_head);
+        std::copy(src, src + cols, in + (head * n + i) * cols);
       }
     }
   });
-  for (absl::Status& s : status) RETURN_IF_ERROR(s);
+  RETURN_IF_ERROR(quant::GroupedMatMul(stacked, heads, in, n, out, pool_));
+  For(pool_, heads, MinRows(n * rows), [&](int64_t h0, int64_t h1) {
+    for (int64_t head = h0; head < h1; ++head) {
+      for (int64_t i = 0; i < n; ++i) {
+        const float* src = out + (head * n + i) * rows;
+        std::copy(src, src + rows, y + (i * heads + head) * y_head);
+      }
+    }
+  });
   return absl::OkStatus();
 }
 

@@ -150,8 +150,8 @@ class Forward {
   absl::Status Mla(int il, Batch& b) const;
   // MLA's per-head products: for each of t's heads h and token i < n,
   // y[(i * heads + h) * y_head ..] = W_h x[(i * heads + h) * x_head ..]
-  // (t.n_in values in, t.n_out out), W_h = head h of t (of `stacked`, when
-  // it has data: quant::GroupedMatMul).
+  // (t.n_in values in, t.n_out out), W_h = head h of `stacked` (t's heads
+  // stacked: quant::GroupedMatMul).
   absl::Status HeadProducts(const quant::WeightView& stacked, const ExpertTensorView& t, int64_t n,
                             const float* x, int64_t x_head, float* y, int64_t y_head,
                             Workspace& ws) const;
@@ -170,14 +170,16 @@ class Forward {
   struct DenseWeights {
     quant::WeightView wq, wk, wv, wo, ssm_qkv, ssm_z, ssm_out, shexp_gate, shexp_up,
         shexp_down, wq_a, wq_b, wkv_a, ffn_gate, ffn_up, ffn_down;
-    // MLA's per-head matrices, all heads stacked as one matrix (each head
-    // whole 16-row strips): a packed copy or the GGUF rows; data ==
-    // nullptr where the heads cannot be stacked.
+    // MLA's per-head matrices, all heads stacked as one matrix: a packed
+    // copy (when HeadsPack) or the GGUF rows.
     quant::WeightView wk_b, wv_b;
   };
-  // The heads of t stacked as one matrix, when each head is whole packed
-  // strips and the heads are contiguous; else an empty view.
+  // The heads of t stacked as one matrix (GGUF tensors' heads are
+  // contiguous); an empty view for a tensor without data.
   static quant::WeightView Stacked(const ExpertTensorView& t);
+  // Whether t's stacked heads may be packed: each head whole 16-row strips
+  // (a strip must not straddle two heads).
+  static bool HeadsPack(const ExpertTensorView& t);
   // Bytes of w's packed copy (64-byte multiple), 0 when it stays as it is.
   static uint64_t PackedCopyBytes(const quant::WeightView& w, bool pack);
   // w's packed copy, at *arena (advanced) when arena is not null, else in a
