@@ -2,7 +2,8 @@
 // data in L1/L2) per type and kernel level, and of the activation
 // quantisers, in thread CPU time (a benchmark, not a test).
 //
-//   quant_bench [seconds_per_case=0.2] [packed]   (packed: only the packed-layout lines)
+//   quant_bench [seconds_per_case=0.2] [packed [TYPE]]   (packed: only the packed-layout
+//                                                        lines, of TYPE if given)
 //   quant_bench [seconds_per_case=0.2] matvec [threads=2] [MiB=512]
 //
 // matvec: one-token MatMul (a decode step's dense product, e.g. the output
@@ -105,14 +106,14 @@ void BenchQuantizer(GgmlType type, double secs) {
 }
 
 // The packed layout (packed.h) against the GGUF kernels on one expert-sized
-// matrix (768 x 2048) held in cache, and on 64 of them (out of cache):
+// matrix (rows x cols: 768 x 2048 is Qwen3-30B-A3B's gate/up, 2048 x 768 its
+// down) held in cache, and on 64 of them (out of cache):
 // GB/s of GGUF weight bytes for one token (decode), and tokens x rows x
 // columns multiply-adds per second for 32 tokens (prefill). Where the CPU
 // does not prefer the packed layout (PackedPreferred) its columns read 0.
-void BenchPacked(GgmlType type, double secs) {
+void BenchPacked(GgmlType type, double secs, int64_t rows, int64_t cols) {
   if (!PackedLayoutExists(type)) return;
   const bool packed_ok = PackedPreferred(type);
-  const int64_t rows = 768, cols = 2048;
   const uint64_t rb = *RowBytes(type, cols);
   for (int64_t copies : {1, 64}) {
     std::vector<uint8_t> w(rb * rows * copies);
@@ -152,8 +153,9 @@ void BenchPacked(GgmlType type, double secs) {
     const double packed_mm = !packed_ok ? 0.0 : Rate(secs, macs, [&] {
       PackedGemm({type, p.data() + (c++ % copies) * pb, rows, cols}, 0, rows, ptrs.data(), n_tok, y.data(), rows);
     });
-    std::printf("%-5s %s: 1 token  GGUF rows %6.2f GB/s, packed %6.2f GB/s;  32 tokens  tiled %6.1f, packed %6.1f Gmac/s\n",
-                testing::Name(type).c_str(), copies == 1 ? "in cache    " : "out of cache", gguf, packed, tiled, packed_mm);
+    std::printf("%-5s %4lldx%-4lld %s: 1 token  GGUF rows %6.2f GB/s, packed %6.2f GB/s;  32 tokens  tiled %6.1f, packed %6.1f Gmac/s\n",
+                testing::Name(type).c_str(), static_cast<long long>(rows), static_cast<long long>(cols),
+                copies == 1 ? "in cache    " : "out of cache", gguf, packed, tiled, packed_mm);
   }
 }
 
@@ -217,9 +219,20 @@ int main(int argc, char** argv) {
     return 0;
   }
   std::printf("active kernel level %d\n", static_cast<int>(moesplit::quant::ActiveKernelLevel()));
+  // "packed [TYPE]": only that type's packed figures.
+  const std::string only = argc > 3 && std::string(argv[2]) == "packed" ? argv[3] : "";
+  bool matched = false;
   for (moesplit::GgmlType type : {moesplit::GgmlType::kQ4_K, moesplit::GgmlType::kQ5_K, moesplit::GgmlType::kQ6_K,
                                   moesplit::GgmlType::kQ8_0, moesplit::GgmlType::kMXFP4, moesplit::GgmlType::kQ5_0}) {
-    moesplit::quant::BenchPacked(type, secs);
+    if (!only.empty() && moesplit::quant::testing::Name(type) != only) continue;
+    moesplit::quant::BenchPacked(type, secs, 768, 2048);
+    moesplit::quant::BenchPacked(type, secs, 2048, 768);
+    matched = true;
+  }
+  if (!matched) {
+    std::fprintf(stderr, "quant_bench: no packed layout for type '%s' (Q4_K Q5_K Q6_K Q8_0 MXFP4 Q5_0)\n",
+                 only.c_str());
+    return 2;
   }
   if (argc > 2 && std::string(argv[2]) == "packed") return 0;
   for (moesplit::GgmlType type : moesplit::quant::kTypes) moesplit::quant::BenchType(type, secs);

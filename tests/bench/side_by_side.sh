@@ -7,7 +7,9 @@
 # per-round ratios.
 #   tests/bench/side_by_side.sh [MODEL] [ROUNDS=5] [THREADS=2] [DEPTH=0]
 # Without MODEL it uses the cached Qwen3-30B-A3B-shaped model `moesplit bench`
-# writes. Needs build/bin/moesplit (built); the peer builds itself once.
+# writes. EXPERTS=local|shm|grpc (default shm: an expert-worker process
+# joined by shared memory) is passed to `moesplit bench --experts`. Needs
+# build/bin/moesplit (built); the peer builds itself once.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -18,6 +20,7 @@ threads=${3:-2}
 depth=${4:-0}
 prompt=${PROMPT:-512}
 gen=${GEN:-128}
+experts=${EXPERTS:-shm}
 if [[ -z "$model" ]]; then
   # The bench's default model (written on first use).
   model=$("$bin" bench --threads "$threads" --prompt 8 --gen 1 --reps 1 --json 2>/dev/null | \
@@ -42,7 +45,7 @@ run_or_say() {
 }
 for ((r = 1; r <= rounds; ++r)); do
   ours=$(run_or_say "moesplit bench" "$bin" bench --model "$model" --threads "$threads" \
-         --prompt "$prompt" --gen "$gen" --depth "$depth" --reps 3 --json)
+         --prompt "$prompt" --gen "$gen" --depth "$depth" --reps 3 --experts "$experts" --json)
   peer=$(run_or_say "llama-bench" bash "$here/llamacpp_peer.sh" "$model" --threads "$threads" \
          --prompt "$prompt" --gen "$gen" --depth "$depth" --reps 3 | tail -1)
   op=$(num prefill_tok_s <<<"$ours")
@@ -55,5 +58,5 @@ for ((r = 1; r <= rounds; ++r)); do
   printf "%-6s %12.1f %12.1f %7s %12.1f %12.1f %7s\n" "$r" "$op" "$pp" "$rp" "$od" "$pd" "$rd"
 done
 median() { printf "%s\n" "$@" | sort -n | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
-echo "median ratio (moesplit / llama.cpp llama-bench), $rounds rounds, $threads threads, depth $depth:" \
+echo "median ratio (moesplit --experts $experts / llama.cpp llama-bench), $rounds rounds, $threads threads, depth $depth:" \
      "prefill $(median "${pre[@]}"), decode $(median "${dec[@]}")"
