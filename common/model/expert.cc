@@ -258,9 +258,9 @@ constexpr int kCallerConverts = 4;  // calls up to this many tokens: the caller 
 // Calls of up to this many tokens with at least 2 experts per thread run
 // the decode split (see PrepareItems).
 constexpr int kDecodeSplitTokens = 4;
-// Most of its first down item a thread prefetches while waiting at the
-// gate/up barrier (within a 1 MiB L2).
-constexpr uint64_t kBarrierPrefetchBytes = 768 << 10;
+// Most of a down item a thread prefetches while its expert's gate/up rows
+// are still being computed (within a 1 MiB L2).
+constexpr uint64_t kWaitPrefetchBytes = 768 << 10;
 
 // The bytes holding rows [r0, r0 + nr) of w (packed or GGUF rows).
 std::pair<const uint8_t*, uint64_t> RowBytesOf(const quant::WeightView& w, int64_t r0, int64_t nr) {
@@ -467,6 +467,7 @@ struct InProcessExperts::Scratch {
   ScratchBuffer tiles_g, tiles_u, tiles_d;
   ScratchBuffer h;                // floats: slots x n_ff, SiLU(gate) * up
   std::unique_ptr<std::atomic<int>[]> remaining;  // per used expert: gate/up blocks left
+  std::unique_ptr<std::atomic<int>[]> ready;      // per used expert: 1 once FinishExpert ran
   size_t remaining_cap = 0;
   std::vector<ThreadScratch> threads;
   std::vector<RowBlock> gate_up_items, down_items, small_items, reduce_items;
@@ -700,9 +701,13 @@ void FusedExpertCall::PrepareItems() {
   max_gate_up_rows_ = max_down_rows_ = 0;
   if (s_.remaining_cap < s_.used.size()) {
     s_.remaining.reset(new std::atomic<int>[s_.used.size()]);
+    s_.ready.reset(new std::atomic<int>[s_.used.size()]);
     s_.remaining_cap = s_.used.size();
   }
-  for (size_t i = 0; i < s_.used.size(); ++i) s_.remaining[i].store(0, std::memory_order_relaxed);
+  for (size_t i = 0; i < s_.used.size(); ++i) {
+    s_.remaining[i].store(0, std::memory_order_relaxed);
+    s_.ready[i].store(0, std::memory_order_relaxed);
+  }
   for (const RowBlock& b : s_.gate_up_items) {
     max_gate_up_rows_ = std::max<int64_t>(max_gate_up_rows_, b.nr);
     s_.remaining[b.owner].fetch_add(1, std::memory_order_relaxed);
@@ -788,7 +793,10 @@ void FusedExpertCall::GateUp(int64_t item, ThreadScratch* ts) {
       SwiGluSpan(g + i * nr, uu + i * nr, r0, nr, ff_, h);
     }
   }
-  if (s_.remaining[ui].fetch_sub(1, std::memory_order_acq_rel) == 1) FinishExpert(u, ts);
+  if (s_.remaining[ui].fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    FinishExpert(u, ts);
+    s_.ready[ui].store(1, std::memory_order_release);
+  }
 }
 
 // The expert's intermediate rows are complete: convert them for the down
@@ -899,30 +907,31 @@ void FusedExpertCall::RunThread(int tid) {
     RunItems(3, static_cast<int64_t>(s_.down_items.size()), [&](int64_t i) { Down(i, ts); });
     return;
   }
-  // A thread done with gate/up claims its first down item now and, while
-  // the others finish theirs, prefetches that item's weights into its L2:
-  // the wait becomes memory traffic instead of idle time.
-  const int64_t n_down = static_cast<int64_t>(s_.down_items.size());
-  const int64_t first = s_.next[3].fetch_add(1, std::memory_order_relaxed);
-  const uint8_t* pf = nullptr;
-  const uint8_t* pf_end = nullptr;
-  if (first < n_down) {
-    const RowBlock& b = s_.down_items[first];
-    const quant::WeightView w = store_.Down(call_.layer, s_.used[b.owner].expert);
-    const auto [p, bytes] = RowBytesOf(w, b.r0, b.nr);
-    pf = p;
-    pf_end = p + std::min<uint64_t>(bytes, kBarrierPrefetchBytes);
-  }
-  s_.barrier.Wait([&] {
+  // No barrier before down: every gate/up item is claimed by now, and a down
+  // item needs only its own expert's intermediate rows. Until the thread
+  // finishing that expert has converted them, the waiting thread prefetches
+  // the item's weights into its L2: the wait becomes memory traffic instead
+  // of idle time.
+  RunItems(3, static_cast<int64_t>(s_.down_items.size()), [&](int64_t i) {
+    const RowBlock& b = s_.down_items[i];
+    const std::atomic<int>& ready = s_.ready[b.owner];
+    if (ready.load(std::memory_order_acquire) == 0) {
+      const quant::WeightView w = store_.Down(call_.layer, s_.used[b.owner].expert);
+      const auto [p, bytes] = RowBytesOf(w, b.r0, b.nr);
+      const uint8_t* pf = p;
+      const uint8_t* const pf_end = p + std::min<uint64_t>(bytes, kWaitPrefetchBytes);
+      for (int spins = 0; ready.load(std::memory_order_acquire) == 0; ++spins) {
 #if defined(__x86_64__)
-    for (int k = 0; k < 64 && pf < pf_end; ++k, pf += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(pf), _MM_HINT_T1);
-    }
+        for (int k = 0; k < 64 && pf < pf_end; ++k, pf += 64) {
+          _mm_prefetch(reinterpret_cast<const char*>(pf), _MM_HINT_T1);
+        }
+        _mm_pause();
 #endif
-    return pf < pf_end;
+        if (spins >= 4000) std::this_thread::yield();  // the finisher may share this core
+      }
+    }
+    DownExpert(i, ts);
   });
-  if (first < n_down) DownExpert(first, ts);
-  RunItems(3, n_down, [&](int64_t i) { DownExpert(i, ts); });
   s_.barrier.Wait();
   RunItems(4, static_cast<int64_t>(s_.reduce_items.size()), [&](int64_t i) {
     const RowBlock& b = s_.reduce_items[i];

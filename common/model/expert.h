@@ -261,13 +261,14 @@ class FusedExpertCall;
 // Decode split: a call of up to 4 tokens with at least 2 experts per thread
 // instead makes its items whole experts (gate and up: all n_ff rows; down:
 // all n_embd rows, into a per-slot buffer), the last n_threads experts in
-// small blocks to even out the finish, and after a second barrier sums the
-// slots per token by row blocks, in the same order. Whole matrices are long
+// small blocks to even out the finish, and after a barrier sums the slots
+// per token by row blocks, in the same order. Whole matrices are long
 // contiguous streams for the hardware prefetchers: a decode step of the
-// Qwen3-30B-A3B shape was 4-7% faster in a paired A/B on 2 threads. A
-// thread that reaches the gate/up barrier first claims its first down item
-// and prefetches its weights while it waits (another 1-2%).
-// A decode call (one token, top-8) thus has two barriers in all.
+// Qwen3-30B-A3B shape was 4-7% faster in a paired A/B on 2 threads. There
+// is no barrier between gate/up and down: a down item waits only for its own
+// expert's intermediate rows (once every gate/up item is claimed, those are
+// in flight on other threads), prefetching its weights meanwhile.
+// A decode call (one token, top-8) thus has one barrier in all.
 // Packed experts (quant/packed.h) run quant::PackedGemm for any number of
 // tokens. Otherwise an expert with few tokens runs one vec_dot per (row,
 // token); one with kMinTiledTokens or more runs quant::TileGemm, which unpacks each weight
