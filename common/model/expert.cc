@@ -921,10 +921,8 @@ void FusedExpertCall::RunThread(int tid) {
       const uint8_t* pf = p;
       const uint8_t* const pf_end = p + std::min<uint64_t>(bytes, kWaitPrefetchBytes);
       for (int spins = 0; ready.load(std::memory_order_acquire) == 0; ++spins) {
+        for (int k = 0; k < 64 && pf < pf_end; ++k, pf += 64) __builtin_prefetch(pf, 0, 2);  // L2
 #if defined(__x86_64__)
-        for (int k = 0; k < 64 && pf < pf_end; ++k, pf += 64) {
-          _mm_prefetch(reinterpret_cast<const char*>(pf), _MM_HINT_T1);
-        }
         _mm_pause();
 #endif
         if (spins >= 4000) std::this_thread::yield();  // the finisher may share this core
