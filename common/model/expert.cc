@@ -329,8 +329,25 @@ void AddWeighted(float* dst, const float* src, float w, int64_t n) {
   }
 }
 
-// Barrier for the threads of one RunOnAll: spins briefly, then yields (the
+// Waits until done(): calls while_waiting() between checks until it returns
+// false (nothing left to do), then spins briefly and then yields (the
 // machine may be oversubscribed).
+template <typename Done, typename Fn>
+void SpinUntil(Done&& done, Fn&& while_waiting) {
+  bool busy = true;
+  while (busy && !done()) busy = while_waiting();
+  for (int spins = 0; !done(); ++spins) {
+    if (spins < 4000) {
+#if defined(__x86_64__)
+      __builtin_ia32_pause();
+#endif
+    } else {
+      std::this_thread::yield();
+    }
+  }
+}
+
+// Barrier for the threads of one RunOnAll (SpinUntil).
 class SpinBarrier {
  public:
   void Reset(int n) {
@@ -338,12 +355,6 @@ class SpinBarrier {
     count_.store(0, std::memory_order_relaxed);
   }
   void Wait() {
-    Wait([] { return false; });
-  }
-  // While other threads are still to arrive, calls while_waiting() between
-  // checks (until it returns false: nothing left to do), then spins.
-  template <typename Fn>
-  void Wait(Fn&& while_waiting) {
     if (n_ == 1) return;
     const uint32_t gen = gen_.load(std::memory_order_acquire);
     if (count_.fetch_add(1, std::memory_order_acq_rel) + 1 == n_) {
@@ -351,17 +362,7 @@ class SpinBarrier {
       gen_.fetch_add(1, std::memory_order_acq_rel);
       return;
     }
-    bool busy = true;
-    while (busy && gen_.load(std::memory_order_acquire) == gen) busy = while_waiting();
-    for (int spins = 0; gen_.load(std::memory_order_acquire) == gen; ++spins) {
-      if (spins < 4000) {
-#if defined(__x86_64__)
-        __builtin_ia32_pause();
-#endif
-      } else {
-        std::this_thread::yield();
-      }
-    }
+    SpinUntil([&] { return gen_.load(std::memory_order_acquire) != gen; }, [] { return false; });
   }
 
  private:
@@ -915,18 +916,16 @@ void FusedExpertCall::RunThread(int tid) {
   RunItems(3, static_cast<int64_t>(s_.down_items.size()), [&](int64_t i) {
     const RowBlock& b = s_.down_items[i];
     const std::atomic<int>& ready = s_.ready[b.owner];
-    if (ready.load(std::memory_order_acquire) == 0) {
+    auto is_ready = [&] { return ready.load(std::memory_order_acquire) != 0; };
+    if (!is_ready()) {
       const quant::WeightView w = store_.Down(call_.layer, s_.used[b.owner].expert);
       const auto [p, bytes] = RowBytesOf(w, b.r0, b.nr);
       const uint8_t* pf = p;
       const uint8_t* const pf_end = p + std::min<uint64_t>(bytes, kWaitPrefetchBytes);
-      for (int spins = 0; ready.load(std::memory_order_acquire) == 0; ++spins) {
+      SpinUntil(is_ready, [&] {
         for (int k = 0; k < 64 && pf < pf_end; ++k, pf += 64) __builtin_prefetch(pf, 0, 2);  // L2
-#if defined(__x86_64__)
-        _mm_pause();
-#endif
-        if (spins >= 4000) std::this_thread::yield();  // the finisher may share this core
-      }
+        return pf < pf_end;
+      });
     }
     DownExpert(i, ts);
   });
