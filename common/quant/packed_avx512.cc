@@ -45,14 +45,14 @@ inline __m512i Bcast(const int8_t* p) {
 constexpr uint64_t kPrefetchAhead = 8192;
 
 // Prefetches `bytes` from kPrefetchAhead past offset `pos` of strip k of a
-// pass over S consecutive strips (strip0 the first), within [.., end). The
-// passes read their S strips side by side, so past its strip's end the
-// distance goes on in strip k of the next pass (S strips on), not in strip
-// k + 1, which this pass is reading already. An expert's down matrix (768
-// columns) has strips of 7-10 KB: prefetching straight ahead left the second
-// strip of every pass to the hardware. With this order (and 8 KiB, not 4)
-// the worker's decode compute on the default model took 0.87x the time
-// (median of 14 alternated rounds).
+// pass over S consecutive strips (strip0 the first), within [.., end). A
+// pass over S > 1 strips (the 32-column kernels' two) reads them side by
+// side, so past its strip's end the distance goes on in strip k of the next
+// pass (S strips on), not in strip k + 1, which this pass is reading already:
+// prefetching straight ahead left the second strip of every pass to the
+// hardware (then, with the K-quant kernels also reading two strips, the
+// worker's decode compute on the default model took 0.87x the time in this
+// order and at 8 KiB instead of 4; median of 14 alternated rounds).
 template <int S>
 __attribute__((always_inline)) inline void PrefetchAhead(const uint8_t* strip0, uint64_t strip_bytes, int k,
                                                          uint64_t pos, uint64_t bytes, const uint8_t* end) {
@@ -111,116 +111,93 @@ __attribute__((always_inline)) inline __m512i Dot4(const __m512i c[8], int z0, c
   return _mm512_dpbusd_epi32(d, c[z0 + 3], Bcast(q + 4 * z0 + 12));
 }
 
-// T tokens x S consecutive strips (S * 16 rows) over nsb superblocks; Q4_K
-// or (kFive) Q5_K.
-template <int T, int S, bool kFive = false>
+// T tokens x one strip (16 rows) over nsb superblocks; Q4_K or (kFive)
+// Q5_K. One strip at a time also at decode: reading two strips side by side
+// (as the 32-column kernels do) ran the one-token product on a 512 MiB
+// matrix at 0.6-0.9x the speed of one strip (Q4_K, Q5_K and Q6_K), and the
+// worker's decode bandwidth (moesplit bench, default model) at 62-74% of
+// the DRAM read against 82-96% (3 alternated rounds).
+template <int T, bool kFive = false>
 void StripsQ4K(const uint8_t* strip, uint64_t strip_bytes, int64_t nsb, const BlockQ8_K* const* a,
                const uint8_t* end, float* y, int64_t ldy) {
   constexpr uint64_t kSB = kFive ? kQ5KSuperBytes : kQ4KSuperBytes;
-  __m512 acc[T][S];
-  for (int t = 0; t < T; ++t) {
-    for (int s = 0; s < S; ++s) acc[t][s] = _mm512_setzero_ps();
-  }
+  __m512 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   const __m512 sign = _mm512_castsi512_ps(_mm512_set1_epi32(INT32_MIN));
   for (int64_t i = 0; i < nsb; ++i) {
-    __m512i isum[T][S];
-    for (int t = 0; t < T; ++t) {
-      for (int s = 0; s < S; ++s) isum[t][s] = _mm512_setzero_si512();
-    }
-    for (int s = 0; s < S; ++s) PrefetchAhead<S>(strip, strip_bytes, s, i * kSB, kSB, end);
+    __m512i isum[T];
+    for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
+    PrefetchAhead<1>(strip, strip_bytes, 0, i * kSB, kSB, end);
+    const uint8_t* sb = strip + i * kSB;
     for (int g = 0; g < 8; ++g) {
-#pragma GCC unroll 4
-      for (int s = 0; s < S; ++s) {
-        const uint8_t* sb = strip + s * strip_bytes + i * kSB;
-        __m512i c[8];
-        if constexpr (kFive) {
-          CodesQ5K(sb, g, c);
-        } else {
-          CodesQ4K(sb, g, c);
-        }
-        const __m512i sub = _mm512_cvtepu8_epi32(Load128(sb + kQ4KSub + 16 * g));
+      __m512i c[8];
+      if constexpr (kFive) {
+        CodesQ5K(sb, g, c);
+      } else {
+        CodesQ4K(sb, g, c);
+      }
+      const __m512i sub = _mm512_cvtepu8_epi32(Load128(sb + kQ4KSub + 16 * g));
 #pragma GCC unroll 8
-        for (int t = 0; t < T; ++t) {
-          const int8_t* q = a[t][i].qs + 32 * g;
-          const __m512i dot = _mm512_add_epi32(Dot4(c, 0, q), Dot4(c, 4, q));
-          isum[t][s] = _mm512_add_epi32(isum[t][s], _mm512_mullo_epi32(dot, sub));
-        }
+      for (int t = 0; t < T; ++t) {
+        const int8_t* q = a[t][i].qs + 32 * g;
+        const __m512i dot = _mm512_add_epi32(Dot4(c, 0, q), Dot4(c, 4, q));
+        isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(dot, sub));
       }
     }
+    const __m512 d = _mm512_cvtph_ps(Load256(sb + kQ4KD));
+    const __m512 dm = _mm512_cvtph_ps(Load256(sb + kQ4KDmin));
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
       const BlockQ8_K& blk = a[t][i];
       alignas(16) int32_t qp[4];
       _mm_store_si128(reinterpret_cast<__m128i*>(qp), _mm_hadd_epi16(Load128(blk.bsums), Load128(blk.bsums + 8)));
       const __m512 da = _mm512_set1_ps(blk.d);
+      __m512i imin = _mm512_setzero_si512();
 #pragma GCC unroll 4
-      for (int s = 0; s < S; ++s) {
-        const uint8_t* sb = strip + s * strip_bytes + i * kSB;
-        __m512i imin = _mm512_setzero_si512();
-#pragma GCC unroll 4
-        for (int p = 0; p < 4; ++p) {
-          imin = _mm512_add_epi32(imin, _mm512_madd_epi16(_mm512_cvtepu8_epi16(Load256(sb + kQ4KMins + 32 * p)),
-                                                          _mm512_set1_epi32(qp[p])));
-        }
-        const __m512 d = _mm512_cvtph_ps(Load256(sb + kQ4KD));
-        const __m512 dm = _mm512_cvtph_ps(Load256(sb + kQ4KDmin));
-        acc[t][s] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t][s]), _mm512_mul_ps(d, da), acc[t][s]);
-        acc[t][s] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(imin), _mm512_xor_ps(_mm512_mul_ps(dm, da), sign), acc[t][s]);
+      for (int p = 0; p < 4; ++p) {
+        imin = _mm512_add_epi32(imin, _mm512_madd_epi16(_mm512_cvtepu8_epi16(Load256(sb + kQ4KMins + 32 * p)),
+                                                        _mm512_set1_epi32(qp[p])));
       }
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(d, da), acc[t]);
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(imin), _mm512_xor_ps(_mm512_mul_ps(dm, da), sign), acc[t]);
     }
   }
-  for (int t = 0; t < T; ++t) {
-    for (int s = 0; s < S; ++s) _mm512_storeu_ps(y + t * ldy + 16 * s, acc[t][s]);
-  }
+  for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + t * ldy, acc[t]);
 }
 
-template <int T, int S>
+// Q6_K, T tokens x one strip, as StripsQ4K.
+template <int T>
 void StripsQ6K(const uint8_t* strip, uint64_t strip_bytes, int64_t nsb, const BlockQ8_K* const* a,
                const uint8_t* end, float* y, int64_t ldy) {
-  __m512 acc[T][S];
-  for (int t = 0; t < T; ++t) {
-    for (int s = 0; s < S; ++s) acc[t][s] = _mm512_setzero_ps();
-  }
+  __m512 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t i = 0; i < nsb; ++i) {
-    __m512i isum[T][S];
-    for (int t = 0; t < T; ++t) {
-      for (int s = 0; s < S; ++s) isum[t][s] = _mm512_setzero_si512();
-    }
-    for (int s = 0; s < S; ++s) PrefetchAhead<S>(strip, strip_bytes, s, i * kQ6KSuperBytes, kQ6KSuperBytes, end);
+    __m512i isum[T];
+    for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
+    PrefetchAhead<1>(strip, strip_bytes, 0, i * kQ6KSuperBytes, kQ6KSuperBytes, end);
+    const uint8_t* sb = strip + i * kQ6KSuperBytes;
     for (int g = 0; g < 8; ++g) {
-#pragma GCC unroll 4
-      for (int s = 0; s < S; ++s) {
-        const uint8_t* sb = strip + s * strip_bytes + i * kQ6KSuperBytes;
-        __m512i c[8];
-        CodesQ6K(sb, g, c);
-        const __m512i sc0 = _mm512_cvtepi8_epi32(Load128(sb + kQ6KScales + 16 * (2 * g)));
-        const __m512i sc1 = _mm512_cvtepi8_epi32(Load128(sb + kQ6KScales + 16 * (2 * g + 1)));
+      __m512i c[8];
+      CodesQ6K(sb, g, c);
+      const __m512i sc0 = _mm512_cvtepi8_epi32(Load128(sb + kQ6KScales + 16 * (2 * g)));
+      const __m512i sc1 = _mm512_cvtepi8_epi32(Load128(sb + kQ6KScales + 16 * (2 * g + 1)));
 #pragma GCC unroll 8
-        for (int t = 0; t < T; ++t) {
-          const BlockQ8_K& blk = a[t][i];
-          const int8_t* q = blk.qs + 32 * g;
-          // sum (c - 32) q = sum c q - 32 * bsum, per group of 16 columns.
-          const __m512i d0 = _mm512_add_epi32(Dot4(c, 0, q), _mm512_set1_epi32(-32 * blk.bsums[2 * g]));
-          const __m512i d1 = _mm512_add_epi32(Dot4(c, 4, q), _mm512_set1_epi32(-32 * blk.bsums[2 * g + 1]));
-          isum[t][s] = _mm512_add_epi32(isum[t][s], _mm512_add_epi32(_mm512_mullo_epi32(d0, sc0),
-                                                                     _mm512_mullo_epi32(d1, sc1)));
-        }
+      for (int t = 0; t < T; ++t) {
+        const BlockQ8_K& blk = a[t][i];
+        const int8_t* q = blk.qs + 32 * g;
+        // sum (c - 32) q = sum c q - 32 * bsum, per group of 16 columns.
+        const __m512i d0 = _mm512_add_epi32(Dot4(c, 0, q), _mm512_set1_epi32(-32 * blk.bsums[2 * g]));
+        const __m512i d1 = _mm512_add_epi32(Dot4(c, 4, q), _mm512_set1_epi32(-32 * blk.bsums[2 * g + 1]));
+        isum[t] = _mm512_add_epi32(isum[t], _mm512_add_epi32(_mm512_mullo_epi32(d0, sc0), _mm512_mullo_epi32(d1, sc1)));
       }
     }
+    const __m512 d = _mm512_cvtph_ps(Load256(sb + kQ6KD));
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
-      const __m512 da = _mm512_set1_ps(a[t][i].d);
-#pragma GCC unroll 4
-      for (int s = 0; s < S; ++s) {
-        const uint8_t* sb = strip + s * strip_bytes + i * kQ6KSuperBytes;
-        const __m512 d = _mm512_cvtph_ps(Load256(sb + kQ6KD));
-        acc[t][s] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t][s]), _mm512_mul_ps(d, da), acc[t][s]);
-      }
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(d, _mm512_set1_ps(a[t][i].d)), acc[t]);
     }
   }
-  for (int t = 0; t < T; ++t) {
-    for (int s = 0; s < S; ++s) _mm512_storeu_ps(y + t * ldy + 16 * s, acc[t][s]);
-  }
+  for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + t * ldy, acc[t]);
 }
 
 // ---- 32-column blocks (Q8_0, MXFP4, Q5_0) against Q8_0 activations ------
@@ -360,11 +337,11 @@ using Strip32Fn = void (*)(const uint8_t*, uint64_t, int64_t, const BlockQ8_0* c
                            const uint8_t*, float*, int64_t);
 
 template <int T>
-StripFn Q4KFn() { return StripsQ4K<T, 1>; }
+StripFn Q4KFn() { return StripsQ4K<T>; }
 template <int T>
-StripFn Q5KFn() { return StripsQ4K<T, 1, true>; }
+StripFn Q5KFn() { return StripsQ4K<T, true>; }
 template <int T>
-StripFn Q6KFn() { return StripsQ6K<T, 1>; }
+StripFn Q6KFn() { return StripsQ6K<T>; }
 
 constexpr int kMaxTokens = 8;
 
@@ -431,21 +408,7 @@ bool PackedGemmAvx512(const PackedView& w, int64_t row0, int64_t n_rows, const u
   const auto* const* a = reinterpret_cast<const BlockQ8_K* const*>(act);
   const int64_t s_begin = row0 / 16, s_end = (row0 + n_rows) / 16;
   const uint8_t* end = w.data + s_end * strip_bytes;
-  int64_t s = s_begin;
-  if (n_tokens == 1) {
-    // Decode: two strips at a time (two independent chains per register set).
-    for (; s + 2 <= s_end; s += 2) {
-      float* ys = y + (s - s_begin) * 16;
-      if (q4) {
-        StripsQ4K<1, 2>(w.data + s * strip_bytes, strip_bytes, nsb, a, end, ys, ldy);
-      } else if (q5) {
-        StripsQ4K<1, 2, true>(w.data + s * strip_bytes, strip_bytes, nsb, a, end, ys, ldy);
-      } else {
-        StripsQ6K<1, 2>(w.data + s * strip_bytes, strip_bytes, nsb, a, end, ys, ldy);
-      }
-    }
-  }
-  for (; s < s_end; ++s) {
+  for (int64_t s = s_begin; s < s_end; ++s) {
     const uint8_t* strip = w.data + s * strip_bytes;
     for (int64_t t0 = 0; t0 < n_tokens; t0 += kMaxTokens) {
       const int nt = static_cast<int>(n_tokens - t0 < kMaxTokens ? n_tokens - t0 : kMaxTokens);
