@@ -57,7 +57,9 @@ template <int S>
 __attribute__((always_inline)) inline void PrefetchAhead(const uint8_t* strip0, uint64_t strip_bytes, int k,
                                                          uint64_t pos, uint64_t bytes, const uint8_t* end) {
   uint64_t off = pos + kPrefetchAhead;
-  if (off >= strip_bytes) off = off / strip_bytes * S * strip_bytes + off % strip_bytes;
+  if constexpr (S > 1) {  // one strip: straight ahead, no division on the hot path
+    if (off >= strip_bytes) off = off / strip_bytes * S * strip_bytes + off % strip_bytes;
+  }
   const uint8_t* p = strip0 + k * strip_bytes + off;
   const uint8_t* e = p + bytes < end ? p + bytes : end;
   for (; p < e; p += 64) _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
