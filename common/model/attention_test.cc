@@ -243,6 +243,9 @@ INSTANTIATE_TEST_SUITE_P(
                       GroupCase{100, 130, 9, 140, 2.0f}, GroupCase{192, 72, 4, 70, 1.0f},
                       GroupCase{256, 256, 3, 260, 2.0f}, GroupCase{320, 17, 6, 33, 2.0f},
                       GroupCase{65, 8, 2, 128, 30.0f}, GroupCase{16, 16, 1, 5, 2.0f},
+                      // MLA's absorbed shape (keys of 9 x 64, values of 32
+                      // vectors), and keys past 4 x 64 with values of 8 + 5.
+                      GroupCase{576, 512, 20, 150, 2.0f}, GroupCase{384, 200, 9, 131, 2.0f},
                       // Scores hundreds apart: exp underflows to 0 and subnormals.
                       GroupCase{128, 128, 32, 200, 40.0f}, GroupCase{64, 64, 17, 90, 60.0f}));
 

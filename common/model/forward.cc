@@ -686,9 +686,19 @@ void Forward::AttendHeads(int il, const Batch& b, int64_t t_begin, int64_t t_end
   // heads; MLA has one): each group's query heads are split into `parts`
   // items too. AttendGroup gives every query AttendHead's bits, whatever its
   // group; each part converts the K/V rows again, but on its own thread.
+  // With enough items (a prompt), a group too wide for the core's cache
+  // (MLA: 128 query heads of 576 + 512 values share one KV head) is split
+  // likewise, so that an item's queries, accumulators and scores stay
+  // within kGroupBytes (before, an MLA prompt's item held 512 queries:
+  // 2.2 MB of queries and accumulators per thread).
   const int64_t threads = pool_ == nullptr ? 1 : pool_->size();
   const int64_t per_head = static_cast<int64_t>(blocks.size()) * n_kv_heads;
-  const int64_t want = std::min(group, std::max<int64_t>(1, (threads + per_head - 1) / per_head));
+  constexpr int64_t kGroupBytes = 256 << 10;
+  const int64_t fit_heads = std::max<int64_t>(
+      1, kGroupBytes / (kBlockTokens * internal::GroupQueryBytes(hk, hv)));
+  const int64_t want =
+      std::min(group, per_head < threads ? (threads + per_head - 1) / per_head
+                                         : (group + fit_heads - 1) / fit_heads);
   const int64_t part_heads = (group + want - 1) / want;
   const int64_t parts = (group + part_heads - 1) / part_heads;  // none empty
   const int64_t items = per_head * parts;

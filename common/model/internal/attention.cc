@@ -44,6 +44,7 @@ void ApplySink(float sink, float m, float* sum, float* out, int64_t dv) {
 
 constexpr int64_t kStep = 64;  // ggml's GGML_F16_STEP for AVX-512
 constexpr int kLanes = 16;     // GGML_F16_EPR for AVX-512
+constexpr int64_t kChunk = 128;  // positions whose scores a fused group computes at once
 
 // The reduction of the 4 x 16 accumulators, as GGML_F32Cx16_REDUCE with
 // GCC's _mm512_reduce_add_ps.
@@ -330,7 +331,6 @@ MOESPLIT_TARGET void Softmax8(const float* scores, int64_t nqp, int64_t i0, int6
   }
 }
 
-constexpr int64_t kChunk = 128;  // positions whose scores are computed at once
 
 // f16 rounding of every lane (what storing to and reloading from f16 does).
 MOESPLIT_TARGET inline __m256 RoundF16x8(__m256 v) {
@@ -744,6 +744,60 @@ MOESPLIT_TARGET512 void GroupScores16(const GroupAttention& g, const float* qf, 
     }
   }
 }
+
+// GroupScores16 for dk = 64 * nb with nb > 4 (MLA's 576), whose key rows do
+// not fit the registers: each pair of rows is converted to f32 once into kf
+// (2 x qs floats, 64-byte aligned; L1) and read from there for every query.
+// The same FMAs into the same accumulators (the first on zero), the same
+// reduction (ReduceDot16): GroupScores' bits, without converting a key row
+// again for every query.
+MOESPLIT_TARGET512 void GroupScoresWide(const GroupAttention& g, const float* qf, int64_t qs,
+                                        int64_t j0, int64_t j1, int64_t last_row, int64_t nqp,
+                                        float* kf, float* scores) {
+  const int64_t nb = g.dk / kStep;
+  const __m512 zero = _mm512_setzero_ps();
+  const __m512 scale = _mm512_set1_ps(g.scale);
+  for (int64_t j = j0; j < j1; j += 2) {
+    const int64_t rows = std::min<int64_t>(2, j1 - j);
+    for (int64_t r = 0; r < rows; ++r) {
+      const uint16_t* kr = g.k + (j + r) * g.k_stride;
+      const int64_t ahead = std::min(j + r + kPrefetchRows, last_row);
+      for (int64_t u = 0; u < g.dk / kLanes; ++u) {
+        MOESPLIT_PREFETCH_KV(ahead, u)
+        _mm512_store_ps(kf + r * qs + u * kLanes, Load16(kr + u * kLanes));
+      }
+    }
+    // One row left: the second is the first again, its scores not stored.
+    const float* k0 = kf;
+    const float* k1 = rows == 2 ? kf + qs : kf;
+    for (int64_t i0 = 0; i0 < g.n_q; i0 += 16) {
+      __m512 v0[16], v1[16];
+      for (int l = 0; l < 16; ++l) {
+        if (i0 + l >= g.n_q) {
+          v0[l] = v1[l] = zero;
+          continue;
+        }
+        const float* q = qf + (i0 + l) * qs;
+        __m512 a[4] = {zero, zero, zero, zero}, b[4] = {zero, zero, zero, zero};
+        for (int64_t bl = 0; bl < nb; ++bl) {
+#pragma GCC unroll 4
+          for (int u = 0; u < 4; ++u) {
+            const int64_t e = bl * kStep + u * kLanes;
+            const __m512 x = _mm512_load_ps(q + e);
+            a[u] = _mm512_fmadd_ps(_mm512_load_ps(k0 + e), x, a[u]);
+            b[u] = _mm512_fmadd_ps(_mm512_load_ps(k1 + e), x, b[u]);
+          }
+        }
+        v0[l] = _mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3]));
+        v1[l] = _mm512_add_ps(_mm512_add_ps(b[0], b[2]), _mm512_add_ps(b[1], b[3]));
+      }
+      _mm512_store_ps(scores + (j - j0) * nqp + i0, _mm512_mul_ps(ReduceDot16(v0), scale));
+      if (rows == 2) {
+        _mm512_store_ps(scores + (j + 1 - j0) * nqp + i0, _mm512_mul_ps(ReduceDot16(v1), scale));
+      }
+    }
+  }
+}
 #undef MOESPLIT_PREFETCH_KV
 
 // ToF16 16 values at a time; a block holding a NaN goes through the scalar
@@ -870,9 +924,9 @@ MOESPLIT_TARGET512 void Softmax16(const float* scores, int64_t nqp, int64_t j0, 
 // accumulators are f32 registers holding f16 values (RoundF16 after every
 // step: the bits a stored f16 would have); vrow holds V[j0..] in f32.
 template <int DVV>
-MOESPLIT_TARGET512 void Accumulate2(const float* vrow, int64_t j0, int64_t end, const float* mss,
-                                    const float* vss, int64_t nqp, int64_t i, float* acc_i,
-                                    float* acc_i2) {
+MOESPLIT_TARGET512 void Accumulate2(const float* vrow, int64_t dvp, int64_t j0, int64_t end,
+                                    const float* mss, const float* vss, int64_t nqp, int64_t i,
+                                    float* acc_i, float* acc_i2) {
   __m512 a[DVV], b[DVV];
 #pragma GCC unroll 16
   for (int u = 0; u < DVV; ++u) {
@@ -893,7 +947,7 @@ MOESPLIT_TARGET512 void Accumulate2(const float* vrow, int64_t j0, int64_t end, 
       for (int u = 0; u < DVV; ++u) b[u] = RoundF16(_mm512_mul_ps(b[u], f));
     }
     const __m512 va = _mm512_set1_ps(vs[0]), vb = _mm512_set1_ps(vs[1]);
-    const float* vr = vrow + (j - j0) * DVV * kLanes;
+    const float* vr = vrow + (j - j0) * dvp;
 #pragma GCC unroll 16
     for (int u = 0; u < DVV; ++u) {
       const __m512 x = _mm512_load_ps(vr + u * kLanes);
@@ -909,8 +963,9 @@ MOESPLIT_TARGET512 void Accumulate2(const float* vrow, int64_t j0, int64_t end, 
 }
 
 template <int DVV>
-MOESPLIT_TARGET512 void Accumulate1(const float* vrow, int64_t j0, int64_t end, const float* mss,
-                                    const float* vss, int64_t nqp, int64_t i, float* acc_i) {
+MOESPLIT_TARGET512 void Accumulate1(const float* vrow, int64_t dvp, int64_t j0, int64_t end,
+                                    const float* mss, const float* vss, int64_t nqp, int64_t i,
+                                    float* acc_i) {
   __m512 a[DVV];
 #pragma GCC unroll 16
   for (int u = 0; u < DVV; ++u) a[u] = _mm512_load_ps(acc_i + u * kLanes);
@@ -922,7 +977,7 @@ MOESPLIT_TARGET512 void Accumulate1(const float* vrow, int64_t j0, int64_t end, 
       for (int u = 0; u < DVV; ++u) a[u] = RoundF16(_mm512_mul_ps(a[u], f));
     }
     const __m512 va = _mm512_set1_ps(vss[(j - j0) * nqp + i]);
-    const float* vr = vrow + (j - j0) * DVV * kLanes;
+    const float* vr = vrow + (j - j0) * dvp;
 #pragma GCC unroll 16
     for (int u = 0; u < DVV; ++u)
       a[u] = RoundF16(_mm512_fmadd_ps(_mm512_load_ps(vr + u * kLanes), va, a[u]));
@@ -931,32 +986,36 @@ MOESPLIT_TARGET512 void Accumulate1(const float* vrow, int64_t j0, int64_t end, 
   for (int u = 0; u < DVV; ++u) _mm512_store_ps(acc_i + u * kLanes, a[u]);
 }
 
-// The accumulation of every query over positions [j0, j1) for dv = 16 * DVV.
+// The accumulation of every query over positions [j0, j1) for 16 * DVV
+// values of each row: V rows (f32) at vrow and the accumulators at acc, both
+// with row stride dvp (>= 16 * DVV: wider rows go DVV vectors at a time,
+// which changes no value's chain of steps).
 template <int DVV>
-MOESPLIT_TARGET512 void AccumulateGroup(const GroupAttention& g, const float* vrow, int64_t j0,
-                                        int64_t j1, const float* mss, const float* vss, int64_t nqp,
-                                        float* acc) {
-  constexpr int64_t dvp = DVV * kLanes;
+MOESPLIT_TARGET512 void AccumulateGroup(const GroupAttention& g, const float* vrow, int64_t dvp,
+                                        int64_t j0, int64_t j1, const float* mss, const float* vss,
+                                        int64_t nqp, float* acc) {
   int64_t i = 0;
   for (; i + 2 <= g.n_q; i += 2) {
     const int64_t e0 = std::min(j1, g.n_kv[i]), e1 = std::min(j1, g.n_kv[i + 1]);
     const int64_t e = std::min(e0, e1);
-    if (e > j0) Accumulate2<DVV>(vrow, j0, e, mss, vss, nqp, i, acc + i * dvp, acc + (i + 1) * dvp);
+    if (e > j0) {
+      Accumulate2<DVV>(vrow, dvp, j0, e, mss, vss, nqp, i, acc + i * dvp, acc + (i + 1) * dvp);
+    }
     // The longer one's remaining positions alone.
     if (e0 > std::max(e, j0)) {
-      Accumulate1<DVV>(vrow + (std::max(e, j0) - j0) * dvp, std::max(e, j0), e0,
+      Accumulate1<DVV>(vrow + (std::max(e, j0) - j0) * dvp, dvp, std::max(e, j0), e0,
                        mss + (std::max(e, j0) - j0) * nqp, vss + (std::max(e, j0) - j0) * nqp, nqp,
                        i, acc + i * dvp);
     }
     if (e1 > std::max(e, j0)) {
-      Accumulate1<DVV>(vrow + (std::max(e, j0) - j0) * dvp, std::max(e, j0), e1,
+      Accumulate1<DVV>(vrow + (std::max(e, j0) - j0) * dvp, dvp, std::max(e, j0), e1,
                        mss + (std::max(e, j0) - j0) * nqp, vss + (std::max(e, j0) - j0) * nqp, nqp,
                        i + 1, acc + (i + 1) * dvp);
     }
   }
   if (i < g.n_q) {
     const int64_t e0 = std::min(j1, g.n_kv[i]);
-    if (e0 > j0) Accumulate1<DVV>(vrow, j0, e0, mss, vss, nqp, i, acc + i * dvp);
+    if (e0 > j0) Accumulate1<DVV>(vrow, dvp, j0, e0, mss, vss, nqp, i, acc + i * dvp);
   }
 }
 
@@ -977,6 +1036,7 @@ MOESPLIT_TARGET512 void AttendGroup512(const GroupAttention& g) {
   float* acc = ThreadScratch(4, n_q * dvp);
   float* vrows = ThreadScratch(5, kChunk * dvp);  // V[j0 .. j1) in f32
   float* state = ThreadScratch(6, 2 * nqp);       // running max [0, nqp), sum [nqp, 2 nqp)
+  float* krows = ThreadScratch(7, 2 * qs);        // GroupScoresWide's two K rows in f32
   int64_t max_kv = 0;
   for (int64_t i = 0; i < n_q; ++i) {
     int64_t c = 0;
@@ -1000,12 +1060,13 @@ MOESPLIT_TARGET512 void AttendGroup512(const GroupAttention& g) {
       case 2: GroupScores16<2>(g, qf, qs, j0, j1, max_kv - 1, nqp, scores); break;
       case 3: GroupScores16<3>(g, qf, qs, j0, j1, max_kv - 1, nqp, scores); break;
       case 4: GroupScores16<4>(g, qf, qs, j0, j1, max_kv - 1, nqp, scores); break;
-      default:
+      case 0:
         // It writes only the scores below each query's n_kv; Softmax16 loads
         // whole rows (masking the rest), so they start as zeros.
         std::fill(scores, scores + (j1 - j0) * nqp, 0.0f);
         GroupScores<0>(g, qf, qs, j0, j1, max_kv - 1, nqp, scores);
         break;
+      default: GroupScoresWide(g, qf, qs, j0, j1, max_kv - 1, nqp, krows, scores); break;
     }
     for (int64_t i0 = 0; i0 < n_q; i0 += 16) {
       Softmax16(scores + i0, nqp, j0, j1, g.n_kv + i0,
@@ -1019,7 +1080,7 @@ MOESPLIT_TARGET512 void AttendGroup512(const GroupAttention& g) {
       for (int64_t c = dv_full; c < dv; ++c) row[c] = Fp16ToFp32(vr[c]);
       for (int64_t c = dv; c < dvp; ++c) row[c] = 0.0f;
     }
-    using AccumulateFn = void (*)(const GroupAttention&, const float*, int64_t, int64_t,
+    using AccumulateFn = void (*)(const GroupAttention&, const float*, int64_t, int64_t, int64_t,
                                   const float*, const float*, int64_t, float*);
     static constexpr AccumulateFn kAccumulate[] = {nullptr,
                                                    AccumulateGroup<1>,
@@ -1030,24 +1091,11 @@ MOESPLIT_TARGET512 void AttendGroup512(const GroupAttention& g) {
                                                    AccumulateGroup<6>,
                                                    AccumulateGroup<7>,
                                                    AccumulateGroup<8>};
-    if (dvv <= 8) {
-      kAccumulate[dvv](g, vrows, j0, j1, mss, vss, nqp, acc);
-    } else {
-      // Wider values: one vector at a time through memory.
-      for (int64_t i = 0; i < n_q; ++i) {
-        float* a = acc + i * dvp;
-        for (int64_t j = j0; j < std::min(j1, g.n_kv[i]); ++j) {
-          const float ms = mss[(j - j0) * nqp + i];
-          const __m512 vm = _mm512_set1_ps(ms), vv = _mm512_set1_ps(vss[(j - j0) * nqp + i]);
-          const float* row = vrows + (j - j0) * dvp;
-          for (int64_t u = 0; u < dvv; ++u) {
-            __m512 x = _mm512_load_ps(a + u * kLanes);
-            if (ms != 1.0f) x = RoundF16(_mm512_mul_ps(x, vm));
-            _mm512_store_ps(a + u * kLanes,
-                            RoundF16(_mm512_fmadd_ps(_mm512_load_ps(row + u * kLanes), vv, x)));
-          }
-        }
-      }
+    // Rows wider than 8 vectors (MLA's 512 values) in slices of 8 vectors,
+    // each held in registers over the chunk's positions.
+    for (int64_t s = 0; s < dvv; s += 8) {
+      kAccumulate[std::min<int64_t>(8, dvv - s)](g, vrows + s * kLanes, dvp, j0, j1, mss, vss, nqp,
+                                                 acc + s * kLanes);
     }
   }
   FinishGroup(g, state, state + nqp, acc, dvp);
@@ -1165,6 +1213,13 @@ void AttendHead(const HeadAttention& a, uint16_t* acc16, float* out, F16Kernels 
   if (a.sink > -INFINITY) ApplySink(a.sink, m, &sum, out, a.dv);
   const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
   for (int64_t c = 0; c < a.dv; ++c) out[c] *= inv;
+}
+
+int64_t GroupQueryBytes(int64_t dk, int64_t dv) {
+  const auto lanes = [](int64_t n) { return (n + kLanes - 1) / kLanes * kLanes; };
+  // f32(q), the accumulator, and the chunk's scores, rescale factors and
+  // value weights.
+  return static_cast<int64_t>(sizeof(float)) * (lanes(dk) + lanes(dv) + 3 * kChunk);
 }
 
 void AttendGroup(const GroupAttention& g, F16Kernels k) {

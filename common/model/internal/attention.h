@@ -107,4 +107,9 @@ struct GroupAttention {
 // runs AttendHead per query. Scratch is thread-local.
 void AttendGroup(const GroupAttention& g, F16Kernels k = F16Kernels::kAuto);
 
+// The thread-local scratch bytes AttendGroup's fused forms use per query of
+// a group with key and value widths dk and dv (callers size groups by it so
+// that a group's working set stays in the core's cache).
+int64_t GroupQueryBytes(int64_t dk, int64_t dv);
+
 }  // namespace moesplit::model::internal
