@@ -88,6 +88,10 @@ void RowRange(const TypeTraits& traits, const WeightView& w, const uint8_t* act,
   for (int64_t rt = r0; rt < r1; rt += kRowTile) {
     const int64_t nr = std::min(r1, rt + kRowTile) - rt;
     const uint8_t* wt = w.data + rt * w.row_bytes;
+    if (n_tokens > 1 && traits.vec_dot_tokens != nullptr) {
+      traits.vec_dot_tokens(n_cols, wt, w.row_bytes, nr, act, act_row_bytes, n_tokens, y + rt, n_rows);
+      continue;
+    }
     for (int64_t t = 0; t < n_tokens; ++t) {
       const uint8_t* a = act + t * act_row_bytes;
       float* yt = y + t * n_rows + rt;

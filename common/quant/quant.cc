@@ -30,6 +30,7 @@ struct Registry {
   std::mutex mu;  // serialises RegisterVecDot
   std::array<std::array<VecDotFn, kNumLevels>, kNumTypeIds> kernels{};
   std::array<std::array<VecDotRowsFn, kNumLevels>, kNumTypeIds> rows{};
+  std::array<std::array<VecDotTokensFn, kNumLevels>, kNumTypeIds> tokens{};
   std::array<std::array<TypeTraits, kNumTypeIds>, kNumLevels> tables{};
   std::array<bool, kNumTypeIds> supported{};
   std::atomic<int> active{0};
@@ -40,14 +41,17 @@ struct Registry {
     for (int level = 0; level < kNumLevels; ++level) {
       VecDotFn best = nullptr;
       VecDotRowsFn best_rows = nullptr;
+      VecDotTokensFn best_tokens = nullptr;
       for (int l = 0; l <= level; ++l) {
         if (kernels[id][l] != nullptr) {
           best = kernels[id][l];
           best_rows = rows[id][l];
+          best_tokens = tokens[id][l];
         }
       }
       tables[level][id].vec_dot = best;
       tables[level][id].vec_dot_rows = best_rows;
+      tables[level][id].vec_dot_tokens = best_rows != nullptr ? best_tokens : nullptr;
     }
   }
 };
@@ -73,6 +77,7 @@ Registry* BuildRegistry() {
     if (r->supported[id]) {
       r->kernels[id][static_cast<int>(k.level)] = k.fn;
       r->rows[id][static_cast<int>(k.level)] = k.rows;
+      r->tokens[id][static_cast<int>(k.level)] = k.tokens;
     }
   }
   // Byte-identical SIMD quantisers replace the reference from their level up.
@@ -163,6 +168,7 @@ void RegisterVecDot(GgmlType type, KernelLevel level, VecDotFn fn) {
   if (!r.supported[id]) return;
   r.kernels[id][lvl] = fn;
   r.rows[id][lvl] = nullptr;
+  r.tokens[id][lvl] = nullptr;
   r.Resolve(id);
 }
 

@@ -30,6 +30,9 @@
 //    (F16, BF16, Q8_0, Q8_1, Q8_K), byte-identical to the reference.
 //  - vec_dot_rows: the same kernel over many rows (no call per row, the next
 //    rows prefetched), bit-identical to vec_dot.
+//  - vec_dot_tokens: the same kernel over many rows and tokens, bit-identical
+//    to vec_dot; only where it pays (F32 at the AVX-512 level: the prefill's
+//    router products).
 // Levels: kScalar; kAvx2 (AVX2 + FMA + F16C); kAvx512 (AVX-512 F/BW/VL/DQ +
 // VNNI; byte dots with vpdpbusd); kAmx (AVX-512 plus AMX-TILE/AMX-INT8 with
 // the tile state granted by Linux: the vec_dots are the AVX-512 ones, the
@@ -57,6 +60,12 @@ using VecDotFn = float (*)(int64_t n, const void* w, const void* a);
 // call for many rows: no per-row call, the next rows prefetched).
 using VecDotRowsFn = void (*)(int64_t n, const void* w, uint64_t row_bytes, int64_t n_rows,
                               const void* a, float* y);
+// y[t * ldy + r] = vec_dot(n, w + r * row_bytes, a + t * a_row_bytes) for
+// r < n_rows, t < n_tokens, bit for bit (register blocks of rows x tokens,
+// each load feeding several FMAs).
+using VecDotTokensFn = void (*)(int64_t n, const void* w, uint64_t row_bytes, int64_t n_rows,
+                                const void* a, uint64_t a_row_bytes, int64_t n_tokens, float* y,
+                                int64_t ldy);
 
 enum class KernelLevel { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAmx = 3 };
 
@@ -69,6 +78,9 @@ struct TypeTraits {
   // The multi-row form of this vec_dot; nullptr when a kernel registered
   // through RegisterVecDot is active (callers then loop over vec_dot).
   VecDotRowsFn vec_dot_rows = nullptr;
+  // The many-rows, many-tokens form of this vec_dot; nullptr for most types
+  // and whenever vec_dot_rows is (callers then loop over the tokens).
+  VecDotTokensFn vec_dot_tokens = nullptr;
 };
 
 // Traits of `type`, or nullptr when the format is not supported.

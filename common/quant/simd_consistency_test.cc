@@ -236,6 +236,45 @@ TEST(VecDotRowsTest, EqualsVecDotPerRowAtEveryLevel) {
   SetActiveKernelLevel(saved);
 }
 
+// vec_dot_tokens, where a level has one (F32 at AVX-512), equals vec_dot
+// per (row, token) bit for bit: row, token and column counts that leave
+// partial register blocks and both tails (16-lane and scalar).
+TEST(VecDotTokensTest, EqualsVecDotPerRowAndToken) {
+  const KernelLevel saved = ActiveKernelLevel();
+  int checked = 0;
+  for (KernelLevel level : {KernelLevel::kScalar, KernelLevel::kAvx2, KernelLevel::kAvx512, KernelLevel::kAmx}) {
+    SetActiveKernelLevel(level);
+    for (GgmlType type : testing::WeightTypes()) {
+      const TypeTraits* t = GetTypeTraits(type);
+      if (t->vec_dot_tokens == nullptr) continue;
+      for (int64_t n : {int64_t{2048}, int64_t{2880}, int64_t{100}, int64_t{7}}) {
+        if (n % TypeInfo(type).block_size != 0) continue;
+        ++checked;
+        const int64_t rows = 7, tokens = 8;
+        const uint64_t rb = *RowBytes(type, n), ab = *RowBytes(t->vec_dot_type, n);
+        std::vector<uint8_t> w(rb * rows), a(ab * tokens);
+        for (int64_t r = 0; r < rows; ++r) ASSERT_TRUE(FillRandomBlocks(type, r, 0.02f, w.data() + r * rb, n).ok());
+        for (int64_t i = 0; i < tokens; ++i) {
+          const std::vector<float> x = RandomActivations(n, 10 + i);
+          ASSERT_TRUE(QuantizeRow(t->vec_dot_type, x.data(), a.data() + i * ab, n).ok());
+        }
+        const int64_t ldy = rows + 3;
+        std::vector<float> y(tokens * ldy, NAN);
+        t->vec_dot_tokens(n, w.data(), rb, rows, a.data(), ab, tokens, y.data(), ldy);
+        for (int64_t i = 0; i < tokens; ++i) {
+          for (int64_t r = 0; r < rows; ++r) {
+            EXPECT_EQ(Bits(y[i * ldy + r]), Bits(t->vec_dot(n, w.data() + r * rb, a.data() + i * ab)))
+                << Name(type) << " " << LevelName(level) << " n=" << n << " row " << r << " token " << i;
+          }
+          for (int64_t r = rows; r < ldy; ++r) EXPECT_TRUE(std::isnan(y[i * ldy + r]));
+        }
+      }
+    }
+  }
+  SetActiveKernelLevel(saved);
+  if (checked == 0) GTEST_SKIP() << "no level with a tokens form on this CPU";
+}
+
 float FakeDot(int64_t, const void*, const void*) { return 1.0f; }
 
 TEST(VecDotRowsTest, ClearedWhenAKernelIsRegisteredOverTheLibrarys) {
@@ -246,6 +285,12 @@ TEST(VecDotRowsTest, ClearedWhenAKernelIsRegisteredOverTheLibrarys) {
   EXPECT_EQ(GetTypeTraits(GgmlType::kQ4_0)->vec_dot_rows, nullptr);
   RegisterVecDot(GgmlType::kQ4_0, KernelLevel::kAmx, nullptr);
   EXPECT_NE(GetTypeTraits(GgmlType::kQ4_0)->vec_dot_rows, nullptr);
+  // The tokens form goes with it.
+  const VecDotTokensFn f32_tokens = GetTypeTraits(GgmlType::kF32)->vec_dot_tokens;
+  RegisterVecDot(GgmlType::kF32, KernelLevel::kAmx, FakeDot);
+  EXPECT_EQ(GetTypeTraits(GgmlType::kF32)->vec_dot_tokens, nullptr);
+  RegisterVecDot(GgmlType::kF32, KernelLevel::kAmx, nullptr);
+  EXPECT_EQ(GetTypeTraits(GgmlType::kF32)->vec_dot_tokens, f32_tokens);
   SetActiveKernelLevel(saved);
 }
 

@@ -181,6 +181,77 @@ float DotFloat512(int64_t n, const void* vx, const void* vy) {
   return sum;
 }
 
+// DotFloat512<float> for R rows x T tokens at once: per (row, token) the
+// same 4 accumulators fed in the same order, the same reduction and scalar
+// tail, so the same bits; each weight vector loaded feeds T FMAs and each
+// activation vector R (one row and token at a time, two loads per FMA).
+template <int R, int T>
+void DotF32Block(int64_t n, const uint8_t* w, uint64_t row_bytes, const uint8_t* a,
+                 uint64_t a_row_bytes, float* y, int64_t ldy) {
+  const float* x[R];
+  const float* v[T];
+  for (int r = 0; r < R; ++r) x[r] = reinterpret_cast<const float*>(w + r * row_bytes);
+  for (int t = 0; t < T; ++t) v[t] = reinterpret_cast<const float*>(a + t * a_row_bytes);
+  __m512 acc[R][T][4];
+#pragma GCC unroll 2
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 3
+    for (int t = 0; t < T; ++t) {
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) acc[r][t][k] = _mm512_setzero_ps();
+    }
+  }
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      __m512 wv[R];
+#pragma GCC unroll 2
+      for (int r = 0; r < R; ++r) wv[r] = _mm512_loadu_ps(x[r] + i + 16 * k);
+#pragma GCC unroll 3
+      for (int t = 0; t < T; ++t) {
+        const __m512 av = _mm512_loadu_ps(v[t] + i + 16 * k);
+#pragma GCC unroll 2
+        for (int r = 0; r < R; ++r) acc[r][t][k] = _mm512_fmadd_ps(wv[r], av, acc[r][t][k]);
+      }
+    }
+  }
+  const int64_t i16 = i;
+#pragma GCC unroll 2
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 3
+    for (int t = 0; t < T; ++t) {
+      __m512* c = acc[r][t];
+      for (i = i16; i + 16 <= n; i += 16) c[0] = _mm512_fmadd_ps(_mm512_loadu_ps(x[r] + i), _mm512_loadu_ps(v[t] + i), c[0]);
+      float sum = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(c[0], c[1]), _mm512_add_ps(c[2], c[3])));
+      for (; i < n; ++i) sum += ScalarF32(x[r][i]) * ScalarF32(v[t][i]);
+      y[t * ldy + r] = sum;
+    }
+  }
+}
+
+using F32BlockFn = void (*)(int64_t, const uint8_t*, uint64_t, const uint8_t*, uint64_t, float*, int64_t);
+
+// VecDotTokensFn of DotFloat512<float>: blocks of 2 rows x 3 tokens (24
+// accumulators), the tokens outermost so that a few tokens' rows stay in L1
+// while the weight rows stream.
+void DotF32Tokens512(int64_t n, const void* w, uint64_t row_bytes, int64_t n_rows, const void* a,
+                     uint64_t a_row_bytes, int64_t n_tokens, float* y, int64_t ldy) {
+  static constexpr F32BlockFn kBlocks[2][3] = {
+      {DotF32Block<1, 1>, DotF32Block<1, 2>, DotF32Block<1, 3>},
+      {DotF32Block<2, 1>, DotF32Block<2, 2>, DotF32Block<2, 3>}};
+  const auto* wb = static_cast<const uint8_t*>(w);
+  const auto* ab = static_cast<const uint8_t*>(a);
+  for (int64_t t0 = 0; t0 < n_tokens; t0 += 3) {
+    const int64_t nt = std::min<int64_t>(3, n_tokens - t0);
+    for (int64_t r0 = 0; r0 < n_rows; r0 += 2) {
+      const int64_t nr = std::min<int64_t>(2, n_rows - r0);
+      kBlocks[nr - 1][nt - 1](n, wb + r0 * row_bytes, row_bytes, ab + t0 * a_row_bytes, a_row_bytes,
+                              y + t0 * ldy + r0, ldy);
+    }
+  }
+}
+
 #pragma GCC pop_options
 
 // A table entry: the kernel and its many-rows form.
@@ -194,7 +265,8 @@ SimdKernel Entry(GgmlType type, KernelLevel level) {
 void AppendAvx512Kernels(SimdKernels* out) {
   const KernelLevel l = KernelLevel::kAvx512;
   const SimdKernel kernels[] = {
-      Entry<DotFloat512<float, LoadF32x16, ScalarF32>>(GgmlType::kF32, l),
+      {GgmlType::kF32, l, DotFloat512<float, LoadF32x16, ScalarF32>,
+       DotRows<DotFloat512<float, LoadF32x16, ScalarF32>>, DotF32Tokens512},
       Entry<DotFloat512<uint16_t, LoadF16x16, ScalarF16>>(GgmlType::kF16, l),
       Entry<DotFloat512<uint16_t, LoadBf16x16, ScalarBf16>>(GgmlType::kBF16, l),
       Entry<DotBlock32<DecQ4_0>>(GgmlType::kQ4_0, l),

@@ -32,6 +32,7 @@ struct SimdKernel {
   KernelLevel level;
   VecDotFn fn;
   VecDotRowsFn rows;  // the same kernel over many rows
+  VecDotTokensFn tokens = nullptr;  // ... and many tokens, where one pays
 };
 struct SimdQuantizer {
   GgmlType type;
