@@ -304,6 +304,7 @@ absl::Status RunBench(const Args& args, const CommandIo& io) {
                static_cast<long long>(n_prompt), static_cast<long long>(reps));
   double prefill_s = 0, prefill_expert_s = 0;
   std::vector<model::ExpertCall> prefill_calls;
+  const model::Forward::PartTimes prefill_before = forward.part_times();
   for (int64_t r = 0; r < reps; ++r) {
     cache->Clear();
     recorder.Start();
@@ -316,6 +317,11 @@ absl::Status RunBench(const Args& args, const CommandIo& io) {
   }
   prefill_s /= reps;
   prefill_expert_s /= reps;
+  const model::Forward::PartTimes prefill_after = forward.part_times();
+  const model::Forward::PartTimes prefill_parts = {
+      (prefill_after.attention_s - prefill_before.attention_s) / reps,
+      (prefill_after.deltanet_s - prefill_before.deltanet_s) / reps,
+      (prefill_after.moe_s - prefill_before.moe_s) / reps};
 
   // Decode at each depth.
   std::vector<DecodeResult> decodes;
@@ -440,15 +446,20 @@ absl::Status RunBench(const Args& args, const CommandIo& io) {
     j["decode_deltanet_fraction"] = decodes[0].parts.deltanet_s / decode_s;
     j["decode_moe_fraction"] = decodes[0].parts.moe_s / decode_s;
     j["prefill_expert_wait_fraction"] = prefill_expert_s / prefill_s;
+    j["prefill_attention_fraction"] = prefill_parts.attention_s / prefill_s;
+    j["prefill_deltanet_fraction"] = prefill_parts.deltanet_s / prefill_s;
+    j["prefill_moe_fraction"] = prefill_parts.moe_s / prefill_s;
     std::fprintf(io.out, "%s\n", j.dump().c_str());
     return absl::OkStatus();
   }
   std::fprintf(io.out, "model   %s\nthreads %d, experts %s\n", model_path.c_str(), n_threads,
                experts.experts.c_str());
   std::fprintf(io.out, "prefill (%lld tokens)              %8.1f tok/s  (experts %4.1f%% of it; "
-               "mean of %lld)\n",
+               "attention %.1f%%, DeltaNet %.1f%%, MoE FFN %.1f%% of it; mean of %lld)\n",
                static_cast<long long>(n_prompt), n_prompt / prefill_s,
-               100 * prefill_expert_s / prefill_s, static_cast<long long>(reps));
+               100 * prefill_expert_s / prefill_s, 100 * prefill_parts.attention_s / prefill_s,
+               100 * prefill_parts.deltanet_s / prefill_s, 100 * prefill_parts.moe_s / prefill_s,
+               static_cast<long long>(reps));
   std::fprintf(io.out, "first prefill after start          %8.1f tok/s\n",
                n_prompt / first_prefill_s);
   for (const DecodeResult& d : decodes) {
