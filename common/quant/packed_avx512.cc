@@ -139,11 +139,29 @@ void StripsQ4K(const uint8_t* strip, uint64_t strip_bytes, int64_t nsb, const Bl
         CodesQ4K(sb, g, c);
       }
       const __m512i sub = _mm512_cvtepu8_epi32(Load128(sb + kQ4KSub + 16 * g));
+      // Four tokens or more: each token's 8 quads in one chain, the chains of
+      // the tokens interleaved quad by quad (the same exact integer sums).
+      // Against two chains of 4 per token one after the other, the 32-token
+      // product ran 1.03x the speed (median of 9 alternated quant_bench
+      // rounds, 7 of them faster; one thread, AVX-512 Zen 5).
+      if constexpr (T >= 4) {
+        __m512i dot[T];
 #pragma GCC unroll 8
-      for (int t = 0; t < T; ++t) {
-        const int8_t* q = a[t][i].qs + 32 * g;
-        const __m512i dot = _mm512_add_epi32(Dot4(c, 0, q), Dot4(c, 4, q));
-        isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(dot, sub));
+        for (int t = 0; t < T; ++t) dot[t] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int z = 0; z < 8; ++z) {
+#pragma GCC unroll 8
+          for (int t = 0; t < T; ++t) dot[t] = _mm512_dpbusd_epi32(dot[t], c[z], Bcast(a[t][i].qs + 32 * g + 4 * z));
+        }
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(dot[t], sub));
+      } else {
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) {
+          const int8_t* q = a[t][i].qs + 32 * g;
+          const __m512i dot = _mm512_add_epi32(Dot4(c, 0, q), Dot4(c, 4, q));
+          isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(dot, sub));
+        }
       }
     }
     const __m512 d = _mm512_cvtph_ps(Load256(sb + kQ4KD));

@@ -93,7 +93,7 @@ TEST_P(PackedTest, EqualsVecDotAtEveryLevel) {
     ASSERT_GT(packed.size(), 0u);
     PackRows(type, rows.data(), rb, n_rows, n_cols, packed.data());
     const PackedView w{type, packed.data(), n_rows, n_cols};
-    for (int64_t n_tokens : {1, 2, 3, 7, 8, 9, 17}) {
+    for (int64_t n_tokens : {1, 2, 3, 5, 7, 8, 9, 12, 17}) {
       const auto act = Activations(type, n_tokens, n_cols, n_tokens);
       std::vector<const uint8_t*> ptrs;
       for (const auto& a : act) ptrs.push_back(a.data());
