@@ -3,7 +3,8 @@
 // quantisers, in thread CPU time (a benchmark, not a test).
 //
 //   quant_bench [seconds_per_case=0.2] [packed [TYPE]]   (packed: only the packed-layout
-//                                                        lines, of TYPE if given)
+//                                                        lines, of TYPE if given, then
+//                                                        with DeepSeek-V3's expert shapes)
 //   quant_bench [seconds_per_case=0.2] matvec [threads=2] [MiB=512]
 //
 // matvec: one-token MatMul (a decode step's dense product, e.g. the output
@@ -227,6 +228,10 @@ int main(int argc, char** argv) {
     if (!only.empty() && moesplit::quant::testing::Name(type) != only) continue;
     moesplit::quant::BenchPacked(type, secs, 768, 2048);
     moesplit::quant::BenchPacked(type, secs, 2048, 768);
+    if (!only.empty()) {  // DeepSeek-V3's expert shapes (gate/up, down): wide strips
+      moesplit::quant::BenchPacked(type, secs, 2048, 7168);
+      moesplit::quant::BenchPacked(type, secs, 7168, 2048);
+    }
     matched = true;
   }
   if (!matched) {
