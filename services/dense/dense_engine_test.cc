@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <thread>
 #include <tuple>
@@ -24,19 +25,25 @@ namespace {
 
 using ::testing::HasSubstr;
 
-struct RemoveAtExit {
-  std::string path;
-  ~RemoveAtExit() {
-    if (!path.empty()) std::remove(path.c_str());
-  }
-};
+// The test models written by this process, removed when it exits (a map
+// that is never destroyed, so the engines of static lifetime may still read
+// them; the files go in an atexit handler).
+std::map<std::string, std::string>& TestModels() {
+  static auto* models = new std::map<std::string, std::string>;
+  return *models;
+}
+
+void RemoveTestModels() {
+  for (const auto& [arch, path] : TestModels()) std::remove(path.c_str());
+}
 
 // A small test model of `arch` (qwen35moe: 3 gated DeltaNet layers and a
 // gated attention layer), written once per process.
 const std::string& ModelPath(const std::string& arch = "qwen3moe") {
-  static std::map<std::string, RemoveAtExit>* cleanup = new std::map<std::string, RemoveAtExit>;
-  auto it = cleanup->find(arch);
-  if (it != cleanup->end()) return it->second.path;
+  auto& models = TestModels();
+  auto it = models.find(arch);
+  if (it != models.end()) return it->second;
+  if (models.empty()) std::atexit(RemoveTestModels);
   const std::string p =
       absl::StrCat(::testing::TempDir(), "/dense_engine_test_", getpid(), "_", arch, ".gguf");
   cli::TestModelSpec spec;
@@ -47,7 +54,7 @@ const std::string& ModelPath(const std::string& arch = "qwen3moe") {
   spec.ssm_head = 32;
   spec.threads = 2;
   EXPECT_TRUE(cli::WriteTestModel(spec, p).ok());
-  return (*cleanup)[arch].path = p;
+  return models[arch] = p;
 }
 
 std::unique_ptr<DenseEngine> Engine(int max_sequences, int max_queue, int step_tokens,

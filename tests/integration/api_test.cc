@@ -968,7 +968,7 @@ TEST_P(ToolChoiceTest, RequiredAndNamedForceAValidCall) {
       R"("parameters":{"type":"object","properties":{"city":)", GetParam().city,
       R"(,"days":{"type":"integer"}},"required":["city","days"]}}},)",
       R"({"type":"function","function":{"name":"search","description":"Search the web"}}])");
-  for (const std::string choice :
+  for (const std::string& choice :
        std::vector<std::string>{R"({"type":"function","function":{"name":"get_weather"}})",
                                 R"("required")"}) {
     SCOPED_TRACE(choice);
@@ -1071,6 +1071,7 @@ TEST(RenderTemplateCommandTest, MatchesEveryFixtureByteForByte) {
       std::string out;
       EXPECT_EQ(ShellOutput(cmd, &out), 0) << cmd;
       EXPECT_EQ(out, c["prompt"].get<std::string>()) << path << " case " << i - 1;
+      std::remove(messages.c_str());
       ++cases;
     }
   }
@@ -1102,6 +1103,8 @@ TEST(RenderTemplateCommandTest, ToolsFixturesWithToolsJson) {
       std::string out;
       EXPECT_EQ(ShellOutput(cmd, &out), 0) << cmd;
       EXPECT_EQ(out, c["prompt"].get<std::string>()) << expected_path << " case " << cases;
+      std::remove((base + ".messages.json").c_str());
+      std::remove((base + ".tools.json").c_str());
       ++cases;
     }
   }

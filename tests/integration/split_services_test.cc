@@ -9,6 +9,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -464,6 +465,7 @@ std::pair<bool, std::string> Promtool(const std::string& text) {
   size_t n;
   while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
   const int rc = pclose(f);
+  std::remove(path.c_str());
   return {rc == 0, out};
 }
 

@@ -13,8 +13,10 @@ Usage: grpc_python_client_test.py BIN_DIR WORK_DIR PROTO_DIR [unittest args]
   Needs an interpreter that imports grpc and grpc_tools (Debian
   python3-grpcio, python3-grpc-tools); without them it fails, naming them.
 """
+import atexit
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -43,6 +45,7 @@ def load_grpc():
                  "python3-protobuf (scripts/install-deps.sh does)" % (sys.executable, e.name))
     out = os.path.join(rel.WORK, "grpc_python_%d" % os.getpid())
     os.makedirs(out, exist_ok=True)
+    atexit.register(shutil.rmtree, out, True)  # the modules stay loaded; the files go
     subprocess.run([sys.executable, "-m", "grpc_tools.protoc", "-I" + PROTO, "--python_out=" + out,
                     "--grpc_python_out=" + out,
                     os.path.join(PROTO, "moesplit", "v1", "inference.proto")],

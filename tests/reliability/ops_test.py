@@ -329,6 +329,10 @@ class ReadinessTest(unittest.TestCase):
             if d is not None:
                 d.stop()
             w.kill()
+            # Killed, the worker leaves its segment behind (as a crashed one would).
+            for leftover in ("/dev/shm/" + name, "/dev/shm/" + name + ".owner"):
+                if os.path.exists(leftover):
+                    os.remove(leftover)
 
     def test_waiting_for_workers_names_them(self):
         name = "opsabsent%d" % os.getpid()
