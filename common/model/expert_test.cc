@@ -388,7 +388,9 @@ TEST(PackedExpertsTest, EqualGgufExpertsBitForBit) {
   // GGUF size.
   EXPECT_EQ(layers[0].gate.expert_bytes, 256u / 16 * 2368);
   EXPECT_EQ(layers[1].down.expert_bytes, m.layer(1).down_exps.expert_bytes);
-  if (q5_0) EXPECT_EQ(layers[0].down.expert_bytes, m.layer(0).down_exps.expert_bytes);  // 16 x 22 bytes a block
+  if (q5_0) {
+    EXPECT_EQ(layers[0].down.expert_bytes, m.layer(0).down_exps.expert_bytes);  // 16 x 22 bytes a block
+  }
 }
 
 // A type without a packed layout is copied as it is. (Every valid row of a

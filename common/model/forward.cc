@@ -160,7 +160,8 @@ quant::WeightView Forward::MaybePacked(const quant::WeightView& w, bool pack, ui
 Forward::~Forward() = default;
 
 Forward::PartTimes Forward::part_times() const {
-  return {attention_ns_.load() * 1e-9, deltanet_ns_.load() * 1e-9, moe_ns_.load() * 1e-9};
+  return {attention_ns_.load() * 1e-9, deltanet_ns_.load() * 1e-9, moe_ns_.load() * 1e-9,
+          head_ns_.load() * 1e-9};
 }
 
 std::unique_ptr<Forward::Workspace> Forward::AcquireWorkspace() const {
@@ -293,7 +294,10 @@ absl::Status Forward::Step(absl::Span<const SequenceBatch> seqs, Batch& b) const
     }
     moe_ns_.fetch_add(since(t), std::memory_order_relaxed);
   }
-  return Head(b, seqs);
+  const Clock::time_point t_head = Clock::now();
+  const absl::Status head = Head(b, seqs);
+  head_ns_.fetch_add(since(t_head), std::memory_order_relaxed);
+  return head;
 }
 
 absl::Status Forward::Embed(absl::Span<const int32_t> tokens, float* x) const {

@@ -129,10 +129,10 @@ class Forward {
 
   // Wall time spent in each part of the steps so far (all Evals, summed;
   // for benchmarks): the attention and DeltaNet mixers (their projections
-  // included) and the MoE FFNs (router, shared expert and the wait for the
-  // expert backend).
+  // included), the FFNs (MoE: router, shared expert and the wait for the
+  // expert backend) and the output head (final norm and vocabulary product).
   struct PartTimes {
-    double attention_s = 0, deltanet_s = 0, moe_s = 0;
+    double attention_s = 0, deltanet_s = 0, moe_s = 0, head_s = 0;
   };
   PartTimes part_times() const;
 
@@ -199,7 +199,7 @@ class Forward {
   std::shared_ptr<uint8_t[]> packed_arena_;
   std::vector<std::unique_ptr<uint8_t[]>> packed_;
   mutable std::atomic<uint64_t> next_call_id_{1};
-  mutable std::atomic<uint64_t> attention_ns_{0}, deltanet_ns_{0}, moe_ns_{0};
+  mutable std::atomic<uint64_t> attention_ns_{0}, deltanet_ns_{0}, moe_ns_{0}, head_ns_{0};
   mutable std::mutex ws_mu_;
   mutable std::vector<std::unique_ptr<Workspace>> ws_free_;  // guarded by ws_mu_
 };

@@ -283,6 +283,42 @@ TEST(ArgmaxTest, TiesPickLowerIndex) {
   EXPECT_EQ(Argmax(x.data(), 1), 0);
 }
 
+// The vector path (16 values or more) gives the scalar scan's index on
+// ties in every lane, NaNs anywhere, -inf, signed zeros and every tail
+// length.
+TEST(ArgmaxTest, VectorPathIsTheScalarScan) {
+  auto scalar = [](const std::vector<float>& x) {
+    int64_t best = 0;
+    for (int64_t i = 1; i < static_cast<int64_t>(x.size()); ++i) {
+      if (x[i] > x[best]) best = i;
+    }
+    return best;
+  };
+  const float nan = std::nanf(""), inf = INFINITY;
+  std::mt19937 rng(7);
+  int cases = 0;
+  for (int64_t n : {16, 17, 31, 32, 33, 47, 64, 100, 257, 1000, 201088}) {
+    for (int kind = 0; kind < 8; ++kind) {
+      std::vector<float> x(n);
+      // Few distinct values, so that the largest repeats across lanes.
+      for (float& v : x) v = static_cast<float>(static_cast<int>(rng() % 5)) - 2.0f;
+      switch (kind) {
+        case 1: x[rng() % n] = nan; x[rng() % n] = nan; break;
+        case 2: x[0] = nan; break;
+        case 3: for (int64_t i = 5; i < n; i += 16) x[i] = nan; break;  // a lane of NaNs
+        case 4: for (float& v : x) v = -inf; break;
+        case 5: for (float& v : x) v = (rng() & 1) ? 0.0f : -0.0f; break;
+        case 6: x[n - 1] = 9.0f; break;                         // the tail wins
+        case 7: x[rng() % n] = inf; x[rng() % n] = nan; break;
+        default: break;
+      }
+      EXPECT_EQ(Argmax(x.data(), n), scalar(x)) << "n " << n << " kind " << kind;
+      ++cases;
+    }
+  }
+  EXPECT_EQ(cases, 88);
+}
+
 TEST(GgmlVExpfTest, WithinTwoUlpOfExpAndSaturates) {
   for (float x = -87.0f; x < 88.0f; x += 0.173f) {  // normal results
     const double want = std::exp(double(x));

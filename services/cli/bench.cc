@@ -44,6 +44,7 @@
 #include "common/base/memory_bandwidth.h"
 #include "common/base/status.h"
 #include "common/model/forward.h"
+#include "common/model/internal/ops.h"
 #include "nlohmann/json.hpp"
 #include "services/cli/commands.h"
 #include "services/cli/engine.h"
@@ -202,7 +203,7 @@ std::vector<int32_t> BenchTokens(int64_t n, int64_t n_vocab, uint64_t seed) {
 }
 
 int32_t Argmax(const std::vector<float>& v) {
-  return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
+  return static_cast<int32_t>(model::internal::Argmax(v.data(), static_cast<int64_t>(v.size())));
 }
 
 // One round of the worker-alone decode replay and the DRAM read before it.
@@ -327,7 +328,8 @@ absl::Status RunBench(const Args& args, const CommandIo& io) {
   const model::Forward::PartTimes prefill_parts = {
       (prefill_after.attention_s - prefill_before.attention_s) / reps,
       (prefill_after.deltanet_s - prefill_before.deltanet_s) / reps,
-      (prefill_after.moe_s - prefill_before.moe_s) / reps};
+      (prefill_after.moe_s - prefill_before.moe_s) / reps,
+      (prefill_after.head_s - prefill_before.head_s) / reps};
   // The same prefill once more, untimed, keeping its calls for the replay.
   {
     cache->Clear();
@@ -361,7 +363,7 @@ absl::Status RunBench(const Args& args, const CommandIo& io) {
     d.tok_s = n_gen / Since(t0);
     const model::Forward::PartTimes after = forward.part_times();
     d.parts = {after.attention_s - before.attention_s, after.deltanet_s - before.deltanet_s,
-               after.moe_s - before.moe_s};
+               after.moe_s - before.moe_s, after.head_s - before.head_s};
     d.calls = recorder.Stop(&d.expert_seconds);
     decodes.push_back(std::move(d));
   }
@@ -459,6 +461,7 @@ absl::Status RunBench(const Args& args, const CommandIo& io) {
     j["decode_attention_fraction"] = decodes[0].parts.attention_s / decode_s;
     j["decode_deltanet_fraction"] = decodes[0].parts.deltanet_s / decode_s;
     j["decode_moe_fraction"] = decodes[0].parts.moe_s / decode_s;
+    j["decode_head_fraction"] = decodes[0].parts.head_s / decode_s;
     j["prefill_expert_wait_fraction"] = prefill_expert_s / prefill_s;
     j["prefill_attention_fraction"] = prefill_parts.attention_s / prefill_s;
     j["prefill_deltanet_fraction"] = prefill_parts.deltanet_s / prefill_s;
@@ -480,10 +483,11 @@ absl::Status RunBench(const Args& args, const CommandIo& io) {
     const double decode_s = n_gen / d.tok_s;
     std::fprintf(io.out,
                  "decode (depth %5lld)               %8.1f tok/s  (experts %4.1f%% of it; "
-                 "attention %.1f%%, DeltaNet %.1f%%, MoE FFN %.1f%% of it)\n",
+                 "attention %.1f%%, DeltaNet %.1f%%, MoE FFN %.1f%%, output head %.1f%% of it)\n",
                  static_cast<long long>(d.depth), d.tok_s,
                  100 * d.expert_seconds * d.tok_s / n_gen, 100 * d.parts.attention_s / decode_s,
-                 100 * d.parts.deltanet_s / decode_s, 100 * d.parts.moe_s / decode_s);
+                 100 * d.parts.deltanet_s / decode_s, 100 * d.parts.moe_s / decode_s,
+                 100 * d.parts.head_s / decode_s);
   }
   std::fprintf(io.out, "worker alone: decode               %8.1f tok/s\n", worker_decode_tok_s);
   std::fprintf(io.out, "worker alone: prefill              %8.1f tok/s\n", worker_prefill_tok_s);

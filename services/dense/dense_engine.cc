@@ -62,19 +62,19 @@ struct DenseEngine::Sequence {
   Sampler sampler;
   StopMatcher stops;
   StreamDecoder decoder;
-  std::optional<TokenConstraint> constraint;  // GenerateParams::constraint
+  std::optional<TokenConstraint> constraint{};  // GenerateParams::constraint
   size_t prefilled = 0;  // prompt tokens in the sequence's state
   int32_t next = -1;     // the last sampled token, fed in the next step
   int completion = 0;
   int limit = 0;
-  std::vector<float> logits;
-  std::chrono::steady_clock::time_point last_token;
-  GenerateOutcome outcome;
+  std::vector<float> logits{};
+  std::chrono::steady_clock::time_point last_token{};
+  GenerateOutcome outcome{};
   int slot = -1;  // the runner slot holding the sequence's state
   // Prefix cache: the tokens in the state (prompt, then the generated ones
   // fed back), the whole blocks of them cached (inserted or imported) and
   // the key of the last.
-  std::vector<int32_t> fed;
+  std::vector<int32_t> fed{};
   int64_t cached_blocks = 0;
   uint64_t block_key = PrefixCache::kRootKey;
 
@@ -401,8 +401,10 @@ absl::Status DenseEngine::StartSequence(std::shared_ptr<RequestHandle> r) {
   if (slot < 0) return absl::ResourceExhaustedError("no free sequence slot");
   RETURN_IF_ERROR(runner_->Start(slot, positions));
   slot_used_[slot] = true;
-  sequences_.push_back(Sequence{std::move(r), std::move(sampler), std::move(stops),
-                                StreamDecoder(tokenizer_.get(), false)});
+  sequences_.push_back(Sequence{.req = std::move(r),
+                                .sampler = std::move(sampler),
+                                .stops = std::move(stops),
+                                .decoder = StreamDecoder(tokenizer_.get(), false)});
   Sequence& s = sequences_.back();
   s.constraint = std::move(constraint);
   s.slot = slot;

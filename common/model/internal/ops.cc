@@ -451,12 +451,75 @@ bool UsesGeneralRouter(const HyperParams& hp, bool selection_bias) {
          (hp.norm_topk && hp.router_scoring != RouterSpec::Scoring::kSoftmax);
 }
 
-int64_t Argmax(const float* x, int64_t n) {
+namespace {
+
+// The definition: the first index whose value no later value exceeds
+// (NaNs never win; a NaN at 0 stays the answer).
+int64_t ArgmaxScalar(const float* x, int64_t n) {
   int64_t best = 0;
   for (int64_t i = 1; i < n; ++i) {
     if (x[i] > x[best]) best = i;
   }
   return best;
+}
+
+#ifdef MOESPLIT_HAVE_X86_ROWS
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// ArgmaxScalar over 16 lanes: lane l scans indices l, l + 16, ... keeping
+// its largest value and the first index of it (strictly greater replaces);
+// the answer is the smallest index among the lanes holding the overall
+// largest. A decode step's greedy pick over gpt-oss's 201088 logits took
+// ~3% of the step on one thread scalar (the compare chains through best).
+__attribute__((target("avx512f"))) int64_t Argmax16(const float* x, int64_t n) {
+  __m512 m = _mm512_loadu_ps(x);
+  __m512i idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  __m512i at = idx;
+  const __m512i step = _mm512_set1_epi32(16);
+  int64_t i = 16;
+  for (; i + 16 <= n; i += 16) {
+    idx = _mm512_add_epi32(idx, step);
+    const __m512 v = _mm512_loadu_ps(x + i);
+    const __mmask16 gt = _mm512_cmp_ps_mask(v, m, _CMP_GT_OQ);
+    m = _mm512_mask_mov_ps(m, gt, v);
+    at = _mm512_mask_mov_epi32(at, gt, idx);
+  }
+  alignas(64) float mv[16];
+  alignas(64) int32_t av[16];
+  _mm512_store_ps(mv, m);
+  _mm512_store_epi32(av, at);
+  // Lanes whose first value is a NaN never took another: the scalar scan
+  // passes over a NaN at a position other than 0, so such a lane is redone.
+  int64_t best = -1;
+  for (int l = 0; l < 16; ++l) {
+    int64_t li = av[l];
+    float lv = mv[l];
+    if (lv != lv) {
+      if (l == 0) return 0;  // x[0] is NaN
+      li = -1;
+      for (int64_t j = l; j < i; j += 16) {
+        if (x[j] == x[j] && (li < 0 || x[j] > lv)) li = j, lv = x[j];
+      }
+      if (li < 0) continue;
+    }
+    if (best < 0 || lv > x[best] || (lv == x[best] && li < best)) best = li;
+  }
+  for (; i < n; ++i) {
+    if (x[i] > x[best]) best = i;
+  }
+  return best;
+}
+#pragma GCC diagnostic pop
+#endif
+
+}  // namespace
+
+int64_t Argmax(const float* x, int64_t n) {
+#ifdef MOESPLIT_HAVE_X86_ROWS
+  if (n >= 16 && n <= INT32_MAX && HaveAvx512()) return Argmax16(x, n);
+#endif
+  return ArgmaxScalar(x, n);
 }
 
 }  // namespace moesplit::model::internal
