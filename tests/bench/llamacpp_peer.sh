@@ -10,11 +10,14 @@
 #
 #   tests/bench/llamacpp_peer.sh MODEL [--threads 2] [--prompt 512] [--gen 128]
 #                                [--reps 3] [--depth 0]
-# `--build-only` builds the peer and exits.
+# `--build-only` builds the peer and exits; `--build-server` also builds
+# llama.cpp's `llama-server` the same way and prints its path (for
+# serving_side_by_side.sh).
 set -euo pipefail
 dir=${MOESPLIT_PEER_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/moesplit}
 src=$dir/llama.cpp
 bin=$src/build-native/bin/llama-bench
+server=$src/build-native/bin/llama-server
 
 build_peer() {
   if [[ -x "$bin" ]]; then return; fi
@@ -37,6 +40,15 @@ build_peer() {
 
 model=${1:?usage: llamacpp_peer.sh MODEL [--threads T] [--prompt N] [--gen N] [--reps R] [--depth D]}
 if [[ "$model" == --build-only ]]; then build_peer; exit 0; fi
+if [[ "$model" == --build-server ]]; then
+  build_peer
+  if [[ ! -x "$server" ]]; then
+    echo "llamacpp_peer: building llama-server (GGML_NATIVE=ON) in $src/build-native" >&2
+    cmake --build "$src/build-native" -j"$(nproc)" --target llama-server >&2
+  fi
+  echo "$server"
+  exit 0
+fi
 shift
 threads=2 prompt=512 gen=128 reps=3 depth=0
 while [[ $# -gt 0 ]]; do
