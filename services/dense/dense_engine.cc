@@ -1,6 +1,7 @@
 #include "services/dense/dense_engine.h"
 
 #include <algorithm>
+#include <cmath>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -598,6 +599,9 @@ absl::StatusOr<bool> DenseEngine::Advance(Sequence& s) {
   GenerateDelta delta;
   absl::Span<const uint64_t> allowed;
   if (s.constraint.has_value()) allowed = s.constraint->AllowedTokens();
+  if (s.req->params_.ignore_eos) {
+    for (const int32_t id : tokenizer_->EndOfGenerationIds()) s.logits[id] = -INFINITY;
+  }
   RETURN_IF_ERROR(s.sampler.Sample(s.logits, allowed, &delta.sampled));
   delta.token = delta.sampled.token;
   if (s.constraint.has_value()) RETURN_IF_ERROR(s.constraint->Accept(delta.token));

@@ -117,6 +117,10 @@ struct GenerateParams {
   // complete); once the sentence is complete and nothing may follow, the
   // request ends with "stop" at once. Null: unconstrained.
   std::shared_ptr<const grammar::Grammar> constraint;
+  // End-of-generation tokens are never sampled (llama.cpp's ignore_eos, as
+  // benchmark clients send it): the request runs to max_tokens, a stop
+  // string or the end of the context.
+  bool ignore_eos = false;
 };
 
 struct GenerateDelta {

@@ -254,6 +254,39 @@ TEST(DenseEngineTest, JsonConstraintStopsAtTheEndOfTheDocumentAndLengthCutsIt) {
   EXPECT_EQ(e->running(), 0);
 }
 
+// ignore_eos: where sampling ends a request with an end-of-generation token,
+// the same request with ignore_eos never samples one and runs to max_tokens.
+TEST(DenseEngineTest, IgnoreEosRunsToMaxTokensWhereEndOfGenerationStops) {
+  auto e = Engine(1, 2, 64);
+  ASSERT_NE(e, nullptr);
+  constexpr int kMax = 100;
+  GenerateParams p = Greedy({1, 2, 3}, kMax);
+  p.sampling.temperature = 2.0f;  // the flattest allowed: the EOG tokens come up
+  p.sampling.has_seed = true;
+  // The first seed whose request ends on an end-of-generation token (the
+  // seeds are fixed, so is the one found).
+  int seed = -1;
+  for (int s = 1; s <= 64 && seed < 0; ++s) {
+    p.sampling.seed = s;
+    GenerateOutcome o;
+    const std::vector<int32_t> t = Tokens(*e, p, &o);
+    if (o.finish_reason == "stop" && !t.empty() && e->tokenizer().IsEndOfGeneration(t.back())) {
+      ASSERT_LT(o.completion_tokens, kMax);
+      seed = s;
+    }
+  }
+  ASSERT_GT(seed, 0) << "no seed in 1..64 ends on an end-of-generation token";
+  p.sampling.seed = seed;
+  p.ignore_eos = true;
+  GenerateOutcome o;
+  const std::vector<int32_t> t = Tokens(*e, p, &o);
+  EXPECT_EQ(o.finish_reason, "length") << "seed " << seed;
+  EXPECT_EQ(o.completion_tokens, kMax);
+  ASSERT_EQ(t.size(), static_cast<size_t>(kMax));
+  for (int32_t id : t) EXPECT_FALSE(e->tokenizer().IsEndOfGeneration(id)) << id;
+  EXPECT_EQ(e->running(), 0);
+}
+
 // gpt-oss too: its test model's 128-token windows keep rings (SequenceState)
 // at the prefix-cache tests' context.
 INSTANTIATE_TEST_SUITE_P(Archs, EngineArchTest, ::testing::Values("qwen3moe", "qwen35moe", "gpt-oss"));

@@ -348,6 +348,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* InferenceService::Generate(
     RETURN_IF_ERROR(CheckStop(r.stop()));
     p.max_tokens = r.max_tokens();
     ASSIGN_OR_RETURN(p.sampling, ToSampling(r.sampling(), r.logprobs()));
+    p.ignore_eos = r.sampling().ignore_eos();
     p.stop.assign(r.stop().begin(), r.stop().end());
     ASSIGN_OR_RETURN(p.constraint, ToConstraint(r.response_format()));
     ASSIGN_OR_RETURN(auto handle, engine.Submit(std::move(p)));
@@ -396,6 +397,7 @@ grpc::ServerWriteReactor<v1::ChatResponse>* InferenceService::Chat(
                      EncodeWithinContext(engine.tokenizer(), prompt, !has_bos, engine.n_ctx()));
     p.max_tokens = r.max_tokens();
     ASSIGN_OR_RETURN(p.sampling, ToSampling(r.sampling(), r.logprobs()));
+    p.ignore_eos = r.sampling().ignore_eos();
     p.stop.assign(r.stop().begin(), r.stop().end());
     ASSIGN_OR_RETURN(p.constraint, ToConstraint(r.response_format()));
     bool constrained = p.constraint != nullptr;  // content = the JSON as generated

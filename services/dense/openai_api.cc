@@ -54,7 +54,7 @@ Json ParamOf(const absl::Status& s) {
   for (const char* f : {"temperature", "top_k", "top_p", "min_p", "repetition_penalty",
                         "presence_penalty", "frequency_penalty", "logprobs", "max_tokens",
                         "messages", "stop", "prompt", "seed", "tools", "tool_choice",
-                        "parallel_tool_calls", "response_format"}) {
+                        "parallel_tool_calls", "response_format", "ignore_eos"}) {
     if (m.rfind(f, 0) == 0) return f;
   }
   return nullptr;
@@ -154,6 +154,7 @@ absl::Status ParseCommon(const Json& body, bool chat, const ServedModel& served,
   s.repetition_penalty = static_cast<float>(rep);
   s.presence_penalty = static_cast<float>(pres);
   s.frequency_penalty = static_cast<float>(freq);
+  ASSIGN_OR_RETURN(c->params.ignore_eos, Bool(body, "ignore_eos", false));
   if (auto seed = body.find("seed"); seed != body.end() && !seed->is_null()) {
     if (!seed->is_number_integer()) return Bad("seed", "seed must be an integer");
     s.seed = seed->is_number_unsigned() ? seed->get<uint64_t>()

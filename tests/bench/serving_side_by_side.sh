@@ -59,16 +59,15 @@ sys.exit("not ready after %s s: %s" % (limit, url))
 EOF
 }
 
-# load PORT EXTRA_JSON: one untimed request, then STREAMS at once; prints
-# "TOK_S TOKENS".
+# load PORT: one untimed request, then STREAMS at once; prints "TOK_S TOKENS".
 load() {
-  python3 - "$1" "$streams" "$tokens" "$2" <<'EOF'
+  python3 - "$1" "$streams" "$tokens" <<'EOF'
 import json, sys, threading, time, urllib.request
-port, streams, tokens, extra = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), json.loads(sys.argv[4])
+port, streams, tokens = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 def complete(i):
+    # ignore_eos (both servers take it): every stream makes TOKENS tokens.
     body = {"prompt": "Stream %d: write a short story about a lighthouse keeper." % i,
-            "max_tokens": tokens, "temperature": 0, "stream": False}
-    body.update(extra)
+            "max_tokens": tokens, "temperature": 0, "stream": False, "ignore_eos": True}
     req = urllib.request.Request("http://127.0.0.1:%d/v1/completions" % port,
                                  data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
@@ -95,7 +94,7 @@ run_moesplit() {
     >"$work/moesplit.log" 2>&1 &
   pid=$!
   wait_http "http://127.0.0.1:$port/health" 600 || { tail -5 "$work/moesplit.log" >&2; exit 1; }
-  load "$port" '{}'
+  load "$port"
   kill -TERM "$pid"; wait "$pid" 2>/dev/null || true; pid=
 }
 
@@ -106,7 +105,7 @@ run_llama() {
     --host 127.0.0.1 --port "$port" >"$work/llama.log" 2>&1 &
   pid=$!
   wait_http "http://127.0.0.1:$port/health" 600 || { tail -5 "$work/llama.log" >&2; exit 1; }
-  load "$port" '{"ignore_eos": true}'
+  load "$port"
   kill -TERM "$pid"; wait "$pid" 2>/dev/null || true; pid=
 }
 

@@ -577,6 +577,9 @@ TEST_F(ApiTest, BadRequestsGetPreciseErrorsAndTheServerKeepsServing) {
        grpc::StatusCode::INVALID_ARGUMENT, "max_tokens"},
       {"top_p 2", "/v1/completions", R"({"prompt":"hi","top_p":2})", 400,
        grpc::StatusCode::INVALID_ARGUMENT, "top_p must be in (0, 1], got 2"},
+      {"ignore_eos not a boolean", "/v1/chat/completions",
+       R"({"messages":[{"role":"user","content":"hi"}],"ignore_eos":"yes"})", 400,
+       grpc::StatusCode::INVALID_ARGUMENT, "ignore_eos must be true or false"},
       {"invalid UTF-8", "/v1/chat/completions",
        "{\"messages\":[{\"role\":\"user\",\"content\":\"a\xff\xfe\"}]}", 400,
        grpc::StatusCode::INVALID_ARGUMENT, "UTF-8"},
@@ -599,6 +602,9 @@ TEST_F(ApiTest, BadRequestsGetPreciseErrorsAndTheServerKeepsServing) {
         << bc.name;
     if (bc.name == "top_p 2") {
       EXPECT_EQ(j["error"]["param"], "top_p");
+    }
+    if (bc.name == "ignore_eos not a boolean") {
+      EXPECT_EQ(j["error"]["param"], "ignore_eos");
     }
     if (bc.name == "unknown model") {
       EXPECT_EQ(j["error"]["code"], "model_not_found");
