@@ -1076,6 +1076,16 @@ MOESPLIT_TARGET512 void AttendGroup512(const GroupAttention& g) {
     for (int64_t j = j0; j < j1; ++j) {
       const uint16_t* vr = g.v + j * g.v_stride;
       float* row = vrows + (j - j0) * dvp;
+      // The rows 16 positions on (a line per 32 values): at decode the
+      // scores pass's prefetches of this chunk's V rows have left L1 by
+      // now. `attention_bench decode 3584` (cold), 8 alternations in each of
+      // three sets: median 2.02 -> 1.81, 2.06 -> 1.76, 1.78 -> 1.71 ms per
+      // layer; 32 positions on was not better; the prompt's unchanged.
+      if (j + 16 < j1) {
+        for (int64_t c = 0; c < dv; c += 32) {
+          _mm_prefetch(reinterpret_cast<const char*>(vr + 16 * g.v_stride + c), _MM_HINT_T0);
+        }
+      }
       for (int64_t c = 0; c < dv_full; c += kLanes) _mm512_store_ps(row + c, Load16(vr + c));
       for (int64_t c = dv_full; c < dv; ++c) row[c] = Fp16ToFp32(vr[c]);
       for (int64_t c = dv; c < dvp; ++c) row[c] = 0.0f;
