@@ -202,6 +202,15 @@ std::vector<int32_t> BenchTokens(int64_t n, int64_t n_vocab, uint64_t seed) {
   return out;
 }
 
+// The parts' time between two readings of Forward::part_times, divided by
+// `runs`.
+model::Forward::PartTimes PartsBetween(const model::Forward::PartTimes& before,
+                                       const model::Forward::PartTimes& after, double runs) {
+  return {(after.attention_s - before.attention_s) / runs,
+          (after.deltanet_s - before.deltanet_s) / runs, (after.moe_s - before.moe_s) / runs,
+          (after.head_s - before.head_s) / runs};
+}
+
 int32_t Argmax(const std::vector<float>& v) {
   return static_cast<int32_t>(model::internal::Argmax(v.data(), static_cast<int64_t>(v.size())));
 }
@@ -324,12 +333,8 @@ absl::Status RunBench(const Args& args, const CommandIo& io) {
   }
   prefill_s /= reps;
   prefill_expert_s /= reps;
-  const model::Forward::PartTimes prefill_after = forward.part_times();
-  const model::Forward::PartTimes prefill_parts = {
-      (prefill_after.attention_s - prefill_before.attention_s) / reps,
-      (prefill_after.deltanet_s - prefill_before.deltanet_s) / reps,
-      (prefill_after.moe_s - prefill_before.moe_s) / reps,
-      (prefill_after.head_s - prefill_before.head_s) / reps};
+  const model::Forward::PartTimes prefill_parts =
+      PartsBetween(prefill_before, forward.part_times(), static_cast<double>(reps));
   // The same prefill once more, untimed, keeping its calls for the replay.
   {
     cache->Clear();
@@ -361,9 +366,7 @@ absl::Status RunBench(const Args& args, const CommandIo& io) {
       next = Argmax(logits);
     }
     d.tok_s = n_gen / Since(t0);
-    const model::Forward::PartTimes after = forward.part_times();
-    d.parts = {after.attention_s - before.attention_s, after.deltanet_s - before.deltanet_s,
-               after.moe_s - before.moe_s, after.head_s - before.head_s};
+    d.parts = PartsBetween(before, forward.part_times(), 1);
     d.calls = recorder.Stop(&d.expert_seconds);
     decodes.push_back(std::move(d));
   }
