@@ -5,17 +5,19 @@
 //   quant_bench [seconds_per_case=0.2] [packed [TYPE]]   (packed: only the packed-layout
 //                                                        lines, of TYPE if given, then
 //                                                        with DeepSeek-V3's expert shapes)
-//   quant_bench [seconds_per_case=0.2] matvec [threads=2] [MiB=512]
+//   quant_bench [seconds_per_case=0.2] matvec [threads=2] [MiB=512] [TYPE] [columns=2048]
 //
 // matvec: one-token MatMul (a decode step's dense product, e.g. the output
-// head) of a matrix of about MiB MiB with 2048 columns, far larger than the
-// caches, on `threads` threads, in GB/s of weight bytes, next to the DRAM
-// read bandwidth of the same threads measured alternately in the same run.
+// head) of a matrix of about MiB MiB with 2048 columns (or `columns`; 2880 is
+// gpt-oss's experts), far larger than the caches, on `threads` threads, in
+// GB/s of weight bytes, next to the DRAM read bandwidth of the same threads
+// measured alternately in the same run; of TYPE only if given.
 
 #include <time.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -167,15 +169,23 @@ double WallSeconds() {
   return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-void BenchMatVec(double secs, int threads, int64_t mib) {
+void BenchMatVec(double secs, int threads, int64_t mib, const std::string& only, int64_t cols) {
   ThreadPool pool(threads);
   DramReader dram(&pool);
-  const int64_t cols = 2048;
   std::printf("one-token MatMul, %d threads, %lld MiB matrices x %lld columns (GB/s of weight bytes)\n", threads,
               static_cast<long long>(mib), static_cast<long long>(cols));
+  bool matched = false;
   for (GgmlType type :
        {GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kQ8_0, GgmlType::kMXFP4, GgmlType::kQ5_0}) {
-    const uint64_t rb = *RowBytes(type, cols);
+    if (!only.empty() && testing::Name(type) != only) continue;
+    matched = true;
+    const std::optional<uint64_t> row_bytes = RowBytes(type, cols);
+    if (!row_bytes) {  // e.g. 2880 columns are not whole 256-column superblocks
+      std::printf("%-5s  skipped: %lld columns are not whole blocks\n", testing::Name(type).c_str(),
+                  static_cast<long long>(cols));
+      continue;
+    }
+    const uint64_t rb = *row_bytes;
     const int64_t rows = static_cast<int64_t>((static_cast<uint64_t>(mib) << 20) / rb) / 16 * 16;
     std::vector<uint8_t> w(rb * rows);
     (void)FillRandomBlocks(type, 5, 0.02f, w.data(), rows * cols);
@@ -208,6 +218,10 @@ void BenchMatVec(double secs, int threads, int64_t mib) {
     std::printf("%-5s  DRAM read %6.2f  GGUF rows %6.2f (%3.0f%%)  packed %6.2f (%3.0f%%)\n", testing::Name(type).c_str(),
                 ram, gguf, 100 * gguf / ram, packed, 100 * packed / ram);
   }
+  if (!matched) {
+    std::fprintf(stderr, "quant_bench: matvec has no type '%s' (Q4_K Q5_K Q6_K Q8_0 MXFP4 Q5_0)\n", only.c_str());
+    std::exit(2);
+  }
 }
 
 }  // namespace
@@ -216,7 +230,8 @@ void BenchMatVec(double secs, int threads, int64_t mib) {
 int main(int argc, char** argv) {
   const double secs = argc > 1 ? std::atof(argv[1]) : 0.2;
   if (argc > 2 && std::string(argv[2]) == "matvec") {
-    moesplit::quant::BenchMatVec(secs, argc > 3 ? std::atoi(argv[3]) : 2, argc > 4 ? std::atoll(argv[4]) : 512);
+    moesplit::quant::BenchMatVec(secs, argc > 3 ? std::atoi(argv[3]) : 2, argc > 4 ? std::atoll(argv[4]) : 512,
+                                 argc > 5 ? argv[5] : "", argc > 6 ? std::atoll(argv[6]) : 2048);
     return 0;
   }
   std::printf("active kernel level %d\n", static_cast<int>(moesplit::quant::ActiveKernelLevel()));
