@@ -1,18 +1,21 @@
-// Routed-expert throughput on Qwen3-30B-A3B-shaped layers (a benchmark; its
-// numbers are printed, never asserted).
+// Routed-expert throughput on Qwen3-30B-A3B- or gpt-oss-20b-shaped layers (a
+// benchmark; its numbers are printed, never asserted).
 //
-//   expert_bench [--threads N] [--seconds S] [--layers L] [--prefill-tokens T]
-//                [--scalar-prefill] [--no-previous] [--no-decode] [--level NAME]
+//   expert_bench [--shape qwen3|gpt-oss] [--threads N] [--seconds S] [--layers L]
+//                [--prefill-tokens T] [--scalar-prefill] [--no-previous] [--no-decode]
+//                [--level NAME]
 //
-// Builds L layers (default 4) of 128 experts, n_embd 2048, n_ff 768, in
-// memory with quant::FillRandomBlocks: gate/up Q4_K, down Q6_K on even
-// layers and Q4_K on odd ones (as Q4_K_M). Measures, in one run and with the
-// same thread count:
+// Builds L layers (default 4) in memory with quant::FillRandomBlocks. qwen3
+// (the default): 128 experts, top-8, n_embd 2048, n_ff 768, gate/up Q4_K,
+// down Q6_K on even layers and Q4_K on odd ones (as Q4_K_M). gpt-oss: 32
+// experts, top-4, n_embd 2880, n_ff 2880, all three MXFP4 (as the published
+// files), with biases and the clamped SwiGLU. Measures, in one run and with
+// the same thread count:
 //   - the machine's DRAM read bandwidth: a streaming read of a 1 GiB buffer;
-//   - decode: one token routed to 8 random experts per layer, all layers in
+//   - decode: one token routed to top-k random experts per layer, all layers in
 //     turn; tokens/s of the expert part and the weight bytes it streams per
 //     second, also as a fraction of the DRAM bandwidth;
-//   - prefill: T (512) tokens, each routed to 8 random experts, all layers;
+//   - prefill: T (512) tokens, each routed to top-k random experts, all layers;
 //   - the roofline of the packed row's decode: the same experts' bytes read
 //     with the DRAM measurement's loop and nothing computed ("read only");
 // for every kernel level the CPU has (quant::SetActiveKernelLevel), and for
@@ -37,6 +40,8 @@
 #include "common/base/memory_bandwidth.h"
 #include "common/base/scratch_buffer.h"
 #include "common/base/thread_pool.h"
+#include "common/gguf/types.h"
+#include "common/model/arch.h"
 #include "common/model/expert.h"
 #include "common/model/internal/ops.h"
 #include "common/quant/matmul.h"
@@ -52,11 +57,22 @@ using model::ExpertCall;
 using model::ExpertResult;
 using model::ExpertStore;
 
-constexpr int64_t kD = 2048, kFf = 768, kExperts = 128, kTopK = 8;
+// The layers' shape.
+struct Shape {
+  const char* name;
+  int64_t d, ff, experts, top_k;
+  GgmlType gate_up, down_even, down_odd;  // down's type on even and odd layers
+  model::ExpertFfnSpec ffn;
+  bool biases;
+};
+const Shape kQwen3 = {"qwen3", 2048, 768, 128, 8, GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kQ4_K, {}, false};
+const Shape kGptOss = {"gpt-oss", 2880, 2880, 32, 4, GgmlType::kMXFP4, GgmlType::kMXFP4, GgmlType::kMXFP4,
+                       {model::ExpertActivation::kSwiGluOai, 1.702f, 7.0f}, true};
 
 double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
 struct Options {
+  Shape shape = kQwen3;
   int threads = 2;
   double seconds = 2.0;
   int layers = 4;
@@ -72,7 +88,14 @@ Options Parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() { return i + 1 < argc ? argv[++i] : ""; };
-    if (a == "--threads") o.threads = std::atoi(next());
+    if (a == "--shape") {
+      const std::string v = next();
+      if (v != kQwen3.name && v != kGptOss.name) {
+        std::fprintf(stderr, "--shape: '%s' is not qwen3 or gpt-oss\n", v.c_str());
+        std::exit(2);
+      }
+      o.shape = v == kQwen3.name ? kQwen3 : kGptOss;
+    } else if (a == "--threads") o.threads = std::atoi(next());
     else if (a == "--seconds") o.seconds = std::atof(next());
     else if (a == "--layers") o.layers = std::atoi(next());
     else if (a == "--prefill-tokens") o.prefill_tokens = std::atoi(next());
@@ -91,6 +114,7 @@ Options Parse(int argc, char** argv) {
 // ---- weights ----------------------------------------------------------------
 
 struct Layers {
+  Shape shape;
   std::vector<std::shared_ptr<uint8_t[]>> buffers;  // huge pages, as the worker's arena
   std::vector<std::unique_ptr<ExpertStore>> stores;  // one per layer (layer index 0 in each)
   std::vector<uint64_t> expert_bytes;                // gate + up + down of one expert, per layer
@@ -98,29 +122,48 @@ struct Layers {
 };
 
 model::ExpertTensorView MakeTensor(Layers* L, GgmlType type, int64_t n_in, int64_t n_out, uint64_t seed) {
+  const int64_t n_expert = L->shape.experts;
   const uint64_t row = *RowBytes(type, n_in);
-  const uint64_t bytes = row * n_out * kExperts;
+  const uint64_t bytes = row * n_out * n_expert;
   L->buffers.push_back(AllocateHugePageBytes(bytes));
-  const absl::Status s = quant::FillRandomBlocks(type, seed, 0.02f, L->buffers.back().get(), n_in * n_out * kExperts);
+  const absl::Status s = quant::FillRandomBlocks(type, seed, 0.02f, L->buffers.back().get(), n_in * n_out * n_expert);
   if (!s.ok()) {
     std::fprintf(stderr, "FillRandomBlocks: %s\n", std::string(s.message()).c_str());
     std::exit(1);
   }
-  return {type, L->buffers.back().get(), n_in, n_out, kExperts, row, row * n_out};
+  return {type, L->buffers.back().get(), n_in, n_out, n_expert, row, row * n_out};
 }
 
-Layers MakeLayers(int n_layers) {
+std::vector<float> RandomBiases(int64_t n, uint64_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  std::vector<float> b(n);
+  for (float& v : b) v = normal(rng);
+  return b;
+}
+
+std::unique_ptr<ExpertStore> MakeStore(const Shape& sh, model::LayerExperts le) {
+  return std::make_unique<ExpertStore>(std::vector<model::LayerExperts>{std::move(le)}, 1,
+                                       static_cast<int>(sh.experts), 0, 0, sh.d, sh.ff, nullptr, sh.ffn);
+}
+
+Layers MakeLayers(const Shape& sh, int n_layers) {
   Layers L;
+  L.shape = sh;
   for (int l = 0; l < n_layers; ++l) {
-    const GgmlType down = l % 2 == 0 ? GgmlType::kQ6_K : GgmlType::kQ4_K;
+    const GgmlType down = l % 2 == 0 ? sh.down_even : sh.down_odd;
     model::LayerExperts le;
-    le.gate = MakeTensor(&L, GgmlType::kQ4_K, kD, kFf, 10 * l + 1);
-    le.up = MakeTensor(&L, GgmlType::kQ4_K, kD, kFf, 10 * l + 2);
-    le.down = MakeTensor(&L, down, kFf, kD, 10 * l + 3);
+    le.gate = MakeTensor(&L, sh.gate_up, sh.d, sh.ff, 10 * l + 1);
+    le.up = MakeTensor(&L, sh.gate_up, sh.d, sh.ff, 10 * l + 2);
+    le.down = MakeTensor(&L, down, sh.ff, sh.d, 10 * l + 3);
+    if (sh.biases) {
+      le.gate_b = RandomBiases(sh.ff * sh.experts, 10 * l + 4);
+      le.up_b = RandomBiases(sh.ff * sh.experts, 10 * l + 5);
+      le.down_b = RandomBiases(sh.d * sh.experts, 10 * l + 6);
+    }
     L.expert_bytes.push_back(le.gate.expert_bytes + le.up.expert_bytes + le.down.expert_bytes);
     L.down_types.push_back(down);
-    L.stores.push_back(std::make_unique<ExpertStore>(std::vector<model::LayerExperts>{le}, 1,
-                                                     static_cast<int>(kExperts), 0, 0, kD, kFf));
+    L.stores.push_back(MakeStore(sh, std::move(le)));
   }
   return L;
 }
@@ -129,40 +172,41 @@ Layers MakeLayers(int n_layers) {
 // exists; expert_bytes stays the GGUF bytes, so GB/s compare like for like.
 Layers PackLayers(const Layers& src) {
   Layers L;
+  L.shape = src.shape;
+  const int64_t n_expert = src.shape.experts;
   L.expert_bytes = src.expert_bytes;
   L.down_types = src.down_types;
   for (const auto& store : src.stores) {
-    model::LayerExperts le;
     const model::LayerExperts& orig = store->Layer(0);
+    model::LayerExperts le{{}, {}, {}, orig.gate_b, orig.up_b, orig.down_b};
     model::ExpertTensorView* out[3] = {&le.gate, &le.up, &le.down};
     const model::ExpertTensorView* from[3] = {&orig.gate, &orig.up, &orig.down};
     for (int k = 0; k < 3; ++k) {
-      const uint64_t bytes = model::CopiedExpertBytes(*from[k], 0, kExperts, true);
+      const uint64_t bytes = model::CopiedExpertBytes(*from[k], 0, n_expert, true);
       L.buffers.push_back(AllocateHugePageBytes(bytes + 64));
       uint8_t* dst = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(L.buffers.back().get()) + 63) & ~uintptr_t{63});
-      *out[k] = model::CopyExperts(*from[k], 0, kExperts, true, dst);
+      *out[k] = model::CopyExperts(*from[k], 0, n_expert, true, dst);
     }
-    L.stores.push_back(std::make_unique<ExpertStore>(std::vector<model::LayerExperts>{le}, 1,
-                                                     static_cast<int>(kExperts), 0, 0, kD, kFf));
+    L.stores.push_back(MakeStore(L.shape, std::move(le)));
   }
   return L;
 }
 
-ExpertCall RandomCall(int n_tokens, std::mt19937* rng) {
+ExpertCall RandomCall(const Shape& sh, int n_tokens, std::mt19937* rng) {
   ExpertCall c;
   c.n_tokens = n_tokens;
-  c.d = static_cast<int32_t>(kD);
-  c.hidden.resize(n_tokens * kD);
+  c.d = static_cast<int32_t>(sh.d);
+  c.hidden.resize(n_tokens * sh.d);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (float& v : c.hidden) v = normal(*rng);
   c.token_offsets.push_back(0);
-  std::vector<int32_t> ids(kExperts);
+  std::vector<int32_t> ids(sh.experts);
   for (int t = 0; t < n_tokens; ++t) {
-    for (int e = 0; e < kExperts; ++e) ids[e] = e;
-    for (int j = 0; j < kTopK; ++j) {
-      std::swap(ids[j], ids[j + (*rng)() % (kExperts - j)]);
+    for (int e = 0; e < sh.experts; ++e) ids[e] = e;
+    for (int j = 0; j < sh.top_k; ++j) {
+      std::swap(ids[j], ids[j + (*rng)() % (sh.experts - j)]);
       c.expert_ids.push_back(ids[j]);
-      c.weights.push_back(1.0f / kTopK);
+      c.weights.push_back(1.0f / sh.top_k);
     }
     c.token_offsets.push_back(static_cast<uint32_t>(c.expert_ids.size()));
   }
@@ -251,14 +295,15 @@ double ProcessCpuSeconds() {
 }
 
 template <typename MakeBackend>
-Row Measure(const Options& o, const Layers& L, ThreadPool* pool, MakeBackend make, bool prefill) {
+Row Measure(const Options& o, const Layers& L, ThreadPool* pool, DramReader* dram_reader, MakeBackend make,
+            bool prefill) {
   Row row;
   std::vector<std::unique_ptr<model::ExpertBackend>> backends;
   for (int l = 0; l < o.layers; ++l) backends.push_back(make(*L.stores[l], pool));
   std::mt19937 rng(1);
   // Decode: pre-generated calls, one per layer per token.
   std::vector<ExpertCall> calls;
-  for (int i = 0; i < 64; ++i) calls.push_back(RandomCall(1, &rng));
+  for (int i = 0; i < 64; ++i) calls.push_back(RandomCall(L.shape, 1, &rng));
   ExpertResult res;
   for (int l = 0; l < o.layers; ++l) (void)backends[l]->Compute(calls[0], &res);  // warm-up
   // The machine's memory bandwidth drifts (shared host): decode runs in
@@ -270,14 +315,14 @@ Row Measure(const Options& o, const Layers& L, ThreadPool* pool, MakeBackend mak
   row.ratio_min = 1e9;
   row.ratio_max = 0;
   for (int c = 0; o.decode && c < kChunks; ++c) {
-    const double dram = MeasureDramReadGbps(pool, 2);
+    const double dram = dram_reader->MeasureGbps(2);
     const double cpu0 = ProcessCpuSeconds();
     const auto t0 = Clock::now();
     double chunk_bytes = 0, dt = 0;
     do {
       for (int l = 0; l < o.layers; ++l) {
         (void)backends[l]->Compute(calls[(tokens * o.layers + l) % calls.size()], &res);
-        chunk_bytes += static_cast<double>(L.expert_bytes[l]) * kTopK;
+        chunk_bytes += static_cast<double>(L.expert_bytes[l]) * L.shape.top_k;
       }
       ++tokens;
       dt = Seconds(t0, Clock::now());
@@ -297,7 +342,7 @@ Row Measure(const Options& o, const Layers& L, ThreadPool* pool, MakeBackend mak
   row.dram_gbs = o.decode ? dram_sum / kChunks : 0;
   row.ratio = o.decode ? ratio_sum / kChunks : 0;
   if (prefill) {
-    const ExpertCall call = RandomCall(o.prefill_tokens, &rng);
+    const ExpertCall call = RandomCall(L.shape, o.prefill_tokens, &rng);
     (void)backends[0]->Compute(call, &res);  // warm-up (sizes scratch)
     int rounds = 0;
     const auto p0 = Clock::now();
@@ -337,20 +382,28 @@ void Print(const Row& r) {
 int Main(int argc, char** argv) {
   const Options o = Parse(argc, argv);
   ThreadPool pool(o.threads);
-  std::printf("expert_bench: %d layers x %lld experts, n_embd %lld, n_ff %lld, top-%lld; gate/up Q4_K, "
-              "down Q6_K (even layers) / Q4_K (odd); threads %d\n",
-              o.layers, (long long)kExperts, (long long)kD, (long long)kFf, (long long)kTopK, o.threads);
+  const Shape& sh = o.shape;
+  std::printf("expert_bench: %s shape, %d layers x %lld experts, n_embd %lld, n_ff %lld, top-%lld; gate/up %s, "
+              "down %s (even layers) / %s (odd); %s; threads %d\n",
+              sh.name, o.layers, (long long)sh.experts, (long long)sh.d, (long long)sh.ff, (long long)sh.top_k,
+              std::string(GgmlTypeName(sh.gate_up)).c_str(), std::string(GgmlTypeName(sh.down_even)).c_str(),
+              std::string(GgmlTypeName(sh.down_odd)).c_str(),
+              sh.biases ? (model::ExpertFfnName(sh.ffn) + " with biases").c_str() : model::ExpertFfnName(sh.ffn).c_str(),
+              o.threads);
   const auto tb = Clock::now();
-  const Layers L = MakeLayers(o.layers);
+  const Layers L = MakeLayers(sh, o.layers);
   double total = 0;
-  for (int l = 0; l < o.layers; ++l) total += static_cast<double>(L.expert_bytes[l]) * kExperts;
+  for (int l = 0; l < o.layers; ++l) total += static_cast<double>(L.expert_bytes[l]) * sh.experts;
   std::printf("weights: %.2f GB in memory (built in %.1f s); one decode token streams %.1f MB\n", total / 1e9,
               Seconds(tb, Clock::now()), [&] {
                 double b = 0;
-                for (int l = 0; l < o.layers; ++l) b += static_cast<double>(L.expert_bytes[l]) * kTopK;
+                for (int l = 0; l < o.layers; ++l) b += static_cast<double>(L.expert_bytes[l]) * sh.top_k;
                 return b / 1e6;
               }());
-  const double dram = MeasureDramReadGbps(&pool);
+  // One buffer for every measurement: a fresh 1 GiB each time cost more
+  // time in page clearing than the decode it is compared with.
+  DramReader dram_reader(&pool);
+  const double dram = dram_reader.MeasureGbps(5);
   std::printf("DRAM read bandwidth (%d threads, 1 GiB streaming read): %.2f GB/s\n\n", o.threads, dram);
   std::printf("(decode runs in 6 chunks, each right after a DRAM read with the same threads: DRAM GB/s is\n"
               " their mean, 'of DRAM' the mean (min-max) of the per-chunk ratios; cpu: process CPU time /\n"
@@ -370,29 +423,30 @@ int Main(int argc, char** argv) {
     if (!o.level.empty() && o.level != LevelName(level)) continue;
     quant::SetActiveKernelLevel(level);
     const bool prefill = level != quant::KernelLevel::kScalar || o.scalar_prefill;
-    Row r = Measure(o, L, &pool, fused, prefill);
+    Row r = Measure(o, L, &pool, &dram_reader, fused, prefill);
     r.impl = "fused InProcessExperts";
     r.level = LevelName(level);
     Print(r);
   }
   quant::SetActiveKernelLevel(best);
-  if (quant::PackedPreferred(GgmlType::kQ4_K) && (o.level.empty() || o.level == "packed")) {
+  if (quant::PackedPreferred(sh.gate_up) && (o.level.empty() || o.level == "packed")) {
     const Layers P = PackLayers(L);
-    Row r = Measure(o, P, &pool, fused, true);
-    r.impl = "fused, packed Q4_K/Q6_K";
+    Row r = Measure(o, P, &pool, &dram_reader, fused, true);
+    r.impl = sh.gate_up == GgmlType::kMXFP4 ? "fused, packed MXFP4" : "fused, packed Q4_K/Q6_K";
     r.level = LevelName(best);
     Print(r);
     // The roofline of that row: its experts' bytes read without computing.
     auto read_only = [](const ExpertStore& s, ThreadPool* p) -> std::unique_ptr<model::ExpertBackend> {
       return std::make_unique<ReadOnlyExperts>(s, p);
     };
-    Row ro = Measure(o, P, &pool, read_only, false);
+    Row ro = Measure(o, P, &pool, &dram_reader, read_only, false);
     ro.impl = "read only, same bytes";
     ro.level = "-";
     Print(ro);
   }
-  if (o.previous) {
-    Row r = Measure(o, L, &pool, previous, true);
+  // The previous algorithm knows only the plain SwiGLU without biases.
+  if (o.previous && !sh.biases && sh.ffn.activation == model::ExpertActivation::kSwiGlu) {
+    Row r = Measure(o, L, &pool, &dram_reader, previous, true);
     r.impl = "previous (MatMul/exp.)";
     r.level = LevelName(best);
     Print(r);
