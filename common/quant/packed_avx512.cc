@@ -40,11 +40,20 @@ inline __m512i Bcast(const int8_t* p) {
   return _mm512_set1_epi32(v);
 }
 
-// Bytes prefetched ahead of the superblock being read, in the order the
-// kernels read them: the weights stream from DRAM at decode.
+// Bytes prefetched ahead of the superblock being read in each strip, in the
+// order the kernels read them: the weights stream from DRAM at decode. The
+// K-quant kernels (one strip, 2-3 KiB superblocks) prefetch 8 KiB ahead; the
+// 32-column kernels (two strips side by side, 272-544 byte blocks) 4 KiB in
+// each strip. Against 8 KiB there, alternated in one sitting: one-token
+// products at 2880 columns on 2 threads (quant_bench 0.4 matvec 2 512 TYPE
+// 2880, medians of 4-5) MXFP4 46.6 against 37.7 GB/s and Q8_0 55.7 against
+// 51.2; gpt-oss-20b's expert decode (expert_bench --shape gpt-oss, 5 each)
+// 39.6 against 35.7 GB/s. 2, 3 and 6 KiB were slower than 4; the Qwen3
+// shape's K-quants gained nothing from 4.
 constexpr uint64_t kPrefetchAhead = 8192;
+constexpr uint64_t kPrefetchAhead32 = 4096;
 
-// Prefetches `bytes` from kPrefetchAhead past offset `pos` of strip k of a
+// Prefetches `bytes` from `ahead` past offset `pos` of strip k of a
 // pass over S consecutive strips (strip0 the first), within [.., end). A
 // pass over S > 1 strips (the 32-column kernels' two) reads them side by
 // side, so past its strip's end the distance goes on in strip k of the next
@@ -53,10 +62,10 @@ constexpr uint64_t kPrefetchAhead = 8192;
 // hardware (then, with the K-quant kernels also reading two strips, the
 // worker's decode compute on the default model took 0.87x the time in this
 // order and at 8 KiB instead of 4; median of 14 alternated rounds).
-template <int S>
+template <int S, uint64_t ahead = kPrefetchAhead>
 __attribute__((always_inline)) inline void PrefetchAhead(const uint8_t* strip0, uint64_t strip_bytes, int k,
                                                          uint64_t pos, uint64_t bytes, const uint8_t* end) {
-  uint64_t off = pos + kPrefetchAhead;
+  uint64_t off = pos + ahead;
   if constexpr (S > 1) {  // one strip: straight ahead, no division on the hot path
     if (off >= strip_bytes) off = off / strip_bytes * S * strip_bytes + off % strip_bytes;
   }
@@ -326,7 +335,7 @@ void Strips32(const uint8_t* strip, uint64_t strip_bytes, int64_t nb, const Bloc
     for (int t = 0; t < T; ++t) {
       for (int s = 0; s < S; ++s) isum[t][s] = _mm512_set1_epi32(terms[t * nb + i].neg_corr);
     }
-    for (int s = 0; s < S; ++s) PrefetchAhead<S>(strip, strip_bytes, s, i * kSB, kSB, end);
+    for (int s = 0; s < S; ++s) PrefetchAhead<S, kPrefetchAhead32>(strip, strip_bytes, s, i * kSB, kSB, end);
     Chunks32<K, T, S>(strip + i * kSB, strip_bytes, a, i, table, isum);
 #pragma GCC unroll 4
     for (int s = 0; s < S; ++s) {
