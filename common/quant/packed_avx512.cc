@@ -48,7 +48,7 @@ inline __m512i Bcast(const int8_t* p) {
 // products at 2880 columns on 2 threads (quant_bench 0.4 matvec 2 512 TYPE
 // 2880, medians of 4-5) MXFP4 46.6 against 37.7 GB/s and Q8_0 55.7 against
 // 51.2; gpt-oss-20b's expert decode (expert_bench --shape gpt-oss, 5 each)
-// 39.6 against 35.7 GB/s. 2, 3 and 6 KiB were slower than 4; the Qwen3
+// 39.6 against 35.7 GB/s. 2, 3, 6 and 16 KiB were slower than 4; the Qwen3
 // shape's K-quants gained nothing from 4.
 constexpr uint64_t kPrefetchAhead = 8192;
 constexpr uint64_t kPrefetchAhead32 = 4096;
