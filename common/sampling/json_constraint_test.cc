@@ -330,7 +330,9 @@ TEST(TokenConstraintTest, TagsAllowTheSpecialTokenAndTheTextOnly) {
   EXPECT_EQ((*vocab)->piece(channel), grammar::TokenBytes("<|channel|>"));
   EXPECT_EQ((*vocab)->piece(tool_call), grammar::TokenBytes("<tool_call>"));
   for (int32_t id = 0; id < t.n_vocab(); ++id) {
-    if (t.Piece(id).find('\xFF') != std::string::npos) EXPECT_FALSE((*vocab)->usable(id)) << id;
+    if (t.Piece(id).find('\xFF') != std::string::npos) {
+      EXPECT_FALSE((*vocab)->usable(id)) << id;
+    }
   }
 
   grammar::GrammarBuilder b;
