@@ -277,7 +277,7 @@ class GgufParser {
 };
 
 absl::Status GgufParser::ReadString(std::string* out, std::string_view what) {
-  uint64_t len;
+  uint64_t len = 0;
   RETURN_IF_ERROR(Read(&len, what));
   if (len > size_ - pos_) {
     return Error(absl::StrFormat("%s: string length %d exceeds the %d bytes left in the file",
@@ -293,18 +293,18 @@ absl::Status GgufParser::ReadValue(GgufValueType type, GgufValue* out,
   const std::string what = absl::StrCat("key '", AbslView(key), "'");
   out->type_ = type;
   switch (type) {
-    case GgufValueType::kUint8: { uint8_t v; RETURN_IF_ERROR(Read(&v, what)); out->i_ = v; break; }
-    case GgufValueType::kInt8: { int8_t v; RETURN_IF_ERROR(Read(&v, what)); out->i_ = v; break; }
-    case GgufValueType::kUint16: { uint16_t v; RETURN_IF_ERROR(Read(&v, what)); out->i_ = v; break; }
-    case GgufValueType::kInt16: { int16_t v; RETURN_IF_ERROR(Read(&v, what)); out->i_ = v; break; }
-    case GgufValueType::kUint32: { uint32_t v; RETURN_IF_ERROR(Read(&v, what)); out->i_ = v; break; }
-    case GgufValueType::kInt32: { int32_t v; RETURN_IF_ERROR(Read(&v, what)); out->i_ = v; break; }
-    case GgufValueType::kUint64: { uint64_t v; RETURN_IF_ERROR(Read(&v, what)); out->u_ = v; break; }
-    case GgufValueType::kInt64: { int64_t v; RETURN_IF_ERROR(Read(&v, what)); out->i_ = v; break; }
-    case GgufValueType::kFloat32: { float v; RETURN_IF_ERROR(Read(&v, what)); out->f_ = v; break; }
-    case GgufValueType::kFloat64: { double v; RETURN_IF_ERROR(Read(&v, what)); out->f_ = v; break; }
+    case GgufValueType::kUint8: { uint8_t v = 0; RETURN_IF_ERROR(Read(&v, what)); out->i_ = v; break; }
+    case GgufValueType::kInt8: { int8_t v = 0; RETURN_IF_ERROR(Read(&v, what)); out->i_ = v; break; }
+    case GgufValueType::kUint16: { uint16_t v = 0; RETURN_IF_ERROR(Read(&v, what)); out->i_ = v; break; }
+    case GgufValueType::kInt16: { int16_t v = 0; RETURN_IF_ERROR(Read(&v, what)); out->i_ = v; break; }
+    case GgufValueType::kUint32: { uint32_t v = 0; RETURN_IF_ERROR(Read(&v, what)); out->i_ = v; break; }
+    case GgufValueType::kInt32: { int32_t v = 0; RETURN_IF_ERROR(Read(&v, what)); out->i_ = v; break; }
+    case GgufValueType::kUint64: { uint64_t v = 0; RETURN_IF_ERROR(Read(&v, what)); out->u_ = v; break; }
+    case GgufValueType::kInt64: { int64_t v = 0; RETURN_IF_ERROR(Read(&v, what)); out->i_ = v; break; }
+    case GgufValueType::kFloat32: { float v = 0; RETURN_IF_ERROR(Read(&v, what)); out->f_ = v; break; }
+    case GgufValueType::kFloat64: { double v = 0; RETURN_IF_ERROR(Read(&v, what)); out->f_ = v; break; }
     case GgufValueType::kBool: {
-      uint8_t v;
+      uint8_t v = 0;
       RETURN_IF_ERROR(Read(&v, what));
       if (v > 1) return Error(absl::StrCat(what, ": bool value ", v, " is not 0 or 1"));
       out->i_ = v;
@@ -324,8 +324,8 @@ absl::Status GgufParser::ReadArray(GgufValue* out, std::string_view key, int dep
   if (depth >= static_cast<int>(kMaxArrayDepth)) {
     return Error(absl::StrCat(what, ": arrays nested deeper than ", kMaxArrayDepth));
   }
-  uint32_t elem_raw;
-  uint64_t count;
+  uint32_t elem_raw = 0;
+  uint64_t count = 0;
   RETURN_IF_ERROR(Read(&elem_raw, what));
   if (!KnownValueType(elem_raw)) {
     return Error(absl::StrCat(what, ": unknown array element type ", elem_raw));
@@ -362,21 +362,21 @@ absl::Status GgufParser::ReadTensorInfo(GgufTensor* t, uint64_t index) {
                               " is outside 1..", kMaxNameLength));
   }
   const std::string tw = absl::StrCat("tensor '", t->name, "'");
-  uint32_t n_dims;
+  uint32_t n_dims = 0;
   RETURN_IF_ERROR(Read(&n_dims, tw));
   if (n_dims < 1 || n_dims > kMaxTensorDims) {
     return Error(absl::StrCat(tw, ": n_dims ", n_dims, " is outside 1..4"));
   }
   t->n_dims = static_cast<int>(n_dims);
   for (uint32_t d = 0; d < n_dims; ++d) {
-    uint64_t ne;
+    uint64_t ne = 0;
     RETURN_IF_ERROR(Read(&ne, tw));
     if (ne > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
       return Error(absl::StrCat(tw, ": dimension ", d, " = ", ne, " is too large"));
     }
     t->ne[d] = static_cast<int64_t>(ne);
   }
-  uint32_t type;
+  uint32_t type = 0;
   RETURN_IF_ERROR(Read(&type, tw));
   const auto info = LookupGgmlType(type);
   if (!info) return Error(absl::StrCat(tw, ": unknown tensor type ", type));
@@ -420,8 +420,8 @@ absl::Status GgufParser::ValidateTensor(GgufTensor* t, uint64_t alignment,
 
 absl::Status GgufParser::Parse(GgufFile* file, GgufFile::Part* part, int split,
                                bool keep_metadata) {
-  uint32_t magic, version;
-  uint64_t n_tensors, n_kv;
+  uint32_t magic = 0, version = 0;
+  uint64_t n_tensors = 0, n_kv = 0;
   RETURN_IF_ERROR(Read(&magic, "magic"));
   if (magic != kGgufMagic) {
     return Error(absl::StrFormat("bad magic 0x%08x (not a GGUF file)", magic));
@@ -447,7 +447,7 @@ absl::Status GgufParser::Parse(GgufFile* file, GgufFile::Part* part, int split,
   for (uint64_t i = 0; i < n_kv; ++i) {
     std::string key;
     RETURN_IF_ERROR(ReadString(&key, absl::StrCat("metadata key #", i)));
-    uint32_t type;
+    uint32_t type = 0;
     RETURN_IF_ERROR(Read(&type, absl::StrCat("key '", AbslView(key), "'")));
     if (!KnownValueType(type)) {
       return Error(absl::StrCat("key '", key, "': unknown value type ", type));

@@ -273,7 +273,7 @@ struct ArchDescription {
   // positions on layer i when i % period < period - 1, with the period from
   // `{prefix}.attention.sliding_window_pattern` (default 2: the even layers).
   bool sliding_window = false;
-  ExpertFfnSpec expert_ffn;
+  ExpertFfnSpec expert_ffn{};
   bool multi_section_rope = false;  // rope.dimension_sections required (RopeParams)
   // RoPE pairs: NEOX (i, i + n_rot/2) or NORM, adjacent (2i, 2i + 1).
   bool rope_norm = false;

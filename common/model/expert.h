@@ -144,7 +144,7 @@ class ExpertBackend {
 // n_embd for down).
 struct LayerExperts {
   ExpertTensorView gate, up, down;
-  std::vector<float> gate_b, up_b, down_b;
+  std::vector<float> gate_b{}, up_b{}, down_b{};
 };
 // The biases of experts [eb, ee) of `lw` (LayerExperts' layout).
 void SliceExpertBiases(const LayerWeights& lw, int eb, int ee, int64_t n_ff, int64_t d,

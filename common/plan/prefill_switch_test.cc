@@ -59,7 +59,9 @@ TEST(PrefillSwitchTest, ThresholdIsTheCrossingPoint) {
       };
       const double n = static_cast<double>(*s->threshold_tokens);
       EXPECT_LT(gpu(n), n / cpu) << cpu << " " << bw;
-      if (n > 1) EXPECT_GE(gpu(n - 1), (n - 1) / cpu) << cpu << " " << bw;
+      if (n > 1) {
+        EXPECT_GE(gpu(n - 1), (n - 1) / cpu) << cpu << " " << bw;
+      }
     }
   }
 }

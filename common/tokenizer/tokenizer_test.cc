@@ -405,7 +405,9 @@ TEST(TokenizerTest, HarmonyTokensFollowLlamaCpp) {
     const int32_t start = base, channel = base + 1, end = base + 3, call = base + 4;
     EXPECT_TRUE((*tok)->IsEndOfGeneration(call));
     EXPECT_EQ((*tok)->IsEndOfGeneration(end), !with_return) << with_return;
-    if (with_return) EXPECT_TRUE((*tok)->IsEndOfGeneration(base + 5));
+    if (with_return) {
+      EXPECT_TRUE((*tok)->IsEndOfGeneration(base + 5));
+    }
     // Rendered without render_special: user-defined now.
     EXPECT_EQ(*(*tok)->Decode(std::vector<int32_t>{start, channel}, false),
               "<|start|><|channel|>");

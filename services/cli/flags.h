@@ -123,16 +123,16 @@ class FlagParser {
     void* dst;
     std::string help;
     std::string section;
-    std::string default_text;  // shown as "(default: ...)" unless empty
-    std::string meta;
+    std::string default_text{};  // shown as "(default: ...)" unless empty
+    std::string meta{};
     bool required = false;
     bool repeatable = false;
     bool has_range = false;
     double lo = 0, hi = 0;
-    std::vector<std::string> one_of;
-    std::vector<std::function<absl::Status(absl::string_view)>> checks;
+    std::vector<std::string> one_of{};
+    std::vector<std::function<absl::Status(absl::string_view)>> checks{};
     bool set = false;
-    std::string raw;  // the value as typed
+    std::string raw{};  // the value as typed
   };
   FlagRef Add(absl::string_view names, Kind kind, void* dst, std::string help);
   absl::Status Assign(Flag& flag, absl::string_view shown, absl::string_view value);

@@ -189,7 +189,7 @@ TEST(FlagParserTest, ChecksRunWhileParsing) {
       {{"--even", "--shown-as-is"}, "--even is odd"},
   };
   for (const Case& c : cases) {
-    int64_t parallel = 1, even = 0;
+    int64_t parallel = 1;
     double ratio = 0;
     std::string kind = "a", http;
     FlagParser p;
