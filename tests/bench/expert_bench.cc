@@ -285,6 +285,7 @@ struct Row {
   double dram_gbs = 0;    // mean of the DRAM reads measured before each decode chunk
   double ratio = 0, ratio_min = 0, ratio_max = 0;  // decode GB/s / DRAM GB/s per chunk
   double decode_cpu = 0;  // CPU time / (wall time x threads) during decode
+  bool decoded = false;   // false under --no-decode: the decode columns say so
 };
 
 // User + system CPU seconds of the whole process.
@@ -336,6 +337,7 @@ Row Measure(const Options& o, const Layers& L, ThreadPool* pool, DramReader* dra
     row.ratio_min = std::min(row.ratio_min, ratio);
     row.ratio_max = std::max(row.ratio_max, ratio);
   }
+  row.decoded = o.decode;
   row.decode_tps = elapsed > 0 ? tokens / elapsed : 0;
   row.decode_gbs = elapsed > 0 ? bytes / elapsed / 1e9 : 0;
   row.decode_cpu = elapsed > 0 ? cpu / (elapsed * pool->size()) : 0;
@@ -368,9 +370,13 @@ const char* LevelName(quant::KernelLevel l) {
 }
 
 void Print(const Row& r) {
-  std::printf("%-22s %-7s %12.1f %11.2f %9.2f %6.1f%% (%2.0f-%2.0f) %5.0f%%", r.impl.c_str(), r.level.c_str(),
-              r.decode_tps, r.decode_gbs, r.dram_gbs, 100 * r.ratio, 100 * r.ratio_min, 100 * r.ratio_max,
-              100 * r.decode_cpu);
+  if (r.decoded) {
+    std::printf("%-22s %-7s %12.1f %11.2f %9.2f %6.1f%% (%2.0f-%2.0f) %5.0f%%", r.impl.c_str(), r.level.c_str(),
+                r.decode_tps, r.decode_gbs, r.dram_gbs, 100 * r.ratio, 100 * r.ratio_min, 100 * r.ratio_max,
+                100 * r.decode_cpu);
+  } else {
+    std::printf("%-22s %-7s %12s %11s %9s %17s %6s", r.impl.c_str(), r.level.c_str(), "skipped", "-", "-", "-", "-");
+  }
   if (r.prefill_tps >= 0) {
     std::printf(" %16.1f\n", r.prefill_tps);
   } else {
