@@ -341,8 +341,8 @@ Row Measure(const Options& o, const Layers& L, ThreadPool* pool, DramReader* dra
   row.decode_tps = elapsed > 0 ? tokens / elapsed : 0;
   row.decode_gbs = elapsed > 0 ? bytes / elapsed / 1e9 : 0;
   row.decode_cpu = elapsed > 0 ? cpu / (elapsed * pool->size()) : 0;
-  row.dram_gbs = o.decode ? dram_sum / kChunks : 0;
-  row.ratio = o.decode ? ratio_sum / kChunks : 0;
+  row.dram_gbs = dram_sum / kChunks;  // 0 under --no-decode (no chunks ran)
+  row.ratio = ratio_sum / kChunks;
   if (prefill) {
     const ExpertCall call = RandomCall(L.shape, o.prefill_tokens, &rng);
     (void)backends[0]->Compute(call, &res);  // warm-up (sizes scratch)
