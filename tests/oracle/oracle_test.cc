@@ -27,29 +27,15 @@
 #include "common/model/expert.h"
 #include "common/model/forward.h"
 #include "common/model/model.h"
+#include "common/model/testing/fixtures.h"
 
 namespace moesplit::model {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string ModelsDir() {
-  const char* env = std::getenv("MOESPLIT_FIXTURES_DIR");
-  return std::string(env ? env : MOESPLIT_FIXTURES_DIR) + "/models";
-}
-
-std::vector<std::string> OracleModels() {
-  std::vector<std::string> names;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(ModelsDir(), ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.find("-tiny-") != std::string::npos && entry.path().extension() == ".json") {
-      names.push_back(name.substr(0, name.size() - 5));
-    }
-  }
-  std::sort(names.begin(), names.end());
-  return names;
-}
+std::string ModelsDir() { return model::testing::FixtureModelsDir(); }
+std::vector<std::string> OracleModels() { return model::testing::OracleFixtureModels(); }
 
 bool IsFloatModel(const std::string& name) {
   return name.size() >= 4 && (name.substr(name.size() - 4) == "-f16" ||
@@ -134,6 +120,9 @@ class OracleTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(OracleTest, MatchesLlamaCppLogits) {
   const std::string name = GetParam();
+  if (std::string_view why = testing::PendingFixture(name); !why.empty()) {
+    GTEST_SKIP() << "not served yet: " << why;
+  }
   std::ifstream in(ModelsDir() + "/" + name + ".json");
   ASSERT_TRUE(in) << name;
   const nlohmann::json spec = nlohmann::json::parse(in);
@@ -204,6 +193,16 @@ GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(OracleTest);
 TEST(OracleFixturesTest, AreAllPresent) {
   // Guards against a silently empty suite (wrong MOESPLIT_FIXTURES_DIR).
   EXPECT_GE(OracleModels().size(), 12u) << ModelsDir();
+  // Every pending entry still names a fixture model (it goes when its
+  // family lands), and most fixtures are served.
+  size_t pending = 0;
+  for (const testing::PendingEntry& p : testing::PendingFixtures()) {
+    size_t matches = 0;
+    for (const std::string& m : OracleModels()) matches += m.rfind(p.prefix, 0) == 0;
+    EXPECT_GT(matches, 0u) << "pending entry '" << p.prefix << "' names no fixture";
+    pending += matches;
+  }
+  EXPECT_GE(OracleModels().size() - pending, 12u);
 }
 
 // Prints the whole table when the binary runs all models in one process.

@@ -1,0 +1,57 @@
+#include "common/model/testing/fixtures.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <system_error>
+
+#ifndef MOESPLIT_FIXTURES_DIR
+#define MOESPLIT_FIXTURES_DIR "../shared/fixtures"
+#endif
+
+namespace moesplit::model::testing {
+
+std::string FixturesDir() {
+  const char* env = std::getenv("MOESPLIT_FIXTURES_DIR");
+  return env != nullptr ? env : MOESPLIT_FIXTURES_DIR;
+}
+
+std::string FixtureModelsDir() { return FixturesDir() + "/models"; }
+
+std::vector<std::string> OracleFixtureModels() {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(FixtureModelsDir(), ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.find("-tiny-") != std::string::npos && e.path().extension() == ".json") {
+      names.push_back(name.substr(0, name.size() - 5));
+    }
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+const std::vector<PendingEntry>& PendingFixtures() {
+  static const auto* const kPending = new std::vector<PendingEntry>{
+      {"glm4moe-", "glm4moe: issue #41 (GLM-4.5/4.6/4.7)"},
+      {"glm47flash-", "GLM-4.7-Flash (deepseek2 with a NextN block): issue #41"},
+      {"minimaxm2-", "minimax-m2: issue #41"},
+      {"qwen3next-", "qwen3next: issue #41"},
+      {"qwen35moe-mtp-", "qwen35moe with an MTP block: issue #41"},
+      {"gemma4-", "gemma4: issue #44"},
+      {"nemotronh-", "nemotron_h_moe (Mamba-2): issue #44"},
+      {"qwen3moe-tiny-iq1_", "IQ1_S / IQ1_M: issue #42"},
+      {"qwen3moe-tiny-iq2_", "IQ2_XXS / IQ2_XS / IQ2_S: issue #42"},
+      {"qwen3moe-tiny-iq3_", "IQ3_XXS / IQ3_S: issue #42"},
+  };
+  return *kPending;
+}
+
+std::string_view PendingFixture(std::string_view name) {
+  for (const PendingEntry& p : PendingFixtures()) {
+    if (name.substr(0, p.prefix.size()) == p.prefix) return p.reason;
+  }
+  return {};
+}
+
+}  // namespace moesplit::model::testing
