@@ -223,11 +223,15 @@ const std::vector<ArchDescription>& Registry() {
        .key_prefix = "deepseek2",
        .router = {.scoring = RouterSpec::Scoring::kSoftmax,
                   .default_norm_topk = false,
-                  .deepseek_keys = true},
+                  .gating_func_key = true,
+                  .weights_scale_key = true,
+                  .expert_groups = true},
        .attention = MixerKind::kMla,
        .expert_ffn = {},
        .rope_norm = true,
-       .deepseek2 = true,
+       .leading_dense_layers = true,
+       .shared_expert_count = true,
+       .rope_yarn_log_multiplier = true,
        .tensors = DeepSeek2Tensors()},
   };
   return *kArchs;
@@ -505,26 +509,32 @@ absl::Status ParseRopeSections(const GgufFile& f, const std::string& p, HyperPar
   return absl::OkStatus();
 }
 
-// deepseek2's router keys (llama.cpp: expert_gating_func,
-// expert_weights_scale, expert_group_count / expert_group_used_count).
-absl::Status ParseDeepSeekRouter(const GgufFile& f, const std::string& p, HyperParams* hp) {
-  ASSIGN_OR_RETURN(const int64_t gating, ReadInt(f, p + ".expert_gating_func", 0));
-  switch (gating) {
-    case 0:  // absent / none: llama.cpp's default for V2 / V2.5 files
-    case 1: hp->router_scoring = RouterSpec::Scoring::kSoftmax; break;
-    case 2: hp->router_scoring = RouterSpec::Scoring::kSigmoid; break;
-    case 3: hp->router_scoring = RouterSpec::Scoring::kSoftmaxSelected; break;
-    default:
-      return absl::InvalidArgumentError(absl::StrCat(
-          f.path(), ": expert_gating_func = ", gating,
-          " is not supported (1 softmax, 2 sigmoid, 3 softmax of the selected)"));
+// The router's optional keys (RouterSpec): llama.cpp's expert_gating_func,
+// expert_weights_scale, expert_group_count / expert_group_used_count.
+absl::Status ParseRouterKeys(const GgufFile& f, const std::string& p, const RouterSpec& spec,
+                             HyperParams* hp) {
+  if (spec.gating_func_key) {
+    ASSIGN_OR_RETURN(const int64_t gating, ReadInt(f, p + ".expert_gating_func", 0));
+    switch (gating) {
+      case 0: break;  // absent / none: the description's scoring
+      case 1: hp->router_scoring = RouterSpec::Scoring::kSoftmax; break;
+      case 2: hp->router_scoring = RouterSpec::Scoring::kSigmoid; break;
+      case 3: hp->router_scoring = RouterSpec::Scoring::kSoftmaxSelected; break;
+      default:
+        return absl::InvalidArgumentError(absl::StrCat(
+            f.path(), ": expert_gating_func = ", gating,
+            " is not supported (1 softmax, 2 sigmoid, 3 softmax of the selected)"));
+    }
   }
-  ASSIGN_OR_RETURN(const double scale, ReadFloat(f, p + ".expert_weights_scale", 0.0));
-  if (scale < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(f.path(), ": expert_weights_scale = ", scale, " is negative"));
+  if (spec.weights_scale_key) {
+    ASSIGN_OR_RETURN(const double scale, ReadFloat(f, p + ".expert_weights_scale", 0.0));
+    if (scale < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(f.path(), ": expert_weights_scale = ", scale, " is negative"));
+    }
+    hp->expert_weights_scale = scale == 0.0 ? 1.0f : static_cast<float>(scale);
   }
-  hp->expert_weights_scale = scale == 0.0 ? 1.0f : static_cast<float>(scale);
+  if (!spec.expert_groups) return absl::OkStatus();
   ASSIGN_OR_RETURN(hp->n_expert_groups, ReadInt(f, p + ".expert_group_count", 0));
   ASSIGN_OR_RETURN(hp->n_group_used, ReadInt(f, p + ".expert_group_used_count", 0));
   if (hp->n_expert_groups > 1) {
@@ -547,13 +557,13 @@ absl::Status ParseDeepSeekRouter(const GgufFile& f, const std::string& p, HyperP
   return absl::OkStatus();
 }
 
-// deepseek2's MLA sizes, leading dense layers and shared experts; after
-// ParseAttention, ParseRope and ParseExperts.
-absl::Status ParseDeepSeek2(const GgufFile& f, const std::string& p, HyperParams* hp) {
+// Multi-head latent attention's sizes (MixerKind::kMla); after
+// ParseAttention and ParseRope.
+absl::Status ParseMla(const GgufFile& f, const std::string& p, HyperParams* hp) {
   if (f.Find(p + ".attention.key_length_mla") == nullptr ||
       f.FindTensor("blk.0.attn_kv_b.weight") != nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
-        f.path(), ": deepseek2 without attention.key_length_mla / attn_k_b + attn_v_b (the "
+        f.path(), ": ", hp->arch, " without attention.key_length_mla / attn_k_b + attn_v_b (the "
         "older fused attn_kv_b layout) is not supported; convert the model with a current "
         "llama.cpp convert_hf_to_gguf.py"));
   }
@@ -581,6 +591,11 @@ absl::Status ParseDeepSeek2(const GgufFile& f, const std::string& p, HyperParams
         " (is ", hp->head_dim_k, ") and value_length = kv_lora_rank = ", hp->kv_lora_rank,
         " (is ", hp->head_dim_v, ")"));
   }
+  return absl::OkStatus();
+}
+
+// ArchDescription::leading_dense_layers; after ParseExperts.
+absl::Status ParseLeadingDense(const GgufFile& f, const std::string& p, HyperParams* hp) {
   ASSIGN_OR_RETURN(hp->n_dense_lead, ReadInt(f, p + ".leading_dense_block_count", 0));
   if (hp->n_dense_lead < 0 || hp->n_dense_lead > hp->n_layer) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -588,7 +603,12 @@ absl::Status ParseDeepSeek2(const GgufFile& f, const std::string& p, HyperParams
         hp->n_layer, "]"));
   }
   if (hp->n_dense_lead > 0) RETURN_IF_ERROR(Positive(f, "feed_forward_length", hp->n_ff));
-  // llama.cpp: the shared experts are one FFN of n_ff_exp x expert_shared_count.
+  return absl::OkStatus();
+}
+
+// ArchDescription::shared_expert_count (llama.cpp: the shared experts are
+// one FFN of n_ff_exp x expert_shared_count); after ParseExperts.
+absl::Status ParseSharedExpertCount(const GgufFile& f, const std::string& p, HyperParams* hp) {
   ASSIGN_OR_RETURN(const int64_t n_shared, ReadInt(f, p + ".expert_shared_count", std::nullopt));
   RETURN_IF_ERROR(Positive(f, "expert_shared_count", n_shared, 1024));
   hp->n_ff_shexp = hp->n_ff_exp * n_shared;
@@ -744,7 +764,7 @@ absl::StatusOr<HyperParams> ParseHyperParams(const GgufFile& f,
   RETURN_IF_ERROR(Positive(f, "context_length", hp.n_ctx_train, int64_t{1} << 30));
   RETURN_IF_ERROR(ParseAttention(f, p, &hp));
   hp.rope.norm_style = arch.rope_norm;
-  if (arch.deepseek2) {
+  if (arch.rope_yarn_log_multiplier) {
     ASSIGN_OR_RETURN(const double log_mul,
                      ReadFloat(f, p + ".rope.scaling.yarn_log_multiplier", 0.0));
     // llama.cpp cancels the 0.1 its convert script multiplied in.
@@ -754,8 +774,10 @@ absl::StatusOr<HyperParams> ParseHyperParams(const GgufFile& f,
   if (arch.multi_section_rope) RETURN_IF_ERROR(ParseRopeSections(f, p, &hp));
   RETURN_IF_ERROR(ParseExperts(f, p, arch, &hp));
   hp.router_scoring = arch.router.scoring;
-  if (arch.router.deepseek_keys) RETURN_IF_ERROR(ParseDeepSeekRouter(f, p, &hp));
-  if (arch.deepseek2) RETURN_IF_ERROR(ParseDeepSeek2(f, p, &hp));
+  RETURN_IF_ERROR(ParseRouterKeys(f, p, arch.router, &hp));
+  if (arch.attention == MixerKind::kMla) RETURN_IF_ERROR(ParseMla(f, p, &hp));
+  if (arch.leading_dense_layers) RETURN_IF_ERROR(ParseLeadingDense(f, p, &hp));
+  if (arch.shared_expert_count) RETURN_IF_ERROR(ParseSharedExpertCount(f, p, &hp));
   RETURN_IF_ERROR(ParseLayers(f, p, arch, &hp));
   hp.expert_ffn = arch.expert_ffn;
   return hp;

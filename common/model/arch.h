@@ -54,6 +54,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/gguf/gguf.h"
+#include "common/model/tensor_table.h"
 
 namespace moesplit::model {
 
@@ -69,74 +70,7 @@ enum class TensorRole {
 std::string_view TensorRoleName(TensorRole role);
 inline constexpr int kTensorRoleCount = 7;
 
-// Every tensor the forward pass knows about. Global ones first.
-enum class TensorId : int {
-  kTokenEmbd = 0,
-  kOutputNorm,
-  kOutput,
-  // per layer:
-  kAttnNorm,
-  kAttnQ,
-  kAttnK,
-  kAttnV,
-  kAttnOutput,
-  kAttnQBias,
-  kAttnKBias,
-  kAttnVBias,
-  kAttnQNorm,
-  kAttnKNorm,
-  kFfnNorm,       // the norm before the FFN (qwen35moe: post_attention_norm)
-  // gated attention (qwen35moe's full-attention layers) uses kAttnQ with a
-  // doubled output: per head [query, gate].
-  // gated DeltaNet:
-  kSsmQkv,        // attn_qkv: fused q, k, v projection (the conv's input)
-  kSsmZ,          // attn_gate: the output gate z
-  kSsmConv,       // ssm_conv1d: depthwise conv kernel, ne = [kernel, channels]
-  kSsmDtBias,     // ssm_dt.bias, per value head
-  kSsmA,          // ssm_a = -exp(A_log), per value head
-  kSsmBeta,       // ssm_beta: write strength projection, n_embd -> value heads
-  kSsmAlpha,      // ssm_alpha: decay projection, n_embd -> value heads
-  kSsmNorm,       // ssm_norm: RMSNorm of each value head's output
-  kSsmOut,        // ssm_out: value heads x head size -> n_embd
-  kRouter,
-  kExpGate,
-  kExpUp,
-  kExpDown,
-  kShexpGateInp,
-  kShexpGate,
-  kShexpUp,
-  kShexpDown,
-  // gpt-oss: biases of the output projection, the router and the routed
-  // experts (one row per expert), and a learned sink logit per head.
-  kAttnOutputBias,
-  kAttnSinks,
-  kRouterBias,
-  kExpGateBias,
-  kExpUpBias,
-  kExpDownBias,
-  // deepseek2: multi-head latent attention (MLA). The query through a
-  // low-rank pair (attn_q_a, its norm, attn_q_b) or directly (kAttnQ); the
-  // compressed KV latent and the shared rope key (attn_kv_a_mqa: kv_lora +
-  // n_rot rows), the latent's norm, and per head the key and value
-  // up-projections (attn_k_b: kv_lora x nope, attn_v_b: v x kv_lora).
-  kAttnQA,
-  kAttnQANorm,
-  kAttnQB,
-  kAttnKvAMqa,
-  kAttnKvANorm,
-  kAttnKB,
-  kAttnVB,
-  // A dense SwiGLU FFN (deepseek2's leading layers).
-  kFfnGate,
-  kFfnUp,
-  kFfnDown,
-  // The router's selection bias (exp_probs_b): added to the scores for
-  // choosing the experts only, not to their weights.
-  kRouterSelBias,
-  kCount,
-};
-inline constexpr int kTensorIdCount = static_cast<int>(TensorId::kCount);
-inline constexpr int kFirstLayerTensor = static_cast<int>(TensorId::kAttnNorm);
+// TensorId, kTensorIdCount, kFirstLayerTensor: common/model/tensor_table.h.
 
 // Symbolic dimensions resolved against HyperParams.
 enum class Dim {
@@ -240,12 +174,14 @@ struct RouterSpec {
   };
   Scoring scoring = Scoring::kSoftmax;
   bool default_norm_topk = false;   // renormalise the selected weights to sum 1
-  // deepseek2: `{prefix}.expert_gating_func` (1 softmax, 2 sigmoid, 3
-  // softmax of the selected; absent: softmax, as llama.cpp for V2 files)
-  // chooses the scoring; `expert_group_count` / `expert_group_used_count`
-  // restrict the choice to the best groups; `expert_weights_scale`
-  // multiplies the weights.
-  bool deepseek_keys = false;
+  // `{prefix}.expert_gating_func` (1 softmax, 2 sigmoid, 3 softmax of the
+  // selected; absent or 0: `scoring`) chooses the scoring.
+  bool gating_func_key = false;
+  // `{prefix}.expert_weights_scale` (absent or 0: 1) multiplies the weights.
+  bool weights_scale_key = false;
+  // `{prefix}.expert_group_count` / `expert_group_used_count` restrict the
+  // choice to the best groups (HyperParams::n_expert_groups).
+  bool expert_groups = false;
 };
 
 // The routed experts' FFN: E(h) = W_down . act(W_gate . h + b_gate, W_up . h + b_up) + b_down
@@ -277,12 +213,18 @@ struct ArchDescription {
   bool multi_section_rope = false;  // rope.dimension_sections required (RopeParams)
   // RoPE pairs: NEOX (i, i + n_rot/2) or NORM, adjacent (2i, 2i + 1).
   bool rope_norm = false;
-  // deepseek2: layers below `{prefix}.leading_dense_block_count` have a
-  // dense FFN; MLA hyper-parameters (attention.q_lora_rank (0 / absent: a
-  // direct attn_q), kv_lora_rank, key_length_mla, value_length_mla);
-  // n_ff_shexp = expert_shared_count x expert_feed_forward_length;
-  // rope.scaling.yarn_log_multiplier.
-  bool deepseek2 = false;
+  // Layers below `{prefix}.leading_dense_block_count` have a dense SwiGLU
+  // FFN (feed_forward_length) instead of routed experts.
+  bool leading_dense_layers = false;
+  // The shared expert is `{prefix}.expert_shared_count` experts fused:
+  // n_ff_shexp = expert_shared_count x expert_feed_forward_length.
+  bool shared_expert_count = false;
+  // `{prefix}.rope.scaling.yarn_log_multiplier` is read (YaRN's
+  // attention-scale correction, RopeParams::yarn_log_mul).
+  bool rope_yarn_log_multiplier = false;
+  // An `attention` of MixerKind::kMla reads the MLA sizes:
+  // attention.q_lora_rank (0 / absent: a direct attn_q), kv_lora_rank,
+  // key_length_mla, value_length_mla.
   // The shared expert output is scaled by sigmoid(ffn_gate_inp_shexp . h)
   // when that tensor is present.
   std::vector<TensorSpec> tensors;  // global then per layer

@@ -86,35 +86,32 @@ Forward::Forward(std::shared_ptr<const Model> model, ExpertBackend* experts,
                  ThreadPool* pool, bool pack_dense)
     : model_(std::move(model)), experts_(experts), pool_(pool) {
   const bool p = pack_dense;
+  // Every matrix of the tensor table into dense_ (packed copies where the
+  // table says so), the copies in one arena: sized by a first walk.
+  auto walk = [&](auto&& matrix) {
+    for (int il = 0; il < model_->n_layer(); ++il) {
+      DenseWeights D;
+      ForEachLayerTensor(
+          [&](auto row, const auto& w, auto& out) {
+            if constexpr (row.form == TensorForm::kMatrix) {
+              out = matrix(w, p && row.cpu_packed);
+            } else if constexpr (row.form == TensorForm::kHeads) {
+              out = matrix(Stacked(w), p && row.cpu_packed && HeadsPack(w));
+            }
+          },
+          model_->layer(il), D);
+      dense_.push_back(std::move(D));
+    }
+  };
   uint64_t total = PackedCopyBytes(model_->output(), p);
-  for (int il = 0; il < model_->n_layer(); ++il) {
-    const LayerWeights& L = model_->layer(il);
-    for (const quant::WeightView* w :
-         {&L.wq, &L.wk, &L.wv, &L.wo, &L.ssm_qkv, &L.ssm_z, &L.ssm_out, &L.shexp_gate, &L.shexp_up,
-          &L.shexp_down, &L.wq_a, &L.wq_b, &L.wkv_a, &L.ffn_gate, &L.ffn_up, &L.ffn_down}) {
-      total += PackedCopyBytes(*w, p);
-    }
-    for (const ExpertTensorView* t : {&L.wk_b, &L.wv_b}) {
-      total += PackedCopyBytes(Stacked(*t), p && HeadsPack(*t));
-    }
-  }
+  walk([&](const quant::WeightView& w, bool pack) {
+    total += PackedCopyBytes(w, pack);
+    return w;
+  });
+  dense_.clear();
   if (total > 0) packed_arena_ = AllocateHugePageBytes(total);
   uint8_t* arena = packed_arena_.get();
-  for (int il = 0; il < model_->n_layer(); ++il) {
-    const LayerWeights& L = model_->layer(il);
-    dense_.push_back({MaybePacked(L.wq, p, &arena), MaybePacked(L.wk, p, &arena),
-                      MaybePacked(L.wv, p, &arena), MaybePacked(L.wo, p, &arena),
-                      MaybePacked(L.ssm_qkv, p, &arena), MaybePacked(L.ssm_z, p, &arena),
-                      MaybePacked(L.ssm_out, p, &arena), MaybePacked(L.shexp_gate, p, &arena),
-                      MaybePacked(L.shexp_up, p, &arena), MaybePacked(L.shexp_down, p, &arena),
-                      MaybePacked(L.wq_a, p, &arena), MaybePacked(L.wq_b, p, &arena),
-                      MaybePacked(L.wkv_a, p, &arena), MaybePacked(L.ffn_gate, p, &arena),
-                      MaybePacked(L.ffn_up, p, &arena), MaybePacked(L.ffn_down, p, &arena),
-                      quant::WeightView{}, quant::WeightView{}});
-    for (auto [t, out] : {std::pair{&L.wk_b, &dense_.back().wk_b}, {&L.wv_b, &dense_.back().wv_b}}) {
-      *out = MaybePacked(Stacked(*t), p && HeadsPack(*t), &arena);
-    }
-  }
+  walk([&](const quant::WeightView& w, bool pack) { return MaybePacked(w, pack, &arena); });
   output_ = MaybePacked(model_->output(), p, &arena);
 }
 

@@ -167,13 +167,11 @@ class Forward {
 
   // The dense matrices the products read: the model's, or packed copies
   // (quant/packed.h; same bits, faster kernels) where the CPU prefers them.
-  struct DenseWeights {
-    quant::WeightView wq, wk, wv, wo, ssm_qkv, ssm_z, ssm_out, shexp_gate, shexp_up,
-        shexp_down, wq_a, wq_b, wkv_a, ffn_gate, ffn_up, ffn_down;
-    // MLA's per-head matrices, all heads stacked as one matrix: a packed
-    // copy (when HeadsPack) or the GGUF rows.
-    quant::WeightView wk_b, wv_b;
-  };
+  // A layer's matrices as the forward reads them: for each row of the tensor
+  // table marked CPU-packed, a packed copy where the type has a packed layout
+  // (the GGUF rows otherwise); MLA's per-head matrices, all heads stacked as
+  // one matrix (packed when HeadsPack). The other matrices are the GGUF rows.
+  using DenseWeights = LayerTensors<quant::WeightView, NoTensor, quant::WeightView, NoTensor>;
   // The heads of t stacked as one matrix (GGUF tensors' heads are
   // contiguous); an empty view for a tensor without data.
   static quant::WeightView Stacked(const ExpertTensorView& t);

@@ -196,55 +196,24 @@ absl::Status Model::BindLayer(int il) {
           hparams_.q_lora_rank));
     }
   }
-  LayerWeights& L = layers_[il];
-  L.wq_a = Matrix(at(TensorId::kAttnQA));
-  L.wq_b = Matrix(at(TensorId::kAttnQB));
-  L.wkv_a = Matrix(at(TensorId::kAttnKvAMqa));
-  ASSIGN_OR_RETURN(L.q_a_norm, Vector(f, at(TensorId::kAttnQANorm)));
-  ASSIGN_OR_RETURN(L.kv_a_norm, Vector(f, at(TensorId::kAttnKvANorm)));
-  if (at(TensorId::kAttnKB) != nullptr) L.wk_b = Experts(at(TensorId::kAttnKB));
-  if (at(TensorId::kAttnVB) != nullptr) L.wv_b = Experts(at(TensorId::kAttnVB));
-  L.ffn_gate = Matrix(at(TensorId::kFfnGate));
-  L.ffn_up = Matrix(at(TensorId::kFfnUp));
-  L.ffn_down = Matrix(at(TensorId::kFfnDown));
-  ASSIGN_OR_RETURN(L.router_sel_b, Vector(f, at(TensorId::kRouterSelBias)));
-  ASSIGN_OR_RETURN(L.attn_norm, Vector(f, at(TensorId::kAttnNorm)));
-  L.wq = Matrix(at(TensorId::kAttnQ));
-  L.wk = Matrix(at(TensorId::kAttnK));
-  L.wv = Matrix(at(TensorId::kAttnV));
-  L.wo = Matrix(at(TensorId::kAttnOutput));
-  ASSIGN_OR_RETURN(L.bq, Vector(f, at(TensorId::kAttnQBias)));
-  ASSIGN_OR_RETURN(L.bk, Vector(f, at(TensorId::kAttnKBias)));
-  ASSIGN_OR_RETURN(L.bv, Vector(f, at(TensorId::kAttnVBias)));
-  ASSIGN_OR_RETURN(L.bo, Vector(f, at(TensorId::kAttnOutputBias)));
-  ASSIGN_OR_RETURN(L.sinks, Vector(f, at(TensorId::kAttnSinks)));
-  ASSIGN_OR_RETURN(L.q_norm, Vector(f, at(TensorId::kAttnQNorm)));
-  ASSIGN_OR_RETURN(L.k_norm, Vector(f, at(TensorId::kAttnKNorm)));
-  L.ssm_qkv = Matrix(at(TensorId::kSsmQkv));
-  L.ssm_z = Matrix(at(TensorId::kSsmZ));
-  L.ssm_beta = Matrix(at(TensorId::kSsmBeta));
-  L.ssm_alpha = Matrix(at(TensorId::kSsmAlpha));
-  L.ssm_out = Matrix(at(TensorId::kSsmOut));
-  ASSIGN_OR_RETURN(L.ssm_conv, Vector(f, at(TensorId::kSsmConv)));
-  ASSIGN_OR_RETURN(L.ssm_dt_bias, Vector(f, at(TensorId::kSsmDtBias)));
-  ASSIGN_OR_RETURN(L.ssm_a, Vector(f, at(TensorId::kSsmA)));
-  ASSIGN_OR_RETURN(L.ssm_norm, Vector(f, at(TensorId::kSsmNorm)));
-  ASSIGN_OR_RETURN(L.ffn_norm, Vector(f, at(TensorId::kFfnNorm)));
-  L.router = Matrix(at(TensorId::kRouter));
-  ASSIGN_OR_RETURN(L.router_b, Vector(f, at(TensorId::kRouterBias)));
-  ASSIGN_OR_RETURN(L.gate_exps_b, Vector(f, at(TensorId::kExpGateBias)));
-  ASSIGN_OR_RETURN(L.up_exps_b, Vector(f, at(TensorId::kExpUpBias)));
-  ASSIGN_OR_RETURN(L.down_exps_b, Vector(f, at(TensorId::kExpDownBias)));
-  if (at(TensorId::kExpGate) != nullptr) {
-    L.gate_exps = Experts(at(TensorId::kExpGate));
-    L.up_exps = Experts(at(TensorId::kExpUp));
-    L.down_exps = Experts(at(TensorId::kExpDown));
-  }
-  L.shexp_gate_inp = Matrix(at(TensorId::kShexpGateInp));
-  L.shexp_gate = Matrix(at(TensorId::kShexpGate));
-  L.shexp_up = Matrix(at(TensorId::kShexpUp));
-  L.shexp_down = Matrix(at(TensorId::kShexpDown));
-  return absl::OkStatus();
+  // Every row of the tensor table, bound by its form.
+  absl::Status st;
+  ForEachLayerTensor(
+      [&](auto row, auto& field) {
+        const GgufTensor* t = at(row.id);
+        if (!st.ok() || t == nullptr) return;
+        if constexpr (row.form == TensorForm::kMatrix) {
+          field = Matrix(t);
+        } else if constexpr (row.form == TensorForm::kVector) {
+          auto v = Vector(f, t);
+          if (v.ok()) field = *std::move(v);
+          st = v.status();
+        } else {
+          field = Experts(t);
+        }
+      },
+      layers_[il]);
+  return st;
 }
 
 const GgufTensor* Model::tensor(TensorId id, int il) const {

@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "common/gguf/gguf.h"
 #include "common/model/arch.h"
+#include "common/model/tensor_table.h"
 #include "common/quant/matmul.h"
 
 namespace moesplit::model {
@@ -46,44 +47,18 @@ struct ExpertTensorView {
   }
 };
 
-// Weights of one block. Optional tensors, and those of another layer kind
-// (HyperParams::layers): a WeightView with data == nullptr, an empty vector.
-struct LayerWeights {
-  std::vector<float> attn_norm;          // n_embd
-  // Attention mixers. Gated attention: wq has 2 x head_dim_k rows per head,
-  // the query then the gate.
-  quant::WeightView wq, wk, wv, wo;
-  std::vector<float> bq, bk, bv, bo;     // optional biases (bo: after wo, n_embd)
-  std::vector<float> sinks;              // optional sink logit per query head (gpt-oss)
-  std::vector<float> q_norm, k_norm;     // optional QK-norm (head_dim_k)
-  // MLA (deepseek2): q = wq_b . RMSNorm(wq_a . h) * q_a_norm, or wq . h when
-  // there is no q LoRA (wq then has n_head x head_dim_k_mla rows);
-  // wkv_a: kv_lora + n_rot rows; per query head h, wk_b.Expert(h) is
-  // kv_lora x nope and wv_b.Expert(h) head_dim_v_mla x kv_lora.
-  quant::WeightView wq_a, wq_b, wkv_a;
-  std::vector<float> q_a_norm, kv_a_norm;
-  ExpertTensorView wk_b, wv_b;
-  // Dense SwiGLU FFN (FfnKind::kDense).
-  quant::WeightView ffn_gate, ffn_up, ffn_down;
-  // Gated DeltaNet mixers (arch.h, TensorId::kSsm*).
-  quant::WeightView ssm_qkv;             // conv channels x n_embd
-  quant::WeightView ssm_z;               // inner x n_embd
-  quant::WeightView ssm_beta, ssm_alpha; // value heads x n_embd
-  quant::WeightView ssm_out;             // n_embd x inner
-  std::vector<float> ssm_conv;           // channels x kernel (tap k of channel c at c * kernel + k)
-  std::vector<float> ssm_dt_bias, ssm_a; // value heads
-  std::vector<float> ssm_norm;           // value head size
-  std::vector<float> ffn_norm;           // n_embd
-  quant::WeightView router;              // n_expert x n_embd
-  std::vector<float> router_b;           // optional, n_expert
-  std::vector<float> router_sel_b;       // optional selection bias (exp_probs_b), n_expert
-  // Optional routed-expert biases, expert e's at e * n_ff_exp (gate, up) or
-  // e * n_embd (down).
-  std::vector<float> gate_exps_b, up_exps_b, down_exps_b;
-  ExpertTensorView gate_exps, up_exps, down_exps;
-  quant::WeightView shexp_gate_inp;      // optional, 1 x n_embd
-  quant::WeightView shexp_gate, shexp_up, shexp_down;  // optional
-
+// Weights of one block: a field per row of the tensor table
+// (tensor_table.h), named there, with what each holds. Matrices stay in the
+// file's mapping (quant::WeightView; gated attention's wq has 2 x head_dim_k
+// rows per head, the query then the gate); vectors are dequantised to f32
+// (ssm_conv: tap k of channel c at c * kernel + k; routed-expert biases:
+// expert e's at e * n_ff_exp (gate, up) or e * n_embd (down)); MLA's
+// per-head matrices and the routed experts are ExpertTensorViews (wk_b's
+// head h is kv_lora x nope, wv_b's head_dim_v_mla x kv_lora). Optional
+// tensors, and those of another layer kind (HyperParams::layers): a
+// WeightView with data == nullptr, an empty vector.
+struct LayerWeights
+    : LayerTensors<quant::WeightView, std::vector<float>, ExpertTensorView, ExpertTensorView> {
   bool has_shared_expert() const { return shexp_down.data != nullptr; }
 };
 

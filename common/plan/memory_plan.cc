@@ -275,6 +275,10 @@ absl::Status CheckOptions(const ModelShape& s, const PlanOptions& o) {
   if (o.n_ubatch <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("--ubatch must be > 0, got ", o.n_ubatch));
   }
+  if (o.kv_page_size <= 0 || o.kv_page_size > (int64_t{1} << 20)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the KV page size must be in [1, 2^20], got ", o.kv_page_size));
+  }
   // Keeps every product below in 64 bits.
   if (o.n_ctx > (int64_t{1} << 32) || o.n_parallel > (int64_t{1} << 16) ||
       o.n_ubatch > (int64_t{1} << 24)) {
@@ -310,12 +314,13 @@ MemoryPlan FixedPart(const ModelShape& s, const PlanOptions& o) {
   }
   p.kv_row_bytes = values > 0 ? KvElementBytes(o.kv_type, values) : 0;
   p.kv_bytes_per_position = static_cast<uint64_t>(s.hp.n_attention_layers()) * p.kv_row_bytes;
-  p.kv_layout = GpuKvLayoutOf(s.hp, o.n_ctx, o.n_ubatch);
+  p.kv_layout = GpuKvLayoutOf(s.hp, o.n_ctx, o.n_ubatch, o.kv_page_size);
   p.kv_cache = p.kv_layout.Bytes(p.kv_row_bytes) * static_cast<uint64_t>(o.n_parallel);
   p.recurrent_bytes_per_sequence =
       model::SequenceState::kRecurrentBuffers * model::SequenceState::RecurrentBytes(s.hp);
   p.recurrent_state = p.recurrent_bytes_per_sequence * static_cast<uint64_t>(o.n_parallel);
-  p.workspace = GpuWorkspace(s, o.n_ubatch, o.n_ctx, o.stream_buffers).Bytes();
+  p.workspace_elems = GpuWorkspace(s, o.n_ubatch, o.n_ctx, o.stream_buffers);
+  p.workspace = p.workspace_elems.Bytes();
   p.margin = o.margin_bytes;
   p.prefix_cache_device = o.prefix_cache_device_bytes;
   return p;
@@ -382,7 +387,8 @@ std::vector<uint64_t> ExpertBytesPerLayer(const ModelShape& s) {
   std::vector<uint64_t> per_layer(std::max<int64_t>(s.hp.n_layer, 0), 0);
   if (s.hp.n_expert <= 0) return per_layer;
   for (const ShapeTensor& t : s.tensors) {
-    if (t.role == TensorRole::kRoutedExpert && t.layer >= 0 && t.layer < s.hp.n_layer) {
+    if (t.role == TensorRole::kRoutedExpert && t.ne.size() == 3 && t.layer >= 0 &&
+        t.layer < s.hp.n_layer) {
       per_layer[t.layer] += t.n_bytes / static_cast<uint64_t>(s.hp.n_expert);
     }
   }
@@ -486,6 +492,17 @@ absl::StatusOr<MemoryPlan> PlanMemory(const ModelShape& shape, const PlanOptions
         " short", hint));
   }
   p.expert_cache = CachePlan(shape, options.budget_bytes - need);
+  if (options.expert_cache_slots >= 0) {
+    // A configured slot count: exactly that many, if they fit.
+    const ExpertCachePlan& rest = p.expert_cache;
+    if (options.expert_cache_slots > rest.slots) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "--expert-cache ", options.expert_cache_slots, " slots of ",
+          FormatBytes(rest.slot_bytes), " do not fit: the budget leaves ", Gib(rest.bytes),
+          " after the rest of the plan (", rest.slots, " slots)"));
+    }
+    p.expert_cache = CachePlan(shape, rest.slot_bytes * options.expert_cache_slots);
+  }
   return p;
 }
 

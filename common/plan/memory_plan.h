@@ -79,6 +79,7 @@
 #include "common/model/arch.h"
 #include "common/model/expert_cache.h"
 #include "common/model/model.h"
+#include "common/plan/serving_defaults.h"
 
 namespace moesplit::plan {
 
@@ -131,17 +132,22 @@ inline constexpr int64_t kGpuKvPage = 256;         // positions per KV page
 inline constexpr int64_t kGpuAttentionChunk = 256; // positions per split-K chunk
 inline constexpr int64_t kGpuDecodeTokens = 8;     // tokens per attention launch at n_ctx
 inline constexpr int64_t kGpuHeadRows = 32;        // output-head rows per group
+inline constexpr int64_t kGpuMaxMicroBatch = 4096; // the most tokens of one micro-batch
 
 struct PlanOptions {
   uint64_t budget_bytes = 0;   // GPU memory to plan for (> 0)
   int64_t n_ctx = 0;           // positions per sequence (> 0)
   int64_t n_parallel = 1;      // sequences
   KvType kv_type = KvType::kF16;
-  int64_t n_ubatch = 512;      // largest micro-batch (tokens per forward step)
+  int64_t n_ubatch = defaults::kStepTokens;  // largest micro-batch (the service's step)
+  int64_t kv_page_size = kGpuKvPage;  // positions per KV page
   uint64_t margin_bytes = uint64_t{256} << 20;
   int stream_buffers = 2;      // streamed-prefill staging buffers
   // The prefix cache's device tier (--cache-device): held before the cache.
   uint64_t prefix_cache_device_bytes = 0;
+  // Hot-expert cache slots (--expert-cache): -1 what the budget leaves;
+  // otherwise exactly this many (ResourceExhausted when they do not fit).
+  int64_t expert_cache_slots = -1;
 };
 
 struct DenseWeightBytes {
@@ -238,6 +244,7 @@ struct MemoryPlan {
   uint64_t recurrent_state = 0;
   uint64_t recurrent_bytes_per_sequence = 0;
   WorkspaceBytes workspace;
+  GpuWorkspaceElems workspace_elems;  // the buffers behind `workspace`
   uint64_t margin = 0;
   uint64_t prefix_cache_device = 0;  // the prefix cache's device tier
   ExpertCachePlan expert_cache;
@@ -252,6 +259,14 @@ struct MemoryPlan {
            prefix_cache_device;
   }
   uint64_t gpu_total() const { return fixed_bytes() + expert_cache.bytes; }
+  // What the CUDA forward, its sequence states and the hot-expert cache
+  // allocate from this plan: fixed_bytes() less the margin and the prefix
+  // cache's device tier (filled as it is used), plus the cache's whole
+  // slots (the tail of its share smaller than a slot stays free).
+  uint64_t allocated_bytes() const {
+    return dense.total() + kv_cache + recurrent_state + workspace.total() +
+           static_cast<uint64_t>(expert_cache.slots) * expert_cache.slot_bytes;
+  }
 };
 
 // The plan, or InvalidArgument for bad options (zero budget, ctx, parallel
@@ -262,8 +277,10 @@ struct MemoryPlan {
 //    32768 or --kv-type q4_0"
 absl::StatusOr<MemoryPlan> PlanMemory(const ModelShape& shape, const PlanOptions& options);
 
-// Bytes of one routed expert (gate + up + down) of each layer (0 for a layer
-// without routed experts), from the tensor types.
+// Bytes of one routed expert (gate + up + down matrices; their biases, where
+// the model has them, are dense weights on the GPU) of each layer (0 for a
+// layer without routed experts), from the tensor types: a hot-expert cache
+// slot and a streamed-prefill staging buffer hold the largest.
 std::vector<uint64_t> ExpertBytesPerLayer(const ModelShape& shape);
 
 // Expert-workers of `worker_bytes` of routed experts each (`moesplit plan

@@ -19,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/plan/serving_defaults.h"
 #include "services/cli/flags.h"
 
 namespace moesplit::cli {
@@ -30,16 +31,16 @@ struct DenseServiceFlags {
   std::string grpc = "127.0.0.1:50051";
   std::string metrics, http;       // "" = off
   std::string chat_template_file;  // "" = the model's template
-  int64_t parallel = 4;            // sequences at once (one KV cache each)
-  int64_t max_queue = 64;
-  int64_t step_tokens = 512;
+  int64_t parallel = defaults::kParallel;  // sequences at once (one KV cache each)
+  int64_t max_queue = defaults::kMaxQueue;
+  int64_t step_tokens = defaults::kStepTokens;
   int64_t threads = 0;  // 0 = AvailableCpuCount()
-  int64_t ctx = 4096;   // capped at the model's training context
+  int64_t ctx = defaults::kContext;  // capped at the model's training context
   int64_t expert_timeout_ms = 10000;
   int64_t connect_timeout_ms = 60000;
   std::string backend = "auto";         // auto | cpu | cuda
   std::string gpu_memory;               // "" = the device's free memory
-  std::string kv_type = "f16";          // f16 | q8_0 | q4_0
+  std::string kv_type{defaults::kKvType};  // f16 | q8_0 | q4_0
   std::string expert_cache = "auto";    // auto | off | N slots
   std::string prefill_stream = "auto";  // auto | off | N tokens
   bool pin_experts = false;
@@ -51,15 +52,15 @@ struct DenseServiceFlags {
   std::string cache_memory;
   std::string cache_ram = "0";
   // The HTTP front end's limits (services/dense/http_server.h).
-  int64_t http_header_timeout_ms = 10000;
-  int64_t http_body_timeout_ms = 30000;
-  int64_t http_idle_timeout_ms = 30000;
-  int64_t http_write_timeout_ms = 30000;
-  int64_t http_max_requests_per_connection = 1000;
-  int64_t http_max_connections = 512;
-  std::string max_body_bytes = "4MiB";
-  int64_t http_max_header_bytes = 16384;
-  int64_t http_max_uri_bytes = 8192;
+  int64_t http_header_timeout_ms = defaults::kHttpHeaderTimeoutMs;
+  int64_t http_body_timeout_ms = defaults::kHttpBodyTimeoutMs;
+  int64_t http_idle_timeout_ms = defaults::kHttpIdleTimeoutMs;
+  int64_t http_write_timeout_ms = defaults::kHttpWriteTimeoutMs;
+  int64_t http_max_requests_per_connection = defaults::kHttpMaxRequestsPerConnection;
+  int64_t http_max_connections = defaults::kHttpMaxConnections;
+  std::string max_body_bytes = "4MiB";  // defaults::kHttpMaxBodyBytes (service_flags_test)
+  int64_t http_max_header_bytes = defaults::kHttpMaxHeaderBytes;
+  int64_t http_max_uri_bytes = defaults::kHttpMaxUriBytes;
   // Security (README "Security"; everything off by default). API keys come
   // from this file and/or $MOESPLIT_API_KEYS (common/auth/api_keys.h).
   std::string api_key_file;

@@ -70,7 +70,9 @@ absl::Status RunPlan(const Args& args, const CommandIo& io) {
               cache_ram = service.cache_ram, cache_device = service.cache_device;
   std::string margin = plan::FormatBytes(plan_defaults.margin_bytes);
   margin.erase(std::remove(margin.begin(), margin.end(), ' '), margin.end());
-  int64_t ctx = service.ctx, parallel = service.parallel, ubatch = plan_defaults.n_ubatch;
+  std::string expert_cache = service.expert_cache;
+  int64_t ctx = service.ctx, parallel = service.parallel,
+          ubatch = std::min(service.step_tokens, plan::kGpuMaxMicroBatch);
   int64_t vocab = 0;
   bool json = false;
   FlagParser f;
@@ -98,7 +100,10 @@ absl::Status RunPlan(const Args& args, const CommandIo& io) {
   f.AddString("kv-type", &kv_type, "KV cache element type").OneOf({"f16", "q8_0", "q4_0"});
   f.AddInt("parallel", &parallel, "sequences served at once, as moesplit-dense --parallel")
       .Range(1, 1024);
-  f.AddInt("ubatch", &ubatch, "largest micro-batch in tokens").Range(1, 1 << 20);
+  f.AddInt("ubatch", &ubatch,
+           "largest micro-batch in tokens (moesplit-dense: its --step-tokens, at most 4096)")
+      .Range(1, plan::kGpuMaxMicroBatch);
+  f.AddString("expert-cache", &expert_cache, "as moesplit-dense --expert-cache: auto | off | N slots");
   f.AddString("prefix-cache", &prefix_cache, "as moesplit-dense --prefix-cache")
       .OneOf({"on", "off"});
   f.AddString("cache-memory", &cache_memory, "as moesplit-dense --cache-memory")
@@ -139,6 +144,11 @@ absl::Status RunPlan(const Args& args, const CommandIo& io) {
   ASSIGN_OR_RETURN(o.kv_type, plan::ParseKvType(kv_type));
   o.n_parallel = parallel;
   o.n_ubatch = ubatch;
+  absl::StatusOr<int64_t> slots = ParseAutoOffOrCount(expert_cache);
+  if (!slots.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--expert-cache: ", slots.status().message()));
+  }
+  o.expert_cache_slots = *slots;
   if (prefix_cache == "on") {
     absl::StatusOr<uint64_t> d = plan::ParseByteSize(cache_device);
     if (!d.ok()) return absl::InvalidArgumentError(absl::StrCat("--cache-device: ", d.status().message()));

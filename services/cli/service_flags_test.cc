@@ -5,6 +5,9 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "common/plan/byte_size.h"
+#include "common/plan/memory_plan.h"
+#include "common/plan/serving_defaults.h"
 #include "services/cli/dense_flags.h"
 #include "services/cli/worker_flags.h"
 
@@ -30,6 +33,22 @@ TEST(DenseServiceFlagsTest, DefaultsStayWhenAbsent) {
   EXPECT_TRUE(f.cache_memory.empty());
   EXPECT_EQ(f.cache_ram, "0");
   EXPECT_EQ(f.cache_device, "0");
+}
+
+// The defaults are the one set the services, `moesplit plan` and `up` read.
+TEST(DenseServiceFlagsTest, DefaultsAreTheServingDefaults) {
+  const DenseServiceFlags f;
+  EXPECT_EQ(f.ctx, defaults::kContext);
+  EXPECT_EQ(f.parallel, defaults::kParallel);
+  EXPECT_EQ(f.step_tokens, defaults::kStepTokens);
+  EXPECT_EQ(f.max_queue, defaults::kMaxQueue);
+  EXPECT_EQ(f.kv_type, defaults::kKvType);
+  EXPECT_EQ(f.http_max_connections, defaults::kHttpMaxConnections);
+  absl::StatusOr<uint64_t> body = plan::ParseByteSize(f.max_body_bytes);
+  ASSERT_TRUE(body.ok()) << body.status();
+  EXPECT_EQ(*body, defaults::kHttpMaxBodyBytes);
+  const plan::PlanOptions po;
+  EXPECT_EQ(po.n_ubatch, defaults::kStepTokens);
 }
 
 TEST(DenseServiceFlagsTest, ParsesEveryFlag) {

@@ -52,6 +52,7 @@
 #include "common/base/thread_pool.h"
 #include "common/model/forward.h"
 #include "common/model/model.h"
+#include "common/plan/serving_defaults.h"
 #include "common/sampling/sampler.h"
 #include "common/sampling/stop_matcher.h"
 #include "common/sampling/token_constraint.h"
@@ -74,17 +75,17 @@ struct EngineOptions {
   // certificate --tls-cert/--tls-key, --tls-server-name.
   auth::TlsPem worker_tls = {};
   int threads = 0;
-  int n_ctx = 4096;
-  int max_sequences = 4;  // --parallel
-  int max_queue = 64;     // --max-queue
-  int step_tokens = 512;  // tokens per forward step (decodes + prefill chunks)
+  int n_ctx = defaults::kContext;
+  int max_sequences = defaults::kParallel;  // --parallel
+  int max_queue = defaults::kMaxQueue;      // --max-queue
+  int step_tokens = defaults::kStepTokens;  // tokens per forward step (decodes + prefill chunks)
   // Where the dense part runs: auto | cpu | cuda, the GPU memory budget
   // (0 = free memory) and the GPU KV cache type (sequence_runner.h). On the
   // GPU the runner holds max_sequences KV caches of n_ctx (the memory
   // planner checks they fit the budget) and batches them like the CPU.
   std::string backend = "auto";
   uint64_t gpu_memory = 0;
-  std::string kv_type = "f16";
+  std::string kv_type{defaults::kKvType};
   // GPU hot-expert cache slots and streamed-prefill threshold (-1 automatic,
   // 0 off; RunnerOptions), page-locking of the experts' host source.
   int64_t expert_cache_slots = -1;
@@ -237,6 +238,8 @@ class DenseEngine {
   std::string backend_name() const { return runner_->name(); }
   // The GPU runner's cache and streaming state (zeros on the CPU); thread-safe.
   GpuRunnerInfo gpu_info() const { return runner_->gpu_info(); }
+  // The GPU memory plan the runner allocated from; nullptr on the CPU.
+  const plan::MemoryPlan* memory_plan() const { return runner_->memory_plan(); }
   prometheus::Registry& registry() { return *registry_; }
   // The prefix cache, or nullptr when off.
   const PrefixCache* prefix_cache() const { return cache_.get(); }

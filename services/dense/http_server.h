@@ -59,20 +59,22 @@
 
 #include "absl/status/statusor.h"
 #include "common/auth/tls.h"
+#include "common/plan/serving_defaults.h"
 #include "services/dense/inference_service.h"
 
 namespace moesplit::dense {
 
 struct HttpServerOptions {
-  std::chrono::milliseconds header_timeout{10000};  // --http-header-timeout
-  std::chrono::milliseconds body_timeout{30000};    // --http-body-timeout
-  std::chrono::milliseconds idle_timeout{30000};    // --http-idle-timeout
-  std::chrono::milliseconds write_timeout{30000};   // --http-write-timeout
-  int max_requests_per_connection = 1000;           // --http-max-requests-per-connection
-  int max_connections = 512;                        // --http-max-connections
-  uint64_t max_body_bytes = 4u << 20;               // --max-body-bytes
-  uint32_t max_header_bytes = 16384;                // --http-max-header-bytes
-  uint32_t max_uri_bytes = 8192;                    // --http-max-uri-bytes
+  // The flags' defaults (common/plan/serving_defaults.h).
+  std::chrono::milliseconds header_timeout{defaults::kHttpHeaderTimeoutMs};
+  std::chrono::milliseconds body_timeout{defaults::kHttpBodyTimeoutMs};
+  std::chrono::milliseconds idle_timeout{defaults::kHttpIdleTimeoutMs};
+  std::chrono::milliseconds write_timeout{defaults::kHttpWriteTimeoutMs};
+  int max_requests_per_connection = defaults::kHttpMaxRequestsPerConnection;
+  int max_connections = defaults::kHttpMaxConnections;
+  uint64_t max_body_bytes = defaults::kHttpMaxBodyBytes;
+  uint32_t max_header_bytes = defaults::kHttpMaxHeaderBytes;
+  uint32_t max_uri_bytes = defaults::kHttpMaxUriBytes;
   int io_threads = 2;
   // cert + key: every connection is TLS (1.2 or later); a client that does
   // not complete the handshake within header_timeout, or speaks plain HTTP,

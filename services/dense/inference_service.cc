@@ -14,6 +14,7 @@
 #include "common/base/status.h"
 #include "common/base/utf8.h"
 #include "common/chat/reasoning.h"
+#include "common/plan/memory_plan.h"
 #include "common/sampling/token_constraint.h"
 #include "common/transport/grpc_status.h"
 #include "services/dense/chat_tools.h"
@@ -512,14 +513,27 @@ grpc::ServerUnaryReactor* InferenceService::GetModel(grpc::CallbackServerContext
   for (const auto& a : engine.expert_addresses()) {
     response->add_expert_workers(ReplaceInvalidUtf8(a));
   }
-  v1::MemoryPlan* plan = response->mutable_memory_plan();
-  plan->set_backend(engine.backend_name());
-  uint64_t dense = 0;
-  for (const auto& [role, bytes] : m.Summary().bytes_by_role) {
-    if (role != "routed_experts") dense += bytes;
+  v1::MemoryPlan* out = response->mutable_memory_plan();
+  out->set_backend(engine.backend_name());
+  if (const plan::MemoryPlan* p = engine.memory_plan(); p != nullptr) {
+    out->set_budget_bytes(p->options.budget_bytes);
+    out->set_dense_weights_bytes(p->dense.total());
+    out->set_kv_cache_bytes(p->kv_cache);
+    out->set_recurrent_state_bytes(p->recurrent_state);
+    out->set_workspace_bytes(p->workspace.total());
+    out->set_margin_bytes(p->margin);
+    out->set_prefix_cache_device_bytes(p->prefix_cache_device);
+    out->set_expert_cache_bytes(p->expert_cache.bytes);
+    out->set_expert_cache_slots(p->expert_cache.slots);
+    out->set_host_token_embd_bytes(p->host_token_embd);
+  } else {
+    uint64_t dense = 0;
+    for (const auto& [role, bytes] : m.Summary().bytes_by_role) {
+      if (role != "routed_experts") dense += bytes;
+    }
+    out->set_dense_weights_bytes(dense);
+    out->set_kv_cache_bytes(engine.kv_bytes_per_sequence() * engine.max_sequences());
   }
-  plan->set_dense_weights_bytes(dense);
-  plan->set_kv_cache_bytes(engine.kv_bytes_per_sequence() * engine.max_sequences());
   response->set_max_sequences(engine.max_sequences());
   response->set_kv_bytes_per_sequence(engine.kv_bytes_per_sequence());
   response->set_has_chat_template(served_.chat->warning().empty());

@@ -123,9 +123,6 @@ int Run(int argc, char** argv) {
   opt.max_sequences = static_cast<int>(f.parallel);
   opt.max_queue = static_cast<int>(f.max_queue);
   opt.step_tokens = static_cast<int>(f.step_tokens);
-  // The GPU budget the runner plans with, read before the model takes its share.
-  const uint64_t plan_budget =
-      opt.gpu_memory > 0 ? opt.gpu_memory : (opt.backend != "cpu" ? QueryGpuMemory().free : 0);
   // The HTTP front end's limits (http_server.h); dense_flags.cc checked their ranges.
   HttpServerOptions http_opt;
   http_opt.header_timeout = std::chrono::milliseconds(f.http_header_timeout_ms);
@@ -227,23 +224,12 @@ int Run(int argc, char** argv) {
   if ((*engine)->backend_name() != "cpu") {
     telemetry::GpuMetrics& gpu_metrics =
         gpu_metrics_storage.emplace(*registry, (*engine)->model().n_layer());
-    plan::PlanOptions po;
-    po.n_ctx = (*engine)->n_ctx();
-    po.n_parallel = opt.max_sequences;  // one GPU KV cache per sequence
-    po.budget_bytes = plan_budget;
-    po.prefix_cache_device_bytes = opt.prefix_cache ? opt.cache_device : 0;
-    auto kv = plan::ParseKvType(opt.kv_type);
-    if (kv.ok()) po.kv_type = *kv;
-    auto memory_plan = plan::PlanMemory(plan::ShapeOfModel((*engine)->model()), po);
-    if (memory_plan.ok()) {
+    if (const plan::MemoryPlan* memory_plan = (*engine)->memory_plan(); memory_plan != nullptr) {
       gpu_metrics.SetPlan(*memory_plan);
-      // The plan this service runs with (what `moesplit plan` prints for the same flags).
+      // The plan every device allocation followed (what `moesplit plan` prints for the same flags).
       for (absl::string_view line : absl::StrSplit(plan::FormatPlanTable(*memory_plan), '\n')) {
         if (!line.empty()) Info(absl::StrCat("plan: ", line));
       }
-    } else {
-      Warn(absl::StrCat("warning: no GPU memory plan for the metrics: ",
-                        memory_plan.status().message()));
     }
     const GpuRunnerInfo info = (*engine)->gpu_info();
     gpu_metrics.SetPrefillStreamMinTokens(info.stream_min_tokens);

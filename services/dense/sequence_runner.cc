@@ -268,6 +268,7 @@ class CudaRunner final : public SequenceRunner {
     }
     return caches_[slot]->ImportKvFromDevice(pos, rows->data(), rows->bytes());
   }
+  const plan::MemoryPlan* memory_plan() const override { return &forward_->plan(); }
   GpuRunnerInfo gpu_info() const override {
     GpuRunnerInfo info = info_;
     if (expert_cache_ != nullptr) {
@@ -300,42 +301,39 @@ absl::StatusOr<std::unique_ptr<SequenceRunner>> MakeCuda(
   auto kv = GgmlTypeFromName(o.kv_type);
   if (!kv) return absl::InvalidArgumentError(absl::StrCat("unknown KV type '", o.kv_type, "'"));
   ASSIGN_OR_RETURN(auto device, cuda::CreateCudaDevice(0));
-  // The memory planner first: n_parallel KV caches, the workspace and the
-  // dense weights must fit the budget (its refusal says by how much and
-  // what would fit).
-  {
-    plan::PlanOptions po;
-    po.budget_bytes = o.gpu_memory;
-    if (po.budget_bytes == 0) {
-      ASSIGN_OR_RETURN(const backend::MemoryInfo mem, device->Memory());
-      po.budget_bytes = mem.free_bytes;
-    }
-    po.n_ctx = o.n_ctx;
-    po.n_parallel = o.n_parallel;
-    po.prefix_cache_device_bytes = o.prefix_cache_device;
-    ASSIGN_OR_RETURN(po.kv_type, plan::ParseKvType(o.kv_type));
-    auto p = plan::PlanMemory(plan::ShapeOfModel(*model), po);
-    if (p.status().code() == absl::StatusCode::kResourceExhausted) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("GPU memory plan does not fit: ", p.status().message()));
-    }
+  // The memory plan, once: n_parallel sequence states, the workspace for
+  // micro-batches of the engine's step, the dense weights, the margin and
+  // the prefix cache's device tier must fit the budget (its refusal says by
+  // how much and what would fit); the hot-expert cache gets the rest. Every
+  // allocation below follows it, and metrics, logs and GetModel print it.
+  plan::PlanOptions po;
+  po.budget_bytes = o.gpu_memory;
+  if (po.budget_bytes == 0) {
+    ASSIGN_OR_RETURN(const backend::MemoryInfo mem, device->Memory());
+    po.budget_bytes = mem.free_bytes;
   }
+  po.n_ctx = o.n_ctx;
+  po.n_parallel = o.n_parallel;
+  po.n_ubatch = std::min<int64_t>(o.max_step, plan::kGpuMaxMicroBatch);
+  po.prefix_cache_device_bytes = o.prefix_cache_device;
+  po.expert_cache_slots = o.expert_cache_slots;
+  ASSIGN_OR_RETURN(po.kv_type, plan::ParseKvType(o.kv_type));
+  auto memory_plan = plan::PlanMemory(plan::ShapeOfModel(*model), po);
+  if (memory_plan.status().code() == absl::StatusCode::kResourceExhausted) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("GPU memory plan does not fit: ", memory_plan.status().message()));
+  }
+  RETURN_IF_ERROR(memory_plan.status());
   cuda::CudaForwardOptions co;
-  co.n_ctx = o.n_ctx;
-  co.kv_type = *kv;
-  co.gpu_memory_budget = o.gpu_memory;
   co.pin_expert_source = o.pin_experts;
   if (o.prefill_stream_min_tokens > 0) co.stream_min_tokens = o.prefill_stream_min_tokens;
-  ASSIGN_OR_RETURN(auto forward, cuda::CudaForward::Create(model, experts, device.get(), co));
-  std::vector<std::unique_ptr<cuda::CudaKvCache>> caches;
-  for (int i = 0; i < o.n_parallel; ++i) {
-    ASSIGN_OR_RETURN(auto cache, forward->CreateCache());
-    caches.push_back(std::move(cache));
-  }
+  ASSIGN_OR_RETURN(cuda::GpuDense gpu,
+                   cuda::AllocateGpuDense(model, experts, device.get(), *memory_plan, co));
+  cuda::CudaForward* forward = gpu.forward.get();
   GpuRunnerInfo info;
   // Streamed prefill: the switch-over measured here unless configured.
   if (o.prefill_stream_min_tokens < 0) {
-    auto sw = forward->MeasurePrefillSwitch(std::min<int64_t>(256, co.max_batch));
+    auto sw = forward->MeasurePrefillSwitch(std::min<int64_t>(256, memory_plan->options.n_ubatch));
     if (sw.ok()) {
       const plan::PrefillRates& r = forward->prefill_rates();
       info.stream_note = absl::StrCat(
@@ -349,35 +347,14 @@ absl::StatusOr<std::unique_ptr<SequenceRunner>> MakeCuda(
     info.stream_note = o.prefill_stream_min_tokens == 0 ? "off (configured)" : "configured";
   }
   info.stream_min_tokens = forward->stream_min_tokens();
-  // The hot-expert cache: what the budget leaves, in slots.
-  std::shared_ptr<cuda::GpuExpertCache> expert_cache;
-  int64_t slots = o.expert_cache_slots;
-  const uint64_t slot_bytes = cuda::GpuExpertCache::SlotBytes(*model);
-  if (slots < 0) {
-    // The prefix cache's device tier is empty now; its budget stays free.
-    const uint64_t budget = device->budget();
-    const uint64_t used = device->allocated_bytes() + o.prefix_cache_device;
-    slots = slot_bytes > 0 && budget > used + kExpertCacheMargin
-                ? static_cast<int64_t>((budget - used - kExpertCacheMargin) / slot_bytes)
-                : 0;
-  }
-  if (slots > 0) {
-    cuda::GpuExpertCacheOptions eo;
-    eo.n_slots = slots;
-    auto ec = cuda::GpuExpertCache::Create(device.get(), model, eo);
-    if (ec.ok()) {
-      expert_cache = std::move(*ec);
-      forward->AttachExpertCache(expert_cache);
-      info.expert_cache = true;
-      info.cache_slots = expert_cache->options().n_slots;
-      info.cache_bytes = expert_cache->bytes();
-    } else if (o.expert_cache_slots > 0) {
-      return ec.status();  // asked for explicitly: fail loudly
-    }
+  if (gpu.expert_cache != nullptr) {
+    info.expert_cache = true;
+    info.cache_slots = gpu.expert_cache->options().n_slots;
+    info.cache_bytes = gpu.expert_cache->bytes();
   }
   return std::unique_ptr<SequenceRunner>(
-      new CudaRunner(std::move(device), std::move(forward), std::move(caches),
-                     std::move(expert_cache), std::move(info)));
+      new CudaRunner(std::move(device), std::move(gpu.forward), std::move(gpu.states),
+                     std::move(gpu.expert_cache), std::move(info)));
 }
 #endif
 

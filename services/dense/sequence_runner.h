@@ -35,20 +35,22 @@
 #include "common/model/expert_cache.h"
 #include "common/model/forward.h"
 #include "common/model/model.h"
+#include "common/plan/memory_plan.h"
+#include "common/plan/serving_defaults.h"
 #include "services/dense/prefix_cache.h"
 
 namespace moesplit::dense {
 
 struct RunnerOptions {
   std::string backend = "auto";   // auto | cpu | cuda
-  int64_t n_ctx = 4096;
+  int64_t n_ctx = defaults::kContext;
   uint64_t gpu_memory = 0;        // bytes; 0 = the device's free memory
-  std::string kv_type = "f16";    // GPU KV cache: f16 | q8_0 | q4_0
+  std::string kv_type{defaults::kKvType};  // GPU KV cache: f16 | q8_0 | q4_0
   // Sequences the runner holds at once (slots). On the GPU one KV cache of
   // n_ctx each, checked against the budget by the memory planner.
   int n_parallel = 1;
-  // GPU hot-expert cache slots: -1 = what the budget leaves after the plan
-  // (less kExpertCacheMargin); 0 = no cache.
+  // GPU hot-expert cache slots: -1 = what the budget leaves after the rest
+  // of the memory plan (less its margin); 0 = no cache.
   int64_t expert_cache_slots = -1;
   // Streamed prefill threshold (tokens per expert): -1 = measured at
   // start-up (cuda::CudaForward::MeasurePrefillSwitch); 0 = off.
@@ -57,14 +59,11 @@ struct RunnerOptions {
   // The most tokens of one sequence a step holds (the engine's step_tokens):
   // sizes the CPU states' sliding-window rings (model::SequenceState), so
   // that the prefix cache can still export the blocks a step completed.
-  int64_t max_step = 512;
+  int64_t max_step = defaults::kStepTokens;
   // GPU: device memory the prefix cache's device tier may hold (its budget,
   // --cache-device), planned with the rest and left out of the expert cache.
   uint64_t prefix_cache_device = 0;
 };
-
-// Left free of the GPU budget when the expert cache takes "the rest".
-inline constexpr uint64_t kExpertCacheMargin = uint64_t{256} << 20;
 
 // The GPU side's state for metrics and logs (zeros on the CPU).
 struct GpuRunnerInfo {
@@ -144,6 +143,9 @@ class SequenceRunner {
   virtual absl::Status ImportKvDevice(int slot, int64_t pos, const DeviceRows& kv);
   // Thread-safe (may be called while another thread runs EvalBatch).
   virtual GpuRunnerInfo gpu_info() const { return {}; }
+  // The GPU memory plan every device allocation followed (what `moesplit
+  // plan` prints for the same options); nullptr on the CPU.
+  virtual const plan::MemoryPlan* memory_plan() const { return nullptr; }
 
  protected:
   absl::Status NoDeviceMemory() const;  // the device-tier methods' answer

@@ -229,14 +229,14 @@ int Run(const Args& a) {
     std::fprintf(stderr, "KV cache: %s\n", std::string(cache.status().message()).c_str());
     return 1;
   }
-  const cuda::GpuMemoryPlan& plan = (*fwd)->plan();
+  const plan::MemoryPlan& plan = (*fwd)->plan();
   Line("load_seconds", absl::StrCat(Since(t_load)));
   Line("gpu_memory_budget", GiB(a.gpu_memory));
-  Line("plan_dense_weights", GiB(plan.dense_weights));
+  Line("plan_dense_weights", GiB(plan.dense.total()));
   Line("plan_kv_cache", absl::StrCat(GiB(plan.kv_cache), " ctx ", a.ctx, " ",
                                      std::string(GgmlTypeName(a.kv))));
   if (plan.recurrent_state > 0) Line("plan_recurrent_state", GiB(plan.recurrent_state));
-  Line("plan_workspace", GiB(plan.workspace));
+  Line("plan_workspace", GiB(plan.workspace.total()));
   Line("expert_source_pinned", (*fwd)->stats().expert_source_pinned ? "yes" : "no");
 
   const int64_t nv = (*model)->hparams().n_vocab;

@@ -34,36 +34,27 @@ uint64_t MatrixBytes(const quant::WeightView& w) {
 }
 uint64_t VecBytes(const std::vector<float>& v) { return v.size() * sizeof(float); }
 
-// Calls fn(view) for every dense matrix of the model (not the embeddings).
+// Calls fn(view) for every matrix the device holds of the layers, by the
+// tensor table (a per-head tensor: its first head's).
 template <typename Fn>
 void ForEachLayerMatrix(const model::Model& m, Fn fn) {
   for (int il = 0; il < m.n_layer(); ++il) {
-    const model::LayerWeights& L = m.layer(il);
-    for (const quant::WeightView* w :
-         {&L.wq, &L.wk, &L.wv, &L.wo, &L.ssm_qkv, &L.ssm_z, &L.ssm_beta, &L.ssm_alpha,
-          &L.ssm_out, &L.router, &L.shexp_gate_inp, &L.shexp_gate, &L.shexp_up,
-          &L.shexp_down, &L.wq_a, &L.wq_b, &L.wkv_a, &L.ffn_gate, &L.ffn_up, &L.ffn_down}) {
-      if (w->data != nullptr) fn(*w);
-    }
+    model::ForEachLayerTensor(
+        [&](auto row, const auto& w) {
+          if constexpr (row.form == model::TensorForm::kMatrix) {
+            if (w.data != nullptr) fn(w);
+          } else if constexpr (row.form == model::TensorForm::kHeads) {
+            if (w.data != nullptr) fn(w.Expert(0));
+          }
+        },
+        m.layer(il));
   }
 }
 
-// The per-head MLA matrices (attn_k_b, attn_v_b) of layer L: every head's.
-template <typename Fn>
-void ForEachHeadTensor(const model::LayerWeights& L, Fn fn) {
-  for (const model::ExpertTensorView* v : {&L.wk_b, &L.wv_b}) {
-    if (v->data != nullptr) fn(*v);
-  }
-}
-
-// The workspace's element counts: the memory planner's arithmetic
-// (common/plan), so that `moesplit plan` and the dense service's plan are
-// what this forward allocates. The geometry constants must agree.
+// The workspace's element counts are the memory planner's
+// (plan::GpuWorkspace, in the plan): its geometry constants must agree.
 static_assert(plan::kGpuAttentionChunk == raw::kAttentionChunk);
 static_assert(plan::kGpuDecodeTokens == raw::kDecodeTokens);
-WorkspaceSizes Sizes(const model::Model& m, int64_t B, int64_t n_ctx, int stream_buffers) {
-  return plan::GpuWorkspace(plan::ShapeOfModel(m), B, n_ctx, stream_buffers);
-}
 
 bool HasMla(const HyperParams& hp) {
   for (const model::LayerSpec& l : hp.layers) {
@@ -153,9 +144,6 @@ absl::Status CheckSupported(const model::Model& m) {
     }
   };
   ForEachLayerMatrix(m, check);
-  for (int il = 0; il < m.n_layer(); ++il) {
-    ForEachHeadTensor(m.layer(il), [&](const model::ExpertTensorView& v) { check(v.Expert(0)); });
-  }
   check(m.token_embd());
   check(m.output());
   return st;
@@ -163,44 +151,43 @@ absl::Status CheckSupported(const model::Model& m) {
 
 }  // namespace
 
-absl::StatusOr<GpuMemoryPlan> CudaForward::Plan(const model::Model& m,
-                                                const CudaForwardOptions& o) {
-  if (o.max_batch < 1 || o.max_batch > 4096) {
-    return absl::InvalidArgumentError(absl::StrCat("max_batch ", o.max_batch, " not in [1, 4096]"));
+absl::StatusOr<plan::MemoryPlan> PlanFor(const model::Model& m, const CudaForwardOptions& o,
+                                         backend::Device* device) {
+  plan::PlanOptions po;
+  po.budget_bytes = o.gpu_memory_budget;
+  if (po.budget_bytes == 0) {
+    ASSIGN_OR_RETURN(const backend::MemoryInfo mem, device->Memory());
+    po.budget_bytes = mem.free_bytes + device->allocated_bytes();
   }
-  if (o.stream_buffers < 1 || o.stream_buffers > 16) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("stream_buffers ", o.stream_buffers, " not in [1, 16]"));
+  switch (o.kv_type) {
+    case GgmlType::kF16: po.kv_type = plan::KvType::kF16; break;
+    case GgmlType::kQ8_0: po.kv_type = plan::KvType::kQ8_0; break;
+    case GgmlType::kQ4_0: po.kv_type = plan::KvType::kQ4_0; break;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "KV cache type ", std::string(GgmlTypeName(o.kv_type)), " (supported: F16, Q8_0, Q4_0)"));
   }
-  if (o.stream_min_tokens < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("stream_min_tokens ", o.stream_min_tokens, " is negative"));
-  }
-  GpuMemoryPlan p;
-  // The token embedding stays on the host (only the step's rows are gathered
-  // and copied up, as llama.cpp does) unless it is also the output head.
-  p.dense_weights = VecBytes(m.output_norm()) +
-                    (m.tied_output() ? MatrixBytes(m.token_embd()) : MatrixBytes(m.output()));
-  ForEachLayerMatrix(m, [&](const quant::WeightView& w) { p.dense_weights += MatrixBytes(w); });
-  for (int il = 0; il < m.n_layer(); ++il) {
-    const model::LayerWeights& L = m.layer(il);
-    for (const auto* v : {&L.attn_norm, &L.bq, &L.bk, &L.bv, &L.q_norm, &L.k_norm, &L.ffn_norm,
-                          &L.bo, &L.sinks, &L.router_b, &L.gate_exps_b, &L.up_exps_b,
-                          &L.down_exps_b, &L.ssm_conv, &L.ssm_dt_bias, &L.ssm_a, &L.ssm_norm,
-                          &L.q_a_norm, &L.kv_a_norm, &L.router_sel_b}) {
-      p.dense_weights += VecBytes(*v);
-    }
-    ForEachHeadTensor(L, [&](const model::ExpertTensorView& v) {
-      p.dense_weights += v.expert_bytes * static_cast<uint64_t>(v.n_expert);
-    });
-  }
-  ASSIGN_OR_RETURN(p.kv_cache,
-                   CudaKvCache::KvBytes(m.hparams(), o.n_ctx, o.kv_type, o.kv_page_size,
-                                        o.max_batch));
-  p.recurrent_state = CudaKvCache::RecurrentBytes(m.hparams());
-  p.workspace = Sizes(m, o.max_batch, o.n_ctx, o.stream_buffers).Bytes().total();
-  return p;
+  po.n_ctx = o.n_ctx;
+  po.n_parallel = 1;
+  po.n_ubatch = o.max_batch;
+  po.kv_page_size = o.kv_page_size;
+  po.stream_buffers = o.stream_buffers;
+  po.margin_bytes = 0;
+  return plan::PlanMemory(plan::ShapeOfModel(m), po);
 }
+
+namespace {
+
+GgmlType KvGgmlType(plan::KvType t) {
+  switch (t) {
+    case plan::KvType::kQ8_0: return GgmlType::kQ8_0;
+    case plan::KvType::kQ4_0: return GgmlType::kQ4_0;
+    case plan::KvType::kF16: break;
+  }
+  return GgmlType::kF16;
+}
+
+}  // namespace
 
 namespace {
 
@@ -216,14 +203,13 @@ absl::Status UploadMatrix(backend::Device* dev, backend::Stream* s, const quant:
 
 // Every head's matrix of an MLA per-head tensor; out->m is one head's shape.
 absl::Status UploadHeads(backend::Device* dev, backend::Stream* s,
-                         const model::ExpertTensorView& v, DeviceMatrixBuf* out,
-                         uint64_t* head_bytes) {
+                         const model::ExpertTensorView& v, internal::DeviceHeads* out) {
   if (v.data == nullptr) return absl::OkStatus();
   const uint64_t bytes = v.expert_bytes * static_cast<uint64_t>(v.n_expert);
   ASSIGN_OR_RETURN(out->buf, dev->Allocate(bytes));
   RETURN_IF_ERROR(s->CopyToDevice(*out->buf, 0, v.data, bytes));
   out->m = {v.type, out->buf->data(), v.n_out, v.n_in, v.row_bytes};
-  *head_bytes = v.expert_bytes;
+  out->head_bytes = v.expert_bytes;
   return absl::OkStatus();
 }
 
@@ -238,32 +224,73 @@ absl::Status UploadVec(backend::Device* dev, backend::Stream* s, const std::vect
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<CudaForward>> CudaForward::Create(
-    std::shared_ptr<const model::Model> model, model::ExpertBackend* experts,
-    backend::Device* device, const CudaForwardOptions& options) {
+namespace {
+
+// What Create checks before planning or allocating anything.
+absl::Status CheckCreate(const model::Model& model, const model::ExpertBackend* experts,
+                         const backend::Device* device, GgmlType kv_type) {
   if (device == nullptr || device->kind() != backend::DeviceKind::kCuda || experts == nullptr) {
     return absl::InvalidArgumentError("CudaForward: needs a CUDA device and an expert backend");
   }
-  RETURN_IF_ERROR(CheckSupported(*model));
-  if (HasMla(model->hparams()) && options.kv_type != GgmlType::kF16) {
+  RETURN_IF_ERROR(CheckSupported(model));
+  if (HasMla(model.hparams()) && kv_type != GgmlType::kF16) {
     return absl::UnimplementedError(absl::StrCat(
         "CUDA MLA attention reads an F16 KV cache only (asked for ",
-        std::string(GgmlTypeName(options.kv_type)), ")"));
+        std::string(GgmlTypeName(kv_type)), ")"));
   }
-  ASSIGN_OR_RETURN(const GpuMemoryPlan plan, Plan(*model, options));
-  uint64_t budget = options.gpu_memory_budget;
-  if (budget == 0) {
-    ASSIGN_OR_RETURN(const backend::MemoryInfo mem, device->Memory());
-    budget = mem.free_bytes + device->allocated_bytes();
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CudaForward>> CudaForward::Create(
+    std::shared_ptr<const model::Model> model, model::ExpertBackend* experts,
+    backend::Device* device, const CudaForwardOptions& options) {
+  RETURN_IF_ERROR(CheckCreate(*model, experts, device, options.kv_type));
+  ASSIGN_OR_RETURN(const plan::MemoryPlan plan, PlanFor(*model, options, device));
+  return Create(std::move(model), experts, device, plan, options);
+}
+
+absl::StatusOr<std::unique_ptr<CudaForward>> CudaForward::Create(
+    std::shared_ptr<const model::Model> model, model::ExpertBackend* experts,
+    backend::Device* device, const plan::MemoryPlan& plan, const CudaForwardOptions& run) {
+  const plan::PlanOptions& po = plan.options;
+  RETURN_IF_ERROR(CheckCreate(*model, experts, device, KvGgmlType(po.kv_type)));
+  if (po.n_ubatch < 1 || po.n_ubatch > plan::kGpuMaxMicroBatch) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("micro-batch ", po.n_ubatch, " not in [1, ", plan::kGpuMaxMicroBatch, "]"));
   }
-  if (plan.total() + device->allocated_bytes() > budget) {
+  if (po.stream_buffers < 1 || po.stream_buffers > 16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("stream_buffers ", po.stream_buffers, " not in [1, 16]"));
+  }
+  if (run.stream_min_tokens < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("stream_min_tokens ", run.stream_min_tokens, " is negative"));
+  }
+  if (plan.hp.n_layer != model->hparams().n_layer || plan.hp.n_embd != model->hparams().n_embd) {
+    return absl::InvalidArgumentError("CudaForward: the memory plan is of another model");
+  }
+  // What the plan allocates besides the expert cache, whose slots take the
+  // rest (the margin and the prefix cache's device tier stay free).
+  const uint64_t need = plan.dense.total() + plan.workspace.total() + plan.kv_cache +
+                        plan.recurrent_state;
+  const uint64_t budget = po.budget_bytes;
+  if (need + device->allocated_bytes() > budget) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "GPU memory plan of ", plan.total(), " bytes (dense weights ", plan.dense_weights,
-        ", KV cache ", plan.kv_cache, ", recurrent state ", plan.recurrent_state, ", workspace ",
-        plan.workspace, ") exceeds the budget of ",
-        budget, " bytes (", device->allocated_bytes(), " already in use)"));
+        "GPU memory plan of ", need, " bytes (dense weights ", plan.dense.total(), ", KV cache ",
+        plan.kv_cache, ", recurrent state ", plan.recurrent_state, ", workspace ",
+        plan.workspace.total(), ") exceeds the budget of ", budget, " bytes (",
+        device->allocated_bytes(), " already in use)"));
   }
   if (device->budget() == 0 || device->budget() > budget) device->set_budget(budget);
+  CudaForwardOptions options = run;
+  options.n_ctx = po.n_ctx;
+  options.kv_type = KvGgmlType(po.kv_type);
+  options.kv_page_size = static_cast<int>(po.kv_page_size);
+  options.max_batch = po.n_ubatch;
+  options.stream_buffers = po.stream_buffers;
+  options.gpu_memory_budget = budget;
 
   std::unique_ptr<CudaForward> f(new CudaForward());
   f->model_ = std::move(model);
@@ -286,57 +313,28 @@ absl::StatusOr<std::unique_ptr<CudaForward>> CudaForward::Create(
   RETURN_IF_ERROR(UploadVec(device, s, m.output_norm(), &W.output_norm));
   W.layers.resize(m.n_layer());
   for (int il = 0; il < m.n_layer(); ++il) {
-    const model::LayerWeights& L = m.layer(il);
-    LayerW& D = W.layers[il];
-    RETURN_IF_ERROR(UploadVec(device, s, L.attn_norm, &D.attn_norm));
-    RETURN_IF_ERROR(UploadVec(device, s, L.bq, &D.bq));
-    RETURN_IF_ERROR(UploadVec(device, s, L.bk, &D.bk));
-    RETURN_IF_ERROR(UploadVec(device, s, L.bv, &D.bv));
-    RETURN_IF_ERROR(UploadVec(device, s, L.q_norm, &D.q_norm));
-    RETURN_IF_ERROR(UploadVec(device, s, L.k_norm, &D.k_norm));
-    RETURN_IF_ERROR(UploadVec(device, s, L.ffn_norm, &D.ffn_norm));
-    RETURN_IF_ERROR(UploadVec(device, s, L.bo, &D.bo));
-    RETURN_IF_ERROR(UploadVec(device, s, L.sinks, &D.sinks));
-    RETURN_IF_ERROR(UploadVec(device, s, L.router_b, &D.router_b));
-    RETURN_IF_ERROR(UploadVec(device, s, L.gate_exps_b, &D.gate_exps_b));
-    RETURN_IF_ERROR(UploadVec(device, s, L.up_exps_b, &D.up_exps_b));
-    RETURN_IF_ERROR(UploadVec(device, s, L.down_exps_b, &D.down_exps_b));
-    RETURN_IF_ERROR(UploadMatrix(device, s, L.wq, &D.wq));
-    RETURN_IF_ERROR(UploadMatrix(device, s, L.wk, &D.wk));
-    RETURN_IF_ERROR(UploadMatrix(device, s, L.wv, &D.wv));
-    RETURN_IF_ERROR(UploadMatrix(device, s, L.wo, &D.wo));
-    RETURN_IF_ERROR(UploadMatrix(device, s, L.router, &D.router));
-    RETURN_IF_ERROR(UploadMatrix(device, s, L.shexp_gate_inp, &D.sh_gate_inp));
-    RETURN_IF_ERROR(UploadMatrix(device, s, L.shexp_gate, &D.sh_gate));
-    RETURN_IF_ERROR(UploadMatrix(device, s, L.shexp_up, &D.sh_up));
-    RETURN_IF_ERROR(UploadMatrix(device, s, L.shexp_down, &D.sh_down));
-    RETURN_IF_ERROR(UploadVec(device, s, L.ssm_conv, &D.ssm_conv));
-    RETURN_IF_ERROR(UploadVec(device, s, L.ssm_dt_bias, &D.ssm_dt_bias));
-    RETURN_IF_ERROR(UploadVec(device, s, L.ssm_a, &D.ssm_a));
-    RETURN_IF_ERROR(UploadVec(device, s, L.ssm_norm, &D.ssm_norm));
-    RETURN_IF_ERROR(UploadMatrix(device, s, L.ssm_qkv, &D.ssm_qkv));
-    RETURN_IF_ERROR(UploadMatrix(device, s, L.ssm_z, &D.ssm_z));
-    RETURN_IF_ERROR(UploadMatrix(device, s, L.ssm_beta, &D.ssm_beta));
-    RETURN_IF_ERROR(UploadMatrix(device, s, L.ssm_alpha, &D.ssm_alpha));
-    RETURN_IF_ERROR(UploadMatrix(device, s, L.ssm_out, &D.ssm_out));
-    RETURN_IF_ERROR(UploadMatrix(device, s, L.wq_a, &D.wq_a));
-    RETURN_IF_ERROR(UploadMatrix(device, s, L.wq_b, &D.wq_b));
-    RETURN_IF_ERROR(UploadMatrix(device, s, L.wkv_a, &D.wkv_a));
-    RETURN_IF_ERROR(UploadHeads(device, s, L.wk_b, &D.wk_b, &D.wk_b_head_bytes));
-    RETURN_IF_ERROR(UploadHeads(device, s, L.wv_b, &D.wv_b, &D.wv_b_head_bytes));
-    RETURN_IF_ERROR(UploadVec(device, s, L.q_a_norm, &D.q_a_norm));
-    RETURN_IF_ERROR(UploadVec(device, s, L.kv_a_norm, &D.kv_a_norm));
-    RETURN_IF_ERROR(UploadVec(device, s, L.router_sel_b, &D.router_sel_b));
-    RETURN_IF_ERROR(UploadMatrix(device, s, L.ffn_gate, &D.ffn_gate));
-    RETURN_IF_ERROR(UploadMatrix(device, s, L.ffn_up, &D.ffn_up));
-    RETURN_IF_ERROR(UploadMatrix(device, s, L.ffn_down, &D.ffn_down));
+    // Every row of the tensor table the device holds (not the routed experts).
+    absl::Status st;
+    model::ForEachLayerTensor(
+        [&](auto row, const auto& host, auto& dev) {
+          if (!st.ok()) return;
+          if constexpr (row.form == model::TensorForm::kMatrix) {
+            st = UploadMatrix(device, s, host, &dev);
+          } else if constexpr (row.form == model::TensorForm::kVector) {
+            st = UploadVec(device, s, host, &dev);
+          } else if constexpr (row.form == model::TensorForm::kHeads) {
+            st = UploadHeads(device, s, host, &dev);
+          }
+        },
+        m.layer(il), W.layers[il]);
+    RETURN_IF_ERROR(st);
   }
   RETURN_IF_ERROR(s->Synchronize());
 
   // Workspace.
   f->ws_ = std::make_unique<Workspace>();
   Workspace& ws = *f->ws_;
-  ws.sizes = Sizes(m, options.max_batch, options.n_ctx, options.stream_buffers);
+  ws.sizes = plan.workspace_elems;
   const WorkspaceSizes& z = ws.sizes;
   auto alloc = [&](int64_t elems, auto** p) -> absl::Status {
     if (elems <= 0) return absl::OkStatus();
@@ -630,10 +628,10 @@ absl::Status CudaForward::MoeFfn(int il, int64_t n) {
   }
   RETURN_IF_ERROR(stream_->Record(*copied_));
   // The shared expert runs on the GPU while the host computes the routed ones.
-  if (L.sh_down.present()) {
-    RETURN_IF_ERROR(SwiGluFfn(L.sh_gate, L.sh_up, L.sh_down, n));
-    if (L.sh_gate_inp.present()) {
-      RETURN_IF_CUDA_ERROR(raw::MatMul(L.sh_gate_inp.m, ws.h, n, ws.sh_s, g, s));
+  if (L.shexp_down.present()) {
+    RETURN_IF_ERROR(SwiGluFfn(L.shexp_gate, L.shexp_up, L.shexp_down, n));
+    if (L.shexp_gate_inp.present()) {
+      RETURN_IF_CUDA_ERROR(raw::MatMul(L.shexp_gate_inp.m, ws.h, n, ws.sh_s, g, s));
       RETURN_IF_CUDA_ERROR(raw::ScaleRowsBySigmoid(ws.o, ws.sh_s, n, d, s));
     }
     RETURN_IF_CUDA_ERROR(raw::Add(ws.x, ws.o, n * d, s));
@@ -988,6 +986,25 @@ absl::Status CudaForward::Head(int64_t first, int64_t rows, float* out) {
   }
   stats_.head_seconds += SecondsSince(t_head);
   return absl::OkStatus();
+}
+
+absl::StatusOr<GpuDense> AllocateGpuDense(std::shared_ptr<const model::Model> model,
+                                          model::ExpertBackend* experts, backend::Device* device,
+                                          const plan::MemoryPlan& plan,
+                                          const CudaForwardOptions& run) {
+  GpuDense d;
+  ASSIGN_OR_RETURN(d.forward, CudaForward::Create(model, experts, device, plan, run));
+  for (int64_t i = 0; i < plan.options.n_parallel; ++i) {
+    ASSIGN_OR_RETURN(auto state, d.forward->CreateCache());
+    d.states.push_back(std::move(state));
+  }
+  if (plan.expert_cache.slots > 0) {
+    GpuExpertCacheOptions eo;
+    eo.n_slots = plan.expert_cache.slots;
+    ASSIGN_OR_RETURN(d.expert_cache, GpuExpertCache::Create(device, model, eo));
+    d.forward->AttachExpertCache(d.expert_cache);
+  }
+  return d;
 }
 
 }  // namespace moesplit::cuda

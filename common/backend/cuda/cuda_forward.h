@@ -48,12 +48,12 @@
 // micro-batches and decode give the same logits bit for bit. Attention reads a
 // paged KV cache (f16, q8_0 or q4_0; CudaKvCache) through a block table.
 //
-// Memory: Plan() gives the bytes of dense weights, one sequence's state
-// (KV of n_ctx positions for the attention layers, the DeltaNet states) and
-// the workspace; Create() refuses with RESOURCE_EXHAUSTED (allocating
-// nothing) when they exceed the budget (options.gpu_memory_budget, else the
-// device's free memory), and the device's budget is set to it, so the hot
-// expert cache (planned by the memory planner) gets what is left.
+// Memory: one plan::MemoryPlan (common/plan) is the only input of the
+// allocations: the dense weights and the workspace here, each sequence's
+// state (CreateCache), the hot-expert cache's slots (the dense service's
+// runner). Create() refuses with RESOURCE_EXHAUSTED (allocating nothing)
+// when the plan does not fit the budget (options.gpu_memory_budget, else the
+// device's free memory), and sets the device's budget to it.
 //
 // Thread-safety: one Eval at a time per CudaForward (it owns one stream and
 // one workspace); not thread-safe.
@@ -83,11 +83,14 @@ namespace internal {
 struct DeviceMatrixBuf;  // internal/forward_buffers.h
 }  // namespace internal
 
+// What a CudaForward is asked for. The sizes (n_ctx .. stream_buffers,
+// gpu_memory_budget) are a memory plan's options (PlanFor); the forward
+// allocates from that plan only. The rest are run-time choices.
 struct CudaForwardOptions {
-  int64_t n_ctx = 4096;                  // KV positions planned for one sequence
+  int64_t n_ctx = defaults::kContext;    // KV positions planned for one sequence
   GgmlType kv_type = GgmlType::kF16;     // F16, Q8_0 or Q4_0
-  int kv_page_size = 256;                // positions per KV page
-  int64_t max_batch = 512;               // tokens per micro-batch of Eval
+  int kv_page_size = plan::kGpuKvPage;   // positions per KV page
+  int64_t max_batch = defaults::kStepTokens;  // tokens per micro-batch of Eval
   uint64_t gpu_memory_budget = 0;        // 0: the device's free memory
   // Streamed prefill: an expert with at least this many tokens in one
   // micro-batch is computed on the GPU from a streamed copy of its weights.
@@ -100,13 +103,13 @@ struct CudaForwardOptions {
   bool pin_expert_source = false;
 };
 
-struct GpuMemoryPlan {
-  uint64_t dense_weights = 0;  // attention, norms, routers, shared experts, embeddings, head
-  uint64_t kv_cache = 0;       // one sequence's KV of n_ctx positions (attention layers)
-  uint64_t recurrent_state = 0;  // one sequence's DeltaNet conv + recurrent states (both buffers)
-  uint64_t workspace = 0;      // activations, GEMM scratch, prefill staging buffers
-  uint64_t total() const { return dense_weights + kv_cache + recurrent_state + workspace; }
-};
+// The plan of one sequence, without margin, that `options` ask for on
+// `device` (a budget of 0: its free memory plus what it holds already).
+// Errors: PlanMemory's (InvalidArgument for bad sizes or a KV type other
+// than F16, Q8_0, Q4_0; ResourceExhausted when it does not fit).
+absl::StatusOr<plan::MemoryPlan> PlanFor(const model::Model& model,
+                                         const CudaForwardOptions& options,
+                                         backend::Device* device);
 
 // One sequence's state on the device (the GPU counterpart of
 // model::SequenceState, from the same layer specs; cuda_kv_cache.cc):
@@ -314,12 +317,19 @@ class CudaForward {
   static absl::StatusOr<std::unique_ptr<CudaForward>> Create(
       std::shared_ptr<const model::Model> model, model::ExpertBackend* experts,
       backend::Device* device, const CudaForwardOptions& options);
-  static absl::StatusOr<GpuMemoryPlan> Plan(const model::Model& model,
-                                            const CudaForwardOptions& options);
+  // The same from a plan made for this model (plan::PlanMemory): the dense
+  // weights and the workspace are allocated as `plan` says, CreateCache
+  // gives a sequence state of plan.options' context, KV type and pages; the
+  // sizes in `options` are not read. ResourceExhausted when the device
+  // already holds so much that the plan's allocations exceed its budget.
+  static absl::StatusOr<std::unique_ptr<CudaForward>> Create(
+      std::shared_ptr<const model::Model> model, model::ExpertBackend* experts,
+      backend::Device* device, const plan::MemoryPlan& plan, const CudaForwardOptions& options);
   ~CudaForward();
 
   const model::Model& model() const { return *model_; }
-  const GpuMemoryPlan& plan() const { return plan_; }
+  // The plan it was allocated from.
+  const plan::MemoryPlan& plan() const { return plan_; }
   const CudaForwardStats& stats() const { return stats_; }
 
   // Routed experts resident in `cache` (made for this model on this device)
@@ -400,7 +410,7 @@ class CudaForward {
   model::ExpertBackend* experts_ = nullptr;
   backend::Device* device_ = nullptr;
   CudaForwardOptions options_;
-  GpuMemoryPlan plan_;
+  plan::MemoryPlan plan_;
   std::unique_ptr<backend::Stream> stream_;
   std::unique_ptr<backend::Event> copied_;
   std::unique_ptr<Weights> w_;
@@ -417,5 +427,21 @@ class CudaForward {
   uint64_t next_call_id_ = 1;
   std::chrono::steady_clock::time_point layer_start_;
 };
+
+// The dense service's device side, allocated from one memory plan and
+// nothing else: the forward (dense weights, workspace), one sequence state
+// per plan.options.n_parallel, and the hot-expert cache with
+// plan.expert_cache.slots (attached to the forward; none for 0 slots).
+// Together they allocate plan.allocated_bytes(). Errors: Create's and the
+// device's (ResourceExhausted); nothing stays allocated on failure.
+struct GpuDense {
+  std::unique_ptr<CudaForward> forward;
+  std::vector<std::unique_ptr<CudaKvCache>> states;
+  std::shared_ptr<GpuExpertCache> expert_cache;
+};
+absl::StatusOr<GpuDense> AllocateGpuDense(std::shared_ptr<const model::Model> model,
+                                          model::ExpertBackend* experts, backend::Device* device,
+                                          const plan::MemoryPlan& plan,
+                                          const CudaForwardOptions& run);
 
 }  // namespace moesplit::cuda

@@ -139,7 +139,7 @@ absl::Status CudaForward::Mla(int il, int64_t n, absl::Span<const Segment> segs)
     RETURN_IF_CUDA_ERROR(raw::GroupedMatVec(p, s));
     return absl::OkStatus();
   };
-  RETURN_IF_ERROR(per_head(L.wk_b, L.wk_b_head_bytes, ws.mla_in, nope, ws.q, kd));
+  RETURN_IF_ERROR(per_head(L.wk_b, L.wk_b.head_bytes, ws.mla_in, nope, ws.q, kd));
   // Each sequence's tokens against its own paged cache: one K row per
   // position, V its first lora values.
   for (const Segment& sg : segs) {
@@ -167,7 +167,7 @@ absl::Status CudaForward::Mla(int il, int64_t n, absl::Span<const Segment> segs)
     RETURN_IF_CUDA_ERROR(raw::Attention(ap, s));
   }
   // The heads' values, n x heads x dv: attn_v_b[h] . latent result.
-  RETURN_IF_ERROR(per_head(L.wv_b, L.wv_b_head_bytes, ws.attn, lora, ws.mla_q, dv));
+  RETURN_IF_ERROR(per_head(L.wv_b, L.wv_b.head_bytes, ws.attn, lora, ws.mla_q, dv));
   RETURN_IF_CUDA_ERROR(raw::MatMul(L.wo.m, ws.mla_q, n, ws.o, g, s));
   RETURN_IF_CUDA_ERROR(raw::Add(ws.x, ws.o, n * d, s));
   return absl::OkStatus();

@@ -12,6 +12,7 @@
 #include "common/backend/cuda/cuda_backend.h"
 #include "common/backend/cuda/cuda_forward.h"
 #include "common/backend/cuda/internal/cuda_raw.h"
+#include "common/model/tensor_table.h"
 #include "common/plan/memory_plan.h"
 
 namespace moesplit::cuda {
@@ -26,24 +27,15 @@ struct DeviceVec {
   std::unique_ptr<backend::Buffer> buf;
   const float* p = nullptr;
 };
-struct LayerW {
-  DeviceVec attn_norm, bq, bk, bv, q_norm, k_norm, ffn_norm;
-  DeviceVec bo, sinks, router_b;  // gpt-oss: output and router biases, sink logits
-  // gpt-oss: the routed experts' biases, every expert's (n_expert x n_ff,
-  // n_expert x n_ff, n_expert x n_embd), for the experts the GPU computes.
-  DeviceVec gate_exps_b, up_exps_b, down_exps_b;
-  DeviceVec ssm_conv, ssm_dt_bias, ssm_a, ssm_norm;  // gated DeltaNet
-  DeviceMatrixBuf wq, wk, wv, wo, router, sh_gate_inp, sh_gate, sh_up, sh_down;
-  DeviceMatrixBuf ssm_qkv, ssm_z, ssm_beta, ssm_alpha, ssm_out;
-  // MLA (deepseek2): the q LoRA, the KV latent + rope key projection, their
-  // norms; attn_k_b / attn_v_b hold every head's matrix, m one head's shape
-  // and *_head_bytes the distance between heads.
-  DeviceMatrixBuf wq_a, wq_b, wkv_a, wk_b, wv_b;
-  uint64_t wk_b_head_bytes = 0, wv_b_head_bytes = 0;
-  DeviceVec q_a_norm, kv_a_norm;
-  DeviceVec router_sel_b;                    // deepseek2's selection bias
-  DeviceMatrixBuf ffn_gate, ffn_up, ffn_down;  // dense-FFN layers
+// Every head's matrix of an MLA per-head tensor: m has one head's shape,
+// head_bytes is the distance between heads.
+struct DeviceHeads : DeviceMatrixBuf {
+  uint64_t head_bytes = 0;
 };
+// One layer's device copies: a field per row of the tensor table (named
+// there); the routed experts stay on the host (the expert cache and streamed
+// prefill copy them up on their own).
+using LayerW = model::LayerTensors<DeviceMatrixBuf, DeviceVec, DeviceHeads, model::NoTensor>;
 
 }  // namespace internal
 
