@@ -5,8 +5,8 @@
 // Buffers of kHugeThreshold bytes or more are mapped anonymously, rounded up
 // to 2 MiB and advised MADV_HUGEPAGE. Two reasons, both measured on the
 // VMs we run on: the first touch of fresh memory costs one fault per page
-// (10-20 us each under a hypervisor, so a 512-token expert call's ~40 MB of
-// scratch took ~200 ms on 4 KiB pages the first time), and later passes
+// (10-20 us each under a hypervisor; what that cost a 512-token expert
+// call is in tests/bench/README.md), and later passes
 // over tens of MB miss the TLB less on 2 MiB pages. Where transparent huge
 // pages are off the mapping still works, on 4 KiB pages. Smaller buffers come
 // from the heap.

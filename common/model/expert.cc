@@ -678,8 +678,8 @@ void FusedExpertCall::PrepareItems() {
   if (decode_split_) {
     // Decode: each expert's gate, up and down matrices are read as whole
     // contiguous streams (0.9-1.7 MB for Qwen3-30B-A3B) rather than in
-    // 256-row pieces, which keeps the hardware prefetchers streaming (a
-    // decode call was 4-7% faster in a paired A/B). The last n_threads
+    // 256-row pieces, which keeps the hardware prefetchers streaming
+    // (measured faster, see tests/bench/README.md). The last n_threads
     // experts are split into small blocks so that the threads finish
     // together. Down writes each slot's whole n_embd row; a last phase sums
     // them per token by row blocks.

@@ -263,8 +263,8 @@ class FusedExpertCall;
 // all n_embd rows, into a per-slot buffer), the last n_threads experts in
 // small blocks to even out the finish, and after a barrier sums the slots
 // per token by row blocks, in the same order. Whole matrices are long
-// contiguous streams for the hardware prefetchers: a decode step of the
-// Qwen3-30B-A3B shape was 4-7% faster in a paired A/B on 2 threads. There
+// contiguous streams for the hardware prefetchers: a decode step measured
+// faster this way (tests/bench/README.md, "model/expert"). There
 // is no barrier between gate/up and down: a down item waits only for its own
 // expert's intermediate rows (once every gate/up item is claimed, those are
 // in flight on other threads), prefetching its weights meanwhile.

@@ -190,10 +190,10 @@ class Forward {
   std::vector<DenseWeights> dense_;  // per layer
   quant::WeightView output_;
   // The packed copies: one arena on huge pages, as the routed experts (a
-  // decode step streams every dense matrix once per token; 16 Q4_K matrices
-  // of 4.7 MB read back to back ran 0.9-1.2x, ~1.05x on average, of the
-  // speed of the same on 4 KiB pages on a noisy 2-vCPU VM), or buffers of
-  // their own where no arena could be had.
+  // decode step streams every dense matrix once per token; on huge pages
+  // it measured a little faster than on 4 KiB pages, see
+  // tests/bench/README.md), or buffers of their own where no arena could
+  // be had.
   std::shared_ptr<uint8_t[]> packed_arena_;
   std::vector<std::unique_ptr<uint8_t[]>> packed_;
   mutable std::atomic<uint64_t> next_call_id_{1};

@@ -39,10 +39,8 @@ inline __m256i Bcast(const int8_t* p) {
 // Bytes prefetched ahead of the span being read: the weights stream from
 // DRAM at decode. The prefetches are spread over the superblock's spans (an
 // eighth of it before each), not issued as one burst per superblock: a burst
-// of ~40 lines overruns the core's outstanding-miss slots, and on a 2-vCPU
-// AMD EPYC VM the one-token Q4_K product read 12-17 GB/s with bursts 4 KiB
-// ahead against 16-18 GB/s spread 8 KiB ahead (quant_bench matvec, DRAM read
-// 18-24 GB/s).
+// of ~40 lines overruns the core's outstanding-miss slots (spread 8 KiB
+// ahead measured best, see tests/bench/README.md, "packed_avx2.cc").
 constexpr uint64_t kPrefetchAhead = 8192;
 
 __attribute__((always_inline)) inline void PrefetchAhead(const uint8_t* sb, uint64_t bytes, const uint8_t* end) {

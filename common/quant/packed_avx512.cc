@@ -44,12 +44,9 @@ inline __m512i Bcast(const int8_t* p) {
 // order the kernels read them: the weights stream from DRAM at decode. The
 // K-quant kernels (one strip, 2-3 KiB superblocks) prefetch 8 KiB ahead; the
 // 32-column kernels (two strips side by side, 272-544 byte blocks) 4 KiB in
-// each strip. Against 8 KiB there, alternated in one sitting: one-token
-// products at 2880 columns on 2 threads (quant_bench 0.4 matvec 2 512 TYPE
-// 2880, medians of 4-5) MXFP4 46.6 against 37.7 GB/s and Q8_0 55.7 against
-// 51.2; gpt-oss-20b's expert decode (expert_bench --shape gpt-oss, 5 each)
-// 39.6 against 35.7 GB/s. 2, 3, 6 and 16 KiB were slower than 4; the Qwen3
-// shape's K-quants gained nothing from 4.
+// each strip: measured best (2, 3, 6, 8 and 16 KiB were slower for the
+// 32-column kernels; the K-quants gained nothing from 4), see
+// tests/bench/README.md, "packed_avx512.cc: prefetch distance".
 constexpr uint64_t kPrefetchAhead = 8192;
 constexpr uint64_t kPrefetchAhead32 = 4096;
 
@@ -59,9 +56,7 @@ constexpr uint64_t kPrefetchAhead32 = 4096;
 // side, so past its strip's end the distance goes on in strip k of the next
 // pass (S strips on), not in strip k + 1, which this pass is reading already:
 // prefetching straight ahead left the second strip of every pass to the
-// hardware (then, with the K-quant kernels also reading two strips, the
-// worker's decode compute on the default model took 0.87x the time in this
-// order and at 8 KiB instead of 4; median of 14 alternated rounds).
+// hardware, and this order measured faster, see tests/bench/README.md.
 template <int S, uint64_t ahead = kPrefetchAhead>
 __attribute__((always_inline)) inline void PrefetchAhead(const uint8_t* strip0, uint64_t strip_bytes, int k,
                                                          uint64_t pos, uint64_t bytes, const uint8_t* end) {
@@ -124,10 +119,8 @@ __attribute__((always_inline)) inline __m512i Dot4(const __m512i c[8], int z0, c
 
 // T tokens x one strip (16 rows) over nsb superblocks; Q4_K or (kFive)
 // Q5_K. One strip at a time also at decode: reading two strips side by side
-// (as the 32-column kernels do) ran the one-token product on a 512 MiB
-// matrix at 0.6-0.9x the speed of one strip (Q4_K, Q5_K and Q6_K), and the
-// worker's decode bandwidth (moesplit bench, default model) at 62-74% of
-// the DRAM read against 82-96% (3 alternated rounds).
+// (as the 32-column kernels do) measured slower from DRAM, see
+// tests/bench/README.md.
 template <int T, bool kFive = false>
 void StripsQ4K(const uint8_t* strip, uint64_t strip_bytes, int64_t nsb, const BlockQ8_K* const* a,
                const uint8_t* end, float* y, int64_t ldy) {
@@ -149,10 +142,9 @@ void StripsQ4K(const uint8_t* strip, uint64_t strip_bytes, int64_t nsb, const Bl
       }
       const __m512i sub = _mm512_cvtepu8_epi32(Load128(sb + kQ4KSub + 16 * g));
       // Four tokens or more: each token's 8 quads in one chain, the chains of
-      // the tokens interleaved quad by quad (the same exact integer sums).
-      // Against two chains of 4 per token one after the other, the 32-token
-      // product ran 1.03x the speed (median of 9 alternated quant_bench
-      // rounds, 7 of them faster; one thread, AVX-512 Zen 5).
+      // the tokens interleaved quad by quad (the same exact integer sums):
+      // measured a little faster than two chains of 4 per token one after
+      // the other, see tests/bench/README.md.
       if constexpr (T >= 4) {
         __m512i dot[T];
 #pragma GCC unroll 8

@@ -32,9 +32,8 @@ constexpr int64_t kAcceptWaitUs = 100000;
 
 // Maps every page of a connection segment into this process now (the
 // client's call also allocates them), so that the first large calls do not
-// pay a page fault per 4 KiB of activations: 512 tokens x 2048 floats each
-// way are ~2000 faults per ring slot, 10-20 us apiece on a VM, which made
-// the first 512-token prefill's expert calls ~40 ms slower each.
+// pay a page fault per 4 KiB of activations (thousands per ring slot for a
+// 512-token call, tens of ms slower on a VM, see tests/bench/README.md).
 // MADV_POPULATE_WRITE (Linux 5.14) leaves the contents alone; on older
 // kernels this does nothing and the pages fault in on first use as before.
 void Prefault(void* addr, uint64_t len) {

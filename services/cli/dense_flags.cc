@@ -113,7 +113,7 @@ void AddHttpLimitFlags(FlagParser& p, DenseServiceFlags* f, const Want& want) {
   }
 }
 
-// API keys and TLS (README "Security").
+// API keys and TLS (docs/operations.md "Security").
 template <typename Want>
 void AddSecurityFlags(FlagParser& p, DenseServiceFlags* f, const Want& want) {
   if (want("api-key-file")) {

@@ -44,7 +44,7 @@ struct DenseServiceFlags {
   std::string expert_cache = "auto";    // auto | off | N slots
   std::string prefill_stream = "auto";  // auto | off | N tokens
   bool pin_experts = false;
-  // Automatic prefix caching (README "Prefix caching"): on | off, the
+  // Automatic prefix caching (docs/prefix-cache.md): on | off, the
   // primary tier's budget ("" = what the sequence slots hold at the full
   // context) and the host-RAM tier's ("0" = none).
   std::string prefix_cache = "on";
@@ -69,7 +69,7 @@ struct DenseServiceFlags {
   // reached over TLS, their certificates verified against it; server_name
   // overrides the name checked in them.
   std::string tls_cert, tls_key, tls_ca, tls_server_name;
-  // Operations (README "Operations").
+  // Operations (docs/operations.md).
   int64_t drain_timeout_ms = 30000;  // SIGTERM: in-flight requests may finish this long
   std::string log_format = "text";   // text | json
   std::string served_model_name;     // comma-separated aliases; "" = the model's name

@@ -91,7 +91,7 @@ struct EngineOptions {
   int64_t expert_cache_slots = -1;
   int64_t prefill_stream_min_tokens = -1;
   bool pin_experts = false;
-  // Automatic prefix caching (prefix_cache.h, README "Prefix caching"): on
+  // Automatic prefix caching (prefix_cache.h, docs/prefix-cache.md): on
   // by default; the primary tier's budget (0 = what the runner's
   // sequence slots hold at the full context, state_bytes_capacity) and the
   // host tier's (--cache-ram; 0 = none: evicted blocks are dropped). On a

@@ -142,7 +142,7 @@ int Run(int argc, char** argv) {
     http_opt.cors_origins.emplace_back(o);
   }
   if (absl::Status s = ValidateHttpOptions(http_opt); !s.ok()) return Fail(s);
-  // Security (README "Security"): API keys, TLS of both APIs, TLS to workers.
+  // Security (docs/operations.md "Security"): API keys, TLS of both APIs, TLS to workers.
   const char* env_keys = std::getenv(auth::kApiKeysEnv);
   auto keys = auth::LoadApiKeys(f.api_key_file, env_keys ? env_keys : "");
   if (!keys.ok()) return Fail(keys.status());

@@ -7,9 +7,9 @@
 // RLIMIT_MEMLOCK is too low the arena warns once and carries on unlocked.
 //
 // Huge pages matter: decode reads ~8 scattered experts per layer, and on
-// 4 KiB pages every 4 KiB of weights is a TLB miss. Measured on a 2-vCPU VM
-// (moesplit bench, worker alone, Qwen3-30B-A3B-shaped Q4_K_M): 58% of the
-// DRAM read bandwidth on 4 KiB pages, 64% on 2 MiB pages. Linux backs
+// 4 KiB pages every 4 KiB of weights is a TLB miss: the worker measured
+// faster on 2 MiB pages (moesplit bench, worker alone; the numbers are in
+// tests/bench/README.md). Linux backs
 // private memory with huge pages whenever transparent huge pages are
 // "always" or "madvise", but shared memory only when
 // /sys/kernel/mm/transparent_hugepage/shmem_enabled allows it (Debian's

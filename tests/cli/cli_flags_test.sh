@@ -2,7 +2,8 @@
 # The three binaries' command lines, end to end (run by ctest, one PART each):
 #   help           every `--help` (moesplit-dense, moesplit-expert-worker, every
 #                  `moesplit <command>`) exits 0, lists its flags with their
-#                  defaults, and agrees with README.md both ways (help_check.py);
+#                  defaults, and agrees with the docs (README.md, docs/*.md)
+#                  both ways (help_check.py); README.md links every docs/*.md;
 #                  `--version` on all three prints the CMake project version.
 #   errors         a misspelt flag or command gets "did you mean ...?", exit 2;
 #                  bad flag values fail before any model is opened: with a
@@ -86,6 +87,15 @@ part_help() {
   local commands
   commands=$("$BIN/moesplit" --help | sed -n 's/^  \([a-z][a-z-]*\)  .*/\1/p')
   [[ $(echo "$commands" | wc -w) -ge 10 ]] || fail "moesplit --help lists too few commands: $commands"
+  # The docs: README.md and the topic pages it links (docs/*.md) hold the flag
+  # reference; the other READMEs' command lines are checked too (synopses).
+  local -a docs=("$REPO/README.md" "$REPO"/docs/*.md)
+  local -a synopses=("$REPO/deploy/README.md" "$REPO/tests/README.md" "$REPO/tests/bench/README.md")
+  local f
+  for f in "$REPO/docs/cli.md" "${synopses[@]}"; do [[ -f $f ]] || fail "no $f"; done
+  for f in "${docs[@]:1}"; do
+    grep -q "](docs/${f##*/})" "$REPO/README.md" || fail "README.md does not link docs/${f##*/}"
+  done
   # PROGRAM, its binary and arguments
   local -a targets=("moesplit-dense|moesplit-dense" "moesplit-expert-worker|moesplit-expert-worker")
   for c in $commands; do targets+=("moesplit $c|moesplit $c"); done
@@ -95,9 +105,10 @@ part_help() {
     # shellcheck disable=SC2086
     run "$name" ${t#*|} --help
     if [[ $(rc "$name") == 0 && ! -s "$WORK/$name.err" ]] &&
-       python3 "$REPO/tests/cli/help_check.py" "$program" "$WORK/$name.out" "$REPO/README.md" \
-         >"$WORK/$name.check"; then
-      pass "$program --help: exit 0, $(grep -c '^  -' "$WORK/$name.out") flags with defaults, as README.md says"
+       python3 "$REPO/tests/cli/help_check.py" "$program" "$WORK/$name.out" \
+         --docs "${docs[@]}" --synopses "${synopses[@]}" >"$WORK/$name.check" &&
+       ! grep -qx 'synopses: 0' "$WORK/$name.check"; then
+      pass "$program --help: exit 0, $(grep -c '^  -' "$WORK/$name.out") flags with defaults, as the docs say ($(cat "$WORK/$name.check"))"
     else
       fail "$program --help: rc=$(rc "$name") $(cat "$WORK/$name.check" "$WORK/$name.err")"
     fi

@@ -1078,9 +1078,7 @@ MOESPLIT_TARGET512 void AttendGroup512(const GroupAttention& g) {
       float* row = vrows + (j - j0) * dvp;
       // The rows 16 positions on (a line per 32 values): at decode the
       // scores pass's prefetches of this chunk's V rows have left L1 by
-      // now. `attention_bench decode 3584` (cold), 8 alternations in each of
-      // three sets: median 2.02 -> 1.81, 2.06 -> 1.76, 1.78 -> 1.71 ms per
-      // layer; 32 positions on was not better; the prompt's unchanged.
+      // now. 16 measured best (32 was not better), see tests/bench/README.md.
       if (j + 16 < j1) {
         for (int64_t c = 0; c < dv; c += 32) {
           _mm_prefetch(reinterpret_cast<const char*>(vr + 16 * g.v_stride + c), _MM_HINT_T0);
