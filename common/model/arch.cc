@@ -760,6 +760,15 @@ absl::StatusOr<HyperParams> ParseHyperParams(const GgufFile& f,
   RETURN_IF_ERROR(Positive(f, "embedding_length", hp.n_embd, int64_t{1} << 20));
   ASSIGN_OR_RETURN(hp.n_layer, ReadInt(f, p + ".block_count", std::nullopt));
   RETURN_IF_ERROR(Positive(f, "block_count", hp.n_layer, 4096));
+  // NextN / MTP blocks at the end of block_count are not trunk layers; until
+  // they are kept aside, running them as layers would give wrong logits.
+  ASSIGN_OR_RETURN(const int64_t nextn, ReadInt(f, p + ".nextn_predict_layers", 0));
+  if (nextn != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        f.path(), ": the file carries ", nextn,
+        " NextN/MTP block(s) after its trunk (nextn_predict_layers); such files are not "
+        "served yet"));
+  }
   ASSIGN_OR_RETURN(hp.n_ctx_train, ReadInt(f, p + ".context_length", std::nullopt));
   RETURN_IF_ERROR(Positive(f, "context_length", hp.n_ctx_train, int64_t{1} << 30));
   RETURN_IF_ERROR(ParseAttention(f, p, &hp));

@@ -126,6 +126,17 @@ TEST(ModelTest, ParsesFixtureQwen2MoeAndSummarises) {
   EXPECT_EQ(total, tensors);
 }
 
+// A file with NextN/MTP blocks (GLM-4.7-Flash as deepseek2, Qwen3.6 MTP
+// files) is refused by name rather than run with those blocks as layers.
+TEST(ModelTest, NextNBlocksAreRefusedByName) {
+  for (const char* name : {"glm47flash-tiny-f16.gguf", "qwen35moe-mtp-tiny-f16.gguf"}) {
+    auto m = Model::Open(Fixture(name));
+    EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument) << name;
+    EXPECT_THAT(std::string(m.status().message()), ::testing::HasSubstr("nextn_predict_layers"))
+        << name;
+  }
+}
+
 TEST(ModelTest, TiedOutputUsesEmbeddings) {
   TinyModelOptions o;
   o.tied_output = true;
