@@ -606,6 +606,7 @@ absl::StatusOr<bool> DenseEngine::Advance(Sequence& s) {
   delta.token = delta.sampled.token;
   if (s.constraint.has_value()) RETURN_IF_ERROR(s.constraint->Accept(delta.token));
   const auto now = std::chrono::steady_clock::now();
+  if (options_.on_sampled) options_.on_sampled(now);
   if (s.completion == 0) {
     metrics_->time_to_first_token.Observe(
         std::chrono::duration<double>(now - s.req->submitted_).count());

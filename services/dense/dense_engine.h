@@ -104,6 +104,10 @@ struct EngineOptions {
   int cache_block_tokens = kDefaultBlockTokens;
   // Metrics go here when set (must outlive the engine); else a private registry.
   std::shared_ptr<prometheus::Registry> registry;
+  // Called on the engine thread right after each token is sampled, with the
+  // sampling time (benchmarks: tests/bench/stream_bench.cc). Must be cheap
+  // and must not call the engine.
+  std::function<void(std::chrono::steady_clock::time_point)> on_sampled;
 };
 
 struct GenerateParams {
