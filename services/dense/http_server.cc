@@ -18,6 +18,7 @@
 #include <boost/asio/ssl.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
@@ -46,6 +47,9 @@ absl::string_view Sv(beast::string_view v) { return absl::string_view(v.data(), 
 // refused upload sees its answer instead of a reset.
 constexpr ms kLinger{2000};
 constexpr size_t kLingerBytes = 1 << 20;
+
+// Threads preparing completions (Shared::setup).
+constexpr int kSetupThreads = 2;
 
 enum class Route { kChat, kCompletions, kModels, kModel, kHealth, kLive, kMetrics };
 
@@ -129,6 +133,10 @@ struct Shared {
   const ApiAuth* const auth;  // null: no API keys
   OpenAiApi api;
   std::optional<net::ssl::context> tls;  // set: every connection is TLS
+  // Where completions are prepared (parsed, tokenized, submitted): off the
+  // I/O threads, so a long prompt delays no other connection. Joined by
+  // the server's destructor once no completion is in flight.
+  net::thread_pool setup{kSetupThreads};
   std::atomic<bool> stopping{false};
   std::atomic<int> connections{0};
   // Completion requests from dispatch until their last byte is written (or
@@ -272,8 +280,9 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
     if (std::function<void()> w = wake_) w();
   }
 
-  // Starts a completion on this connection's strand; it holds no thread
-  // while the engine works (OpenAiApi::Completions).
+  // Prepares a completion on the setup pool, then starts it on this
+  // connection's strand; it holds no thread while the engine works
+  // (OpenAiApi::StartCompletion).
   void RunCompletion(bool chat) {
     auto self = shared_from_this();
     auto shared = shared_;
@@ -294,13 +303,29 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
       --shared->completions;
       shared->cv.notify_all();
     };
-    try {
-      shared->api.Completions(parser_->get().body(), chat, self, done);
-    } catch (const std::exception& e) {
-      // Before the request was submitted (after, the completion handles it).
-      if (!replied_) Reply(OpenAiApi::ProtocolError(500, "internal_error", e.what()));
-      done();
-    }
+    net::post(shared->setup, [self, chat, done, body = std::move(parser_->get().body())] {
+      std::shared_ptr<OpenAiApi::Prepared> prepared;
+      std::string error;
+      try {
+        prepared = self->shared_->api.PrepareCompletion(body, chat);
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+      net::post(self->executor(), [self, done, prepared = std::move(prepared), error] {
+        try {
+          if (prepared != nullptr) {
+            return self->shared_->api.StartCompletion(prepared, self, done);
+          }
+        } catch (const std::exception& e) {
+          // Before the request was submitted (after, the completion handles it).
+          if (!self->replied_) {
+            self->Reply(OpenAiApi::ProtocolError(500, "internal_error", e.what()));
+          }
+        }
+        if (!self->replied_) self->Reply(OpenAiApi::ProtocolError(500, "internal_error", error));
+        done();
+      });
+    });
   }
 
  private:
@@ -952,6 +977,7 @@ HttpServer::~HttpServer() {
     }
     s.shared->cv.wait(l, [&] { return s.shared->completions == 0; });
   }
+  s.shared->setup.join();
   s.ioc.stop();
   for (std::thread& t : s.threads) t.join();
 }

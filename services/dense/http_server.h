@@ -5,9 +5,10 @@
 //
 // Connections. A few I/O threads multiplex every connection; nothing blocks
 // on them, and no request holds a thread: a completion is parsed, tokenized
-// and submitted on the connection's strand, then the engine pushes its
-// output there (the engine thread only posts) and it is written with
-// chained async writes as it comes (OpenAiApi::Completions); the other
+// and submitted on a small set-up pool (2 threads, so a long prompt delays
+// no other connection), then the engine pushes its output to the
+// connection's strand (the engine thread only posts) and it is written with
+// chained async writes as it comes (OpenAiApi::StartCompletion); the other
 // routes answer on the I/O thread. Backpressure: while more than
 // kStreamHighWaterBytes (openai_api.h) of a response wait to be written the
 // completion takes nothing more from the engine (its deltas stay buffered

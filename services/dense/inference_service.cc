@@ -231,7 +231,11 @@ class RefusedStream final : public grpc::ServerWriteReactor<Resp> {
 // The executor streaming calls run on, and the count of calls still open
 // (the destructor waits for it to drop to 0 before stopping the threads).
 struct InferenceService::Executor {
+  // The calls' strands: the engine's output turned into writes.
   net::thread_pool pool{static_cast<size_t>(InferenceService::kExecutorThreads)};
+  // Set-up (parse, render, tokenize, submit), apart: a long prompt delays
+  // no other call's output.
+  net::thread_pool setup{static_cast<size_t>(InferenceService::kExecutorThreads)};
   std::mutex mu;
   std::condition_variable cv;
   int calls = 0;  // guarded by mu
@@ -261,8 +265,16 @@ class StreamCall : public grpc::ServerWriteReactor<Resp> {
   }
   ~StreamCall() override = default;
 
-  // Starts the call (once constructed; the subclass is complete then).
-  void Begin() { Post([this] { StartOnStrand(); }); }
+  // Starts the call (once constructed; the subclass is complete then):
+  // Submit on the set-up pool, the rest on the strand. (Nothing else
+  // touches what Submit sets until the strand has its result; the call
+  // cannot end before that.)
+  void Begin() {
+    net::post(executor_->setup, [this] {
+      absl::StatusOr<std::shared_ptr<RequestHandle>> h = Submit();
+      Post([this, h = std::move(h)] { Started(h); });
+    });
+  }
 
   void OnWriteDone(bool ok) override {
     Post([this, ok] {
@@ -303,10 +315,10 @@ class StreamCall : public grpc::ServerWriteReactor<Resp> {
     net::post(strand_, std::move(f));
   }
 
-  void StartOnStrand() {
-    absl::StatusOr<std::shared_ptr<RequestHandle>> h = Submit();
+  void Started(const absl::StatusOr<std::shared_ptr<RequestHandle>>& h) {
     if (!h.ok()) return End(h.status());
-    handle_ = std::move(*h);
+    handle_ = *h;
+    if (cancelled_) handle_->Cancel();  // OnCancel came first
     // The engine thread only posts: the deltas are taken and converted here.
     handle_->Subscribe([this] { Post([this] { Pump(); }); });
   }
@@ -534,6 +546,7 @@ InferenceService::~InferenceService() {
     std::unique_lock<std::mutex> l(executor_->mu);
     executor_->cv.wait(l, [&] { return executor_->calls == 0; });
   }
+  executor_->setup.join();
   executor_->pool.join();
 }
 

@@ -2,11 +2,12 @@
 // DenseEngine (callback API; thin handlers).
 //
 // Generate and Chat hold no thread while they run. Each call is a write
-// reactor whose work runs on a strand of the service's small executor
-// (kExecutorThreads threads, whatever the number of calls): the request is
-// parsed, its prompt rendered and tokenized and it is submitted there; the
-// engine then pushes each step's output to the call (RequestHandle::
-// Subscribe: the engine thread only posts to the strand), which turns the
+// reactor: the request is parsed, its prompt rendered and tokenized and it
+// is submitted on a small set-up pool (kExecutorThreads threads); then its
+// work runs on a strand of the service's executor (kExecutorThreads
+// threads, whatever the number of calls): the engine pushes each step's
+// output to the call (RequestHandle::Subscribe: the engine thread only
+// posts to the strand), which turns the
 // deltas into responses and writes them, one StartWrite in flight at a
 // time (OnWriteDone starts the next; Finish once the request ended and
 // everything is written). Backpressure: a client that reads slowly never
@@ -71,7 +72,8 @@ class InferenceService final : public moesplit::v1::Inference::CallbackService {
   explicit InferenceService(ServedModel served);
   ~InferenceService() override;
 
-  // Threads of the executor the streaming calls run on.
+  // Threads of the executor the streaming calls run on (and of the pool
+  // that prepares them).
   static constexpr int kExecutorThreads = 2;
   struct Executor;
 

@@ -800,28 +800,40 @@ OpenAiApi::OpenAiApi(ServedModel served) : served_(std::move(served)) {
   }
 }
 
-void OpenAiApi::Completions(const std::string& body, bool chat,
-                            std::shared_ptr<HttpResponder> out, std::function<void()> done) {
-  const std::string endpoint = chat ? "chat_completions" : "completions";
+struct OpenAiApi::Prepared {
   Job job;
-  job.chat = chat;
-  absl::StatusOr<std::shared_ptr<RequestHandle>> handle =
+  std::string endpoint;
+  absl::StatusOr<std::shared_ptr<RequestHandle>> handle = absl::UnknownError("not prepared");
+};
+
+std::shared_ptr<OpenAiApi::Prepared> OpenAiApi::PrepareCompletion(const std::string& body,
+                                                                  bool chat) {
+  auto p = std::make_shared<Prepared>();
+  p->endpoint = chat ? "chat_completions" : "completions";
+  p->job.chat = chat;
+  p->handle =
       served_.readiness != nullptr && served_.readiness->draining()
           ? ShuttingDownError("the server is shutting down (draining): not accepting new requests")
-          : Prepare(body, served_, max_token_bytes_, &job);
-  if (!handle.ok()) {
-    served_.engine->metrics().CountRequest("http", endpoint,
-                                           ServingMetrics::Outcome(handle.status()));
-    if (job.id.empty()) job.id = NewId(chat ? "chatcmpl-" : "cmpl-");
-    LogRequest({job.id, "http", endpoint, served_.name, RequestTimings{},
-                RequestOutcome(handle.status()), ""});
-    out->Reply(ErrorReply(handle.status()));
+          : Prepare(body, served_, max_token_bytes_, &p->job);
+  return p;
+}
+
+void OpenAiApi::StartCompletion(std::shared_ptr<Prepared> prepared,
+                                std::shared_ptr<HttpResponder> out, std::function<void()> done) {
+  Prepared& p = *prepared;
+  if (!p.handle.ok()) {
+    served_.engine->metrics().CountRequest("http", p.endpoint,
+                                           ServingMetrics::Outcome(p.handle.status()));
+    if (p.job.id.empty()) p.job.id = NewId(p.job.chat ? "chatcmpl-" : "cmpl-");
+    LogRequest({p.job.id, "http", p.endpoint, served_.name, RequestTimings{},
+                RequestOutcome(p.handle.status()), ""});
+    out->Reply(ErrorReply(p.handle.status()));
     if (done) done();
     return;
   }
-  auto c = std::make_shared<Completion>(served_, std::move(job), endpoint, std::move(out),
+  auto c = std::make_shared<Completion>(served_, std::move(p.job), p.endpoint, std::move(out),
                                         std::move(done));
-  c->Start(std::move(*handle));
+  c->Start(std::move(*p.handle));
 }
 
 namespace {

@@ -30,8 +30,8 @@
 // refused before it is tokenized, and tokenizing stops as soon as a prompt
 // has more tokens than the context holds.
 //
-// Thread-safe. No route blocks: Completions returns once the request is
-// submitted (its answer follows asynchronously), the others at once.
+// Thread-safe. No route waits for the engine: StartCompletion returns at
+// once (its answer follows asynchronously), the others answer at once.
 #pragma once
 
 #include <cstddef>
@@ -88,16 +88,20 @@ class OpenAiApi {
  public:
   explicit OpenAiApi(ServedModel served);
 
-  // POST /v1/chat/completions (`chat`) or /v1/completions, on `out`'s
-  // executor. Parses the body, renders and tokenizes the prompt and submits
-  // it there, then returns: the engine pushes the output (no thread waits
-  // for it) and the answer is written from the executor as it comes. A
-  // client that goes away (ClientGone and the wake-up) cancels the request
-  // in the engine, which frees its slot and KV cache at its next step,
-  // streaming or not. `done` runs on the executor once the request ended
-  // in the engine and the answer (if any) is queued.
-  void Completions(const std::string& body, bool chat, std::shared_ptr<HttpResponder> out,
-                   std::function<void()> done);
+  // POST /v1/chat/completions (`chat`) or /v1/completions, in two steps.
+  // PrepareCompletion (any thread; the CPU work: parse the body, render and
+  // tokenize the prompt, submit it) — run it off the I/O threads. Then
+  // StartCompletion on `out`'s executor, which returns at once: the engine
+  // pushes the output (no thread waits for it) and the answer is written
+  // from the executor as it comes (an error, e.g. a bad request, is replied
+  // there). A client that goes away (ClientGone and the wake-up) cancels
+  // the request in the engine, which frees its slot and KV cache at its
+  // next step, streaming or not. `done` runs on the executor once the
+  // request ended in the engine and the answer (if any) is queued.
+  struct Prepared;
+  std::shared_ptr<Prepared> PrepareCompletion(const std::string& body, bool chat);
+  void StartCompletion(std::shared_ptr<Prepared> prepared, std::shared_ptr<HttpResponder> out,
+                       std::function<void()> done);
   HttpReply Models();
   // GET /v1/models/{id}: the model object when `id` is a served name (an
   // alias or the model's own name), else 404 model_not_found.
