@@ -150,6 +150,7 @@ struct Received {
 
 Received GrpcStream(v1::Inference::Stub* stub, int tokens) {
   grpc::ClientContext ctx;
+  ctx.set_wait_for_ready(true);  // a channel still connecting is waited for
   v1::GenerateRequest req;
   req.set_prompt("The quick brown fox");
   req.set_max_tokens(tokens);
@@ -302,6 +303,9 @@ int main(int argc, char** argv) {
     channels.push_back(grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", grpc_port),
                                                  grpc::InsecureChannelCredentials(), args));
     stubs.push_back(v1::Inference::NewStub(channels.back()));
+    // Connected before any phase (a lazy connect under 256 new streams can
+    // fail on the client's side).
+    channels.back()->WaitForConnected(std::chrono::system_clock::now() + 30s);
   }
   GrpcStream(stubs[0].get(), 4);
   HttpStream(http_port, 4);
@@ -350,7 +354,12 @@ int main(int argc, char** argv) {
         Received got = std::string(api) == "grpc"
                            ? GrpcStream(stubs[c % stubs.size()].get(), client_tokens)
                            : HttpStream(http_port, client_tokens);
-        if (!got.ok || static_cast<int>(got.at.size()) != client_tokens) ++failed;
+        if (!got.ok || static_cast<int>(got.at.size()) != client_tokens) {
+          if (failed.fetch_add(1) == 0) {
+            std::fprintf(stderr, "stream_bench: %s client %d: %zu of %d tokens, %s\n", api, c,
+                         got.at.size(), client_tokens, got.error.c_str());
+          }
+        }
         ++finished;
       });
     }
