@@ -10,10 +10,16 @@
 // on a generated test model with gRPC and HTTP front ends, recording every
 // sampling time (EngineOptions::on_sampled, CLOCK_MONOTONIC, which both
 // processes share). SIGUSR1 makes it write the times recorded so far to
-// TSFILE.K (K = 1, 2, ...) and forget them.
+// TSFILE.K (K = 1, 2, ...) and forget them. The generated model samples a
+// token every ~50 µs, faster than a stream is written, which would measure
+// a backlog rather than a delivery: for (a) the hook first sleeps
+// --pace-us (default 2000, a realistic decode step) and the time recorded
+// is taken after it, just before the delta is handed over; SIGUSR2 turns
+// the pacing off for (b).
 //
 // Usage: stream_bench [--model M] [--requests R] [--tokens T]
 //                     [--clients C] [--client-tokens N] [--threads T]
+//                     [--pace-us US]
 //   (the test model is made with `moesplit make-test-model`, found in
 //   MOESPLIT_BIN_DIR, unless --model names one)
 #include <arpa/inet.h>
@@ -61,10 +67,11 @@ int64_t NowNs() {
 
 // ------------------------------------------------------------------ server
 
-int Serve(const std::string& model, const std::string& ts_file, int threads) {
+int Serve(const std::string& model, const std::string& ts_file, int threads, int pace_us) {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGUSR1);
+  sigaddset(&set, SIGUSR2);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);  // before any thread starts
@@ -79,9 +86,10 @@ int Serve(const std::string& model, const std::string& ts_file, int threads) {
   o.max_sequences = 16;
   o.max_queue = 1024;
   o.step_tokens = 64;
-  o.on_sampled = [&](std::chrono::steady_clock::time_point t) {
-    const int64_t ns =
-        std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+  std::atomic<bool> paced{pace_us > 0};
+  o.on_sampled = [&](std::chrono::steady_clock::time_point) {
+    if (paced.load()) std::this_thread::sleep_for(std::chrono::microseconds(pace_us));
+    const int64_t ns = NowNs();
     std::lock_guard<std::mutex> l(mu);
     sampled.push_back(ns);
   };
@@ -118,6 +126,11 @@ int Serve(const std::string& model, const std::string& ts_file, int threads) {
   for (int k = 1;; ++k) {
     int sig = 0;
     sigwait(&set, &sig);
+    if (sig == SIGUSR2) {
+      paced = false;
+      --k;
+      continue;
+    }
     if (sig != SIGUSR1) break;
     std::vector<int64_t> out;
     {
@@ -255,10 +268,12 @@ double Percentile(std::vector<double> v, double p) {
 
 int main(int argc, char** argv) {
   if (argc >= 4 && std::string(argv[1]) == "--serve") {
-    return Serve(argv[2], argv[3], argc >= 5 ? std::atoi(argv[4]) : 2);
+    return Serve(argv[2], argv[3], argc >= 5 ? std::atoi(argv[4]) : 2,
+                 argc >= 6 ? std::atoi(argv[5]) : 0);
   }
   std::string model;
-  int requests = 20, tokens = 64, clients = 256, client_tokens = 32, threads = 2;
+  int requests = 20, tokens = 64, clients = 256, client_tokens = 32, threads = 2,
+      pace_us = 2000;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--model") model = argv[i + 1];
@@ -267,6 +282,7 @@ int main(int argc, char** argv) {
     if (a == "--clients") clients = std::atoi(argv[i + 1]);
     if (a == "--client-tokens") client_tokens = std::atoi(argv[i + 1]);
     if (a == "--threads") threads = std::atoi(argv[i + 1]);
+    if (a == "--pace-us") pace_us = std::atoi(argv[i + 1]);
   }
   const std::string dir = std::filesystem::temp_directory_path().string();
   const std::string tag = absl::StrCat(dir, "/stream_bench_", getpid());
@@ -284,7 +300,8 @@ int main(int argc, char** argv) {
   }
   const std::string ts_file = tag + ".sampled";
   moesplit::Subprocess server("/proc/self/exe",
-                              {"--serve", model, ts_file, std::to_string(threads)});
+                              {"--serve", model, ts_file, std::to_string(threads),
+                               std::to_string(pace_us)});
   if (absl::Status s = server.WaitFor("server ready", 300s); !s.ok()) {
     std::fprintf(stderr, "stream_bench: the server did not start: %s\n%s\n",
                  std::string(s.message()).c_str(), server.stderr_text().c_str());
@@ -311,8 +328,8 @@ int main(int argc, char** argv) {
   HttpStream(http_port, 4);
 
   std::printf("stream_bench: token sampled (engine thread) -> received by the client, loopback, "
-              "%d streams x %d tokens one at a time\n",
-              requests, tokens);
+              "%d streams x %d tokens one at a time, a token every %d us\n",
+              requests, tokens, pace_us);
   std::printf("%6s %8s %10s %10s %10s %10s\n", "api", "tokens", "median_us", "p90_us", "p99_us",
               "max_us");
   for (const char* api : {"grpc", "http"}) {
@@ -340,6 +357,8 @@ int main(int argc, char** argv) {
                 Percentile(us, 0.9), Percentile(us, 0.99), Percentile(us, 1.0));
   }
 
+  server.Signal(SIGUSR2);  // unpaced from here
+  std::this_thread::sleep_for(100ms);
   std::printf("\nstream_bench: server threads (/proc/PID/status) with %d concurrent streaming "
               "clients x %d tokens\n",
               clients, client_tokens);
