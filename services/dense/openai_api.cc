@@ -498,12 +498,18 @@ class Completion : public std::enable_shared_from_this<Completion> {
 
   void Subscribe(int i) {
     std::weak_ptr<Completion> weak = weak_from_this();
-    std::shared_ptr<HttpResponder> out = out_;
+    // Weak: the engine thread destroys the callback after the request's
+    // end, maybe after the server was torn down, so it must own nothing
+    // (while it runs, under the handle's lock, the end is not seen yet and
+    // the completion holds the responder).
+    std::weak_ptr<HttpResponder> out = out_;
     // Engine thread: only a post to the connection's strand.
     hs_[i]->Subscribe([weak, out] {
-      out->Post([weak] {
-        if (auto c = weak.lock()) c->Run();
-      });
+      if (std::shared_ptr<HttpResponder> o = out.lock()) {
+        o->Post([weak] {
+          if (auto c = weak.lock()) c->Run();
+        });
+      }
     });
   }
 
