@@ -232,10 +232,9 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> DenseEngine::Submit(GenerateParam
 }
 
 absl::StatusOr<GenerateOutcome> DenseEngine::Generate(
-    const GenerateParams& params, const std::function<bool(const GenerateDelta&)>& on_delta,
-    const std::function<bool()>& cancelled) {
+    const GenerateParams& params, const std::function<bool(const GenerateDelta&)>& on_delta) {
   ASSIGN_OR_RETURN(std::shared_ptr<RequestHandle> r, Submit(params));
-  return r->Wait(on_delta, cancelled);
+  return r->Wait(on_delta);
 }
 
 RequestHandle::~RequestHandle() = default;
@@ -272,32 +271,81 @@ int DenseEngine::AbortAll(absl::Status status) {
   return n;
 }
 
-bool RequestHandle::WaitStarted(std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> l(mu_);
-  return cv_.wait_for(l, timeout, [&] { return has_first_token_ || done_; });
+void RequestHandle::Subscribe(std::function<void()> ready) {
+  std::lock_guard<std::mutex> l(mu_);
+  armed_ = true;
+  if (done_ || !deltas_.empty()) {
+    // Something is pending already: wake the consumer now.
+    armed_ = false;
+    ready();
+    if (done_) return;  // nothing more will come: the callback is not kept
+  }
+  ready_ = std::move(ready);
+}
+
+bool RequestHandle::Take(std::vector<GenerateDelta>* deltas,
+                         absl::StatusOr<GenerateOutcome>* result) {
+  std::lock_guard<std::mutex> l(mu_);
+  for (GenerateDelta& d : deltas_) deltas->push_back(std::move(d));
+  deltas_.clear();
+  armed_ = true;
+  if (!done_) return false;
+  *result = result_;
+  return true;
+}
+
+bool RequestHandle::started() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return has_first_token_ || done_;
+}
+
+void RequestHandle::NotifyLocked() {
+  if (!armed_ || !ready_) return;
+  armed_ = false;
+  ready_();
+}
+
+void RequestHandle::End(absl::StatusOr<GenerateOutcome> result) {
+  std::function<void()> ready;  // destroyed after the lock is released
+  std::lock_guard<std::mutex> l(mu_);
+  done_ = true;
+  result_ = std::move(result);
+  finished_ = std::chrono::steady_clock::now();
+  has_finished_ = true;
+  // Called with the lock held: a consumer's Take cannot see the end before
+  // the wake-up was delivered (so it may tear its executor down after it).
+  NotifyLocked();
+  ready.swap(ready_);
 }
 
 absl::StatusOr<GenerateOutcome> RequestHandle::Wait(
-    const std::function<bool(const GenerateDelta&)>& on_delta,
-    const std::function<bool()>& cancelled) {
-  std::deque<GenerateDelta> batch;
+    const std::function<bool(const GenerateDelta&)>& on_delta) {
+  struct Waker {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool ready = false;
+  };
+  auto w = std::make_shared<Waker>();
+  Subscribe([w] {
+    std::lock_guard<std::mutex> l(w->mu);
+    w->ready = true;
+    w->cv.notify_one();
+  });
+  std::vector<GenerateDelta> batch;
+  absl::StatusOr<GenerateOutcome> result = GenerateOutcome{};
   for (;;) {
-    bool done;
     {
-      std::unique_lock<std::mutex> l(mu_);
-      cv_.wait_for(l, std::chrono::milliseconds(20), [&] { return done_ || !deltas_.empty(); });
-      batch.swap(deltas_);
-      done = done_;
+      std::unique_lock<std::mutex> l(w->mu);
+      w->cv.wait(l, [&] { return w->ready; });
+      w->ready = false;
     }
+    const bool done = Take(&batch, &result);
     for (const GenerateDelta& d : batch) {
       if (!cancelled_ && !on_delta(d)) cancelled_ = true;
     }
     batch.clear();
-    if (done) break;
-    if (!cancelled_ && cancelled && cancelled()) cancelled_ = true;
+    if (done) return result;
   }
-  std::lock_guard<std::mutex> l(mu_);
-  return result_;
 }
 
 // ------------------------------------------------------------ engine thread
@@ -316,14 +364,7 @@ void DenseEngine::Loop() {
     if (abort.has_value()) {
       while (!sequences_.empty()) Finish(sequences_.begin(), *abort);
       std::lock_guard<std::mutex> l(mu_);
-      for (auto& r : waiting_) {
-        std::lock_guard<std::mutex> rl(r->mu_);
-        r->done_ = true;
-        r->result_ = *abort;
-        r->finished_ = std::chrono::steady_clock::now();
-        r->has_finished_ = true;
-        r->cv_.notify_all();
-      }
+      for (auto& r : waiting_) r->End(*abort);
       waiting_.clear();
       metrics_->queue_depth.Set(0);
       continue;
@@ -333,47 +374,44 @@ void DenseEngine::Loop() {
   const absl::Status down = absl::UnavailableError("the server is shutting down");
   while (!sequences_.empty()) Finish(sequences_.begin(), down);
   std::lock_guard<std::mutex> l(mu_);
-  for (auto& r : waiting_) {
-    std::lock_guard<std::mutex> rl(r->mu_);
-    r->done_ = true;
-    r->result_ = down;
-    r->cv_.notify_all();
-  }
+  for (auto& r : waiting_) r->End(down);
   waiting_.clear();
 }
 
 void DenseEngine::Admit() {
   for (;;) {
     std::shared_ptr<RequestHandle> r;
+    std::vector<std::shared_ptr<RequestHandle>> cancelled;
     {
       std::lock_guard<std::mutex> l(mu_);
       // Cancelled requests leave the queue at once.
       for (auto it = waiting_.begin(); it != waiting_.end();) {
         if ((*it)->cancelled_) {
-          std::lock_guard<std::mutex> rl((*it)->mu_);
-          (*it)->done_ = true;
-          GenerateOutcome o;
-          o.finish_reason = "cancelled";
-          o.prompt_tokens = static_cast<int>((*it)->params_.prompt.size());
-          (*it)->result_ = o;
-          (*it)->cv_.notify_all();
+          cancelled.push_back(std::move(*it));
           it = waiting_.erase(it);
         } else {
           ++it;
         }
       }
-      if (waiting_.empty() || running_ >= options_.max_sequences) return;
-      r = std::move(waiting_.front());
-      waiting_.pop_front();
-      ++running_;
+      if (!waiting_.empty() && running_ < options_.max_sequences) {
+        r = std::move(waiting_.front());
+        waiting_.pop_front();
+        ++running_;
+      }
     }
+    for (auto& c : cancelled) {
+      GenerateOutcome o;
+      o.finish_reason = "cancelled";
+      o.prompt_tokens = static_cast<int>(c->params_.prompt.size());
+      c->End(o);
+    }
+    if (r == nullptr) return;
     if (absl::Status s = StartSequence(r); !s.ok()) {
-      std::lock_guard<std::mutex> l(mu_);
-      --running_;
-      std::lock_guard<std::mutex> rl(r->mu_);
-      r->done_ = true;
-      r->result_ = s;
-      r->cv_.notify_all();
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        --running_;
+      }
+      r->End(s);
     }
   }
 }
@@ -606,6 +644,7 @@ absl::StatusOr<bool> DenseEngine::Advance(Sequence& s) {
   delta.token = delta.sampled.token;
   if (s.constraint.has_value()) RETURN_IF_ERROR(s.constraint->Accept(delta.token));
   const auto now = std::chrono::steady_clock::now();
+  if (options_.on_sampled) options_.on_sampled(now);
   if (s.completion == 0) {
     metrics_->time_to_first_token.Observe(
         std::chrono::duration<double>(now - s.req->submitted_).count());
@@ -644,8 +683,8 @@ absl::StatusOr<bool> DenseEngine::Advance(Sequence& s) {
     }
     s.req->last_token_ = now;
     s.req->generated_ = s.completion;
+    s.req->NotifyLocked();
   }
-  s.req->cv_.notify_all();
   if (eog || done || r.stopped) {
     s.outcome.finish_reason = "stop";
     return false;
@@ -669,15 +708,8 @@ void DenseEngine::Finish(std::list<Sequence>::iterator it,
     std::lock_guard<std::mutex> l(mu_);
     --running_;
   }
-  UpdateGauges();  // before the waiter wakes: it may read them at once
-  {
-    std::lock_guard<std::mutex> l(r->mu_);
-    r->done_ = true;
-    r->result_ = std::move(result);
-    r->finished_ = std::chrono::steady_clock::now();
-    r->has_finished_ = true;
-  }
-  r->cv_.notify_all();
+  UpdateGauges();  // before the consumer wakes: it may read them at once
+  r->End(std::move(result));
 }
 
 void DenseEngine::UpdateGauges() {

@@ -105,6 +105,10 @@ struct EngineOptions {
   int cache_block_tokens = kDefaultBlockTokens;
   // Metrics go here when set (must outlive the engine); else a private registry.
   std::shared_ptr<prometheus::Registry> registry;
+  // Called on the engine thread right after each token is sampled, with the
+  // sampling time (benchmarks: tests/bench/stream_bench.cc). Must be cheap
+  // and must not call the engine.
+  std::function<void(std::chrono::steady_clock::time_point)> on_sampled;
 };
 
 struct GenerateParams {
@@ -162,29 +166,55 @@ struct GenerateOutcome {
 
 class DenseEngine;
 
-// One submitted request. Wait() delivers its deltas on the calling thread.
+// One submitted request. Its output is pushed: the engine thread appends
+// each token's delta (and, at the end, the outcome) to the handle and wakes
+// the handle's one consumer (Subscribe), which takes them (Take) on a thread
+// of its own choosing. The engine never waits for a consumer: deltas not
+// taken yet stay buffered in the handle (at most one per generated token, so
+// at most max_tokens, or the context, per request). Wait() is the blocking
+// consumer on top of that (CLI, tests).
 class RequestHandle {
  public:
-  // Calls on_delta for each token in order (return false to cancel) until
-  // the request ends; `cancelled` (may be null) is polled while waiting, and
-  // true cancels. A cancelled sequence is removed and its KV freed before
-  // Wait returns, with finish_reason "cancelled". Errors: UNAVAILABLE (an
-  // expert worker failed), RESOURCE_EXHAUSTED (KV allocation), INTERNAL.
-  absl::StatusOr<GenerateOutcome> Wait(const std::function<bool(const GenerateDelta&)>& on_delta,
-                                       const std::function<bool()>& cancelled = nullptr);
-  // Waits up to `timeout` for the request's first token or its end: true
-  // once either came (its prompt is then evaluated and, with the prefix
-  // cache, cached for requests that share it). Usable alongside Wait.
-  bool WaitStarted(std::chrono::milliseconds timeout);
-  // Asks the engine to stop the request (Wait then returns "cancelled").
+  // Registers the consumer's wake-up (one consumer per handle; a second
+  // Subscribe replaces the first). `ready` is called whenever the handle
+  // has something new for Take (a delta or the end) and Take was called
+  // since the last call (or never): at most one wake-up is outstanding,
+  // however many deltas come. It runs on the engine thread (or, when
+  // something is pending already, on the caller's thread inside Subscribe)
+  // with the handle's lock held, so it must not block and must not call
+  // this handle or the engine: it only enqueues work and wakes the
+  // consumer (e.g. posts to an executor, notifies a condition variable).
+  // Once the request ended and that was signalled, the callback is
+  // destroyed (so it may hold strong references without a cycle leaking).
+  void Subscribe(std::function<void()> ready);
+  // Moves the deltas produced since the last Take to *deltas (appended, in
+  // order) and re-arms the wake-up. Returns true once the request has ended
+  // and every delta was taken; *result then holds the outcome (see Wait).
+  bool Take(std::vector<GenerateDelta>* deltas, absl::StatusOr<GenerateOutcome>* result);
+  // Calls on_delta for each token in order, on the calling thread (return
+  // false to cancel), until the request ends. A cancelled sequence is
+  // removed and its KV freed before Wait returns, with finish_reason
+  // "cancelled". Errors: UNAVAILABLE (an expert worker failed, shutdown),
+  // RESOURCE_EXHAUSTED (KV allocation), INTERNAL. Uses Subscribe: not
+  // together with another consumer.
+  absl::StatusOr<GenerateOutcome> Wait(const std::function<bool(const GenerateDelta&)>& on_delta);
+  // Whether the request's first token or its end came (its prompt is then
+  // evaluated and, with the prefix cache, cached for requests sharing it).
+  bool started() const;
+  // Asks the engine to stop the request: it ends, "cancelled", at the
+  // engine's next step (any thread).
   void Cancel() { cancelled_ = true; }
-  // Counts and times so far (final once Wait returned).
+  // Counts and times so far (final once the request ended).
   RequestTimings timings() const;
   ~RequestHandle();
 
  private:
   friend class DenseEngine;
   RequestHandle() = default;
+  // Engine side, mu_ held: wakes the consumer when armed.
+  void NotifyLocked();
+  // Ends the request with `result` and wakes the consumer (mu_ not held).
+  void End(absl::StatusOr<GenerateOutcome> result);
 
   // Constant after Submit.
   GenerateParams params_;
@@ -193,11 +223,11 @@ class RequestHandle {
 
   std::atomic<bool> cancelled_{false};
   mutable std::mutex mu_;
-  std::condition_variable cv_;
   std::deque<GenerateDelta> deltas_;                        // guarded by mu_
   bool done_ = false;                                       // guarded by mu_
   absl::StatusOr<GenerateOutcome> result_ = GenerateOutcome{};  // guarded by mu_
-  bool waited_ = false;
+  std::function<void()> ready_;  // guarded by mu_: the consumer's wake-up
+  bool armed_ = true;            // guarded by mu_: Take came since the last wake-up
   // Set by the engine thread, guarded by mu_.
   int generated_ = 0;
   int cached_ = 0;
@@ -221,8 +251,7 @@ class DenseEngine {
 
   // Submit + Wait.
   absl::StatusOr<GenerateOutcome> Generate(const GenerateParams& params,
-                                           const std::function<bool(const GenerateDelta&)>& on_delta,
-                                           const std::function<bool()>& cancelled = nullptr);
+                                           const std::function<bool(const GenerateDelta&)>& on_delta);
 
   const model::Model& model() const { return *model_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
@@ -250,7 +279,7 @@ class DenseEngine {
   // waits goes on. Idempotent.
   void BeginDrain();
   // Ends every running and queued request now with `status` (their Wait
-  // returns it; slots and KV are freed). Returns how many there were.
+  // returns it, Take reports it; slots and KV are freed). Returns how many there were.
   int AbortAll(absl::Status status);
   // The remote experts, or nullptr when computing in-process.
   transport::RemoteExperts* remote() const { return remote_.get(); }

@@ -7,7 +7,10 @@
 
 #include <unistd.h>
 
+#include <atomic>
+#include <condition_variable>
 #include <cstdio>
+#include <mutex>
 #include <cstdlib>
 #include <map>
 #include <thread>
@@ -191,6 +194,100 @@ TEST(DenseEngineTest, RejectsBadRequestsBeforeQueueing) {
   EXPECT_EQ(e->Submit(bad).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(e->Submit(Greedy({1, 5000}, 4)).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(e->running() + e->queued(), 0);
+}
+
+// The push path: the consumer is woken (on the engine thread) at most once
+// per Take, gets every delta in order, then the end; the wake-up callback
+// is released once the end was signalled; a Subscribe after the end wakes
+// at once.
+TEST(DenseEngineTest, PushedDeltasCoalesceArriveInOrderAndTheCallbackIsReleased) {
+  auto e = Engine(2, 4, 64);
+  ASSERT_NE(e, nullptr);
+  const GenerateParams p = Greedy({1, 2, 3}, 12);
+  const std::vector<int32_t> want = Tokens(*e, p);
+  auto h = e->Submit(p);
+  ASSERT_TRUE(h.ok()) << h.status();
+  std::mutex mu;
+  std::condition_variable cv;
+  int wakes = 0, outstanding = 0;
+  bool overlapped = false;  // a wake-up while one was outstanding
+  auto token = std::make_shared<int>(0);  // held by the callback
+  (*h)->Subscribe([&, token] {
+    std::lock_guard<std::mutex> l(mu);
+    if (outstanding > 0) overlapped = true;
+    ++outstanding;
+    ++wakes;
+    cv.notify_all();
+  });
+  std::vector<int32_t> got;
+  absl::StatusOr<GenerateOutcome> result = GenerateOutcome{};
+  for (bool done = false; !done;) {
+    {
+      std::unique_lock<std::mutex> l(mu);
+      cv.wait(l, [&] { return outstanding > 0; });
+      outstanding = 0;
+    }
+    // Slow consumer: the engine goes on, the deltas wait in the handle.
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    std::vector<GenerateDelta> ds;
+    done = (*h)->Take(&ds, &result);
+    for (const GenerateDelta& d : ds) got.push_back(d.token);
+  }
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->finish_reason, "length");
+  EXPECT_EQ(got, want);
+  EXPECT_FALSE(overlapped);
+  EXPECT_LE(wakes, static_cast<int>(want.size()) + 1);
+  // The handle drops its callback at the end (just after it unlocks).
+  for (int i = 0; i < 5000 && token.use_count() > 1; ++i) std::this_thread::yield();
+  EXPECT_EQ(token.use_count(), 1);
+  // Nothing is left, and a late consumer is woken at once with the end.
+  int late = 0;
+  (*h)->Subscribe([&] { ++late; });
+  EXPECT_EQ(late, 1);
+  std::vector<GenerateDelta> rest;
+  EXPECT_TRUE((*h)->Take(&rest, &result));
+  EXPECT_TRUE(rest.empty());
+}
+
+// Cancel from another thread ends a blocking Wait ("cancelled") and frees
+// the sequence; shutting the engine down ends queued requests UNAVAILABLE
+// through the same path.
+TEST(DenseEngineTest, CancelWakesWaitAndShutdownEndsQueuedRequests) {
+  auto e = Engine(1, 2, 64);
+  ASSERT_NE(e, nullptr);
+  auto running = e->Submit(Greedy({1, 2, 3}, 0));
+  ASSERT_TRUE(running.ok());
+  std::atomic<int> seen{0};
+  std::thread canceller([&] {
+    while (seen.load() < 2) std::this_thread::yield();
+    (*running)->Cancel();
+  });
+  auto r = (*running)->Wait([&](const GenerateDelta&) {
+    ++seen;
+    return true;
+  });
+  canceller.join();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->finish_reason, "cancelled");
+  EXPECT_EQ(e->running(), 0);
+  EXPECT_EQ(e->metrics().kv_used_bytes.Value(), 0);
+
+  auto busy = e->Submit(Greedy({4, 5}, 0));
+  auto queued = e->Submit(Greedy({6, 7}, 3));
+  ASSERT_TRUE(busy.ok());
+  ASSERT_TRUE(queued.ok());
+  std::atomic<bool> woke{false};
+  (*queued)->Subscribe([&] { woke = true; });
+  e.reset();  // stops the engine: both end UNAVAILABLE
+  absl::StatusOr<GenerateOutcome> end = GenerateOutcome{};
+  std::vector<GenerateDelta> ds;
+  EXPECT_TRUE(woke.load());
+  ASSERT_TRUE((*queued)->Take(&ds, &end));
+  EXPECT_EQ(end.status().code(), absl::StatusCode::kUnavailable);
+  ds.clear();
+  ASSERT_TRUE((*busy)->Take(&ds, &end));
+  EXPECT_EQ(end.status().code(), absl::StatusCode::kUnavailable);
 }
 
 class EngineArchTest : public ::testing::TestWithParam<std::string> {};

@@ -18,6 +18,7 @@
 #include <boost/asio/ssl.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
@@ -41,14 +42,14 @@ using ms = std::chrono::milliseconds;
 
 absl::string_view Sv(beast::string_view v) { return absl::string_view(v.data(), v.size()); }
 
-// Bytes a stream may queue ahead of a slow reader before the producing
-// thread waits for them to drain.
-constexpr size_t kMaxQueuedBytes = 1 << 20;
 // After the last response on a connection: how long and how much of what
 // the client still sends is read and dropped before closing, so that a
 // refused upload sees its answer instead of a reset.
 constexpr ms kLinger{2000};
 constexpr size_t kLingerBytes = 1 << 20;
+
+// Threads preparing completions (Shared::setup).
+constexpr int kSetupThreads = 2;
 
 enum class Route { kChat, kCompletions, kModels, kModel, kHealth, kLive, kMetrics };
 
@@ -124,7 +125,7 @@ std::string CorsAllow(const std::vector<std::string>& allowed, absl::string_view
 class Connection;
 
 // What every connection shares: the options, the API, the counts that
-// bound them and the in-flight request threads the destructor waits for.
+// bound them and the completions in flight the destructor waits for.
 struct Shared {
   Shared(HttpServerOptions o, ServedModel served)
       : options(o), auth(served.auth), api(std::move(served)) {}
@@ -132,6 +133,10 @@ struct Shared {
   const ApiAuth* const auth;  // null: no API keys
   OpenAiApi api;
   std::optional<net::ssl::context> tls;  // set: every connection is TLS
+  // Where completions are prepared (parsed, tokenized, submitted): off the
+  // I/O threads, so a long prompt delays no other connection. Joined by
+  // the server's destructor once no completion is in flight.
+  net::thread_pool setup{kSetupThreads};
   std::atomic<bool> stopping{false};
   std::atomic<int> connections{0};
   // Completion requests from dispatch until their last byte is written (or
@@ -139,7 +144,9 @@ struct Shared {
   std::atomic<int> active{0};
   std::mutex mu;
   std::condition_variable cv;
-  int request_threads = 0;  // guarded by mu
+  int completions = 0;  // guarded by mu: started, `done` not yet run
+  // Connections with a completion in flight (the destructor wakes them).
+  std::list<std::weak_ptr<Connection>> busy;  // guarded by mu
   // Connections without a complete request yet (reading one, or kept
   // alive between requests), oldest first: at the connection limit the
   // oldest is closed to admit a new connection.
@@ -237,7 +244,7 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
                          });
   }
 
-  // HttpResponder (any thread).
+  // HttpResponder (strand).
   void Reply(HttpReply reply) override {
     replied_ = true;
     AddCorsHeaders(&reply);
@@ -245,20 +252,15 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
     bytes += reply.body;
     Enqueue(std::move(bytes), /*last=*/true);
   }
-  bool StartStream(HttpReply head) override {
+  void StartStream(HttpReply head) override {
     replied_ = true;
     AddCorsHeaders(&head);
     if (!chunked_) keep_alive_ = false;  // HTTP/1.0: the body ends with the connection
     Enqueue(Serialize(head, keep_alive_, chunked_ ? Framing::kChunked : Framing::kUntilClose),
             false);
-    return !ClientGone();
   }
-  bool WriteChunk(std::string data) override {
-    if (data.empty()) return !ClientGone();
-    {
-      std::unique_lock<std::mutex> l(mu_);
-      while (out_bytes_ > kMaxQueuedBytes && !ClientGone()) cv_.wait_for(l, ms(50));
-    }
+  void WriteChunk(std::string data) override {
+    if (data.empty()) return;
     if (chunked_) {
       std::string framed = absl::StrCat(absl::Hex(data.size()), "\r\n");
       framed += data;
@@ -266,47 +268,64 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
       data = std::move(framed);
     }
     Enqueue(std::move(data), false);
-    return !ClientGone();
   }
   void EndStream() override { Enqueue(chunked_ ? "0\r\n\r\n" : "", /*last=*/true); }
-  bool ClientGone() const override { return gone_.load() || shared_->stopping.load(); }
+  bool ClientGone() const override { return gone_ || shared_->stopping.load(); }
+  size_t QueuedBytes() const override { return out_bytes_; }
+  void SetWake(std::function<void()> wake) override { wake_ = std::move(wake); }
+  void Post(std::function<void()> f) override { net::post(executor(), std::move(f)); }
 
-  // Runs a completion on a thread of its own.
+  // Runs the completion's wake-up, if any (strand).
+  void Wake() {
+    if (std::function<void()> w = wake_) w();
+  }
+
+  // Prepares a completion on the setup pool, then starts it on this
+  // connection's strand; it holds no thread while the engine works
+  // (OpenAiApi::StartCompletion).
   void RunCompletion(bool chat) {
     auto self = shared_from_this();
     auto shared = shared_;
+    std::list<std::weak_ptr<Connection>>::iterator busy;
     {
       std::lock_guard<std::mutex> l(shared->mu);
-      ++shared->request_threads;
+      ++shared->completions;
+      busy = shared->busy.insert(shared->busy.end(), weak_from_this());
     }
-    auto run = [self = std::move(self), shared, chat,
-                body = std::move(parser_->get().body())]() mutable {
-      try {
-        shared->api.Completions(body, chat, *self);
-      } catch (const std::exception& e) {
-        if (!self->replied_) {
-          self->Reply(OpenAiApi::ProtocolError(500, "internal_error", e.what()));
-        }
-      }
+    auto once = std::make_shared<std::atomic<bool>>(false);
+    auto done = [self, shared, busy, once] {
+      if (once->exchange(true)) return;
       if (!self->replied_) {
         self->Reply(OpenAiApi::ProtocolError(500, "internal_error", "no response"));
       }
-      self.reset();
       std::lock_guard<std::mutex> l(shared->mu);
-      --shared->request_threads;
+      shared->busy.erase(busy);
+      --shared->completions;
       shared->cv.notify_all();
     };
-    try {
-      std::thread(std::move(run)).detach();
-    } catch (const std::system_error& e) {  // out of threads
-      {
-        std::lock_guard<std::mutex> l(shared_->mu);
-        --shared_->request_threads;
+    net::post(shared->setup, [self, chat, done, body = std::move(parser_->get().body())] {
+      std::shared_ptr<OpenAiApi::Prepared> prepared;
+      std::string error;
+      try {
+        prepared = self->shared_->api.PrepareCompletion(body, chat);
+      } catch (const std::exception& e) {
+        error = e.what();
       }
-      shared_->cv.notify_all();
-      Reply(OpenAiApi::ProtocolError(503, "server_busy",
-                                     absl::StrCat("cannot start a request thread: ", e.what())));
-    }
+      net::post(self->executor(), [self, done, prepared = std::move(prepared), error] {
+        try {
+          if (prepared != nullptr) {
+            return self->shared_->api.StartCompletion(prepared, self, done);
+          }
+        } catch (const std::exception& e) {
+          // Before the request was submitted (after, the completion handles it).
+          if (!self->replied_) {
+            self->Reply(OpenAiApi::ProtocolError(500, "internal_error", e.what()));
+          }
+        }
+        if (!self->replied_) self->Reply(OpenAiApi::ProtocolError(500, "internal_error", error));
+        done();
+      });
+    });
   }
 
  private:
@@ -618,7 +637,6 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
     }
     if (ec) {
       gone_ = true;
-      cv_.notify_all();
       return Close();
     }
     if (processing_) Watch();
@@ -626,27 +644,22 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
 
   void Enqueue(std::string bytes, bool last) {
     if (ClientGone()) return;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      out_bytes_ += bytes.size();
-      if (!bytes.empty()) out_.push_back(std::move(bytes));
-      if (last) out_last_ = true;
-    }
-    net::post(executor(), [self = shared_from_this()] { self->Pump(); });
+    out_bytes_ += bytes.size();
+    if (out_bytes_ > kStreamHighWaterBytes) over_ = true;
+    if (!bytes.empty()) out_.push_back(std::move(bytes));
+    if (last) out_last_ = true;
+    Pump();
   }
 
   void Pump() {
     if (writing_ || closed_) return;
     bool finished = false;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      if (out_.empty()) {
-        finished = out_last_;
-        out_last_ = false;
-      } else {
-        writing_bytes_ = std::move(out_.front());
-        out_.pop_front();
-      }
+    if (out_.empty()) {
+      finished = out_last_;
+      out_last_ = false;
+    } else {
+      writing_bytes_ = std::move(out_.front());
+      out_.pop_front();
     }
     if (writing_bytes_.empty()) {
       if (finished) AfterResponse();
@@ -665,11 +678,7 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
 
   void OnWrite(beast::error_code ec) {
     writing_ = false;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      out_bytes_ -= writing_bytes_.size();
-    }
-    cv_.notify_all();
+    out_bytes_ -= writing_bytes_.size();
     writing_bytes_.clear();
     if (ec) {
       gone_ = true;
@@ -677,6 +686,10 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
     }
     ClearDeadline();
     Pump();
+    if (over_ && out_bytes_ <= kStreamHighWaterBytes / 2) {
+      over_ = false;
+      Wake();  // the completion takes more from the engine
+    }
   }
 
   void AfterResponse() {
@@ -748,11 +761,11 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
     closed_ = true;
     gone_ = true;
     LeaveWaiting();
-    cv_.notify_all();
     ClearDeadline();
     beast::error_code ignored;
     Tcp(stream_).shutdown(tcp::socket::shutdown_both, ignored);
     Tcp(stream_).close(ignored);
+    Wake();  // a completion in flight cancels its requests
   }
 
   void SetDeadline(ms d) {
@@ -791,18 +804,16 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
   bool active_ = false;   // counted in shared_->active
   std::string route_arg_;  // what a route's '*' matched
 
-  // Set on the strand before a route runs, read by its thread.
   bool keep_alive_ = false;
   std::string cors_allow_;  // Access-Control-Allow-Origin to send ("" = none)
   bool chunked_ = true;
-  // Shared with the request's thread.
-  std::atomic<bool> gone_{false};
-  std::atomic<bool> replied_{false};
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::string> out_;  // guarded by mu_
-  size_t out_bytes_ = 0;         // guarded by mu_: queued or being written
-  bool out_last_ = false;        // guarded by mu_: the response's last bytes are queued
+  bool gone_ = false;
+  bool replied_ = false;
+  std::deque<std::string> out_;
+  size_t out_bytes_ = 0;   // queued or being written
+  bool over_ = false;      // out_bytes_ exceeded kStreamHighWaterBytes since the last wake-up
+  bool out_last_ = false;  // the response's last bytes are queued
+  std::function<void()> wake_;  // the completion in flight's wake-up (HttpResponder::SetWake)
   // Guarded by shared_->waiting_mu.
   bool in_waiting_ = false;
   std::list<std::weak_ptr<Connection>>::iterator waiting_it_;
@@ -949,7 +960,8 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
 HttpServer::~HttpServer() {
   Impl& s = *impl_;
   // Every connection now reads as gone: running requests are cancelled in
-  // the engine, their threads end without writing.
+  // the engine (their completions are woken to notice) and end without
+  // writing.
   s.shared->stopping = true;
   net::post(s.acceptor.get_executor(), [&s] {
     beast::error_code ignored;
@@ -958,8 +970,14 @@ HttpServer::~HttpServer() {
   });
   {
     std::unique_lock<std::mutex> l(s.shared->mu);
-    s.shared->cv.wait(l, [&] { return s.shared->request_threads == 0; });
+    for (const std::weak_ptr<Connection>& w : s.shared->busy) {
+      if (std::shared_ptr<Connection> c = w.lock()) {
+        net::post(c->executor(), [c] { c->Wake(); });
+      }
+    }
+    s.shared->cv.wait(l, [&] { return s.shared->completions == 0; });
   }
+  s.shared->setup.join();
   s.ioc.stop();
   for (std::thread& t : s.threads) t.join();
 }

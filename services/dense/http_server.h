@@ -4,8 +4,16 @@
 // Boost.Beast/Asio that slow or hostile clients cannot stall.
 //
 // Connections. A few I/O threads multiplex every connection; nothing blocks
-// on them. Each completion request runs on a thread of its own (it waits on
-// the engine), the other routes answer on the I/O thread. Per connection:
+// on them, and no request holds a thread: a completion is parsed, tokenized
+// and submitted on a small set-up pool (2 threads, so a long prompt delays
+// no other connection), then the engine pushes its output to the
+// connection's strand (the engine thread only posts) and it is written with
+// chained async writes as it comes (OpenAiApi::StartCompletion); the other
+// routes answer on the I/O thread. Backpressure: while more than
+// kStreamHighWaterBytes (openai_api.h) of a response wait to be written the
+// completion takes nothing more from the engine (its deltas stay buffered
+// in the request, at most one per generated token); the engine never waits
+// for a client. Per connection:
 //   - the request line and headers must arrive within header_timeout (from
 //     the connection's start, or from the first byte of a kept-alive
 //     connection's next request), the body within body_timeout after them;
@@ -43,12 +51,12 @@
 //
 // Client disconnects. While a request is processed the connection keeps
 // reading: end of stream or an error marks the client gone, and the
-// request — streaming or not — is cancelled in the engine within ~20 ms,
-// which frees its slot and KV cache. (A client that half-closes its side
+// request — streaming or not — is cancelled in the engine at once (it ends
+// at the engine's next step), which frees its slot and KV cache. (A client that half-closes its side
 // after sending a request counts as gone.)
 //
 // Thread-safe; the destructor stops accepting, cancels every request still
-// running, waits for their threads and joins the I/O threads.
+// running, waits for the engine to end them and joins the I/O threads.
 #pragma once
 
 #include <chrono>

@@ -6,7 +6,11 @@
 #include <deque>
 #include <filesystem>
 #include <mutex>
-#include <thread>
+#include <optional>
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/thread_pool.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -25,6 +29,7 @@
 namespace moesplit::dense {
 
 namespace v1 = moesplit::v1;
+namespace net = boost::asio;
 
 std::string ServedModelName(const model::Model& model, const std::string& path) {
   std::string name = model.file().GetStringOr("general.name", "").value_or("");
@@ -199,8 +204,6 @@ void AddToolCalls(const std::vector<chat::ToolCall>& calls, v1::ChatResponse* re
 
 }  // namespace
 
-InferenceService::~InferenceService() = default;
-
 grpc::Status InferenceService::Authorize(grpc::CallbackServerContext* ctx) const {
   if (served_.auth == nullptr) return grpc::Status::OK;
   const auto& md = ctx->client_metadata();
@@ -226,64 +229,134 @@ class RefusedStream final : public grpc::ServerWriteReactor<Resp> {
 
 }  // namespace
 
-// Streams responses produced by a body running on its own thread.
-template <typename Resp>
-class StreamReactor final : public grpc::ServerWriteReactor<Resp> {
- public:
-  using Body = std::function<absl::Status(StreamReactor*)>;
-  StreamReactor(const ServedModel& served, grpc::CallbackServerContext* ctx, std::string endpoint,
-                Body body)
-      : served_(served), ctx_(ctx), endpoint_(std::move(endpoint)) {
-    worker_ = std::thread([this, b = std::move(body)] { Run(b); });
-  }
+// The executor streaming calls run on, and the count of calls still open
+// (the destructor waits for it to drop to 0 before stopping the threads).
+struct InferenceService::Executor {
+  // The calls' strands: the engine's output turned into writes.
+  net::thread_pool pool{static_cast<size_t>(InferenceService::kExecutorThreads)};
+  // Set-up (parse, render, tokenize, submit), apart: a long prompt delays
+  // no other call's output.
+  net::thread_pool setup{static_cast<size_t>(InferenceService::kExecutorThreads)};
+  std::mutex mu;
+  std::condition_variable cv;
+  int calls = 0;  // guarded by mu
+};
 
-  // False once the client is gone (the body should stop).
-  bool Emit(Resp r) {
-    std::unique_lock<std::mutex> l(mu_);
-    if (cancelled_) return false;
-    queue_.push_back(std::move(r));
-    WriteNextLocked();
-    return true;
+namespace {
+
+// One streaming call (Generate or Chat). Its state lives on strand_: the
+// set-up, the engine's wake-ups and gRPC's reactions (OnWriteDone,
+// OnCancel, OnDone) are all posted there, so nothing here needs a lock.
+// The object deletes itself on the strand after OnDone: everything posted
+// before that (every wake-up comes before the request's end, which comes
+// before Finish, which comes before OnDone) has run by then.
+template <typename Resp>
+class StreamCall : public grpc::ServerWriteReactor<Resp> {
+ public:
+  StreamCall(const ServedModel& served, InferenceService::Executor* executor,
+             grpc::CallbackServerContext* ctx, std::string endpoint)
+      : served_(served),
+        executor_(executor),
+        strand_(net::make_strand(executor->pool)),
+        ctx_(ctx),
+        deadline_(ctx->deadline()),
+        endpoint_(std::move(endpoint)) {
+    std::lock_guard<std::mutex> l(executor_->mu);
+    ++executor_->calls;
   }
-  bool Cancelled() {
-    std::lock_guard<std::mutex> l(mu_);
-    return cancelled_ || ctx_->IsCancelled();
+  ~StreamCall() override = default;
+
+  // Starts the call (once constructed; the subclass is complete then):
+  // Submit on the set-up pool, the rest on the strand. (Nothing else
+  // touches what Submit sets until the strand has its result; the call
+  // cannot end before that.)
+  void Begin() {
+    net::post(executor_->setup, [this] {
+      absl::StatusOr<std::shared_ptr<RequestHandle>> h = Submit();
+      Post([this, h = std::move(h)] { Started(h); });
+    });
   }
-  // The engine request the body runs and how it ended (the request log).
-  void Track(std::shared_ptr<RequestHandle> handle) { handle_ = std::move(handle); }
-  void SetFinishReason(std::string reason) { finish_reason_ = std::move(reason); }
 
   void OnWriteDone(bool ok) override {
-    std::unique_lock<std::mutex> l(mu_);
-    writing_ = false;
-    if (!ok) cancelled_ = true;
-    WriteNextLocked();
+    Post([this, ok] {
+      writing_ = false;
+      if (!ok) CancelOnStrand();
+      Pump();
+    });
   }
   void OnCancel() override {
-    std::lock_guard<std::mutex> l(mu_);
-    cancelled_ = true;
-    WriteNextLocked();
+    Post([this] {
+      CancelOnStrand();
+      Pump();
+    });
   }
   void OnDone() override {
-    if (worker_.joinable()) {
-      if (worker_.get_id() == std::this_thread::get_id()) {
-        worker_.detach();
-      } else {
-        worker_.join();
-      }
-    }
-    delete this;
+    Post([this] {
+      InferenceService::Executor* e = executor_;
+      delete this;
+      std::lock_guard<std::mutex> l(e->mu);
+      if (--e->calls == 0) e->cv.notify_all();
+    });
   }
 
+ protected:
+  // The endpoint's part (strand): parse and submit the request; turn a
+  // delta into responses; the last response of a request that ended well.
+  virtual absl::StatusOr<std::shared_ptr<RequestHandle>> Submit() = 0;
+  virtual void Deltas(const GenerateDelta& d, std::deque<Resp>* out) = 0;
+  virtual Resp Last(const GenerateOutcome& o) = 0;
+  // The finish reason the log records (Chat: tool_calls where calls came).
+  std::string finish_reason_;
+
+  const ServedModel& served_;
+
  private:
-  void Run(const Body& body) {
-    absl::Status s = body(this);
-    std::unique_lock<std::mutex> l(mu_);
+  template <typename F>
+  void Post(F f) {
+    net::post(strand_, std::move(f));
+  }
+
+  void Started(const absl::StatusOr<std::shared_ptr<RequestHandle>>& h) {
+    if (!h.ok()) return End(h.status());
+    handle_ = *h;
+    if (cancelled_) handle_->Cancel();  // OnCancel came first
+    // The engine thread only posts: the deltas are taken and converted here.
+    handle_->Subscribe([this] { Post([this] { Pump(); }); });
+  }
+
+  void CancelOnStrand() {
+    cancelled_ = true;
+    pending_.clear();
+    if (handle_ != nullptr) handle_->Cancel();
+  }
+
+  // Takes what the engine produced, converts it, writes the next response
+  // (one write in flight) and finishes once all is written.
+  void Pump() {
+    if (finished_) return;
+    if (handle_ != nullptr && !ended_) {
+      absl::StatusOr<GenerateOutcome> result = GenerateOutcome{};
+      const bool done = handle_->Take(&taken_, &result);
+      if (!cancelled_) {
+        for (const GenerateDelta& d : taken_) Deltas(d, &pending_);
+      }
+      taken_.clear();
+      if (done) {
+        if (result.ok() && !cancelled_) pending_.push_back(Last(*result));
+        End(result.status());
+        return;
+      }
+    }
+    WriteNext();
+  }
+
+  // The request ended (or never started) with `s`: logged and counted.
+  void End(absl::Status s) {
+    ended_ = true;
+    const bool past_deadline = deadline_ <= std::chrono::system_clock::now();
     std::string outcome = ServingMetrics::Outcome(s);
     if (s.ok() && cancelled_) outcome = "cancelled";
-    if (outcome == "cancelled" && ctx_->deadline() <= std::chrono::system_clock::now()) {
-      outcome = "deadline_exceeded";
-    }
+    if (outcome == "cancelled" && past_deadline) outcome = "deadline_exceeded";
     served_.engine->metrics().CountRequest("grpc", endpoint_, outcome);
     static std::atomic<uint64_t> next_id{1};
     RequestRecord record;
@@ -293,102 +366,107 @@ class StreamReactor final : public grpc::ServerWriteReactor<Resp> {
     record.model = served_.name;
     if (handle_ != nullptr) record.timings = handle_->timings();
     record.outcome = s.ok() && !cancelled_ ? "ok" : cancelled_ ? "cancelled" : RequestOutcome(s);
-    if (record.outcome == "cancelled" && ctx_->deadline() <= std::chrono::system_clock::now()) {
-      record.outcome = "deadline_exceeded";
-    }
+    if (record.outcome == "cancelled" && past_deadline) record.outcome = "deadline_exceeded";
     record.finish_reason = s.ok() ? finish_reason_ : "";
     LogRequest(record);
     final_ = ToGrpcStatus(s);
-    done_ = true;
-    WriteNextLocked();
+    WriteNext();
   }
 
-  void WriteNextLocked() {
+  void WriteNext() {
     if (writing_ || finished_) return;
-    if (!queue_.empty() && !cancelled_) {
-      current_ = std::move(queue_.front());
-      queue_.pop_front();
+    if (!pending_.empty() && !cancelled_) {
+      current_ = std::move(pending_.front());
+      pending_.pop_front();
       writing_ = true;
       this->StartWrite(&current_);
       return;
     }
-    if (!done_) return;  // let the body notice and finish first
+    if (!ended_) return;  // more to come from the engine
     finished_ = true;
     this->Finish(cancelled_ ? grpc::Status(grpc::StatusCode::CANCELLED, "cancelled") : final_);
   }
 
-  const ServedModel& served_;
-  grpc::CallbackServerContext* const ctx_;
+  InferenceService::Executor* const executor_;
+  net::strand<net::thread_pool::executor_type> strand_;
+  grpc::CallbackServerContext* const ctx_;  // valid until OnDone
+  const std::chrono::system_clock::time_point deadline_;
   const std::string endpoint_;
-  // Set by the body's thread, read by it after the body returns.
+  // Strand only.
   std::shared_ptr<RequestHandle> handle_;
-  std::string finish_reason_;
-  std::thread worker_;
-  std::mutex mu_;
-  std::deque<Resp> queue_;
-  Resp current_;
-  bool writing_ = false, done_ = false, cancelled_ = false, finished_ = false;
+  std::vector<GenerateDelta> taken_;
+  std::deque<Resp> pending_;  // converted, not yet written
+  Resp current_;              // being written
+  bool writing_ = false, ended_ = false, cancelled_ = false, finished_ = false;
   grpc::Status final_;
 };
 
-grpc::ServerWriteReactor<v1::GenerateResponse>* InferenceService::Generate(
-    grpc::CallbackServerContext* ctx, const v1::GenerateRequest* request) {
-  using Reactor = StreamReactor<v1::GenerateResponse>;
-  if (grpc::Status a = Authorize(ctx); !a.ok()) return new RefusedStream<v1::GenerateResponse>(a);
-  return new Reactor(served_, ctx, "generate", [this, r = *request](Reactor* out) -> absl::Status {
+class GenerateCall final : public StreamCall<v1::GenerateResponse> {
+ public:
+  GenerateCall(const ServedModel& served, InferenceService::Executor* executor,
+               grpc::CallbackServerContext* ctx, const v1::GenerateRequest& r)
+      : StreamCall(served, executor, ctx, "generate"), r_(r) {}
+
+ private:
+  absl::StatusOr<std::shared_ptr<RequestHandle>> Submit() override {
     DenseEngine& engine = *served_.engine;
-    RETURN_IF_ERROR(served_.CheckName(r.model()));
+    RETURN_IF_ERROR(served_.CheckName(r_.model()));
     GenerateParams p;
-    if (r.prompt_tokens_size() > 0) {
-      p.prompt.assign(r.prompt_tokens().begin(), r.prompt_tokens().end());
+    if (r_.prompt_tokens_size() > 0) {
+      p.prompt.assign(r_.prompt_tokens().begin(), r_.prompt_tokens().end());
     } else {
-      if (!IsValidUtf8(r.prompt())) return absl::InvalidArgumentError("prompt is not valid UTF-8");
-      ASSIGN_OR_RETURN(p.prompt, EncodeWithinContext(engine.tokenizer(), r.prompt(),
+      if (!IsValidUtf8(r_.prompt())) return absl::InvalidArgumentError("prompt is not valid UTF-8");
+      ASSIGN_OR_RETURN(p.prompt, EncodeWithinContext(engine.tokenizer(), r_.prompt(),
                                                      /*add_special=*/true, engine.n_ctx()));
     }
-    RETURN_IF_ERROR(CheckStop(r.stop()));
-    p.max_tokens = r.max_tokens();
-    ASSIGN_OR_RETURN(p.sampling, ToSampling(r.sampling(), r.logprobs()));
-    p.ignore_eos = r.sampling().ignore_eos();
-    p.stop.assign(r.stop().begin(), r.stop().end());
-    ASSIGN_OR_RETURN(p.constraint, ToConstraint(r.response_format()));
-    ASSIGN_OR_RETURN(auto handle, engine.Submit(std::move(p)));
-    out->Track(handle);
-    ASSIGN_OR_RETURN(
-        GenerateOutcome o,
-        handle->Wait(
-            [&](const GenerateDelta& d) {
-              v1::GenerateResponse resp;
-              resp.set_text(d.text);
-              resp.add_token_ids(d.token);
-              if (r.logprobs() > 0) AddLogprobs(engine.tokenizer(), d.sampled, resp.mutable_logprobs());
-              return out->Emit(std::move(resp));
-            },
-            [out] { return out->Cancelled(); }));
-    out->SetFinishReason(o.finish_reason);
+    RETURN_IF_ERROR(CheckStop(r_.stop()));
+    p.max_tokens = r_.max_tokens();
+    ASSIGN_OR_RETURN(p.sampling, ToSampling(r_.sampling(), r_.logprobs()));
+    p.ignore_eos = r_.sampling().ignore_eos();
+    p.stop.assign(r_.stop().begin(), r_.stop().end());
+    ASSIGN_OR_RETURN(p.constraint, ToConstraint(r_.response_format()));
+    return engine.Submit(std::move(p));
+  }
+
+  void Deltas(const GenerateDelta& d, std::deque<v1::GenerateResponse>* out) override {
+    v1::GenerateResponse resp;
+    resp.set_text(d.text);
+    resp.add_token_ids(d.token);
+    if (r_.logprobs() > 0) {
+      AddLogprobs(served_.engine->tokenizer(), d.sampled, resp.mutable_logprobs());
+    }
+    out->push_back(std::move(resp));
+  }
+
+  v1::GenerateResponse Last(const GenerateOutcome& o) override {
+    finish_reason_ = o.finish_reason;
     v1::GenerateResponse last;
     last.set_finish_reason(o.finish_reason);
     last.mutable_usage()->set_prompt_tokens(o.prompt_tokens);
     last.mutable_usage()->set_completion_tokens(o.completion_tokens);
     last.mutable_usage()->set_cached_tokens(o.cached_tokens);
-    out->Emit(std::move(last));
-    return absl::OkStatus();
-  });
-}
+    return last;
+  }
 
-grpc::ServerWriteReactor<v1::ChatResponse>* InferenceService::Chat(
-    grpc::CallbackServerContext* ctx, const v1::ChatRequest* request) {
-  using Reactor = StreamReactor<v1::ChatResponse>;
-  if (grpc::Status a = Authorize(ctx); !a.ok()) return new RefusedStream<v1::ChatResponse>(a);
-  return new Reactor(served_, ctx, "chat", [this, r = *request](Reactor* out) -> absl::Status {
+  const v1::GenerateRequest r_;
+};
+
+class ChatCall final : public StreamCall<v1::ChatResponse> {
+ public:
+  ChatCall(const ServedModel& served, InferenceService::Executor* executor,
+           grpc::CallbackServerContext* ctx, const v1::ChatRequest& r)
+      : StreamCall(served, executor, ctx, "chat"), r_(r) {}
+
+ private:
+  absl::StatusOr<std::shared_ptr<RequestHandle>> Submit() override {
     DenseEngine& engine = *served_.engine;
-    RETURN_IF_ERROR(served_.CheckName(r.model()));
-    RETURN_IF_ERROR(CheckMessageCount(r.messages_size()));
-    ASSIGN_OR_RETURN(const nlohmann::ordered_json messages, ChatMessagesJson(r));
-    RETURN_IF_ERROR(CheckStop(r.stop()));
-    ASSIGN_OR_RETURN(const ToolRequest tools, ToToolRequest(r));
+    RETURN_IF_ERROR(served_.CheckName(r_.model()));
+    RETURN_IF_ERROR(CheckMessageCount(r_.messages_size()));
+    ASSIGN_OR_RETURN(const nlohmann::ordered_json messages, ChatMessagesJson(r_));
+    RETURN_IF_ERROR(CheckStop(r_.stop()));
+    ASSIGN_OR_RETURN(const ToolRequest tools, ToToolRequest(r_));
     ChatPromptOptions co;
-    co.enable_thinking = !r.disable_thinking();
+    co.enable_thinking = !r_.disable_thinking();
     if (tools.offered()) co.tools = tools.tools;
     ASSIGN_OR_RETURN(const std::string prompt, served_.chat->Render(messages, co));
     const bool has_bos = !served_.chat->bos_token().empty() &&
@@ -396,12 +474,12 @@ grpc::ServerWriteReactor<v1::ChatResponse>* InferenceService::Chat(
     GenerateParams p;
     ASSIGN_OR_RETURN(p.prompt,
                      EncodeWithinContext(engine.tokenizer(), prompt, !has_bos, engine.n_ctx()));
-    p.max_tokens = r.max_tokens();
-    ASSIGN_OR_RETURN(p.sampling, ToSampling(r.sampling(), r.logprobs()));
-    p.ignore_eos = r.sampling().ignore_eos();
-    p.stop.assign(r.stop().begin(), r.stop().end());
-    ASSIGN_OR_RETURN(p.constraint, ToConstraint(r.response_format()));
-    bool constrained = p.constraint != nullptr;  // content = the JSON as generated
+    p.max_tokens = r_.max_tokens();
+    ASSIGN_OR_RETURN(p.sampling, ToSampling(r_.sampling(), r_.logprobs()));
+    p.ignore_eos = r_.sampling().ignore_eos();
+    p.stop.assign(r_.stop().begin(), r_.stop().end());
+    ASSIGN_OR_RETURN(p.constraint, ToConstraint(r_.response_format()));
+    constrained_ = p.constraint != nullptr;  // content = the JSON as generated
     // tool_choice required / named: a call is forced (before response_format).
     ASSIGN_OR_RETURN(std::shared_ptr<const grammar::Grammar> call,
                      ToolChoiceConstraint(tools, served_.chat->tool_family(),
@@ -409,38 +487,39 @@ grpc::ServerWriteReactor<v1::ChatResponse>* InferenceService::Chat(
                                           VocabIndex::SpecialTokenTest(engine.tokenizer())));
     if (call != nullptr) {
       p.constraint = std::move(call);
-      constrained = false;
+      constrained_ = false;
     }
     ASSIGN_OR_RETURN(auto handle, engine.Submit(std::move(p)));
-    out->Track(handle);
-    ChatOutputStream reasoning(served_.chat->output_format(), chat::PromptOpensReasoning(prompt),
-                               served_.chat->tool_family(), tools);
-    bool has_calls = false;
-    ASSIGN_OR_RETURN(
-        GenerateOutcome o,
-        handle->Wait(
-            [&](const GenerateDelta& d) {
-              ChatDelta split;
-              if (constrained) {
-                split.content = d.text;
-              } else {
-                split = reasoning.Push(d.text);
-              }
-              v1::ChatResponse resp;
-              resp.set_content(std::move(split.content));
-              resp.set_reasoning_content(std::move(split.reasoning_content));
-              AddToolCalls(split.tool_calls, &resp);
-              has_calls = has_calls || !split.tool_calls.empty();
-              resp.add_token_ids(d.token);
-              if (r.logprobs() > 0) AddLogprobs(engine.tokenizer(), d.sampled, resp.mutable_logprobs());
-              return out->Emit(std::move(resp));
-            },
-            [out] { return out->Cancelled(); }));
+    reasoning_.emplace(served_.chat->output_format(), chat::PromptOpensReasoning(prompt),
+                       served_.chat->tool_family(), tools);
+    return handle;
+  }
+
+  void Deltas(const GenerateDelta& d, std::deque<v1::ChatResponse>* out) override {
+    ChatDelta split;
+    if (constrained_) {
+      split.content = d.text;
+    } else {
+      split = reasoning_->Push(d.text);
+    }
+    v1::ChatResponse resp;
+    resp.set_content(std::move(split.content));
+    resp.set_reasoning_content(std::move(split.reasoning_content));
+    AddToolCalls(split.tool_calls, &resp);
+    has_calls_ = has_calls_ || !split.tool_calls.empty();
+    resp.add_token_ids(d.token);
+    if (r_.logprobs() > 0) {
+      AddLogprobs(served_.engine->tokenizer(), d.sampled, resp.mutable_logprobs());
+    }
+    out->push_back(std::move(resp));
+  }
+
+  v1::ChatResponse Last(const GenerateOutcome& o) override {
     ChatDelta rest;
-    if (!constrained) rest = reasoning.Finish();
-    has_calls = has_calls || !rest.tool_calls.empty();
-    const std::string finish = ToolFinishReason(o.finish_reason, has_calls);
-    out->SetFinishReason(finish);
+    if (!constrained_) rest = reasoning_->Finish();
+    has_calls_ = has_calls_ || !rest.tool_calls.empty();
+    const std::string finish = ToolFinishReason(o.finish_reason, has_calls_);
+    finish_reason_ = finish;
     v1::ChatResponse last;
     last.set_content(std::move(rest.content));
     last.set_reasoning_content(std::move(rest.reasoning_content));
@@ -449,9 +528,43 @@ grpc::ServerWriteReactor<v1::ChatResponse>* InferenceService::Chat(
     last.mutable_usage()->set_prompt_tokens(o.prompt_tokens);
     last.mutable_usage()->set_completion_tokens(o.completion_tokens);
     last.mutable_usage()->set_cached_tokens(o.cached_tokens);
-    out->Emit(std::move(last));
-    return absl::OkStatus();
-  });
+    return last;
+  }
+
+  const v1::ChatRequest r_;
+  bool constrained_ = false;
+  bool has_calls_ = false;
+  std::optional<ChatOutputStream> reasoning_;
+};
+
+}  // namespace
+
+InferenceService::InferenceService(ServedModel served)
+    : served_(std::move(served)), executor_(std::make_unique<Executor>()) {}
+
+InferenceService::~InferenceService() {
+  {
+    std::unique_lock<std::mutex> l(executor_->mu);
+    executor_->cv.wait(l, [&] { return executor_->calls == 0; });
+  }
+  executor_->setup.join();
+  executor_->pool.join();
+}
+
+grpc::ServerWriteReactor<v1::GenerateResponse>* InferenceService::Generate(
+    grpc::CallbackServerContext* ctx, const v1::GenerateRequest* request) {
+  if (grpc::Status a = Authorize(ctx); !a.ok()) return new RefusedStream<v1::GenerateResponse>(a);
+  auto* call = new GenerateCall(served_, executor_.get(), ctx, *request);
+  call->Begin();
+  return call;
+}
+
+grpc::ServerWriteReactor<v1::ChatResponse>* InferenceService::Chat(
+    grpc::CallbackServerContext* ctx, const v1::ChatRequest* request) {
+  if (grpc::Status a = Authorize(ctx); !a.ok()) return new RefusedStream<v1::ChatResponse>(a);
+  auto* call = new ChatCall(served_, executor_.get(), ctx, *request);
+  call->Begin();
+  return call;
 }
 
 grpc::ServerUnaryReactor* InferenceService::Tokenize(grpc::CallbackServerContext* ctx,

@@ -1,16 +1,32 @@
 // InferenceService: the moesplit.v1.Inference gRPC service over a
 // DenseEngine (callback API; thin handlers).
 //
-// Generate and Chat run on a thread of their own per call, never inside a
-// reaction; their responses are written in order through the reactor. A
-// cancelled call or an expired deadline cancels the request in the engine,
-// which drops the sequence and frees its KV cache at the next step.
+// Generate and Chat hold no thread while they run. Each call is a write
+// reactor: the request is parsed, its prompt rendered and tokenized and it
+// is submitted on a small set-up pool (kExecutorThreads threads); then its
+// work runs on a strand of the service's executor (kExecutorThreads
+// threads, whatever the number of calls): the engine pushes each step's
+// output to the call (RequestHandle::Subscribe: the engine thread only
+// posts to the strand), which turns the
+// deltas into responses and writes them, one StartWrite in flight at a
+// time (OnWriteDone starts the next; Finish once the request ended and
+// everything is written). Backpressure: a client that reads slowly never
+// slows the engine; its responses wait in the call (at most one per
+// generated token, bounded by max_tokens or the context) until gRPC's flow
+// control lets them out. A cancelled call (OnCancel, a failed write) or an
+// expired deadline cancels the request in the engine, which drops the
+// sequence and frees its KV cache at the next step; the call finishes
+// CANCELLED once the engine confirmed the end.
 // Every call is counted in moesplit_requests_total{api="grpc"}. With API
 // keys (ServedModel::auth) a call without `authorization: Bearer KEY`
 // metadata holding one is UNAUTHENTICATED before anything runs.
 // List fields are bounded as in the HTTP API (request_limits.h: `stop`,
 // `messages`); text the service sends is valid UTF-8, with the raw bytes
 // beside it where a token may cut a character (inference.proto).
+//
+// Thread-safe. The service must outlive the grpc::Server it is registered
+// with (shut the server down first); the destructor waits for the calls
+// still open, then stops the executor.
 #pragma once
 
 #include <memory>
@@ -53,8 +69,13 @@ void SetServedNames(const std::string& default_name, const std::string& served_m
 
 class InferenceService final : public moesplit::v1::Inference::CallbackService {
  public:
-  explicit InferenceService(ServedModel served) : served_(std::move(served)) {}
+  explicit InferenceService(ServedModel served);
   ~InferenceService() override;
+
+  // Threads of the executor the streaming calls run on (and of the pool
+  // that prepares them).
+  static constexpr int kExecutorThreads = 2;
+  struct Executor;
 
   grpc::ServerWriteReactor<moesplit::v1::GenerateResponse>* Generate(
       grpc::CallbackServerContext* ctx, const moesplit::v1::GenerateRequest* request) override;
@@ -76,6 +97,7 @@ class InferenceService final : public moesplit::v1::Inference::CallbackService {
   grpc::Status Authorize(grpc::CallbackServerContext* ctx) const;
 
   const ServedModel served_;
+  const std::unique_ptr<Executor> executor_;
 };
 
 }  // namespace moesplit::dense

@@ -3,10 +3,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <deque>
-#include <mutex>
-#include <thread>
+#include <functional>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status.h"
@@ -433,293 +431,371 @@ HttpReply WholeReply(const Job& job, Json choices, const GenerateOutcome& usage,
   return r;
 }
 
-// The whole answer at once. The client leaving cancels the request.
-void Whole(const ServedModel& served, RequestHandle& h, const Job& job, const std::string& ep,
-           HttpResponder& out) {
-  std::string text;
-  std::vector<SampledToken> sampled;
-  absl::StatusOr<GenerateOutcome> o = h.Wait(
-      [&](const GenerateDelta& d) {
-        text += d.text;
-        if (job.c.logprobs) sampled.push_back(d.sampled);
-        return true;
-      },
-      [&] { return out.ClientGone(); });
-  const bool gone = out.ClientGone();
-  served.engine->metrics().CountRequest(
-      "http", ep, o.ok() && gone ? "cancelled" : ServingMetrics::Outcome(o.status()));
-  const RequestTimings timings = h.timings();
-  LogRequest({job.id, "http", ep, job.model, timings,
-              gone || (o.ok() && o->finish_reason == "cancelled") ? "cancelled"
-                                                                  : RequestOutcome(o.status()),
-              o.ok() ? o->finish_reason : ""});
-  if (gone) return;
-  if (!o.ok()) return out.Reply(ErrorReply(o.status()));
-  out.Reply(WholeReply(job, {WholeChoice(served, job, 0, text, sampled, *o)}, *o, timings));
-}
+// One completion request in flight, on its response's executor (the
+// connection's strand): the engine's wake-ups (posted by the engine
+// thread), the connection's (its write queue drained, the client went
+// away) and the start all run Pump there, so the state needs no lock.
+//
+// n = 1: one request; streamed, each token becomes a chunk as its delta
+// arrives, else the text is gathered for one reply. n > 1: choice 0 runs
+// first; once its prompt is evaluated (its first token) the others start
+// and take the prompt from the prefix cache. With a seed, choice i samples
+// with seed + i (so it gives what a single request with that seed gives).
+// Usage counts the prompt (and its cached tokens) once and the completion
+// tokens of every choice. A failed choice fails the request (the others
+// are cancelled); the client leaving cancels all.
+//
+// Backpressure: while more than kStreamHighWaterBytes wait to be written,
+// nothing is taken from the engine (the deltas wait, buffered, in the
+// handles; the engine goes on) until the connection says the queue
+// drained; a client that stops reading is dropped by the write timeout,
+// which cancels its requests.
+//
+// The object owns itself (self_) until every request ended and the answer
+// is queued; the wake-ups hold weak references.
+class Completion : public std::enable_shared_from_this<Completion> {
+ public:
+  Completion(const ServedModel& served, Job job, std::string ep,
+             std::shared_ptr<HttpResponder> out, std::function<void()> done)
+      : served_(served),
+        job_(std::move(job)),
+        ep_(std::move(ep)),
+        out_(std::move(out)),
+        done_(std::move(done)) {}
 
-// Server-sent events, one per token; a failed write (the client is gone)
-// cancels the request at the next token.
-void Stream(const ServedModel& served, RequestHandle& h, const Job& job, const std::string& ep,
-            HttpResponder& out) {
-  HttpReply head;
-  head.content_type = "text/event-stream";
-  head.headers.emplace_back("Cache-Control", "no-cache");
-  bool ok = out.StartStream(std::move(head));
-  auto send = [&](const Json& j) {
-    return out.WriteChunk(absl::StrCat("data: ", Dump(j), "\n\n"));
-  };
-  ChatOutputStream reasoning(served.chat->output_format(),
-                             chat::PromptOpensReasoning(job.prompt_text),
-                             served.chat->tool_family(), job.tools);
-  int calls = 0;  // tool calls streamed so far
-  if (ok && job.chat) {
-    ok = send(Chunk(job, {{"index", 0},
-                          {"delta", {{"role", "assistant"}, {"content", ""}}},
-                          {"logprobs", nullptr},
-                          {"finish_reason", nullptr}}));
-  }
-  absl::StatusOr<GenerateOutcome> o = h.Wait(
-      [&](const GenerateDelta& d) {
-        // One chunk per token (the text, with the token's logprobs), then
-        // one per delta of a call completed by it. Constrained output is
-        // the JSON as generated, not split.
-        std::vector<Json> deltas = {Json()};
-        if (job.chat && job.c.json_output) {
-          ChatDelta raw;
-          raw.content = d.text;
-          deltas = ChatDeltasJson(raw, false, &calls);
-        } else if (job.chat) {
-          deltas = ChatDeltasJson(reasoning.Push(d.text), false, &calls);
-        }
-        for (size_t i = 0; i < deltas.size(); ++i) {
-          Json c = ChoiceDelta(job, std::move(deltas[i]), d.text);
-          if (i == 0 && job.c.logprobs) {
-            c["logprobs"] = LogprobsJson(served.engine->tokenizer(), job, {d.sampled});
-          }
-          ok = ok && send(Chunk(job, std::move(c)));
-        }
-        return ok;
-      },
-      [&] { return !ok || out.ClientGone(); });
-  ok = ok && !out.ClientGone();
-  const std::string outcome = !o.ok() ? ServingMetrics::Outcome(o.status())
-                              : (!ok || o->finish_reason == "cancelled" ? "cancelled" : "ok");
-  served.engine->metrics().CountRequest("http", ep, outcome);
-  const RequestTimings timings = h.timings();
-  LogRequest({job.id, "http", ep, job.model, timings,
-              o.ok() ? outcome : RequestOutcome(o.status()), o.ok() ? o->finish_reason : ""});
-  if (!ok) return;  // the client is gone
-  if (!o.ok()) {
-    send(ErrorJson(o.status()));
-  } else {
-    // What was held back (text, calls), then the last chunk: its delta
-    // empty, or the held text when that is all there was.
-    std::vector<Json> deltas;
-    if (job.chat && !job.c.json_output) {
-      deltas = ChatDeltasJson(reasoning.Finish(), true, &calls);
+  // On the responder's executor.
+  void Start(std::shared_ptr<RequestHandle> first) {
+    self_ = shared_from_this();
+    const int n = job_.c.n;
+    choices_.resize(n);
+    for (Choice& c : choices_) {
+      c.reasoning = std::make_unique<ChatOutputStream>(
+          served_.chat->output_format(), chat::PromptOpensReasoning(job_.prompt_text),
+          served_.chat->tool_family(), job_.tools);
     }
+    std::weak_ptr<Completion> weak = weak_from_this();
+    out_->SetWake([weak] {
+      if (auto c = weak.lock()) c->Run();
+    });
+    hs_.push_back(std::move(first));
+    if (n == 1) {
+      if (job_.c.stream) StartStream(1);
+      submitted_all_ = true;
+    }
+    Subscribe(0);
+    Run();
+  }
+
+ private:
+  struct Choice {
+    std::string text;                  // not streamed: the text so far
+    std::vector<SampledToken> sampled;  // not streamed: with logprobs
+    std::unique_ptr<ChatOutputStream> reasoning;
+    int calls = 0;  // tool calls streamed so far
+    bool ended = false;
+    absl::StatusOr<GenerateOutcome> outcome = GenerateOutcome{};
+  };
+
+  void Subscribe(int i) {
+    std::weak_ptr<Completion> weak = weak_from_this();
+    // Weak: the engine thread destroys the callback after the request's
+    // end, maybe after the server was torn down, so it must own nothing
+    // (while it runs, under the handle's lock, the end is not seen yet and
+    // the completion holds the responder).
+    std::weak_ptr<HttpResponder> out = out_;
+    // Engine thread: only a post to the connection's strand.
+    hs_[i]->Subscribe([weak, out] {
+      if (std::shared_ptr<HttpResponder> o = out.lock()) {
+        o->Post([weak] {
+          if (auto c = weak.lock()) c->Run();
+        });
+      }
+    });
+  }
+
+  void Run() {
+    if (finished_) return;
+    if (running_) {  // called back from inside Pump (through the responder)
+      rerun_ = true;
+      return;
+    }
+    const std::shared_ptr<Completion> keep = shared_from_this();  // End may drop self_
+    running_ = true;
+    do {
+      rerun_ = false;
+      RunOnce();
+    } while (rerun_ && !finished_);
+    running_ = false;
+  }
+
+  void RunOnce() {
+    try {
+      Pump();
+    } catch (const std::exception& e) {
+      // Nothing more is written; the requests are cancelled and the
+      // object ends once the engine confirmed their ends.
+      if (!broken_) {
+        broken_ = true;
+        CancelAll();
+        if (!streaming_) {
+          out_->Reply(OpenAiApi::ProtocolError(500, "internal_error", e.what()));
+        } else {
+          out_->EndStream();
+        }
+      }
+      if (AllEnded()) End();
+    }
+  }
+
+  void CancelAll() {
+    for (auto& h : hs_) h->Cancel();
+  }
+  bool AllEnded() const {
+    if (!submitted_all_) return false;
+    for (size_t i = 0; i < hs_.size(); ++i) {
+      if (!choices_[i].ended) return false;
+    }
+    return true;
+  }
+
+  void StartStream(int n) {
+    HttpReply head;
+    head.content_type = "text/event-stream";
+    head.headers.emplace_back("Cache-Control", "no-cache");
+    out_->StartStream(std::move(head));
+    streaming_ = true;
+    for (int i = 0; i < n && job_.chat; ++i) {
+      Send(Chunk(job_, {{"index", i},
+                        {"delta", {{"role", "assistant"}, {"content", ""}}},
+                        {"logprobs", nullptr},
+                        {"finish_reason", nullptr}}));
+    }
+  }
+
+  void Send(const Json& j) { out_->WriteChunk(absl::StrCat("data: ", Dump(j), "\n\n")); }
+
+  void Pump() {
+    if (!gone_ && out_->ClientGone()) {
+      gone_ = true;
+      CancelAll();
+    }
+    if (!submitted_all_ && (gone_ || hs_[0]->started())) SubmitOthers();
+    if (!gone_ && !broken_ && out_->QueuedBytes() > kStreamHighWaterBytes) {
+      return;  // the connection wakes us once the queue drained
+    }
+    std::vector<GenerateDelta> taken;
+    for (size_t i = 0; i < hs_.size(); ++i) {
+      Choice& c = choices_[i];
+      if (c.ended) continue;
+      absl::StatusOr<GenerateOutcome> result = GenerateOutcome{};
+      const bool done = hs_[i]->Take(&taken, &result);
+      if (!gone_ && !broken_) {
+        for (const GenerateDelta& d : taken) OnDelta(static_cast<int>(i), d);
+      }
+      taken.clear();
+      if (done) {
+        c.ended = true;
+        c.outcome = std::move(result);
+        if (!broken_) OnChoiceEnd(static_cast<int>(i));
+      }
+    }
+    if (AllEnded()) End();
+  }
+
+  // n > 1: choice 0 started (or the client is gone): the other choices.
+  void SubmitOthers() {
+    submitted_all_ = true;
+    for (int i = 1; i < job_.c.n && failed_.ok() && !gone_; ++i) {
+      GenerateParams p = job_.c.params;
+      if (p.sampling.has_seed) p.sampling.seed += static_cast<uint64_t>(i);
+      absl::StatusOr<std::shared_ptr<RequestHandle>> h = served_.engine->Submit(std::move(p));
+      if (h.ok()) {
+        hs_.push_back(std::move(*h));
+        Subscribe(static_cast<int>(hs_.size()) - 1);
+      } else {
+        failed_ = h.status();
+        CancelAll();
+      }
+    }
+    if (job_.c.stream && !gone_) StartStream(static_cast<int>(hs_.size()));
+  }
+
+  void OnDelta(int i, const GenerateDelta& d) {
+    Choice& c = choices_[i];
+    if (job_.c.logprobs && !job_.c.stream) c.sampled.push_back(d.sampled);
+    if (!job_.c.stream) {
+      c.text += d.text;
+      return;
+    }
+    // One chunk per token (the text, with the token's logprobs), then one
+    // per delta of a call completed by it. Constrained output is the JSON
+    // as generated, not split.
+    std::vector<Json> deltas = {Json()};
+    if (job_.chat && job_.c.json_output) {
+      ChatDelta raw;
+      raw.content = d.text;
+      deltas = ChatDeltasJson(raw, false, &c.calls);
+    } else if (job_.chat) {
+      deltas = ChatDeltasJson(c.reasoning->Push(d.text), false, &c.calls);
+    }
+    for (size_t k = 0; k < deltas.size(); ++k) {
+      Json ch = ChoiceDelta(job_, std::move(deltas[k]), d.text);
+      ch["index"] = i;
+      if (k == 0 && job_.c.logprobs) {
+        ch["logprobs"] = LogprobsJson(served_.engine->tokenizer(), job_, {d.sampled});
+      }
+      Send(Chunk(job_, std::move(ch)));
+    }
+  }
+
+  // What was held back (text, calls), then the choice's last chunk: its
+  // delta empty, or the held text when that is all there was. (n = 1: the
+  // last chunk also carries the timings unless a usage chunk follows.)
+  void LastChunks(int i, const GenerateOutcome& o) {
+    Choice& c = choices_[i];
+    std::vector<Json> deltas;
+    if (job_.chat && !job_.c.json_output) deltas = ChatDeltasJson(c.reasoning->Finish(), true, &c.calls);
     Json last_delta = Json::object();
     if (deltas.size() == 1 && !deltas[0].contains("tool_calls")) {
       last_delta = std::move(deltas[0]);
       deltas.clear();
     }
-    for (Json& d : deltas) send(Chunk(job, ChoiceDelta(job, std::move(d), "")));
-    Json c = ChoiceDelta(job, std::move(last_delta), "");
-    c["finish_reason"] = FinishReason(ToolFinishReason(o->finish_reason, calls > 0));
-    Json last = Chunk(job, std::move(c));
-    if (!job.c.include_usage) last["timings"] = LlamaTimings(timings);
-    send(last);
-    if (job.c.include_usage) {
-      Json u = Chunk(job, nullptr);
-      u["choices"] = Json::array();
-      u["usage"] = Usage(*o);
-      u["timings"] = LlamaTimings(timings);
-      send(u);
+    for (Json& d : deltas) {
+      Json ch = ChoiceDelta(job_, std::move(d), "");
+      ch["index"] = i;
+      Send(Chunk(job_, std::move(ch)));
     }
+    Json ch = ChoiceDelta(job_, std::move(last_delta), "");
+    ch["index"] = i;
+    ch["finish_reason"] = FinishReason(ToolFinishReason(o.finish_reason, c.calls > 0));
+    Json last = Chunk(job_, std::move(ch));
+    if (job_.c.n == 1 && !job_.c.include_usage) last["timings"] = LlamaTimings(hs_[0]->timings());
+    Send(last);
   }
-  out.WriteChunk("data: [DONE]\n\n");
-  out.EndStream();
-}
 
-// n > 1 choices (streamed or whole). Choice 0 runs first; once its prompt
-// is evaluated (its first token) the others start and take the prompt from
-// the prefix cache. With a seed, choice i samples with seed + i (so it
-// gives what a single request with that seed gives). Usage counts the
-// prompt (and its cached tokens) once and the completion tokens of every
-// choice. Only this thread writes to `out`; the choices' deltas reach it
-// through one queue. A failed choice fails the request (the others are
-// cancelled); the client leaving cancels all.
-void Choices(const ServedModel& served, std::shared_ptr<RequestHandle> first, const Job& job,
-             const std::string& ep, HttpResponder& out) {
-  std::vector<std::shared_ptr<RequestHandle>> hs = {std::move(first)};
-  while (!hs[0]->WaitStarted(std::chrono::milliseconds(20)) && !out.ClientGone()) {
-  }
-  absl::Status failed = absl::OkStatus();
-  for (int i = 1; i < job.c.n && failed.ok() && !out.ClientGone(); ++i) {
-    GenerateParams p = job.c.params;
-    if (p.sampling.has_seed) p.sampling.seed += static_cast<uint64_t>(i);
-    absl::StatusOr<std::shared_ptr<RequestHandle>> h = served.engine->Submit(std::move(p));
-    if (h.ok()) {
-      hs.push_back(std::move(*h));
-    } else {
-      failed = h.status();
+  void OnChoiceEnd(int i) {
+    Choice& c = choices_[i];
+    if (!c.outcome.ok()) {
+      if (failed_.ok()) failed_ = c.outcome.status();
+      CancelAll();
+      return;
     }
+    // n > 1: each choice's end is streamed as it comes (n = 1: in End).
+    if (job_.c.n > 1 && job_.c.stream && !gone_ && failed_.ok()) LastChunks(i, *c.outcome);
   }
-  struct Event {
-    int index = 0;
-    bool end = false;
-    GenerateDelta delta;
-    absl::StatusOr<GenerateOutcome> outcome = GenerateOutcome{};
-  };
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<Event> events;
-  std::atomic<bool> stop{!failed.ok()};
-  std::vector<std::thread> waiters;
-  for (size_t i = 0; i < hs.size(); ++i) {
-    waiters.emplace_back([&, i] {
-      absl::StatusOr<GenerateOutcome> o = hs[i]->Wait(
-          [&](const GenerateDelta& d) {
-            std::lock_guard<std::mutex> l(mu);
-            events.push_back({static_cast<int>(i), false, d});
-            cv.notify_one();
-            return !stop.load();
-          },
-          [&] { return stop.load(); });
-      std::lock_guard<std::mutex> l(mu);
-      events.push_back({static_cast<int>(i), true, {}, std::move(o)});
-      cv.notify_one();
-    });
+
+  // Every request ended: counted, logged, the answer's end queued.
+  void End() {
+    finished_ = true;
+    if (!broken_) Answer();
+    out_->SetWake(nullptr);
+    std::function<void()> done = std::move(done_);
+    if (done) done();
+    self_.reset();  // may destroy this
   }
-  const int n = static_cast<int>(hs.size());
-  std::vector<std::string> text(n);
-  std::vector<std::vector<SampledToken>> sampled(n);
-  std::vector<std::unique_ptr<ChatOutputStream>> reasoning;
-  for (int i = 0; i < n; ++i) {
-    reasoning.push_back(std::make_unique<ChatOutputStream>(
-        served.chat->output_format(), chat::PromptOpensReasoning(job.prompt_text),
-        served.chat->tool_family(), job.tools));
-  }
-  std::vector<int> calls(n, 0);  // tool calls streamed so far, per choice
-  std::vector<GenerateOutcome> outcomes(n);
-  bool ok = true;
-  auto send = [&](const Json& j) {
-    return out.WriteChunk(absl::StrCat("data: ", Dump(j), "\n\n"));
-  };
-  if (job.c.stream) {
-    HttpReply head;
-    head.content_type = "text/event-stream";
-    head.headers.emplace_back("Cache-Control", "no-cache");
-    ok = out.StartStream(std::move(head));
-    for (int i = 0; i < n && ok && job.chat; ++i) {
-      ok = send(Chunk(job, {{"index", i},
-                            {"delta", {{"role", "assistant"}, {"content", ""}}},
-                            {"logprobs", nullptr},
-                            {"finish_reason", nullptr}}));
-    }
-  }
-  for (int ended = 0; ended < n;) {
-    Event e;
-    {
-      std::unique_lock<std::mutex> l(mu);
-      cv.wait_for(l, std::chrono::milliseconds(20), [&] { return !events.empty(); });
-      if (events.empty()) {
-        if (out.ClientGone()) ok = false;
-        if (!ok) stop = true;
-        continue;
+
+  void Answer() {
+    MetricsAndLog();
+    if (gone_) return;
+    const RequestTimings timings = hs_[0]->timings();
+    if (job_.c.n == 1) {
+      const absl::StatusOr<GenerateOutcome>& o = choices_[0].outcome;
+      if (!job_.c.stream) {
+        if (!o.ok()) return out_->Reply(ErrorReply(o.status()));
+        return out_->Reply(WholeReply(
+            job_, {WholeChoice(served_, job_, 0, choices_[0].text, choices_[0].sampled, *o)}, *o,
+            timings));
       }
-      e = std::move(events.front());
-      events.pop_front();
-    }
-    const int i = e.index;
-    if (e.end) {
-      ++ended;
-      if (!e.outcome.ok()) {
-        if (failed.ok()) failed = e.outcome.status();
-        stop = true;
-        continue;
-      }
-      outcomes[i] = *e.outcome;
-      if (job.c.stream && ok && failed.ok()) {
-        // What was held back (text, calls), then the choice's last chunk.
-        std::vector<Json> deltas;
-        if (job.chat && !job.c.json_output) {
-          deltas = ChatDeltasJson(reasoning[i]->Finish(), true, &calls[i]);
+      if (!o.ok()) {
+        Send(ErrorJson(o.status()));
+      } else {
+        LastChunks(0, *o);
+        if (job_.c.include_usage) {
+          Json u = Chunk(job_, nullptr);
+          u["choices"] = Json::array();
+          u["usage"] = Usage(*o);
+          u["timings"] = LlamaTimings(timings);
+          Send(u);
         }
-        Json last_delta = Json::object();
-        if (deltas.size() == 1 && !deltas[0].contains("tool_calls")) {
-          last_delta = std::move(deltas[0]);
-          deltas.clear();
-        }
-        for (Json& d : deltas) {
-          Json c = ChoiceDelta(job, std::move(d), "");
-          c["index"] = i;
-          ok = ok && send(Chunk(job, std::move(c)));
-        }
-        Json c = ChoiceDelta(job, std::move(last_delta), "");
-        c["index"] = i;
-        c["finish_reason"] = FinishReason(ToolFinishReason(e.outcome->finish_reason, calls[i] > 0));
-        ok = ok && send(Chunk(job, std::move(c)));
       }
-      continue;
+      out_->WriteChunk("data: [DONE]\n\n");
+      return out_->EndStream();
     }
-    if (job.c.logprobs) sampled[i].push_back(e.delta.sampled);
-    if (!job.c.stream) {
-      text[i] += e.delta.text;
-      continue;
+    const int n = static_cast<int>(hs_.size());
+    GenerateOutcome usage = failed_.ok() ? *choices_[0].outcome : GenerateOutcome{};
+    usage.completion_tokens = 0;
+    for (const Choice& c : choices_) {
+      if (c.outcome.ok()) usage.completion_tokens += c.outcome->completion_tokens;
     }
-    std::vector<Json> deltas = {Json()};
-    if (job.chat && job.c.json_output) {
-      ChatDelta raw;
-      raw.content = e.delta.text;
-      deltas = ChatDeltasJson(raw, false, &calls[i]);
-    } else if (job.chat) {
-      deltas = ChatDeltasJson(reasoning[i]->Push(e.delta.text), false, &calls[i]);
-    }
-    for (size_t k = 0; k < deltas.size(); ++k) {
-      Json c = ChoiceDelta(job, std::move(deltas[k]), e.delta.text);
-      c["index"] = i;
-      if (k == 0 && job.c.logprobs) {
-        c["logprobs"] = LogprobsJson(served.engine->tokenizer(), job, {e.delta.sampled});
+    if (!job_.c.stream) {
+      if (!failed_.ok()) return out_->Reply(ErrorReply(failed_));
+      Json choices = Json::array();
+      for (int i = 0; i < n; ++i) {
+        choices.push_back(WholeChoice(served_, job_, i, choices_[i].text, choices_[i].sampled,
+                                      *choices_[i].outcome));
       }
-      ok = ok && send(Chunk(job, std::move(c)));
+      return out_->Reply(WholeReply(job_, std::move(choices), usage, timings));
     }
-    if (!ok) stop = true;
-  }
-  for (auto& t : waiters) t.join();
-  ok = ok && !out.ClientGone();
-  const std::string outcome = !failed.ok() ? ServingMetrics::Outcome(failed)
-                              : !ok        ? "cancelled"
-                                           : "ok";
-  served.engine->metrics().CountRequest("http", ep, outcome);
-  const RequestTimings timings = hs[0]->timings();
-  LogRequest({job.id, "http", ep, job.model, timings,
-              failed.ok() ? outcome : RequestOutcome(failed), outcomes[0].finish_reason});
-  if (!ok) return;
-  GenerateOutcome usage = outcomes[0];
-  usage.completion_tokens = 0;
-  for (const GenerateOutcome& o : outcomes) usage.completion_tokens += o.completion_tokens;
-  if (!job.c.stream) {
-    if (!failed.ok()) return out.Reply(ErrorReply(failed));
-    Json choices = Json::array();
-    for (int i = 0; i < n; ++i) {
-      choices.push_back(WholeChoice(served, job, i, text[i], sampled[i], outcomes[i]));
+    if (!failed_.ok()) {
+      Send(ErrorJson(failed_));
+    } else if (job_.c.include_usage) {
+      Json u = Chunk(job_, nullptr);
+      u["choices"] = Json::array();
+      u["usage"] = Usage(usage);
+      u["timings"] = LlamaTimings(timings);
+      Send(u);
     }
-    return out.Reply(WholeReply(job, std::move(choices), usage, timings));
+    out_->WriteChunk("data: [DONE]\n\n");
+    out_->EndStream();
   }
-  if (!failed.ok()) {
-    send(ErrorJson(failed));
-  } else if (job.c.include_usage) {
-    Json u = Chunk(job, nullptr);
-    u["choices"] = Json::array();
-    u["usage"] = Usage(usage);
-    u["timings"] = LlamaTimings(timings);
-    send(u);
+
+  void MetricsAndLog() {
+    const RequestTimings timings = hs_[0]->timings();
+    if (job_.c.n == 1) {
+      const absl::StatusOr<GenerateOutcome>& o = choices_[0].outcome;
+      const bool cancelled = gone_ || (o.ok() && o->finish_reason == "cancelled");
+      if (!job_.c.stream) {
+        served_.engine->metrics().CountRequest(
+            "http", ep_, o.ok() && gone_ ? "cancelled" : ServingMetrics::Outcome(o.status()));
+        LogRequest({job_.id, "http", ep_, job_.model, timings,
+                    cancelled ? "cancelled" : RequestOutcome(o.status()),
+                    o.ok() ? o->finish_reason : ""});
+        return;
+      }
+      const std::string outcome = !o.ok() ? ServingMetrics::Outcome(o.status())
+                                  : cancelled ? "cancelled"
+                                              : "ok";
+      served_.engine->metrics().CountRequest("http", ep_, outcome);
+      LogRequest({job_.id, "http", ep_, job_.model, timings,
+                  o.ok() ? outcome : RequestOutcome(o.status()), o.ok() ? o->finish_reason : ""});
+      return;
+    }
+    const std::string outcome = !failed_.ok() ? ServingMetrics::Outcome(failed_)
+                                : gone_       ? "cancelled"
+                                              : "ok";
+    served_.engine->metrics().CountRequest("http", ep_, outcome);
+    const absl::StatusOr<GenerateOutcome>& o0 = choices_[0].outcome;
+    LogRequest({job_.id, "http", ep_, job_.model, timings,
+                failed_.ok() ? outcome : RequestOutcome(failed_),
+                o0.ok() ? o0->finish_reason : ""});
   }
-  out.WriteChunk("data: [DONE]\n\n");
-  out.EndStream();
-}
+
+  const ServedModel& served_;
+  const Job job_;
+  const std::string ep_;
+  const std::shared_ptr<HttpResponder> out_;
+  std::function<void()> done_;
+  std::shared_ptr<Completion> self_;  // set from Start to End
+  std::vector<std::shared_ptr<RequestHandle>> hs_;
+  std::vector<Choice> choices_;
+  bool submitted_all_ = false;  // n > 1: the other choices were submitted
+  bool streaming_ = false;      // the stream's head is queued
+  bool gone_ = false;           // the client went away: requests cancelled
+  bool broken_ = false;         // an exception: nothing more is written
+  bool finished_ = false;
+  bool running_ = false, rerun_ = false;  // Run's re-entry guard
+  absl::Status failed_ = absl::OkStatus();  // n > 1: the first failure
+};
 
 }  // namespace
 
@@ -730,29 +806,40 @@ OpenAiApi::OpenAiApi(ServedModel served) : served_(std::move(served)) {
   }
 }
 
-void OpenAiApi::Completions(const std::string& body, bool chat, HttpResponder& out) {
-  const std::string endpoint = chat ? "chat_completions" : "completions";
+struct OpenAiApi::Prepared {
   Job job;
-  job.chat = chat;
-  absl::StatusOr<std::shared_ptr<RequestHandle>> handle =
+  std::string endpoint;
+  absl::StatusOr<std::shared_ptr<RequestHandle>> handle = absl::UnknownError("not prepared");
+};
+
+std::shared_ptr<OpenAiApi::Prepared> OpenAiApi::PrepareCompletion(const std::string& body,
+                                                                  bool chat) {
+  auto p = std::make_shared<Prepared>();
+  p->endpoint = chat ? "chat_completions" : "completions";
+  p->job.chat = chat;
+  p->handle =
       served_.readiness != nullptr && served_.readiness->draining()
           ? ShuttingDownError("the server is shutting down (draining): not accepting new requests")
-          : Prepare(body, served_, max_token_bytes_, &job);
-  if (!handle.ok()) {
-    served_.engine->metrics().CountRequest("http", endpoint,
-                                           ServingMetrics::Outcome(handle.status()));
-    if (job.id.empty()) job.id = NewId(chat ? "chatcmpl-" : "cmpl-");
-    LogRequest({job.id, "http", endpoint, served_.name, RequestTimings{},
-                RequestOutcome(handle.status()), ""});
-    return out.Reply(ErrorReply(handle.status()));
+          : Prepare(body, served_, max_token_bytes_, &p->job);
+  return p;
+}
+
+void OpenAiApi::StartCompletion(std::shared_ptr<Prepared> prepared,
+                                std::shared_ptr<HttpResponder> out, std::function<void()> done) {
+  Prepared& p = *prepared;
+  if (!p.handle.ok()) {
+    served_.engine->metrics().CountRequest("http", p.endpoint,
+                                           ServingMetrics::Outcome(p.handle.status()));
+    if (p.job.id.empty()) p.job.id = NewId(p.job.chat ? "chatcmpl-" : "cmpl-");
+    LogRequest({p.job.id, "http", p.endpoint, served_.name, RequestTimings{},
+                RequestOutcome(p.handle.status()), ""});
+    out->Reply(ErrorReply(p.handle.status()));
+    if (done) done();
+    return;
   }
-  if (job.c.n > 1) {
-    Choices(served_, std::move(*handle), job, endpoint, out);
-  } else if (job.c.stream) {
-    Stream(served_, **handle, job, endpoint, out);
-  } else {
-    Whole(served_, **handle, job, endpoint, out);
-  }
+  auto c = std::make_shared<Completion>(served_, std::move(p.job), p.endpoint, std::move(out),
+                                        std::move(done));
+  c->Start(std::move(*p.handle));
 }
 
 namespace {

@@ -30,10 +30,13 @@
 // refused before it is tokenized, and tokenizing stops as soon as a prompt
 // has more tokens than the context holds.
 //
-// Thread-safe. Completions blocks until the request ends (run it on a thread
-// of its own, never on an I/O thread); the other routes return at once.
+// Thread-safe. No route waits for the engine: StartCompletion returns at
+// once (its answer follows asynchronously), the others answer at once.
 #pragma once
 
+#include <cstddef>
+#include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -50,32 +53,55 @@ struct HttpReply {
   std::vector<std::pair<std::string, std::string>> headers;  // beyond the content type
 };
 
+// Bytes a response may have queued, not yet written, before its producer
+// stops taking output from the engine (and waits for the wake-up).
+inline constexpr size_t kStreamHighWaterBytes = 1 << 20;
+
 // Where a route's answer goes: one whole reply, or a stream (StartStream,
 // then WriteChunk for each piece of the body, then EndStream). Implemented
-// by the connection; each method may be called from any thread but all of
-// one response from one thread. Once the client is gone every call is a
-// no-op and WriteChunk returns false.
+// by the connection. Every method but Post must be called on the
+// responder's executor (the connection's strand), and never blocks: the
+// bytes are queued and written asynchronously. Once the client is gone
+// every write is a no-op.
 class HttpResponder {
  public:
   virtual ~HttpResponder() = default;
   virtual void Reply(HttpReply reply) = 0;
   // `head.body` is ignored; the body follows in chunks.
-  virtual bool StartStream(HttpReply head) = 0;
-  virtual bool WriteChunk(std::string data) = 0;
+  virtual void StartStream(HttpReply head) = 0;
+  virtual void WriteChunk(std::string data) = 0;
   virtual void EndStream() = 0;
-  // The client closed the connection (or it failed) before the response
-  // was complete.
+  // The client closed the connection (or it failed, or the server stops)
+  // before the response was complete.
   virtual bool ClientGone() const = 0;
+  // Bytes queued or being written.
+  virtual size_t QueuedBytes() const = 0;
+  // `wake` (null: none) runs on the executor when the client goes away and
+  // when the queue, having exceeded kStreamHighWaterBytes, drained to half
+  // of it.
+  virtual void SetWake(std::function<void()> wake) = 0;
+  // Runs `f` on the executor, later (any thread; never blocks).
+  virtual void Post(std::function<void()> f) = 0;
 };
 
 class OpenAiApi {
  public:
   explicit OpenAiApi(ServedModel served);
 
-  // POST /v1/chat/completions (`chat`) or /v1/completions. Blocks until the
-  // request ends; a client that goes away (ClientGone) cancels it in the
-  // engine, which frees its slot and KV cache, streaming or not.
-  void Completions(const std::string& body, bool chat, HttpResponder& out);
+  // POST /v1/chat/completions (`chat`) or /v1/completions, in two steps.
+  // PrepareCompletion (any thread; the CPU work: parse the body, render and
+  // tokenize the prompt, submit it) — run it off the I/O threads. Then
+  // StartCompletion on `out`'s executor, which returns at once: the engine
+  // pushes the output (no thread waits for it) and the answer is written
+  // from the executor as it comes (an error, e.g. a bad request, is replied
+  // there). A client that goes away (ClientGone and the wake-up) cancels
+  // the request in the engine, which frees its slot and KV cache at its
+  // next step, streaming or not. `done` runs on the executor once the
+  // request ended in the engine and the answer (if any) is queued.
+  struct Prepared;
+  std::shared_ptr<Prepared> PrepareCompletion(const std::string& body, bool chat);
+  void StartCompletion(std::shared_ptr<Prepared> prepared, std::shared_ptr<HttpResponder> out,
+                       std::function<void()> done);
   HttpReply Models();
   // GET /v1/models/{id}: the model object when `id` is a served name (an
   // alias or the model's own name), else 404 model_not_found.

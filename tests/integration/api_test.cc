@@ -9,10 +9,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <thread>
 #include <tuple>
 
@@ -346,6 +348,77 @@ TEST_F(ApiTest, HttpClientDisconnectFreesTheSequence) {
                 [&](const char*, size_t) { return ++chunks < 3; });
   EXPECT_GE(chunks, 3);
   EXPECT_TRUE(server_->WaitIdle()) << "disconnected stream still held";
+}
+
+// The server's thread count (/proc/PID/status), -1 when unreadable.
+int ThreadsOf(pid_t pid) {
+  std::ifstream f(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("Threads:", 0) == 0) return std::atoi(line.c_str() + 8);
+  }
+  return -1;
+}
+
+// Streaming requests park no thread in the server: with 16 streams in
+// flight at once (12 HTTP SSE, 4 gRPC; each has received a token and stops
+// reading) the process has about as many threads as idle (a thread per
+// request would add 16). Hanging up then frees every sequence.
+TEST_F(ApiTest, StreamsInFlightHoldNoThreadEach) {
+  ASSERT_TRUE(server_->WaitIdle());
+  const pid_t pid = server_->proc->pid();
+  const int idle = ThreadsOf(pid);
+  ASSERT_GT(idle, 0);
+  constexpr int kHttp = 12, kGrpc = 4;
+  std::mutex mu;
+  std::condition_variable cv;
+  int started = 0;
+  bool release = false;
+  auto started_one = [&] {
+    std::unique_lock<std::mutex> l(mu);
+    ++started;
+    cv.notify_all();
+    cv.wait(l, [&] { return release; });
+  };
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kHttp; ++i) {
+    clients.emplace_back([&, i] {
+      httplib::Client c = server_->Http();
+      bool first = true;
+      PostStreaming(c, "/v1/completions",
+                    absl::StrCat(R"({"prompt":"Stream number )", i,
+                                 R"(","max_tokens":0,"temperature":0,"stream":true})"),
+                    [&](const char*, size_t) {
+                      if (first) started_one();
+                      first = false;
+                      return false;  // hang up once released
+                    });
+    });
+  }
+  for (int i = 0; i < kGrpc; ++i) {
+    clients.emplace_back([&, i] {
+      grpc::ClientContext ctx;
+      auto reader = server_->stub->Generate(&ctx, Greedy(absl::StrCat("gRPC stream ", i), 0));
+      v1::GenerateResponse r;
+      if (reader->Read(&r)) started_one();
+      ctx.TryCancel();
+      while (reader->Read(&r)) {
+      }
+      reader->Finish();
+    });
+  }
+  int in_flight_threads = -1;
+  {
+    std::unique_lock<std::mutex> l(mu);
+    const bool all = cv.wait_for(l, 120s, [&] { return started == kHttp + kGrpc; });
+    in_flight_threads = ThreadsOf(pid);
+    release = true;
+    cv.notify_all();
+    EXPECT_TRUE(all) << started << " of " << kHttp + kGrpc << " streams started";
+  }
+  for (auto& t : clients) t.join();
+  EXPECT_LE(in_flight_threads, idle + 6) << "idle " << idle;
+  EXPECT_TRUE(server_->WaitIdle()) << "a hung-up stream still holds its sequence";
 }
 
 TEST_F(ApiTest, HttpCompletionsAndChatRoundTrip) {

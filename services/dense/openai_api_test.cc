@@ -1,0 +1,185 @@
+// OpenAiApi's completions against a fake responder whose executor is this
+// test's thread (every posted task runs when the test says so): the order
+// of what a stream writes, and backpressure — while the responder reports
+// more than kStreamHighWaterBytes queued, nothing is taken from the engine,
+// which finishes the request anyway (the deltas wait in the handle); the
+// wake-up then writes them all, in order.
+#include "services/dense/openai_api.h"
+
+#include <unistd.h>
+
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/chat/chat_template.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "services/cli/test_model.h"
+#include "services/dense/chat_prompt.h"
+
+namespace moesplit::dense {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+class FakeResponder : public HttpResponder {
+ public:
+  void Reply(HttpReply reply) override { replies.push_back(std::move(reply)); }
+  void StartStream(HttpReply head) override { heads.push_back(std::move(head)); }
+  void WriteChunk(std::string data) override { chunks.push_back(std::move(data)); }
+  void EndStream() override { ended = true; }
+  bool ClientGone() const override { return gone; }
+  size_t QueuedBytes() const override { return queued; }
+  void SetWake(std::function<void()> w) override { wake = std::move(w); }
+  void Post(std::function<void()> f) override {
+    std::lock_guard<std::mutex> l(mu);
+    tasks.push_back(std::move(f));
+    cv.notify_all();
+  }
+  // Runs the posted tasks (this thread is the executor); false when none came
+  // within the wait.
+  bool RunPosted(std::chrono::milliseconds wait) {
+    std::deque<std::function<void()>> run;
+    {
+      std::unique_lock<std::mutex> l(mu);
+      cv.wait_for(l, wait, [&] { return !tasks.empty(); });
+      run.swap(tasks);
+    }
+    for (auto& f : run) f();
+    return !run.empty();
+  }
+
+  std::vector<HttpReply> replies, heads;
+  std::vector<std::string> chunks;
+  bool ended = false, gone = false;
+  size_t queued = 0;
+  std::function<void()> wake;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::function<void()>> tasks;  // guarded by mu
+};
+
+struct Fixture {
+  Fixture() {
+    path = absl::StrCat(::testing::TempDir(), "/openai_api_test_", getpid(), ".gguf");
+    cli::TestModelSpec spec;
+    spec.n_layer = 2;
+    spec.threads = 2;
+    EXPECT_TRUE(cli::WriteTestModel(spec, path).ok());
+    EngineOptions o;
+    o.model_path = path;
+    o.threads = 2;
+    o.n_ctx = 256;
+    o.max_sequences = 2;
+    auto e = DenseEngine::Create(o);
+    EXPECT_TRUE(e.ok()) << e.status();
+    engine = std::move(*e);
+    auto c = ChatPrompt::ForModel(engine->model().file(), engine->tokenizer(),
+                                  chat::ChatMLFallbackTemplate());
+    EXPECT_TRUE(c.ok()) << c.status();
+    chat.emplace(std::move(*c));
+    ServedModel served;
+    served.engine = engine.get();
+    served.chat = &*chat;
+    served.name = "test";
+    api = std::make_unique<OpenAiApi>(served);
+  }
+  ~Fixture() {
+    api.reset();
+    engine.reset();
+    std::remove(path.c_str());
+  }
+  std::string path;
+  std::unique_ptr<DenseEngine> engine;
+  std::optional<ChatPrompt> chat;
+  std::unique_ptr<OpenAiApi> api;
+};
+
+// The `data:` payloads of SSE chunks.
+std::vector<std::string> Events(const std::vector<std::string>& chunks) {
+  std::vector<std::string> out;
+  for (const std::string& c : chunks) {
+    EXPECT_EQ(c.rfind("data: ", 0), 0u) << c;
+    EXPECT_EQ(c.substr(c.size() - 2), "\n\n");
+    out.push_back(c.substr(6, c.size() - 8));
+  }
+  return out;
+}
+
+TEST(OpenAiApiTest, ABlockedStreamTakesNothingUntilWokenThenWritesEveryTokenInOrder) {
+  Fixture f;
+  constexpr int kTokens = 24;
+  auto out = std::make_shared<FakeResponder>();
+  out->queued = 2 * kStreamHighWaterBytes;  // the client reads nothing
+  int done = 0;
+  auto prepared = f.api->PrepareCompletion(
+      absl::StrCat(R"({"prompt":"Once upon","max_tokens":)", kTokens,
+                   R"(,"temperature":0,"ignore_eos":true,"stream":true})"),
+      /*chat=*/false);
+  f.api->StartCompletion(prepared, out, [&] { ++done; });
+  ASSERT_EQ(out->heads.size(), 1u);
+  EXPECT_EQ(out->heads[0].content_type, "text/event-stream");
+  // The engine runs the request to its end without the client: its
+  // wake-ups come (run here), nothing is written.
+  while (f.engine->running() + f.engine->queued() > 0) out->RunPosted(std::chrono::milliseconds(50));
+  while (out->RunPosted(std::chrono::milliseconds(0))) {
+  }
+  EXPECT_TRUE(out->chunks.empty());
+  EXPECT_EQ(done, 0);
+  ASSERT_TRUE(out->wake);
+  // The queue drained: one wake-up writes everything, in order.
+  out->queued = 0;
+  out->wake();
+  const std::vector<std::string> events = Events(out->chunks);
+  ASSERT_EQ(events.size(), kTokens + 2u);  // tokens, the last chunk, [DONE]
+  for (int i = 0; i < kTokens; ++i) {
+    const Json j = Json::parse(events[i]);
+    EXPECT_EQ(j["choices"][0]["index"], 0);
+    EXPECT_TRUE(j["choices"][0]["finish_reason"].is_null()) << i;
+  }
+  const Json last = Json::parse(events[kTokens]);
+  EXPECT_EQ(last["choices"][0]["finish_reason"], "length");
+  EXPECT_TRUE(last.contains("timings"));
+  EXPECT_EQ(events.back(), "[DONE]");
+  EXPECT_TRUE(out->ended);
+  EXPECT_EQ(done, 1);
+  EXPECT_FALSE(out->wake);  // released at the end
+}
+
+TEST(OpenAiApiTest, AClientGoneCancelsTheRequestAndWritesNothingMore) {
+  Fixture f;
+  auto out = std::make_shared<FakeResponder>();
+  int done = 0;
+  auto prepared = f.api->PrepareCompletion(
+      R"({"prompt":"Once upon","max_tokens":0,"temperature":0,"stream":true})", false);
+  f.api->StartCompletion(prepared, out, [&] { ++done; });
+  while (out->chunks.empty()) out->RunPosted(std::chrono::milliseconds(50));
+  out->gone = true;
+  const size_t written = out->chunks.size();
+  out->wake();  // as the connection does when the client goes away
+  // The engine ends the request ("cancelled") and frees its sequence.
+  while (done == 0) out->RunPosted(std::chrono::milliseconds(50));
+  EXPECT_EQ(out->chunks.size(), written);
+  EXPECT_FALSE(out->ended);
+  EXPECT_EQ(f.engine->running(), 0);
+  EXPECT_EQ(f.engine->metrics().kv_used_bytes.Value(), 0);
+}
+
+TEST(OpenAiApiTest, ABadRequestIsRepliedAtOnceWithTheErrorShape) {
+  Fixture f;
+  auto out = std::make_shared<FakeResponder>();
+  int done = 0;
+  f.api->StartCompletion(f.api->PrepareCompletion(R"({"prompt":"x","top_k":-1})", false), out,
+                         [&] { ++done; });
+  ASSERT_EQ(out->replies.size(), 1u);
+  EXPECT_EQ(out->replies[0].status, 400);
+  EXPECT_EQ(Json::parse(out->replies[0].body)["error"]["param"], "top_k");
+  EXPECT_EQ(done, 1);
+}
+
+}  // namespace
+}  // namespace moesplit::dense
