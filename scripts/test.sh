@@ -1,8 +1,20 @@
 #!/usr/bin/env bash
 # Installs the dependencies, builds everything into build/ and runs the whole
 # test suite with ctest. Exits non-zero when anything fails.
+#
+# Usage: scripts/test.sh [--quick]
+#   --quick  runs only the tests labelled unit (`ctest -L unit`: in-process,
+#            no services started; the labels are listed in CMakeLists.txt),
+#            after the same install and build.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+ctest_args=()
+case "${1:-}" in
+  "") ;;
+  --quick) ctest_args=(-L '^unit$') ;;
+  *) echo "usage: scripts/test.sh [--quick]" >&2; exit 2 ;;
+esac
 
 bash scripts/install-deps.sh
 # Without a GPU the CUDA code is only compiled (its tests skip): one
@@ -16,7 +28,7 @@ BUILD_DIR=${BUILD_DIR:-build}
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 set +e
-ctest --test-dir "$BUILD_DIR" --output-on-failure -j"$(nproc)" 2>&1 | tee "$log"
+ctest --test-dir "$BUILD_DIR" --output-on-failure -j"$(nproc)" "${ctest_args[@]}" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 set -e
 echo "----"

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <thread>
 #include <vector>
 
@@ -60,11 +61,67 @@ TEST(ThreadPoolTest, CallsFromSeveralThreadsAreSerialised) {
   EXPECT_EQ(total.load(), 4 * 200 * 10);
 }
 
-TEST(ThreadPoolTest, DestroysIdleAndFreshPools) {
-  for (int spin_us : {0, 50}) {
-    { ThreadPool fresh(4, spin_us); }
-    ThreadPool used(4, spin_us);
-    used.RunOnAll([](int) {});
+// The threads of this process (/proc/self/task).
+int ThreadCount() {
+  int n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  return n;
+}
+
+// The kernel lists a thread a moment after pthread_join has seen it end;
+// waits (up to a minute, never in a passing run) for the count to come down.
+int ThreadCountSettledAt(int want) {
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  int n = ThreadCount();
+  while (n != want && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    n = ThreadCount();
+  }
+  return n;
+}
+
+// Counts the worker threads that have ended: each worker that runs a job
+// gets one of these; its destructor runs as the thread exits.
+std::atomic<int> g_exited{0};
+struct ExitMarker {
+  bool armed = false;
+  ~ExitMarker() {
+    if (!armed) return;
+    // A thread still exiting after ~ThreadPool returned would be caught
+    // here: the pause makes that visible rather than a lucky race.
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    g_exited.fetch_add(1);
+  }
+};
+thread_local ExitMarker t_exit_marker;
+
+// The destructor joins the workers (thread_pool.h): when it returns every
+// worker has ended, whether the pool never ran a job (the workers still wait
+// for the first) or ran some (they spin, then sleep, waiting for the next).
+TEST(ThreadPoolTest, DestructorEndsEveryWorker) {
+  const int before = ThreadCount();
+  for (int spin_us : {0, 50, 100000}) {
+    {
+      ThreadPool fresh(4, spin_us);
+      EXPECT_EQ(ThreadCount(), before + 3) << spin_us;
+    }
+    EXPECT_EQ(ThreadCountSettledAt(before), before) << "fresh pool, spin_us " << spin_us;
+
+    g_exited = 0;
+    {
+      ThreadPool used(4, spin_us);
+      std::atomic<int> ran{0};
+      const auto caller = std::this_thread::get_id();
+      used.RunOnAll([&](int) {
+        if (std::this_thread::get_id() != caller) t_exit_marker.armed = true;
+        ran.fetch_add(1);
+      });
+      EXPECT_EQ(ran.load(), 4);
+      EXPECT_EQ(g_exited.load(), 0);
+    }
+    // Joined, not merely told to stop: all three workers have finished.
+    EXPECT_EQ(g_exited.load(), 3) << "used pool, spin_us " << spin_us;
+    EXPECT_EQ(ThreadCountSettledAt(before), before) << "used pool, spin_us " << spin_us;
   }
 }
 

@@ -453,8 +453,10 @@ std::vector<int32_t> Concat(std::vector<int32_t> a, const std::vector<int32_t>& 
 
 // The second turn of a conversation (the first prompt, its answer and a new
 // message) reuses the first turn's state: cached_tokens says how much, the
-// greedy tokens are those of an engine without the cache, and (on the CPU)
-// the time to the first token is at most a tenth of the first turn's.
+// forward pass evaluates only the prompt tokens after them (the engine's
+// count of prompt tokens evaluated), and the greedy tokens are those of an
+// engine without the cache. (The times to the first token are printed; how
+// much faster the next turn starts is a benchmark's question.)
 TEST_P(EngineArchTest, AConversationsNextTurnReusesItsPrefix) {
   const std::string arch = GetParam();
   // Whole blocks (63 of 64 tokens: 4032), so that the next turn evaluates
@@ -471,10 +473,14 @@ TEST_P(EngineArchTest, AConversationsNextTurnReusesItsPrefix) {
   ASSERT_NE(e->prefix_cache(), nullptr);
   EXPECT_EQ(cold->prefix_cache(), nullptr);
   const auto first = RandomTokens(kPrompt, 1);
+  auto evaluated = [&] { return static_cast<int64_t>(e->metrics().prompt_tokens.Value()); };
   const Served t1 = Serve(*e, first, 8);
   EXPECT_EQ(t1.outcome.cached_tokens, 0);
+  EXPECT_EQ(evaluated(), kPrompt) << arch;
   const auto second = Concat(Concat(first, t1.tokens), RandomTokens(16, 2));
   const Served t2 = Serve(*e, second, 8);
+  EXPECT_EQ(evaluated() - kPrompt, static_cast<int64_t>(second.size()) - t2.outcome.cached_tokens)
+      << arch << ": the next turn evaluated more than its new tokens";
   const Served want = Serve(*cold, second, 8);
   EXPECT_EQ(t2.tokens, want.tokens) << arch;
   EXPECT_EQ(want.outcome.cached_tokens, 0);
@@ -499,9 +505,6 @@ TEST_P(EngineArchTest, AConversationsNextTurnReusesItsPrefix) {
               "%.3f s; without the cache %.3f s\n",
               arch.c_str(), kPrompt, t1.timings.ttft_s, second.size(), t2.outcome.cached_tokens,
               t2.timings.ttft_s, want.timings.ttft_s);
-#ifndef MOESPLIT_CUDA_EMULATED
-  EXPECT_LE(t2.timings.ttft_s, 0.10 * t1.timings.ttft_s) << arch;
-#endif
 }
 
 // A prefix-cache block's bytes without a recurrent state (prefix_cache.h).
