@@ -6,6 +6,7 @@
 
 #include "common/base/fp16.h"
 #include "common/quant/internal/blocks.h"
+#include "common/quant/internal/iq_grids.h"
 #include "common/quant/internal/kernels.h"
 
 namespace moesplit::quant::internal {
@@ -287,6 +288,229 @@ void DequantIq4Xs(const void* src, float* y, int64_t n) {
   }
 }
 
+// --- i-quants (ggml dequantize_row_iq2_xxs ... iq1_m) ---------------------
+//
+// Each group of 8 values is one codebook entry (internal/iq_grids.h, value j in
+// byte j) times a sub-block scale, with per-value signs for IQ2_*/IQ3_* and a
+// +-delta offset for IQ1_*. The float steps are ggml's, in ggml's order.
+
+// Value j of entry `index` of a grid of 8 one-byte values.
+inline uint8_t GridByte(const uint64_t* grid, int index, int j) {
+  return static_cast<uint8_t>(grid[index] >> (8 * j));
+}
+inline uint8_t GridByte(const uint32_t* grid, int index, int j) {
+  return static_cast<uint8_t>(grid[index] >> (8 * j));
+}
+// -1 where sign bit j of `signs` is set, +1 otherwise.
+inline float Sign(uint8_t signs, int j) { return (signs & kMaskIq2Xs[j]) ? -1.f : 1.f; }
+
+void DequantIq2Xxs(const void* src, float* y, int64_t n) {
+  const BlockIq2Xxs* x = static_cast<const BlockIq2Xxs*>(src);
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    const float d = Fp16ToFp32(x[i].d);
+    for (int ib32 = 0; ib32 < kQK_K / 32; ++ib32) {
+      // 4 grid indices (bytes), then 4 x 7 sign-pattern bits and a 4-bit scale.
+      uint8_t idx[4];
+      uint32_t aux;
+      std::memcpy(idx, x[i].qs + 4 * ib32, 4);
+      std::memcpy(&aux, x[i].qs + 4 * ib32 + 2, 4);
+      const float db = d * (0.5f + (aux >> 28)) * 0.25f;
+      for (int l = 0; l < 4; ++l) {
+        const uint8_t signs = kSignsIq2Xs[(aux >> 7 * l) & 127];
+        for (int j = 0; j < 8; ++j) y[j] = db * GridByte(kIq2XxsGrid, idx[l], j) * Sign(signs, j);
+        y += 8;
+      }
+    }
+  }
+}
+
+void DequantIq2Xs(const void* src, float* y, int64_t n) {
+  const BlockIq2Xs* x = static_cast<const BlockIq2Xs*>(src);
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    const float d = Fp16ToFp32(x[i].d);
+    for (int ib32 = 0; ib32 < kQK_K / 32; ++ib32) {
+      const float db[2] = {d * (0.5f + (x[i].scales[ib32] & 0xf)) * 0.25f,
+                           d * (0.5f + (x[i].scales[ib32] >> 4)) * 0.25f};
+      for (int l = 0; l < 4; ++l) {
+        const uint16_t q = x[i].qs[4 * ib32 + l];
+        const int index = q & 511;
+        const uint8_t signs = kSignsIq2Xs[q >> 9];
+        for (int j = 0; j < 8; ++j) y[j] = db[l / 2] * GridByte(kIq2XsGrid, index, j) * Sign(signs, j);
+        y += 8;
+      }
+    }
+  }
+}
+
+void DequantIq2S(const void* src, float* y, int64_t n) {
+  const BlockIq2S* x = static_cast<const BlockIq2S*>(src);
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    const float d = Fp16ToFp32(x[i].d);
+    const uint8_t* qs = x[i].qs;
+    const uint8_t* signs = x[i].qs + kQK_K / 8;
+    for (int ib32 = 0; ib32 < kQK_K / 32; ++ib32) {
+      const float db[2] = {d * (0.5f + (x[i].scales[ib32] & 0xf)) * 0.25f,
+                           d * (0.5f + (x[i].scales[ib32] >> 4)) * 0.25f};
+      for (int l = 0; l < 4; ++l) {
+        // 10-bit index: 8 bits from qs, 2 from qh (bits 2l, 2l+1).
+        const int index = qs[l] | (((x[i].qh[ib32] >> (2 * l)) & 3) << 8);
+        for (int j = 0; j < 8; ++j) y[j] = db[l / 2] * GridByte(kIq2SGrid, index, j) * Sign(signs[l], j);
+        y += 8;
+      }
+      qs += 4;
+      signs += 4;
+    }
+  }
+}
+
+void DequantIq3Xxs(const void* src, float* y, int64_t n) {
+  const BlockIq3Xxs* x = static_cast<const BlockIq3Xxs*>(src);
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    const float d = Fp16ToFp32(x[i].d);
+    const uint8_t* qs = x[i].qs;
+    const uint8_t* scales_and_signs = x[i].qs + kQK_K / 4;
+    for (int ib32 = 0; ib32 < kQK_K / 32; ++ib32) {
+      uint32_t aux;
+      std::memcpy(&aux, scales_and_signs + 4 * ib32, 4);
+      const float db = d * (0.5f + (aux >> 28)) * 0.5f;
+      for (int l = 0; l < 4; ++l) {
+        const uint8_t signs = kSignsIq2Xs[(aux >> 7 * l) & 127];
+        // Two 4-value grid entries per group of 8.
+        for (int j = 0; j < 4; ++j) {
+          y[j + 0] = db * GridByte(kIq3XxsGrid, qs[2 * l + 0], j) * Sign(signs, j + 0);
+          y[j + 4] = db * GridByte(kIq3XxsGrid, qs[2 * l + 1], j) * Sign(signs, j + 4);
+        }
+        y += 8;
+      }
+      qs += 8;
+    }
+  }
+}
+
+void DequantIq3S(const void* src, float* y, int64_t n) {
+  const BlockIq3S* x = static_cast<const BlockIq3S*>(src);
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    const float d = Fp16ToFp32(x[i].d);
+    const uint8_t* qs = x[i].qs;
+    const uint8_t* signs = x[i].signs;
+    for (int ib32 = 0; ib32 < kQK_K / 32; ++ib32) {
+      const int sc = (x[i].scales[ib32 / 2] >> (4 * (ib32 % 2))) & 0xf;
+      const float db = d * (1 + 2 * sc);
+      const uint8_t qh = x[i].qh[ib32];
+      for (int l = 0; l < 4; ++l) {
+        // 9-bit indices: bit 8 of entry k (0..7 in this sub-block) is qh bit k.
+        const int index1 = qs[2 * l + 0] | (((qh >> (2 * l + 0)) & 1) << 8);
+        const int index2 = qs[2 * l + 1] | (((qh >> (2 * l + 1)) & 1) << 8);
+        for (int j = 0; j < 4; ++j) {
+          y[j + 0] = db * GridByte(kIq3SGrid, index1, j) * Sign(signs[l], j + 0);
+          y[j + 4] = db * GridByte(kIq3SGrid, index2, j) * Sign(signs[l], j + 4);
+        }
+        y += 8;
+      }
+      qs += 8;
+      signs += 4;
+    }
+  }
+}
+
+void DequantIq1S(const void* src, float* y, int64_t n) {
+  const BlockIq1S* x = static_cast<const BlockIq1S*>(src);
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    const float d = Fp16ToFp32(x[i].d);
+    const uint8_t* qs = x[i].qs;
+    for (int ib = 0; ib < kQK_K / 32; ++ib) {
+      const uint16_t qh = x[i].qh[ib];
+      const float dl = d * (2 * ((qh >> 12) & 7) + 1);
+      const float delta = (qh & 0x8000) ? -kIq1SDelta : kIq1SDelta;
+      for (int l = 0; l < 4; ++l) {
+        const int index = qs[l] | (((qh >> (3 * l)) & 7) << 8);
+        for (int j = 0; j < 8; ++j) {
+          y[j] = dl * (static_cast<int8_t>(GridByte(kIq1SGrid, index, j)) + delta);
+        }
+        y += 8;
+      }
+      qs += 4;
+    }
+  }
+}
+
+void DequantIq1M(const void* src, float* y, int64_t n) {
+  const BlockIq1M* x = static_cast<const BlockIq1M*>(src);
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    // Four little-endian 16-bit words: 4 x (two 3-bit scales, twice) and the
+    // block's f16 scale spread over their top nibbles.
+    uint16_t sc[4];
+    std::memcpy(sc, x[i].scales, sizeof(sc));
+    const uint16_t d16 = static_cast<uint16_t>((sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) |
+                                               ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000));
+    const float d = Fp16ToFp32(d16);
+    const uint8_t* qs = x[i].qs;
+    const uint8_t* qh = x[i].qh;
+    for (int ib = 0; ib < kQK_K / 32; ++ib) {
+      const float dl[2] = {d * (2 * ((sc[ib / 2] >> (6 * (ib % 2) + 0)) & 0x7) + 1),
+                           d * (2 * ((sc[ib / 2] >> (6 * (ib % 2) + 3)) & 0x7) + 1)};
+      for (int l = 0; l < 4; ++l) {
+        // Group l: low index bits qs[l]; qh byte l/2 holds 3 high bits and the
+        // delta sign per group, in its low (even l) or high (odd l) nibble.
+        const int nib = (qh[l / 2] >> (4 * (l % 2))) & 0xf;
+        const int index = qs[l] | ((nib & 7) << 8);
+        const float delta = (nib & 8) ? -kIq1MDelta : kIq1MDelta;
+        for (int j = 0; j < 8; ++j) {
+          y[j] = dl[l / 2] * (static_cast<int8_t>(GridByte(kIq1SGrid, index, j)) + delta);
+        }
+        y += 8;
+      }
+      qs += 4;
+      qh += 2;
+    }
+  }
+}
+
+// --- ternary (ggml dequantize_row_tq1_0 / tq2_0) ---------------------------
+
+// Digit `n` (0 = most significant) of a byte holding base-3 digits as a
+// fixed-point fraction: the digit is the integer part of 3 * (b * 3^n mod 256).
+inline int Tq1Digit(uint8_t b, int n) {
+  static constexpr uint8_t kPow3[5] = {1, 3, 9, 27, 81};
+  const uint8_t q = static_cast<uint8_t>(b * kPow3[n]);
+  return (static_cast<uint16_t>(q) * 3) >> 8;
+}
+
+void DequantTq1_0(const void* src, float* y, int64_t n) {
+  const BlockTq1_0* x = static_cast<const BlockTq1_0*>(src);
+  constexpr int kQs = sizeof(x->qs);  // 48: one run of 32 bytes, then one of 16
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    const float d = Fp16ToFp32(x[i].d);
+    // Value order: for each run of bytes, digit 0 of every byte, then digit 1, ...
+    for (int j = 0; j < kQs;) {
+      const int run = kQs - j >= 32 ? 32 : 16;
+      for (int dn = 0; dn < 5; ++dn) {
+        for (int m = 0; m < run; ++m) *y++ = static_cast<float>(Tq1Digit(x[i].qs[j + m], dn) - 1) * d;
+      }
+      j += run;
+    }
+    for (int dn = 0; dn < 4; ++dn) {
+      for (int m = 0; m < static_cast<int>(sizeof(x->qh)); ++m) {
+        *y++ = static_cast<float>(Tq1Digit(x[i].qh[m], dn) - 1) * d;
+      }
+    }
+  }
+}
+
+void DequantTq2_0(const void* src, float* y, int64_t n) {
+  const BlockTq2_0* x = static_cast<const BlockTq2_0*>(src);
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    const float d = Fp16ToFp32(x[i].d);
+    for (int j = 0; j < kQK_K / 4; j += 32) {
+      for (int l = 0; l < 4; ++l) {
+        for (int m = 0; m < 32; ++m) {
+          *y++ = static_cast<float>(((x[i].qs[j + m] >> (2 * l)) & 3) - 1) * d;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 DequantRowFn ScalarDequantizer(GgmlType type) {
@@ -309,6 +533,15 @@ DequantRowFn ScalarDequantizer(GgmlType type) {
     case GgmlType::kQ8_K: return DequantQ8_K;
     case GgmlType::kIQ4_NL: return DequantIq4Nl;
     case GgmlType::kIQ4_XS: return DequantIq4Xs;
+    case GgmlType::kIQ2_XXS: return DequantIq2Xxs;
+    case GgmlType::kIQ2_XS: return DequantIq2Xs;
+    case GgmlType::kIQ2_S: return DequantIq2S;
+    case GgmlType::kIQ3_XXS: return DequantIq3Xxs;
+    case GgmlType::kIQ3_S: return DequantIq3S;
+    case GgmlType::kIQ1_S: return DequantIq1S;
+    case GgmlType::kIQ1_M: return DequantIq1M;
+    case GgmlType::kTQ1_0: return DequantTq1_0;
+    case GgmlType::kTQ2_0: return DequantTq2_0;
     default: return nullptr;
   }
 }

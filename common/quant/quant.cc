@@ -24,6 +24,13 @@ constexpr GgmlType kSupported[] = {
     GgmlType::kIQ4_XS, GgmlType::kMXFP4,
 };
 
+// Formats that only decode (DequantizeRow): no quantiser, no dot kernel, so no
+// traits either; CheckSupported refuses them and the loader with it.
+constexpr GgmlType kDequantizeOnly[] = {
+    GgmlType::kIQ1_S,  GgmlType::kIQ1_M,  GgmlType::kIQ2_XXS, GgmlType::kIQ2_XS, GgmlType::kIQ2_S,
+    GgmlType::kIQ3_XXS, GgmlType::kIQ3_S, GgmlType::kTQ1_0,   GgmlType::kTQ2_0,
+};
+
 // One fully resolved traits table per kernel level, so switching levels is a
 // single atomic store and readers never see a half-updated entry.
 struct Registry {
@@ -132,14 +139,28 @@ absl::Status CheckSupported(GgmlType type) {
       info ? std::string(info->name) : absl::StrCat("#", static_cast<uint32_t>(type))));
 }
 
+bool CanDequantize(GgmlType type) {
+  if (GetTypeTraits(type) != nullptr) return true;
+  for (GgmlType t : kDequantizeOnly) {
+    if (t == type) return true;
+  }
+  return false;
+}
+
 absl::Status DequantizeRow(GgmlType type, const void* src, float* dst, int64_t n) {
-  const TypeTraits* t = GetTypeTraits(type);
-  if (t == nullptr) return CheckSupported(type);
+  DequantRowFn dequantize = nullptr;
+  if (const TypeTraits* t = GetTypeTraits(type); t != nullptr) {
+    dequantize = t->dequantize;
+  } else if (CanDequantize(type)) {
+    dequantize = internal::ScalarDequantizer(type);
+  } else {
+    return CheckSupported(type);
+  }
   RETURN_IF_ERROR(CheckBlocks(type, n));
   if (n > 0 && (src == nullptr || dst == nullptr)) {
     return absl::InvalidArgumentError("DequantizeRow: null buffer");
   }
-  if (n > 0) t->dequantize(src, dst, n);
+  if (n > 0) dequantize(src, dst, n);
   return absl::OkStatus();
 }
 

@@ -12,6 +12,10 @@
 // Supported types (dequantize + quantize): F32, F16, BF16, Q4_0, Q4_1, Q5_0,
 // Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ4_NL, IQ4_XS, MXFP4.
 // Every one except the activation formats Q8_1 and Q8_K has a vec_dot.
+// Dequantize only (DequantizeRow, bit-exact with ggml's dequantize_row_*; no
+// traits, no quantiser, no vec_dot, so CheckSupported and the model loader
+// still refuse them): IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S,
+// TQ1_0, TQ2_0. Their codebooks are in internal/iq_grids.h.
 //  - dequantize: ggml's dequantize_row_*, bit-exact.
 //  - quantize: ggml's quantize_row_*_ref (for IQ4_NL / IQ4_XS: quantize_iq4_nl
 //    / quantize_iq4_xs without an importance matrix), byte-exact: the output
@@ -83,14 +87,20 @@ struct TypeTraits {
   VecDotTokensFn vec_dot_tokens = nullptr;
 };
 
-// Traits of `type`, or nullptr when the format is not supported.
+// Traits of `type`, or nullptr when the format is not supported (including
+// the dequantize-only formats).
 const TypeTraits* GetTypeTraits(GgmlType type);
 
-// OkStatus for a supported type; InvalidArgument naming the type otherwise.
+// OkStatus for a supported type; InvalidArgument naming the type otherwise
+// (a dequantize-only format is not supported: it cannot be computed with).
 absl::Status CheckSupported(GgmlType type);
 
-// Dequantises n elements. InvalidArgument for an unsupported type or an n that
-// is not a multiple of the block size.
+// True when DequantizeRow decodes `type`: every supported type and the
+// dequantize-only formats.
+bool CanDequantize(GgmlType type);
+
+// Dequantises n elements. InvalidArgument for a type CanDequantize rejects or
+// an n that is not a multiple of the block size.
 absl::Status DequantizeRow(GgmlType type, const void* src, float* dst, int64_t n);
 // Quantises n elements with the reference quantiser. InvalidArgument when the
 // type has no quantiser or n is not a multiple of the block size.

@@ -1,10 +1,13 @@
 // Dequantisers against llama.cpp's own outputs (gguf-py dequantisation of
-// llama.cpp-quantised tensors): every value within 1e-6 * max(1, |ref|).
+// llama.cpp-quantised tensors): every value within 1e-6 * max(1, |ref|); the
+// i-quant / ternary fixtures (formats-iq, dequant_reference-iq) bit for bit.
 
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "common/gguf/gguf.h"
@@ -62,6 +65,45 @@ void ExpectTensorMatches(const GgufTensor& t, const std::string& type_name,
                         << " want " << m.want;
 }
 
+// Values whose float32 bits differ (so -0.0 != 0.0 and NaN == the same NaN).
+Mismatch CompareBits(const std::vector<float>& got, const std::vector<float>& want) {
+  Mismatch m;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0) {
+      if (m.count++ == 0) {
+        m.first = static_cast<int64_t>(i);
+        m.got = got[i];
+        m.want = want[i];
+      }
+    }
+  }
+  return m;
+}
+
+// As ExpectTensorMatches, bit for bit.
+void ExpectTensorBitExact(const GgufTensor& t, const std::string& type_name,
+                          const std::vector<float>& want, const std::string& what) {
+  ASSERT_EQ(std::string(GgmlTypeName(t.type)), type_name) << what;
+  const int64_t n = static_cast<int64_t>(want.size());
+  ASSERT_GT(n, 0) << what << ": empty reference";
+  ASSERT_LE(n, t.n_elements()) << what;
+  std::vector<float> got(n);
+  const absl::Status s = DequantizeRow(t.type, t.data, got.data(), n);
+  ASSERT_TRUE(s.ok()) << what << " " << type_name << ": " << s;
+  const Mismatch m = CompareBits(got, want);
+  EXPECT_EQ(m.count, 0) << what << " (" << type_name << "): " << m.count << " of " << n
+                        << " values differ in their bits; first at " << m.first << ": got "
+                        << m.got << " want " << m.want;
+}
+
+// The nine i-quant / ternary formats llama.cpp decodes that moesplit only
+// dequantises (no dot kernels yet).
+const std::set<std::string>& IqTypeNames() {
+  static const std::set<std::string> kNames = {"IQ1_S",   "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S",
+                                               "IQ3_XXS", "IQ3_S", "TQ1_0",   "TQ2_0"};
+  return kNames;
+}
+
 TEST(QuantFixtureTest, FormatsGgufMatchesGgufPy) {
   const nlohmann::json index = ReadJson(FixturePath("models/formats.json"));
   ASSERT_TRUE(index.is_object()) << "cannot read formats.json";
@@ -101,6 +143,61 @@ TEST(QuantFixtureTest, DequantReferenceMatchesGgufPy) {
     }
   }
   EXPECT_EQ(checked, 60);
+}
+
+// formats-iq.gguf: per type, 64 rows of a llama.cpp-quantised tensor and 64
+// synthetic blocks (`<type>.codes.weight`) whose grid indices run through the
+// whole codebook with every sub-block scale, both IQ1 delta signs and
+// subnormal f16 scales, so every table entry and bit field is exercised.
+TEST(QuantFixtureTest, FormatsIqGgufBitExact) {
+  const nlohmann::json index = ReadJson(FixturePath("models/formats-iq.json"));
+  ASSERT_TRUE(index.is_object()) << "cannot read formats-iq.json";
+  auto file = GgufFile::Open(FixturePath("models/formats-iq.gguf"));
+  ASSERT_TRUE(file.ok()) << file.status();
+  std::set<std::string> real, codes;
+  for (const auto& [name, entry] : index.items()) {
+    const std::string type = entry.at("type").get<std::string>();
+    EXPECT_TRUE(IqTypeNames().count(type)) << name << ": unexpected type " << type;
+    const GgufTensor* t = (*file)->FindTensor(name);
+    ASSERT_NE(t, nullptr) << name << " (" << type << ") missing from formats-iq.gguf";
+    const auto want = ReadF32File(FixturePath("models/" + entry.at("reference").get<std::string>()));
+    ASSERT_EQ(static_cast<int64_t>(want.size()), t->n_elements()) << name << " (" << type << ")";
+    ExpectTensorBitExact(*t, type, want, name);
+    (name.find(".codes.") != std::string::npos ? codes : real).insert(type);
+  }
+  EXPECT_EQ(real, IqTypeNames());
+  EXPECT_EQ(codes, IqTypeNames());
+}
+
+// The i-quant models' dequant_reference-iq.json: six tensors of each of the
+// seven qwen3moe-tiny-iq* mixes (their i-quant tensors and the K-quant / Q8_0
+// tensors beside them), first 16384 values, bit for bit.
+TEST(QuantFixtureTest, DequantReferenceIqBitExact) {
+  const nlohmann::json index = ReadJson(FixturePath("models/dequant_reference-iq.json"));
+  ASSERT_TRUE(index.is_object()) << "cannot read dequant_reference-iq.json";
+  int checked = 0;
+  std::set<std::string> iq_types;
+  for (const auto& [model, tensors] : index.items()) {
+    auto file = GgufFile::Open(FixturePath("models/" + model + ".gguf"));
+    ASSERT_TRUE(file.ok()) << model << ": " << file.status();
+    for (const auto& [name, entry] : tensors.items()) {
+      const std::string type = entry.at("type").get<std::string>();
+      const std::string what = model + "/" + name;
+      const GgufTensor* t = (*file)->FindTensor(name);
+      ASSERT_NE(t, nullptr) << what << " (" << type << ") missing";
+      auto want = ReadF32File(FixturePath("models/" + entry.at("file").get<std::string>()));
+      const int64_t n_values = entry.at("n_values").get<int64_t>();
+      ASSERT_GE(static_cast<int64_t>(want.size()), n_values) << what;
+      want.resize(n_values);
+      ExpectTensorBitExact(*t, type, want, what);
+      if (IqTypeNames().count(type)) iq_types.insert(type);
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 42);
+  // TQ1_0 / TQ2_0 have no model here (formats-iq covers them).
+  EXPECT_EQ(iq_types, (std::set<std::string>{"IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S",
+                                             "IQ3_XXS", "IQ3_S"}));
 }
 
 }  // namespace

@@ -73,6 +73,36 @@ TEST(QuantRegistryTest, UnsupportedTypes) {
   EXPECT_NE(CheckSupported(GgmlType::kIQ2_XXS).message().find("IQ2_XXS"), std::string::npos);
 }
 
+// The i-quant / ternary formats decode (DequantizeRow) but stay unsupported:
+// no traits, no quantiser, CheckSupported (what the model loader asks)
+// refuses them as before.
+TEST(QuantRegistryTest, DequantizeOnlyTypes) {
+  for (GgmlType type : {GgmlType::kIQ1_S, GgmlType::kIQ1_M, GgmlType::kIQ2_XXS, GgmlType::kIQ2_XS,
+                        GgmlType::kIQ2_S, GgmlType::kIQ3_XXS, GgmlType::kIQ3_S, GgmlType::kTQ1_0,
+                        GgmlType::kTQ2_0}) {
+    EXPECT_TRUE(CanDequantize(type)) << Name(type);
+    EXPECT_EQ(GetTypeTraits(type), nullptr) << Name(type);
+    const absl::Status s = CheckSupported(type);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << Name(type);
+    EXPECT_NE(s.message().find("unsupported tensor type " + Name(type)), std::string::npos) << s;
+    // Two zeroed blocks decode (to zeros: every scale is +0), a partial block
+    // does not, and there is no quantiser.
+    std::vector<uint8_t> blocks = testing::Bytes(type, 512);
+    std::vector<float> out(512, 1.0f);
+    EXPECT_TRUE(DequantizeRow(type, blocks.data(), out.data(), 512).ok()) << Name(type);
+    for (float v : out) ASSERT_EQ(v, 0.0f) << Name(type);
+    EXPECT_EQ(DequantizeRow(type, blocks.data(), out.data(), 100).code(),
+              absl::StatusCode::kInvalidArgument) << Name(type);
+    std::vector<float> x(256, 0.5f);
+    EXPECT_EQ(QuantizeRow(type, x.data(), blocks.data(), 256).code(),
+              absl::StatusCode::kInvalidArgument) << Name(type);
+  }
+  for (GgmlType type : {GgmlType::kI32, GgmlType::kF64, static_cast<GgmlType>(77)}) {
+    EXPECT_FALSE(CanDequantize(type)) << static_cast<uint32_t>(type);
+  }
+  EXPECT_TRUE(CanDequantize(GgmlType::kQ4_K));
+}
+
 // Restores the active level when a test changes it.
 class LevelGuard {
  public:
@@ -124,7 +154,7 @@ TEST(QuantArgsTest, BadArgumentsAreInvalidArgument) {
       {"dequant partial block", DequantizeRow(GgmlType::kQ4_0, b.data(), f.data(), 33)},
       {"dequant partial superblock", DequantizeRow(GgmlType::kQ4_K, b.data(), f.data(), 128)},
       {"dequant negative n", DequantizeRow(GgmlType::kF32, b.data(), f.data(), -1)},
-      {"dequant unsupported", DequantizeRow(GgmlType::kIQ2_XS, b.data(), f.data(), 256)},
+      {"dequant unsupported", DequantizeRow(GgmlType::kI32, b.data(), f.data(), 256)},
       {"dequant null src", DequantizeRow(GgmlType::kQ8_0, nullptr, f.data(), 32)},
       {"dequant null dst", DequantizeRow(GgmlType::kQ8_0, b.data(), nullptr, 32)},
       {"quant no quantiser", QuantizeRow(GgmlType::kIQ1_M, f.data(), b.data(), 256)},

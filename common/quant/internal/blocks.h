@@ -104,6 +104,56 @@ struct BlockIq4Xs {
   uint8_t qs[kQK_K / 2];
 };
 
+// i-quants (ggml block_iq*): grid indices into the codebooks of
+// internal/iq_grids.h, with per-group signs and sub-block scales.
+struct BlockIq2Xxs {
+  uint16_t d;
+  uint16_t qs[kQK_K / 8];  // per 32 values: 4 grid bytes, then 4x7 sign bits + 4-bit scale
+};
+struct BlockIq2Xs {
+  uint16_t d;
+  uint16_t qs[kQK_K / 8];  // 9-bit grid index | 7 sign bits << 9
+  uint8_t scales[kQK_K / 32];
+};
+struct BlockIq2S {
+  uint16_t d;
+  uint8_t qs[kQK_K / 4];  // low 8 grid bits (first half), sign bytes (second half)
+  uint8_t qh[kQK_K / 32];
+  uint8_t scales[kQK_K / 32];
+};
+struct BlockIq3Xxs {
+  uint16_t d;
+  uint8_t qs[3 * kQK_K / 8];  // 64 grid bytes, then 8 x (4x7 sign bits + 4-bit scale)
+};
+inline constexpr int kIq3SNScale = kQK_K / 64;
+struct BlockIq3S {
+  uint16_t d;
+  uint8_t qs[kQK_K / 4];
+  uint8_t qh[kQK_K / 32];
+  uint8_t signs[kQK_K / 8];
+  uint8_t scales[kIq3SNScale];
+};
+struct BlockIq1S {
+  uint16_t d;
+  uint8_t qs[kQK_K / 8];
+  uint16_t qh[kQK_K / 32];  // 4x3 high grid bits, 3-bit scale, delta sign
+};
+struct BlockIq1M {
+  uint8_t qs[kQK_K / 8];      // grid index, low 8 bits
+  uint8_t qh[kQK_K / 16];     // grid index, high 3 bits + delta sign (two groups of 8)
+  uint8_t scales[kQK_K / 32]; // 3-bit sub-block scales; the f16 scale in the top nibbles
+};
+// Ternary (ggml block_tq*): digits in {0, 1, 2} meaning {-1, 0, 1}.
+struct BlockTq1_0 {
+  uint8_t qs[(kQK_K - 4 * kQK_K / 64) / 5];  // 5 base-3 digits per byte
+  uint8_t qh[kQK_K / 64];                    // 4 base-3 digits per byte
+  uint16_t d;
+};
+struct BlockTq2_0 {
+  uint8_t qs[kQK_K / 4];  // 2 bits per digit
+  uint16_t d;
+};
+
 static_assert(sizeof(BlockQ4_0) == 18);
 static_assert(sizeof(BlockQ4_1) == 20);
 static_assert(sizeof(BlockQ5_0) == 22);
@@ -119,6 +169,16 @@ static_assert(sizeof(BlockQ6_K) == 210);
 static_assert(sizeof(BlockQ8_K) == 292);
 static_assert(sizeof(BlockIq4Nl) == 18);
 static_assert(sizeof(BlockIq4Xs) == 136);
+static_assert(sizeof(BlockIq2Xxs) == 66);
+static_assert(sizeof(BlockIq2Xs) == 74);
+static_assert(sizeof(BlockIq2S) == 82);
+static_assert(sizeof(BlockIq3Xxs) == 98);
+static_assert(sizeof(BlockIq3S) == 110);
+static_assert(sizeof(BlockIq1S) == 50);
+static_assert(sizeof(BlockIq1M) == 56);
+static_assert(sizeof(BlockTq1_0) == 54);
+static_assert(sizeof(BlockTq2_0) == 66);
+static_assert(alignof(BlockIq1M) == 1);  // no f16 field: the scale is spread over `scales`
 
 // Byte alignment of one element or block of `type` (alignof its struct);
 // GGUF data sections (32-byte aligned, whole blocks) always satisfy it.
@@ -128,6 +188,7 @@ inline uint64_t BlockAlignment(GgmlType type) {
     case GgmlType::kQ8_K:
       return 4;
     case GgmlType::kMXFP4:
+    case GgmlType::kIQ1_M:
     case GgmlType::kI8:
       return 1;
     case GgmlType::kI64:
