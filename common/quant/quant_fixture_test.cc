@@ -49,22 +49,6 @@ Mismatch Compare(const std::vector<float>& got, const std::vector<float>& want) 
   return m;
 }
 
-// Dequantises the first n values of `t` and compares them with `want`.
-void ExpectTensorMatches(const GgufTensor& t, const std::string& type_name,
-                         const std::vector<float>& want, const std::string& what) {
-  ASSERT_EQ(std::string(GgmlTypeName(t.type)), type_name) << what;
-  const int64_t n = static_cast<int64_t>(want.size());
-  ASSERT_GT(n, 0) << what << ": empty reference";
-  ASSERT_LE(n, t.n_elements()) << what;
-  std::vector<float> got(n);
-  const absl::Status s = DequantizeRow(t.type, t.data, got.data(), n);
-  ASSERT_TRUE(s.ok()) << what << " " << type_name << ": " << s;
-  const Mismatch m = Compare(got, want);
-  EXPECT_EQ(m.count, 0) << what << " (" << type_name << "): " << m.count << " of " << n
-                        << " values differ; first at " << m.first << ": got " << m.got
-                        << " want " << m.want;
-}
-
 // Values whose float32 bits differ (so -0.0 != 0.0 and NaN == the same NaN).
 Mismatch CompareBits(const std::vector<float>& got, const std::vector<float>& want) {
   Mismatch m;
@@ -80,9 +64,10 @@ Mismatch CompareBits(const std::vector<float>& got, const std::vector<float>& wa
   return m;
 }
 
-// As ExpectTensorMatches, bit for bit.
-void ExpectTensorBitExact(const GgufTensor& t, const std::string& type_name,
-                          const std::vector<float>& want, const std::string& what) {
+// Dequantises the first n values of `t` and compares them with `want`:
+// within 1e-6 relative, or bit for bit.
+void ExpectTensor(const GgufTensor& t, const std::string& type_name,
+                  const std::vector<float>& want, const std::string& what, bool bits) {
   ASSERT_EQ(std::string(GgmlTypeName(t.type)), type_name) << what;
   const int64_t n = static_cast<int64_t>(want.size());
   ASSERT_GT(n, 0) << what << ": empty reference";
@@ -90,10 +75,18 @@ void ExpectTensorBitExact(const GgufTensor& t, const std::string& type_name,
   std::vector<float> got(n);
   const absl::Status s = DequantizeRow(t.type, t.data, got.data(), n);
   ASSERT_TRUE(s.ok()) << what << " " << type_name << ": " << s;
-  const Mismatch m = CompareBits(got, want);
+  const Mismatch m = bits ? CompareBits(got, want) : Compare(got, want);
   EXPECT_EQ(m.count, 0) << what << " (" << type_name << "): " << m.count << " of " << n
-                        << " values differ in their bits; first at " << m.first << ": got "
-                        << m.got << " want " << m.want;
+                        << (bits ? " values differ in their bits" : " values differ")
+                        << "; first at " << m.first << ": got " << m.got << " want " << m.want;
+}
+void ExpectTensorMatches(const GgufTensor& t, const std::string& type_name,
+                         const std::vector<float>& want, const std::string& what) {
+  ExpectTensor(t, type_name, want, what, /*bits=*/false);
+}
+void ExpectTensorBitExact(const GgufTensor& t, const std::string& type_name,
+                          const std::vector<float>& want, const std::string& what) {
+  ExpectTensor(t, type_name, want, what, /*bits=*/true);
 }
 
 // The nine i-quant / ternary formats llama.cpp decodes that moesplit only
