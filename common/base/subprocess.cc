@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <climits>
+#include <cstdlib>
+#include <fstream>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -134,6 +136,15 @@ std::string SelfDirectory() {
   if (n <= 0) return ".";
   std::string path(buf, n);
   return path.substr(0, path.rfind('/'));
+}
+
+int ThreadsOf(pid_t pid) {
+  std::ifstream f(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("Threads:", 0) == 0) return std::atoi(line.c_str() + 8);
+  }
+  return -1;
 }
 
 }  // namespace moesplit

@@ -56,4 +56,8 @@ class Subprocess {
 // The directory of this process's executable (to find sibling binaries).
 std::string SelfDirectory();
 
+// The threads of process `pid` now (the Threads: line of /proc/PID/status),
+// -1 when it cannot be read.
+int ThreadsOf(pid_t pid);
+
 }  // namespace moesplit

@@ -1,11 +1,13 @@
 #include "common/base/thread_pool.h"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
-#include <filesystem>
 #include <thread>
 #include <vector>
 
+#include "common/base/subprocess.h"
 #include "gtest/gtest.h"
 
 namespace moesplit {
@@ -61,12 +63,8 @@ TEST(ThreadPoolTest, CallsFromSeveralThreadsAreSerialised) {
   EXPECT_EQ(total.load(), 4 * 200 * 10);
 }
 
-// The threads of this process (/proc/self/task).
-int ThreadCount() {
-  int n = 0;
-  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
-  return n;
-}
+// The threads of this process.
+int ThreadCount() { return ThreadsOf(getpid()); }
 
 // The kernel lists a thread a moment after pthread_join has seen it end;
 // waits (up to a minute, never in a passing run) for the count to come down.

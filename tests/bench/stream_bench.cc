@@ -58,6 +58,7 @@ namespace {
 using namespace std::chrono_literals;
 namespace v1 = moesplit::v1;
 namespace dense = moesplit::dense;
+using moesplit::ThreadsOf;
 
 int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -246,15 +247,6 @@ std::vector<int64_t> Dump(moesplit::Subprocess& server, const std::string& ts_fi
   for (int64_t t; f >> t;) out.push_back(t);
   std::filesystem::remove(path);
   return out;
-}
-
-int ThreadsOf(pid_t pid) {
-  std::ifstream f(absl::StrCat("/proc/", pid, "/status"));
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("Threads:", 0) == 0) return std::atoi(line.c_str() + 8);
-  }
-  return -1;
 }
 
 double Percentile(std::vector<double> v, double p) {

@@ -350,16 +350,6 @@ TEST_F(ApiTest, HttpClientDisconnectFreesTheSequence) {
   EXPECT_TRUE(server_->WaitIdle()) << "disconnected stream still held";
 }
 
-// The server's thread count (/proc/PID/status), -1 when unreadable.
-int ThreadsOf(pid_t pid) {
-  std::ifstream f(absl::StrCat("/proc/", pid, "/status"));
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("Threads:", 0) == 0) return std::atoi(line.c_str() + 8);
-  }
-  return -1;
-}
-
 // Streaming requests park no thread in the server: with 16 streams in
 // flight at once (12 HTTP SSE, 4 gRPC; each has received a token and stops
 // reading) the process has about as many threads as idle (a thread per
