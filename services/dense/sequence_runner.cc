@@ -298,8 +298,6 @@ class CudaRunner final : public SequenceRunner {
 absl::StatusOr<std::unique_ptr<SequenceRunner>> MakeCuda(
     std::shared_ptr<const model::Model> model, model::ExpertBackend* experts,
     const RunnerOptions& o) {
-  auto kv = GgmlTypeFromName(o.kv_type);
-  if (!kv) return absl::InvalidArgumentError(absl::StrCat("unknown KV type '", o.kv_type, "'"));
   ASSIGN_OR_RETURN(auto device, cuda::CreateCudaDevice(0));
   // The memory plan, once: n_parallel sequence states, the workspace for
   // micro-batches of the engine's step, the dense weights, the margin and
