@@ -17,6 +17,8 @@ constexpr std::string_view kDsCallsEnd = "<｜tool▁calls▁end｜>";
 constexpr std::string_view kDsCallBegin = "<｜tool▁call▁begin｜>";
 constexpr std::string_view kDsCallEnd = "<｜tool▁call▁end｜>";
 constexpr std::string_view kDsSep = "<｜tool▁sep｜>";
+constexpr std::string_view kMiniMaxOpen = "<minimax:tool_call>";
+constexpr std::string_view kMiniMaxClose = "</minimax:tool_call>";
 
 bool Contains(std::string_view s, std::string_view x) { return s.find(x) != std::string_view::npos; }
 
@@ -86,11 +88,15 @@ std::optional<ToolCall> HermesCall(std::string_view body, const ToolCallConfig& 
   return ToolCall{NewToolCallId(), name->get<std::string>(), std::move(*text)};
 }
 
-// One <parameter=...> value: the text between the tags less one newline on
-// each side; JSON unless the schema says string (or it is not JSON).
-Json ParameterValue(std::string_view raw, const Json* function, const std::string& key) {
-  if (!raw.empty() && raw.front() == '\n') raw.remove_prefix(1);
-  if (!raw.empty() && raw.back() == '\n') raw.remove_suffix(1);
+bool StartsWith(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+
+// One argument's value: the text between the tags (Qwen3-Coder's less one
+// newline on each side, which its template adds); JSON unless the schema
+// says string (or it is not JSON).
+Json ParameterValue(std::string_view raw, const Json* function, const std::string& key,
+                    bool strip_newlines) {
+  if (strip_newlines && !raw.empty() && raw.front() == '\n') raw.remove_prefix(1);
+  if (strip_newlines && !raw.empty() && raw.back() == '\n') raw.remove_suffix(1);
   if (function != nullptr) {
     const Json params = function->value("parameters", Json::object());
     const Json props = params.is_object() ? params.value("properties", Json::object()) : Json();
@@ -128,10 +134,79 @@ std::optional<ToolCall> Qwen3CoderCall(std::string_view body, const ToolCallConf
     if (k == std::string_view::npos || end == std::string_view::npos || end < k) return std::nullopt;
     const std::string key(Trim(body.substr(0, k)));
     if (key.empty()) return std::nullopt;
-    args[key] = ParameterValue(body.substr(k + 1, end - k - 1), function, key);
+    args[key] = ParameterValue(body.substr(k + 1, end - k - 1), function, key, true);
     body.remove_prefix(end + kParamEnd.size());
   }
   return ToolCall{NewToolCallId(), name, args.dump()};
+}
+
+// GLM's block body: "NAME" then per argument
+// "<arg_key>K</arg_key><arg_value>V</arg_value>", whitespace allowed around
+// the tags (GLM-4.5 writes newlines there, GLM-4.7 none).
+std::optional<ToolCall> GlmCall(std::string_view body, const ToolCallConfig& config) {
+  constexpr std::string_view kKey = "<arg_key>", kKeyEnd = "</arg_key>";
+  constexpr std::string_view kValue = "<arg_value>", kValueEnd = "</arg_value>";
+  const size_t first = body.find(kKey);
+  const std::string name(Trim(body.substr(0, first)));
+  if (name.find_first_of("<>\n") != std::string::npos || !Accepts(config, name)) return std::nullopt;
+  const Json* function = FindTool(config.tools, name);
+  Json args = Json::object();
+  for (body = Trim(body.substr(std::min(first, body.size()))); !body.empty(); body = Trim(body)) {
+    if (!StartsWith(body, kKey)) return std::nullopt;
+    body.remove_prefix(kKey.size());
+    const size_t key_end = body.find(kKeyEnd);
+    if (key_end == std::string_view::npos) return std::nullopt;
+    const std::string key(Trim(body.substr(0, key_end)));
+    body = Trim(body.substr(key_end + kKeyEnd.size()));
+    if (key.empty() || !StartsWith(body, kValue)) return std::nullopt;
+    body.remove_prefix(kValue.size());
+    const size_t value_end = body.find(kValueEnd);
+    if (value_end == std::string_view::npos) return std::nullopt;
+    args[key] = ParameterValue(body.substr(0, value_end), function, key, false);
+    body.remove_prefix(value_end + kValueEnd.size());
+  }
+  return ToolCall{NewToolCallId(), name, args.dump()};
+}
+
+// MiniMax-M2's block body: one or more
+// <invoke name="F"><parameter name="K">V</parameter>...</invoke>, whitespace
+// allowed between the tags.
+bool MiniMaxCalls(std::string_view body, const ToolCallConfig& config,
+                  std::vector<ToolCall>* calls) {
+  constexpr std::string_view kInvoke = "<invoke name=\"", kInvokeEnd = "</invoke>";
+  constexpr std::string_view kParam = "<parameter name=\"", kParamEnd = "</parameter>";
+  constexpr std::string_view kNameEnd = "\">";
+  std::vector<ToolCall> out;
+  for (body = Trim(body); !body.empty(); body = Trim(body)) {
+    if (!StartsWith(body, kInvoke)) return false;
+    body.remove_prefix(kInvoke.size());
+    const size_t name_end = body.find(kNameEnd);
+    if (name_end == std::string_view::npos) return false;
+    const std::string name(body.substr(0, name_end));
+    if (!Accepts(config, name)) return false;
+    const Json* function = FindTool(config.tools, name);
+    body.remove_prefix(name_end + kNameEnd.size());
+    Json args = Json::object();
+    for (body = Trim(body); !StartsWith(body, kInvokeEnd); body = Trim(body)) {
+      if (!StartsWith(body, kParam)) return false;
+      body.remove_prefix(kParam.size());
+      const size_t key_end = body.find(kNameEnd);
+      const size_t end = body.find(kParamEnd);
+      if (key_end == std::string_view::npos || end == std::string_view::npos || end < key_end) {
+        return false;
+      }
+      const std::string key(body.substr(0, key_end));
+      if (key.empty()) return false;
+      args[key] = ParameterValue(body.substr(key_end + kNameEnd.size(), end - key_end - kNameEnd.size()),
+                                 function, key, false);
+      body.remove_prefix(end + kParamEnd.size());
+    }
+    body.remove_prefix(kInvokeEnd.size());
+    out.push_back({NewToolCallId(), name, args.dump()});
+  }
+  if (out.empty()) return false;
+  for (ToolCall& c : out) calls->push_back(std::move(c));
+  return true;
 }
 
 bool DeepSeekCalls(std::string_view body, const ToolCallConfig& config,
@@ -164,6 +239,10 @@ bool DeepSeekCalls(std::string_view body, const ToolCallConfig& config,
 ToolCallFamily DetectToolCallFamily(std::string_view src) {
   if (Contains(src, "<|channel|>")) return ToolCallFamily::kHarmony;
   if (Contains(src, kDsCallsBegin)) return ToolCallFamily::kDeepSeekV31;
+  if (Contains(src, kMiniMaxOpen) && Contains(src, "<invoke name=")) return ToolCallFamily::kMiniMaxM2;
+  if (Contains(src, kHermesOpen) && Contains(src, "<arg_key>") && Contains(src, "<arg_value>")) {
+    return Contains(src, "</arg_key><arg_value>") ? ToolCallFamily::kGlm47 : ToolCallFamily::kGlm45;
+  }
   if (Contains(src, kHermesOpen) && Contains(src, "<function=") && Contains(src, "<parameter=")) {
     return ToolCallFamily::kQwen3Coder;
   }
@@ -177,6 +256,9 @@ const char* ToolCallFamilyName(ToolCallFamily family) {
     case ToolCallFamily::kQwen3Coder: return "qwen3-coder";
     case ToolCallFamily::kDeepSeekV31: return "deepseek-v3.1";
     case ToolCallFamily::kHarmony: return "harmony";
+    case ToolCallFamily::kGlm45: return "glm-4.5";
+    case ToolCallFamily::kGlm47: return "glm-4.7";
+    case ToolCallFamily::kMiniMaxM2: return "minimax-m2";
     case ToolCallFamily::kNone: break;
   }
   return "none";
@@ -196,9 +278,30 @@ ToolCallFrameText ToolCallFrameFor(ToolCallFamily family, std::string_view name)
       // After the generation prompt "<|start|>assistant", as gpt-oss writes
       // a call (the template renders past ones recipient first).
       return {"<|channel|>commentary to=functions." + n + " <|constrain|>json<|message|>", "<|call|>"};
+    case ToolCallFamily::kGlm45: return {"<tool_call>" + n + "\n", "</tool_call>"};
+    case ToolCallFamily::kGlm47: return {"<tool_call>" + n, "</tool_call>"};
+    case ToolCallFamily::kMiniMaxM2:
+      return {std::string(kMiniMaxOpen) + "\n<invoke name=\"" + n + "\">\n",
+              "</invoke>\n" + std::string(kMiniMaxClose)};
     case ToolCallFamily::kNone: break;
   }
   return {};
+}
+
+const ArgumentTags* ArgumentTagsFor(ToolCallFamily family) {
+  static const ArgumentTags kQwen3Coder{"<parameter=", ">\n", "\n</parameter>\n", "</parameter>"};
+  static const ArgumentTags kGlm45{"<arg_key>", "</arg_key>\n<arg_value>", "</arg_value>\n",
+                                   "</arg_value>"};
+  static const ArgumentTags kGlm47{"<arg_key>", "</arg_key><arg_value>", "</arg_value>",
+                                   "</arg_value>"};
+  static const ArgumentTags kMiniMax{"<parameter name=\"", "\">", "</parameter>\n", "</parameter>"};
+  switch (family) {
+    case ToolCallFamily::kQwen3Coder: return &kQwen3Coder;
+    case ToolCallFamily::kGlm45: return &kGlm45;
+    case ToolCallFamily::kGlm47: return &kGlm47;
+    case ToolCallFamily::kMiniMaxM2: return &kMiniMax;
+    default: return nullptr;
+  }
 }
 
 std::vector<std::string_view> FrameTags(ToolCallFamily family) {
@@ -207,6 +310,14 @@ std::vector<std::string_view> FrameTags(ToolCallFamily family) {
     case ToolCallFamily::kHermes:
     case ToolCallFamily::kQwen3Coder:
       tags.insert(tags.end(), {kHermesOpen, kHermesClose});
+      break;
+    case ToolCallFamily::kGlm45:
+    case ToolCallFamily::kGlm47:
+      tags.insert(tags.end(), {kHermesOpen, kHermesClose, "<arg_key>", "</arg_key>", "<arg_value>",
+                               "</arg_value>"});
+      break;
+    case ToolCallFamily::kMiniMaxM2:
+      tags.insert(tags.end(), {kMiniMaxOpen, kMiniMaxClose});
       break;
     case ToolCallFamily::kDeepSeekV31:
       tags.insert(tags.end(), {kDsCallsBegin, kDsCallsEnd, kDsCallBegin, kDsCallEnd, kDsSep});
@@ -235,8 +346,14 @@ ToolCallStream::ToolCallStream(ToolCallConfig config) : config_(std::move(config
   switch (config_.family) {
     case ToolCallFamily::kHermes:
     case ToolCallFamily::kQwen3Coder:
+    case ToolCallFamily::kGlm45:
+    case ToolCallFamily::kGlm47:
       open_ = kHermesOpen;
       close_ = kHermesClose;
+      break;
+    case ToolCallFamily::kMiniMaxM2:
+      open_ = kMiniMaxOpen;
+      close_ = kMiniMaxClose;
       break;
     case ToolCallFamily::kDeepSeekV31:
       open_ = kDsCallsBegin;
@@ -271,7 +388,12 @@ bool ToolCallStream::ParseBlock(std::string_view body, std::vector<ToolCall>* ca
     case ToolCallFamily::kQwen3Coder:
       if (auto c = Qwen3CoderCall(body, config_)) return calls->push_back(std::move(*c)), true;
       return false;
+    case ToolCallFamily::kGlm45:
+    case ToolCallFamily::kGlm47:
+      if (auto c = GlmCall(body, config_)) return calls->push_back(std::move(*c)), true;
+      return false;
     case ToolCallFamily::kDeepSeekV31: return DeepSeekCalls(body, config_, calls);
+    case ToolCallFamily::kMiniMaxM2: return MiniMaxCalls(body, config_, calls);
     default: return false;
   }
 }

@@ -42,8 +42,9 @@
 //
 // Constrained decoding (tool_choice "required" or a named function) forces
 // the model to write ToolCallFrameFor(family, name).prefix, then arguments
-// matching the function's parameters (JSON for every family but kQwen3Coder,
-// whose arguments are the <parameter=...> tags), then .suffix.
+// matching the function's parameters (one JSON object for kHermes,
+// kDeepSeekV31 and kHarmony; one tag per argument, ArgumentTagsFor, for the
+// others), then .suffix.
 //
 // Thread-safety: ToolCallStream is not thread-safe; the functions are.
 #pragma once
@@ -57,7 +58,16 @@
 
 namespace moesplit::chat {
 
-enum class ToolCallFamily { kNone, kHermes, kQwen3Coder, kDeepSeekV31, kHarmony };
+enum class ToolCallFamily {
+  kNone,
+  kHermes,
+  kQwen3Coder,
+  kDeepSeekV31,
+  kHarmony,
+  kGlm45,
+  kGlm47,
+  kMiniMaxM2,
+};
 
 ToolCallFamily DetectToolCallFamily(std::string_view template_source);
 const char* ToolCallFamilyName(ToolCallFamily family);
@@ -75,6 +85,22 @@ struct ToolCallFrameText {
 // kNone: both empty.
 ToolCallFrameText ToolCallFrameFor(ToolCallFamily family, std::string_view name);
 
+// How the families whose arguments are tags write one argument K = V:
+// key_prefix K key_suffix V value_suffix, V being the raw text of a string
+// (never containing value_end) or JSON. The parser reads them back with
+// any whitespace between the tags.
+struct ArgumentTags {
+  std::string key_prefix;
+  std::string key_suffix;
+  std::string value_suffix;
+  std::string value_end;  // the tag that ends a value
+};
+// kQwen3Coder: "<parameter=" K ">\n" V "\n</parameter>\n"; kGlm45:
+// "<arg_key>" K "</arg_key>\n<arg_value>" V "</arg_value>\n"; kGlm47: the
+// same without the newlines; kMiniMaxM2: "<parameter name=\"" K "\">" V
+// "</parameter>\n". Null for the others (their arguments are one JSON
+// object).
+const ArgumentTags* ArgumentTagsFor(ToolCallFamily family);
 // The tags of the family's frames, and "<think>" / "</think>", that its
 // models' vocabularies hold as one (special) token each, so that a grammar
 // forcing a frame writes them as those tokens (grammar::GrammarBuilder::Tag).

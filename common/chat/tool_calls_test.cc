@@ -103,6 +103,57 @@ std::vector<Case> Cases() {
       {"deepseek malformed", ToolCallFamily::kDeepSeekV31,
        ds_b + dc_b + "get_weather" + "{\"city\": \"Oslo\"}" + dc_e + ds_e,
        ds_b + dc_b + "get_weather" + "{\"city\": \"Oslo\"}" + dc_e + ds_e, {}},
+      // GLM-4.5 / 4.6: values as written, JSON unless the schema says string.
+      {"glm-4.5 single", ToolCallFamily::kGlm45,
+       "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Oslo</arg_value>\n"
+       "<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n<arg_key>zip</arg_key>\n"
+       "<arg_value>0150</arg_value>\n</tool_call>",
+       "", {{"get_weather", R"({"city":"Oslo","days":3,"zip":"0150"})"}}},
+      {"glm-4.5 text then parallel, object parameter", ToolCallFamily::kGlm45,
+       "Checking both.\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>New York\n"
+       "</arg_value>\n</tool_call>\n<tool_call>search_docs\n<arg_key>query</arg_key>\n"
+       "<arg_value>\"quoted\"</arg_value>\n<arg_key>filters</arg_key>\n<arg_value>{\"team\": "
+       "\"infra\"}</arg_value>\n</tool_call>",
+       "Checking both.\n",
+       {{"get_weather", R"({"city":"New York\n"})"},
+        {"search_docs", R"({"query":"\"quoted\"","filters":{"team":"infra"}})"}}},
+      {"glm-4.5 no arguments, cut off", ToolCallFamily::kGlm45, "<tool_call>search_docs\n", "",
+       {{"search_docs", "{}"}}},
+      {"glm-4.5 malformed", ToolCallFamily::kGlm45,
+       "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Oslo\n</tool_call> ok",
+       "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Oslo\n</tool_call> ok", {}},
+      {"glm-4.5 unknown function", ToolCallFamily::kGlm45, "<tool_call>rm_rf</tool_call>",
+       "<tool_call>rm_rf</tool_call>", {}},
+      // GLM-4.7: the same without newlines.
+      {"glm-4.7 parallel", ToolCallFamily::kGlm47,
+       "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Oslo</arg_value><arg_key>days"
+       "</arg_key><arg_value>2</arg_value></tool_call><tool_call>search_docs<arg_key>query</arg_key>"
+       "<arg_value>a < b</arg_value></tool_call>",
+       "", {{"get_weather", R"({"city":"Oslo","days":2})"}, {"search_docs", R"({"query":"a < b"})"}}},
+      {"glm-4.7 no call", ToolCallFamily::kGlm47, "The tag <tool_call is not closed",
+       "The tag <tool_call is not closed", {}},
+      // MiniMax-M2: every call in one block.
+      {"minimax single", ToolCallFamily::kMiniMaxM2,
+       "<minimax:tool_call>\n<invoke name=\"get_weather\">\n<parameter name=\"city\">Oslo"
+       "</parameter>\n<parameter name=\"days\">3</parameter>\n</invoke>\n</minimax:tool_call>",
+       "", {{"get_weather", R"({"city":"Oslo","days":3})"}}},
+      {"minimax text then parallel", ToolCallFamily::kMiniMaxM2,
+       "Both.\n<minimax:tool_call>\n<invoke name=\"get_weather\">\n<parameter name=\"zip\">0150"
+       "</parameter>\n</invoke>\n<invoke name=\"search_docs\">\n<parameter name=\"query\">"
+       "line 1\nline 2</parameter>\n<parameter name=\"filters\">{\"team\": \"a\"}</parameter>\n"
+       "</invoke>\n</minimax:tool_call>",
+       "Both.\n",
+       {{"get_weather", R"({"zip":"0150"})"},
+        {"search_docs", R"({"query":"line 1\nline 2","filters":{"team":"a"}})"}}},
+      {"minimax no parameters, cut off", ToolCallFamily::kMiniMaxM2,
+       "<minimax:tool_call>\n<invoke name=\"search_docs\">\n</invoke>\n", "",
+       {{"search_docs", "{}"}}},
+      {"minimax malformed", ToolCallFamily::kMiniMaxM2,
+       "<minimax:tool_call>\n<invoke name=\"get_weather\">\n<parameter name=\"city\">Oslo\n"
+       "</invoke>\n</minimax:tool_call>",
+       "<minimax:tool_call>\n<invoke name=\"get_weather\">\n<parameter name=\"city\">Oslo\n"
+       "</invoke>\n</minimax:tool_call>",
+       {}},
   };
 }
 
@@ -151,6 +202,7 @@ TEST(ToolCallsTest, StreamsMatchTheWholeParseWhereverCut) {
       if (!c.calls.empty()) {
         EXPECT_EQ(content.find("<tool_call"), std::string::npos) << c.label;
         EXPECT_EQ(content.find("<｜tool"), std::string::npos) << c.label;
+        EXPECT_EQ(content.find("<minimax"), std::string::npos) << c.label;
       }
     }
     ToolCallOutput z = s.Finish();
@@ -175,6 +227,17 @@ TEST(ToolCallsTest, ParallelFalseKeepsTheFirstCall) {
   ToolCallOutput out = ParseToolCalls(Cases()[1].output, c);
   ExpectCalls(out.calls, {{"get_weather", R"({"city":"Oslo","days":2})"}}, "parallel false");
   EXPECT_EQ(out.content, "Let me check.\n");
+}
+
+TEST(ToolCallsTest, ParallelFalseKeepsTheFirstCallOfEachFamily) {
+  for (const Case& c : Cases()) {
+    if (c.calls.size() < 2) continue;
+    ToolCallConfig config = Config(c.family);
+    config.parallel = false;
+    ToolCallOutput out = ParseToolCalls(c.output, config);
+    ExpectCalls(out.calls, {c.calls[0]}, c.label);
+    EXPECT_EQ(out.content, c.content) << c.label;
+  }
 }
 
 TEST(ToolCallsTest, OnlyNameRefusesOtherFunctions) {
@@ -233,6 +296,26 @@ TEST(ToolCallsTest, FramesOpenAndCloseWhatTheParserReads) {
       ParseToolCalls(q.prefix + "<parameter=city>\nRome\n</parameter>\n" + q.suffix,
                      Config(ToolCallFamily::kQwen3Coder));
   ExpectCalls(out.calls, {{"get_weather", R"({"city":"Rome"})"}}, "qwen3-coder frame");
+  // The families whose arguments are tags: the frame around ArgumentTagsFor's
+  // arguments, a string and a number.
+  for (ToolCallFamily f : {ToolCallFamily::kQwen3Coder, ToolCallFamily::kGlm45, ToolCallFamily::kGlm47,
+                           ToolCallFamily::kMiniMaxM2}) {
+    const ToolCallFrameText frame = ToolCallFrameFor(f, "get_weather");
+    const ArgumentTags* tags = ArgumentTagsFor(f);
+    ASSERT_NE(tags, nullptr) << ToolCallFamilyName(f);
+    const std::string text = frame.prefix + tags->key_prefix + "city" + tags->key_suffix + "Rome" +
+                             tags->value_suffix + tags->key_prefix + "days" + tags->key_suffix + "4" +
+                             tags->value_suffix + frame.suffix;
+    EXPECT_NE(tags->value_suffix.find(tags->value_end), std::string::npos);
+    out = ParseToolCalls(text, Config(f));
+    EXPECT_EQ(out.content, "") << ToolCallFamilyName(f);
+    ExpectCalls(out.calls, {{"get_weather", R"({"city":"Rome","days":4})"}}, ToolCallFamilyName(f));
+  }
+  EXPECT_EQ(ArgumentTagsFor(ToolCallFamily::kHermes), nullptr);
+  EXPECT_EQ(ToolCallFrameFor(ToolCallFamily::kGlm45, "f").prefix, "<tool_call>f\n");
+  EXPECT_EQ(ToolCallFrameFor(ToolCallFamily::kGlm47, "f").prefix, "<tool_call>f");
+  EXPECT_EQ(ToolCallFrameFor(ToolCallFamily::kMiniMaxM2, "f").prefix,
+            "<minimax:tool_call>\n<invoke name=\"f\">\n");
   const ToolCallFrameText h = ToolCallFrameFor(ToolCallFamily::kHarmony, "get_weather");
   out = ToolCallsFromHarmony(HarmonyCalls("<|start|>assistant" + h.prefix + "{}" + h.suffix),
                              Config(ToolCallFamily::kHarmony));
@@ -249,6 +332,10 @@ TEST(ToolCallsTest, FamilyOfEachFixtureTemplate) {
       {"Qwen3.5-4B", ToolCallFamily::kQwen3Coder},
       {"deepseek-ai-DeepSeek-V3.1", ToolCallFamily::kDeepSeekV31},
       {"openai-gpt-oss-120b", ToolCallFamily::kHarmony},
+      {"GLM-4.6", ToolCallFamily::kGlm45},
+      {"GLM-4.7-Flash", ToolCallFamily::kGlm47},
+      {"MiniMax-M2", ToolCallFamily::kMiniMaxM2},
+      {"Qwen3-Coder", ToolCallFamily::kQwen3Coder},
   };
   for (const auto& [name, family] : want) {
     std::ifstream in(dir / (name + ".jinja"), std::ios::binary);
@@ -265,7 +352,8 @@ TEST(ToolCallsTest, FamilyOfEachFixtureTemplate) {
 TEST(ToolCallsTest, RenderedPastCallsParseBack) {
   const char* env = std::getenv("MOESPLIT_FIXTURES_DIR");
   const fs::path dir = fs::path(env != nullptr ? env : MOESPLIT_FIXTURES_DIR) / "templates";
-  for (const char* name : {"Qwen-Qwen3-0.6B", "Qwen3.5-4B", "deepseek-ai-DeepSeek-V3.1"}) {
+  for (const char* name : {"Qwen-Qwen3-0.6B", "Qwen3.5-4B", "deepseek-ai-DeepSeek-V3.1", "GLM-4.6",
+                           "GLM-4.7-Flash", "MiniMax-M2", "Qwen3-Coder"}) {
     std::ifstream in(dir / (std::string(name) + ".jinja"), std::ios::binary);
     std::stringstream ss;
     ss << in.rdbuf();
@@ -281,6 +369,7 @@ TEST(ToolCallsTest, RenderedPastCallsParseBack) {
     ASSERT_TRUE(prompt.ok()) << prompt.status();
     const ToolCallFamily f = DetectToolCallFamily(ss.str());
     const size_t at = f == ToolCallFamily::kDeepSeekV31 ? prompt->find("<｜tool▁calls▁begin｜>")
+                      : f == ToolCallFamily::kMiniMaxM2 ? prompt->rfind("<minimax:tool_call>")
                                                         : prompt->rfind("<tool_call>");
     ASSERT_NE(at, std::string::npos) << name << ": " << *prompt;
     ToolCallOutput out = ParseToolCalls(std::string_view(*prompt).substr(at), Config(f));
@@ -289,6 +378,71 @@ TEST(ToolCallsTest, RenderedPastCallsParseBack) {
     EXPECT_EQ(Json::parse(out.calls[0].arguments),
               Json::parse(R"({"query": "snow", "filters": {"team": "a"}})"))
         << name;
+  }
+}
+
+std::string ReadTemplate(const std::string& name) {
+  const char* env = std::getenv("MOESPLIT_FIXTURES_DIR");
+  const fs::path path = fs::path(env != nullptr ? env : MOESPLIT_FIXTURES_DIR) / "templates" / (name + ".jinja");
+  std::ifstream in(path, std::ios::binary);
+  EXPECT_TRUE(in.good()) << path;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Whether the output starts inside a <think> block follows the generation
+// prompt, as llama.cpp decides it (the prompt ends with the open tag):
+// GLM-4.7-Flash and MiniMax-M2 open it, GLM-4.6 lets the model open it
+// (and closes an empty one with thinking off), Qwen3-Coder does not think.
+TEST(ToolCallsTest, GenerationPromptsOpenReasoningPerTemplate) {
+  struct Want {
+    const char* name;
+    bool thinking_on, thinking_off;
+  };
+  const Json messages = Json::parse(R"([{"role": "user", "content": "hi"}])");
+  for (const Want& w : {Want{"GLM-4.6", false, false}, Want{"GLM-4.7-Flash", true, false},
+                        Want{"MiniMax-M2", true, true}, Want{"Qwen3-Coder", false, false}}) {
+    absl::StatusOr<ChatTemplate> t = ChatTemplate::Parse(ReadTemplate(w.name));
+    ASSERT_TRUE(t.ok()) << t.status();
+    ChatTemplateOptions o;
+    o.add_generation_prompt = true;
+    for (bool thinking : {true, false}) {
+      o.enable_thinking = thinking;
+      absl::StatusOr<std::string> prompt = t->Render(messages, o);
+      ASSERT_TRUE(prompt.ok()) << prompt.status();
+      EXPECT_EQ(PromptOpensReasoning(*prompt), thinking ? w.thinking_on : w.thinking_off)
+          << w.name << " thinking " << thinking << ": " << *prompt;
+    }
+  }
+}
+
+// A whole answer of each new family, reasoning first: GLM-4.6 opens the
+// block itself, GLM-4.7-Flash and MiniMax-M2 continue the one their prompt
+// opened; the calls follow.
+TEST(ToolCallsTest, ReasoningThenCallsOfTheNewFamilies) {
+  struct Answer {
+    ToolCallFamily family;
+    bool starts_in_reasoning;
+    std::string output;
+  };
+  const std::vector<Answer> answers = {
+      {ToolCallFamily::kGlm45, false,
+       "\n<think>The user wants the weather.</think>\n<tool_call>get_weather\n<arg_key>city</arg_key>\n"
+       "<arg_value>Oslo</arg_value>\n</tool_call>"},
+      {ToolCallFamily::kGlm47, true,
+       "The user wants the weather.</think><tool_call>get_weather<arg_key>city</arg_key>"
+       "<arg_value>Oslo</arg_value></tool_call>"},
+      {ToolCallFamily::kMiniMaxM2, true,
+       "The user wants the weather.\n</think>\n\n<minimax:tool_call>\n<invoke name=\"get_weather\">\n"
+       "<parameter name=\"city\">Oslo</parameter>\n</invoke>\n</minimax:tool_call>"},
+  };
+  for (const Answer& a : answers) {
+    ReasoningSplit split = SplitReasoning(a.output, a.starts_in_reasoning);
+    EXPECT_EQ(split.reasoning_content, "The user wants the weather.") << ToolCallFamilyName(a.family);
+    ToolCallOutput out = ParseToolCalls(split.content, Config(a.family));
+    EXPECT_EQ(out.content, "") << ToolCallFamilyName(a.family);
+    ExpectCalls(out.calls, {{"get_weather", R"({"city":"Oslo"})"}}, ToolCallFamilyName(a.family));
   }
 }
 
