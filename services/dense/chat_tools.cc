@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "common/base/status.h"
 #include "common/base/utf8.h"
 #include "common/sampling/json_schema.h"
@@ -285,16 +286,21 @@ uint32_t TextWithout(GrammarBuilder& b, const std::string& stop) {
   return q[0];
 }
 
-// Qwen3-Coder's (Qwen3.5's) call of one function: <function=NAME>, then per
+// A call of one function by a family whose arguments are tags (Qwen3-Coder,
+// GLM, MiniMax-M2; chat::ArgumentTagsFor): the frame's prefix, then per
 // property of its parameters (in the order written; the required ones
-// always, the others optional) <parameter=KEY>\nVALUE\n</parameter>\n,
+// always, the others optional) key_prefix KEY key_suffix VALUE value_suffix,
 // VALUE the raw text for a {"type": "string"} property (one of the values
-// for an enum or const; never containing "</parameter>") and JSON valid under
-// the property's schema otherwise, as chat::ParseToolCalls reads them back.
-absl::StatusOr<Sequence> Qwen3CoderCall(GrammarBuilder& b, const std::string& name, const Json& params,
-                                        uint32_t* text) {
-  constexpr std::string_view kEnd = "</parameter>";
-  Sequence call = GrammarBuilder::Literal("<function=" + name + ">\n");
+// for an enum or const; never containing value_end) and JSON valid under
+// the property's schema otherwise, as chat::ParseToolCalls reads them back;
+// then the frame's suffix.
+absl::StatusOr<Sequence> TaggedCall(GrammarBuilder& b, chat::ToolCallFamily family,
+                                    const std::string& name, const Json& params,
+                                    const std::vector<std::string_view>& tags, uint32_t* text) {
+  const chat::ArgumentTags& syntax = *chat::ArgumentTagsFor(family);
+  const std::string& end = syntax.value_end;
+  const chat::ToolCallFrameText frame = chat::ToolCallFrameFor(family, name);
+  Sequence call = b.TextWithTags(frame.prefix, tags);
   const Json props = params.is_object() ? params.value("properties", Json::object()) : Json::object();
   if (!props.is_object()) return absl::InvalidArgumentError("properties must be an object");
   std::set<std::string> required;
@@ -303,12 +309,15 @@ absl::StatusOr<Sequence> Qwen3CoderCall(GrammarBuilder& b, const std::string& na
       if (r.is_string()) required.insert(r.get<std::string>());
     }
   }
+  // A name holding these would end its tag early.
+  const std::string forbidden = std::string("<>\n") + syntax.key_suffix.front();
   JsonSchemaRules json(&b, params);
   for (const auto& [key, sub] : props.items()) {
-    if (key.empty() || key.find_first_of("<>\n") != std::string::npos || key.front() == ' ' ||
+    if (key.empty() || key.find_first_of(forbidden) != std::string::npos || key.front() == ' ' ||
         key.back() == ' ') {
-      return absl::InvalidArgumentError(absl::StrCat("the property name '", key,
-                                                     "' cannot be written as a <parameter=...> tag"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("the property name '", key, "' cannot be written as a ", syntax.key_prefix, "...",
+                       absl::StrReplaceAll(syntax.key_suffix, {{"\n", ""}}), " tag"));
     }
     const std::string where = "#/properties/" + key;
     uint32_t value = 0;
@@ -316,7 +325,8 @@ absl::StatusOr<Sequence> Qwen3CoderCall(GrammarBuilder& b, const std::string& na
       for (const char* k : {"minLength", "maxLength", "pattern", "format"}) {
         if (sub.contains(k)) {
           return absl::InvalidArgumentError(absl::StrCat(
-              where, ": ", k, " cannot be enforced on Qwen3-Coder's raw-text arguments"));
+              where, ": ", k, " cannot be enforced on ", chat::ToolCallFamilyName(family),
+              "'s raw-text arguments"));
         }
       }
       std::vector<std::string> options;
@@ -324,7 +334,7 @@ absl::StatusOr<Sequence> Qwen3CoderCall(GrammarBuilder& b, const std::string& na
         const Json list = sub.contains("enum") ? sub["enum"] : Json::array({sub["const"]});
         if (!list.is_array() || list.empty()) return absl::InvalidArgumentError(where + ": enum must be a non-empty array");
         for (const Json& v : list) {
-          if (!v.is_string() || v.get<std::string>().find(kEnd) != std::string::npos) {
+          if (!v.is_string() || v.get<std::string>().find(end) != std::string::npos) {
             return absl::InvalidArgumentError(where + ": enum values of a string must be strings");
           }
           options.push_back(v.get<std::string>());
@@ -333,22 +343,22 @@ absl::StatusOr<Sequence> Qwen3CoderCall(GrammarBuilder& b, const std::string& na
         for (const std::string& o : options) alts.push_back(GrammarBuilder::Literal(o));
         value = b.Rule("enum-" + key, std::move(alts));
       } else {
-        if (*text == UINT32_MAX) *text = TextWithout(b, std::string(kEnd));
+        if (*text == UINT32_MAX) *text = TextWithout(b, end);
         value = *text;
       }
     } else {
       ASSIGN_OR_RETURN(value, json.Value(sub, where));
     }
-    Sequence tag = GrammarBuilder::Literal("<parameter=" + key + ">\n");
+    Sequence tag = b.TextWithTags(syntax.key_prefix + key + syntax.key_suffix, tags);
     tag.push_back(Item::Ref(value));
-    GrammarBuilder::Append(tag, GrammarBuilder::Literal("\n</parameter>\n"));
+    GrammarBuilder::Append(tag, b.TextWithTags(syntax.value_suffix, tags));
     if (required.count(key)) {
       GrammarBuilder::Append(call, tag);
     } else {
       call.push_back(Item::Ref(b.Rule("optional-" + key, {{}, tag})));
     }
   }
-  GrammarBuilder::Append(call, GrammarBuilder::Literal("</function>\n"));
+  GrammarBuilder::Append(call, b.TextWithTags(frame.suffix, tags));
   return call;
 }
 
@@ -361,16 +371,18 @@ absl::StatusOr<std::shared_ptr<const grammar::Grammar>> BuildToolGrammar(Grammar
   return g;
 }
 
-absl::StatusOr<std::shared_ptr<const grammar::Grammar>> Qwen3CoderConstraint(
-    const ToolRequest& tools, const std::string& before, grammar::TokenTest has_token) {
+absl::StatusOr<std::shared_ptr<const grammar::Grammar>> TaggedCallConstraint(
+    const ToolRequest& tools, chat::ToolCallFamily family, const std::string& before,
+    grammar::TokenTest has_token) {
   GrammarBuilder b(std::move(has_token));
+  const std::vector<std::string_view> tags = chat::FrameTags(family);
   uint32_t text = UINT32_MAX;  // the raw-text rule, made once
   std::vector<Sequence> calls;
   for (const auto& t : tools.tools) {
     const std::string name = t["function"]["name"].get<std::string>();
     if (tools.choice == ToolChoice::kNamed && name != tools.named) continue;
     const Json params = t["function"].value("parameters", Json());
-    absl::StatusOr<Sequence> call = Qwen3CoderCall(b, name, params, &text);
+    absl::StatusOr<Sequence> call = TaggedCall(b, family, name, params, tags, &text);
     if (!call.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("tools: the parameters of '", name,
                                                      "' cannot be enforced for tool_choice: ",
@@ -378,10 +390,8 @@ absl::StatusOr<std::shared_ptr<const grammar::Grammar>> Qwen3CoderConstraint(
     }
     calls.push_back(*std::move(call));
   }
-  const std::vector<std::string_view> tags = chat::FrameTags(chat::ToolCallFamily::kQwen3Coder);
-  Sequence root = b.TextWithTags(before + "<tool_call>\n", tags);
+  Sequence root = b.TextWithTags(before, tags);
   root.push_back(Item::Ref(b.Rule("call", std::move(calls))));
-  GrammarBuilder::Append(root, b.TextWithTags("</tool_call>", tags));
   return BuildToolGrammar(b, root);
 }
 
@@ -436,14 +446,16 @@ absl::StatusOr<std::shared_ptr<const grammar::Grammar>> ToolChoiceConstraint(
       family == chat::ToolCallFamily::kNone) {
     return nullptr;
   }
-  // DeepSeek's templates write the call right after </think>.
+  // DeepSeek's and GLM-4.7's templates write the call right after </think>.
   std::string before;
   if (reasoning_open) {
     before = chat::ReasoningTags().close;
-    if (family != chat::ToolCallFamily::kDeepSeekV31) before += "\n\n";
+    if (family != chat::ToolCallFamily::kDeepSeekV31 && family != chat::ToolCallFamily::kGlm47) {
+      before += "\n\n";
+    }
   }
-  if (family == chat::ToolCallFamily::kQwen3Coder) {
-    return Qwen3CoderConstraint(tools, before, std::move(has_token));
+  if (chat::ArgumentTagsFor(family) != nullptr) {
+    return TaggedCallConstraint(tools, family, before, std::move(has_token));
   }
   return JsonCallConstraint(tools, family, before, std::move(has_token));
 }

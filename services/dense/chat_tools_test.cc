@@ -109,6 +109,19 @@ std::vector<OutputCase> OutputCases() {
        "<|channel|>analysis<|message|>Weather needed.<|end|><|start|>assistant<|channel|>"
        "commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Oslo\"}",
        "Weather needed.", "", {"get_weather"}},
+      {"glm-4.6: think opened by the model, then a call", O::kThink, false, F::kGlm45,
+       "\n<think>Need the weather.</think>\n<tool_call>get_weather\n<arg_key>city</arg_key>\n"
+       "<arg_value>Oslo</arg_value>\n</tool_call>",
+       "Need the weather.", "", {"get_weather"}},
+      {"glm-4.7-flash: prompt opened the think block, two calls", O::kThink, true, F::kGlm47,
+       "Two calls.</think>Sure.<tool_call>get_weather<arg_key>city</arg_key><arg_value>Oslo"
+       "</arg_value></tool_call><tool_call>search_docs</tool_call>",
+       "Two calls.", "Sure.", {"get_weather", "search_docs"}},
+      {"minimax-m2: interleaved thinking, then calls in one block", O::kThink, true, F::kMiniMaxM2,
+       "Two calls.\n</think>\n\nChecking.\n<minimax:tool_call>\n<invoke name=\"get_weather\">\n"
+       "<parameter name=\"city\">Oslo</parameter>\n</invoke>\n<invoke name=\"search_docs\">\n"
+       "</invoke>\n</minimax:tool_call>",
+       "Two calls.", "Checking.\n", {"get_weather", "search_docs"}},
       {"malformed call is content", O::kThink, false, F::kHermes,
        "<tool_call>{\"name\": \"get_weather\", \"arguments\": {]}</tool_call>", "",
        "<tool_call>{\"name\": \"get_weather\", \"arguments\": {]}</tool_call>", {}},
@@ -157,10 +170,15 @@ TEST(ChatOutputTest, ToolChoiceNoneAndNoToolsParseNothing) {
 
 TEST(ChatOutputTest, ParallelFalseAndNamedChoice) {
   const std::vector<OutputCase> cases = OutputCases();
-  const OutputCase& two = cases[1];
-  ChatDelta d = SplitChatOutput(two.output, two.format, true, two.family, Request(Json(), false));
-  ASSERT_EQ(d.tool_calls.size(), 1u);
-  EXPECT_EQ(d.tool_calls[0].name, "get_weather");
+  for (const OutputCase& two : cases) {
+    if (two.names.size() < 2) continue;
+    ChatDelta d = SplitChatOutput(two.output, two.format, two.starts_in_reasoning, two.family,
+                                  Request(Json(), false));
+    ASSERT_EQ(d.tool_calls.size(), 1u) << two.label;
+    EXPECT_EQ(d.tool_calls[0].name, "get_weather") << two.label;
+    EXPECT_EQ(d.content, two.content) << two.label;
+  }
+  ChatDelta d;
   const Json named = Json::parse(R"({"type":"function","function":{"name":"search_docs"}})");
   d = SplitChatOutput(cases[0].output, chat::OutputFormat::kThink, false,
                       chat::ToolCallFamily::kHermes, Request(named));
@@ -459,6 +477,121 @@ TEST(ToolChoiceConstraintTest, Qwen3CoderCallsAreForcedAndParseBack) {
   auto refused = ToolChoiceConstraint(*r, chat::ToolCallFamily::kQwen3Coder);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(refused.status().message()), ::testing::HasSubstr("#/properties/s: maxLength"));
+}
+
+// GLM-4.5/4.6, GLM-4.7 and MiniMax-M2, whose arguments are tags as
+// Qwen3-Coder's: the grammar writes the family's frame with one tag pair per
+// parameter (raw text for strings, JSON for the rest, the required ones
+// always), after the think block a generation prompt opened; what it takes
+// parses back as the call.
+TEST(ToolChoiceConstraintTest, GlmAndMiniMaxCallsAreForcedAndParseBack) {
+  using F = chat::ToolCallFamily;
+  const Json tools = Json::parse(R"([
+    {"type": "function", "function": {"name": "book", "parameters": {"type": "object",
+      "properties": {"city": {"type": "string"}, "nights": {"type": "integer"},
+                     "room": {"type": "string", "enum": ["single", "double"]}},
+      "required": ["city", "nights"]}}},
+    {"type": "function", "function": {"name": "search_docs"}}])");
+  auto request = [&](const Json& choice) {
+    absl::StatusOr<ToolRequest> r = ParseToolRequest(tools, choice, Json());
+    EXPECT_TRUE(r.ok()) << r.status();
+    return *r;
+  };
+  struct FamilyCase {
+    F family;
+    std::string before;  // after a generation prompt that opened <think>
+    std::string full, minimal, search, out_of_order, bad_enum;
+  };
+  const std::vector<FamilyCase> cases = {
+      {F::kGlm45, "</think>\n\n",
+       "<tool_call>book\n<arg_key>city</arg_key>\n<arg_value>São Paulo <b>x</b></arg_value>\n"
+       "<arg_key>nights</arg_key>\n<arg_value>3</arg_value>\n<arg_key>room</arg_key>\n"
+       "<arg_value>double</arg_value>\n</tool_call>",
+       "<tool_call>book\n<arg_key>city</arg_key>\n<arg_value>Oslo</arg_value>\n<arg_key>nights"
+       "</arg_key>\n<arg_value>1</arg_value>\n</tool_call>",
+       "<tool_call>search_docs\n</tool_call>",
+       "<tool_call>book\n<arg_key>nights</arg_key>\n<arg_value>1</arg_value>\n<arg_key>city"
+       "</arg_key>\n<arg_value>Oslo</arg_value>\n</tool_call>",
+       "<tool_call>book\n<arg_key>city</arg_key>\n<arg_value>Oslo</arg_value>\n<arg_key>nights"
+       "</arg_key>\n<arg_value>1</arg_value>\n<arg_key>room</arg_key>\n<arg_value>suite</arg_value>\n"
+       "</tool_call>"},
+      {F::kGlm47, "</think>",
+       "<tool_call>book<arg_key>city</arg_key><arg_value>São Paulo <b>x</b></arg_value>"
+       "<arg_key>nights</arg_key><arg_value>3</arg_value><arg_key>room</arg_key>"
+       "<arg_value>double</arg_value></tool_call>",
+       "<tool_call>book<arg_key>city</arg_key><arg_value>Oslo</arg_value><arg_key>nights"
+       "</arg_key><arg_value>1</arg_value></tool_call>",
+       "<tool_call>search_docs</tool_call>",
+       "<tool_call>book<arg_key>nights</arg_key><arg_value>1</arg_value><arg_key>city"
+       "</arg_key><arg_value>Oslo</arg_value></tool_call>",
+       "<tool_call>book<arg_key>city</arg_key><arg_value>Oslo</arg_value><arg_key>nights"
+       "</arg_key><arg_value>1</arg_value><arg_key>room</arg_key><arg_value>suite</arg_value>"
+       "</tool_call>"},
+      {F::kMiniMaxM2, "</think>\n\n",
+       "<minimax:tool_call>\n<invoke name=\"book\">\n<parameter name=\"city\">São Paulo <b>x</b>"
+       "</parameter>\n<parameter name=\"nights\">3</parameter>\n<parameter name=\"room\">double"
+       "</parameter>\n</invoke>\n</minimax:tool_call>",
+       "<minimax:tool_call>\n<invoke name=\"book\">\n<parameter name=\"city\">Oslo</parameter>\n"
+       "<parameter name=\"nights\">1</parameter>\n</invoke>\n</minimax:tool_call>",
+       "<minimax:tool_call>\n<invoke name=\"search_docs\">\n</invoke>\n</minimax:tool_call>",
+       "<minimax:tool_call>\n<invoke name=\"book\">\n<parameter name=\"nights\">1</parameter>\n"
+       "<parameter name=\"city\">Oslo</parameter>\n</invoke>\n</minimax:tool_call>",
+       "<minimax:tool_call>\n<invoke name=\"book\">\n<parameter name=\"city\">Oslo</parameter>\n"
+       "<parameter name=\"nights\">1</parameter>\n<parameter name=\"room\">suite</parameter>\n"
+       "</invoke>\n</minimax:tool_call>"},
+  };
+  const Json named_choice = Json::parse(R"({"type":"function","function":{"name":"book"}})");
+  for (const FamilyCase& c : cases) {
+    SCOPED_TRACE(chat::ToolCallFamilyName(c.family));
+    auto named = ToolChoiceConstraint(request(named_choice), c.family);
+    ASSERT_TRUE(named.ok()) << named.status();
+    ASSERT_NE(*named, nullptr);
+    EXPECT_TRUE(ConstraintAccepts(*named, c.full));
+    EXPECT_TRUE(ConstraintAccepts(*named, c.minimal));
+    EXPECT_FALSE(ConstraintAccepts(*named, c.search));
+    EXPECT_FALSE(ConstraintAccepts(*named, c.out_of_order));
+    EXPECT_FALSE(ConstraintAccepts(*named, c.bad_enum));
+    EXPECT_FALSE(ConstraintAccepts(*named, "Sure."));
+    auto required = ToolChoiceConstraint(request("required"), c.family);
+    ASSERT_TRUE(required.ok()) << required.status();
+    EXPECT_TRUE(ConstraintAccepts(*required, c.full));
+    EXPECT_TRUE(ConstraintAccepts(*required, c.search));
+    // After an opened think block: closed first, as the family's template does.
+    auto opened = ToolChoiceConstraint(request("required"), c.family, /*reasoning_open=*/true);
+    ASSERT_TRUE(opened.ok()) << opened.status();
+    EXPECT_TRUE(ConstraintAccepts(*opened, c.before + c.minimal));
+    EXPECT_FALSE(ConstraintAccepts(*opened, c.minimal));
+    // The frames' tags as the vocabulary's special tokens.
+    std::string as_tokens = c.minimal;
+    for (std::string_view tag : chat::FrameTags(c.family)) {
+      for (size_t at = 0; (at = as_tokens.find(tag, at)) != std::string::npos;) {
+        const std::string bytes = grammar::TokenBytes(tag);
+        as_tokens.replace(at, tag.size(), bytes);
+        at += bytes.size();
+      }
+    }
+    EXPECT_NE(as_tokens, c.minimal);
+    EXPECT_TRUE(ConstraintAccepts(*named, as_tokens));
+
+    const ChatDelta back = SplitChatOutput(c.before + c.full, chat::OutputFormat::kThink, true,
+                                           c.family, request("required"));
+    ASSERT_EQ(back.tool_calls.size(), 1u) << back.content;
+    EXPECT_EQ(back.tool_calls[0].name, "book");
+    EXPECT_EQ(Json::parse(back.tool_calls[0].arguments),
+              Json::parse(R"({"city": "São Paulo <b>x</b>", "nights": 3, "room": "double"})"));
+    EXPECT_EQ(back.content, "");
+    EXPECT_EQ(back.reasoning_content, "");
+  }
+  // A property name that would break its tag is refused, naming it.
+  const Json quoted = Json::parse(R"([{"type": "function", "function": {"name": "f",
+    "parameters": {"type": "object", "properties": {"a\"b": {"type": "integer"}}}}}])");
+  absl::StatusOr<ToolRequest> r = ParseToolRequest(quoted, "required", Json());
+  ASSERT_TRUE(r.ok());
+  auto refused = ToolChoiceConstraint(*r, F::kMiniMaxM2);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()),
+              ::testing::HasSubstr("the property name 'a\"b' cannot be written as a <parameter name=\"...\"> tag"));
+  EXPECT_TRUE(ToolChoiceConstraint(*r, F::kGlm45).ok());
 }
 
 }  // namespace
