@@ -108,6 +108,13 @@ absl::StatusOr<ValueDict> BuildVariables(const nlohmann::ordered_json& messages,
   vars.Put("bos_token", Value(options.bos_token));
   vars.Put("eos_token", Value(options.eos_token));
   vars.Put("enable_thinking", Value(options.enable_thinking));
+  // As llama.cpp's jinja::caps_apply_preserve_reasoning and the
+  // preserve_reasoning kwarg its server always passes.
+  vars.Put("preserve_reasoning", Value(options.preserve_reasoning));
+  vars.Put("preserve_thinking", Value(options.preserve_reasoning));
+  for (const char* name : {"clear_thinking", "truncate_history_thinking", "drop_thinking"}) {
+    vars.Put(name, Value(!options.preserve_reasoning));
+  }
   if (options.add_generation_prompt) vars.Put("add_generation_prompt", Value(*options.add_generation_prompt));
   if (options.tools.is_array() && !options.tools.empty()) {
     ASSIGN_OR_RETURN(Value tools, Value::FromJson(options.tools));

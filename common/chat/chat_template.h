@@ -14,6 +14,12 @@
 //                          template (`is defined` is false), not false
 //   bos_token, eos_token   strings from the options
 //   enable_thinking        bool (default true)
+//   preserve_reasoning     options.preserve_reasoning (default true, as
+//                          llama.cpp's server: --reasoning-preserve), also
+//                          as preserve_thinking, and negated as
+//                          clear_thinking, truncate_history_thinking and
+//                          drop_thinking (GLM-4.7 renders every turn's
+//                          reasoning when clear_thinking is false)
 //   tools                  only when options.tools is a non-empty array
 //   raise_exception(msg)   fails the render with InvalidArgument(msg)
 //   strftime_now(fmt)      C strftime of the current local time, or of
@@ -46,6 +52,8 @@ struct ChatTemplateOptions {
   std::string bos_token;
   std::string eos_token;
   bool enable_thinking = true;
+  // Past turns' reasoning kept in the prompt (llama.cpp's default).
+  bool preserve_reasoning = true;
   // Fixed date for strftime_now ("YYYY-MM-DD" or "YYYY-MM-DD HH:MM:SS");
   // empty → the real local clock.
   std::string date_override;

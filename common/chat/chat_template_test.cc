@@ -1,7 +1,9 @@
 // ChatTemplate against the oracle: every <name>.jinja under
 // $MOESPLIT_FIXTURES_DIR/templates must render each case of
-// <name>.expected.json byte-identically to llama.cpp's prompt. The fixtures
-// were rendered on 2026-11-29, so strftime_now gets that date as an override.
+// <name>.expected.json (beside it, or this repository's rendering by
+// llama.cpp under common/chat/testdata/templates: testing/template_fixtures.h)
+// byte-identically to llama.cpp's prompt. The fixtures were rendered on
+// 2026-11-29, so strftime_now gets that date as an override.
 #include "common/chat/chat_template.h"
 
 #include <algorithm>
@@ -15,6 +17,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/chat/testing/template_fixtures.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -26,21 +29,10 @@ using ::testing::HasSubstr;
 
 constexpr char kFixtureDate[] = "2026-11-29";
 
-fs::path TemplatesDir() {
-  const char* env = std::getenv("MOESPLIT_FIXTURES_DIR");
-  return fs::path(env != nullptr ? env : MOESPLIT_FIXTURES_DIR) / "templates";
-}
-
-std::string ReadFile(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 struct Fixture {
   std::string name;
   std::string source;
+  std::string tools_expected_path;  // "" when none
   nlohmann::ordered_json cases;
 };
 
@@ -48,18 +40,15 @@ struct Fixture {
 // a template without them (one of a family not served yet) is left out.
 std::vector<Fixture> LoadFixtures() {
   std::vector<Fixture> out;
-  if (!fs::exists(TemplatesDir())) return out;
-  for (const auto& entry : fs::directory_iterator(TemplatesDir())) {
-    if (entry.path().extension() != ".jinja") continue;
+  for (const fixtures::TemplateFixture& t : fixtures::TemplateFixtures()) {
+    if (t.expected_path.empty()) continue;
     Fixture f;
-    f.name = entry.path().stem().string();
-    f.source = ReadFile(entry.path());
-    const fs::path expected = TemplatesDir() / (f.name + ".expected.json");
-    if (!fs::exists(expected)) continue;
-    f.cases = nlohmann::ordered_json::parse(ReadFile(expected))["cases"];
+    f.name = t.name;
+    f.source = fixtures::ReadTextFile(t.template_path);
+    f.tools_expected_path = t.tools_expected_path;
+    f.cases = nlohmann::ordered_json::parse(fixtures::ReadTextFile(t.expected_path))["cases"];
     out.push_back(std::move(f));
   }
-  std::sort(out.begin(), out.end(), [](const Fixture& a, const Fixture& b) { return a.name < b.name; });
   return out;
 }
 
@@ -73,14 +62,21 @@ ChatTemplateOptions FixtureOptions(const nlohmann::ordered_json& request) {
   if (request.contains("add_generation_prompt")) {
     o.add_generation_prompt = request["add_generation_prompt"].get<bool>();
   }
+  // As llama.cpp's server: chat_template_kwargs.enable_thinking overrides.
+  if (request.contains("chat_template_kwargs")) {
+    o.enable_thinking = request["chat_template_kwargs"].value("enable_thinking", true);
+  }
   return o;
 }
 
 TEST(ChatTemplateFixtureTest, EveryTemplateMatchesLlamaCpp) {
-  const std::vector<Fixture> fixtures = LoadFixtures();
-  ASSERT_GE(fixtures.size(), 5u) << "no templates under " << TemplatesDir();
+  const std::vector<Fixture> loaded = LoadFixtures();
+  // The oracle's five, and GLM-4.6, GLM-4.7-Flash, MiniMax-M2 and
+  // Qwen3-Coder with this repository's renderings.
+  ASSERT_GE(loaded.size(), 9u) << "templates with renderings under " << fixtures::FixtureTemplatesDir()
+                               << " and " << fixtures::RepoRenderingsDir();
   size_t total = 0, passed = 0;
-  for (const Fixture& f : fixtures) {
+  for (const Fixture& f : loaded) {
     SCOPED_TRACE(f.name);
     absl::StatusOr<ChatTemplate> t = ChatTemplate::Parse(f.source);
     ASSERT_TRUE(t.ok()) << t.status();
@@ -108,9 +104,9 @@ TEST(ChatTemplateFixtureTest, EveryTemplateWithToolsMatchesLlamaCpp) {
   size_t total = 0, passed = 0;
   for (const Fixture& f : LoadFixtures()) {
     SCOPED_TRACE(f.name);
-    const fs::path path = TemplatesDir() / (f.name + ".tools.expected.json");
-    if (!fs::exists(path)) continue;
-    const nlohmann::ordered_json fixture = nlohmann::ordered_json::parse(ReadFile(path));
+    if (f.tools_expected_path.empty()) continue;
+    const nlohmann::ordered_json fixture =
+        nlohmann::ordered_json::parse(fixtures::ReadTextFile(f.tools_expected_path));
     absl::StatusOr<ChatTemplate> t = ChatTemplate::Parse(f.source);
     ASSERT_TRUE(t.ok()) << t.status();
     for (size_t i = 0; i < fixture["cases"].size(); ++i) {
@@ -126,7 +122,7 @@ TEST(ChatTemplateFixtureTest, EveryTemplateWithToolsMatchesLlamaCpp) {
     }
   }
   std::printf("tools fixtures: %zu/%zu cases match\n", passed, total);
-  EXPECT_GE(total, 10u);
+  EXPECT_GE(total, 26u);
   EXPECT_EQ(passed, total);
 }
 
@@ -172,6 +168,14 @@ TEST(ChatTemplateTest, VariablesAreDefinedAsLlamaCppDoes) {
   EXPECT_EQ(*RenderWith(src, messages, o), "True|False|<s>|</s>|False|True|X|29 Nov 2026 Sunday");
   o.extra_context = nlohmann::ordered_json::parse(R"({"enable_thinking": "overridden"})");
   EXPECT_THAT(*RenderWith("{{ enable_thinking }}", messages, o), "overridden");
+  // Reasoning preserved (llama.cpp's server default), under each name.
+  const char* preserve =
+      "{{ preserve_reasoning }}|{{ preserve_thinking }}|{{ clear_thinking }}|"
+      "{{ truncate_history_thinking }}|{{ drop_thinking }}";
+  EXPECT_EQ(*RenderWith(preserve, messages, {}), "True|True|False|False|False");
+  ChatTemplateOptions dropped;
+  dropped.preserve_reasoning = false;
+  EXPECT_EQ(*RenderWith(preserve, messages, dropped), "False|False|True|True|True");
 }
 
 TEST(ChatTemplateTest, ToolsKeepTheirKeyOrderInTojson) {

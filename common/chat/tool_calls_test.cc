@@ -4,7 +4,6 @@
 // templates of ../shared/fixtures/templates.
 #include "common/chat/tool_calls.h"
 
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -13,6 +12,7 @@
 
 #include "common/chat/chat_template.h"
 #include "common/chat/reasoning.h"
+#include "common/chat/testing/template_fixtures.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -324,8 +324,7 @@ TEST(ToolCallsTest, FramesOpenAndCloseWhatTheParserReads) {
 }
 
 TEST(ToolCallsTest, FamilyOfEachFixtureTemplate) {
-  const char* env = std::getenv("MOESPLIT_FIXTURES_DIR");
-  const fs::path dir = fs::path(env != nullptr ? env : MOESPLIT_FIXTURES_DIR) / "templates";
+  const fs::path dir = fixtures::FixtureTemplatesDir();
   const std::vector<std::pair<std::string, ToolCallFamily>> want = {
       {"Qwen-Qwen2.5-7B-Instruct", ToolCallFamily::kHermes},
       {"Qwen-Qwen3-0.6B", ToolCallFamily::kHermes},
@@ -350,8 +349,7 @@ TEST(ToolCallsTest, FamilyOfEachFixtureTemplate) {
 // A past call rendered by the real template parses back to the same call
 // (the model sees its own format in the prompt).
 TEST(ToolCallsTest, RenderedPastCallsParseBack) {
-  const char* env = std::getenv("MOESPLIT_FIXTURES_DIR");
-  const fs::path dir = fs::path(env != nullptr ? env : MOESPLIT_FIXTURES_DIR) / "templates";
+  const fs::path dir = fixtures::FixtureTemplatesDir();
   for (const char* name : {"Qwen-Qwen3-0.6B", "Qwen3.5-4B", "deepseek-ai-DeepSeek-V3.1", "GLM-4.6",
                            "GLM-4.7-Flash", "MiniMax-M2", "Qwen3-Coder"}) {
     std::ifstream in(dir / (std::string(name) + ".jinja"), std::ios::binary);
@@ -382,13 +380,9 @@ TEST(ToolCallsTest, RenderedPastCallsParseBack) {
 }
 
 std::string ReadTemplate(const std::string& name) {
-  const char* env = std::getenv("MOESPLIT_FIXTURES_DIR");
-  const fs::path path = fs::path(env != nullptr ? env : MOESPLIT_FIXTURES_DIR) / "templates" / (name + ".jinja");
-  std::ifstream in(path, std::ios::binary);
-  EXPECT_TRUE(in.good()) << path;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  const fs::path path = fs::path(fixtures::FixtureTemplatesDir()) / (name + ".jinja");
+  EXPECT_TRUE(fs::exists(path)) << path;
+  return fixtures::ReadTextFile(path.string());
 }
 
 // Whether the output starts inside a <think> block follows the generation

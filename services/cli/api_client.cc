@@ -135,7 +135,7 @@ absl::Status RunChat(const Args& args, const CommandIo& io) {
 
 absl::Status RunRenderTemplate(const Args& args, const CommandIo& io) {
   std::string model, messages_file, template_file, date, tools_file;
-  bool no_gen = false;
+  bool no_gen = false, no_thinking = false;
   FlagParser p;
   p.AddString("model|m", &model, "GGUF model: its chat template, BOS and EOS tokens (required)");
   p.AddString("messages-json", &messages_file,
@@ -146,6 +146,7 @@ absl::Status RunRenderTemplate(const Args& args, const CommandIo& io) {
       .Meta("PATH")
       .DefaultText("none");
   p.AddBool("no-generation-prompt", &no_gen, "do not open the assistant's turn");
+  p.AddBool("no-thinking", &no_thinking, "render with enable_thinking false");
   p.AddString("template-file", &template_file, "use this Jinja template instead of the model's")
       .Meta("PATH")
       .DefaultText("the model's");
@@ -153,7 +154,8 @@ absl::Status RunRenderTemplate(const Args& args, const CommandIo& io) {
   ASSIGN_OR_RETURN(const bool go,
                    ParseFlags(p, args,
                               "render-template --model M --messages-json F "
-                              "[--tools-json F] [--no-generation-prompt] [--template-file T]",
+                              "[--tools-json F] [--no-generation-prompt] [--no-thinking] "
+                              "[--template-file T]",
                               io));
   if (!go) return absl::OkStatus();
   if (model.empty() || messages_file.empty()) {
@@ -202,7 +204,7 @@ absl::Status RunRenderTemplate(const Args& args, const CommandIo& io) {
   o.add_generation_prompt = !no_gen;
   if (tok->bos() >= 0) o.bos_token = tok->TokenText(tok->bos());
   if (tok->eos() >= 0) o.eos_token = tok->TokenText(tok->eos());
-  o.enable_thinking = true;
+  o.enable_thinking = !no_thinking;
   o.date_override = date;
   ASSIGN_OR_RETURN(auto tmpl, chat::ChatTemplate::Parse(source));
   ASSIGN_OR_RETURN(const std::string prompt, tmpl.Render(messages, o));

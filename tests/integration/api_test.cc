@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/subprocess.h"
 #include "common/chat/reasoning.h"
+#include "common/chat/testing/template_fixtures.h"
 #include "common/gguf/gguf.h"
 #include "common/tokenizer/tokenizer.h"
 #include "gmock/gmock.h"
@@ -1116,70 +1117,64 @@ int ShellOutput(const std::string& cmd, std::string* out) {
 }
 
 // `moesplit render-template` prints exactly what llama.cpp rendered for every
-// template fixture (BOS/EOS from the tiny qwen3moe model, the fixture date).
+// template fixture (BOS/EOS from the tiny qwen3moe model, the fixture date),
+// the oracle's renderings and this repository's (chat/testing/template_fixtures.h).
 TEST(RenderTemplateCommandTest, MatchesEveryFixtureByteForByte) {
-  const std::string fixtures = MOESPLIT_FIXTURES_DIR;
-  const std::string model = fixtures + "/models/qwen3moe-tiny-q8_0.gguf";
+  const std::string model = std::string(MOESPLIT_FIXTURES_DIR) + "/models/qwen3moe-tiny-q8_0.gguf";
   int cases = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(fixtures + "/templates")) {
-    const std::string path = entry.path().string();
-    if (path.size() < 6 || path.substr(path.size() - 6) != ".jinja") continue;
-    const std::string expected_path = path.substr(0, path.size() - 6) + ".expected.json";
+  for (const chat::fixtures::TemplateFixture& t : chat::fixtures::TemplateFixtures()) {
     // A template without llama.cpp's renderings is one of a family not served yet.
-    if (!std::filesystem::exists(expected_path)) continue;
-    std::ifstream in(expected_path);
-    const Json expected = Json::parse(in);
+    if (t.expected_path.empty()) continue;
+    const Json expected = Json::parse(chat::fixtures::ReadTextFile(t.expected_path));
     int i = 0;
     for (const Json& c : expected["cases"]) {
       const std::string messages =
           absl::StrCat(::testing::TempDir(), "/render_", getpid(), "_", i++, ".json");
       std::ofstream(messages) << c["request"]["messages"].dump();
       const bool gen = c["request"].value("add_generation_prompt", false);
+      const bool thinking =
+          c["request"].value("chat_template_kwargs", Json::object()).value("enable_thinking", true);
       const std::string cmd =
           absl::StrCat("'", kCli, "' render-template --model '", model, "' --template-file '",
-                       path, "' --messages-json '", messages, "' --date 2026-11-29",
-                       gen ? "" : " --no-generation-prompt");
+                       t.template_path, "' --messages-json '", messages, "' --date 2026-11-29",
+                       gen ? "" : " --no-generation-prompt", thinking ? "" : " --no-thinking");
       std::string out;
       EXPECT_EQ(ShellOutput(cmd, &out), 0) << cmd;
-      EXPECT_EQ(out, c["prompt"].get<std::string>()) << path << " case " << i - 1;
+      EXPECT_EQ(out, c["prompt"].get<std::string>()) << t.expected_path << " case " << i - 1;
       std::remove(messages.c_str());
       ++cases;
     }
   }
-  EXPECT_GE(cases, 20);
+  EXPECT_GE(cases, 44);
 }
 
 // render-template --tools-json renders every case of the tools fixtures
 // (tool definitions, assistant tool_calls, role "tool" results) as llama.cpp.
 TEST(RenderTemplateCommandTest, ToolsFixturesWithToolsJson) {
-  const std::string fixtures = MOESPLIT_FIXTURES_DIR;
-  const std::string model = fixtures + "/models/qwen3moe-tiny-q8_0.gguf";
+  const std::string model = std::string(MOESPLIT_FIXTURES_DIR) + "/models/qwen3moe-tiny-q8_0.gguf";
   int cases = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(fixtures + "/templates")) {
-    const std::string path = entry.path().string();
-    if (path.size() < 6 || path.substr(path.size() - 6) != ".jinja") continue;
-    const std::string expected_path = path.substr(0, path.size() - 6) + ".tools.expected.json";
-    if (!std::filesystem::exists(expected_path)) continue;
-    std::ifstream in(expected_path);
+  for (const chat::fixtures::TemplateFixture& t : chat::fixtures::TemplateFixtures()) {
+    if (t.tools_expected_path.empty()) continue;
     // Ordered: the template prints the tools' keys in the order given.
-    const nlohmann::ordered_json expected = nlohmann::ordered_json::parse(in);
+    const nlohmann::ordered_json expected =
+        nlohmann::ordered_json::parse(chat::fixtures::ReadTextFile(t.tools_expected_path));
     for (const nlohmann::ordered_json& c : expected["cases"]) {
       const std::string base = absl::StrCat(::testing::TempDir(), "/tools_", getpid(), "_", cases);
       std::ofstream(base + ".messages.json") << c["request"]["messages"].dump();
       std::ofstream(base + ".tools.json") << c["request"]["tools"].dump();
       const std::string cmd = absl::StrCat(
-          "'", kCli, "' render-template --model '", model, "' --template-file '", path,
+          "'", kCli, "' render-template --model '", model, "' --template-file '", t.template_path,
           "' --messages-json '", base, ".messages.json' --tools-json '", base,
           ".tools.json' --date ", expected["date"].get<std::string>());
       std::string out;
       EXPECT_EQ(ShellOutput(cmd, &out), 0) << cmd;
-      EXPECT_EQ(out, c["prompt"].get<std::string>()) << expected_path << " case " << cases;
+      EXPECT_EQ(out, c["prompt"].get<std::string>()) << t.tools_expected_path << " case " << cases;
       std::remove((base + ".messages.json").c_str());
       std::remove((base + ".tools.json").c_str());
       ++cases;
     }
   }
-  EXPECT_GE(cases, 10);
+  EXPECT_GE(cases, 26);
 }
 
 // Tools on both APIs with Qwen3's template (a random-weight model does not
