@@ -1016,8 +1016,10 @@ TEST(HarmonyTest, RequiredToolChoiceForcesACallAfterTheAnalysis) {
 // tool_choice named / required with a random-weight model, on a
 // Hermes-family template (Qwen3's: JSON arguments), a Qwen3-Coder-family
 // one (Qwen3.5's: XML parameters, after the think block its generation
-// prompt opens) and DeepSeek-V3.1's (special-token frames, which this
-// vocabulary lacks, so they are spelled out): constrained decoding makes it
+// prompt opens), DeepSeek-V3.1's (special-token frames, which this
+// vocabulary lacks, so they are spelled out), GLM-4.6's and GLM-4.7-Flash's
+// (<arg_key>/<arg_value> tags; 4.7 after its opened think block) and
+// MiniMax-M2's (<invoke>/<parameter> tags): constrained decoding makes it
 // call the function with arguments that match the schema, on HTTP
 // (streamed and not) and gRPC. gpt-oss's is HarmonyTest's below (harmony
 // needs a vocabulary with its tokens).
@@ -1103,7 +1105,13 @@ INSTANTIATE_TEST_SUITE_P(
                       ToolChoiceCase{"qwen3_5", "Qwen3.5-4B.jinja",
                                      R"({"type":"string","enum":["Paris","Oslo","Rome"]})"},
                       ToolChoiceCase{"deepseek_v3_1", "deepseek-ai-DeepSeek-V3.1.jinja",
-                                     R"({"type":"string","maxLength":12})"}),
+                                     R"({"type":"string","maxLength":12})"},
+                      ToolChoiceCase{"glm_4_6", "GLM-4.6.jinja",
+                                     R"({"type":"string","enum":["Paris","Oslo","Rome"]})"},
+                      ToolChoiceCase{"glm_4_7_flash", "GLM-4.7-Flash.jinja",
+                                     R"({"type":"string","enum":["Paris","Oslo","Rome"]})"},
+                      ToolChoiceCase{"minimax_m2", "MiniMax-M2.jinja",
+                                     R"({"type":"string","enum":["Paris","Oslo","Rome"]})"}),
     [](const auto& info) { return std::string(info.param.label); });
 
 // Runs a shell command; its stdout in *out, its exit status returned (-1
