@@ -171,8 +171,17 @@ absl::StatusOr<std::string> ChatPrompt::RenderContinuation(const nlohmann::order
       }
       open = with.substr(common);
       if (thinks) {
-        open = open.substr(0, open.find("<think>")) + "<think>" + reasoning;
-        if (in_content) open += "</think>";
+        // The block as the template writes a past one (llama.cpp's
+        // autoparser finds the same tags by rendering the template).
+        std::string start = "<think>", end = "</think>";
+        if (tool_family_ == chat::ToolCallFamily::kMiniMaxM2) {
+          start = "<think>\n";
+          end = "\n</think>\n\n";
+        } else if (tool_family_ == chat::ToolCallFamily::kGlm45) {
+          end = "</think>\n";
+        }
+        open = open.substr(0, open.find("<think>")) + start + reasoning;
+        if (in_content) open += end;
       }
       if (in_content) open += content;
       break;

@@ -21,7 +21,8 @@
 // "<|end|><|start|>assistant<|channel|>final<|message|>C"; qwen3-coder:
 // "<|im_start|>assistant\n" + "<think>\nR\n</think>\n\n" (when the template
 // thinks) + C; others: the template's generation prompt, cut before any
-// "<think>" and followed by "<think>R</think>" when the template thinks,
+// "<think>" and followed by "<think>R</think>" when the template thinks
+// (minimax-m2: "<think>\nR\n</think>\n\n", glm-4.5: "<think>R</think>\n"),
 // then C. A message with only reasoning continues the reasoning (no close
 // tag, no content). InvalidArgument when that message has tool_calls or
 // the message before it is the assistant's too.

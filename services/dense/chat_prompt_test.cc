@@ -132,6 +132,11 @@ absl::StatusOr<ChatPrompt> PromptWith(const std::string& template_name) {
 // The last message the assistant's: a prefill the model continues (the turn
 // is left open, as llama.cpp's server does with prefill_assistant), per family.
 TEST(ChatPromptTest, TrailingAssistantMessageIsContinued) {
+  constexpr char kReasoned[] =
+      R"([{"role":"user","content":"Hi"},{"role":"assistant","content":"Hel","reasoning_content":"Greet."}])";
+  constexpr char kReasoningOnly[] =
+      R"([{"role":"user","content":"Hi"},{"role":"assistant","content":"","reasoning_content":"Gre"}])";
+  constexpr char kContentOnly[] = R"([{"role":"user","content":"Hi"},{"role":"assistant","content":"Hel"}])";
   struct Case {
     const char* tmpl;
     const char* messages;
@@ -148,6 +153,18 @@ TEST(ChatPromptTest, TrailingAssistantMessageIsContinued) {
        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\nHm"},
       {"Qwen-Qwen3-0.6B", R"([{"role":"user","content":"Hi"},{"role":"assistant","content":"Hel"}])",
        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think></think>Hel"},
+      // The new families, as llama-server's /apply-template continues them.
+      {"GLM-4.6", kReasoned, "<|user|>\nHi<|assistant|><think>Greet.</think>\nHel"},
+      {"GLM-4.6", kReasoningOnly, "<|user|>\nHi<|assistant|><think>Gre"},
+      {"GLM-4.6", kContentOnly, "<|user|>\nHi<|assistant|><think></think>\nHel"},
+      {"GLM-4.7-Flash", kReasoned, "<|user|>Hi<|assistant|><think>Greet.</think>Hel"},
+      {"GLM-4.7-Flash", kReasoningOnly, "<|user|>Hi<|assistant|><think>Gre"},
+      {"GLM-4.7-Flash", kContentOnly, "<|user|>Hi<|assistant|><think></think>Hel"},
+      {"MiniMax-M2", kReasoned, "]~b]user\nHi[e~[\n]~b]ai\n<think>\nGreet.\n</think>\n\nHel"},
+      {"MiniMax-M2", kReasoningOnly, "]~b]user\nHi[e~[\n]~b]ai\n<think>\nGre"},
+      {"MiniMax-M2", kContentOnly, "]~b]user\nHi[e~[\n]~b]ai\n<think>\n\n</think>\n\nHel"},
+      {"Qwen3-Coder", kReasoned, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHel"},
+      {"Qwen3-Coder", kReasoningOnly, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<ChatPrompt> chat = PromptWith(c.tmpl);
