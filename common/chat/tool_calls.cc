@@ -407,25 +407,33 @@ void ToolCallStream::Process(bool final, ToolCallOutput* out) {
         pending_.clear();
         return;
       case State::kText: {
+        // Only whitespace since the last call: it is dropped if another
+        // call or the end follows.
+        const auto between_calls = [&](std::string_view text) {
+          return calls_made_ > 0 && !text_since_call_ && AllSpace(text);
+        };
+        const auto emit = [&](std::string_view text) {
+          out->content.append(text);
+          if (!text.empty()) text_since_call_ = true;
+        };
         const size_t open = p.find(open_);
         if (open != std::string_view::npos) {
-          // Whitespace right before a call (after another one) is dropped.
           const std::string_view before = p.substr(0, open);
-          if (!(calls_made_ > 0 && AllSpace(before))) out->content.append(before);
+          if (!between_calls(before)) emit(before);
           pending_.erase(0, open + open_.size());
           state_ = State::kCall;
           continue;
         }
         if (final) {
-          if (!(calls_made_ > 0 && AllSpace(p))) out->content.append(p);
+          if (!between_calls(p)) emit(p);
           pending_.clear();
           return;
         }
         const size_t keep = PartialTagSuffix(p, open_);
         const std::string_view ready = p.substr(0, p.size() - keep);
         // After a call, whitespace waits until it is known not to be trailing.
-        if (calls_made_ > 0 && AllSpace(ready)) return;
-        out->content.append(ready);
+        if (between_calls(ready)) return;
+        emit(ready);
         pending_.erase(0, ready.size());
         return;
       }
@@ -447,6 +455,7 @@ void ToolCallStream::Process(bool final, ToolCallOutput* out) {
         }
         pending_.erase(0, close == std::string_view::npos ? p.size() : close + close_.size());
         state_ = State::kText;
+        text_since_call_ = false;
         continue;
       }
     }

@@ -142,6 +142,9 @@ class ToolCallStream {
   std::string open_, close_;
   State state_ = State::kText;
   int calls_made_ = 0;
+  // Content other than whitespace went out since the last call block (its
+  // whitespace is then content, not the space between calls).
+  bool text_since_call_ = false;
   std::string pending_;
 };
 

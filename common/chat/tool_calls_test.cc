@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -209,6 +210,48 @@ TEST(ToolCallsTest, StreamsMatchTheWholeParseWhereverCut) {
     EXPECT_EQ(content + z.content, c.content) << c.label;
     EXPECT_EQ(calls + z.calls.size(), c.calls.size()) << c.label;
   }
+}
+
+// Mutated outputs (bytes replaced by tag characters, cut, repeated) never
+// throw or crash, and streaming them byte by byte still gives the whole parse.
+TEST(ToolCallsTest, MutatedOutputsParseTheSameWholeAndStreamed) {
+  std::mt19937 rng(41);
+  const std::string alphabet = "<>/\"=\n _{}[]:,0aztool_callarg_keyvalueinvokeparameterminimax";
+  int calls = 0;
+  for (const Case& c : Cases()) {
+    for (int i = 0; i < 60; ++i) {
+      std::string text = c.output;
+      for (int e = 0, n = 1 + static_cast<int>(rng() % 3); e < n && !text.empty(); ++e) {
+        const size_t pos = rng() % text.size();
+        switch (rng() % 3) {
+          case 0: text[pos] = alphabet[rng() % alphabet.size()]; break;
+          case 1: text.erase(pos, 1 + rng() % 6); break;
+          default: text.insert(pos, text.substr(rng() % text.size(), 1 + rng() % 12)); break;
+        }
+      }
+      const ToolCallOutput whole = ParseToolCalls(text, Config(c.family));
+      ToolCallStream s(Config(c.family));
+      std::string content;
+      std::vector<ToolCall> got;
+      for (char ch : text) {
+        ToolCallOutput o = s.Push(std::string_view(&ch, 1));
+        content += o.content;
+        got.insert(got.end(), o.calls.begin(), o.calls.end());
+      }
+      ToolCallOutput z = s.Finish();
+      content += z.content;
+      got.insert(got.end(), z.calls.begin(), z.calls.end());
+      EXPECT_EQ(content, whole.content) << c.label << ": " << text;
+      ASSERT_EQ(got.size(), whole.calls.size()) << c.label << ": " << text;
+      for (size_t k = 0; k < got.size(); ++k) {
+        EXPECT_EQ(got[k].name, whole.calls[k].name);
+        EXPECT_EQ(got[k].arguments, whole.calls[k].arguments);
+        EXPECT_TRUE(Json::accept(got[k].arguments)) << got[k].arguments;
+      }
+      calls += static_cast<int>(got.size());
+    }
+  }
+  EXPECT_GT(calls, 0);
 }
 
 TEST(ToolCallsTest, CallsStreamWhenTheirBlockCloses) {
