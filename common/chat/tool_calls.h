@@ -25,10 +25,29 @@
 //                the harmony splitter (harmony.h) collects those messages;
 //                ToolCallsFromHarmony turns them into calls (detected by
 //                "<|channel|>")
+//   kGlm45       GLM-4.5 / 4.6: one call per block, the name then a key and a
+//                value tag per argument
+//                  <tool_call>f\n<arg_key>city</arg_key>\n<arg_value>Oslo
+//                  </arg_value>\n</tool_call>
+//                values as kQwen3Coder's, taken as written (no newline
+//                stripped; detected by "<tool_call>" + "<arg_key>" +
+//                "<arg_value>")
+//   kGlm47       GLM-4.7 / 4.7-Flash: kGlm45 without the newlines
+//                  <tool_call>f<arg_key>city</arg_key><arg_value>Oslo
+//                  </arg_value></tool_call>
+//                (detected as kGlm45, the template writing
+//                "</arg_key><arg_value>"; both read either layout)
+//   kMiniMaxM2   MiniMax-M2: one block holding every call
+//                  <minimax:tool_call>\n<invoke name="f">\n<parameter
+//                  name="city">Oslo</parameter>\n</invoke>\n</minimax:tool_call>
+//                values as kGlm45's (detected by "<minimax:tool_call>" +
+//                "<invoke name=")
+// Qwen3-Next and Qwen3-Coder-Next ship Qwen3-Coder's template: kQwen3Coder.
 //
 // The rule (ToolCallStream, on the answer text):
-//   1. Text outside a call block is content. Whitespace between or after
-//      calls is dropped.
+//   1. Text outside a call block is content. Whitespace between calls, or
+//      from the last call to the end, is dropped (after other text it is
+//      content).
 //   2. A block whose body parses (valid JSON arguments, a function name the
 //      request offered, and, with config.only_name, that name) becomes its
 //      calls; with config.parallel false only the first call of the answer
