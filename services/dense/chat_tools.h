@@ -66,19 +66,28 @@ struct ToolRequest {
 //                V the raw text of a {"type": "string"} property (one of its
 //                enum / const values if it has them; never containing
 //                "</parameter>") or JSON valid under the property's schema,
-//                then "</function>\n</tool_call>".
+//                then "</function>\n</tool_call>";
+//   GLM-4.5/4.6, GLM-4.7, MiniMax-M2: as Qwen3-Coder in their own frames
+//                and argument tags (chat::ToolCallFrameFor,
+//                chat::ArgumentTagsFor): "<tool_call>N\n" + per property
+//                "<arg_key>K</arg_key>\n<arg_value>V</arg_value>\n" +
+//                "</tool_call>" (GLM-4.7 without the newlines);
+//                "<minimax:tool_call>\n<invoke name=\"N\">\n" + per property
+//                "<parameter name=\"K\">V</parameter>\n" +
+//                "</invoke>\n</minimax:tool_call>".
 // The frames' tags (chat::FrameTags) are written as the vocabulary's special
 // tokens where `has_token` says it has them and spelled out where it does
 // not (null: either; grammar::GrammarBuilder::Tag).
 // Null when nothing is forced (auto, none, or no tool-call family).
 // InvalidArgument naming the problem when a function's
-// parameters use a keyword the grammar cannot enforce (for Qwen3-Coder also
-// minLength / maxLength on a raw-text string, and property names that
+// parameters use a keyword the grammar cannot enforce (for the tag families
+// also minLength / maxLength on a raw-text string, and property names that
 // cannot be a tag).
 // reasoning_open: the prompt ends inside a reasoning block
-// (chat::PromptOpensReasoning, Qwen3.5's generation prompt); the forced
-// output then closes it first ("</think>\n\n"; DeepSeek: "</think>"), so
-// that the call is not read as reasoning.
+// (chat::PromptOpensReasoning: Qwen3.5's, GLM-4.7-Flash's, MiniMax-M2's
+// generation prompts); the forced output then closes it first
+// ("</think>\n\n"; DeepSeek and GLM-4.7: "</think>"), so that the call is
+// not read as reasoning.
 absl::StatusOr<std::shared_ptr<const grammar::Grammar>> ToolChoiceConstraint(
     const ToolRequest& tools, chat::ToolCallFamily family, bool reasoning_open = false,
     grammar::TokenTest has_token = nullptr);
