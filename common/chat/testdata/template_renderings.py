@@ -11,11 +11,13 @@ of the tiny qwen3moe model, as for the fixtures' own renderings), with
 true unless a case's chat_template_kwargs say otherwise), posts every case
 and writes the files in the fixtures' format (fixtures/README.md):
 
-  <name>.expected.json        {"template", "cases": [{"request": {"messages",
-                              "add_generation_prompt", "chat_template_kwargs"?},
+  <name>.expected.json        {"template", "renderer", "cases": [{"request":
+                              {"messages", "add_generation_prompt",
+                              "chat_template_kwargs"?}, "prompt"}]}
+  <name>.tools.expected.json  {"date", "renderer", "cases": [{"request":
+                              {"messages", "tools", "add_generation_prompt"},
                               "prompt"}]}
-  <name>.tools.expected.json  {"date", "cases": [{"request": {"messages",
-                              "tools", "add_generation_prompt"}, "prompt"}]}
+("renderer": the first line of `llama-server --version`.)
 
 Usage:
   python3 common/chat/testdata/template_renderings.py \
@@ -188,12 +190,16 @@ def main():
     ap.add_argument("names", nargs="*", default=TEMPLATES)
     a = ap.parse_args()
     model = a.model or os.path.join(a.fixtures, "models", "qwen3moe-tiny-q8_0.gguf")
+    version = subprocess.run([a.llama_server, "--version"], capture_output=True, text=True)
+    renderer = "llama-server " + (version.stdout + version.stderr).strip().splitlines()[0]
     os.makedirs(a.out, exist_ok=True)
     for name in a.names:
         template = os.path.join(a.fixtures, "templates", name + ".jinja")
         date = datetime.date.today().isoformat()
-        plain = {"template": name + ".jinja", "cases": render_all(a.llama_server, model, template, PLAIN_CASES)}
-        tools = {"date": date, "cases": render_all(a.llama_server, model, template, TOOLS_CASES)}
+        plain = {"template": name + ".jinja", "renderer": renderer,
+                 "cases": render_all(a.llama_server, model, template, PLAIN_CASES)}
+        tools = {"date": date, "renderer": renderer,
+                 "cases": render_all(a.llama_server, model, template, TOOLS_CASES)}
         for suffix, data in ((".expected.json", plain), (".tools.expected.json", tools)):
             with open(os.path.join(a.out, name + suffix), "w", encoding="utf-8") as f:
                 json.dump(data, f, ensure_ascii=False, indent=1)
