@@ -42,7 +42,9 @@
 //                  name="city">Oslo</parameter>\n</invoke>\n</minimax:tool_call>
 //                values as kGlm45's (detected by "<minimax:tool_call>" +
 //                "<invoke name=")
-// Qwen3-Next and Qwen3-Coder-Next ship Qwen3-Coder's template: kQwen3Coder.
+// The family follows the template, not the architecture: Qwen3-Coder-Next
+// (qwen3next) ships Qwen3-Coder's template (kQwen3Coder), Qwen3-Next-80B-A3B
+// Qwen3's (kHermes).
 //
 // The rule (ToolCallStream, on the answer text):
 //   1. Text outside a call block is content. Whitespace between calls, or
