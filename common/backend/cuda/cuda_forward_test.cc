@@ -587,7 +587,10 @@ TEST_F(CudaMemoryPlanTest, ThePrintedPlanIsWhatIsAllocated) {
                         Case{"qwen3moe", GgmlType::kQ8_0, plan::KvType::kQ4_0, 1000, 7, 3},
                         Case{"qwen35moe", GgmlType::kQ8_0, plan::KvType::kF16, 300, 64, 2},
                         Case{"qwen35moe", GgmlType::kF32, plan::KvType::kQ8_0, 1000, 7, 1},
-                        Case{"gpt-oss", GgmlType::kF32, plan::KvType::kF16, 300, 64, 2}}) {
+                        Case{"gpt-oss", GgmlType::kF32, plan::KvType::kF16, 300, 64, 2},
+                        // ssm_ba split at load: the plan's one tensor is two uploads.
+                        Case{"qwen3next", GgmlType::kQ8_0, plan::KvType::kF16, 300, 64, 2},
+                        Case{"minimax-m2", GgmlType::kQ8_0, plan::KvType::kQ8_0, 512, 64, 1}}) {
     SCOPED_TRACE(std::string(c.arch) + " " + std::string(GgmlTypeName(c.type)));
     ASSERT_NO_FATAL_FAILURE(Load(Tiny(c.arch, c.type)));
     auto device = Gpu();
