@@ -52,7 +52,9 @@ struct ExpertTensorView {
 // Weights of one block: a field per row of the tensor table
 // (tensor_table.h), named there, with what each holds. Matrices stay in the
 // file's mapping (quant::WeightView; gated attention's wq has 2 x head_dim_k
-// rows per head, the query then the gate); vectors are dequantised to f32
+// rows per head, the query then the gate), except those split from
+// qwen3next's fused ssm_ba / ssm_in (Model::SplitFusedDeltaNet; the fused
+// fields stay empty); vectors are dequantised to f32
 // (ssm_conv: tap k of channel c at c * kernel + k; routed-expert biases:
 // expert e's at e * n_ff_exp (gate, up) or e * n_embd (down)); MLA's
 // per-head matrices and the routed experts are ExpertTensorViews (wk_b's
