@@ -119,6 +119,42 @@ std::vector<TensorSpec> Qwen35MoeTensors() {
   return t;
 }
 
+// llama.cpp: llama_model_minimax_m2 (load_arch_tensors): GQA with one
+// RMSNorm over the whole q and the whole k projection, a router with the
+// selection bias exp_probs_b, no shared expert, an untied output head.
+std::vector<TensorSpec> MiniMaxM2Tensors() {
+  std::vector<TensorSpec> t = AttentionMoeTensors();
+  t.push_back({T::kAttnQNorm, "attn_q_norm.weight", R::kNorm, 1, {D::kQ}, true});
+  t.push_back({T::kAttnKNorm, "attn_k_norm.weight", R::kNorm, 1, {D::kK}, true});
+  t.push_back({T::kRouterSelBias, "exp_probs_b.bias", R::kRouter, 1, {D::kExpert}, true,
+               LayerSel::kMoe});
+  return t;
+}
+
+// llama.cpp: llama_model_qwen3next (load_arch_tensors): qwen35moe's layers
+// with ONE fused ssm_ba (per key head g: the beta rows, then the alpha rows
+// of its value heads) instead of ssm_beta + ssm_alpha, and the DeltaNet
+// input either as attn_qkv + attn_gate or, in files converted before 2026,
+// as the fused ssm_in (per key head g: q_g, k_g, then the v and the z rows
+// of its value heads). Model::Load splits both into the qwen35moe fields.
+std::vector<TensorSpec> Qwen3NextTensors() {
+  std::vector<TensorSpec> t;
+  for (const TensorSpec& s : Qwen35MoeTensors()) {
+    if (s.id == T::kSsmBeta || s.id == T::kSsmAlpha) continue;
+    t.push_back(s);
+    if (s.id == T::kSsmQkv || s.id == T::kSsmZ) t.back().required = false;
+    if (s.id == T::kSsmZ) {
+      t.push_back({T::kSsmIn, "ssm_in.weight", R::kDense, 2, {D::kEmbd, D::kSsmQkvz}, false,
+                   LayerSel::kDeltaNet});
+    }
+    if (s.id == T::kSsmA) {
+      t.push_back({T::kSsmBa, "ssm_ba.weight", R::kDense, 2, {D::kEmbd, D::kSsmBa}, true,
+                   LayerSel::kDeltaNet});
+    }
+  }
+  return t;
+}
+
 // llama.cpp: llama_model_openai_moe (load_arch_tensors).
 std::vector<TensorSpec> GptOssTensors() {
   std::vector<TensorSpec> t = GlobalTensors();
@@ -203,6 +239,27 @@ const std::vector<ArchDescription>& Registry() {
        .attention = MixerKind::kGatedAttention,
        .multi_section_rope = true,
        .tensors = Qwen35MoeTensors()},
+      // llama.cpp: llama_model_qwen3next: qwen35moe's hybrid with the fused
+      // ssm_ba (and legacy ssm_in) file layouts, value head h reading key
+      // head h / (value heads / key heads), plain NEOX RoPE (no sections).
+      {.name = "qwen3next",
+       .key_prefix = "qwen3next",
+       .router = {.default_norm_topk = true},
+       .pattern = LayerPattern::kFullAttentionInterval,
+       .attention = MixerKind::kGatedAttention,
+       .ssm_grouped_heads = true,
+       .tensors = Qwen3NextTensors()},
+      // llama.cpp: llama_model_minimax_m2: GQA with whole-projection QK-norm,
+      // partial NEOX RoPE, build_moe_ffn(norm_w = true) with sigmoid scores
+      // (expert_gating_func, which the converter writes) and the selection
+      // bias, no weight scale, no shared expert.
+      {.name = "minimax-m2",
+       .key_prefix = "minimax-m2",
+       .router = {.scoring = RouterSpec::Scoring::kSigmoid,
+                  .default_norm_topk = true,
+                  .gating_func_key = true},
+       .qk_norm_whole = true,
+       .tensors = MiniMaxM2Tensors()},
       // llama.cpp: llama_model_openai_moe: biased GQA attention with a sink
       // logit per head, sliding-window attention on alternate layers, YaRN
       // RoPE; router with a bias, softmax over the selected experts
@@ -789,6 +846,8 @@ absl::StatusOr<HyperParams> ParseHyperParams(const GgufFile& f,
   if (arch.shared_expert_count) RETURN_IF_ERROR(ParseSharedExpertCount(f, p, &hp));
   RETURN_IF_ERROR(ParseLayers(f, p, arch, &hp));
   hp.expert_ffn = arch.expert_ffn;
+  hp.qk_norm_whole = arch.qk_norm_whole;
+  hp.ssm_grouped_heads = arch.ssm_grouped_heads;
   return hp;
 }
 
@@ -820,6 +879,8 @@ int64_t ResolveDim(const HyperParams& hp, Dim dim) {
     case Dim::kHeadVMla: return hp.head_dim_v_mla;
     case Dim::kAttnOutMla: return hp.n_head * hp.head_dim_v_mla;
     case Dim::kFf: return hp.n_ff;
+    case Dim::kSsmBa: return 2 * hp.ssm_n_v_heads;
+    case Dim::kSsmQkvz: return hp.ssm_conv_channels() + hp.ssm_inner();
   }
   return 0;
 }

@@ -101,6 +101,8 @@ enum class Dim {
   kHeadVMla,   // head_dim_v_mla
   kAttnOutMla, // n_head * head_dim_v_mla
   kFf,         // feed_forward_length (dense FFN)
+  kSsmBa,      // 2 * ssm value heads (qwen3next's fused ssm_ba: beta and alpha)
+  kSsmQkvz,    // ssm_conv_channels + ssm.inner_size (the legacy fused ssm_in: q, k, v and z)
 };
 
 // The layers a per-layer tensor belongs to.
@@ -222,6 +224,15 @@ struct ArchDescription {
   // `{prefix}.rope.scaling.yarn_log_multiplier` is read (YaRN's
   // attention-scale correction, RopeParams::yarn_log_mul).
   bool rope_yarn_log_multiplier = false;
+  // QK-norm is ONE RMSNorm over the whole q projection (attn_q_norm of
+  // n_head x head_dim_k weights) and one over the whole k projection
+  // (n_head_kv x head_dim_k), before the split into heads (minimax-m2),
+  // instead of one per head (head_dim_k weights).
+  bool qk_norm_whole = false;
+  // Gated DeltaNet: value head h reads key head h / (value heads / key
+  // heads), its group's (qwen3next's repeat-interleave), instead of key head
+  // h % key heads (qwen35moe's broadcast).
+  bool ssm_grouped_heads = false;
   // An `attention` of MixerKind::kMla reads the MLA sizes:
   // attention.q_lora_rank (0 / absent: a direct attn_q), kv_lora_rank,
   // key_length_mla, value_length_mla.
@@ -307,12 +318,21 @@ struct HyperParams {
   // Gated DeltaNet layers (0 when the model has none).
   int64_t ssm_conv_kernel = 0;  // conv taps per channel
   int64_t ssm_head_k = 0;       // key (and query) head size
-  int64_t ssm_n_k_heads = 0;    // key heads; value head h reads key head h % ssm_n_k_heads
+  int64_t ssm_n_k_heads = 0;    // key heads (which one a value head reads: ssm_key_head)
   int64_t ssm_n_v_heads = 0;    // value heads
   int64_t ssm_head_v = 0;       // value head size
+  // ArchDescription::ssm_grouped_heads: value head h reads key head
+  // h / (ssm_n_v_heads / ssm_n_k_heads) instead of h % ssm_n_k_heads.
+  bool ssm_grouped_heads = false;
+  // ArchDescription::qk_norm_whole: q_norm / k_norm span the whole projection.
+  bool qk_norm_whole = false;
   // One entry per layer.
   std::vector<LayerSpec> layers;
 
+  // The key head value head h reads.
+  int64_t ssm_key_head(int64_t h) const {
+    return ssm_grouped_heads ? h / (ssm_n_v_heads / ssm_n_k_heads) : h % ssm_n_k_heads;
+  }
   bool is_recurrent(int il) const { return layers[il].mixer == MixerKind::kGatedDeltaNet; }
   int n_attention_layers() const;
   int n_recurrent_layers() const;

@@ -213,6 +213,42 @@ TEST(HybridForwardTest, ChunkedAndIncrementalEvaluationGiveTheBitsOfOneBatch) {
   }
 }
 
+// qwen3next (grouped key heads, plain NEOX RoPE, the split ssm_ba): a
+// prompt in chunks gives the bits of one batch, and two sequences in one
+// step the bits each gets alone.
+TEST(HybridForwardTest, Qwen3NextChunkedAndBatchedGiveTheBitsOfOneBatch) {
+  TinyModelOptions o = HybridOptions(GgmlType::kQ8_0);
+  o.arch = "qwen3next";
+  Hybrid h = MakeHybrid(o);
+  ASSERT_NE(h.forward, nullptr);
+  ASSERT_TRUE(h.model->hparams().ssm_grouped_heads);
+  ASSERT_FALSE(h.model->hparams().rope.multi_section);
+  auto one = State(h, 32);
+  std::vector<float> all;
+  ASSERT_TRUE(h.forward->Eval(kTokens, one.get(), LogitsMode::kAll, &all).ok());
+  auto inc = State(h, 32);
+  std::vector<float> got, chunk;
+  size_t t = 0;
+  for (size_t n : {5u, 1u, 6u}) {
+    ASSERT_TRUE(h.forward->Eval(absl::MakeConstSpan(kTokens).subspan(t, n), inc.get(),
+                                LogitsMode::kAll, &chunk).ok());
+    got.insert(got.end(), chunk.begin(), chunk.end());
+    t += n;
+  }
+  EXPECT_EQ(got, all);
+  auto a = State(h, 32), b = State(h, 32);
+  std::vector<float> la, lb;
+  const std::vector<int32_t> other = {7, 7, 1, 30};
+  const SequenceBatch seqs[] = {{a.get(), kTokens, LogitsMode::kAll, &la},
+                                {b.get(), other, LogitsMode::kAll, &lb}};
+  ASSERT_TRUE(h.forward->EvalBatch(seqs).ok());
+  EXPECT_EQ(la, all);
+  auto alone = State(h, 32);
+  std::vector<float> want;
+  ASSERT_TRUE(h.forward->Eval(other, alone.get(), LogitsMode::kAll, &want).ok());
+  EXPECT_EQ(lb, want);
+}
+
 TEST(HybridForwardTest, BatchedSequencesGetTheBitsTheyGetAlone) {
   Hybrid h = MakeHybrid(HybridOptions(GgmlType::kQ8_0));
   ASSERT_NE(h.forward, nullptr);

@@ -397,14 +397,24 @@ absl::Status Forward::Attention(int il, Batch& b) const {
     const quant::Product qkv[] = {{W.wq, q}, {W.wk, k}, {W.wv, v}};
     RETURN_IF_ERROR(quant::MatMuls(qkv, h, n, pool_));
   }
+  // QK-norm per head, or (HyperParams::qk_norm_whole) over each whole
+  // projection before the split into heads.
+  static const std::vector<float> kNoNorm;
+  const bool whole = hp.qk_norm_whole;
   For(pool_, n, MinRows(qd + kd, 8192), [&](int64_t t0, int64_t t1) {
     AddBias(L.bq, t0, t1, q);
     AddBias(L.bk, t0, t1, k);
     AddBias(L.bv, t0, t1, v);
-    NormAndRope(q, t0, t1, hp.n_head, hp.head_dim_k, L.q_norm, hp.rms_eps, hp.rope.n_rot,
-                hp.rope.norm_style, b.rope);
-    NormAndRope(k, t0, t1, hp.n_head_kv, hp.head_dim_k, L.k_norm, hp.rms_eps, hp.rope.n_rot,
-                hp.rope.norm_style, b.rope);
+    if (whole && !L.q_norm.empty()) {
+      internal::RmsNormRows(q + t0 * qd, qd, L.q_norm.data(), t1 - t0, qd, hp.rms_eps,
+                            q + t0 * qd, qd);
+      internal::RmsNormRows(k + t0 * kd, kd, L.k_norm.data(), t1 - t0, kd, hp.rms_eps,
+                            k + t0 * kd, kd);
+    }
+    NormAndRope(q, t0, t1, hp.n_head, hp.head_dim_k, whole ? kNoNorm : L.q_norm, hp.rms_eps,
+                hp.rope.n_rot, hp.rope.norm_style, b.rope);
+    NormAndRope(k, t0, t1, hp.n_head_kv, hp.head_dim_k, whole ? kNoNorm : L.k_norm, hp.rms_eps,
+                hp.rope.n_rot, hp.rope.norm_style, b.rope);
   });
   auto write_rows = [&](int64_t t0, int64_t t1) {
     For(pool_, t1 - t0, 16, [&](int64_t i0, int64_t i1) {
@@ -619,7 +629,7 @@ absl::Status Forward::DeltaNet(int il, Batch& b) const {
   For(pool_, n_segs * n_v, 1, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       const Segment& sg = segs[i / n_v];
-      const int64_t head = i % n_v, kh = head % n_k;  // ggml: key head = value head % key heads
+      const int64_t head = i % n_v, kh = hp.ssm_key_head(head);
       internal::DeltaRuleHead dh;
       dh.q = q_all + sg.t0 * channels + kh * dim;
       dh.k = k_all + sg.t0 * channels + kh * dim;

@@ -10,7 +10,8 @@
 //   attention / gated attention:
 //     q,k,v = Wq h (+bq), Wk h (+bk), Wv h (+bv); gated: Wq gives per head
 //             [q, gate]
-//     q,k = per-head RMSNorm * q_norm / k_norm        (when present)
+//     q,k = per-head RMSNorm * q_norm / k_norm        (when present; minimax-m2:
+//           one RMSNorm over the whole projection, qk_norm_whole)
 //     q,k = NEOX RoPE(pos) on n_rot dims              (RopeParams; multi-section)
 //     K,V cache[pos] = f16(k), f16(v)
 //     a   = softmax(q . K^T / sqrt(head_dim_k), causal) . V   per head, GQA,
@@ -24,7 +25,7 @@
 //     q,k = per-head L2-normalised; beta = sigmoid(W_beta h);
 //     g = softplus(W_alpha h + dt_bias) * ssm_a                    per value head
 //     S = S * exp(g); S += k (beta (v - S k))^T; o = S q / sqrt(head_k)
-//                                  (value head h reads key head h % n_k_heads)
+//            (value head h reads key head h % n_k_heads; qwen3next: h / (n_v / n_k))
 //     x  += W_out (RMSNorm(o) * ssm_norm * SiLU(W_z h))          per value head
 //   multi-head latent attention (deepseek2, llama.cpp's absorbed form):
 //     q   = Wq_b (RMSNorm(Wq_a h) * q_a_norm)   (or Wq h without a q LoRA)

@@ -66,17 +66,29 @@ Vec Ffn(const quant::WeightView& gate, const quant::WeightView& up,
   return MatVec(down, g);
 }
 
+void AddBias(Vec* y, const std::vector<float>& b) {
+  for (size_t i = 0; i < b.size(); ++i) (*y)[i] += b[i];
+}
+
 Vec NaiveMoe(const Model& m, int il, const Vec& h) {
   const HyperParams& hp = m.hparams();
   const LayerWeights& L = m.layer(il);
   Vec p = MatVec(L.router, h);
-  const double mx = *std::max_element(p.begin(), p.end());
-  double sum = 0;
-  for (double& v : p) sum += (v = std::exp(v - mx));
-  for (double& v : p) v /= sum;
+  if (hp.router_scoring == RouterSpec::Scoring::kSigmoid) {
+    for (double& v : p) v = 1 / (1 + std::exp(-v));
+  } else {
+    const double mx = *std::max_element(p.begin(), p.end());
+    double sum = 0;
+    for (double& v : p) sum += (v = std::exp(v - mx));
+    for (double& v : p) v /= sum;
+  }
+  // The choice on the scores plus the selection bias (when the layer has
+  // one); the weights from the scores alone.
+  Vec choice = p;
+  AddBias(&choice, L.router_sel_b);
   std::vector<int> ids(hp.n_expert);
   std::iota(ids.begin(), ids.end(), 0);
-  std::stable_sort(ids.begin(), ids.end(), [&](int a, int b) { return p[a] > p[b]; });
+  std::stable_sort(ids.begin(), ids.end(), [&](int a, int b) { return choice[a] > choice[b]; });
   double sel = 0;
   for (int k = 0; k < hp.n_expert_used; ++k) sel += p[ids[k]];
   Vec out(hp.n_embd, 0.0);
@@ -94,9 +106,6 @@ Vec NaiveMoe(const Model& m, int il, const Vec& h) {
   return out;
 }
 
-void AddBias(Vec* y, const std::vector<float>& b) {
-  for (size_t i = 0; i < b.size(); ++i) (*y)[i] += b[i];
-}
 
 // Per-head QK-norm then RoPE.
 void HeadsNormRope(Vec* v, int64_t heads, const HyperParams& hp, const std::vector<float>& nw,
@@ -129,8 +138,15 @@ std::vector<Vec> NaiveForward(const Model& m, const std::vector<int32_t>& tokens
       AddBias(&q[t], L.bq);
       AddBias(&k[t], L.bk);
       AddBias(&v[t], L.bv);
-      HeadsNormRope(&q[t], hp.n_head, hp, L.q_norm, t);
-      HeadsNormRope(&k[t], hp.n_head_kv, hp, L.k_norm, t);
+      if (hp.qk_norm_whole) {  // minimax-m2: one norm over each whole projection
+        q[t] = Norm(q[t], L.q_norm, hp.rms_eps);
+        k[t] = Norm(k[t], L.k_norm, hp.rms_eps);
+        HeadsNormRope(&q[t], hp.n_head, hp, {}, t);
+        HeadsNormRope(&k[t], hp.n_head_kv, hp, {}, t);
+      } else {
+        HeadsNormRope(&q[t], hp.n_head, hp, L.q_norm, t);
+        HeadsNormRope(&k[t], hp.n_head_kv, hp, L.k_norm, t);
+      }
     }
     for (int64_t t = 0; t < n; ++t) {
       Vec a(hp.n_head * hv, 0.0);
@@ -242,7 +258,13 @@ TEST_P(ForwardArchTest, IncrementalDecodeMatchesOneBatch) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, ForwardArchTest, ::testing::Values("qwen3moe", "qwen2moe"));
+INSTANTIATE_TEST_SUITE_P(Archs, ForwardArchTest,
+                         ::testing::Values("qwen3moe", "qwen2moe", "minimax-m2"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& c : n) c = c == '-' ? '_' : c;
+                           return n;
+                         });
 
 // ------------------------------------------------------ continuous batching
 

@@ -1,6 +1,8 @@
 #include "common/model/model.h"
 
 #include <algorithm>
+#include <cstring>
+#include <new>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -92,6 +94,24 @@ absl::Status CheckGroup(const GgufFile& file, int layer,
     }
   }
   return absl::OkStatus();
+}
+
+// A matrix of `rows` rows of src (src's row rows[i] as row i), in a buffer
+// of its own (64-byte aligned, as the mapping's tensors are at least 32).
+quant::WeightView GatherRows(const quant::WeightView& src, const std::vector<int64_t>& rows,
+                             std::vector<std::shared_ptr<uint8_t[]>>* owned) {
+  const uint64_t bytes = src.row_bytes * rows.size();
+  std::shared_ptr<uint8_t[]> buf(
+      static_cast<uint8_t*>(::operator new[](std::max<uint64_t>(bytes, 64), std::align_val_t{64})),
+      [](uint8_t* p) { ::operator delete[](p, std::align_val_t{64}); });
+  for (size_t i = 0; i < rows.size(); ++i) {
+    std::memcpy(buf.get() + i * src.row_bytes, src.data + rows[i] * src.row_bytes, src.row_bytes);
+  }
+  quant::WeightView w = src;
+  w.data = buf.get();
+  w.n_rows = static_cast<int64_t>(rows.size());
+  owned->push_back(std::move(buf));
+  return w;
 }
 
 std::string_view SummaryRole(TensorRole role) {
@@ -196,6 +216,19 @@ absl::Status Model::BindLayer(int il) {
           hparams_.q_lora_rank));
     }
   }
+  if (hparams_.layers[il].mixer == MixerKind::kGatedDeltaNet) {
+    // The DeltaNet input: attn_qkv + attn_gate, or (qwen3next before 2026)
+    // the fused ssm_in, which BindLayer splits into them.
+    RETURN_IF_ERROR(CheckGroup(f, il, {{at(TensorId::kSsmQkv), "attn_qkv.weight"},
+                                       {at(TensorId::kSsmZ), "attn_gate.weight"}}));
+    const bool split = at(TensorId::kSsmQkv) != nullptr;
+    const bool fused = at(TensorId::kSsmIn) != nullptr;
+    if (split == fused) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          f.path(), ": layer ", il, " needs either attn_qkv + attn_gate or ssm_in (",
+          split ? "both are" : "neither is", " present)"));
+    }
+  }
   // Every row of the tensor table, bound by its form.
   absl::Status st;
   ForEachLayerTensor(
@@ -213,7 +246,52 @@ absl::Status Model::BindLayer(int il) {
         }
       },
       layers_[il]);
-  return st;
+  RETURN_IF_ERROR(st);
+  SplitFusedDeltaNet(il);
+  return absl::OkStatus();
+}
+
+void Model::SplitFusedDeltaNet(int il) {
+  LayerWeights& L = layers_[il];
+  const HyperParams& hp = hparams_;
+  const int64_t n_k = hp.ssm_n_k_heads, r = hp.ssm_n_v_heads / std::max<int64_t>(n_k, 1);
+  const int64_t hk = hp.ssm_head_k, hv = hp.ssm_head_v;
+  if (L.ssm_ba.data != nullptr) {
+    // Per key head g: the beta rows of its r value heads, then their alpha
+    // rows; value head g * r + j is row g * 2r + j (beta), + r (alpha).
+    std::vector<int64_t> beta, alpha;
+    for (int64_t g = 0; g < n_k; ++g) {
+      for (int64_t j = 0; j < r; ++j) {
+        beta.push_back(g * 2 * r + j);
+        alpha.push_back(g * 2 * r + r + j);
+      }
+    }
+    L.ssm_beta = GatherRows(L.ssm_ba, beta, &owned_);
+    L.ssm_alpha = GatherRows(L.ssm_ba, alpha, &owned_);
+    L.ssm_ba = {};
+  }
+  if (L.ssm_in.data != nullptr) {
+    // Per key head g: q_g (hk rows), k_g (hk), the v rows of its r value
+    // heads (r x hv), then their z rows (r x hv); attn_qkv is every q, every
+    // k, then every v, and attn_gate every z, in head order.
+    const int64_t block = 2 * hk + 2 * r * hv;
+    std::vector<int64_t> qkv, z;
+    for (int64_t g = 0; g < n_k; ++g) {
+      for (int64_t i = 0; i < hk; ++i) qkv.push_back(g * block + i);
+    }
+    for (int64_t g = 0; g < n_k; ++g) {
+      for (int64_t i = 0; i < hk; ++i) qkv.push_back(g * block + hk + i);
+    }
+    for (int64_t g = 0; g < n_k; ++g) {
+      for (int64_t i = 0; i < r * hv; ++i) {
+        qkv.push_back(g * block + 2 * hk + i);
+        z.push_back(g * block + 2 * hk + r * hv + i);
+      }
+    }
+    L.ssm_qkv = GatherRows(L.ssm_in, qkv, &owned_);
+    L.ssm_z = GatherRows(L.ssm_in, z, &owned_);
+    L.ssm_in = {};
+  }
 }
 
 const GgufTensor* Model::tensor(TensorId id, int il) const {

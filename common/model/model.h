@@ -6,7 +6,9 @@
 // that common/quant supports its type. Failures are InvalidArgument naming
 // the architecture, key or tensor. Norm weights and biases (small vectors) are
 // dequantised to f32 at load; matrices stay in the file's mapping and are
-// exposed as quant::WeightView (2-D) or ExpertTensorView (3-D experts).
+// exposed as quant::WeightView (2-D) or ExpertTensorView (3-D experts),
+// except qwen3next's fused ssm_ba / ssm_in, split by rows into copies
+// (LayerWeights' ssm_beta / ssm_alpha, ssm_qkv / ssm_z) at load.
 //
 // Ownership: a Model shares ownership of its GgufFile, so every view stays
 // valid while the Model lives. Thread-safe: immutable after Load.
@@ -50,7 +52,9 @@ struct ExpertTensorView {
 // Weights of one block: a field per row of the tensor table
 // (tensor_table.h), named there, with what each holds. Matrices stay in the
 // file's mapping (quant::WeightView; gated attention's wq has 2 x head_dim_k
-// rows per head, the query then the gate); vectors are dequantised to f32
+// rows per head, the query then the gate), except those split from
+// qwen3next's fused ssm_ba / ssm_in (Model::SplitFusedDeltaNet; the fused
+// fields stay empty); vectors are dequantised to f32
 // (ssm_conv: tap k of channel c at c * kernel + k; routed-expert biases:
 // expert e's at e * n_ff_exp (gate, up) or e * n_embd (down)); MLA's
 // per-head matrices and the routed experts are ExpertTensorViews (wk_b's
@@ -107,6 +111,10 @@ class Model {
   Model() = default;
   absl::Status BindTensors();
   absl::Status BindLayer(int il);
+  // qwen3next's fused file layouts (ssm_ba; the legacy ssm_in) split by rows
+  // into ssm_beta / ssm_alpha and ssm_qkv / ssm_z, copies of their own (the
+  // fused fields are left empty): the forward passes read one layout.
+  void SplitFusedDeltaNet(int il);
 
   std::shared_ptr<const GgufFile> file_;
   const ArchDescription* arch_ = nullptr;
@@ -119,6 +127,8 @@ class Model {
   bool tied_output_ = false;
   std::vector<float> output_norm_;
   std::vector<LayerWeights> layers_;
+  // The matrices SplitFusedDeltaNet made (the rest live in the mapping).
+  std::vector<std::shared_ptr<uint8_t[]>> owned_;
 };
 
 }  // namespace moesplit::model

@@ -2,7 +2,9 @@
 // validation, on hand-written models (GgufWriter) and the fixture models.
 #include "common/model/model.h"
 
+#include <cstring>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
@@ -137,6 +139,102 @@ TEST(ModelTest, NextNBlocksAreRefusedByName) {
   }
 }
 
+// minimax-m2: one QK-norm over each whole projection, a sigmoid router with
+// the selection bias, normalised weights, no shared expert, untied output.
+TEST(ModelTest, ParsesFixtureMiniMaxM2) {
+  auto m = Model::Open(Fixture("minimaxm2-tiny-f16.gguf"));
+  ASSERT_TRUE(m.ok()) << m.status();
+  const HyperParams& hp = (*m)->hparams();
+  EXPECT_EQ(hp.arch, "minimax-m2");
+  EXPECT_TRUE(hp.qk_norm_whole);
+  EXPECT_EQ(hp.router_scoring, RouterSpec::Scoring::kSigmoid);
+  EXPECT_TRUE(hp.norm_topk);
+  EXPECT_FLOAT_EQ(hp.expert_weights_scale, 1.0f);
+  EXPECT_EQ(hp.n_expert, 16);
+  EXPECT_EQ(hp.n_expert_used, 4);
+  EXPECT_EQ(hp.n_ff_exp, 128);
+  EXPECT_EQ(hp.rope.n_rot, 32);
+  EXPECT_FALSE(hp.rope.norm_style);
+  EXPECT_FLOAT_EQ(hp.rope.freq_base, 5e6f);
+  EXPECT_FALSE((*m)->tied_output());
+  for (int il = 0; il < (*m)->n_layer(); ++il) {
+    const LayerWeights& L = (*m)->layer(il);
+    EXPECT_EQ(L.q_norm.size(), 256u);  // 4 heads x 64
+    EXPECT_EQ(L.k_norm.size(), 128u);  // 2 heads x 64
+    EXPECT_EQ(L.router_sel_b.size(), 16u);
+    EXPECT_FALSE(L.has_shared_expert());
+  }
+}
+
+// qwen3next: the fused ssm_ba is split into ssm_beta / ssm_alpha (per key
+// head g: the beta rows of its value heads, then their alpha rows), value
+// head h reads key head h / 2, plain NEOX RoPE; the legacy ssm_in file
+// splits into the very rows the current layout stores.
+TEST(ModelTest, ParsesFixtureQwen3NextAndSplitsItsFusedProjections) {
+  auto m = Model::Open(Fixture("qwen3next-tiny-f16.gguf"));
+  ASSERT_TRUE(m.ok()) << m.status();
+  const HyperParams& hp = (*m)->hparams();
+  EXPECT_EQ(hp.arch, "qwen3next");
+  EXPECT_TRUE(hp.ssm_grouped_heads);
+  EXPECT_FALSE(hp.rope.multi_section);
+  EXPECT_EQ(hp.rope.n_rot, 16);
+  EXPECT_FLOAT_EQ(hp.rope.freq_base, 1e7f);
+  EXPECT_EQ(hp.n_recurrent_layers(), 3);
+  EXPECT_EQ(hp.layers[3].mixer, MixerKind::kGatedAttention);
+  ASSERT_EQ(hp.ssm_n_k_heads, 2);
+  ASSERT_EQ(hp.ssm_n_v_heads, 4);
+  for (int h = 0; h < 4; ++h) EXPECT_EQ(hp.ssm_key_head(h), h / 2) << h;
+  HyperParams modulo = hp;
+  modulo.ssm_grouped_heads = false;  // qwen35moe's broadcast
+  for (int h = 0; h < 4; ++h) EXPECT_EQ(modulo.ssm_key_head(h), h % 2) << h;
+
+  const LayerWeights& L = (*m)->layer(0);
+  const GgufTensor* ba = (*m)->tensor(TensorId::kSsmBa, 0);
+  ASSERT_NE(ba, nullptr);
+  EXPECT_EQ(L.ssm_ba.data, nullptr);
+  ASSERT_EQ(L.ssm_beta.n_rows, 4);
+  ASSERT_EQ(L.ssm_alpha.n_rows, 4);
+  const uint64_t rb = L.ssm_beta.row_bytes;
+  for (int h = 0; h < 4; ++h) {
+    const uint8_t* beta_row = ba->data + ((h / 2) * 4 + h % 2) * rb;
+    const uint8_t* alpha_row = ba->data + ((h / 2) * 4 + 2 + h % 2) * rb;
+    EXPECT_EQ(std::memcmp(L.ssm_beta.data + h * rb, beta_row, rb), 0) << h;
+    EXPECT_EQ(std::memcmp(L.ssm_alpha.data + h * rb, alpha_row, rb), 0) << h;
+  }
+  EXPECT_EQ(L.ssm_qkv.data, (*m)->tensor(TensorId::kSsmQkv, 0)->data);  // as stored
+
+  auto legacy = Model::Open(Fixture("qwen3next-ssmin-tiny-f16.gguf"));
+  ASSERT_TRUE(legacy.ok()) << legacy.status();
+  for (int il = 0; il < 3; ++il) {
+    const LayerWeights& a = (*m)->layer(il);
+    const LayerWeights& b = (*legacy)->layer(il);
+    ASSERT_NE((*legacy)->tensor(TensorId::kSsmIn, il), nullptr);
+    EXPECT_EQ(b.ssm_in.data, nullptr);
+    for (auto [x, y] : {std::pair{a.ssm_qkv, b.ssm_qkv}, std::pair{a.ssm_z, b.ssm_z}}) {
+      ASSERT_EQ(x.n_rows, y.n_rows) << il;
+      ASSERT_EQ(x.row_bytes, y.row_bytes) << il;
+      EXPECT_EQ(std::memcmp(x.data, y.data, x.n_rows * x.row_bytes), 0) << il;
+    }
+  }
+}
+
+TEST(ModelTest, Qwen3NextNeedsOneDeltaNetInputLayout) {
+  TinyModelOptions o;
+  o.arch = "qwen3next";
+  o.n_layer = 4;
+  auto good = MakeTinyModel(o);
+  ASSERT_TRUE(good.ok()) << good.status();
+  o.drop_tensors = {"blk.0.attn_qkv.weight"};
+  auto half = MakeTinyModel(o);
+  EXPECT_EQ(half.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(half.status().message()), HasSubstr("blk.0.attn_qkv.weight"));
+  o.drop_tensors = {"blk.2.attn_qkv.weight", "blk.2.attn_gate.weight"};  // DeltaNet: 0, 2
+  auto none = MakeTinyModel(o);
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(none.status().message()),
+              HasSubstr("layer 2 needs either attn_qkv + attn_gate or ssm_in"));
+}
+
 // The i-quant files: their formats dequantise (common/quant) but have no dot
 // kernels yet (issue #42), so loading them still stops at the first i-quant
 // tensor. Goes when the loader accepts them.
@@ -267,7 +365,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, BadModelTest, ::testing::ValuesIn(BadModelCases(
                          [](const auto& info) { return info.param.label; });
 
 TEST(HyperParamsTest, GoodTinyModelsLoad) {
-  for (const char* arch : {"qwen3moe", "qwen2moe"}) {
+  for (const char* arch : {"qwen3moe", "qwen2moe", "minimax-m2", "qwen3next"}) {
     TinyModelOptions o;
     o.arch = arch;
     auto m = MakeTinyModel(o);

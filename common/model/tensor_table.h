@@ -45,6 +45,8 @@ namespace moesplit::model {
   X(kSsmAlpha, kMatrix, ssm_alpha, false)                              \
   X(kSsmNorm, kVector, ssm_norm, false)                                \
   X(kSsmOut, kMatrix, ssm_out, true)                                   \
+  X(kSsmBa, kMatrix, ssm_ba, false)                                    \
+  X(kSsmIn, kMatrix, ssm_in, false)                                    \
   X(kRouter, kMatrix, router, false)                                   \
   X(kExpGate, kExperts, gate_exps, false)                              \
   X(kExpUp, kExperts, up_exps, false)                                  \
@@ -80,7 +82,9 @@ namespace moesplit::model {
 //   ssm_*: gated DeltaNet (attn_qkv: the conv's q, k, v input; attn_gate:
 //     the output gate z; ssm_conv1d [kernel, channels]; ssm_dt.bias and
 //     ssm_a = -exp(A_log) per value head; ssm_beta / ssm_alpha: write
-//     strength and decay projections; ssm_norm per value head; ssm_out);
+//     strength and decay projections; ssm_norm per value head; ssm_out;
+//     ssm_ba and ssm_in: qwen3next's fused file layouts, split at load into
+//     ssm_beta / ssm_alpha and ssm_qkv / ssm_z, then empty: Model::Load);
 //   router (+ router_b; router_sel_b: the selection bias exp_probs_b, added
 //     to the scores for choosing only), the routed experts (one row per
 //     expert for their biases), the shared expert and its sigmoid gate;

@@ -159,6 +159,10 @@ INSTANTIATE_TEST_SUITE_P(
         SplitCase{"gpt-4o", "12345", {"123", "45"}},
         SplitCase{"gpt-4o", "don't", {"don't"}},
         SplitCase{"gpt-4o", "a//\nb", {"a", "//\n", "b"}},
+        // minimax-m2: GPT-4o's split.
+        SplitCase{"minimax-m2", "HelloWorld CASE", {"Hello", "World", " CASE"}},
+        SplitCase{"minimax-m2", "12345", {"123", "45"}},
+        SplitCase{"minimax-m2", "a//\nb", {"a", "//\n", "b"}},
         // deepseek-v3: digits, then CJK/kana runs, then words.
         SplitCase{"deepseek-v3", "12345", {"123", "45"}},
         SplitCase{"deepseek-v3", "\xE4\xBD\xA0\xE5\xA5\xBDworld",

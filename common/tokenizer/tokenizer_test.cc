@@ -365,8 +365,34 @@ INSTANTIATE_TEST_SUITE_P(Models, ModelPromptTest,
                                            "qwen2moe-tiny-q8_0",
                                            "qwen35moe-tiny-f16",
                                            "gptoss-tiny-f16",
-                                           "deepseek2-tiny-f16"),
+                                           "deepseek2-tiny-f16",
+                                           "minimaxm2-tiny-f16",
+                                           "qwen3next-tiny-f16"),
                          ParamName);
+
+// MiniMax-M2's role tokens (]~!b[ begins a message, ]~b] a role, [e~[ ends
+// one): control tokens, and [e~[ ends generation by its text, as in llama.cpp.
+TEST(TokenizerTest, MiniMaxM2ControlAndEndOfGenerationTokens) {
+  auto gguf = GgufFile::Open(FixturesDir() + "/models/minimaxm2-tiny-f16.gguf");
+  ASSERT_TRUE(gguf.ok()) << gguf.status();
+  auto tok = Tokenizer::FromGguf(**gguf);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  const int32_t begin = (*tok)->FindToken("]~!b["), role = (*tok)->FindToken("]~b]");
+  const int32_t end = (*tok)->FindToken("[e~[");
+  ASSERT_GE(begin, 0);
+  ASSERT_GE(role, 0);
+  ASSERT_GE(end, 0);
+  for (int32_t id : {begin, role, end}) EXPECT_TRUE((*tok)->IsControl(id)) << id;
+  EXPECT_TRUE((*tok)->IsEndOfGeneration(end));
+  EXPECT_FALSE((*tok)->IsEndOfGeneration(begin));
+  EXPECT_FALSE((*tok)->IsEndOfGeneration(role));
+  auto ids = (*tok)->Encode("]~!b[]~b]user\nHi[e~[", /*parse_special=*/true);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  ASSERT_GE(ids->size(), 4u);
+  EXPECT_EQ((*ids)[0], begin);
+  EXPECT_EQ((*ids)[1], role);
+  EXPECT_EQ(ids->back(), end);
+}
 
 TEST(TokenizerTest, RejectsUnknownAndMissingPreTypes) {
   auto spec = MakeTestVocab(300);

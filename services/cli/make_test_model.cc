@@ -72,11 +72,12 @@ absl::Status RunMakeTestModel(const Args& args, const CommandIo& io) {
   TestModelSpec shape;  // receives the shape flags
   FlagParser f;
   f.AddString("out|o", &out, "output GGUF path (required)");
-  f.AddString("arch", &arch, "qwen3moe | qwen2moe | qwen35moe | gpt-oss | deepseek2")
+  f.AddString("arch", &arch,
+              "qwen3moe | qwen2moe | qwen35moe | gpt-oss | deepseek2 | qwen3next | minimax-m2")
       .DefaultText("the preset's");
   f.AddString("preset", &preset,
               "qwen3-30b-a3b | qwen3.5-35b-a3b | gpt-oss-20b | gpt-oss-120b | deepseek-v3 | "
-              "kimi-k2 | deepseek-v2-lite | tiny");
+              "kimi-k2 | deepseek-v2-lite | minimax-m2 | qwen3-next-80b-a3b | tiny");
   f.AddString("type", &type,
               absl::StrCat("file type: ", absl::StrJoin(FileTypeMixNames(), " ")))
       .Meta("TYPE")

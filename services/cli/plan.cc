@@ -80,7 +80,8 @@ absl::Status RunPlan(const Args& args, const CommandIo& io) {
   f.AddString("preset", &preset,
               "plan for a shape without a file: qwen3-30b-a3b (vocab 151936) | "
               "qwen3.5-35b-a3b (vocab 248320) | gpt-oss-20b | gpt-oss-120b (vocab 201088) | "
-              "deepseek-v3 | kimi-k2 | deepseek-v2-lite | tiny (required, or --model)")
+              "deepseek-v3 | kimi-k2 | deepseek-v2-lite | minimax-m2 (vocab 200064) | "
+              "qwen3-next-80b-a3b (vocab 151936) | tiny (required, or --model)")
       .Meta("NAME");
   f.AddString("type", &type,
               absl::StrCat("file type of --preset: ", absl::StrJoin(FileTypeMixNames(), " ")))

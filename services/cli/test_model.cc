@@ -374,10 +374,53 @@ absl::StatusOr<TestModelSpec> PresetSpec(absl::string_view preset) {
     s.n_ctx = kimi ? 131072 : 163840;
     return s;
   }
+  if (p == "minimax-m2") {
+    // MiniMaxAI/MiniMax-M2's config.json (M2.5 / M2.7 share the shape):
+    // 230B-A10B.
+    s.arch = "minimax-m2";
+    s.n_layer = 62;
+    s.n_embd = 3072;
+    s.n_head = 48;
+    s.n_head_kv = 8;
+    s.head_dim = 128;
+    s.n_rot = 64;  // rotary_dim
+    s.rope_freq_base = 5e6;
+    s.n_expert = 256;
+    s.n_expert_used = 8;
+    s.n_ff_exp = 1536;
+    s.n_ff = 1536;
+    s.n_vocab = 200064;
+    s.n_ctx = 196608;
+    return s;
+  }
+  if (p == "qwen3-next-80b-a3b") {
+    // Qwen/Qwen3-Next-80B-A3B-Instruct's config.json: 80B-A3B.
+    s.arch = "qwen3next";
+    s.n_layer = 48;
+    s.n_embd = 2048;
+    s.n_head = 16;
+    s.n_head_kv = 2;
+    s.head_dim = 256;
+    s.n_rot = 64;  // partial_rotary_factor 0.25
+    s.rope_freq_base = 1e7;
+    s.ssm_conv_kernel = 4;
+    s.ssm_n_k_heads = 16;
+    s.ssm_n_v_heads = 32;
+    s.ssm_head = 128;
+    s.full_attention_interval = 4;
+    s.n_expert = 512;
+    s.n_expert_used = 10;
+    s.n_ff_exp = 512;
+    s.n_ff_shexp = 512;
+    s.n_ff = 5120;
+    s.n_vocab = 151936;
+    s.n_ctx = 262144;
+    return s;
+  }
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown preset '", preset,
       "' (supported: qwen3-30b-a3b, qwen3.5-35b-a3b, gpt-oss-20b, gpt-oss-120b, deepseek-v3, "
-      "kimi-k2, deepseek-v2-lite, tiny)"));
+      "kimi-k2, deepseek-v2-lite, minimax-m2, qwen3-next-80b-a3b, tiny)"));
 }
 
 absl::StatusOr<std::vector<PlannedTensor>> PlanTensors(
@@ -426,6 +469,9 @@ absl::StatusOr<std::vector<PlannedTensor>> PlanTensors(
   // deepseek2: the q LoRA pair or attn_q, and the selection bias with the
   // sigmoid router (as the published files).
   auto wanted = [&](const model::TensorSpec& t) {
+    // qwen3next: attn_qkv + attn_gate, as current converters write (not
+    // the legacy fused ssm_in, their alternative).
+    if (t.id == model::TensorId::kSsmIn) return false;
     if (!IsDeepSeek2(spec)) return true;
     switch (t.id) {
       case model::TensorId::kAttnQA:
@@ -596,6 +642,11 @@ absl::Status AddTestModel(const TestModelSpec& spec, GgufWriter* writer,
       writer->SetF32(absl::StrCat(a, ".rope.scaling.yarn_log_multiplier"),
                      static_cast<float>(spec.rope_yarn_log_mul));
     }
+  }
+  if (const model::RouterSpec& r = model::FindArch(a)->router;
+      r.gating_func_key && !IsDeepSeek2(spec)) {
+    // minimax-m2: the converter writes its scoring (2 sigmoid, 1 softmax).
+    u32("expert_gating_func", r.scoring == model::RouterSpec::Scoring::kSigmoid ? 2 : 1);
   }
   if (model::FindArch(a)->multi_section_rope) {
     writer->Set(absl::StrCat(a, ".rope.dimension_sections"),

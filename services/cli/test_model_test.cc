@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -147,6 +148,93 @@ TEST_F(TestModelTest, Qwen35_35B_PresetPlan) {
   std::vector<float> logits;
   ASSERT_TRUE(forward.Eval({1, 2, 3, 4}, state->get(), model::LogitsMode::kLast, &logits).ok());
   for (float x : logits) ASSERT_TRUE(std::isfinite(x));
+}
+
+// MiniMax-M2 (230B-A10B) and Qwen3-Next-80B-A3B as published: the totals
+// and active parameters of their model cards, the tensors llama.cpp loads
+// (minimax-m2: the whole-projection QK-norm and exp_probs_b, no shared
+// expert; qwen3next: attn_qkv + attn_gate and the fused ssm_ba), and a
+// small file of each kind loads and runs.
+TEST_F(TestModelTest, MiniMaxM2AndQwen3NextPresetsPlanAndRun) {
+  struct Want {
+    const char* preset;
+    const char* arch;
+    double total_b, active_b;  // billions of parameters (active: without the embeddings
+                               // and the output head, as the model cards count)
+  };
+  for (const Want& w : {Want{"minimax-m2", "minimax-m2", 230, 10},
+                        Want{"qwen3-next-80b-a3b", "qwen3next", 80, 3}}) {
+    auto spec = PresetSpec(w.preset);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    EXPECT_EQ(spec->arch, w.arch);
+    auto plan = PlanTensors(*spec);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_TRUE(ValidateSpec(*spec).ok()) << w.preset << ": " << ValidateSpec(*spec);
+    double total = 0, routed = 0, vocab = 0;
+    std::map<std::string, std::vector<int64_t>> ne;
+    for (const PlannedTensor& t : *plan) {
+      double n = 1;
+      for (int64_t x : t.ne) n *= x;
+      total += n;
+      if (t.role == model::TensorRole::kRoutedExpert) routed += n;
+      if (t.role == model::TensorRole::kEmbeddings || t.role == model::TensorRole::kOutput) {
+        vocab += n;
+      }
+      if (absl::StartsWith(t.name, "blk.0.") || absl::StartsWith(t.name, "blk.3.")) {
+        ne[t.name] = t.ne;
+      }
+      EXPECT_FALSE(absl::EndsWith(t.name, ".ssm_in.weight")) << t.name;
+    }
+    const double active = total - vocab - routed +
+                          routed * spec->n_expert_used / static_cast<double>(spec->n_expert);
+    EXPECT_NEAR(total / 1e9, w.total_b, 0.05 * w.total_b) << w.preset;
+    EXPECT_NEAR(active / 1e9, w.active_b, 0.15 * w.active_b) << w.preset;
+    if (spec->arch == "minimax-m2") {
+      EXPECT_EQ(ne["blk.0.attn_q.weight"], (std::vector<int64_t>{3072, 6144}));  // 48 x 128
+      EXPECT_EQ(ne["blk.0.attn_k.weight"], (std::vector<int64_t>{3072, 1024}));  // 8 x 128
+      EXPECT_EQ(ne["blk.0.attn_q_norm.weight"], (std::vector<int64_t>{6144}));
+      EXPECT_EQ(ne["blk.0.attn_k_norm.weight"], (std::vector<int64_t>{1024}));
+      EXPECT_EQ(ne["blk.0.exp_probs_b.bias"], (std::vector<int64_t>{256}));
+      EXPECT_EQ(ne["blk.0.ffn_gate_exps.weight"], (std::vector<int64_t>{3072, 1536, 256}));
+      EXPECT_EQ(ne.count("blk.0.ffn_gate_shexp.weight"), 0u);
+    } else {
+      EXPECT_EQ(ne["blk.0.attn_qkv.weight"], (std::vector<int64_t>{2048, 8192}));
+      EXPECT_EQ(ne["blk.0.attn_gate.weight"], (std::vector<int64_t>{2048, 4096}));
+      EXPECT_EQ(ne["blk.0.ssm_ba.weight"], (std::vector<int64_t>{2048, 64}));  // 32 x (b, a)
+      EXPECT_EQ(ne["blk.3.attn_q.weight"], (std::vector<int64_t>{2048, 8192}));
+      EXPECT_EQ(ne["blk.0.ffn_gate_exps.weight"], (std::vector<int64_t>{2048, 512, 512}));
+      EXPECT_EQ(ne["blk.0.ffn_gate_shexp.weight"], (std::vector<int64_t>{2048, 512}));
+    }
+
+    // A small file of the same kind loads and runs.
+    spec->n_layer = 4;
+    spec->n_expert = 16;
+    spec->n_vocab = 512;
+    spec->type = "Q8_0";
+    const std::string path = Path(absl::StrCat(w.arch, ".gguf"));
+    ASSERT_TRUE(WriteTestModel(*spec, path).ok());
+    auto m = model::Model::Open(path);
+    ASSERT_TRUE(m.ok()) << m.status();
+    const model::HyperParams& hp = (*m)->hparams();
+    EXPECT_EQ(hp.rope.n_rot, 64);
+    EXPECT_FALSE(hp.rope.multi_section);
+    if (spec->arch == "minimax-m2") {
+      EXPECT_TRUE(hp.qk_norm_whole);
+      EXPECT_EQ(hp.router_scoring, model::RouterSpec::Scoring::kSigmoid);
+      EXPECT_TRUE(hp.norm_topk);
+    } else {
+      EXPECT_TRUE(hp.ssm_grouped_heads);
+      EXPECT_EQ(hp.n_recurrent_layers(), 3);
+      EXPECT_EQ((*m)->layer(0).ssm_beta.n_rows, 32);
+    }
+    model::InProcessExperts experts(model::ExpertStore(*m), nullptr);
+    model::Forward forward(*m, &experts, nullptr);
+    auto state = model::SequenceState::Create(hp, 16);
+    ASSERT_TRUE(state.ok());
+    std::vector<float> logits;
+    ASSERT_TRUE(forward.Eval({1, 2, 3, 4}, state->get(), model::LogitsMode::kLast, &logits).ok());
+    for (float x : logits) ASSERT_TRUE(std::isfinite(x));
+  }
 }
 
 // gpt-oss-20b / 120b as published: biased attention with sinks, the even

@@ -149,7 +149,10 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureLogitsTest,
                          ::testing::Values("qwen3moe-tiny-q4_k_m", "qwen2moe-tiny-q8_0",
                                            "qwen35moe-tiny-f16", "qwen35moe-tiny-q8_0",
                                            "gptoss-tiny-f16", "gptoss-tiny-mxfp4_moe",
-                                           "deepseek2-tiny-f16", "deepseek2-tiny-q8_0"));
+                                           "deepseek2-tiny-f16", "deepseek2-tiny-q8_0",
+                                           "minimaxm2-tiny-f16", "minimaxm2-tiny-q8_0",
+                                           "qwen3next-tiny-f16", "qwen3next-tiny-q8_0",
+                                           "qwen3next-ssmin-tiny-f16"));
 
 // Workers splitting the experts by id (each one's partial sums added by the
 // dense side: the same values up to the order of the additions). gpt-oss's

@@ -182,7 +182,7 @@ model::testing::TinyModelOptions Tiny(const std::string& arch, GgmlType type) {
   o.n_ff_shexp = 256;
   o.matrix_type = type;
   o.n_vocab = 300;
-  if (arch == "qwen35moe") {
+  if (arch == "qwen35moe" || arch == "qwen3next") {
     // DeltaNet, gated attention, DeltaNet, gated attention; DeltaNet heads
     // of 32 (2 key heads, 4 value heads); partial rotary (8 of 16 pairs)
     // with multi-section RoPE: pairs 6 and 7 of every 8 are not rotated.
@@ -192,7 +192,12 @@ model::testing::TinyModelOptions Tiny(const std::string& arch, GgmlType type) {
     o.ssm_n_k_heads = 2;
     o.ssm_n_v_heads = 4;
     o.n_rot = 16;
-    o.rope_sections = {2, 2, 2, 2};
+    o.rope_sections = {2, 2, 2, 2};  // qwen35moe only; qwen3next: plain NEOX
+  }
+  if (arch == "minimax-m2") {
+    // QK-norm over the whole projections, partial rotary (8 of 16 pairs),
+    // sigmoid router with the selection bias.
+    o.n_rot = 16;
   }
   if (arch == "gpt-oss") {
     // Sliding windows of 8 on the even layers (the prompts are longer), the
@@ -267,6 +272,10 @@ INSTANTIATE_TEST_SUITE_P(
                       GpuCase{"qwen35moe", GgmlType::kF32, 1e-4},
                       GpuCase{"qwen35moe", GgmlType::kQ8_0, 5e-3},
                       GpuCase{"qwen35moe", GgmlType::kF16, 1e-4},
+                      GpuCase{"qwen3next", GgmlType::kF32, 1e-4},
+                      GpuCase{"qwen3next", GgmlType::kQ8_0, 5e-3},
+                      GpuCase{"minimax-m2", GgmlType::kF32, 1e-4},
+                      GpuCase{"minimax-m2", GgmlType::kQ8_0, 5e-3},
                       GpuCase{"gpt-oss", GgmlType::kF32, 1e-4},
                       GpuCase{"gpt-oss", GgmlType::kQ8_0, 5e-3}),
     [](const ::testing::TestParamInfo<GpuCase>& i) {
@@ -578,7 +587,10 @@ TEST_F(CudaMemoryPlanTest, ThePrintedPlanIsWhatIsAllocated) {
                         Case{"qwen3moe", GgmlType::kQ8_0, plan::KvType::kQ4_0, 1000, 7, 3},
                         Case{"qwen35moe", GgmlType::kQ8_0, plan::KvType::kF16, 300, 64, 2},
                         Case{"qwen35moe", GgmlType::kF32, plan::KvType::kQ8_0, 1000, 7, 1},
-                        Case{"gpt-oss", GgmlType::kF32, plan::KvType::kF16, 300, 64, 2}}) {
+                        Case{"gpt-oss", GgmlType::kF32, plan::KvType::kF16, 300, 64, 2},
+                        // ssm_ba split at load: the plan's one tensor is two uploads.
+                        Case{"qwen3next", GgmlType::kQ8_0, plan::KvType::kF16, 300, 64, 2},
+                        Case{"minimax-m2", GgmlType::kQ8_0, plan::KvType::kQ8_0, 512, 64, 1}}) {
     SCOPED_TRACE(std::string(c.arch) + " " + std::string(GgmlTypeName(c.type)));
     ASSERT_NO_FATAL_FAILURE(Load(Tiny(c.arch, c.type)));
     auto device = Gpu();

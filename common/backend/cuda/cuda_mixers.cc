@@ -51,9 +51,20 @@ absl::Status CudaForward::Attention(int il, int64_t n, absl::Span<const Segment>
   if (L.bq.p) RETURN_IF_CUDA_ERROR(raw::AddBias(ws.q, L.bq.p, n, hp.n_head * hd, s));
   if (L.bk.p) RETURN_IF_CUDA_ERROR(raw::AddBias(ws.k, L.bk.p, n, hp.n_head_kv * hd, s));
   if (L.bv.p) RETURN_IF_CUDA_ERROR(raw::AddBias(ws.v, L.bv.p, n, hp.n_head_kv * hd, s));
-  RETURN_IF_CUDA_ERROR(raw::QkNormRope(ws.q, L.q_norm.p, hp.n_head, ws.k, L.k_norm.p,
-                                        hp.n_head_kv, n, hd, hp.rms_eps, hp.rope.n_rot,
-                                        ws.rope, s));
+  if (hp.qk_norm_whole) {
+    // One RMSNorm over each whole projection, then RoPE per head.
+    if (L.q_norm.p) {
+      RETURN_IF_CUDA_ERROR(raw::RmsNorm(ws.q, L.q_norm.p, n, hp.n_head * hd, hp.rms_eps, ws.q, s));
+      RETURN_IF_CUDA_ERROR(
+          raw::RmsNorm(ws.k, L.k_norm.p, n, hp.n_head_kv * hd, hp.rms_eps, ws.k, s));
+    }
+    RETURN_IF_CUDA_ERROR(raw::QkNormRope(ws.q, nullptr, hp.n_head, ws.k, nullptr, hp.n_head_kv,
+                                          n, hd, hp.rms_eps, hp.rope.n_rot, ws.rope, s));
+  } else {
+    RETURN_IF_CUDA_ERROR(raw::QkNormRope(ws.q, L.q_norm.p, hp.n_head, ws.k, L.k_norm.p,
+                                          hp.n_head_kv, n, hd, hp.rms_eps, hp.rope.n_rot,
+                                          ws.rope, s));
+  }
   // Each sequence's tokens against its own paged cache.
   const int64_t kd = hp.n_head_kv * hd, qd = hp.n_head * hd;
   for (const Segment& g : segs) {
@@ -230,6 +241,7 @@ absl::Status CudaForward::DeltaNet(int il, int64_t n, absl::Span<const Segment> 
     dp.n_k_heads = static_cast<int>(n_k);
     dp.n_v_heads = static_cast<int>(n_v);
     dp.dim = static_cast<int>(dim);
+    dp.grouped_heads = hp.ssm_grouped_heads;
     RETURN_IF_CUDA_ERROR(raw::DeltaRule(dp, s));
   }
   RETURN_IF_CUDA_ERROR(raw::GatedRmsNorm(ws.dn_out, ws.dn_z, L.ssm_norm.p, n * n_v, dim,

@@ -787,52 +787,66 @@ TEST_F(CudaOpsTest, DeltaNetOpsMatchTheCpu) {
     ASSERT_NEAR(gg[i], g[i], Near(g[i])) << i;
   }
 
-  // The delta rule on the CPU's normalised qkv, gates and a random state.
+  // The delta rule on the CPU's normalised qkv, gates and a random state;
+  // value head h reading key head h % n_k (qwen35moe) or h / (n_v / n_k)
+  // (qwen3next, grouped_heads).
   const std::vector<float> s0 = RandomVector(n_v * dim * dim, 67, 0.1f);
   std::vector<float> out(n * n_v * dim), s1(n_v * dim * dim);
-  for (int h = 0; h < n_v; ++h) {
-    const int kh = h % n_k;
-    model::internal::DeltaRuleHead dh;
-    dh.q = qkv.data() + kh * dim;
-    dh.k = qkv.data() + (n_k + kh) * dim;
-    dh.v = qkv.data() + (2 * n_k + h) * dim;
-    dh.q_stride = dh.k_stride = dh.v_stride = channels;
-    dh.g = g.data() + h;
-    dh.beta = beta.data() + h;
-    dh.g_stride = n_v;
-    dh.out = out.data() + h * dim;
-    dh.out_stride = n_v * dim;
-    model::internal::DeltaRule(dh, n, dim, s0.data() + h * dim * dim, s1.data() + h * dim * dim);
-  }
-  float* dq = Upload(qkv);
-  float* dgate = Upload(g);
-  float* dbeta2 = Upload(beta);
-  float* dout = Zeros<float>(n * n_v * dim);
-  float* ds_in = Upload(s0);
-  float* ds_out = Zeros<float>(n_v * dim * dim);
   raw::DeltaRuleParams dp;
-  dp.stride = channels;
-  dp.n_k_heads = n_k;
-  dp.n_v_heads = n_v;
-  dp.dim = dim;
-  for (int part = 0; part < 2; ++part) {
-    const int64_t t0 = part == 0 ? 0 : split;
-    dp.qkv = dq + t0 * channels;
-    dp.g = dgate + t0 * n_v;
-    dp.beta = dbeta2 + t0 * n_v;
-    dp.out = dout + t0 * n_v * dim;
-    dp.n_tok = part == 0 ? split : n - split;
-    dp.state_in = part == 0 ? ds_in : ds_out;
-    dp.state_out = ds_out;
-    ASSERT_TRUE(ToStatus(raw::DeltaRule(dp, s())).ok());
-  }
-  const std::vector<float> gout = Download(dout, out.size()), gs = Download(ds_out, s1.size());
+  for (const bool grouped : {false, true}) {
+    model::HyperParams heads;
+    heads.ssm_n_k_heads = n_k;
+    heads.ssm_n_v_heads = n_v;
+    heads.ssm_grouped_heads = grouped;
+    for (int h = 0; h < n_v; ++h) {
+      const int64_t kh = heads.ssm_key_head(h);
+      model::internal::DeltaRuleHead dh;
+      dh.q = qkv.data() + kh * dim;
+      dh.k = qkv.data() + (n_k + kh) * dim;
+      dh.v = qkv.data() + (2 * n_k + h) * dim;
+      dh.q_stride = dh.k_stride = dh.v_stride = channels;
+      dh.g = g.data() + h;
+      dh.beta = beta.data() + h;
+      dh.g_stride = n_v;
+      dh.out = out.data() + h * dim;
+      dh.out_stride = n_v * dim;
+      model::internal::DeltaRule(dh, n, dim, s0.data() + h * dim * dim,
+                                 s1.data() + h * dim * dim);
+    }
+    float* dq = Upload(qkv);
+    float* dgate = Upload(g);
+    float* dbeta2 = Upload(beta);
+    float* dout = Zeros<float>(n * n_v * dim);
+    float* ds_in = Upload(s0);
+    float* ds_out = Zeros<float>(n_v * dim * dim);
+    dp.stride = channels;
+    dp.n_k_heads = n_k;
+    dp.n_v_heads = n_v;
+    dp.dim = dim;
+    dp.grouped_heads = grouped;
+    for (int part = 0; part < 2; ++part) {
+      const int64_t t0 = part == 0 ? 0 : split;
+      dp.qkv = dq + t0 * channels;
+      dp.g = dgate + t0 * n_v;
+      dp.beta = dbeta2 + t0 * n_v;
+      dp.out = dout + t0 * n_v * dim;
+      dp.n_tok = part == 0 ? split : n - split;
+      dp.state_in = part == 0 ? ds_in : ds_out;
+      dp.state_out = ds_out;
+      ASSERT_TRUE(ToStatus(raw::DeltaRule(dp, s())).ok());
+    }
+    const std::vector<float> gout = Download(dout, out.size()), gs = Download(ds_out, s1.size());
 #ifdef MOESPLIT_CUDA_EMULATED
-  EXPECT_EQ(gout, out);
-  EXPECT_EQ(gs, s1);
+    EXPECT_EQ(gout, out) << grouped;
+    EXPECT_EQ(gs, s1) << grouped;
 #endif
-  for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(gout[i], out[i], Near(out[i], 1e-4f)) << i;
-  for (size_t i = 0; i < s1.size(); ++i) ASSERT_NEAR(gs[i], s1[i], Near(s1[i], 1e-4f)) << i;
+    for (size_t i = 0; i < out.size(); ++i) {
+      ASSERT_NEAR(gout[i], out[i], Near(out[i], 1e-4f)) << i << " grouped " << grouped;
+    }
+    for (size_t i = 0; i < s1.size(); ++i) {
+      ASSERT_NEAR(gs[i], s1[i], Near(s1[i], 1e-4f)) << i << " grouped " << grouped;
+    }
+  }
 
   // Gated RMSNorm per value head: RmsNorm(o) * ssm_norm * SiLU(z).
   const std::vector<float> z = RandomVector(n * n_v * dim, 68), nw = RandomVector(dim, 69);

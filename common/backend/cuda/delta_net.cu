@@ -93,7 +93,7 @@ __global__ void DeltaRuleKernel(DeltaRuleParams p) {
   const int j = blockIdx.y * kRowsPerBlock + threadIdx.x / 16;
   const int lane = threadIdx.x & 15;
   const int dim = p.dim, n_v = p.n_v_heads;
-  const int kh = h % p.n_k_heads;
+  const int kh = p.grouped_heads ? h / (p.n_v_heads / p.n_k_heads) : h % p.n_k_heads;
   const int npl = dim / 16;
   const float scale = 1.0f / sqrtf(static_cast<float>(dim));
   const int64_t off = (static_cast<int64_t>(h) * dim + j) * dim;

@@ -148,7 +148,7 @@ CallResult DeltaRule(const DeltaRuleParams& p, void* stream) {
   // One row (head, j) at a time, as one 16-lane group of the kernel: the
   // row in registers (here r), the tokens in order.
   for (int h = 0; h < p.n_v_heads; ++h) {
-    const int kh = h % p.n_k_heads;
+    const int kh = p.grouped_heads ? h / (p.n_v_heads / p.n_k_heads) : h % p.n_k_heads;
     for (int j = 0; j < dim; ++j) {
       const int64_t off = (static_cast<int64_t>(h) * dim + j) * dim;
       for (int i = 0; i < dim; ++i) r[i] = p.state_in ? p.state_in[off + i] : 0.0f;

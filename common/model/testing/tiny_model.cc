@@ -63,16 +63,20 @@ void SetMetadata(const TinyModelOptions& o, GgufWriter* w) {
   u32(p + ".expert_count", o.n_expert);
   u32(p + ".expert_used_count", o.n_expert_used);
   if (o.n_rot > 0) u32(p + ".rope.dimension_count", o.n_rot);
-  if (o.arch == "qwen2moe" || o.arch == "qwen35moe") {
+  const ArchDescription* arch = FindArch(o.arch);
+  const bool hybrid = arch != nullptr && arch->pattern == LayerPattern::kFullAttentionInterval;
+  if (o.arch == "qwen2moe" || hybrid) {
     u32(p + ".expert_shared_feed_forward_length", o.n_ff_shexp);
   }
-  if (o.arch == "qwen35moe") {
+  if (hybrid) {
     u32(p + ".ssm.conv_kernel", o.ssm_conv_kernel);
     u32(p + ".ssm.state_size", o.ssm_head);
     u32(p + ".ssm.group_count", o.ssm_n_k_heads);
     u32(p + ".ssm.time_step_rank", o.ssm_n_v_heads);
     u32(p + ".ssm.inner_size", o.ssm_n_v_heads * o.ssm_head);
     u32(p + ".full_attention_interval", o.full_attention_interval);
+  }
+  if (arch != nullptr && arch->multi_section_rope) {
     if (!o.drop_keys.count(p + ".rope.dimension_sections")) {
       w->Set(p + ".rope.dimension_sections",
              GgufValue::IntArray(GgufValueType::kInt32, o.rope_sections));
@@ -125,6 +129,9 @@ absl::Status WriteTinyModel(const TinyModelOptions& o, const std::string& path) 
   for (const TensorSpec& spec : arch->tensors) {
     if (spec.id == TensorId::kOutput && o.tied_output) continue;
     const int n_layers = IsLayerTensor(spec.id) ? static_cast<int>(o.n_layer) : 1;
+    // qwen3next's legacy fused ssm_in is the alternative to attn_qkv +
+    // attn_gate, which tiny models carry.
+    if (spec.id == TensorId::kSsmIn) continue;
     for (int il = 0; il < n_layers; ++il) {
       if (IsLayerTensor(spec.id) && !LayerSelected(spec.layers, hp.layers[il])) continue;
       const std::string name = TensorName(spec, il);

@@ -35,10 +35,12 @@ struct TinyModelOptions {
   int64_t n_expert = 4;
   int64_t n_expert_used = 2;
   int64_t n_ff_exp = 32;
-  int64_t n_ff_shexp = 64;  // qwen2moe, qwen35moe
+  int64_t n_ff_shexp = 64;  // qwen2moe, qwen35moe, qwen3next
   int64_t n_rot = 0;        // rope.dimension_count; 0 = head_dim
-  // qwen35moe: the gated DeltaNet layers (ssm.*), every
-  // full_attention_interval-th layer full attention, multi-section RoPE.
+  // qwen35moe, qwen3next: the gated DeltaNet layers (ssm.*), every
+  // full_attention_interval-th layer full attention; qwen35moe's
+  // multi-section RoPE (rope_sections). qwen3next's DeltaNet input is
+  // attn_qkv + attn_gate (never the legacy fused ssm_in).
   int64_t ssm_conv_kernel = 4;
   int64_t ssm_n_k_heads = 2;
   int64_t ssm_n_v_heads = 4;

@@ -65,6 +65,8 @@ const std::vector<PreTokenizerSpec>& Table() {
       {"deepseek-r1-qwen", {kQwen2Regex}},
       {"qwen35", {kQwen35Regex}},
       {"gpt-4o", {kGpt4oRegex}},
+      // LLAMA_VOCAB_PRE_TYPE_MINIMAX_M2: GPT-4o's split.
+      {"minimax-m2", {kGpt4oRegex}},
       {"deepseek-v3", {kDeepSeek3Digits, kDeepSeek3Cjk, kDeepSeek3Words}},
   };
   return *table;

@@ -348,7 +348,7 @@ CallResult DeltaNetGates(float* beta, float* g, const float* dt_bias, const floa
                          int64_t n_tok, int64_t n_heads, void* stream);
 
 // The gated delta rule (recurrent form) over one sequence's n_tok tokens.
-// Value head h (< n_v_heads) reads key head kh = h % n_k_heads: token t's
+// Value head h (< n_v_heads) reads key head kh (h % n_k_heads, or grouped: below): token t's
 // query at qkv + t * stride + kh * dim, key at + (n_k_heads + kh) * dim,
 // value at + (2 n_k_heads + h) * dim; its state S (dim x dim, row j = value
 // dimension j) starts from state_in + h * dim * dim (zeros when null) and,
@@ -370,6 +370,9 @@ struct DeltaRuleParams {
   float* state_out = nullptr;
   int64_t n_tok = 0;
   int n_k_heads = 0, n_v_heads = 0, dim = 0;
+  // Value head h reads key head h / (n_v_heads / n_k_heads) (qwen3next)
+  // instead of h % n_k_heads (model::HyperParams::ssm_key_head).
+  bool grouped_heads = false;
 };
 CallResult DeltaRule(const DeltaRuleParams& p, void* stream);
 
