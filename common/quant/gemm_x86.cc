@@ -291,7 +291,8 @@ void UnpackRowsSimd(GgmlType type, const UnpackLayout& L, const uint8_t* rows, u
     MOESPLIT_CASE(kQ6_K)
     MOESPLIT_CASE(kIQ4_XS)
 #undef MOESPLIT_CASE
-    default: break;
+    // The i-quants and ternary types: the scalar integer form (UnpackBlock).
+    default: return UnpackRowsScalar(type, L, rows, row_bytes, n_rows, plus128, p);
   }
   if (n_rows < 16) ZeroPanelRows(L, n_rows, plus128, p);
 }
@@ -364,6 +365,7 @@ void TileKernelAvx2(const UnpackLayout& L, const Panel& p, int n_rows, int lanes
     return Block32KernelAvx2<false, false>(L, p, n_rows, lanes, tile, t, out);
   }
   if (L.group == 16) {
+    if (L.is_signed) return SuperKernelAvx2<16, true, false>(L, p, n_rows, lanes, tile, t, out);
     if (L.has_min) return SuperKernelAvx2<16, false, true>(L, p, n_rows, lanes, tile, t, out);
     return SuperKernelAvx2<16, false, false>(L, p, n_rows, lanes, tile, t, out);
   }

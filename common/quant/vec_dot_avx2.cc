@@ -16,6 +16,7 @@
 #include "common/base/fp16.h"
 #include "common/quant/internal/blocks.h"
 #include "common/quant/internal/kernels.h"
+#include "common/quant/internal/unpack.h"
 
 namespace moesplit::quant::internal {
 
@@ -74,6 +75,15 @@ void AppendAvx2Kernels(SimdKernels* out) {
       PairEntry<DotQ45KPairs<true, K45Sums256>, DotQ45KRowPair<true>>(GgmlType::kQ5_K, l),
       PairEntry<DotQ6KPairs, DotQ6KRowPair>(GgmlType::kQ6_K, l),
       Entry<DotIq4XsSimd>(GgmlType::kIQ4_XS, l),
+      Entry<DotIqSimd<GgmlType::kIQ1_S>>(GgmlType::kIQ1_S, l),
+      Entry<DotIqSimd<GgmlType::kIQ1_M>>(GgmlType::kIQ1_M, l),
+      Entry<DotIqSimd<GgmlType::kIQ2_XXS>>(GgmlType::kIQ2_XXS, l),
+      Entry<DotIqSimd<GgmlType::kIQ2_XS>>(GgmlType::kIQ2_XS, l),
+      Entry<DotIqSimd<GgmlType::kIQ2_S>>(GgmlType::kIQ2_S, l),
+      Entry<DotIqSimd<GgmlType::kIQ3_XXS>>(GgmlType::kIQ3_XXS, l),
+      Entry<DotIqSimd<GgmlType::kIQ3_S>>(GgmlType::kIQ3_S, l),
+      Entry<DotIqSimd<GgmlType::kTQ1_0>>(GgmlType::kTQ1_0, l),
+      Entry<DotIqSimd<GgmlType::kTQ2_0>>(GgmlType::kTQ2_0, l),
   };
   out->dots.insert(out->dots.end(), std::begin(kernels), std::end(kernels));
 }
