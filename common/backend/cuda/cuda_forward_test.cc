@@ -109,14 +109,6 @@ TEST_P(CudaOracleTest, MatchesLlamaCppLogits) {
   CudaForwardOptions o;
   o.n_ctx = 256;
   auto fwd = CudaForward::Create(*m, &experts, gpu.get(), o);
-  // The CPU computes the i-quant models (issue #42); the CUDA kernels do not
-  // decode IQ1/IQ2/IQ3 yet, and say so instead of running.
-  if (name.rfind("qwen3moe-tiny-iq1_", 0) == 0 || name.rfind("qwen3moe-tiny-iq2_", 0) == 0 ||
-      name.rfind("qwen3moe-tiny-iq3_", 0) == 0) {
-    ASSERT_EQ(fwd.status().code(), absl::StatusCode::kUnimplemented) << name << ": " << fwd.status();
-    EXPECT_NE(fwd.status().message().find("CUDA kernels do not decode IQ"), std::string::npos) << fwd.status();
-    GTEST_SKIP() << "CUDA decoders for IQ1/IQ2/IQ3: issue #42 (" << fwd.status().message() << ")";
-  }
   ASSERT_TRUE(fwd.ok()) << fwd.status();
   const bool float_model = name.size() > 4 && (name.substr(name.size() - 4) == "-f16" ||
                                                name.substr(name.size() - 4) == "-f32");
