@@ -25,6 +25,10 @@ TEST(TypeMixTest, MatchesLlamaQuantizeOnEveryFixture) {
       {"qwen3moe-tiny-q6_k", "Q6_K"},     {"qwen3moe-tiny-iq4_nl", "IQ4_NL"},
       {"qwen3moe-tiny-iq4_xs", "IQ4_XS"}, {"qwen3moe-tiny-mxfp4_moe", "MXFP4_MOE"},
       {"qwen2moe-tiny-q8_0", "Q8_0"},     {"qwen2moe-tiny-q4_k_m", "Q4_K_M"},
+      {"qwen3moe-tiny-iq1_s", "IQ1_S"},   {"qwen3moe-tiny-iq1_m", "IQ1_M"},
+      {"qwen3moe-tiny-iq2_xxs", "IQ2_XXS"}, {"qwen3moe-tiny-iq2_xs", "IQ2_XS"},
+      {"qwen3moe-tiny-iq2_m", "IQ2_M"},   {"qwen3moe-tiny-iq3_xxs", "IQ3_XXS"},
+      {"qwen3moe-tiny-iq3_s", "IQ3_S"},
   };
   for (const FixtureCase& c : cases) {
     const std::string path =
@@ -92,7 +96,7 @@ TEST(TypeMixTest, PureTypesAndShapeFallbacks) {
 }
 
 TEST(TypeMixTest, RejectsUnknownNames) {
-  for (const char* name : {"Q4_K_X", "IQ2_XXS", "", "f8"}) {
+  for (const char* name : {"Q4_K_X", "IQ5_K", "", "f8"}) {
     auto m = LookupFileTypeMix(name);
     EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument) << name;
   }
