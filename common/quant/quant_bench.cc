@@ -89,6 +89,19 @@ void BenchType(GgmlType type, double secs) {
     std::printf("  L%d %6.2f", static_cast<int>(level), rate);
   }
   SetActiveKernelLevel(saved);
+  // 32 tokens through MatMul on one thread (GGUF rows: the tiled GEMM where
+  // the type has one), a 768 x 2048 matrix in cache, in Gmac/s.
+  if (TypeInfo(type).block_size > 1) {
+    const int64_t rows = 768, cols = 2048, tokens = 32;
+    std::vector<uint8_t> w = testing::Bytes(type, rows * cols);
+    (void)FillRandomBlocks(type, 4, 0.02f, w.data(), rows * cols);
+    const std::vector<float> xs = testing::RandomActivations(tokens * cols, 5);
+    std::vector<float> ys(tokens * rows);
+    const WeightView v{type, w.data(), rows, cols, *RowBytes(type, cols), false};
+    std::printf("  32-token MatMul %6.1f Gmac/s", Rate(secs, rows * cols * tokens / 1e9, [&] {
+                  (void)MatMul(v, xs.data(), tokens, ys.data(), nullptr);
+                }));
+  }
   std::printf("\n");
 }
 
