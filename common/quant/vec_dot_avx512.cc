@@ -257,54 +257,14 @@ void DotF32Tokens512(int64_t n, const void* w, uint64_t row_bytes, int64_t n_row
 
 // ---- i-quants: 64 elements per step -------------------------------------------
 //
-// Grid entries gathered straight into the 64 weight bytes (8 x 8-byte
-// entries, or 16 x 4-byte ones for IQ3), the sign bits applied to the
-// activation bytes as a 64-bit mask, one vpdpbusd, then the int32 lanes
-// (lane k: elements 4k .. 4k + 3) times their group's sub-scale. The sums are
-// exact, so the result is the canonical order's (internal/unpack.h: codes,
-// odd sub-scales, d with ggml's power-of-two factor) to the bit.
+// internal/iq_avx512.inc's magnitudes, sign mask and lane scales: the sign
+// bits applied to the activation bytes, one vpdpbusd, then the int32 lanes
+// times their group's sub-scale. The sums are exact, so the result is the
+// canonical order's (internal/unpack.h) to the bit.
 
-inline uint32_t Le32(const uint8_t* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-inline uint64_t Le64(const uint8_t* p) {
-  uint64_t v;
-  std::memcpy(&v, p, 8);
-  return v;
-}
+#include "common/quant/internal/iq_avx512.inc"
 
-// Sign bytes of four 8-value groups from their 7-bit ksigns indices in aux
-// (bits 0..27), groups at bytes 0..3 of the result.
-inline uint32_t SignsFromAux(uint32_t aux) {
-  return kSignsIq2Xs[aux & 127] | (kSignsIq2Xs[(aux >> 7) & 127] << 8) |
-         (kSignsIq2Xs[(aux >> 14) & 127] << 16) | (static_cast<uint32_t>(kSignsIq2Xs[(aux >> 21) & 127]) << 24);
-}
-
-// int32 lanes 0..7 = a, 8..15 = b (two 32-element groups).
-inline __m512i Scales32(int a, int b) {
-  return Join(_mm256_set1_epi32(a), _mm256_set1_epi32(b));
-}
-// int32 lanes 4 g .. 4 g + 3 = s[g] (four 16-element groups).
-inline __m512i Scales16(int s0, int s1, int s2, int s3) {
-  return _mm512_inserti64x4(
-      _mm512_castsi256_si512(_mm256_set_m128i(_mm_set1_epi32(s1), _mm_set1_epi32(s0))),
-      _mm256_set_m128i(_mm_set1_epi32(s3), _mm_set1_epi32(s2)), 1);
-}
-
-// Activation bytes with the weight's signs: -q where bit k of neg is set.
-inline __m512i SignedAct(const int8_t* q, uint64_t neg) {
-  const __m512i a = Load512(q);
-  return _mm512_mask_sub_epi8(a, neg, _mm512_setzero_si512(), a);
-}
-
-inline __m512i Gather8x8(const uint64_t* grid, __m256i idx) {
-  return _mm512_i32gather_epi64(idx, reinterpret_cast<const long long*>(grid), 8);
-}
-inline __m256i Idx8(uint64_t packed_bytes) { return _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(packed_bytes))); }
-
-template <typename Block, __m512i (*kStep)(const Block&, const int8_t*, int)>
+template <typename Block>
 float DotIq512(int64_t n, const void* vx, const void* vy) {
   const Block* x = static_cast<const Block*>(vx);
   const BlockQ8_K* y = static_cast<const BlockQ8_K*>(vy);
@@ -312,125 +272,15 @@ float DotIq512(int64_t n, const void* vx, const void* vy) {
   for (int64_t i = 0; i < n / 256; ++i) {
     __m512i sumi = _mm512_setzero_si512();
 #pragma GCC unroll 4
-    for (int h = 0; h < 4; ++h) sumi = _mm512_add_epi32(sumi, kStep(x[i], y[i].qs + 64 * h, h));
-    float d;
-    if constexpr (std::is_same_v<Block, BlockIq1M>) {
-      uint16_t sc[4];
-      std::memcpy(sc, x[i].scales, 8);
-      d = _cvtsh_ss(static_cast<uint16_t>((sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) |
-                                          (sc[3] & 0xf000))) * 0.125f;
-    } else if constexpr (std::is_same_v<Block, BlockIq3S>) {
-      d = _cvtsh_ss(x[i].d);
-    } else if constexpr (std::is_same_v<Block, BlockIq3Xxs>) {
-      d = _cvtsh_ss(x[i].d) * 0.25f;
-    } else {
-      d = _cvtsh_ss(x[i].d) * 0.125f;
+    for (int h = 0; h < 4; ++h) {
+      const IqStepOut s = IqStep<Block>::Of(x[i], h);
+      const __m512i a = Load512(y[i].qs + 64 * h);
+      const __m512i sa = _mm512_mask_sub_epi8(a, s.neg, _mm512_setzero_si512(), a);
+      sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), s.w, sa), s.scale));
     }
-    acc = FinishSuper(_mm512_reduce_add_epi32(sumi), d, y[i].d, acc);
+    acc = FinishSuper(_mm512_reduce_add_epi32(sumi), IqD(x[i]), y[i].d, acc);
   }
   return acc;
-}
-
-// 64 elements (step h of 4) of one IQ2_XXS block.
-__attribute__((always_inline)) inline __m512i StepIq2Xxs(const BlockIq2Xxs& b, const int8_t* q, int h) {
-  const uint8_t* p = reinterpret_cast<const uint8_t*>(b.qs) + 16 * h;  // groups 2h, 2h + 1
-  const uint32_t aux0 = Le32(p + 4), aux1 = Le32(p + 12);
-  const __m512i w = Gather8x8(kIq2XxsGrid, Idx8(Le32(p) | static_cast<uint64_t>(Le32(p + 8)) << 32));
-  const uint64_t neg = SignsFromAux(aux0) | static_cast<uint64_t>(SignsFromAux(aux1)) << 32;
-  const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, SignedAct(q, neg));
-  return _mm512_mullo_epi32(dot, Scales32(2 * (aux0 >> 28) + 1, 2 * (aux1 >> 28) + 1));
-}
-
-// 64 elements (step h of 4) of one IQ2_XS block.
-__attribute__((always_inline)) inline __m512i StepIq2Xs(const BlockIq2Xs& b, const int8_t* q, int h) {
-  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs + 8 * h));
-  const __m256i idx = _mm256_and_si256(_mm256_cvtepu16_epi32(raw), _mm256_set1_epi32(511));
-  const __m512i w = Gather8x8(kIq2XsGrid, idx);
-  uint64_t neg = 0;
-  for (int k = 0; k < 8; ++k) neg |= static_cast<uint64_t>(kSignsIq2Xs[b.qs[8 * h + k] >> 9]) << (8 * k);
-  const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, SignedAct(q, neg));
-  const uint8_t s0 = b.scales[2 * h], s1 = b.scales[2 * h + 1];
-  return _mm512_mullo_epi32(dot, Scales16(2 * (s0 & 15) + 1, 2 * (s0 >> 4) + 1, 2 * (s1 & 15) + 1, 2 * (s1 >> 4) + 1));
-}
-
-// 64 elements (step h of 4) of one IQ2_S block.
-__attribute__((always_inline)) inline __m512i StepIq2S(const BlockIq2S& b, const int8_t* q, int h) {
-  const uint32_t hi = b.qh[2 * h] | (static_cast<uint32_t>(b.qh[2 * h + 1]) << 8);  // 2 bits per entry
-  const __m256i lo = Idx8(Le64(b.qs + 8 * h));
-  const __m256i shifts = _mm256_setr_epi32(8, 6, 4, 2, 0, -2, -4, -6);
-  // Entry k's high bits are bits 2k, 2k + 1 of hi: (hi << 8 >> 2k) & 0x300.
-  const __m256i hv = _mm256_set1_epi32(static_cast<int>(hi));
-  const __m256i left = _mm256_sllv_epi32(hv, _mm256_max_epi32(shifts, _mm256_setzero_si256()));
-  const __m256i right = _mm256_srlv_epi32(left, _mm256_max_epi32(_mm256_sub_epi32(_mm256_setzero_si256(), shifts),
-                                                                   _mm256_setzero_si256()));
-  const __m256i idx = _mm256_or_si256(lo, _mm256_and_si256(right, _mm256_set1_epi32(0x300)));
-  const __m512i w = Gather8x8(kIq2SGrid, idx);
-  const uint64_t neg = Le64(b.qs + 32 + 8 * h);
-  const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, SignedAct(q, neg));
-  const uint8_t s0 = b.scales[2 * h], s1 = b.scales[2 * h + 1];
-  return _mm512_mullo_epi32(dot, Scales16(2 * (s0 & 15) + 1, 2 * (s0 >> 4) + 1, 2 * (s1 & 15) + 1, 2 * (s1 >> 4) + 1));
-}
-
-// 64 elements (step h of 4) of one IQ3_XXS block.
-__attribute__((always_inline)) inline __m512i StepIq3Xxs(const BlockIq3Xxs& b, const int8_t* q, int h) {
-  const __m512i idx = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs + 16 * h)));
-  const __m512i w = _mm512_i32gather_epi32(idx, reinterpret_cast<const int*>(kIq3XxsGrid), 4);
-  const uint32_t aux0 = Le32(b.qs + 64 + 8 * h), aux1 = Le32(b.qs + 68 + 8 * h);
-  const uint64_t neg = SignsFromAux(aux0) | static_cast<uint64_t>(SignsFromAux(aux1)) << 32;
-  const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, SignedAct(q, neg));
-  return _mm512_mullo_epi32(dot, Scales32(2 * (aux0 >> 28) + 1, 2 * (aux1 >> 28) + 1));
-}
-
-// 64 elements (step h of 4) of one IQ3_S block.
-__attribute__((always_inline)) inline __m512i StepIq3S(const BlockIq3S& b, const int8_t* q, int h) {
-  const __m512i lo = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs + 16 * h)));
-  const __mmask16 high = static_cast<__mmask16>(b.qh[2 * h] | (b.qh[2 * h + 1] << 8));  // bit k: entry k
-  const __m512i idx = _mm512_mask_or_epi32(lo, high, lo, _mm512_set1_epi32(256));
-  const __m512i w = _mm512_i32gather_epi32(idx, reinterpret_cast<const int*>(kIq3SGrid), 4);
-  const uint64_t neg = Le64(b.signs + 8 * h);
-  const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, SignedAct(q, neg));
-  return _mm512_mullo_epi32(dot, Scales32(2 * (b.scales[h] & 15) + 1, 2 * (b.scales[h] >> 4) + 1));
-}
-
-// IQ1: codes 8 g + delta (g in {-1, 0, 1} from the grid, delta = +-1 per
-// 8-value run: bit k of neg_runs for the run in 64-bit lane k), as |code|
-// against the activation with the code's sign.
-inline __m512i Iq1Dot(__m512i g, __mmask8 neg_runs, const int8_t* q) {
-  const __m512i g8 = _mm512_and_si512(_mm512_slli_epi64(g, 3), _mm512_set1_epi8(static_cast<char>(0xF8)));
-  const __m512i delta = _mm512_mask_blend_epi64(neg_runs, _mm512_set1_epi8(1), _mm512_set1_epi8(-1));
-  const __m512i code = _mm512_add_epi8(g8, delta);
-  const __m512i a = Load512(q);
-  const __m512i sa = _mm512_mask_sub_epi8(a, _mm512_movepi8_mask(code), _mm512_setzero_si512(), a);
-  return _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(code), sa);
-}
-
-// 64 elements (step h of 4) of one IQ1_S block: runs 0..3 of group 2h, 4..7
-// of group 2h + 1; run l's index is qs | 3 high bits from bits 3l of qh.
-__attribute__((always_inline)) inline __m512i StepIq1S(const BlockIq1S& b, const int8_t* q, int h) {
-  const uint16_t qh0 = b.qh[2 * h], qh1 = b.qh[2 * h + 1];
-  const __m256i qh = _mm256_setr_epi32(qh0, qh0, qh0, qh0, qh1, qh1, qh1, qh1);
-  const __m256i high = _mm256_and_si256(_mm256_srlv_epi32(qh, _mm256_setr_epi32(0, 3, 6, 9, 0, 3, 6, 9)),
-                                        _mm256_set1_epi32(7));
-  const __m256i idx = _mm256_or_si256(Idx8(Le64(b.qs + 8 * h)), _mm256_slli_epi32(high, 8));
-  const __m512i g = Gather8x8(kIq1SGrid, idx);
-  const __mmask8 neg = static_cast<__mmask8>(((qh0 >> 15) ? 0x0F : 0) | ((qh1 >> 15) ? 0xF0 : 0));
-  return _mm512_mullo_epi32(Iq1Dot(g, neg, q), Scales32(2 * ((qh0 >> 12) & 7) + 1, 2 * ((qh1 >> 12) & 7) + 1));
-}
-
-// 64 elements (step h of 4) of one IQ1_M block: run k's nibble (3 high index
-// bits, delta sign) is nibble k of the 32-bit word at qh + 4h.
-__attribute__((always_inline)) inline __m512i StepIq1M(const BlockIq1M& b, const int8_t* q, int h) {
-  const __m256i nib = _mm256_and_si256(
-      _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(Le32(b.qh + 4 * h))),
-                        _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
-      _mm256_set1_epi32(0xF));
-  const __m256i high = _mm256_slli_epi32(_mm256_and_si256(nib, _mm256_set1_epi32(7)), 8);
-  const __m512i g = Gather8x8(kIq1SGrid, _mm256_or_si256(Idx8(Le64(b.qs + 8 * h)), high));
-  const __mmask8 neg = _mm256_test_epi32_mask(nib, _mm256_set1_epi32(8));
-  uint16_t sc;
-  std::memcpy(&sc, b.scales + 2 * h, 2);  // groups 2h (bits 0..5), 2h + 1 (bits 6..11)
-  return _mm512_mullo_epi32(Iq1Dot(g, neg, q), Scales16(2 * (sc & 7) + 1, 2 * ((sc >> 3) & 7) + 1,
-                                                         2 * ((sc >> 6) & 7) + 1, 2 * ((sc >> 9) & 7) + 1));
 }
 
 #pragma GCC pop_options
@@ -463,13 +313,13 @@ void AppendAvx512Kernels(SimdKernels* out) {
       Entry<DotQ45KPairs<true, K45Sums512>>(GgmlType::kQ5_K, l),
       Entry<DotQ6K512>(GgmlType::kQ6_K, l),
       Entry<DotIq4XsSimd>(GgmlType::kIQ4_XS, l),
-      Entry<DotIq512<BlockIq1S, StepIq1S>>(GgmlType::kIQ1_S, l),
-      Entry<DotIq512<BlockIq1M, StepIq1M>>(GgmlType::kIQ1_M, l),
-      Entry<DotIq512<BlockIq2Xxs, StepIq2Xxs>>(GgmlType::kIQ2_XXS, l),
-      Entry<DotIq512<BlockIq2Xs, StepIq2Xs>>(GgmlType::kIQ2_XS, l),
-      Entry<DotIq512<BlockIq2S, StepIq2S>>(GgmlType::kIQ2_S, l),
-      Entry<DotIq512<BlockIq3Xxs, StepIq3Xxs>>(GgmlType::kIQ3_XXS, l),
-      Entry<DotIq512<BlockIq3S, StepIq3S>>(GgmlType::kIQ3_S, l),
+      Entry<DotIq512<BlockIq1S>>(GgmlType::kIQ1_S, l),
+      Entry<DotIq512<BlockIq1M>>(GgmlType::kIQ1_M, l),
+      Entry<DotIq512<BlockIq2Xxs>>(GgmlType::kIQ2_XXS, l),
+      Entry<DotIq512<BlockIq2Xs>>(GgmlType::kIQ2_XS, l),
+      Entry<DotIq512<BlockIq2S>>(GgmlType::kIQ2_S, l),
+      Entry<DotIq512<BlockIq3Xxs>>(GgmlType::kIQ3_XXS, l),
+      Entry<DotIq512<BlockIq3S>>(GgmlType::kIQ3_S, l),
       Entry<DotIqSimd<GgmlType::kTQ1_0>>(GgmlType::kTQ1_0, l),
       Entry<DotIqSimd<GgmlType::kTQ2_0>>(GgmlType::kTQ2_0, l),
   };
