@@ -518,8 +518,9 @@ void UnpackIqRows512(const uint8_t* rows, uint64_t row_bytes, int n_rows, bool p
     uint8_t* codes = p.codes + r * p.k;
     int32_t* sub = p.sub + r * p.ng;
     for (int64_t b = 0; b < p.nb; ++b) {
+      const auto prep = IqStep<Block>::Prepare(x[b]);
       for (int h = 0; h < 4; ++h) {
-        const IqStepOut s = IqStep<Block>::Of(x[b], h);
+        const IqStepOut s = IqStep<Block>::Of(x[b], h, prep);
         const __m512i c = _mm512_mask_sub_epi8(s.w, s.neg, _mm512_setzero_si512(), s.w);
         _mm512_storeu_si512(codes + 256 * b + 64 * h, _mm512_xor_si512(c, flip));
         _mm512_store_si512(lanes, s.scale);

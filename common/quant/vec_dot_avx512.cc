@@ -271,9 +271,10 @@ float DotIq512(int64_t n, const void* vx, const void* vy) {
   float acc = 0;
   for (int64_t i = 0; i < n / 256; ++i) {
     __m512i sumi = _mm512_setzero_si512();
+    const auto prep = IqStep<Block>::Prepare(x[i]);
 #pragma GCC unroll 4
     for (int h = 0; h < 4; ++h) {
-      const IqStepOut s = IqStep<Block>::Of(x[i], h);
+      const IqStepOut s = IqStep<Block>::Of(x[i], h, prep);
       const __m512i a = Load512(y[i].qs + 64 * h);
       const __m512i sa = _mm512_mask_sub_epi8(a, s.neg, _mm512_setzero_si512(), a);
       sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), s.w, sa), s.scale));
