@@ -1,7 +1,8 @@
 // AVX-512 (F/BW/VL/DQ + VNNI) dot kernels for every weight format: the
 // 32-element formats run the bodies of internal/x86_dot.inc with VNNI
-// vpdpbusd as the byte dot; the K-quants and the float formats have 512-bit
-// kernels here. Same canonical order as every other SIMD kernel
+// vpdpbusd as the byte dot; the K-quants, the i-quants (internal/
+// iq_avx512.inc's decoder) and the float formats have 512-bit kernels here
+// (TQ1_0/TQ2_0: x86_dot.inc's generic one over UnpackBlock). Same canonical order as every other SIMD kernel
 // (internal/unpack.h). Compiled with `#pragma GCC target` inside an
 // anonymous namespace; only called when CpuHasAvx512Vnni().
 
