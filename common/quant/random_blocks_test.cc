@@ -96,6 +96,18 @@ TEST(FillRandomBlocksTest, UsesEveryCode) {
   for (int c = 0; c < 16; ++c) EXPECT_GT(seen[c], n / 16 / 2) << "Q4_0 code " << c;
 }
 
+// random_blocks.h: "Every type accepts 0.005 .. 1e4".
+TEST(FillRandomBlocksTest, EveryTypeAcceptsTheDocumentedScaleRange) {
+  for (GgmlType type : kAllTypes) {
+    const int64_t n = 256 * 4;
+    std::vector<uint8_t> buf = Bytes(type, n);
+    for (float scale : {0.005f, 1e4f}) {
+      const absl::Status s = FillRandomBlocks(type, 1, scale, buf.data(), n);
+      EXPECT_TRUE(s.ok()) << Name(type) << " scale " << scale << ": " << s;
+    }
+  }
+}
+
 // The ternary types hold only the digits 0, 1, 2 (values -d, 0, d, one d per
 // block), each about a third of the time (TQ2_0's unused digit 3 never
 // appears: it would decode to 2 d).
