@@ -539,7 +539,7 @@ TEST_F(TestModelTest, EngineRunsEveryFileType) {
         "Q3_K_S", "Q3_K_M", "Q3_K_L", "Q4_K_S", "Q4_K_M", "Q5_K_S", "Q5_K_M",
         "Q6_K", "IQ4_NL", "IQ4_XS", "MXFP4_MOE", "Q3_K", "Q4_K", "Q5_K", "IQ1_S",
         "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ2_M", "IQ3_XXS", "IQ3_XS", "IQ3_S",
-        "IQ3_M", "TQ1_0", "TQ2_0"}) {
+        "IQ3_M", "TQ1_0", "TQ2_0", "UD-IQ1_S"}) {
     for (const std::string arch : {"qwen3moe", "qwen2moe"}) {
       TestModelSpec spec;
       spec.arch = arch;

@@ -59,6 +59,7 @@ constexpr std::array kMixes = {
     FileTypeMix{"IQ3_M", kFtypeIQ3_M, GgmlType::kIQ3_S, MixKind::kLlamaMix},
     FileTypeMix{"TQ1_0", kFtypeTQ1_0, GgmlType::kTQ1_0, MixKind::kLlamaMix},
     FileTypeMix{"TQ2_0", kFtypeTQ2_0, GgmlType::kTQ2_0, MixKind::kLlamaMix},
+    FileTypeMix{"UD-IQ1_S", kFtypeIQ1_S, GgmlType::kIQ1_S, MixKind::kUdIq1S},
     // Pure: not llama.cpp file types; general.file_type says the _S variant.
     FileTypeMix{"Q3_K", kFtypeQ3_K_S, GgmlType::kQ3_K, MixKind::kPure},
     FileTypeMix{"Q4_K", kFtypeQ4_K_S, GgmlType::kQ4_K, MixKind::kPure},
@@ -239,7 +240,23 @@ GgmlType TokenEmbdType(const FileTypeMix& m, GgmlType t) {
   return t;
 }
 
+// The UD-IQ1_S-like mix (type_mix.h).
+GgmlType UdIq1SType(const TensorTypeQuery& q) {
+  if (CategoryOf(q.name) == Category::kOutput) return GgmlType::kQ8_0;
+  if (q.n_dims >= 3 && absl::StrContains(q.name, "_exps")) {  // routed experts (not MLA's 3-D attn_k_b)
+    if (CategoryOf(q.name) != Category::kFfnDown) return GgmlType::kIQ1_S;
+    const int i = LayerOf(q.name), n = q.n_layer;
+    return i < n / 8 || i >= 7 * n / 8 ? GgmlType::kIQ2_XXS : GgmlType::kIQ1_M;
+  }
+  if (absl::StrContains(q.name, "attn_v.weight") || absl::StrContains(q.name, "attn_kv_b.weight") ||
+      absl::StrContains(q.name, "attn_v_b.weight")) {
+    return GgmlType::kQ6_K;
+  }
+  return GgmlType::kQ4_K;
+}
+
 GgmlType MixType(const FileTypeMix& m, const TensorTypeQuery& q) {
+  if (m.kind == MixKind::kUdIq1S) return UdIq1SType(q);
   const Category cat = CategoryOf(q.name);
   const int layer = LayerOf(q.name);
   GgmlType t = m.base;

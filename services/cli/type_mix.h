@@ -42,6 +42,12 @@
 //     experts), attn_output Q4_K; with 8 experts attn_output Q5_K for
 //     IQ3_XS/IQ3_XXS/IQ3_S/IQ3_M as for the K-quants; i-quants whose block
 //     does not divide the row fall back to IQ4_NL, TQ* to Q4_0;
+//   - UD-IQ1_S (not a llama.cpp file type: a mix like unsloth's dynamic
+//     UD-IQ1_S files, general.file_type IQ1_S as theirs): routed experts
+//     (3-D *_exps) IQ1_S for gate/up, ffn_down_exps IQ2_XXS in the first and last
+//     eighth of the layers and IQ1_M between; attention Q4_K, with attn_v,
+//     attn_kv_b and attn_v_b Q6_K; every other weight (dense and shared FFN,
+//     token_embd) Q4_K; output.weight Q8_0;
 // The rules apply to every llama.cpp file type accepted here (Q4_0, Q8_0 and
 // Q6_K included: with 8 experts their attn_k/attn_v become Q8_0, and the
 // output gets Q6_K). The "pure" names Q3_K, Q4_K and Q5_K (not llama.cpp file
@@ -67,6 +73,7 @@ enum class MixKind {
   kPure,      // one base type (with the output.weight rule)
   kLlamaMix,  // llama.cpp's per-tensor rules for this ftype
   kMxfp4Moe,
+  kUdIq1S,    // UD-IQ1_S-like (below): not a llama.cpp file type
 };
 
 struct FileTypeMix {
