@@ -584,6 +584,7 @@ void TileKernelAvx512(const UnpackLayout& L, const Panel& p, int n_rows, int lan
 
 void UnpackRowsX86(GgmlType type, const UnpackLayout& L, const uint8_t* rows, uint64_t row_bytes,
                    int n_rows, bool plus128, const Panel& p) {
+  if (CpuHasAvx512Vnni()) return UnpackRowsAvx512(type, L, rows, row_bytes, n_rows, plus128, p);
   UnpackRowsSimd(type, L, rows, row_bytes, n_rows, plus128, p);
 }
 
