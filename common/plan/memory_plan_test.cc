@@ -313,6 +313,39 @@ TEST(MemoryPlanTest, ShapeOfALoadedModel) {
   }
 }
 
+// A UD-IQ2_XXS-like mix of the same shape: IQ2_XXS gate/up experts, IQ3_XXS
+// down experts, the rest as Q4_K_M. The i-quants' bytes per 256-column
+// block are ggml's (66 for IQ2_XXS, 98 for IQ3_XXS).
+GgmlType Iq2XxsMix(const model::TensorSpec& spec, int il, const model::HyperParams& hp) {
+  switch (spec.id) {
+    case TensorId::kExpGate:
+    case TensorId::kExpUp: return GgmlType::kIQ2_XXS;
+    case TensorId::kExpDown: return GgmlType::kIQ3_XXS;
+    default: return Q4KM(spec, il, hp);
+  }
+}
+
+TEST(MemoryPlanTest, IQuantExpertBytes) {
+  absl::StatusOr<ModelShape> s = ShapeFromTypes(Qwen3_30B_A3B(), Iq2XxsMix, Qwen3Optional);
+  ASSERT_TRUE(s.ok()) << s.status();
+  int checked = 0;
+  for (const ShapeTensor& t : s->tensors) {
+    if (t.name == "blk.0.ffn_gate_exps.weight" || t.name == "blk.0.ffn_up_exps.weight") {
+      EXPECT_EQ(t.n_bytes, uint64_t{128} * 768 * (2048 / 256) * 66) << t.name;
+      ++checked;
+    }
+    if (t.name == "blk.0.ffn_down_exps.weight") {
+      EXPECT_EQ(t.n_bytes, uint64_t{128} * 2048 * (768 / 256) * 98) << t.name;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 3);
+  absl::StatusOr<MemoryPlan> p = PlanMemory(*s, Mission());
+  ASSERT_TRUE(p.ok()) << p.status();
+  // 48 layers of 128 experts, each gate + up + down.
+  EXPECT_EQ(p->host_routed_experts, uint64_t{48} * 128 * (2 * 768 * 8 * 66 + 2048 * 3 * 98));
+}
+
 TEST(MemoryPlanTest, TableAndJson) {
   absl::StatusOr<MemoryPlan> p = PlanMemory(Qwen3Shape(), Mission());
   ASSERT_TRUE(p.ok());

@@ -1,8 +1,8 @@
 // The fused InProcessExperts (common/model/expert.cc) against the previous
 // implementation (one quant::MatMul per expert for gate, up and down, SwiGlu
 // from the model's ops), at every kernel level the CPU has, for every weight
-// format and mixed formats (Q4_K_M-style gate/up Q4_K + down Q6_K; gate and
-// up in different activation formats), decode-sized and prefill-sized
+// format and mixed formats (Q4_K_M-style gate/up Q4_K + down Q6_K; a
+// UD-IQ1_S-style IQ1_S + IQ1_M; gate and up in different activation formats), decode-sized and prefill-sized
 // calls, one and several threads: the results must be bit-identical. Also:
 // a token's result does not depend on the rest of the batch.
 //
@@ -249,9 +249,12 @@ std::vector<Formats> AllFormats() {
   for (GgmlType t : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ4_0, GgmlType::kQ4_1,
                      GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ8_0, GgmlType::kQ2_K, GgmlType::kQ3_K,
                      GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kIQ4_NL,
-                     GgmlType::kIQ4_XS, GgmlType::kMXFP4}) {
+                     GgmlType::kIQ4_XS, GgmlType::kMXFP4, GgmlType::kIQ1_S, GgmlType::kIQ1_M,
+                     GgmlType::kIQ2_XXS, GgmlType::kIQ2_XS, GgmlType::kIQ2_S, GgmlType::kIQ3_XXS,
+                     GgmlType::kIQ3_S, GgmlType::kTQ1_0, GgmlType::kTQ2_0}) {
     out.push_back({std::string(GgmlTypeName(t)), t, t, t});
   }
+  out.push_back({"UD_IQ1_S", GgmlType::kIQ1_S, GgmlType::kIQ1_S, GgmlType::kIQ1_M});
   out.push_back({"Q4_K_M", GgmlType::kQ4_K, GgmlType::kQ4_K, GgmlType::kQ6_K});
   out.push_back({"mixed_act", GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ5_1});
   out.push_back({"float_down", GgmlType::kQ8_0, GgmlType::kQ8_0, GgmlType::kF16});

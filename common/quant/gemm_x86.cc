@@ -17,6 +17,7 @@
 #include "common/base/fp16.h"
 #include "common/quant/internal/blocks.h"
 #include "common/quant/internal/gemm_impl.h"
+#include "common/quant/internal/iq_grids.h"
 #include "common/quant/internal/kernels.h"
 
 namespace moesplit::quant::internal {
@@ -291,7 +292,8 @@ void UnpackRowsSimd(GgmlType type, const UnpackLayout& L, const uint8_t* rows, u
     MOESPLIT_CASE(kQ6_K)
     MOESPLIT_CASE(kIQ4_XS)
 #undef MOESPLIT_CASE
-    default: break;
+    // The i-quants and ternary types: the scalar integer form (UnpackBlock).
+    default: return UnpackRowsScalar(type, L, rows, row_bytes, n_rows, plus128, p);
   }
   if (n_rows < 16) ZeroPanelRows(L, n_rows, plus128, p);
 }
@@ -364,6 +366,7 @@ void TileKernelAvx2(const UnpackLayout& L, const Panel& p, int n_rows, int lanes
     return Block32KernelAvx2<false, false>(L, p, n_rows, lanes, tile, t, out);
   }
   if (L.group == 16) {
+    if (L.is_signed) return SuperKernelAvx2<16, true, false>(L, p, n_rows, lanes, tile, t, out);
     if (L.has_min) return SuperKernelAvx2<16, false, true>(L, p, n_rows, lanes, tile, t, out);
     return SuperKernelAvx2<16, false, false>(L, p, n_rows, lanes, tile, t, out);
   }
@@ -500,6 +503,51 @@ void SuperAvx512(const Panel& p, int r0, const TileView& t, int zshift, float ou
   for (int r = 0; r < R; ++r) _mm512_storeu_ps(out[r0 + r], facc[r]);
 }
 
+// The i-quants' panel rows with internal/iq_avx512.inc's decoder (64 codes
+// per step, the same integer form as UnpackBlock's); every other type as
+// UnpackRowsSimd.
+#include "common/quant/internal/iq_avx512.inc"
+
+template <typename Block>
+void UnpackIqRows512(const uint8_t* rows, uint64_t row_bytes, int n_rows, bool plus128, const Panel& p) {
+  constexpr int kGpb = 256 / IqStep<Block>::kGroup;
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(plus128 ? 0x80 : 0));
+  alignas(64) int32_t lanes[16];
+  for (int r = 0; r < n_rows; ++r) {
+    const Block* x = reinterpret_cast<const Block*>(rows + r * row_bytes);
+    uint8_t* codes = p.codes + r * p.k;
+    int32_t* sub = p.sub + r * p.ng;
+    for (int64_t b = 0; b < p.nb; ++b) {
+      const auto prep = IqStep<Block>::Prepare(x[b]);
+      for (int h = 0; h < 4; ++h) {
+        const IqStepOut s = IqStep<Block>::Of(x[b], h, prep);
+        const __m512i c = _mm512_mask_sub_epi8(s.w, s.neg, _mm512_setzero_si512(), s.w);
+        _mm512_storeu_si512(codes + 256 * b + 64 * h, _mm512_xor_si512(c, flip));
+        _mm512_store_si512(lanes, s.scale);
+        for (int g = 0; g < kGpb / 4; ++g) sub[b * kGpb + (kGpb / 4) * h + g] = lanes[g * (16 * 4 / kGpb)];
+      }
+      p.scale[r * p.nb + b] = IqD(x[b]);
+      p.min[r * p.nb + b] = 0.0f;
+    }
+    std::memset(p.mins + r * p.ng, 0, 2 * p.ng);
+  }
+}
+
+void UnpackRowsAvx512(GgmlType type, const UnpackLayout& L, const uint8_t* rows, uint64_t row_bytes,
+                      int n_rows, bool plus128, const Panel& p) {
+  switch (type) {
+    case GgmlType::kIQ1_S: UnpackIqRows512<BlockIq1S>(rows, row_bytes, n_rows, plus128, p); break;
+    case GgmlType::kIQ1_M: UnpackIqRows512<BlockIq1M>(rows, row_bytes, n_rows, plus128, p); break;
+    case GgmlType::kIQ2_XXS: UnpackIqRows512<BlockIq2Xxs>(rows, row_bytes, n_rows, plus128, p); break;
+    case GgmlType::kIQ2_XS: UnpackIqRows512<BlockIq2Xs>(rows, row_bytes, n_rows, plus128, p); break;
+    case GgmlType::kIQ2_S: UnpackIqRows512<BlockIq2S>(rows, row_bytes, n_rows, plus128, p); break;
+    case GgmlType::kIQ3_XXS: UnpackIqRows512<BlockIq3Xxs>(rows, row_bytes, n_rows, plus128, p); break;
+    case GgmlType::kIQ3_S: UnpackIqRows512<BlockIq3S>(rows, row_bytes, n_rows, plus128, p); break;
+    default: return UnpackRowsSimd(type, L, rows, row_bytes, n_rows, plus128, p);
+  }
+  if (n_rows < 16) ZeroPanelRows(L, n_rows, plus128, p);
+}
+
 void TileKernelAvx512(const UnpackLayout& L, const Panel& p, int n_rows, int lanes, const uint8_t* tile,
                       const TileLayout& tl, float out[16][16]) {
   const TileView t = ViewTile(tile, tl);
@@ -536,6 +584,7 @@ void TileKernelAvx512(const UnpackLayout& L, const Panel& p, int n_rows, int lan
 
 void UnpackRowsX86(GgmlType type, const UnpackLayout& L, const uint8_t* rows, uint64_t row_bytes,
                    int n_rows, bool plus128, const Panel& p) {
+  if (CpuHasAvx512Vnni()) return UnpackRowsAvx512(type, L, rows, row_bytes, n_rows, plus128, p);
   UnpackRowsSimd(type, L, rows, row_bytes, n_rows, plus128, p);
 }
 
@@ -545,7 +594,7 @@ GemmKernels X86GemmKernels(GemmImpl impl) {
       if (CpuHasAvx2()) return {UnpackRowsSimd, TileKernelAvx2, false};
       return {};
     case GemmImpl::kAvx512:
-      if (CpuHasAvx512Vnni()) return {UnpackRowsSimd, TileKernelAvx512, true};
+      if (CpuHasAvx512Vnni()) return {UnpackRowsAvx512, TileKernelAvx512, true};
       return {};
     case GemmImpl::kAmx:
     case GemmImpl::kAmxEmulated:

@@ -269,7 +269,7 @@ TEST(MatMulTest, BadArgumentsAreInvalidArgument) {
     return w;
   };
   const Case cases[] = {
-      {"unsupported type", with([](WeightView& w) { w.type = GgmlType::kIQ2_XXS; }), x.data(), 2, y.data()},
+      {"unsupported type", with([](WeightView& w) { w.type = GgmlType::kI32; }), x.data(), 2, y.data()},
       {"no dot kernel (Q8_K)", with([](WeightView& w) { w.type = GgmlType::kQ8_K; }), x.data(), 2, y.data()},
       {"partial block", with([](WeightView& w) { w.n_cols = 200; }), x.data(), 2, y.data()},
       {"row_bytes too small", with([](WeightView& w) { w.row_bytes = 143; }), x.data(), 2, y.data()},

@@ -22,11 +22,7 @@ constexpr GgmlType kSupported[] = {
     GgmlType::kQ8_1, GgmlType::kQ2_K,   GgmlType::kQ3_K,   GgmlType::kQ4_K,
     GgmlType::kQ5_K, GgmlType::kQ6_K,   GgmlType::kQ8_K,   GgmlType::kIQ4_NL,
     GgmlType::kIQ4_XS, GgmlType::kMXFP4,
-};
-
-// Formats that only decode (DequantizeRow): no quantiser, no dot kernel, so no
-// traits either; CheckSupported refuses them and the loader with it.
-constexpr GgmlType kDequantizeOnly[] = {
+    // i-quants and ternary types: decoder and dot kernels, no quantiser.
     GgmlType::kIQ1_S,  GgmlType::kIQ1_M,  GgmlType::kIQ2_XXS, GgmlType::kIQ2_XS, GgmlType::kIQ2_S,
     GgmlType::kIQ3_XXS, GgmlType::kIQ3_S, GgmlType::kTQ1_0,   GgmlType::kTQ2_0,
 };
@@ -139,23 +135,12 @@ absl::Status CheckSupported(GgmlType type) {
       info ? std::string(info->name) : absl::StrCat("#", static_cast<uint32_t>(type))));
 }
 
-bool CanDequantize(GgmlType type) {
-  if (GetTypeTraits(type) != nullptr) return true;
-  for (GgmlType t : kDequantizeOnly) {
-    if (t == type) return true;
-  }
-  return false;
-}
+bool CanDequantize(GgmlType type) { return GetTypeTraits(type) != nullptr; }
 
 absl::Status DequantizeRow(GgmlType type, const void* src, float* dst, int64_t n) {
-  DequantRowFn dequantize = nullptr;
-  if (const TypeTraits* t = GetTypeTraits(type); t != nullptr) {
-    dequantize = t->dequantize;
-  } else if (CanDequantize(type)) {
-    dequantize = internal::ScalarDequantizer(type);
-  } else {
-    return CheckSupported(type);
-  }
+  const TypeTraits* t = GetTypeTraits(type);
+  if (t == nullptr) return CheckSupported(type);
+  const DequantRowFn dequantize = t->dequantize;
   RETURN_IF_ERROR(CheckBlocks(type, n));
   if (n > 0 && (src == nullptr || dst == nullptr)) {
     return absl::InvalidArgumentError("DequantizeRow: null buffer");

@@ -11,17 +11,18 @@
 //
 // Supported types (dequantize + quantize): F32, F16, BF16, Q4_0, Q4_1, Q5_0,
 // Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ4_NL, IQ4_XS, MXFP4.
-// Every one except the activation formats Q8_1 and Q8_K has a vec_dot.
-// Dequantize only (DequantizeRow, bit-exact with ggml's dequantize_row_*; no
-// traits, no quantiser, no vec_dot, so CheckSupported and the model loader
-// still refuse them): IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S,
-// TQ1_0, TQ2_0. Their codebooks are in internal/iq_grids.h.
+// Supported without a quantiser (dequantize + vec_dot with Q8_K activations,
+// as ggml's vec_dot_type for them; QuantizeRow refuses them): IQ1_S, IQ1_M,
+// IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, TQ1_0, TQ2_0. Their codebooks are
+// in internal/iq_grids.h.
+// Every type except the activation formats Q8_1 and Q8_K has a vec_dot.
 //  - dequantize: ggml's dequantize_row_*, bit-exact.
 //  - quantize: ggml's quantize_row_*_ref (for IQ4_NL / IQ4_XS: quantize_iq4_nl
 //    / quantize_iq4_xs without an importance matrix), byte-exact: the output
 //    equals what llama-quantize writes without --imatrix.
 //  - vec_dot, scalar level: ggml's ggml_vec_dot_*_generic (f32/f16/bf16 sum in
-//    f64 as ggml's scalar path).
+//    f64 as ggml's scalar path; the i-quants' and ternary types' exact integer
+//    sums per superblock, then ggml's float steps).
 //  - vec_dot, AVX2 and AVX-512 levels (x86-64; every weight type): compiled
 //    per function with target attributes and picked at run time from CPUID,
 //    so the library needs no -m flags and runs on any x86-64 CPU. For the
@@ -87,16 +88,13 @@ struct TypeTraits {
   VecDotTokensFn vec_dot_tokens = nullptr;
 };
 
-// Traits of `type`, or nullptr when the format is not supported (including
-// the dequantize-only formats).
+// Traits of `type`, or nullptr when the format is not supported.
 const TypeTraits* GetTypeTraits(GgmlType type);
 
-// OkStatus for a supported type; InvalidArgument naming the type otherwise
-// (a dequantize-only format is not supported: it cannot be computed with).
+// OkStatus for a supported type; InvalidArgument naming the type otherwise.
 absl::Status CheckSupported(GgmlType type);
 
-// True when DequantizeRow decodes `type`: every supported type and the
-// dequantize-only formats.
+// True when DequantizeRow decodes `type`: every supported type.
 bool CanDequantize(GgmlType type);
 
 // Dequantises n elements. InvalidArgument for a type CanDequantize rejects or

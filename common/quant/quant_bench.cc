@@ -60,7 +60,8 @@ const GgmlType kTypes[] = {
     GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16,  GgmlType::kQ4_0,   GgmlType::kQ4_1,
     GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ8_0,  GgmlType::kQ2_K,   GgmlType::kQ3_K,
     GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K,  GgmlType::kIQ4_NL, GgmlType::kIQ4_XS,
-    GgmlType::kMXFP4};
+    GgmlType::kMXFP4, GgmlType::kIQ1_S, GgmlType::kIQ1_M, GgmlType::kIQ2_XXS, GgmlType::kIQ2_XS,
+    GgmlType::kIQ2_S, GgmlType::kIQ3_XXS, GgmlType::kIQ3_S, GgmlType::kTQ1_0, GgmlType::kTQ2_0};
 
 void BenchType(GgmlType type, double secs) {
   const int64_t n_fill = 1 << 22, n_dot = 4096;
@@ -88,6 +89,19 @@ void BenchType(GgmlType type, double secs) {
     std::printf("  L%d %6.2f", static_cast<int>(level), rate);
   }
   SetActiveKernelLevel(saved);
+  // 32 tokens through MatMul on one thread (GGUF rows: the tiled GEMM where
+  // the type has one), a 768 x 2048 matrix in cache, in Gmac/s.
+  if (TypeInfo(type).block_size > 1) {
+    const int64_t rows = 768, cols = 2048, tokens = 32;
+    std::vector<uint8_t> w = testing::Bytes(type, rows * cols);
+    (void)FillRandomBlocks(type, 4, 0.02f, w.data(), rows * cols);
+    const std::vector<float> xs = testing::RandomActivations(tokens * cols, 5);
+    std::vector<float> ys(tokens * rows);
+    const WeightView v{type, w.data(), rows, cols, *RowBytes(type, cols), false};
+    std::printf("  32-token MatMul %6.1f Gmac/s", Rate(secs, rows * cols * tokens / 1e9, [&] {
+                  (void)MatMul(v, xs.data(), tokens, ys.data(), nullptr);
+                }));
+  }
   std::printf("\n");
 }
 
@@ -176,7 +190,9 @@ void BenchMatVec(double secs, int threads, int64_t mib, const std::string& only,
               static_cast<long long>(mib), static_cast<long long>(cols));
   bool matched = false;
   for (GgmlType type :
-       {GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kQ8_0, GgmlType::kMXFP4, GgmlType::kQ5_0}) {
+       {GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kQ8_0, GgmlType::kMXFP4, GgmlType::kQ5_0,
+        GgmlType::kIQ1_S, GgmlType::kIQ1_M, GgmlType::kIQ2_XXS, GgmlType::kIQ2_XS, GgmlType::kIQ2_S,
+        GgmlType::kIQ3_XXS, GgmlType::kIQ3_S, GgmlType::kTQ1_0, GgmlType::kTQ2_0}) {
     if (!only.empty() && testing::Name(type) != only) continue;
     matched = true;
     const std::optional<uint64_t> row_bytes = RowBytes(type, cols);
@@ -215,11 +231,14 @@ void BenchMatVec(double secs, int threads, int64_t mib, const std::string& only,
       gguf = std::max(gguf, rate({type, w.data(), rows, cols, rb, false}));
       if (!p.empty()) packed = std::max(packed, rate({type, p.data(), rows, cols, rb, true}));
     }
-    std::printf("%-5s  DRAM read %6.2f  GGUF rows %6.2f (%3.0f%%)  packed %6.2f (%3.0f%%)\n", testing::Name(type).c_str(),
+    std::printf("%-7s  DRAM read %6.2f  GGUF rows %6.2f (%3.0f%%)  packed %6.2f (%3.0f%%)\n", testing::Name(type).c_str(),
                 ram, gguf, 100 * gguf / ram, packed, 100 * packed / ram);
   }
   if (!matched) {
-    std::fprintf(stderr, "quant_bench: matvec has no type '%s' (Q4_K Q5_K Q6_K Q8_0 MXFP4 Q5_0)\n", only.c_str());
+    std::fprintf(stderr,
+                 "quant_bench: matvec has no type '%s' (Q4_K Q5_K Q6_K Q8_0 MXFP4 Q5_0 IQ1_S IQ1_M IQ2_XXS "
+                 "IQ2_XS IQ2_S IQ3_XXS IQ3_S TQ1_0 TQ2_0)\n",
+                 only.c_str());
     std::exit(2);
   }
 }

@@ -14,6 +14,7 @@
 #include "common/base/status.h"
 #include "common/base/fp16.h"
 #include "common/quant/internal/blocks.h"
+#include "common/quant/internal/iq_grids.h"
 #include "common/quant/internal/kernels.h"
 
 namespace moesplit::quant {
@@ -412,6 +413,134 @@ void FillIq4Xs(Rng& rng, const Plan& p, uint8_t* dst, int64_t nb) {
   });
 }
 
+// ---- i-quants and ternary types ---------------------------------------------
+//
+// Every bit pattern of the i-quant blocks is valid (grid indices address the
+// whole codebook, the sign patterns and 3/4-bit sub-block scales use every
+// value), so only the f16 block scale is chosen; the rest is random bits.
+// The ternary types get uniform digits in {0, 1, 2}, packed as ggml does.
+
+template <typename Block>
+void FillIqBits(Rng& rng, const Plan& p, uint8_t* dst, int64_t nb) {
+  ForBlocks<Block>(dst, nb, [&](Block* b) {
+    rng.Fill(b, sizeof(Block));
+    b->d = p.D(rng.Next());
+  });
+}
+
+void FillIq1M(Rng& rng, const Plan& p, uint8_t* dst, int64_t nb) {
+  ForBlocks<BlockIq1M>(dst, nb, [&](BlockIq1M* b) {
+    rng.Fill(b, sizeof(BlockIq1M));
+    // The f16 scale lives in the top nibble of the four 16-bit scale words.
+    const uint16_t d = p.D(rng.Next());
+    uint16_t sc[4];
+    std::memcpy(sc, b->scales, sizeof(sc));
+    for (int k = 0; k < 4; ++k) {
+      sc[k] = static_cast<uint16_t>((sc[k] & 0x0FFF) | (((d >> (4 * k)) & 0xF) << 12));
+    }
+    std::memcpy(b->scales, sc, sizeof(sc));
+  });
+}
+
+// Uniform base-3 digits: byte % 3 of random bytes, the byte 255 rejected
+// (0..254 is 85 whole runs of 3, so exactly uniform).
+class TritSource {
+ public:
+  explicit TritSource(Rng& rng) : rng_(rng) {}
+  int Next() {
+    for (;;) {
+      if (left_ == 0) {
+        bits_ = rng_.Next();
+        left_ = 8;
+      }
+      const int byte = static_cast<int>(bits_ & 0xFF);
+      bits_ >>= 8;
+      --left_;
+      if (byte < 255) return byte % 3;
+    }
+  }
+
+ private:
+  Rng& rng_;
+  uint64_t bits_ = 0;
+  int left_ = 0;
+};
+
+// ggml quantize_row_tq1_0_ref's packing of digits (most significant first,
+// as a fixed-point fraction rounded up).
+inline uint8_t PackTrits(const int* digits, int count) {
+  uint16_t q = 0;
+  for (int k = 0; k < count; ++k) q = static_cast<uint16_t>(q * 3 + digits[k]);
+  for (int k = count; k < 5; ++k) q = static_cast<uint16_t>(q * 3);
+  return static_cast<uint8_t>((q * 256 + 242) / 243);
+}
+
+void FillTq1_0(Rng& rng, const Plan& p, uint8_t* dst, int64_t nb) {
+  TritSource trits(rng);
+  ForBlocks<BlockTq1_0>(dst, nb, [&](BlockTq1_0* b) {
+    int digits[5];
+    for (size_t m = 0; m < sizeof(b->qs); ++m) {
+      for (int& t : digits) t = trits.Next();
+      b->qs[m] = PackTrits(digits, 5);
+    }
+    for (size_t m = 0; m < sizeof(b->qh); ++m) {
+      for (int k = 0; k < 4; ++k) digits[k] = trits.Next();
+      b->qh[m] = PackTrits(digits, 4);
+    }
+    b->d = p.D(rng.Next());
+  });
+}
+
+void FillTq2_0(Rng& rng, const Plan& p, uint8_t* dst, int64_t nb) {
+  TritSource trits(rng);
+  ForBlocks<BlockTq2_0>(dst, nb, [&](BlockTq2_0* b) {
+    for (uint8_t& q : b->qs) {
+      q = 0;
+      for (int l = 0; l < 4; ++l) q = static_cast<uint8_t>(q | (trits.Next() << (2 * l)));
+    }
+    b->d = p.D(rng.Next());
+  });
+}
+
+// Moments of the values of a codebook of `width` one-byte values per entry
+// (unsigned magnitudes, or int8 when is_signed), every entry equally likely;
+// `sign_flips`: each value gets an independent random sign (mean 0).
+template <typename Entry>
+Moments OfGrid(const Entry* grid, int n, int width, bool is_signed, bool sign_flips) {
+  Moments m{0, 0};
+  for (int e = 0; e < n; ++e) {
+    for (int j = 0; j < width; ++j) {
+      const uint8_t byte = static_cast<uint8_t>(grid[e] >> (8 * j));
+      const double v = is_signed ? static_cast<int8_t>(byte) : byte;
+      m.m1 += v;
+      m.m2 += v * v;
+    }
+  }
+  m.m1 = sign_flips ? 0 : m.m1 / (n * width);
+  m.m2 /= n * width;
+  return m;
+}
+
+// Moments of a + b s for s uniform on 0 .. 2^bits - 1.
+Moments AffineScale(double a, double b, int bits) {
+  Moments m{0, 0};
+  const int n = 1 << bits;
+  for (int s = 0; s < n; ++s) {
+    m.m1 += a + b * s;
+    m.m2 += (a + b * s) * (a + b * s);
+  }
+  m.m1 /= n;
+  m.m2 /= n;
+  return m;
+}
+
+// Grid value plus IQ1's delta of +-1/8 (random sign).
+Moments Iq1Values() {
+  Moments g = OfGrid(kIq1SGrid, 2048, 8, true, false);
+  g.m2 += static_cast<double>(kIq1SDelta) * kIq1SDelta;
+  return g;
+}
+
 // Unit moments (block factor excluded) and the min as a multiple of d.
 bool UnitMoments(GgmlType type, Moments* unit, double* min_mult) {
   const Moments sub = UniformInts(kSubLo, kSubHi), sub6 = UniformInts(kSub6Lo, kSub6Hi);
@@ -431,6 +560,25 @@ bool UnitMoments(GgmlType type, Moments* unit, double* min_mult) {
     case GgmlType::kQ4_K: *unit = UniformInts(0, 15, -7.5) * sub6; *min_mult = 7.5; return true;
     case GgmlType::kQ5_K: *unit = UniformInts(0, 31, -15.5) * sub6; *min_mult = 15.5; return true;
     case GgmlType::kQ6_K: *unit = UniformInts(0, 63, -32) * sub6; return true;
+    // value = d * sub-scale * grid value (* sign), the sub-scale as ggml's
+    // dequantize_row_* forms it from its 3- or 4-bit field.
+    case GgmlType::kIQ2_XXS:
+      *unit = AffineScale(0.125, 0.25, 4) * OfGrid(kIq2XxsGrid, 256, 8, false, true);
+      return true;
+    case GgmlType::kIQ2_XS:
+      *unit = AffineScale(0.125, 0.25, 4) * OfGrid(kIq2XsGrid, 512, 8, false, true);
+      return true;
+    case GgmlType::kIQ2_S:
+      *unit = AffineScale(0.125, 0.25, 4) * OfGrid(kIq2SGrid, 1024, 8, false, true);
+      return true;
+    case GgmlType::kIQ3_XXS:
+      *unit = AffineScale(0.25, 0.5, 4) * OfGrid(kIq3XxsGrid, 256, 4, false, true);
+      return true;
+    case GgmlType::kIQ3_S: *unit = AffineScale(1, 2, 4) * OfGrid(kIq3SGrid, 512, 4, false, true); return true;
+    case GgmlType::kIQ1_S:
+    case GgmlType::kIQ1_M: *unit = AffineScale(1, 2, 3) * Iq1Values(); return true;
+    case GgmlType::kTQ1_0:
+    case GgmlType::kTQ2_0: *unit = UniformInts(-1, 1); return true;
     default: return false;
   }
 }
@@ -468,6 +616,15 @@ BlockFiller FillerFor(GgmlType type) {
     case GgmlType::kQ4_K: return FillQ4_K;
     case GgmlType::kQ5_K: return FillQ5_K;
     case GgmlType::kQ6_K: return FillQ6_K;
+    case GgmlType::kIQ2_XXS: return FillIqBits<BlockIq2Xxs>;
+    case GgmlType::kIQ2_XS: return FillIqBits<BlockIq2Xs>;
+    case GgmlType::kIQ2_S: return FillIqBits<BlockIq2S>;
+    case GgmlType::kIQ3_XXS: return FillIqBits<BlockIq3Xxs>;
+    case GgmlType::kIQ3_S: return FillIqBits<BlockIq3S>;
+    case GgmlType::kIQ1_S: return FillIqBits<BlockIq1S>;
+    case GgmlType::kIQ1_M: return FillIq1M;
+    case GgmlType::kTQ1_0: return FillTq1_0;
+    case GgmlType::kTQ2_0: return FillTq2_0;
     default: return nullptr;
   }
 }

@@ -14,11 +14,18 @@
 //     codebooks; all other scales are positive. MXFP4 mixes the two
 //     power-of-two exponents around the target in the proportion that gives
 //     the exact expected variance. Int8 codes avoid -128.
+//   - i-quants (IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S): every
+//     bit pattern is a valid block, so grid indices, signs, deltas and
+//     sub-block scales are random bits; only the (positive) f16 block scale
+//     is planned, from the exact moments of the codebooks.
+//   - TQ1_0, TQ2_0: uniform digits in {0, 1, 2} (values -d, 0, d), packed as
+//     ggml's quantisers pack them.
 // The output depends only on (type, seed, scale, n_elements); it is produced
 // by a wyrand stream at several GB/s on one core.
 //
 // Supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K,
-// Q4_K, Q5_K, Q6_K, Q8_K, IQ4_NL, IQ4_XS, MXFP4.
+// Q4_K, Q5_K, Q6_K, Q8_K, IQ4_NL, IQ4_XS, MXFP4, IQ1_S, IQ1_M, IQ2_XXS,
+// IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, TQ1_0, TQ2_0.
 //
 // Errors (InvalidArgument, nothing written): unsupported type, negative
 // n_elements or one that is not a multiple of the block size, null dst with

@@ -18,7 +18,9 @@ const GgmlType kAllTypes[] = {
     GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16,  GgmlType::kQ4_0,   GgmlType::kQ4_1,
     GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ8_0,  GgmlType::kQ8_1,   GgmlType::kQ2_K,
     GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K,  GgmlType::kQ6_K,   GgmlType::kQ8_K,
-    GgmlType::kIQ4_NL, GgmlType::kIQ4_XS, GgmlType::kMXFP4};
+    GgmlType::kIQ4_NL, GgmlType::kIQ4_XS, GgmlType::kMXFP4, GgmlType::kIQ1_S, GgmlType::kIQ1_M,
+    GgmlType::kIQ2_XXS, GgmlType::kIQ2_XS, GgmlType::kIQ2_S, GgmlType::kIQ3_XXS, GgmlType::kIQ3_S,
+    GgmlType::kTQ1_0, GgmlType::kTQ2_0};
 
 TEST(FillRandomBlocksTest, DequantisesToFiniteValuesWithRequestedStdDev) {
   for (GgmlType type : kAllTypes) {
@@ -41,7 +43,9 @@ TEST(FillRandomBlocksTest, DequantisesToFiniteValuesWithRequestedStdDev) {
       const double sd = std::sqrt(sum2 / n - mean * mean);
       EXPECT_NEAR(sd, scale, 0.2 * scale) << Name(type) << " scale " << scale;
       EXPECT_NEAR(mean, 0.0, 0.1 * scale) << Name(type) << " scale " << scale;
-      EXPECT_LT(zeros, n / 4) << Name(type) << " scale " << scale;
+      // Ternary digits are zero a third of the time by design.
+      const bool ternary = type == GgmlType::kTQ1_0 || type == GgmlType::kTQ2_0;
+      EXPECT_LT(zeros, ternary ? n * 0.35 : n / 4) << Name(type) << " scale " << scale;
     }
   }
 }
@@ -92,6 +96,47 @@ TEST(FillRandomBlocksTest, UsesEveryCode) {
   for (int c = 0; c < 16; ++c) EXPECT_GT(seen[c], n / 16 / 2) << "Q4_0 code " << c;
 }
 
+// random_blocks.h: "Every type accepts 0.005 .. 1e4".
+TEST(FillRandomBlocksTest, EveryTypeAcceptsTheDocumentedScaleRange) {
+  for (GgmlType type : kAllTypes) {
+    const int64_t n = 256 * 4;
+    std::vector<uint8_t> buf = Bytes(type, n);
+    for (float scale : {0.005f, 1e4f}) {
+      const absl::Status s = FillRandomBlocks(type, 1, scale, buf.data(), n);
+      EXPECT_TRUE(s.ok()) << Name(type) << " scale " << scale << ": " << s;
+    }
+  }
+}
+
+// The ternary types hold only the digits 0, 1, 2 (values -d, 0, d, one d per
+// block), each about a third of the time (TQ2_0's unused digit 3 never
+// appears: it would decode to 2 d).
+TEST(FillRandomBlocksTest, TernaryDigitsAreUniform) {
+  for (GgmlType type : {GgmlType::kTQ1_0, GgmlType::kTQ2_0}) {
+    const int64_t n = 256 * 256;
+    std::vector<uint8_t> buf = Bytes(type, n);
+    ASSERT_TRUE(FillRandomBlocks(type, 3, 1.0f, buf.data(), n).ok()) << Name(type);
+    const std::vector<float> v = testing::Dequant(type, buf.data(), n);
+    int64_t count[3] = {0, 0, 0};
+    for (int64_t b = 0; b < n / 256; ++b) {
+      float d = 0;
+      for (int k = 0; k < 256; ++k) {
+        const float x = v[b * 256 + k];
+        if (x == 0.0f) {
+          ++count[1];
+          continue;
+        }
+        if (d == 0) d = std::fabs(x);
+        ASSERT_EQ(std::fabs(x), d) << Name(type) << " block " << b;
+        ++count[x > 0 ? 2 : 0];
+      }
+    }
+    for (int digit = 0; digit < 3; ++digit) {
+      EXPECT_NEAR(count[digit], n / 3.0, n * 0.02) << Name(type) << " digit " << digit;
+    }
+  }
+}
+
 TEST(FillRandomBlocksTest, BadArgumentsAreInvalidArgument) {
   std::vector<uint8_t> buf(1 << 16);
   struct Case {
@@ -99,7 +144,7 @@ TEST(FillRandomBlocksTest, BadArgumentsAreInvalidArgument) {
     absl::Status status;
   };
   const Case cases[] = {
-      {"unsupported", FillRandomBlocks(GgmlType::kIQ2_XXS, 1, 1.0f, buf.data(), 256)},
+      {"unsupported", FillRandomBlocks(GgmlType::kI32, 1, 1.0f, buf.data(), 256)},
       {"unknown id", FillRandomBlocks(static_cast<GgmlType>(99), 1, 1.0f, buf.data(), 256)},
       {"partial block", FillRandomBlocks(GgmlType::kQ4_K, 1, 1.0f, buf.data(), 255)},
       {"negative n", FillRandomBlocks(GgmlType::kF32, 1, 1.0f, buf.data(), -4)},

@@ -54,7 +54,10 @@ std::vector<int> HalfFields(GgmlType t) {
     case GgmlType::kQ2_K: return {80, 82};
     case GgmlType::kQ3_K: return {108};
     case GgmlType::kQ6_K: return {208};
-    case GgmlType::kMXFP4: return {};
+    case GgmlType::kTQ1_0: return {52};
+    case GgmlType::kTQ2_0: return {64};
+    case GgmlType::kMXFP4:
+    case GgmlType::kIQ1_M: return {};  // IQ1_M: the f16 scale is in the top nibbles (below)
     default: return {0};
   }
 }
@@ -71,6 +74,15 @@ std::vector<uint8_t> RawRandomWeights(GgmlType t, int64_t n, std::mt19937* rng) 
     for (int off : HalfFields(t)) {
       const uint16_t h = Fp32ToFp16(((*rng)() & 1 ? -1.0f : 1.0f) * u(*rng));
       std::memcpy(blk + off, &h, 2);
+    }
+    if (t == GgmlType::kIQ1_M) {
+      const uint16_t h = Fp32ToFp16(((*rng)() & 1 ? -1.0f : 1.0f) * u(*rng));
+      for (int k = 0; k < 4; ++k) {  // scales words at byte 48: nibble k of d in word k's top nibble
+        uint16_t word;
+        std::memcpy(&word, blk + 48 + 2 * k, 2);
+        word = static_cast<uint16_t>((word & 0x0FFF) | (((h >> (4 * k)) & 0xF) << 12));
+        std::memcpy(blk + 48 + 2 * k, &word, 2);
+      }
     }
   }
   return w;

@@ -8,6 +8,7 @@
 
 #include "common/base/fp16.h"
 #include "common/quant/internal/blocks.h"
+#include "common/quant/internal/iq_grids.h"
 
 namespace moesplit::quant::internal {
 namespace {
@@ -113,6 +114,173 @@ void UnpackIq4Xs(const BlockIq4Xs& b, const UnpackedBlock& o) {
   *o.scale = Fp16ToFp32(b.d);
 }
 
+// ---- i-quants and ternary types -------------------------------------------
+//
+// Codes are the signed integers of ggml's dot kernels (grid magnitude times
+// sign; for IQ1_S/IQ1_M 8 * grid value + delta sign, the delta of +-1/8 made
+// integral), sub-scales the odd integers 2 s + 1, and d the f16 block scale
+// times the power of two ggml applies after the integer sums (1/8 for IQ2_*
+// and IQ1_*, 1/4 for IQ3_XXS), which is exact.
+
+// Eight bytes at a time (SWAR, little-endian: byte j is value j of a group).
+constexpr uint64_t kOnes = 0x0101010101010101ull, kHigh = 0x8080808080808080ull;
+
+// 0xFF in byte j where bit j of `bits` is set.
+inline uint64_t ByteMask(uint8_t bits) {
+  const uint64_t spread = (bits * kOnes) & 0x8040201008040201ull;  // byte j: bit j or 0
+  return (((spread + 0x7F7F7F7F7F7F7F7Full) >> 7) & kOnes) * 0xFF;
+}
+
+// The 8 magnitudes of `mag` (none zero, as in every IQ2/IQ3 grid) negated
+// where bit j of `signs` is set: two's complement as (m ^ 0xFF) + 1, which
+// cannot carry into the next byte for a non-zero m.
+inline void PutSigned(uint64_t mag, uint8_t signs, uint8_t* out) {
+  const uint64_t m = ByteMask(signs);
+  const uint64_t v = (mag ^ m) + (m & kOnes);
+  std::memcpy(out, &v, 8);
+}
+
+// IQ1: 8 * grid value + delta (+-1) per byte, grid values in {-1, 0, 1}.
+inline void PutIq1(uint64_t entry, int delta, uint8_t* out) {
+  const uint64_t x = (entry << 3) & 0xF8F8F8F8F8F8F8F8ull;  // 8 * value, per byte
+  const uint64_t y = delta > 0 ? kOnes : ~0ull;             // +1 or -1 per byte
+  const uint64_t v = ((x & ~kHigh) + (y & ~kHigh)) ^ ((x ^ y) & kHigh);  // byte-wise add
+  std::memcpy(out, &v, 8);
+}
+
+void UnpackIq2Xxs(const BlockIq2Xxs& b, const UnpackedBlock& o) {
+  for (int ib = 0; ib < 8; ++ib) {
+    uint8_t idx[4];
+    uint32_t aux;
+    std::memcpy(idx, b.qs + 4 * ib, 4);
+    std::memcpy(&aux, b.qs + 4 * ib + 2, 4);
+    o.sub[ib] = 2 * static_cast<int32_t>(aux >> 28) + 1;
+    for (int l = 0; l < 4; ++l) {
+      PutSigned(kIq2XxsGrid[idx[l]], kSignsIq2Xs[(aux >> (7 * l)) & 127], o.codes + 32 * ib + 8 * l);
+    }
+  }
+  *o.scale = Fp16ToFp32(b.d) * 0.125f;
+}
+
+void UnpackIq2Xs(const BlockIq2Xs& b, const UnpackedBlock& o) {
+  for (int ib = 0; ib < 8; ++ib) {
+    o.sub[2 * ib] = 2 * (b.scales[ib] & 0xF) + 1;
+    o.sub[2 * ib + 1] = 2 * (b.scales[ib] >> 4) + 1;
+    for (int l = 0; l < 4; ++l) {
+      const uint16_t q = b.qs[4 * ib + l];
+      PutSigned(kIq2XsGrid[q & 511], kSignsIq2Xs[q >> 9], o.codes + 32 * ib + 8 * l);
+    }
+  }
+  *o.scale = Fp16ToFp32(b.d) * 0.125f;
+}
+
+void UnpackIq2S(const BlockIq2S& b, const UnpackedBlock& o) {
+  const uint8_t* signs = b.qs + kQK_K / 8;
+  for (int ib = 0; ib < 8; ++ib) {
+    o.sub[2 * ib] = 2 * (b.scales[ib] & 0xF) + 1;
+    o.sub[2 * ib + 1] = 2 * (b.scales[ib] >> 4) + 1;
+    for (int l = 0; l < 4; ++l) {
+      const int index = b.qs[4 * ib + l] | (((b.qh[ib] >> (2 * l)) & 3) << 8);
+      PutSigned(kIq2SGrid[index], signs[4 * ib + l], o.codes + 32 * ib + 8 * l);
+    }
+  }
+  *o.scale = Fp16ToFp32(b.d) * 0.125f;
+}
+
+void UnpackIq3Xxs(const BlockIq3Xxs& b, const UnpackedBlock& o) {
+  const uint8_t* scales_and_signs = b.qs + kQK_K / 4;
+  for (int ib = 0; ib < 8; ++ib) {
+    uint32_t aux;
+    std::memcpy(&aux, scales_and_signs + 4 * ib, 4);
+    o.sub[ib] = 2 * static_cast<int32_t>(aux >> 28) + 1;
+    for (int l = 0; l < 4; ++l) {
+      const uint64_t mag = kIq3XxsGrid[b.qs[8 * ib + 2 * l]] |
+                           static_cast<uint64_t>(kIq3XxsGrid[b.qs[8 * ib + 2 * l + 1]]) << 32;
+      PutSigned(mag, kSignsIq2Xs[(aux >> (7 * l)) & 127], o.codes + 32 * ib + 8 * l);
+    }
+  }
+  *o.scale = Fp16ToFp32(b.d) * 0.25f;
+}
+
+void UnpackIq3S(const BlockIq3S& b, const UnpackedBlock& o) {
+  for (int ib = 0; ib < 8; ++ib) {
+    o.sub[ib] = 2 * ((b.scales[ib / 2] >> (4 * (ib % 2))) & 0xF) + 1;
+    const uint8_t qh = b.qh[ib];
+    for (int l = 0; l < 4; ++l) {
+      const int i1 = b.qs[8 * ib + 2 * l] | (((qh >> (2 * l)) & 1) << 8);
+      const int i2 = b.qs[8 * ib + 2 * l + 1] | (((qh >> (2 * l + 1)) & 1) << 8);
+      PutSigned(kIq3SGrid[i1] | static_cast<uint64_t>(kIq3SGrid[i2]) << 32, b.signs[4 * ib + l],
+                o.codes + 32 * ib + 8 * l);
+    }
+  }
+  *o.scale = Fp16ToFp32(b.d);
+}
+
+void UnpackIq1S(const BlockIq1S& b, const UnpackedBlock& o) {
+  for (int ib = 0; ib < 8; ++ib) {
+    const uint16_t qh = b.qh[ib];
+    o.sub[ib] = 2 * ((qh >> 12) & 7) + 1;
+    const int delta = (qh & 0x8000) ? -1 : 1;
+    for (int l = 0; l < 4; ++l) {
+      const int index = b.qs[4 * ib + l] | (((qh >> (3 * l)) & 7) << 8);
+      PutIq1(kIq1SGrid[index], delta, o.codes + 32 * ib + 8 * l);
+    }
+  }
+  *o.scale = Fp16ToFp32(b.d) * 0.125f;
+}
+
+void UnpackIq1M(const BlockIq1M& b, const UnpackedBlock& o) {
+  uint16_t sc[4];
+  std::memcpy(sc, b.scales, sizeof(sc));
+  const uint16_t d16 = static_cast<uint16_t>((sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) |
+                                             ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000));
+  for (int ib = 0; ib < 8; ++ib) {
+    o.sub[2 * ib] = 2 * ((sc[ib / 2] >> (6 * (ib % 2))) & 7) + 1;
+    o.sub[2 * ib + 1] = 2 * ((sc[ib / 2] >> (6 * (ib % 2) + 3)) & 7) + 1;
+    for (int l = 0; l < 4; ++l) {
+      const int nib = (b.qh[2 * ib + l / 2] >> (4 * (l % 2))) & 0xF;
+      const int index = b.qs[4 * ib + l] | ((nib & 7) << 8);
+      PutIq1(kIq1SGrid[index], (nib & 8) ? -1 : 1, o.codes + 32 * ib + 8 * l);
+    }
+  }
+  *o.scale = Fp16ToFp32(d16) * 0.125f;
+}
+
+// Digit n (0 = most significant) of a TQ1_0 byte (ggml's fixed-point base 3).
+inline int Tq1Digit(uint8_t byte, int n) {
+  static constexpr uint8_t kPow3[5] = {1, 3, 9, 27, 81};
+  const uint8_t q = static_cast<uint8_t>(byte * kPow3[n]);
+  return (static_cast<uint16_t>(q) * 3) >> 8;
+}
+
+void UnpackTq1_0(const BlockTq1_0& b, const UnpackedBlock& o) {
+  constexpr int kQs = sizeof(b.qs);
+  uint8_t* c = o.codes;
+  for (int j = 0; j < kQs;) {
+    const int run = kQs - j >= 32 ? 32 : 16;
+    for (int dn = 0; dn < 5; ++dn) {
+      for (int m = 0; m < run; ++m) *c++ = static_cast<uint8_t>(Tq1Digit(b.qs[j + m], dn) - 1);
+    }
+    j += run;
+  }
+  for (int dn = 0; dn < 4; ++dn) {
+    for (int m = 0; m < static_cast<int>(sizeof(b.qh)); ++m) *c++ = static_cast<uint8_t>(Tq1Digit(b.qh[m], dn) - 1);
+  }
+  for (int g = 0; g < 8; ++g) o.sub[g] = 1;
+  *o.scale = Fp16ToFp32(b.d);
+}
+
+void UnpackTq2_0(const BlockTq2_0& b, const UnpackedBlock& o) {
+  uint8_t* c = o.codes;
+  for (int j = 0; j < kQK_K / 4; j += 32) {
+    for (int l = 0; l < 4; ++l) {
+      for (int m = 0; m < 32; ++m) *c++ = static_cast<uint8_t>(((b.qs[j + m] >> (2 * l)) & 3) - 1);
+    }
+  }
+  for (int g = 0; g < 8; ++g) o.sub[g] = 1;
+  *o.scale = Fp16ToFp32(b.d);
+}
+
 // ---- canonical dots ------------------------------------------------------
 
 inline int Code(const UnpackLayout& L, uint8_t c) {
@@ -204,6 +372,15 @@ bool GetUnpackLayout(GgmlType type, UnpackLayout* out) {
     case GgmlType::kQ5_K: L = {256, 32, true, false, 0, true}; break;
     case GgmlType::kQ6_K: L = {256, 16, true, false, 32, false}; break;
     case GgmlType::kIQ4_XS: L = {256, 32, true, true, 0, false}; break;
+    case GgmlType::kIQ2_XS:
+    case GgmlType::kIQ2_S:
+    case GgmlType::kIQ1_M: L = {256, 16, true, true, 0, false}; break;
+    case GgmlType::kIQ2_XXS:
+    case GgmlType::kIQ3_XXS:
+    case GgmlType::kIQ3_S:
+    case GgmlType::kIQ1_S:
+    case GgmlType::kTQ1_0:
+    case GgmlType::kTQ2_0: L = {256, 32, true, true, 0, false}; break;
     default: return false;
   }
   *out = L;
@@ -270,6 +447,15 @@ void UnpackBlock(GgmlType type, const void* block, const UnpackedBlock& o) {
     }
     case GgmlType::kQ6_K: return UnpackQ6K(*static_cast<const BlockQ6_K*>(block), o);
     case GgmlType::kIQ4_XS: return UnpackIq4Xs(*static_cast<const BlockIq4Xs*>(block), o);
+    case GgmlType::kIQ2_XXS: return UnpackIq2Xxs(*static_cast<const BlockIq2Xxs*>(block), o);
+    case GgmlType::kIQ2_XS: return UnpackIq2Xs(*static_cast<const BlockIq2Xs*>(block), o);
+    case GgmlType::kIQ2_S: return UnpackIq2S(*static_cast<const BlockIq2S*>(block), o);
+    case GgmlType::kIQ3_XXS: return UnpackIq3Xxs(*static_cast<const BlockIq3Xxs*>(block), o);
+    case GgmlType::kIQ3_S: return UnpackIq3S(*static_cast<const BlockIq3S*>(block), o);
+    case GgmlType::kIQ1_S: return UnpackIq1S(*static_cast<const BlockIq1S*>(block), o);
+    case GgmlType::kIQ1_M: return UnpackIq1M(*static_cast<const BlockIq1M*>(block), o);
+    case GgmlType::kTQ1_0: return UnpackTq1_0(*static_cast<const BlockTq1_0*>(block), o);
+    case GgmlType::kTQ2_0: return UnpackTq2_0(*static_cast<const BlockTq2_0*>(block), o);
     default: return;
   }
 }
@@ -289,6 +475,15 @@ VecDotFn CanonicalVecDot(GgmlType type) {
     case GgmlType::kQ5_K: return CanonicalSuper<GgmlType::kQ5_K>;
     case GgmlType::kQ6_K: return CanonicalSuper<GgmlType::kQ6_K>;
     case GgmlType::kIQ4_XS: return CanonicalSuper<GgmlType::kIQ4_XS>;
+    case GgmlType::kIQ2_XXS: return CanonicalSuper<GgmlType::kIQ2_XXS>;
+    case GgmlType::kIQ2_XS: return CanonicalSuper<GgmlType::kIQ2_XS>;
+    case GgmlType::kIQ2_S: return CanonicalSuper<GgmlType::kIQ2_S>;
+    case GgmlType::kIQ3_XXS: return CanonicalSuper<GgmlType::kIQ3_XXS>;
+    case GgmlType::kIQ3_S: return CanonicalSuper<GgmlType::kIQ3_S>;
+    case GgmlType::kIQ1_S: return CanonicalSuper<GgmlType::kIQ1_S>;
+    case GgmlType::kIQ1_M: return CanonicalSuper<GgmlType::kIQ1_M>;
+    case GgmlType::kTQ1_0: return CanonicalSuper<GgmlType::kTQ1_0>;
+    case GgmlType::kTQ2_0: return CanonicalSuper<GgmlType::kTQ2_0>;
     default: return nullptr;
   }
 }

@@ -7,6 +7,7 @@
 #include "common/base/fp16.h"
 #include "common/quant/internal/blocks.h"
 #include "common/quant/internal/kernels.h"
+#include "common/quant/internal/unpack.h"
 
 namespace moesplit::quant::internal {
 namespace {
@@ -385,6 +386,48 @@ float DotIq4Xs(int64_t n, const void* vx, const void* vy) {
   return sumf;
 }
 
+// ggml_vec_dot_{iq2_xxs,iq2_xs,iq2_s,iq3_xxs,iq3_s,iq1_s,iq1_m,tq1_0,tq2_0}_q8_K:
+// per superblock the exact integer sum of sub-scale times the group's code
+// dot (the integer form of internal/unpack.h, which folds IQ1's +-1/8 delta
+// into the codes and ggml's final 1/8 or 1/4 factor into d, both exactly),
+// then sumf += d * d_a * isum block after block, as ggml's reference does.
+template <GgmlType kType>
+float DotIqK(int64_t n, const void* vx, const void* vy) {
+  constexpr uint64_t kBytes = [] {
+    switch (kType) {
+      case GgmlType::kIQ2_XXS: return sizeof(BlockIq2Xxs);
+      case GgmlType::kIQ2_XS: return sizeof(BlockIq2Xs);
+      case GgmlType::kIQ2_S: return sizeof(BlockIq2S);
+      case GgmlType::kIQ3_XXS: return sizeof(BlockIq3Xxs);
+      case GgmlType::kIQ3_S: return sizeof(BlockIq3S);
+      case GgmlType::kIQ1_S: return sizeof(BlockIq1S);
+      case GgmlType::kIQ1_M: return sizeof(BlockIq1M);
+      case GgmlType::kTQ1_0: return sizeof(BlockTq1_0);
+      default: return sizeof(BlockTq2_0);
+    }
+  }();
+  UnpackLayout L;
+  GetUnpackLayout(kType, &L);
+  const uint8_t* x = static_cast<const uint8_t*>(vx);
+  const BlockQ8_K* y = static_cast<const BlockQ8_K*>(vy);
+  uint8_t codes[kQK_K];
+  int32_t sub[16];
+  int16_t mins[16];
+  float d = 0, dmin = 0;
+  float sumf = 0;
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    UnpackBlock(kType, x + i * kBytes, {codes, sub, mins, &d, &dmin});
+    int32_t isum = 0;
+    for (int g = 0; g < kQK_K / L.group; ++g) {
+      int32_t s = 0;
+      for (int k = g * L.group; k < (g + 1) * L.group; ++k) s += static_cast<int8_t>(codes[k]) * y[i].qs[k];
+      isum += sub[g] * s;
+    }
+    sumf += d * y[i].d * static_cast<float>(isum);
+  }
+  return sumf;
+}
+
 template <VecDotFn kDot>
 void DotRows(int64_t n, const void* w, uint64_t row_bytes, int64_t n_rows, const void* a, float* y) {
   const uint8_t* p = static_cast<const uint8_t*>(w);
@@ -411,6 +454,15 @@ VecDotRowsFn ScalarVecDotRows(GgmlType type) {
     case GgmlType::kQ5_K: return DotRows<DotQ5_K>;
     case GgmlType::kQ6_K: return DotRows<DotQ6_K>;
     case GgmlType::kIQ4_XS: return DotRows<DotIq4Xs>;
+    case GgmlType::kIQ2_XXS: return DotRows<DotIqK<GgmlType::kIQ2_XXS>>;
+    case GgmlType::kIQ2_XS: return DotRows<DotIqK<GgmlType::kIQ2_XS>>;
+    case GgmlType::kIQ2_S: return DotRows<DotIqK<GgmlType::kIQ2_S>>;
+    case GgmlType::kIQ3_XXS: return DotRows<DotIqK<GgmlType::kIQ3_XXS>>;
+    case GgmlType::kIQ3_S: return DotRows<DotIqK<GgmlType::kIQ3_S>>;
+    case GgmlType::kIQ1_S: return DotRows<DotIqK<GgmlType::kIQ1_S>>;
+    case GgmlType::kIQ1_M: return DotRows<DotIqK<GgmlType::kIQ1_M>>;
+    case GgmlType::kTQ1_0: return DotRows<DotIqK<GgmlType::kTQ1_0>>;
+    case GgmlType::kTQ2_0: return DotRows<DotIqK<GgmlType::kTQ2_0>>;
     default: return nullptr;
   }
 }
@@ -433,6 +485,15 @@ VecDotFn ScalarVecDot(GgmlType type) {
     case GgmlType::kQ5_K: return DotQ5_K;
     case GgmlType::kQ6_K: return DotQ6_K;
     case GgmlType::kIQ4_XS: return DotIq4Xs;
+    case GgmlType::kIQ2_XXS: return DotIqK<GgmlType::kIQ2_XXS>;
+    case GgmlType::kIQ2_XS: return DotIqK<GgmlType::kIQ2_XS>;
+    case GgmlType::kIQ2_S: return DotIqK<GgmlType::kIQ2_S>;
+    case GgmlType::kIQ3_XXS: return DotIqK<GgmlType::kIQ3_XXS>;
+    case GgmlType::kIQ3_S: return DotIqK<GgmlType::kIQ3_S>;
+    case GgmlType::kIQ1_S: return DotIqK<GgmlType::kIQ1_S>;
+    case GgmlType::kIQ1_M: return DotIqK<GgmlType::kIQ1_M>;
+    case GgmlType::kTQ1_0: return DotIqK<GgmlType::kTQ1_0>;
+    case GgmlType::kTQ2_0: return DotIqK<GgmlType::kTQ2_0>;
     default: return nullptr;
   }
 }
@@ -461,6 +522,15 @@ bool VecDotTypeOf(GgmlType type, GgmlType* out) {
     case GgmlType::kQ5_K:
     case GgmlType::kQ6_K:
     case GgmlType::kIQ4_XS:
+    case GgmlType::kIQ2_XXS:
+    case GgmlType::kIQ2_XS:
+    case GgmlType::kIQ2_S:
+    case GgmlType::kIQ3_XXS:
+    case GgmlType::kIQ3_S:
+    case GgmlType::kIQ1_S:
+    case GgmlType::kIQ1_M:
+    case GgmlType::kTQ1_0:
+    case GgmlType::kTQ2_0:
       *out = GgmlType::kQ8_K;
       return true;
     default:

@@ -1,7 +1,8 @@
 // AVX-512 (F/BW/VL/DQ + VNNI) dot kernels for every weight format: the
 // 32-element formats run the bodies of internal/x86_dot.inc with VNNI
-// vpdpbusd as the byte dot; the K-quants and the float formats have 512-bit
-// kernels here. Same canonical order as every other SIMD kernel
+// vpdpbusd as the byte dot; the K-quants, the i-quants (internal/
+// iq_avx512.inc's decoder) and the float formats have 512-bit kernels here
+// (TQ1_0/TQ2_0: x86_dot.inc's generic one over UnpackBlock). Same canonical order as every other SIMD kernel
 // (internal/unpack.h). Compiled with `#pragma GCC target` inside an
 // anonymous namespace; only called when CpuHasAvx512Vnni().
 
@@ -17,7 +18,9 @@
 
 #include "common/base/fp16.h"
 #include "common/quant/internal/blocks.h"
+#include "common/quant/internal/iq_grids.h"
 #include "common/quant/internal/kernels.h"
+#include "common/quant/internal/unpack.h"
 
 namespace moesplit::quant::internal {
 
@@ -252,6 +255,36 @@ void DotF32Tokens512(int64_t n, const void* w, uint64_t row_bytes, int64_t n_row
   }
 }
 
+
+// ---- i-quants: 64 elements per step -------------------------------------------
+//
+// internal/iq_avx512.inc's magnitudes, sign mask and lane scales: the sign
+// bits applied to the activation bytes, one vpdpbusd, then the int32 lanes
+// times their group's sub-scale. The sums are exact, so the result is the
+// canonical order's (internal/unpack.h) to the bit.
+
+#include "common/quant/internal/iq_avx512.inc"
+
+template <typename Block>
+float DotIq512(int64_t n, const void* vx, const void* vy) {
+  const Block* x = static_cast<const Block*>(vx);
+  const BlockQ8_K* y = static_cast<const BlockQ8_K*>(vy);
+  float acc = 0;
+  for (int64_t i = 0; i < n / 256; ++i) {
+    __m512i sumi = _mm512_setzero_si512();
+    const auto prep = IqStep<Block>::Prepare(x[i]);
+#pragma GCC unroll 4
+    for (int h = 0; h < 4; ++h) {
+      const IqStepOut s = IqStep<Block>::Of(x[i], h, prep);
+      const __m512i a = Load512(y[i].qs + 64 * h);
+      const __m512i sa = _mm512_mask_sub_epi8(a, s.neg, _mm512_setzero_si512(), a);
+      sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), s.w, sa), s.scale));
+    }
+    acc = FinishSuper(_mm512_reduce_add_epi32(sumi), IqD(x[i]), y[i].d, acc);
+  }
+  return acc;
+}
+
 #pragma GCC pop_options
 
 // A table entry: the kernel and its many-rows form.
@@ -282,6 +315,15 @@ void AppendAvx512Kernels(SimdKernels* out) {
       Entry<DotQ45KPairs<true, K45Sums512>>(GgmlType::kQ5_K, l),
       Entry<DotQ6K512>(GgmlType::kQ6_K, l),
       Entry<DotIq4XsSimd>(GgmlType::kIQ4_XS, l),
+      Entry<DotIq512<BlockIq1S>>(GgmlType::kIQ1_S, l),
+      Entry<DotIq512<BlockIq1M>>(GgmlType::kIQ1_M, l),
+      Entry<DotIq512<BlockIq2Xxs>>(GgmlType::kIQ2_XXS, l),
+      Entry<DotIq512<BlockIq2Xs>>(GgmlType::kIQ2_XS, l),
+      Entry<DotIq512<BlockIq2S>>(GgmlType::kIQ2_S, l),
+      Entry<DotIq512<BlockIq3Xxs>>(GgmlType::kIQ3_XXS, l),
+      Entry<DotIq512<BlockIq3S>>(GgmlType::kIQ3_S, l),
+      Entry<DotIqSimd<GgmlType::kTQ1_0>>(GgmlType::kTQ1_0, l),
+      Entry<DotIqSimd<GgmlType::kTQ2_0>>(GgmlType::kTQ2_0, l),
   };
   out->dots.insert(out->dots.end(), std::begin(kernels), std::end(kernels));
 }

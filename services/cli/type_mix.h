@@ -26,6 +26,28 @@
 //   - a type whose block does not divide the row falls back as llama.cpp
 //     does (Q4_K->Q5_0, Q5_K->Q5_1, Q6_K->Q8_0, Q2_K/Q3_K->Q4_0,
 //     IQ4_XS->IQ4_NL), then to F16.
+//   - the i-quant file types (with the importance matrix llama-quantize
+//     requires for their IQ1/IQ2/IQ3_XXS tensors): base types IQ1_S, IQ1_M,
+//     IQ2_XXS, IQ2_XS, IQ2_XS (IQ2_S), IQ2_S (IQ2_M), IQ3_XXS, IQ3_S (IQ3_XS,
+//     IQ3_S, IQ3_M), TQ1_0, TQ2_0; output.weight Q5_K for IQ1_*, IQ2_* and
+//     IQ3_XXS; token_embd Q2_K for IQ1_*/IQ2_XXS/IQ2_XS, IQ3_S for
+//     IQ2_S/IQ2_M/IQ3_XXS, Q4_K for TQ*; for IQ1_*/IQ2_* (their own branch):
+//     attn_v Q4_K (GQA >= 4 or >= 4 experts) else IQ3_S (IQ2_S/M) / Q2_K,
+//     attn_k Q4_K with 8 experts, ffn_down IQ3_S (IQ2_S/M) / Q2_K for
+//     i < n/8, attn_output Q5_K with 8 experts else IQ2_XXS (IQ1_*) / IQ3_S
+//     (IQ2_S/M); IQ3_XXS: attn_v Q4_K with GQA >= 4, attn_k and attn_q
+//     IQ2_S, attn_output IQ3_S; IQ3_XS: attn_k/attn_q IQ3_XXS, ffn_gate/up
+//     IQ3_XXS for n/8 <= i < 7n/8, attn_v Q4_K with GQA >= 4 (IQ3_S too);
+//     IQ3_M: attn_v Q4_K, ffn_down Q4_K for i < n/8 (or more_bits(i) with 8
+//     experts), attn_output Q4_K; with 8 experts attn_output Q5_K for
+//     IQ3_XS/IQ3_XXS/IQ3_S/IQ3_M as for the K-quants; i-quants whose block
+//     does not divide the row fall back to IQ4_NL, TQ* to Q4_0;
+//   - UD-IQ1_S (not a llama.cpp file type: a mix like unsloth's dynamic
+//     UD-IQ1_S files, general.file_type IQ1_S as theirs): routed experts
+//     (3-D *_exps) IQ1_S for gate/up, ffn_down_exps IQ2_XXS in the first and last
+//     eighth of the layers and IQ1_M between; attention Q4_K, with attn_v,
+//     attn_kv_b and attn_v_b Q6_K; every other weight (dense and shared FFN,
+//     token_embd) Q4_K; output.weight Q8_0;
 // The rules apply to every llama.cpp file type accepted here (Q4_0, Q8_0 and
 // Q6_K included: with 8 experts their attn_k/attn_v become Q8_0, and the
 // output gets Q6_K). The "pure" names Q3_K, Q4_K and Q5_K (not llama.cpp file
@@ -51,6 +73,7 @@ enum class MixKind {
   kPure,      // one base type (with the output.weight rule)
   kLlamaMix,  // llama.cpp's per-tensor rules for this ftype
   kMxfp4Moe,
+  kUdIq1S,    // UD-IQ1_S-like (below): not a llama.cpp file type
 };
 
 struct FileTypeMix {

@@ -25,6 +25,10 @@ TEST(TypeMixTest, MatchesLlamaQuantizeOnEveryFixture) {
       {"qwen3moe-tiny-q6_k", "Q6_K"},     {"qwen3moe-tiny-iq4_nl", "IQ4_NL"},
       {"qwen3moe-tiny-iq4_xs", "IQ4_XS"}, {"qwen3moe-tiny-mxfp4_moe", "MXFP4_MOE"},
       {"qwen2moe-tiny-q8_0", "Q8_0"},     {"qwen2moe-tiny-q4_k_m", "Q4_K_M"},
+      {"qwen3moe-tiny-iq1_s", "IQ1_S"},   {"qwen3moe-tiny-iq1_m", "IQ1_M"},
+      {"qwen3moe-tiny-iq2_xxs", "IQ2_XXS"}, {"qwen3moe-tiny-iq2_xs", "IQ2_XS"},
+      {"qwen3moe-tiny-iq2_m", "IQ2_M"},   {"qwen3moe-tiny-iq3_xxs", "IQ3_XXS"},
+      {"qwen3moe-tiny-iq3_s", "IQ3_S"},
   };
   for (const FixtureCase& c : cases) {
     const std::string path =
@@ -91,8 +95,33 @@ TEST(TypeMixTest, PureTypesAndShapeFallbacks) {
   EXPECT_EQ(PickTensorType(*q4km, out96), GgmlType::kQ8_0);
 }
 
+// The UD-IQ1_S-like mix on DeepSeek-V3's tensors (61 layers, 256 experts).
+TEST(TypeMixTest, UdIq1SLikeMix) {
+  auto mix = LookupFileTypeMix("ud-iq1_s");
+  ASSERT_TRUE(mix.ok()) << mix.status();
+  EXPECT_EQ(mix->llama_ftype, 24u);  // IQ1_S, as unsloth's files say
+  EXPECT_EQ(FileTypeName(24), "IQ1_S");
+  auto pick = [&](std::string name, int n_dims, int64_t ne0) {
+    return std::string(GgmlTypeName(PickTensorType(*mix, {name, n_dims, ne0, 61, 256, 128})));
+  };
+  EXPECT_EQ(pick("blk.3.ffn_gate_exps.weight", 3, 7168), "IQ1_S");
+  EXPECT_EQ(pick("blk.3.ffn_up_exps.weight", 3, 7168), "IQ1_S");
+  EXPECT_EQ(pick("blk.3.ffn_down_exps.weight", 3, 2048), "IQ2_XXS");   // 3 < 61 / 8
+  EXPECT_EQ(pick("blk.30.ffn_down_exps.weight", 3, 2048), "IQ1_M");
+  EXPECT_EQ(pick("blk.60.ffn_down_exps.weight", 3, 2048), "IQ2_XXS");  // 60 >= 7 * 61 / 8
+  EXPECT_EQ(pick("blk.3.ffn_down_shexp.weight", 2, 2048), "Q4_K");
+  EXPECT_EQ(pick("blk.0.ffn_down.weight", 2, 18432), "Q4_K");
+  EXPECT_EQ(pick("blk.3.attn_kv_b.weight", 2, 512), "Q6_K");
+  EXPECT_EQ(pick("blk.3.attn_q_b.weight", 2, 1536), "Q4_K");
+  EXPECT_EQ(pick("blk.3.attn_output.weight", 2, 16384), "Q4_K");
+  EXPECT_EQ(pick("blk.3.ffn_gate_inp.weight", 2, 7168), "F32");
+  EXPECT_EQ(pick("output.weight", 2, 7168), "Q8_0");
+  EXPECT_EQ(pick("token_embd.weight", 2, 7168), "Q4_K");
+  EXPECT_EQ(pick("blk.3.attn_k_b.weight", 3, 128), "Q5_0");  // not whole Q4_K blocks
+}
+
 TEST(TypeMixTest, RejectsUnknownNames) {
-  for (const char* name : {"Q4_K_X", "IQ2_XXS", "", "f8"}) {
+  for (const char* name : {"Q4_K_X", "IQ5_K", "", "f8"}) {
     auto m = LookupFileTypeMix(name);
     EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument) << name;
   }

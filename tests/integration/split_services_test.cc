@@ -152,7 +152,9 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureLogitsTest,
                                            "deepseek2-tiny-f16", "deepseek2-tiny-q8_0",
                                            "minimaxm2-tiny-f16", "minimaxm2-tiny-q8_0",
                                            "qwen3next-tiny-f16", "qwen3next-tiny-q8_0",
-                                           "qwen3next-ssmin-tiny-f16"));
+                                           "qwen3next-ssmin-tiny-f16",
+                                           "qwen3moe-tiny-iq1_s", "qwen3moe-tiny-iq2_xxs",
+                                           "qwen3moe-tiny-iq3_s"));
 
 // Workers splitting the experts by id (each one's partial sums added by the
 // dense side: the same values up to the order of the additions). gpt-oss's

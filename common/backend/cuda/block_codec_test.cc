@@ -32,7 +32,8 @@ bool Decode(GgmlType t, const uint8_t* row, int64_t n, float* out) {
     MS_CASE(kF32) MS_CASE(kF16) MS_CASE(kBF16) MS_CASE(kQ4_0) MS_CASE(kQ4_1) MS_CASE(kQ5_0)
     MS_CASE(kQ5_1) MS_CASE(kQ8_0) MS_CASE(kQ8_1) MS_CASE(kMXFP4) MS_CASE(kQ2_K) MS_CASE(kQ3_K)
     MS_CASE(kQ4_K) MS_CASE(kQ5_K) MS_CASE(kQ6_K) MS_CASE(kQ8_K) MS_CASE(kIQ4_NL)
-    MS_CASE(kIQ4_XS)
+    MS_CASE(kIQ4_XS) MS_CASE(kIQ2_XXS) MS_CASE(kIQ2_XS) MS_CASE(kIQ2_S) MS_CASE(kIQ3_XXS)
+    MS_CASE(kIQ3_S) MS_CASE(kIQ1_S) MS_CASE(kIQ1_M) MS_CASE(kTQ1_0) MS_CASE(kTQ2_0)
     default:
       return false;
   }
@@ -44,7 +45,10 @@ const GgmlType kTypes[] = {GgmlType::kF32,  GgmlType::kF16,    GgmlType::kBF16,
                            GgmlType::kQ5_1, GgmlType::kQ8_0,   GgmlType::kQ8_1,
                            GgmlType::kMXFP4, GgmlType::kQ2_K,  GgmlType::kQ3_K,
                            GgmlType::kQ4_K, GgmlType::kQ5_K,   GgmlType::kQ6_K,
-                           GgmlType::kQ8_K, GgmlType::kIQ4_NL, GgmlType::kIQ4_XS};
+                           GgmlType::kQ8_K, GgmlType::kIQ4_NL, GgmlType::kIQ4_XS,
+                           GgmlType::kIQ2_XXS, GgmlType::kIQ2_XS, GgmlType::kIQ2_S,
+                           GgmlType::kIQ3_XXS, GgmlType::kIQ3_S, GgmlType::kIQ1_S,
+                           GgmlType::kIQ1_M, GgmlType::kTQ1_0, GgmlType::kTQ2_0};
 
 bool SameValue(float a, float b) {
   if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);

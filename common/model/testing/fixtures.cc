@@ -39,9 +39,6 @@ const std::vector<PendingEntry>& PendingFixtures() {
       {"qwen35moe-mtp-", "qwen35moe with an MTP block: issue #41"},
       {"gemma4-", "gemma4: issue #44"},
       {"nemotronh-", "nemotron_h_moe (Mamba-2): issue #44"},
-      {"qwen3moe-tiny-iq1_", "IQ1_S / IQ1_M: issue #42"},
-      {"qwen3moe-tiny-iq2_", "IQ2_XXS / IQ2_XS / IQ2_S: issue #42"},
-      {"qwen3moe-tiny-iq3_", "IQ3_XXS / IQ3_S: issue #42"},
   };
   return *kPending;
 }

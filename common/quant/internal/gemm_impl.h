@@ -89,7 +89,9 @@ GemmKernels GetGemmKernels(GemmImpl impl);
 // Defined in gemm_x86.cc / gemm_amx.cc.
 GemmKernels X86GemmKernels(GemmImpl impl);
 GemmKernels AmxGemmKernels(GemmImpl impl);
-// The AVX2 unpacker (x86-64 with AVX2 only).
+// The SIMD unpacker of the AMX kernels: the AVX-512 one (with the i-quants'
+// 64-value decoder) where the CPU has AVX-512 VNNI, else the AVX2 one
+// (x86-64 with AVX2 only).
 void UnpackRowsX86(GgmlType type, const UnpackLayout& L, const uint8_t* rows, uint64_t row_bytes,
                    int n_rows, bool plus128, const Panel& p);
 

@@ -55,7 +55,18 @@ inline const std::vector<GgmlType>& WeightTypes() {
       GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16,  GgmlType::kQ4_0,
       GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,  GgmlType::kQ8_0,
       GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ4_K,  GgmlType::kQ5_K,
-      GgmlType::kQ6_K, GgmlType::kIQ4_NL, GgmlType::kIQ4_XS, GgmlType::kMXFP4};
+      GgmlType::kQ6_K, GgmlType::kIQ4_NL, GgmlType::kIQ4_XS, GgmlType::kMXFP4,
+      GgmlType::kIQ1_S, GgmlType::kIQ1_M, GgmlType::kIQ2_XXS, GgmlType::kIQ2_XS, GgmlType::kIQ2_S,
+      GgmlType::kIQ3_XXS, GgmlType::kIQ3_S, GgmlType::kTQ1_0, GgmlType::kTQ2_0};
+  return kTypes;
+}
+
+// The weight types without a quantiser (their tensors come from files or
+// FillRandomBlocks): the i-quants and the ternary types.
+inline const std::vector<GgmlType>& NoQuantizerTypes() {
+  static const std::vector<GgmlType> kTypes = {
+      GgmlType::kIQ1_S,   GgmlType::kIQ1_M,  GgmlType::kIQ2_XXS, GgmlType::kIQ2_XS, GgmlType::kIQ2_S,
+      GgmlType::kIQ3_XXS, GgmlType::kIQ3_S,  GgmlType::kTQ1_0,   GgmlType::kTQ2_0};
   return kTypes;
 }
 

@@ -7,6 +7,12 @@
 //   value(k) = scale * (c_k - zero)                     Q4_0 Q5_0 Q8_0 IQ4_NL MXFP4
 //   value(k) = scale * c_k + min                        Q4_1 Q5_1
 //   value(k) = d * sub_g * (c_k - zero) - dmin * mn_g   K-quants, IQ4_XS (group g)
+// The i-quants and ternary types (IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S,
+// IQ3_XXS, IQ3_S, TQ1_0, TQ2_0) are 256-blocks of the same form without
+// mins: signed codes (grid value times sign; 8 * grid value + delta sign for
+// IQ1, whose +-1/8 delta becomes integral), odd sub-scales 2 s + 1 (1 for
+// TQ), groups of 16 (IQ2_XS, IQ2_S, IQ1_M) or 32, and d = the f16 scale times
+// ggml's power-of-two factor (1/8 for IQ2 and IQ1, 1/4 for IQ3_XXS), exact.
 // with signed codes (zero = 0) for Q8_0, IQ4_NL, IQ4_XS and MXFP4, whose
 // codes are the table values. The canonical dot of a weight row with an
 // activation row of the type's vec_dot_type (Q8_0 / Q8_1 / Q8_K blocks q):

@@ -21,6 +21,7 @@
 #include <cstring>
 
 #include "common/gguf/types.h"
+#include "common/quant/internal/iq_grids.h"
 
 #if defined(__CUDACC__)
 #define MS_HD __host__ __device__ __forceinline__
@@ -134,6 +135,33 @@ MS_HD int Q3KScale(const uint8_t* sc, int s) {
   return (low | (high << 4)) - 32;
 }
 
+// The i-quant codebooks and sign patterns: common/quant/internal/iq_grids.inc
+// is the one copy of the data. Host code reads quant's tables (iq_grids.h);
+// device code its own __device__ copies, defined here from the same file.
+#if defined(__CUDACC__)
+namespace iq_device {
+#define MOESPLIT_IQ_TABLE(type, name, count, ...) static __device__ const type name[count] = {__VA_ARGS__};
+#include "common/quant/internal/iq_grids.inc"
+#undef MOESPLIT_IQ_TABLE
+}  // namespace iq_device
+#endif
+#if defined(__CUDA_ARCH__)
+#define MS_IQ_TABLE(name) ::moesplit::cuda::codec::iq_device::name
+#else
+#define MS_IQ_TABLE(name) ::moesplit::quant::internal::name
+#endif
+
+// Byte j of a packed grid entry.
+MS_HD int GridByte(uint64_t entry, int j) { return static_cast<uint8_t>(entry >> (8 * j)); }
+// -1 where bit j of a sign pattern is set, +1 otherwise (ggml's kmask_iq2xs).
+MS_HD float SignOf(uint8_t signs, int j) { return (signs >> j) & 1 ? -1.f : 1.f; }
+// Digit n (0 = most significant) of a TQ1_0 byte (ggml's fixed-point base 3).
+MS_HD int Tq1Digit(uint8_t byte, int n) {
+  const uint8_t pow3 = n == 0 ? 1 : n == 1 ? 3 : n == 2 ? 9 : n == 3 ? 27 : 81;
+  const uint8_t q = static_cast<uint8_t>(byte * pow3);
+  return (static_cast<uint16_t>(q) * 3) >> 8;
+}
+
 template <GgmlType T> struct Format;
 #define MS_FORMAT(T, elems, bytes) \
   template <> struct Format<GgmlType::T> { static constexpr int kElems = elems, kBytes = bytes; }
@@ -155,6 +183,15 @@ MS_FORMAT(kQ6_K, 256, 210);
 MS_FORMAT(kQ8_K, 256, 292);
 MS_FORMAT(kIQ4_NL, 32, 18);
 MS_FORMAT(kIQ4_XS, 256, 136);
+MS_FORMAT(kIQ2_XXS, 256, 66);
+MS_FORMAT(kIQ2_XS, 256, 74);
+MS_FORMAT(kIQ2_S, 256, 82);
+MS_FORMAT(kIQ3_XXS, 256, 98);
+MS_FORMAT(kIQ3_S, 256, 110);
+MS_FORMAT(kIQ1_S, 256, 50);
+MS_FORMAT(kIQ1_M, 256, 56);
+MS_FORMAT(kTQ1_0, 256, 54);
+MS_FORMAT(kTQ2_0, 256, 66);
 #undef MS_FORMAT
 
 // Value i of the block at b. REQUIRES: 0 <= i < Format<T>::kElems.
@@ -249,6 +286,85 @@ MS_HD float DecodeElement(const uint8_t* b, int i) {
     const float dl = d * (ls - 32);
     const uint8_t q = b[8 + ib * 16 + (r & 15)];
     return dl * Iq4NlValue(r < 16 ? (q & 0xF) : (q >> 4));
+  } else if constexpr (T == GgmlType::kIQ2_XXS) {
+    // d qs[32 x u16]: per 32 values 4 grid bytes, then 4 x 7 sign bits + 4-bit scale
+    const int ib = i >> 5, l = (i >> 3) & 3, j = i & 7;
+    const float d = HalfToFloat(Load16(b));
+    const uint32_t aux = Load32(b + 2 + 8 * ib + 4);
+    const float db = d * (0.5f + (aux >> 28)) * 0.25f;
+    const uint8_t signs = MS_IQ_TABLE(kSignsIq2Xs)[(aux >> (7 * l)) & 127];
+    return db * GridByte(MS_IQ_TABLE(kIq2XxsGrid)[b[2 + 8 * ib + l]], j) * SignOf(signs, j);
+  } else if constexpr (T == GgmlType::kIQ2_XS) {
+    // d qs[32 x u16] (9-bit index | 7 sign bits << 9) scales[8]
+    const int ib = i >> 5, l = (i >> 3) & 3, j = i & 7;
+    const float d = HalfToFloat(Load16(b));
+    const float db = d * (0.5f + ((b[66 + ib] >> (4 * (l / 2))) & 0xf)) * 0.25f;
+    const uint16_t q = Load16(b + 2 + 2 * (4 * ib + l));
+    const uint8_t signs = MS_IQ_TABLE(kSignsIq2Xs)[q >> 9];
+    return db * GridByte(MS_IQ_TABLE(kIq2XsGrid)[q & 511], j) * SignOf(signs, j);
+  } else if constexpr (T == GgmlType::kIQ2_S) {
+    // d qs[32] signs[32] qh[8] scales[8]
+    const int ib = i >> 5, l = (i >> 3) & 3, j = i & 7;
+    const float d = HalfToFloat(Load16(b));
+    const float db = d * (0.5f + ((b[74 + ib] >> (4 * (l / 2))) & 0xf)) * 0.25f;
+    const int index = b[2 + 4 * ib + l] | (((b[66 + ib] >> (2 * l)) & 3) << 8);
+    return db * GridByte(MS_IQ_TABLE(kIq2SGrid)[index], j) * SignOf(b[34 + 4 * ib + l], j);
+  } else if constexpr (T == GgmlType::kIQ3_XXS) {
+    // d qs[64] then 8 x (4 x 7 sign bits + 4-bit scale)
+    const int ib = i >> 5, l = (i >> 3) & 3, j = i & 7;
+    const float d = HalfToFloat(Load16(b));
+    const uint32_t aux = Load32(b + 66 + 4 * ib);
+    const float db = d * (0.5f + (aux >> 28)) * 0.5f;
+    const uint8_t signs = MS_IQ_TABLE(kSignsIq2Xs)[(aux >> (7 * l)) & 127];
+    const uint32_t entry = MS_IQ_TABLE(kIq3XxsGrid)[b[2 + 8 * ib + 2 * l + (j >> 2)]];
+    return db * GridByte(entry, j & 3) * SignOf(signs, j);
+  } else if constexpr (T == GgmlType::kIQ3_S) {
+    // d qs[64] qh[8] signs[32] scales[4]
+    const int ib = i >> 5, l = (i >> 3) & 3, j = i & 7;
+    const float d = HalfToFloat(Load16(b));
+    const int sc = (b[106 + ib / 2] >> (4 * (ib % 2))) & 0xf;
+    const float db = d * (1 + 2 * sc);
+    const int k = 2 * l + (j >> 2);
+    const int index = b[2 + 8 * ib + k] | (((b[66 + ib] >> k) & 1) << 8);
+    return db * GridByte(MS_IQ_TABLE(kIq3SGrid)[index], j & 3) * SignOf(b[74 + 4 * ib + l], j);
+  } else if constexpr (T == GgmlType::kIQ1_S) {
+    // d qs[32] qh[8 x u16] (4 x 3 high index bits, 3-bit scale, delta sign)
+    const int ib = i >> 5, l = (i >> 3) & 3, j = i & 7;
+    const float d = HalfToFloat(Load16(b));
+    const uint16_t qh = Load16(b + 34 + 2 * ib);
+    const float dl = d * (2 * ((qh >> 12) & 7) + 1);
+    const float delta = (qh & 0x8000) ? -0.125f : 0.125f;
+    const int index = b[2 + 4 * ib + l] | (((qh >> (3 * l)) & 7) << 8);
+    return dl * (static_cast<int8_t>(GridByte(MS_IQ_TABLE(kIq1SGrid)[index], j)) + delta);
+  } else if constexpr (T == GgmlType::kIQ1_M) {
+    // qs[32] qh[16] scales[4 x u16] (3-bit scales; the f16 scale in the top nibbles)
+    const int ib = i >> 5, l = (i >> 3) & 3, j = i & 7;
+    const uint16_t s0 = Load16(b + 48), s1 = Load16(b + 50), s2 = Load16(b + 52), s3 = Load16(b + 54);
+    const float d = HalfToFloat(static_cast<uint16_t>((s0 >> 12) | ((s1 >> 8) & 0x00f0) | ((s2 >> 4) & 0x0f00) |
+                                                      (s3 & 0xf000)));
+    const uint16_t sc = Load16(b + 48 + 2 * (ib / 2));
+    const float dl = d * (2 * ((sc >> (6 * (ib % 2) + 3 * (l / 2))) & 0x7) + 1);
+    const int nib = (b[32 + 2 * ib + l / 2] >> (4 * (l % 2))) & 0xf;
+    const int index = b[4 * ib + l] | ((nib & 7) << 8);
+    const float delta = (nib & 8) ? -0.125f : 0.125f;
+    return dl * (static_cast<int8_t>(GridByte(MS_IQ_TABLE(kIq1SGrid)[index], j)) + delta);
+  } else if constexpr (T == GgmlType::kTQ1_0) {
+    // qs[48] (5 digits per byte: a run of 32 bytes, then one of 16) qh[4] (4 digits) d
+    const float d = HalfToFloat(Load16(b + 52));
+    int digit;
+    if (i < 160) {
+      digit = Tq1Digit(b[i & 31], i >> 5);
+    } else if (i < 240) {
+      digit = Tq1Digit(b[32 + ((i - 160) & 15)], (i - 160) >> 4);
+    } else {
+      digit = Tq1Digit(b[48 + ((i - 240) & 3)], (i - 240) >> 2);
+    }
+    return static_cast<float>(digit - 1) * d;
+  } else if constexpr (T == GgmlType::kTQ2_0) {
+    // qs[64] (2-bit digits: 4 runs of 32 values per 32 bytes) d
+    const float d = HalfToFloat(Load16(b + 64));
+    const uint8_t q = b[32 * (i >> 7) + (i & 31)];
+    return static_cast<float>(((q >> (2 * ((i >> 5) & 3))) & 3) - 1) * d;
   } else {
     static_assert(T == GgmlType::kF32, "unsupported format");
     return 0.0f;
@@ -315,7 +431,8 @@ MS_HD void EncodeQ4_0(const float* x, uint8_t* out) {
 // llama.cpp (and the CPU reference, common/quant) converts the activation row
 // of a product to the weight type's vec_dot_type before the dot: Q8_0 blocks
 // of 32 for Q4_0/Q5_0/Q8_0/IQ4_NL/MXFP4, Q8_1 for Q4_1/Q5_1 (the same values
-// as Q8_0), Q8_K blocks of 256 for the K-quants and IQ4_XS, F16 for F16,
+// as Q8_0), Q8_K blocks of 256 for the K-quants, IQ4_XS, the i-quants and the
+// ternary types, F16 for F16,
 // BF16 for BF16, none for F32. The GPU rounds the activations the same way
 // ("round trip": quantise, then dequantise to f32) and then runs its f32
 // products, so that both sides multiply the same values.
@@ -339,7 +456,16 @@ MS_HD ActRounding ActRoundingOf(GgmlType weight) {
     case GgmlType::kQ5_K:
     case GgmlType::kQ6_K:
     case GgmlType::kQ8_K:
-    case GgmlType::kIQ4_XS: return ActRounding::kQ8_K;
+    case GgmlType::kIQ4_XS:
+    case GgmlType::kIQ2_XXS:
+    case GgmlType::kIQ2_XS:
+    case GgmlType::kIQ2_S:
+    case GgmlType::kIQ3_XXS:
+    case GgmlType::kIQ3_S:
+    case GgmlType::kIQ1_S:
+    case GgmlType::kIQ1_M:
+    case GgmlType::kTQ1_0:
+    case GgmlType::kTQ2_0: return ActRounding::kQ8_K;
     default: return ActRounding::kNone;
   }
 }

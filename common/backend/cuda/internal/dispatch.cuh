@@ -33,6 +33,15 @@
     MS_FORMAT_CASE(kQ8_K, F, __VA_ARGS__)            \
     MS_FORMAT_CASE(kIQ4_NL, F, __VA_ARGS__)          \
     MS_FORMAT_CASE(kIQ4_XS, F, __VA_ARGS__)          \
+    MS_FORMAT_CASE(kIQ2_XXS, F, __VA_ARGS__)         \
+    MS_FORMAT_CASE(kIQ2_XS, F, __VA_ARGS__)          \
+    MS_FORMAT_CASE(kIQ2_S, F, __VA_ARGS__)           \
+    MS_FORMAT_CASE(kIQ3_XXS, F, __VA_ARGS__)         \
+    MS_FORMAT_CASE(kIQ3_S, F, __VA_ARGS__)           \
+    MS_FORMAT_CASE(kIQ1_S, F, __VA_ARGS__)           \
+    MS_FORMAT_CASE(kIQ1_M, F, __VA_ARGS__)           \
+    MS_FORMAT_CASE(kTQ1_0, F, __VA_ARGS__)           \
+    MS_FORMAT_CASE(kTQ2_0, F, __VA_ARGS__)           \
     default:                                         \
       return false;                                  \
   }
