@@ -180,6 +180,21 @@ std::vector<TensorSpec> DeepSeek2Tensors() {
   return t;
 }
 
+// llama.cpp: LLM_TENSOR_NEXTN_* (glm4moe, deepseek2, qwen35moe load_arch_tensors).
+std::vector<TensorSpec> MakeNextNTensors() {
+  return {
+      {T::kNextnEhProj, "nextn.eh_proj.weight", R::kDense, 2, {D::kEmbd2, D::kEmbd}, true},
+      {T::kNextnEnorm, "nextn.enorm.weight", R::kNorm, 1, {D::kEmbd}, true},
+      {T::kNextnHnorm, "nextn.hnorm.weight", R::kNorm, 1, {D::kEmbd}, true},
+      {T::kNextnSharedHeadNorm, "nextn.shared_head_norm.weight", R::kNorm, 1, {D::kEmbd},
+       false},
+      {T::kNextnEmbedTokens, "nextn.embed_tokens.weight", R::kEmbeddings, 2,
+       {D::kEmbd, D::kVocab}, false},
+      {T::kNextnSharedHeadHead, "nextn.shared_head_head.weight", R::kOutput, 2,
+       {D::kEmbd, D::kVocab}, false},
+  };
+}
+
 const std::vector<ArchDescription>& Registry() {
   static const auto* const kArchs = new std::vector<ArchDescription>{
       // llama.cpp: llm_build_qwen3moe, build_moe_ffn(norm_w = true).
@@ -454,6 +469,10 @@ absl::Status ParseLayers(const GgufFile& f, const std::string& p, const ArchDesc
     RETURN_IF_ERROR(Positive(f, "full_attention_interval", interval, hp->n_layer + 1));
   }
   hp->layers = LayerSpecs(arch, hp->n_layer, interval);
+  // A NextN / MTP block is a full-attention block with routed experts
+  // (llama.cpp's load_block_mtp), whatever the trunk's pattern says for its
+  // index.
+  for (LayerSpec& l : hp->nextn_layers) l = LayerSpec{arch.attention, FfnKind::kMoe, 0, true};
   for (int64_t il = 0; il < std::min(hp->n_dense_lead, hp->n_layer); ++il) {
     hp->layers[il].ffn = FfnKind::kDense;
   }
@@ -738,6 +757,11 @@ std::string_view RopeScalingName(RopeScaling s) {
   return "?";
 }
 
+const std::vector<TensorSpec>& NextNTensors() {
+  static const auto* const kTensors = new std::vector<TensorSpec>(MakeNextNTensors());
+  return *kTensors;
+}
+
 const ArchDescription* FindArch(std::string_view arch) {
   for (const ArchDescription& d : Registry()) {
     if (d.name == arch) return &d;
@@ -760,15 +784,16 @@ absl::StatusOr<HyperParams> ParseHyperParams(const GgufFile& f,
   RETURN_IF_ERROR(Positive(f, "embedding_length", hp.n_embd, int64_t{1} << 20));
   ASSIGN_OR_RETURN(hp.n_layer, ReadInt(f, p + ".block_count", std::nullopt));
   RETURN_IF_ERROR(Positive(f, "block_count", hp.n_layer, 4096));
-  // NextN / MTP blocks at the end of block_count are not trunk layers; until
-  // they are kept aside, running them as layers would give wrong logits.
+  // NextN / MTP blocks at the end of block_count are not trunk layers
+  // (HyperParams::nextn_layers).
   ASSIGN_OR_RETURN(const int64_t nextn, ReadInt(f, p + ".nextn_predict_layers", 0));
-  if (nextn != 0) {
+  if (nextn < 0 || nextn >= hp.n_layer) {
     return absl::InvalidArgumentError(absl::StrCat(
-        f.path(), ": the file carries ", nextn,
-        " NextN/MTP block(s) after its trunk (nextn_predict_layers); such files are not "
-        "served yet"));
+        f.path(), ": hyper-parameter 'nextn_predict_layers' = ", nextn,
+        " out of range [0, ", hp.n_layer - 1, "] (block_count ", hp.n_layer,
+        " counts the trunk and the NextN/MTP blocks after it)"));
   }
+  hp.n_layer -= nextn;
   ASSIGN_OR_RETURN(hp.n_ctx_train, ReadInt(f, p + ".context_length", std::nullopt));
   RETURN_IF_ERROR(Positive(f, "context_length", hp.n_ctx_train, int64_t{1} << 30));
   RETURN_IF_ERROR(ParseAttention(f, p, &hp));
@@ -787,6 +812,7 @@ absl::StatusOr<HyperParams> ParseHyperParams(const GgufFile& f,
   if (arch.attention == MixerKind::kMla) RETURN_IF_ERROR(ParseMla(f, p, &hp));
   if (arch.leading_dense_layers) RETURN_IF_ERROR(ParseLeadingDense(f, p, &hp));
   if (arch.shared_expert_count) RETURN_IF_ERROR(ParseSharedExpertCount(f, p, &hp));
+  hp.nextn_layers.resize(nextn);
   RETURN_IF_ERROR(ParseLayers(f, p, arch, &hp));
   hp.expert_ffn = arch.expert_ffn;
   return hp;
@@ -796,6 +822,7 @@ int64_t ResolveDim(const HyperParams& hp, Dim dim) {
   switch (dim) {
     case Dim::kOne: return 1;
     case Dim::kEmbd: return hp.n_embd;
+    case Dim::kEmbd2: return 2 * hp.n_embd;
     case Dim::kQ: return hp.n_head * hp.head_dim_k;
     case Dim::kK: return hp.n_head_kv * hp.head_dim_k;
     case Dim::kV: return hp.n_head_kv * hp.head_dim_v;

@@ -41,6 +41,8 @@
 //   ssm.inner_size (value heads x value head size), full_attention_interval
 //   (default 4); sliding-window architectures: attention.sliding_window,
 //   attention.sliding_window_pattern (default 2).
+//   nextn_predict_layers (default 0): NextN / MTP blocks counted in
+//   block_count after the trunk (see HyperParams::nextn_layers).
 // Integer keys may also be arrays with one equal value per layer.
 //
 // Thread-safe: descriptions are immutable; parsing functions are pure.
@@ -76,6 +78,7 @@ inline constexpr int kTensorRoleCount = 7;
 enum class Dim {
   kOne,
   kEmbd,       // n_embd
+  kEmbd2,      // 2 * n_embd (a NextN block's eh_proj input)
   kQ,          // n_head * head_dim_k
   kQGated,     // 2 * n_head * head_dim_k (query and gate per head)
   kK,          // n_head_kv * head_dim_k
@@ -156,6 +159,9 @@ struct LayerSpec {
   // W positions only (the token itself and W - 1 before it), llama.cpp's
   // LLAMA_SWA_TYPE_STANDARD.
   int64_t sliding_window = 0;
+  // A NextN / MTP block (HyperParams::nextn_layers): loaded and kept aside,
+  // never run as a trunk layer.
+  bool nextn = false;
 };
 
 // Which mixer each layer has.
@@ -229,6 +235,18 @@ struct ArchDescription {
   // when that tensor is present.
   std::vector<TensorSpec> tensors;  // global then per layer
 };
+
+// The tensors of a NextN / MTP block besides its mixer and FFN (which are
+// the description's, for the block's LayerSpec), the same in every
+// architecture (llama.cpp's LLM_TENSOR_NEXTN_*): eh_proj, enorm, hnorm and
+// the optional shared_head_norm, embed_tokens, shared_head_head.
+const std::vector<TensorSpec>& NextNTensors();
+
+// The tensors of a NextN / MTP block besides its mixer and FFN (which are
+// the description's, for the block's LayerSpec), the same in every
+// architecture (llama.cpp's LLM_TENSOR_NEXTN_*): eh_proj, enorm, hnorm and
+// the optional shared_head_norm, embed_tokens, shared_head_head.
+const std::vector<TensorSpec>& NextNTensors();
 
 // The description of `arch`, or nullptr.
 const ArchDescription* FindArch(std::string_view arch);
@@ -312,6 +330,14 @@ struct HyperParams {
   int64_t ssm_head_v = 0;       // value head size
   // One entry per layer.
   std::vector<LayerSpec> layers;
+  // NextN / MTP blocks (`{prefix}.nextn_predict_layers`): the last blocks of
+  // `block_count`, kept apart from the trunk. n_layer, `layers` and
+  // everything that runs, plans, caches or serves the model count the trunk
+  // only; block n_layer + i is nextn_layers[i]: the description's
+  // full-attention mixer (`attention`, whatever the layer pattern says for
+  // that index) and a routed-MoE FFN, plus NextNTensors().
+  std::vector<LayerSpec> nextn_layers;
+  int64_t n_nextn() const { return static_cast<int64_t>(nextn_layers.size()); }
 
   bool is_recurrent(int il) const { return layers[il].mixer == MixerKind::kGatedDeltaNet; }
   int n_attention_layers() const;

@@ -37,7 +37,6 @@ const std::vector<PendingEntry>& PendingFixtures() {
       {"glm47flash-", "GLM-4.7-Flash (deepseek2 with a NextN block): issue #41"},
       {"minimaxm2-", "minimax-m2: issue #41"},
       {"qwen3next-", "qwen3next: issue #41"},
-      {"qwen35moe-mtp-", "qwen35moe with an MTP block: issue #41"},
       {"gemma4-", "gemma4: issue #44"},
       {"nemotronh-", "nemotron_h_moe (Mamba-2): issue #44"},
       {"qwen3moe-tiny-iq1_", "IQ1_S / IQ1_M: issue #42"},
