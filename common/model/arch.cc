@@ -180,6 +180,36 @@ std::vector<TensorSpec> DeepSeek2Tensors() {
   return t;
 }
 
+// llama.cpp: llama_model_glm4_moe (load_arch_tensors): GQA with optional
+// q/k/v biases and optional QK-norm, post_attention_norm before the FFN,
+// leading dense-FFN layers, then a router with the selection bias and an
+// ungated shared expert.
+std::vector<TensorSpec> Glm4MoeTensors() {
+  std::vector<TensorSpec> t = GlobalTensors();
+  t.push_back({T::kAttnNorm, "attn_norm.weight", R::kNorm, 1, {D::kEmbd}, true});
+  AddAttention(t, LayerSel::kAll, D::kQ);
+  t.push_back({T::kAttnQBias, "attn_q.bias", R::kDense, 1, {D::kQ}, false});
+  t.push_back({T::kAttnKBias, "attn_k.bias", R::kDense, 1, {D::kK}, false});
+  t.push_back({T::kAttnVBias, "attn_v.bias", R::kDense, 1, {D::kV}, false});
+  t.push_back({T::kAttnQNorm, "attn_q_norm.weight", R::kNorm, 1, {D::kHeadK}, false});
+  t.push_back({T::kAttnKNorm, "attn_k_norm.weight", R::kNorm, 1, {D::kHeadK}, false});
+  t.push_back({T::kFfnNorm, "post_attention_norm.weight", R::kNorm, 1, {D::kEmbd}, true});
+  const LayerSel dense = LayerSel::kDenseFfn;
+  t.push_back({T::kFfnGate, "ffn_gate.weight", R::kDense, 2, {D::kEmbd, D::kFf}, true, dense});
+  t.push_back({T::kFfnUp, "ffn_up.weight", R::kDense, 2, {D::kEmbd, D::kFf}, true, dense});
+  t.push_back({T::kFfnDown, "ffn_down.weight", R::kDense, 2, {D::kFf, D::kEmbd}, true, dense});
+  AddRoutedExperts(t);
+  const LayerSel m = LayerSel::kMoe;
+  t.push_back({T::kRouterSelBias, "exp_probs_b.bias", R::kRouter, 1, {D::kExpert}, true, m});
+  t.push_back({T::kShexpGate, "ffn_gate_shexp.weight", R::kSharedExpert, 2,
+               {D::kEmbd, D::kFfShexp}, true, m});
+  t.push_back({T::kShexpUp, "ffn_up_shexp.weight", R::kSharedExpert, 2,
+               {D::kEmbd, D::kFfShexp}, true, m});
+  t.push_back({T::kShexpDown, "ffn_down_shexp.weight", R::kSharedExpert, 2,
+               {D::kFfShexp, D::kEmbd}, true, m});
+  return t;
+}
+
 // llama.cpp: LLM_TENSOR_NEXTN_* (glm4moe, deepseek2, qwen35moe load_arch_tensors).
 std::vector<TensorSpec> MakeNextNTensors() {
   return {
@@ -240,7 +270,11 @@ const std::vector<ArchDescription>& Registry() {
                   .default_norm_topk = false,
                   .gating_func_key = true,
                   .weights_scale_key = true,
-                  .expert_groups = true},
+                  .expert_groups = true,
+                  // llama_model_deepseek2::load_arch_hparams: GLM-4.7-Flash.
+                  .inferred = {{.trunk_layers = {47, 48},
+                                .n_vocab = 154880,
+                                .scoring = RouterSpec::Scoring::kSigmoid}}},
        .attention = MixerKind::kMla,
        .expert_ffn = {},
        .rope_norm = true,
@@ -248,6 +282,23 @@ const std::vector<ArchDescription>& Registry() {
        .shared_expert_count = true,
        .rope_yarn_log_multiplier = true,
        .tensors = DeepSeek2Tensors()},
+      // llama.cpp: llama_model_glm4_moe (GLM-4.5 / 4.6 / 4.7): GQA with q/k/v
+      // biases added before the per-head QK-norm (both optional), partial
+      // NEOX RoPE, post_attention_norm as the FFN's pre-norm, leading
+      // dense-FFN layers, a sigmoid router (expert_gating_func absent or 0:
+      // sigmoid) whose choice adds the selection bias exp_probs_b while the
+      // weights are the unbiased scores, normalised and scaled, plus an
+      // ungated shared expert of expert_shared_count experts.
+      {.name = "glm4moe",
+       .key_prefix = "glm4moe",
+       .router = {.scoring = RouterSpec::Scoring::kSigmoid,
+                  .default_norm_topk = false,
+                  .gating_func_key = true,
+                  .weights_scale_key = true,
+                  .expert_groups = true},
+       .leading_dense_layers = true,
+       .shared_expert_count = true,
+       .tensors = Glm4MoeTensors()},
   };
   return *kArchs;
 }
@@ -528,6 +579,15 @@ absl::Status ParseRopeSections(const GgufFile& f, const std::string& p, HyperPar
   return absl::OkStatus();
 }
 
+// The vocabulary size as llama.cpp's hyper-parameter loaders see it before
+// the tensors: `{prefix}.vocab_size`, else the tokenizer's token count, else 0.
+absl::StatusOr<int64_t> VocabSizeKey(const GgufFile& f, const std::string& p) {
+  if (f.Find(p + ".vocab_size") != nullptr) return ReadInt(f, p + ".vocab_size", std::nullopt);
+  const GgufValue* tokens = f.Find("tokenizer.ggml.tokens");
+  if (tokens == nullptr || tokens->type() != GgufValueType::kArray) return 0;
+  return static_cast<int64_t>(tokens->size());
+}
+
 // The router's optional keys (RouterSpec): llama.cpp's expert_gating_func,
 // expert_weights_scale, expert_group_count / expert_group_used_count.
 absl::Status ParseRouterKeys(const GgufFile& f, const std::string& p, const RouterSpec& spec,
@@ -535,7 +595,16 @@ absl::Status ParseRouterKeys(const GgufFile& f, const std::string& p, const Rout
   if (spec.gating_func_key) {
     ASSIGN_OR_RETURN(const int64_t gating, ReadInt(f, p + ".expert_gating_func", 0));
     switch (gating) {
-      case 0: break;  // absent / none: the description's scoring
+      case 0:  // absent / none: the description's scoring, or an inferred one
+        for (const RouterSpec::InferredGating& g : spec.inferred) {
+          if (std::find(g.trunk_layers.begin(), g.trunk_layers.end(), hp->n_layer) ==
+              g.trunk_layers.end()) {
+            continue;
+          }
+          ASSIGN_OR_RETURN(const int64_t n_vocab, VocabSizeKey(f, p));
+          if (n_vocab == g.n_vocab) hp->router_scoring = g.scoring;
+        }
+        break;
       case 1: hp->router_scoring = RouterSpec::Scoring::kSoftmax; break;
       case 2: hp->router_scoring = RouterSpec::Scoring::kSigmoid; break;
       case 3: hp->router_scoring = RouterSpec::Scoring::kSoftmaxSelected; break;

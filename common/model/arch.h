@@ -181,13 +181,25 @@ struct RouterSpec {
   Scoring scoring = Scoring::kSoftmax;
   bool default_norm_topk = false;   // renormalise the selected weights to sum 1
   // `{prefix}.expert_gating_func` (1 softmax, 2 sigmoid, 3 softmax of the
-  // selected; absent or 0: `scoring`) chooses the scoring.
+  // selected; absent or 0: `scoring`, or `inferred` below) chooses the
+  // scoring.
   bool gating_func_key = false;
   // `{prefix}.expert_weights_scale` (absent or 0: 1) multiplies the weights.
   bool weights_scale_key = false;
   // `{prefix}.expert_group_count` / `expert_group_used_count` restrict the
   // choice to the best groups (HyperParams::n_expert_groups).
   bool expert_groups = false;
+  // Files that omit expert_gating_func but whose trunk has one of
+  // `trunk_layers` layers and whose vocabulary (`{prefix}.vocab_size`, else
+  // the tokenizer's token count) is `n_vocab` are scored `scoring` (llama.cpp
+  // infers sigmoid so for GLM-4.7-Flash stored as deepseek2: 47 or 48 trunk
+  // layers, 154880 tokens).
+  struct InferredGating {
+    std::vector<int64_t> trunk_layers;
+    int64_t n_vocab = 0;
+    Scoring scoring = Scoring::kSoftmax;
+  };
+  std::vector<InferredGating> inferred{};
 };
 
 // The routed experts' FFN: E(h) = W_down . act(W_gate . h + b_gate, W_up . h + b_up) + b_down

@@ -2,9 +2,14 @@
 // validation, on hand-written models (GgufWriter) and the fixture models.
 #include "common/model/model.h"
 
+#include <cstdlib>
+#include <map>
+#include <set>
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/gguf/gguf_writer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "common/model/arch.h"
@@ -182,6 +187,65 @@ TEST(ModelTest, NextNBlocksAreKeptApartFromTheTrunk) {
   EXPECT_EQ((*state)->n_layer(), 4);
   // The in-process expert store holds the trunk's experts only.
   EXPECT_EQ(ExpertStore(*m).n_layer(), 4);
+}
+
+// The hyper-parameters of `fixture`'s metadata with `drop` left out and
+// `set` (u32 values) replacing or adding keys.
+absl::StatusOr<HyperParams> EditedHyperParams(const std::string& fixture,
+                                              const std::set<std::string>& drop,
+                                              const std::map<std::string, uint32_t>& set) {
+  auto src = GgufFile::Open(Fixture(fixture));
+  if (!src.ok()) return src.status();
+  GgufWriter w;
+  for (const auto& [key, value] : (*src)->metadata()) {
+    if (!drop.count(key) && !set.count(key)) w.Set(key, value);
+  }
+  for (const auto& [key, value] : set) w.SetU32(key, value);
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string path = absl::StrCat(tmp ? tmp : ::testing::TempDir(), "/edited-", fixture);
+  if (absl::Status st = w.Write(path); !st.ok()) return st;
+  auto f = GgufFile::Open(path);
+  if (!f.ok()) return f.status();
+  const std::string arch = *(*f)->GetString("general.architecture");
+  return ParseHyperParams(**f, *FindArch(arch));
+}
+
+// GLM-4.7-Flash files (deepseek2) omit expert_gating_func: llama.cpp infers
+// sigmoid from 47 or 48 trunk blocks and 154880 tokens, softmax otherwise.
+TEST(ArchTest, DeepSeek2GatingInferredAsLlamaCppDoes) {
+  const std::string flash = "glm47flash-tiny-f16.gguf";
+  const std::set<std::string> drop = {"deepseek2.expert_gating_func"};
+  using S = RouterSpec::Scoring;
+  struct Case {
+    uint32_t block_count, nextn, vocab;
+    S want;
+  } cases[] = {
+      {48, 1, 154880, S::kSigmoid},   // GLM-4.7-Flash: 47 trunk + 1 NextN
+      {48, 0, 154880, S::kSigmoid},   // 48 trunk blocks
+      {49, 1, 154880, S::kSigmoid},
+      {49, 0, 154880, S::kSoftmax},   // 49 trunk blocks
+      {48, 1, 154881, S::kSoftmax},
+      {5, 1, 505, S::kSoftmax},       // DeepSeek-V2's default
+  };
+  for (const Case& c : cases) {
+    auto hp = EditedHyperParams(flash, drop,
+                                {{"deepseek2.block_count", c.block_count},
+                                 {"deepseek2.nextn_predict_layers", c.nextn},
+                                 {"deepseek2.vocab_size", c.vocab}});
+    ASSERT_TRUE(hp.ok()) << hp.status();
+    EXPECT_EQ(hp->router_scoring, c.want) << c.block_count << " " << c.nextn << " " << c.vocab;
+    EXPECT_EQ(hp->n_layer, c.block_count - c.nextn);
+  }
+  // The tokenizer's token count stands in for a missing vocab_size.
+  auto hp = EditedHyperParams(flash, {"deepseek2.expert_gating_func", "deepseek2.vocab_size"},
+                              {{"deepseek2.block_count", 48}});
+  ASSERT_TRUE(hp.ok()) << hp.status();
+  EXPECT_EQ(hp->router_scoring, S::kSoftmax);  // 505 tokens
+  // Written explicitly, the key wins.
+  hp = EditedHyperParams(flash, {}, {{"deepseek2.block_count", 49},
+                                     {"deepseek2.nextn_predict_layers", 0}});
+  ASSERT_TRUE(hp.ok()) << hp.status();
+  EXPECT_EQ(hp->router_scoring, S::kSigmoid);
 }
 
 TEST(ModelTest, FilesWithoutNextNBlocksHaveNone) {

@@ -151,7 +151,9 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureLogitsTest,
                                            "gptoss-tiny-f16", "gptoss-tiny-mxfp4_moe",
                                            "deepseek2-tiny-f16", "deepseek2-tiny-q8_0",
                                            // NextN / MTP blocks kept aside (issue #41):
-                                           "qwen35moe-mtp-tiny-f16", "qwen35moe-mtp-tiny-q8_0"));
+                                           "qwen35moe-mtp-tiny-f16", "qwen35moe-mtp-tiny-q8_0",
+                                           "glm4moe-tiny-f16", "glm4moe-tiny-q8_0",
+                                           "glm47flash-tiny-f16", "glm47flash-tiny-q8_0"));
 
 // Workers splitting the experts by id (each one's partial sums added by the
 // dense side: the same values up to the order of the additions). gpt-oss's
