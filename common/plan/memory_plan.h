@@ -61,6 +61,8 @@
 //   5. the hot-expert cache: everything left, in slots of the largest
 //      routed expert (gate + up + down of one expert of one layer, from the
 //      tensor types), reported in total and per MoE layer.
+// A file's NextN / MTP blocks (ModelShape::nextn_tensors) are placed
+// nowhere: none of the above counts them, and host_nextn reports their bytes.
 // A configuration whose items 1-4 exceed the budget is refused with
 // ResourceExhausted saying by how much, and what would fit (a smaller
 // --ctx, a smaller --kv-type, fewer --parallel).
