@@ -216,6 +216,51 @@ std::vector<TensorSpec> DeepSeek2Tensors() {
   return t;
 }
 
+// llama.cpp: llama_model_glm4_moe (load_arch_tensors): GQA with optional
+// q/k/v biases and optional QK-norm, post_attention_norm before the FFN,
+// leading dense-FFN layers, then a router with the selection bias and an
+// ungated shared expert.
+std::vector<TensorSpec> Glm4MoeTensors() {
+  std::vector<TensorSpec> t = GlobalTensors();
+  t.push_back({T::kAttnNorm, "attn_norm.weight", R::kNorm, 1, {D::kEmbd}, true});
+  AddAttention(t, LayerSel::kAll, D::kQ);
+  t.push_back({T::kAttnQBias, "attn_q.bias", R::kDense, 1, {D::kQ}, false});
+  t.push_back({T::kAttnKBias, "attn_k.bias", R::kDense, 1, {D::kK}, false});
+  t.push_back({T::kAttnVBias, "attn_v.bias", R::kDense, 1, {D::kV}, false});
+  t.push_back({T::kAttnQNorm, "attn_q_norm.weight", R::kNorm, 1, {D::kHeadK}, false});
+  t.push_back({T::kAttnKNorm, "attn_k_norm.weight", R::kNorm, 1, {D::kHeadK}, false});
+  t.push_back({T::kFfnNorm, "post_attention_norm.weight", R::kNorm, 1, {D::kEmbd}, true});
+  const LayerSel dense = LayerSel::kDenseFfn;
+  t.push_back({T::kFfnGate, "ffn_gate.weight", R::kDense, 2, {D::kEmbd, D::kFf}, true, dense});
+  t.push_back({T::kFfnUp, "ffn_up.weight", R::kDense, 2, {D::kEmbd, D::kFf}, true, dense});
+  t.push_back({T::kFfnDown, "ffn_down.weight", R::kDense, 2, {D::kFf, D::kEmbd}, true, dense});
+  AddRoutedExperts(t);
+  const LayerSel m = LayerSel::kMoe;
+  t.push_back({T::kRouterSelBias, "exp_probs_b.bias", R::kRouter, 1, {D::kExpert}, true, m});
+  t.push_back({T::kShexpGate, "ffn_gate_shexp.weight", R::kSharedExpert, 2,
+               {D::kEmbd, D::kFfShexp}, true, m});
+  t.push_back({T::kShexpUp, "ffn_up_shexp.weight", R::kSharedExpert, 2,
+               {D::kEmbd, D::kFfShexp}, true, m});
+  t.push_back({T::kShexpDown, "ffn_down_shexp.weight", R::kSharedExpert, 2,
+               {D::kFfShexp, D::kEmbd}, true, m});
+  return t;
+}
+
+// llama.cpp: LLM_TENSOR_NEXTN_* (glm4moe, deepseek2, qwen35moe load_arch_tensors).
+std::vector<TensorSpec> MakeNextNTensors() {
+  return {
+      {T::kNextnEhProj, "nextn.eh_proj.weight", R::kDense, 2, {D::kEmbd2, D::kEmbd}, true},
+      {T::kNextnEnorm, "nextn.enorm.weight", R::kNorm, 1, {D::kEmbd}, true},
+      {T::kNextnHnorm, "nextn.hnorm.weight", R::kNorm, 1, {D::kEmbd}, true},
+      {T::kNextnSharedHeadNorm, "nextn.shared_head_norm.weight", R::kNorm, 1, {D::kEmbd},
+       false},
+      {T::kNextnEmbedTokens, "nextn.embed_tokens.weight", R::kEmbeddings, 2,
+       {D::kEmbd, D::kVocab}, false},
+      {T::kNextnSharedHeadHead, "nextn.shared_head_head.weight", R::kOutput, 2,
+       {D::kEmbd, D::kVocab}, false},
+  };
+}
+
 const std::vector<ArchDescription>& Registry() {
   static const auto* const kArchs = new std::vector<ArchDescription>{
       // llama.cpp: llm_build_qwen3moe, build_moe_ffn(norm_w = true).
@@ -282,7 +327,11 @@ const std::vector<ArchDescription>& Registry() {
                   .default_norm_topk = false,
                   .gating_func_key = true,
                   .weights_scale_key = true,
-                  .expert_groups = true},
+                  .expert_groups = true,
+                  // llama_model_deepseek2::load_arch_hparams: GLM-4.7-Flash.
+                  .inferred = {{.trunk_layers = {47, 48},
+                                .n_vocab = 154880,
+                                .scoring = RouterSpec::Scoring::kSigmoid}}},
        .attention = MixerKind::kMla,
        .expert_ffn = {},
        .rope_norm = true,
@@ -290,6 +339,23 @@ const std::vector<ArchDescription>& Registry() {
        .shared_expert_count = true,
        .rope_yarn_log_multiplier = true,
        .tensors = DeepSeek2Tensors()},
+      // llama.cpp: llama_model_glm4_moe (GLM-4.5 / 4.6 / 4.7): GQA with q/k/v
+      // biases added before the per-head QK-norm (both optional), partial
+      // NEOX RoPE, post_attention_norm as the FFN's pre-norm, leading
+      // dense-FFN layers, a sigmoid router (expert_gating_func absent or 0:
+      // sigmoid) whose choice adds the selection bias exp_probs_b while the
+      // weights are the unbiased scores, normalised and scaled, plus an
+      // ungated shared expert of expert_shared_count experts.
+      {.name = "glm4moe",
+       .key_prefix = "glm4moe",
+       .router = {.scoring = RouterSpec::Scoring::kSigmoid,
+                  .default_norm_topk = false,
+                  .gating_func_key = true,
+                  .weights_scale_key = true,
+                  .expert_groups = true},
+       .leading_dense_layers = true,
+       .shared_expert_count = true,
+       .tensors = Glm4MoeTensors()},
   };
   return *kArchs;
 }
@@ -511,6 +577,10 @@ absl::Status ParseLayers(const GgufFile& f, const std::string& p, const ArchDesc
     RETURN_IF_ERROR(Positive(f, "full_attention_interval", interval, hp->n_layer + 1));
   }
   hp->layers = LayerSpecs(arch, hp->n_layer, interval);
+  // A NextN / MTP block is a full-attention block with routed experts
+  // (llama.cpp's load_block_mtp), whatever the trunk's pattern says for its
+  // index.
+  for (LayerSpec& l : hp->nextn_layers) l = LayerSpec{arch.attention, FfnKind::kMoe, 0, true};
   for (int64_t il = 0; il < std::min(hp->n_dense_lead, hp->n_layer); ++il) {
     hp->layers[il].ffn = FfnKind::kDense;
   }
@@ -566,6 +636,15 @@ absl::Status ParseRopeSections(const GgufFile& f, const std::string& p, HyperPar
   return absl::OkStatus();
 }
 
+// The vocabulary size as llama.cpp's hyper-parameter loaders see it before
+// the tensors: `{prefix}.vocab_size`, else the tokenizer's token count, else 0.
+absl::StatusOr<int64_t> VocabSizeKey(const GgufFile& f, const std::string& p) {
+  if (f.Find(p + ".vocab_size") != nullptr) return ReadInt(f, p + ".vocab_size", std::nullopt);
+  const GgufValue* tokens = f.Find("tokenizer.ggml.tokens");
+  if (tokens == nullptr || tokens->type() != GgufValueType::kArray) return 0;
+  return static_cast<int64_t>(tokens->size());
+}
+
 // The router's optional keys (RouterSpec): llama.cpp's expert_gating_func,
 // expert_weights_scale, expert_group_count / expert_group_used_count.
 absl::Status ParseRouterKeys(const GgufFile& f, const std::string& p, const RouterSpec& spec,
@@ -573,7 +652,16 @@ absl::Status ParseRouterKeys(const GgufFile& f, const std::string& p, const Rout
   if (spec.gating_func_key) {
     ASSIGN_OR_RETURN(const int64_t gating, ReadInt(f, p + ".expert_gating_func", 0));
     switch (gating) {
-      case 0: break;  // absent / none: the description's scoring
+      case 0:  // absent / none: the description's scoring, or an inferred one
+        for (const RouterSpec::InferredGating& g : spec.inferred) {
+          if (std::find(g.trunk_layers.begin(), g.trunk_layers.end(), hp->n_layer) ==
+              g.trunk_layers.end()) {
+            continue;
+          }
+          ASSIGN_OR_RETURN(const int64_t n_vocab, VocabSizeKey(f, p));
+          if (n_vocab == g.n_vocab) hp->router_scoring = g.scoring;
+        }
+        break;
       case 1: hp->router_scoring = RouterSpec::Scoring::kSoftmax; break;
       case 2: hp->router_scoring = RouterSpec::Scoring::kSigmoid; break;
       case 3: hp->router_scoring = RouterSpec::Scoring::kSoftmaxSelected; break;
@@ -795,6 +883,11 @@ std::string_view RopeScalingName(RopeScaling s) {
   return "?";
 }
 
+const std::vector<TensorSpec>& NextNTensors() {
+  static const auto* const kTensors = new std::vector<TensorSpec>(MakeNextNTensors());
+  return *kTensors;
+}
+
 const ArchDescription* FindArch(std::string_view arch) {
   for (const ArchDescription& d : Registry()) {
     if (d.name == arch) return &d;
@@ -817,15 +910,16 @@ absl::StatusOr<HyperParams> ParseHyperParams(const GgufFile& f,
   RETURN_IF_ERROR(Positive(f, "embedding_length", hp.n_embd, int64_t{1} << 20));
   ASSIGN_OR_RETURN(hp.n_layer, ReadInt(f, p + ".block_count", std::nullopt));
   RETURN_IF_ERROR(Positive(f, "block_count", hp.n_layer, 4096));
-  // NextN / MTP blocks at the end of block_count are not trunk layers; until
-  // they are kept aside, running them as layers would give wrong logits.
+  // NextN / MTP blocks at the end of block_count are not trunk layers
+  // (HyperParams::nextn_layers).
   ASSIGN_OR_RETURN(const int64_t nextn, ReadInt(f, p + ".nextn_predict_layers", 0));
-  if (nextn != 0) {
+  if (nextn < 0 || nextn >= hp.n_layer) {
     return absl::InvalidArgumentError(absl::StrCat(
-        f.path(), ": the file carries ", nextn,
-        " NextN/MTP block(s) after its trunk (nextn_predict_layers); such files are not "
-        "served yet"));
+        f.path(), ": hyper-parameter 'nextn_predict_layers' = ", nextn,
+        " out of range [0, ", hp.n_layer - 1, "] (block_count ", hp.n_layer,
+        " counts the trunk and the NextN/MTP blocks after it)"));
   }
+  hp.n_layer -= nextn;
   ASSIGN_OR_RETURN(hp.n_ctx_train, ReadInt(f, p + ".context_length", std::nullopt));
   RETURN_IF_ERROR(Positive(f, "context_length", hp.n_ctx_train, int64_t{1} << 30));
   RETURN_IF_ERROR(ParseAttention(f, p, &hp));
@@ -844,6 +938,7 @@ absl::StatusOr<HyperParams> ParseHyperParams(const GgufFile& f,
   if (arch.attention == MixerKind::kMla) RETURN_IF_ERROR(ParseMla(f, p, &hp));
   if (arch.leading_dense_layers) RETURN_IF_ERROR(ParseLeadingDense(f, p, &hp));
   if (arch.shared_expert_count) RETURN_IF_ERROR(ParseSharedExpertCount(f, p, &hp));
+  hp.nextn_layers.resize(nextn);
   RETURN_IF_ERROR(ParseLayers(f, p, arch, &hp));
   hp.expert_ffn = arch.expert_ffn;
   hp.qk_norm_whole = arch.qk_norm_whole;
@@ -855,6 +950,7 @@ int64_t ResolveDim(const HyperParams& hp, Dim dim) {
   switch (dim) {
     case Dim::kOne: return 1;
     case Dim::kEmbd: return hp.n_embd;
+    case Dim::kEmbd2: return 2 * hp.n_embd;
     case Dim::kQ: return hp.n_head * hp.head_dim_k;
     case Dim::kK: return hp.n_head_kv * hp.head_dim_k;
     case Dim::kV: return hp.n_head_kv * hp.head_dim_v;

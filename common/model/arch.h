@@ -41,6 +41,8 @@
 //   ssm.inner_size (value heads x value head size), full_attention_interval
 //   (default 4); sliding-window architectures: attention.sliding_window,
 //   attention.sliding_window_pattern (default 2).
+//   nextn_predict_layers (default 0): NextN / MTP blocks counted in
+//   block_count after the trunk (see HyperParams::nextn_layers).
 // Integer keys may also be arrays with one equal value per layer.
 //
 // Thread-safe: descriptions are immutable; parsing functions are pure.
@@ -76,6 +78,7 @@ inline constexpr int kTensorRoleCount = 7;
 enum class Dim {
   kOne,
   kEmbd,       // n_embd
+  kEmbd2,      // 2 * n_embd (a NextN block's eh_proj input)
   kQ,          // n_head * head_dim_k
   kQGated,     // 2 * n_head * head_dim_k (query and gate per head)
   kK,          // n_head_kv * head_dim_k
@@ -158,6 +161,9 @@ struct LayerSpec {
   // W positions only (the token itself and W - 1 before it), llama.cpp's
   // LLAMA_SWA_TYPE_STANDARD.
   int64_t sliding_window = 0;
+  // A NextN / MTP block (HyperParams::nextn_layers): loaded and kept aside,
+  // never run as a trunk layer.
+  bool nextn = false;
 };
 
 // Which mixer each layer has.
@@ -177,13 +183,25 @@ struct RouterSpec {
   Scoring scoring = Scoring::kSoftmax;
   bool default_norm_topk = false;   // renormalise the selected weights to sum 1
   // `{prefix}.expert_gating_func` (1 softmax, 2 sigmoid, 3 softmax of the
-  // selected; absent or 0: `scoring`) chooses the scoring.
+  // selected; absent or 0: `scoring`, or `inferred` below) chooses the
+  // scoring.
   bool gating_func_key = false;
   // `{prefix}.expert_weights_scale` (absent or 0: 1) multiplies the weights.
   bool weights_scale_key = false;
   // `{prefix}.expert_group_count` / `expert_group_used_count` restrict the
   // choice to the best groups (HyperParams::n_expert_groups).
   bool expert_groups = false;
+  // Files that omit expert_gating_func but whose trunk has one of
+  // `trunk_layers` layers and whose vocabulary (`{prefix}.vocab_size`, else
+  // the tokenizer's token count) is `n_vocab` are scored `scoring` (llama.cpp
+  // infers sigmoid so for GLM-4.7-Flash stored as deepseek2: 47 or 48 trunk
+  // layers, 154880 tokens).
+  struct InferredGating {
+    std::vector<int64_t> trunk_layers;
+    int64_t n_vocab = 0;
+    Scoring scoring = Scoring::kSoftmax;
+  };
+  std::vector<InferredGating> inferred{};
 };
 
 // The routed experts' FFN: E(h) = W_down . act(W_gate . h + b_gate, W_up . h + b_up) + b_down
@@ -240,6 +258,18 @@ struct ArchDescription {
   // when that tensor is present.
   std::vector<TensorSpec> tensors;  // global then per layer
 };
+
+// The tensors of a NextN / MTP block besides its mixer and FFN (which are
+// the description's, for the block's LayerSpec), the same in every
+// architecture (llama.cpp's LLM_TENSOR_NEXTN_*): eh_proj, enorm, hnorm and
+// the optional shared_head_norm, embed_tokens, shared_head_head.
+const std::vector<TensorSpec>& NextNTensors();
+
+// The tensors of a NextN / MTP block besides its mixer and FFN (which are
+// the description's, for the block's LayerSpec), the same in every
+// architecture (llama.cpp's LLM_TENSOR_NEXTN_*): eh_proj, enorm, hnorm and
+// the optional shared_head_norm, embed_tokens, shared_head_head.
+const std::vector<TensorSpec>& NextNTensors();
 
 // The description of `arch`, or nullptr.
 const ArchDescription* FindArch(std::string_view arch);
@@ -328,6 +358,14 @@ struct HyperParams {
   bool qk_norm_whole = false;
   // One entry per layer.
   std::vector<LayerSpec> layers;
+  // NextN / MTP blocks (`{prefix}.nextn_predict_layers`): the last blocks of
+  // `block_count`, kept apart from the trunk. n_layer, `layers` and
+  // everything that runs, plans, caches or serves the model count the trunk
+  // only; block n_layer + i is nextn_layers[i]: the description's
+  // full-attention mixer (`attention`, whatever the layer pattern says for
+  // that index) and a routed-MoE FFN, plus NextNTensors().
+  std::vector<LayerSpec> nextn_layers;
+  int64_t n_nextn() const { return static_cast<int64_t>(nextn_layers.size()); }
 
   // The key head value head h reads.
   int64_t ssm_key_head(int64_t h) const {

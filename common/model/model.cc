@@ -166,16 +166,27 @@ absl::Status Model::BindTensors() {
         absl::StrCat(f.path(), ": bad vocabulary size ", hparams_.n_vocab));
   }
   global_.assign(kTensorIdCount, nullptr);
-  per_layer_.assign(hparams_.n_layer, {});
+  const int n_trunk = static_cast<int>(hparams_.n_layer);
+  const int n_blocks = n_trunk + static_cast<int>(hparams_.n_nextn());
+  per_layer_.assign(n_blocks, {});
+  auto block_spec = [&](int il) -> const LayerSpec& {
+    return il < n_trunk ? hparams_.layers[il] : hparams_.nextn_layers[il - n_trunk];
+  };
   for (const TensorSpec& spec : arch_->tensors) {
     const int id = static_cast<int>(spec.id);
     if (!IsLayerTensor(spec.id)) {
       RETURN_IF_ERROR(CheckTensor(f, hparams_, spec, -1, &global_[id]));
       continue;
     }
-    for (int il = 0; il < hparams_.n_layer; ++il) {
-      if (!LayerSelected(spec.layers, hparams_.layers[il])) continue;
+    for (int il = 0; il < n_blocks; ++il) {
+      if (!LayerSelected(spec.layers, block_spec(il))) continue;
       RETURN_IF_ERROR(CheckTensor(f, hparams_, spec, il, &per_layer_[il][id]));
+    }
+  }
+  for (const TensorSpec& spec : NextNTensors()) {
+    for (int il = n_trunk; il < n_blocks; ++il) {
+      RETURN_IF_ERROR(
+          CheckTensor(f, hparams_, spec, il, &per_layer_[il][static_cast<int>(spec.id)]));
     }
   }
   token_embd_ = Matrix(global_[static_cast<int>(TensorId::kTokenEmbd)]);
@@ -184,12 +195,16 @@ absl::Status Model::BindTensors() {
   output_ = tied_output_ ? token_embd_ : Matrix(out);
   ASSIGN_OR_RETURN(output_norm_,
                    Vector(f, global_[static_cast<int>(TensorId::kOutputNorm)]));
-  layers_.resize(hparams_.n_layer);
-  for (int il = 0; il < hparams_.n_layer; ++il) RETURN_IF_ERROR(BindLayer(il));
+  layers_.resize(n_trunk);
+  nextn_layers_.resize(n_blocks - n_trunk);
+  for (int il = 0; il < n_blocks; ++il) {
+    RETURN_IF_ERROR(BindLayer(il, block_spec(il),
+                              il < n_trunk ? &layers_[il] : &nextn_layers_[il - n_trunk]));
+  }
   return absl::OkStatus();
 }
 
-absl::Status Model::BindLayer(int il) {
+absl::Status Model::BindLayer(int il, const LayerSpec& spec, LayerWeights* w) {
   const GgufFile& f = *file_;
   const auto& t = per_layer_[il];
   auto at = [&](TensorId id) { return t[static_cast<int>(id)]; };
@@ -203,7 +218,7 @@ absl::Status Model::BindLayer(int il) {
         f.path(), ": tensor 'blk.", il,
         ".ffn_gate_inp_shexp.weight' is present without a shared expert"));
   }
-  if (hparams_.layers[il].mixer == MixerKind::kMla) {
+  if (spec.mixer == MixerKind::kMla) {
     RETURN_IF_ERROR(CheckGroup(f, il, {{at(TensorId::kAttnQA), "attn_q_a.weight"},
                                        {at(TensorId::kAttnQANorm), "attn_q_a_norm.weight"},
                                        {at(TensorId::kAttnQB), "attn_q_b.weight"}}));
@@ -216,7 +231,7 @@ absl::Status Model::BindLayer(int il) {
           hparams_.q_lora_rank));
     }
   }
-  if (hparams_.layers[il].mixer == MixerKind::kGatedDeltaNet) {
+  if (spec.mixer == MixerKind::kGatedDeltaNet) {
     // The DeltaNet input: attn_qkv + attn_gate, or (qwen3next before 2026)
     // the fused ssm_in, which BindLayer splits into them.
     RETURN_IF_ERROR(CheckGroup(f, il, {{at(TensorId::kSsmQkv), "attn_qkv.weight"},
@@ -245,14 +260,14 @@ absl::Status Model::BindLayer(int il) {
           field = Experts(t);
         }
       },
-      layers_[il]);
+      *w);
   RETURN_IF_ERROR(st);
-  SplitFusedDeltaNet(il);
+  SplitFusedDeltaNet(w);
   return absl::OkStatus();
 }
 
-void Model::SplitFusedDeltaNet(int il) {
-  LayerWeights& L = layers_[il];
+void Model::SplitFusedDeltaNet(LayerWeights* w) {
+  LayerWeights& L = *w;
   const HyperParams& hp = hparams_;
   const int64_t n_k = hp.ssm_n_k_heads, r = hp.ssm_n_v_heads / std::max<int64_t>(n_k, 1);
   const int64_t hk = hp.ssm_head_k, hv = hp.ssm_head_v;
@@ -316,18 +331,27 @@ ModelSummary Model::Summary() const {
        {"dense", "routed_experts", "shared_experts", "embeddings", "output"}) {
     s.bytes_by_role[role] = 0;
   }
-  auto add = [&](const GgufTensor* t, TensorRole role) {
+  if (!nextn_layers_.empty()) s.bytes_by_role["nextn"] = 0;
+  const size_t n_trunk = layers_.size();
+  auto add = [&](const GgufTensor* t, std::string_view role) {
     if (t == nullptr) return;
-    s.bytes_by_role[std::string(SummaryRole(role))] += t->n_bytes;
+    s.bytes_by_role[std::string(role)] += t->n_bytes;
     s.n_params += t->n_elements();
   };
   for (const TensorSpec& spec : arch_->tensors) {
     const int id = static_cast<int>(spec.id);
     if (!IsLayerTensor(spec.id)) {
-      add(global_[id], spec.role);
+      add(global_[id], SummaryRole(spec.role));
       continue;
     }
-    for (const auto& layer : per_layer_) add(layer[id], spec.role);
+    for (size_t il = 0; il < per_layer_.size(); ++il) {
+      add(per_layer_[il][id], il < n_trunk ? SummaryRole(spec.role) : "nextn");
+    }
+  }
+  for (const TensorSpec& spec : NextNTensors()) {
+    for (size_t il = n_trunk; il < per_layer_.size(); ++il) {
+      add(per_layer_[il][static_cast<int>(spec.id)], "nextn");
+    }
   }
   return s;
 }

@@ -75,7 +75,9 @@ struct ModelSummary {
   int64_t n_params = 0;        // elements of the tensors the model uses
   std::map<std::string, int64_t> tensors_by_type;  // "Q4_K" -> count
   // Bytes by role: dense (attention, norms, router), routed_experts,
-  // shared_experts, embeddings, output (0 when tied to the embeddings).
+  // shared_experts, embeddings, output (0 when tied to the embeddings), and
+  // nextn (only in a file that has NextN / MTP blocks): every tensor of
+  // those blocks (kept aside, not run).
   std::map<std::string, uint64_t> bytes_by_role;
   uint64_t file_bytes = 0;
 };
@@ -98,11 +100,18 @@ class Model {
   // The output head (the embeddings when tied).
   const quant::WeightView& output() const { return output_; }
   bool tied_output() const { return tied_output_; }
-  // REQUIRES: 0 <= il < n_layer().
+  // The trunk's layers. REQUIRES: 0 <= il < n_layer().
   const LayerWeights& layer(int il) const { return layers_[il]; }
   int n_layer() const { return static_cast<int>(layers_.size()); }
-  // The file tensor behind `id` (of layer `il` for a per-layer id), or
-  // nullptr when an optional tensor is absent or il is out of range.
+  // The NextN / MTP blocks (HyperParams::nextn_layers), block n_layer() + i
+  // of the file: checked and bound like a layer (their mixer and FFN
+  // weights plus the nextn_* fields), kept apart from the trunk; nothing
+  // runs them yet. REQUIRES: 0 <= i < n_nextn().
+  const LayerWeights& nextn_layer(int i) const { return nextn_layers_[i]; }
+  int n_nextn() const { return static_cast<int>(nextn_layers_.size()); }
+  // The file tensor behind `id` (of block `il` for a per-layer id: a trunk
+  // layer, or n_layer() + i for NextN block i), or nullptr when an optional
+  // tensor is absent or il is out of range.
   const GgufTensor* tensor(TensorId id, int il = -1) const;
 
   ModelSummary Summary() const;
@@ -110,16 +119,18 @@ class Model {
  private:
   Model() = default;
   absl::Status BindTensors();
-  absl::Status BindLayer(int il);
+  // Binds block `il` (trunk layer or NextN block) of kind `spec` into `w`.
+  absl::Status BindLayer(int il, const LayerSpec& spec, LayerWeights* w);
   // qwen3next's fused file layouts (ssm_ba; the legacy ssm_in) split by rows
   // into ssm_beta / ssm_alpha and ssm_qkv / ssm_z, copies of their own (the
   // fused fields are left empty): the forward passes read one layout.
-  void SplitFusedDeltaNet(int il);
+  void SplitFusedDeltaNet(LayerWeights* w);
 
   std::shared_ptr<const GgufFile> file_;
   const ArchDescription* arch_ = nullptr;
   HyperParams hparams_;
-  // Resolved file tensors by TensorId: global ones, then one table per layer.
+  // Resolved file tensors by TensorId: global ones, then one table per
+  // block (the trunk's layers, then the NextN blocks).
   std::vector<const GgufTensor*> global_;  // kTensorIdCount entries
   std::vector<std::array<const GgufTensor*, kTensorIdCount>> per_layer_;
   quant::WeightView token_embd_;
@@ -127,6 +138,7 @@ class Model {
   bool tied_output_ = false;
   std::vector<float> output_norm_;
   std::vector<LayerWeights> layers_;
+  std::vector<LayerWeights> nextn_layers_;
   // The matrices SplitFusedDeltaNet made (the rest live in the mapping).
   std::vector<std::shared_ptr<uint8_t[]>> owned_;
 };

@@ -2,15 +2,21 @@
 // validation, on hand-written models (GgufWriter) and the fixture models.
 #include "common/model/model.h"
 
+#include <cstdlib>
 #include <cstring>
+#include <map>
 #include <set>
 #include <string>
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/gguf/gguf_writer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "common/model/arch.h"
+#include "common/model/expert.h"
+#include "common/model/sequence_state.h"
 #include "common/model/testing/tiny_model.h"
 
 namespace moesplit::model {
@@ -129,15 +135,126 @@ TEST(ModelTest, ParsesFixtureQwen2MoeAndSummarises) {
   EXPECT_EQ(total, tensors);
 }
 
-// A file with NextN/MTP blocks (GLM-4.7-Flash as deepseek2, Qwen3.6 MTP
-// files) is refused by name rather than run with those blocks as layers.
-TEST(ModelTest, NextNBlocksAreRefusedByName) {
-  for (const char* name : {"glm47flash-tiny-f16.gguf", "qwen35moe-mtp-tiny-f16.gguf"}) {
-    auto m = Model::Open(Fixture(name));
-    EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument) << name;
-    EXPECT_THAT(std::string(m.status().message()), ::testing::HasSubstr("nextn_predict_layers"))
-        << name;
+// A file with NextN/MTP blocks (Qwen3.6 MTP files, GLM-4.5+, GLM-4.7-Flash):
+// the trunk is block_count - nextn_predict_layers layers; the NextN blocks
+// are checked, bound and kept apart (a full-attention mixer even where the
+// layer-interval rule says DeltaNet, routed experts, the nextn.* tensors).
+TEST(ModelTest, NextNBlocksAreKeptApartFromTheTrunk) {
+  auto m = Model::Open(Fixture("qwen35moe-mtp-tiny-f16.gguf"));
+  ASSERT_TRUE(m.ok()) << m.status();
+  const HyperParams& hp = (*m)->hparams();
+  EXPECT_EQ(hp.n_layer, 4);
+  EXPECT_EQ((*m)->n_layer(), 4);
+  ASSERT_EQ(hp.layers.size(), 4u);
+  EXPECT_EQ(hp.n_attention_layers(), 1);  // the trunk's block 3 only
+  ASSERT_EQ(hp.n_nextn(), 1);
+  ASSERT_EQ((*m)->n_nextn(), 1);
+  // Block 4: (4 + 1) % 4 != 0 would make it DeltaNet in the trunk.
+  EXPECT_EQ(hp.nextn_layers[0].mixer, MixerKind::kGatedAttention);
+  EXPECT_EQ(hp.nextn_layers[0].ffn, FfnKind::kMoe);
+  EXPECT_TRUE(hp.nextn_layers[0].nextn);
+  const LayerWeights& b = (*m)->nextn_layer(0);
+  EXPECT_EQ(b.nextn_eh_proj.n_rows, hp.n_embd);
+  EXPECT_EQ(b.nextn_eh_proj.n_cols, 2 * hp.n_embd);
+  EXPECT_EQ(b.nextn_enorm.size(), static_cast<size_t>(hp.n_embd));
+  EXPECT_EQ(b.nextn_hnorm.size(), static_cast<size_t>(hp.n_embd));
+  EXPECT_EQ(b.nextn_shared_head_norm.size(), static_cast<size_t>(hp.n_embd));
+  EXPECT_NE(b.wq.data, nullptr);
+  EXPECT_NE(b.gate_exps.data, nullptr);
+  EXPECT_TRUE(b.has_shared_expert());
+  EXPECT_EQ(b.ssm_qkv.data, nullptr);
+  EXPECT_NE((*m)->tensor(TensorId::kNextnEhProj, 4), nullptr);
+  EXPECT_EQ((*m)->tensor(TensorId::kNextnEhProj, 3), nullptr);
+  // No trunk layer has NextN tensors.
+  for (int il = 0; il < (*m)->n_layer(); ++il) {
+    EXPECT_EQ((*m)->layer(il).nextn_eh_proj.data, nullptr) << il;
   }
+  // Their bytes are reported apart; every tensor of the file is counted once.
+  const ModelSummary s = (*m)->Summary();
+  EXPECT_EQ(s.bytes_by_role.at("nextn"),
+            [&] {
+              uint64_t n = 0;
+              for (const GgufTensor& t : (*m)->file().tensors()) {
+                if (t.name.rfind("blk.4.", 0) == 0) n += t.n_bytes;
+              }
+              return n;
+            }());
+  uint64_t total = 0, tensors = 0;
+  for (const auto& [role, bytes] : s.bytes_by_role) total += bytes;
+  for (const GgufTensor& t : (*m)->file().tensors()) tensors += t.n_bytes;
+  EXPECT_EQ(total, tensors);
+  // The per-sequence state is the trunk's: three DeltaNet layers, one KV layer.
+  auto state = SequenceState::Create(hp, 16);
+  ASSERT_TRUE(state.ok()) << state.status();
+  EXPECT_EQ((*state)->n_layer(), 4);
+  // The in-process expert store holds the trunk's experts only.
+  EXPECT_EQ(ExpertStore(*m).n_layer(), 4);
+}
+
+// The hyper-parameters of `fixture`'s metadata with `drop` left out and
+// `set` (u32 values) replacing or adding keys.
+absl::StatusOr<HyperParams> EditedHyperParams(const std::string& fixture,
+                                              const std::set<std::string>& drop,
+                                              const std::map<std::string, uint32_t>& set) {
+  auto src = GgufFile::Open(Fixture(fixture));
+  if (!src.ok()) return src.status();
+  GgufWriter w;
+  for (const auto& [key, value] : (*src)->metadata()) {
+    if (!drop.count(key) && !set.count(key)) w.Set(key, value);
+  }
+  for (const auto& [key, value] : set) w.SetU32(key, value);
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string path = absl::StrCat(tmp ? tmp : ::testing::TempDir(), "/edited-", fixture);
+  if (absl::Status st = w.Write(path); !st.ok()) return st;
+  auto f = GgufFile::Open(path);
+  if (!f.ok()) return f.status();
+  const std::string arch = *(*f)->GetString("general.architecture");
+  return ParseHyperParams(**f, *FindArch(arch));
+}
+
+// GLM-4.7-Flash files (deepseek2) omit expert_gating_func: llama.cpp infers
+// sigmoid from 47 or 48 trunk blocks and 154880 tokens, softmax otherwise.
+TEST(ArchTest, DeepSeek2GatingInferredAsLlamaCppDoes) {
+  const std::string flash = "glm47flash-tiny-f16.gguf";
+  const std::set<std::string> drop = {"deepseek2.expert_gating_func"};
+  using S = RouterSpec::Scoring;
+  struct Case {
+    uint32_t block_count, nextn, vocab;
+    S want;
+  } cases[] = {
+      {48, 1, 154880, S::kSigmoid},   // GLM-4.7-Flash: 47 trunk + 1 NextN
+      {48, 0, 154880, S::kSigmoid},   // 48 trunk blocks
+      {49, 1, 154880, S::kSigmoid},
+      {49, 0, 154880, S::kSoftmax},   // 49 trunk blocks
+      {48, 1, 154881, S::kSoftmax},
+      {5, 1, 505, S::kSoftmax},       // DeepSeek-V2's default
+  };
+  for (const Case& c : cases) {
+    auto hp = EditedHyperParams(flash, drop,
+                                {{"deepseek2.block_count", c.block_count},
+                                 {"deepseek2.nextn_predict_layers", c.nextn},
+                                 {"deepseek2.vocab_size", c.vocab}});
+    ASSERT_TRUE(hp.ok()) << hp.status();
+    EXPECT_EQ(hp->router_scoring, c.want) << c.block_count << " " << c.nextn << " " << c.vocab;
+    EXPECT_EQ(hp->n_layer, c.block_count - c.nextn);
+  }
+  // The tokenizer's token count stands in for a missing vocab_size.
+  auto hp = EditedHyperParams(flash, {"deepseek2.expert_gating_func", "deepseek2.vocab_size"},
+                              {{"deepseek2.block_count", 48}});
+  ASSERT_TRUE(hp.ok()) << hp.status();
+  EXPECT_EQ(hp->router_scoring, S::kSoftmax);  // 505 tokens
+  // Written explicitly, the key wins.
+  hp = EditedHyperParams(flash, {}, {{"deepseek2.block_count", 49},
+                                     {"deepseek2.nextn_predict_layers", 0}});
+  ASSERT_TRUE(hp.ok()) << hp.status();
+  EXPECT_EQ(hp->router_scoring, S::kSigmoid);
+}
+
+TEST(ModelTest, FilesWithoutNextNBlocksHaveNone) {
+  auto m = Model::Open(Fixture("qwen35moe-tiny-f16.gguf"));
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ((*m)->n_nextn(), 0);
+  EXPECT_EQ((*m)->Summary().bytes_by_role.count("nextn"), 0u);
 }
 
 // minimax-m2: one QK-norm over each whole projection, a sigmoid router with
@@ -322,6 +439,24 @@ void AddMetadataCases(const AddCase& add) {
   add("zero_layers",
       [](auto* o) { o->edit_metadata = [](GgufWriter* w) { w->SetU32("qwen3moe.block_count", 0); }; },
       "block_count");
+  // nextn_predict_layers counts blocks of block_count (2 here): at least
+  // one must be left for the trunk.
+  add("nextn_not_below_block_count",
+      [](auto* o) {
+        o->edit_metadata = [](GgufWriter* w) { w->SetU32("qwen3moe.nextn_predict_layers", 2); };
+      },
+      "'nextn_predict_layers' = 2 out of range [0, 1] (block_count 2");
+  add("nextn_negative",
+      [](auto* o) {
+        o->edit_metadata = [](GgufWriter* w) { w->SetI32("qwen3moe.nextn_predict_layers", -1); };
+      },
+      "'nextn_predict_layers' = -1 out of range");
+  // A NextN block without its own tensors (block 1 is the NextN block).
+  add("nextn_without_eh_proj",
+      [](auto* o) {
+        o->edit_metadata = [](GgufWriter* w) { w->SetU32("qwen3moe.nextn_predict_layers", 1); };
+      },
+      "missing tensor 'blk.1.nextn.eh_proj.weight'");
   add("odd_rope_dims",
       [](auto* o) {
         o->edit_metadata = [](GgufWriter* w) { w->SetU32("qwen3moe.rope.dimension_count", 7); };

@@ -71,7 +71,13 @@ namespace moesplit::model {
   X(kFfnGate, kMatrix, ffn_gate, true)                                 \
   X(kFfnUp, kMatrix, ffn_up, true)                                     \
   X(kFfnDown, kMatrix, ffn_down, true)                                 \
-  X(kRouterSelBias, kVector, router_sel_b, false)
+  X(kRouterSelBias, kVector, router_sel_b, false)                     \
+  X(kNextnEhProj, kMatrix, nextn_eh_proj, false)                       \
+  X(kNextnEnorm, kVector, nextn_enorm, false)                          \
+  X(kNextnHnorm, kVector, nextn_hnorm, false)                          \
+  X(kNextnSharedHeadNorm, kVector, nextn_shared_head_norm, false)      \
+  X(kNextnEmbedTokens, kMatrix, nextn_embed_tokens, false)             \
+  X(kNextnSharedHeadHead, kMatrix, nextn_shared_head_head, false)
 
 // What the rows mean (arch.h's descriptions give each its GGUF name):
 //   attn_norm, ffn_norm (qwen35moe, gpt-oss: post_attention_norm): RMSNorm
@@ -91,7 +97,11 @@ namespace moesplit::model {
 //   wq_a q_a_norm wq_b wkv_a kv_a_norm wk_b wv_b: multi-head latent
 //     attention (the q LoRA, the compressed KV latent + shared rope key,
 //     per head the key and value up-projections);
-//   ffn_gate ffn_up ffn_down: a dense SwiGLU FFN (leading dense layers).
+//   ffn_gate ffn_up ffn_down: a dense SwiGLU FFN (leading dense layers);
+//   nextn_*: a NextN / MTP block's own tensors (arch.h NextNTensors()):
+//     eh_proj [2 d -> d] over [enorm(embedding), hnorm(hidden)],
+//     shared_head_norm, and its own embeddings / head where it has them;
+//     held by the Model only (never run, packed or uploaded).
 
 // Every tensor the forward pass knows about: the global ones, then one row
 // of MOESPLIT_LAYER_TENSORS each.

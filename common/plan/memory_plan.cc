@@ -74,14 +74,18 @@ ModelShape ShapeOfModel(const model::Model& m) {
     ShapeTensor st{t->name, role, layer, t->type,
                    std::vector<int64_t>(t->ne.begin(), t->ne.begin() + t->n_dims),
                    t->n_bytes};
-    s.tensors.push_back(std::move(st));
+    (layer >= m.n_layer() ? s.nextn_tensors : s.tensors).push_back(std::move(st));
   };
+  const int n_blocks = m.n_layer() + m.n_nextn();
   for (const model::TensorSpec& spec : m.arch().tensors) {
     if (!model::IsLayerTensor(spec.id)) {
       add(m.tensor(spec.id), spec.role, -1);
       continue;
     }
-    for (int il = 0; il < m.n_layer(); ++il) add(m.tensor(spec.id, il), spec.role, il);
+    for (int il = 0; il < n_blocks; ++il) add(m.tensor(spec.id, il), spec.role, il);
+  }
+  for (const model::TensorSpec& spec : model::NextNTensors()) {
+    for (int il = m.n_layer(); il < n_blocks; ++il) add(m.tensor(spec.id, il), spec.role, il);
   }
   return s;
 }
@@ -106,21 +110,37 @@ absl::StatusOr<ModelShape> ShapeFromTypes(
   ModelShape s;
   s.hp = hp;
   s.tied_output = true;
+  const int n_trunk = static_cast<int>(hp.n_layer);
+  const int n_blocks = n_trunk + static_cast<int>(hp.n_nextn());
+  auto add = [&](const model::TensorSpec& spec, int il) -> absl::Status {
+    ShapeTensor t;
+    t.name = model::TensorName(spec, il < 0 ? 0 : il);
+    t.role = spec.role;
+    t.layer = il;
+    t.type = type_of(spec, il, hp);
+    for (int d = 0; d < spec.n_dims; ++d) t.ne.push_back(model::ResolveDim(hp, spec.shape[d]));
+    RETURN_IF_ERROR(SetTensorBytes(&t));
+    if (spec.id == model::TensorId::kOutput) s.tied_output = false;
+    (il >= n_trunk ? s.nextn_tensors : s.tensors).push_back(std::move(t));
+    return absl::OkStatus();
+  };
+  auto wanted = [&](const model::TensorSpec& spec) {
+    return spec.required || include_optional == nullptr || include_optional(spec);
+  };
   for (const model::TensorSpec& spec : arch->tensors) {
-    if (!spec.required && include_optional != nullptr && !include_optional(spec)) continue;
-    const bool per_layer = model::IsLayerTensor(spec.id);
-    for (int il = per_layer ? 0 : -1; il < (per_layer ? hp.n_layer : 0); ++il) {
-      if (il >= 0 && !model::LayerSelected(spec.layers, hp.layers[il])) continue;
-      ShapeTensor t;
-      t.name = model::TensorName(spec, il < 0 ? 0 : il);
-      t.role = spec.role;
-      t.layer = il;
-      t.type = type_of(spec, il, hp);
-      for (int d = 0; d < spec.n_dims; ++d) t.ne.push_back(model::ResolveDim(hp, spec.shape[d]));
-      RETURN_IF_ERROR(SetTensorBytes(&t));
-      if (spec.id == model::TensorId::kOutput) s.tied_output = false;
-      s.tensors.push_back(std::move(t));
+    if (!wanted(spec)) continue;
+    if (!model::IsLayerTensor(spec.id)) {
+      RETURN_IF_ERROR(add(spec, -1));
+      continue;
     }
+    for (int il = 0; il < n_blocks; ++il) {
+      const model::LayerSpec& l = il < n_trunk ? hp.layers[il] : hp.nextn_layers[il - n_trunk];
+      if (model::LayerSelected(spec.layers, l)) RETURN_IF_ERROR(add(spec, il));
+    }
+  }
+  for (const model::TensorSpec& spec : model::NextNTensors()) {
+    if (!wanted(spec)) continue;
+    for (int il = n_trunk; il < n_blocks; ++il) RETURN_IF_ERROR(add(spec, il));
   }
   return s;
 }
@@ -304,6 +324,7 @@ MemoryPlan FixedPart(const ModelShape& s, const PlanOptions& o) {
   p.options = o;
   p.hp = s.hp;
   p.dense = DenseBytes(s, &p.host_token_embd, &p.host_routed_experts);
+  for (const ShapeTensor& t : s.nextn_tensors) p.host_nextn += t.n_bytes;
   // Only the attention layers keep a KV cache (MLA layers: the latent and
   // the rope key only); DeltaNet layers keep a fixed-size state
   // (model::SequenceState's arithmetic). A model's attention layers all
@@ -598,6 +619,11 @@ std::string FormatPlanTable(const MemoryPlan& p) {
   Row(&out, "token embedding", p.host_token_embd,
       p.host_token_embd ? "(rows gathered per step, copied up)" : "(tied: on the GPU)");
   Row(&out, "routed experts", p.host_routed_experts, "(expert-workers)");
+  if (p.host_nextn > 0) {
+    Row(&out, "NextN/MTP blocks", p.host_nextn,
+        absl::StrFormat("(%d block(s) after the trunk: loaded, kept aside, not run)",
+                        p.hp.n_nextn()));
+  }
   return out;
 }
 
@@ -645,7 +671,9 @@ std::string FormatPlanJson(const MemoryPlan& p) {
         {"moe_layers", p.expert_cache.moe_layers},
         {"experts_per_layer", p.expert_cache.experts_per_layer}}},
       {"total", p.gpu_total()}};
-  j["host"] = {{"token_embd", p.host_token_embd}, {"routed_experts", p.host_routed_experts}};
+  j["host"] = {{"token_embd", p.host_token_embd},
+               {"routed_experts", p.host_routed_experts},
+               {"nextn", p.host_nextn}};
   return j.dump(2) + "\n";
 }
 

@@ -61,6 +61,8 @@
 //   5. the hot-expert cache: everything left, in slots of the largest
 //      routed expert (gate + up + down of one expert of one layer, from the
 //      tensor types), reported in total and per MoE layer.
+// A file's NextN / MTP blocks (ModelShape::nextn_tensors) are placed
+// nowhere: none of the above counts them, and host_nextn reports their bytes.
 // A configuration whose items 1-4 exceed the budget is refused with
 // ResourceExhausted saying by how much, and what would fit (a smaller
 // --ctx, a smaller --kv-type, fewer --parallel).
@@ -105,15 +107,20 @@ struct ShapeTensor {
 struct ModelShape {
   model::HyperParams hp;
   bool tied_output = false;
-  std::vector<ShapeTensor> tensors;
+  std::vector<ShapeTensor> tensors;  // the trunk's and the global tensors
+  // Every tensor of the NextN / MTP blocks (hp.nextn_layers): kept on the
+  // host apart from the trunk, never placed on the GPU, cached or sharded.
+  std::vector<ShapeTensor> nextn_tensors;
 };
 
 // The shape of a loaded model.
 ModelShape ShapeOfModel(const model::Model& m);
 
 // A shape from hyper-parameters (hp.n_vocab set) and a type per tensor:
-// every tensor of hp.arch's description, shapes resolved from `hp`, the type
-// `type_of(spec, layer)` returns (layer -1 for globals); optional tensors are
+// every tensor of hp.arch's description (and of its NextN blocks, with
+// NextNTensors(), into nextn_tensors), shapes resolved from `hp`, the type
+// `type_of(spec, layer)` returns (layer -1 for globals; a NextN block's
+// layer is n_layer + i); optional tensors are
 // left out when `include_optional(spec)` is false. Without an output tensor
 // the shape is tied. InvalidArgument for an unknown architecture, zero
 // sizes, or a row that is not whole blocks of its type.
@@ -251,6 +258,7 @@ struct MemoryPlan {
   // Host
   uint64_t host_token_embd = 0;       // 0 when tied (then on the GPU)
   uint64_t host_routed_experts = 0;   // all routed experts, on the workers
+  uint64_t host_nextn = 0;            // NextN / MTP blocks, kept aside (not run)
 
   // dense + kv + recurrent + workspace + margin + the prefix cache's device
   // tier (what must fit before the expert cache).

@@ -1,6 +1,7 @@
 #include "common/plan/memory_plan.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/model/testing/fixtures.h"
 #include "common/model/testing/tiny_model.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -344,6 +345,51 @@ TEST(MemoryPlanTest, IQuantExpertBytes) {
   ASSERT_TRUE(p.ok()) << p.status();
   // 48 layers of 128 experts, each gate + up + down.
   EXPECT_EQ(p->host_routed_experts, uint64_t{48} * 128 * (2 * 768 * 8 * 66 + 2048 * 3 * 98));
+}
+
+// A file with a NextN / MTP block: the plan places the trunk only (its KV
+// and recurrent state, its experts on the workers) and shows the block's
+// bytes apart, on the host.
+TEST(MemoryPlanTest, NextNBlocksArePlannedApart) {
+  auto m = model::Model::Open(model::testing::FixtureModelsDir() + "/qwen35moe-mtp-tiny-f16.gguf");
+  ASSERT_TRUE(m.ok()) << m.status();
+  const ModelShape s = ShapeOfModel(**m);
+  ASSERT_FALSE(s.nextn_tensors.empty());
+  for (const ShapeTensor& t : s.nextn_tensors) EXPECT_EQ(t.layer, 4) << t.name;
+  for (const ShapeTensor& t : s.tensors) EXPECT_LT(t.layer, 4) << t.name;
+  PlanOptions o;
+  o.budget_bytes = 64u << 20;
+  o.n_ctx = 256;
+  o.margin_bytes = 1 << 20;
+  absl::StatusOr<MemoryPlan> p = PlanMemory(s, o);
+  ASSERT_TRUE(p.ok()) << p.status();
+  const model::ModelSummary sum = (*m)->Summary();
+  EXPECT_GT(p->host_nextn, 0u);
+  EXPECT_EQ(p->host_nextn, sum.bytes_by_role.at("nextn"));
+  EXPECT_EQ(p->host_routed_experts, sum.bytes_by_role.at("routed_experts"));
+  uint64_t total = 0;
+  for (const auto& [role, b] : sum.bytes_by_role) total += b;
+  EXPECT_EQ(p->dense.total() + p->host_token_embd + p->host_routed_experts + p->host_nextn,
+            total);
+  // One attention layer's KV (block 3); the MTP block has none.
+  EXPECT_EQ(p->hp.n_attention_layers(), 1);
+  EXPECT_EQ(p->expert_cache.moe_layers, 4);
+  EXPECT_THAT(FormatPlanTable(*p), HasSubstr("NextN/MTP blocks"));
+  EXPECT_EQ(nlohmann::json::parse(FormatPlanJson(*p))["host"]["nextn"].get<uint64_t>(),
+            p->host_nextn);
+  // The shape from types alone has the same NextN tensors.
+  absl::StatusOr<ModelShape> t = ShapeFromTypes(
+      s.hp, [](const model::TensorSpec&, int, const model::HyperParams&) { return GgmlType::kF32; },
+      nullptr);
+  ASSERT_TRUE(t.ok()) << t.status();
+  std::vector<std::string> want, got;
+  for (const ShapeTensor& x : s.nextn_tensors) want.push_back(x.name);
+  for (const ShapeTensor& x : t->nextn_tensors) got.push_back(x.name);
+  std::sort(want.begin(), want.end());
+  std::sort(got.begin(), got.end());
+  // The file leaves out the optional embed_tokens / shared_head_head.
+  for (const std::string& n : want) EXPECT_NE(std::find(got.begin(), got.end(), n), got.end()) << n;
+  EXPECT_EQ(got.size(), want.size() + 2);
 }
 
 TEST(MemoryPlanTest, TableAndJson) {

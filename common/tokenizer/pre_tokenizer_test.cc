@@ -176,6 +176,21 @@ INSTANTIATE_TEST_SUITE_P(
       return name;
     });
 
+// glm4 (and its older name chatglm-bpe): qwen2's split with numbers in
+// threes; case changes do not split words.
+INSTANTIATE_TEST_SUITE_P(
+    Glm4, PreTokenizerSplitTest,
+    ::testing::Values(SplitCase{"glm4", "12345 I've", {"123", "45", " I", "'ve"}},
+                      SplitCase{"glm4", "HelloWorld x1", {"HelloWorld", " x", "1"}},
+                      SplitCase{"chatglm-bpe", "1234", {"123", "4"}}),
+    [](const ::testing::TestParamInfo<SplitCase>& info) {
+      std::string name = info.param.pre + "_" + std::to_string(info.index);
+      for (char& c : name) {
+        if (!absl::ascii_isalnum(static_cast<unsigned char>(c))) c = '_';
+      }
+      return name;
+    });
+
 TEST(PreTokenizerTest, UnknownTypeIsInvalidArgument) {
   auto pre = PreTokenizer::Create("llama-bpe");
   EXPECT_EQ(pre.status().code(), absl::StatusCode::kInvalidArgument);

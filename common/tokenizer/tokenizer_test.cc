@@ -93,7 +93,7 @@ std::string ParamName(const ::testing::TestParamInfo<std::string>& info) {
 // vocabularies (ggml-vocab-*), or the small ones trained so that the
 // pre-tokenizer's splits change the ids (tiny-*, see the fixtures' README).
 std::string VocabPath(const std::string& name) {
-  const bool tiny = name == "gpt-4o" || name == "deepseek-v3";
+  const bool tiny = name == "gpt-4o" || name == "deepseek-v3" || name == "glm4";
   return FixturesDir() + "/vocab/" + (tiny ? "tiny-" : "ggml-vocab-") + name + ".gguf";
 }
 
@@ -146,6 +146,27 @@ TEST_P(VocabFixtureTest, DecodeRoundTrips) {
 INSTANTIATE_TEST_SUITE_P(Vocabs, VocabFixtureTest,
                          ::testing::Values("qwen2", "qwen35", "gpt-4o", "deepseek-v3"),
                          ParamName);
+INSTANTIATE_TEST_SUITE_P(GlmVocabs, VocabFixtureTest, ::testing::Values("glm4"), ParamName);
+
+// GLM's role tokens end generation: eot <|user|>, eom <|observation|> (the
+// files' tokenizer.ggml.eot_token_id / eom_token_id), besides eos.
+TEST(TokenizerTest, GlmRoleTokensEndGeneration) {
+  const Tokenizer& tok = LoadVocab("glm4");
+  for (const char* text : {"<|user|>", "<|observation|>"}) {
+    auto ids = tok.Encode(text, /*parse_special=*/true, /*add_special=*/false);
+    ASSERT_TRUE(ids.ok()) << ids.status();
+    ASSERT_EQ(ids->size(), 1u) << text;
+    EXPECT_TRUE(tok.IsEndOfGeneration((*ids)[0])) << text;
+  }
+  auto ids = tok.Encode("<|assistant|>", /*parse_special=*/true, /*add_special=*/false);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  ASSERT_EQ(ids->size(), 1u);
+  EXPECT_FALSE(tok.IsEndOfGeneration((*ids)[0]));
+  // llama.cpp adds no BOS for glm4 (the file says add_bos_token false).
+  auto plain = tok.Encode("hi", /*parse_special=*/false, /*add_special=*/true);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_NE(plain->front(), tok.bos());
+}
 
 TEST(TokenizerTest, QwenMetadata) {
   const Tokenizer& tok = LoadVocab("qwen2");

@@ -110,6 +110,36 @@ run up35 -- up --model "$HYBRID" --prompt "The quick brown fox" -n 8 --workers 2
 if [[ $(rc make35) == 0 && $(rc up35) == 0 ]] && grep -q "8 tokens" "$WORK/up35.err"; then
   pass "up on a qwen35moe model (2 workers)"; else
   fail "up qwen35moe: $(cat "$WORK/make35.err" "$WORK/up35.out" "$WORK/up35.err")"; fi
+# Files with a NextN / MTP block: the trunk is planned (GLM-4.7-Flash: 47 MLA
+# layers x (512 + 64) f16 = 54144 bytes per position), the block's bytes are
+# shown apart on the host.
+run planflash -- plan --preset glm-4.7-flash --gpu-memory 8GiB --ctx 65536 --parallel 1
+if [[ $(rc planflash) == 0 ]] && grep -Eq "KV cache +[0-9]+ .*54144 bytes/position x 65536 x 1 \(47 attention layers\)" "$WORK/planflash.out" &&
+   grep -Eq "NextN/MTP blocks +[0-9]+ .*1 block\(s\) after the trunk" "$WORK/planflash.out"; then
+  pass "plan --preset glm-4.7-flash (64K, 8 GiB)"; else
+  fail "plan glm-4.7-flash: $(cat "$WORK/planflash.out" "$WORK/planflash.err")"; fi
+# GLM-4.5-Air: 46 GQA layers x 8 KV heads x (128 + 128) q4_0 = 52992 bytes per position.
+run planair -- plan --preset glm-4.5-air --gpu-memory 8GiB --ctx 65536 --kv-type q4_0 --parallel 1
+if [[ $(rc planair) == 0 ]] && grep -Eq "KV cache +3472884736 .*52992 bytes/position" "$WORK/planair.out" &&
+   grep -q "NextN/MTP blocks" "$WORK/planair.out"; then
+  pass "plan --preset glm-4.5-air (64K, q4_0, 8 GiB)"; else
+  fail "plan glm-4.5-air: $(cat "$WORK/planair.out" "$WORK/planair.err")"; fi
+run planmtp -- plan --preset qwen3.6-35b-a3b-mtp --gpu-memory 8GiB --ctx 65536 --parallel 1
+if [[ $(rc planmtp) == 0 ]] && grep -Eq "KV cache +1342178304 .*10 attention layers" "$WORK/planmtp.out" &&
+   grep -q "NextN/MTP blocks" "$WORK/planmtp.out"; then
+  pass "plan --preset qwen3.6-35b-a3b-mtp (64K, 8 GiB)"; else
+  fail "plan qwen3.6-35b-a3b-mtp: $(cat "$WORK/planmtp.out" "$WORK/planmtp.err")"; fi
+# A glm4moe model with its NextN block (block_count 4 = 3 + 1): two workers
+# split the trunk's 3 layers (the NextN block's experts stay unloaded).
+GLM=$WORK/glm-small.gguf
+run makeglm -- make-test-model --preset glm-4.5-air --layers 3 --experts 16 --d 512 --heads 8 \
+  --kv-heads 2 --ffn 1024 --expert-ffn 256 --vocab 1024 --ctx 4096 --out "$GLM"
+run upglm -- up --model "$GLM" --prompt "The quick brown fox" -n 8 --workers 2 \
+  --grpc "127.0.0.1:$((20000 + RANDOM % 20000))"
+if [[ $(rc makeglm) == 0 && $(rc upglm) == 0 ]] && grep -q "8 tokens" "$WORK/upglm.err" &&
+   grep -q "shard layers=1-2 " "$WORK/upglm.err" && grep -q "glm4moe, 3 layers" "$WORK/upglm.err"; then
+  pass "up on a glm4moe model with a NextN block (2 workers)"; else
+  fail "up glm4moe: $(cat "$WORK/makeglm.err" "$WORK/upglm.out" "$WORK/upglm.err")"; fi
 # gpt-oss-120b at 128K in f16 on 8 GiB: the sliding-window layers keep a ring.
 run planoss -- plan --preset gpt-oss-120b --gpu-memory 8GiB --ctx 131072 --parallel 1
 if [[ $(rc planoss) == 0 ]] && grep -Eq "KV cache +4860153856 " "$WORK/planoss.out" &&

@@ -39,6 +39,9 @@ void PrintHyperParams(const model::ModelSummary& s, std::FILE* out) {
   };
   row("n_embd", absl::StrCat(hp.n_embd));
   row("n_layer", absl::StrCat(hp.n_layer));
+  if (hp.n_nextn() > 0) {
+    row("nextn blocks", absl::StrCat(hp.n_nextn(), " (after the trunk; kept aside, not run)"));
+  }
   row("n_ctx_train", absl::StrCat(hp.n_ctx_train));
   row("n_head", absl::StrCat(hp.n_head));
   row("n_head_kv", absl::StrCat(hp.n_head_kv));

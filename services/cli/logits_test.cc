@@ -127,6 +127,15 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureLogitsTest,
                            for (char& c : n) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
                            return n;
                          });
+// Files with a NextN / MTP block: their logits are the trunk's (issue #41).
+INSTANTIATE_TEST_SUITE_P(NextN, FixtureLogitsTest,
+                         testing::Values("glm4moe-tiny-f16", "glm47flash-tiny-f16",
+                                         "qwen35moe-mtp-tiny-f16"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& c : n) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+                           return n;
+                         });
 
 }  // namespace
 }  // namespace moesplit::cli

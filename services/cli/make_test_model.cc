@@ -43,7 +43,9 @@ constexpr ShapeFlag kShapeFlags[] = {
     {"kv-lora", &TestModelSpec::kv_lora_rank, "deepseek2: KV latent rank"},
     {"head-dim-v", &TestModelSpec::head_dim_v, "deepseek2: value head (head-dim: nope + rope)"},
     {"dense-layers", &TestModelSpec::n_dense_lead, "deepseek2: leading dense-FFN layers"},
-    {"shared-experts", &TestModelSpec::n_expert_shared, "deepseek2: shared experts"},
+    {"shared-experts", &TestModelSpec::n_expert_shared, "deepseek2, glm4moe: shared experts"},
+    {"nextn", &TestModelSpec::n_nextn,
+     "NextN / MTP blocks after the trunk (kept aside, not run; block_count = layers + nextn)"},
 };
 
 void PrintWritten(const TestModelSpec& spec, const std::string& out,
@@ -73,11 +75,13 @@ absl::Status RunMakeTestModel(const Args& args, const CommandIo& io) {
   FlagParser f;
   f.AddString("out|o", &out, "output GGUF path (required)");
   f.AddString("arch", &arch,
-              "qwen3moe | qwen2moe | qwen35moe | gpt-oss | deepseek2 | qwen3next | minimax-m2")
+              "qwen3moe | qwen2moe | qwen35moe | gpt-oss | deepseek2 | glm4moe | qwen3next | "
+              "minimax-m2")
       .DefaultText("the preset's");
   f.AddString("preset", &preset,
-              "qwen3-30b-a3b | qwen3.5-35b-a3b | gpt-oss-20b | gpt-oss-120b | deepseek-v3 | "
-              "kimi-k2 | deepseek-v2-lite | minimax-m2 | qwen3-next-80b-a3b | tiny");
+              "qwen3-30b-a3b | qwen3.5-35b-a3b | qwen3.6-35b-a3b-mtp | gpt-oss-20b | "
+              "gpt-oss-120b | deepseek-v3 | kimi-k2 | deepseek-v2-lite | glm-4.5-air | glm-4.7 | "
+              "glm-4.7-flash | minimax-m2 | qwen3-next-80b-a3b | tiny");
   f.AddString("type", &type,
               absl::StrCat("file type: ", absl::StrJoin(FileTypeMixNames(), " ")))
       .Meta("TYPE")

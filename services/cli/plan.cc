@@ -53,7 +53,8 @@ absl::StatusOr<plan::ModelShape> PresetShape(const std::string& preset,
     st.type = t.type;
     st.ne = t.ne;
     RETURN_IF_ERROR(plan::SetTensorBytes(&st));
-    s.tensors.push_back(std::move(st));
+    // NextN / MTP blocks (after the trunk) are planned apart.
+    (layer >= s.hp.n_layer ? s.nextn_tensors : s.tensors).push_back(std::move(st));
   }
   return s;
 }
@@ -80,7 +81,8 @@ absl::Status RunPlan(const Args& args, const CommandIo& io) {
   f.AddString("preset", &preset,
               "plan for a shape without a file: qwen3-30b-a3b (vocab 151936) | "
               "qwen3.5-35b-a3b (vocab 248320) | gpt-oss-20b | gpt-oss-120b (vocab 201088) | "
-              "deepseek-v3 | kimi-k2 | deepseek-v2-lite | minimax-m2 (vocab 200064) | "
+              "qwen3.6-35b-a3b-mtp | deepseek-v3 | kimi-k2 | deepseek-v2-lite | glm-4.5-air | "
+              "glm-4.7 (vocab 151552) | glm-4.7-flash (vocab 154880) | minimax-m2 (vocab 200064) | "
               "qwen3-next-80b-a3b (vocab 151936) | tiny (required, or --model)")
       .Meta("NAME");
   f.AddString("type", &type,

@@ -41,7 +41,17 @@ constexpr char kHarmonyTemplate[] =
     "{{'<|start|>assistant'}}{% endif %}";
 
 bool IsGptOss(const TestModelSpec& s) { return s.arch == "gpt-oss"; }
-bool IsDeepSeek2(const TestModelSpec& s) { return s.arch == "deepseek2"; }
+// Description properties (arch.h) of the spec's architecture.
+bool IsMla(const TestModelSpec& s) {
+  const model::ArchDescription* a = model::FindArch(s.arch);
+  return a != nullptr && a->attention == model::MixerKind::kMla;
+}
+// Leading dense layers, a shared expert of expert_shared_count experts and
+// the router's optional keys (deepseek2, glm4moe).
+bool HasDenseLeadAndRouterKeys(const TestModelSpec& s) {
+  const model::ArchDescription* a = model::FindArch(s.arch);
+  return a != nullptr && a->leading_dense_layers;
+}
 
 uint64_t Mix64(uint64_t z) {
   z += 0x9e3779b97f4a7c15ULL;
@@ -134,16 +144,25 @@ absl::Status CheckShape(const TestModelSpec& s) {
           "rope sections sum to ", pairs, " pairs; at most --head-dim ", s.head_dim));
     }
   }
-  if (IsDeepSeek2(s)) {
+  if (s.n_nextn < 0 || s.n_nextn > 16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--nextn = ", s.n_nextn, " out of range [0, 16]"));
+  }
+  if (IsMla(s)) {
     const Field mla[] = {{"kv-lora", s.kv_lora_rank, 65536},
                          {"head-dim-v", s.head_dim_v, 65536},
-                         {"rope-dims", s.n_rot, s.head_dim - 1},
-                         {"shared-experts", s.n_expert_shared, 1024}};
+                         {"rope-dims", s.n_rot, s.head_dim - 1}};
     for (const Field& f : mla) {
       if (f.value < 1 || f.value > f.max) {
         return absl::InvalidArgumentError(absl::StrCat(
             "--", f.name, " = ", f.value, " out of range [1, ", f.max, "]"));
       }
+    }
+  }
+  if (HasDenseLeadAndRouterKeys(s)) {
+    if (s.n_expert_shared < 1 || s.n_expert_shared > 1024) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--shared-experts = ", s.n_expert_shared, " out of range [1, 1024]"));
     }
     if (s.q_lora_rank < 0 || s.n_dense_lead < 0 || s.n_dense_lead > s.n_layer) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -241,7 +260,12 @@ model::HyperParams ToHyperParams(const TestModelSpec& s) {
     hp.rope.n_ctx_orig = s.rope_orig_ctx;
     hp.rope.ext_factor = 1.0f;
   }
-  if (IsDeepSeek2(s)) {
+  if (arch != nullptr) {
+    // NextN / MTP blocks: full attention and routed experts (arch.h).
+    hp.nextn_layers.assign(std::max<int64_t>(s.n_nextn, 0),
+                           model::LayerSpec{arch->attention, model::FfnKind::kMoe, 0, true});
+  }
+  if (IsMla(s)) {
     // The cache's view (one KV head of latent + rope) and the model's heads.
     hp.n_head_kv = 1;
     hp.rope.n_rot = s.n_rot;
@@ -251,6 +275,17 @@ model::HyperParams ToHyperParams(const TestModelSpec& s) {
     hp.kv_lora_rank = s.kv_lora_rank;
     hp.head_dim_k_mla = s.head_dim;
     hp.head_dim_v_mla = s.head_dim_v;
+    hp.rope.norm_style = true;
+    hp.rope.yarn_log_mul = static_cast<float>(s.rope_yarn_log_mul) / 0.1f;
+    if (s.rope_scaling_factor > 1) {
+      hp.rope.scaling = model::RopeScaling::kYarn;
+      hp.rope.freq_scale = static_cast<float>(1.0 / s.rope_scaling_factor);
+      hp.rope.n_ctx_orig = s.rope_orig_ctx;
+      hp.rope.ext_factor = 1.0f;
+      hp.rope.attn_factor = model::YarnAttnFactor(hp.rope.freq_scale, hp.rope.yarn_log_mul, 1.0f);
+    }
+  }
+  if (HasDenseLeadAndRouterKeys(s)) {
     hp.n_dense_lead = s.n_dense_lead;
     for (int64_t il = 0; il < std::min(s.n_dense_lead, s.n_layer); ++il) {
       hp.layers[il].ffn = model::FfnKind::kDense;
@@ -262,15 +297,6 @@ model::HyperParams ToHyperParams(const TestModelSpec& s) {
     hp.expert_weights_scale = static_cast<float>(s.expert_weights_scale);
     hp.n_expert_groups = s.n_expert_groups;
     hp.n_group_used = s.n_group_used;
-    hp.rope.norm_style = true;
-    hp.rope.yarn_log_mul = static_cast<float>(s.rope_yarn_log_mul) / 0.1f;
-    if (s.rope_scaling_factor > 1) {
-      hp.rope.scaling = model::RopeScaling::kYarn;
-      hp.rope.freq_scale = static_cast<float>(1.0 / s.rope_scaling_factor);
-      hp.rope.n_ctx_orig = s.rope_orig_ctx;
-      hp.rope.ext_factor = 1.0f;
-      hp.rope.attn_factor = model::YarnAttnFactor(hp.rope.freq_scale, hp.rope.yarn_log_mul, 1.0f);
-    }
   }
   if (hp.n_recurrent_layers() > 0) {
     hp.ssm_conv_kernel = s.ssm_conv_kernel;
@@ -374,6 +400,76 @@ absl::StatusOr<TestModelSpec> PresetSpec(absl::string_view preset) {
     s.n_ctx = kimi ? 131072 : 163840;
     return s;
   }
+  if (p == "qwen3.6-35b-a3b-mtp") {
+    // Qwen3.6-35B-A3B with its MTP block (block_count 41 = 40 + 1).
+    ASSIGN_OR_RETURN(s, PresetSpec("qwen3.5-35b-a3b"));
+    s.n_nextn = 1;
+    return s;
+  }
+  if (p == "glm-4.5-air" || p == "glm-4.7") {
+    // zai-org/GLM-4.5-Air (106B-A12B) and GLM-4.7 (GLM-4.5/4.6's shape,
+    // 355B-A32B): 46 / 92 layers + 1 NextN block.
+    const bool air = p == "glm-4.5-air";
+    s.arch = "glm4moe";
+    s.n_layer = air ? 46 : 92;
+    s.n_nextn = 1;
+    s.n_embd = air ? 4096 : 5120;
+    s.n_head = 96;
+    s.n_head_kv = 8;
+    s.head_dim = 128;
+    s.n_rot = 64;  // partial_rotary_factor 0.5
+    s.qk_norm = !air;
+    s.n_dense_lead = air ? 1 : 3;
+    s.n_ff = air ? 10944 : 12288;
+    s.n_expert = air ? 128 : 160;
+    s.n_expert_used = 8;
+    s.n_ff_exp = air ? 1408 : 1536;
+    s.n_expert_shared = 1;
+    s.n_expert_groups = 1;  // n_group / topk_group 1: no groups
+    s.n_group_used = 1;
+    s.expert_weights_scale = air ? 1.0 : 2.5;
+    s.expert_weights_norm = true;
+    s.expert_gating_func = 2;
+    s.rope_freq_base = 1e6;
+    s.rms_eps = 1e-5;
+    s.n_vocab = 151552;
+    s.n_ctx = air ? 131072 : 202752;
+    return s;
+  }
+  if (p == "glm-4.7-flash") {
+    // zai-org/GLM-4.7-Flash (30B-A3B) as llama.cpp stores it: deepseek2, 47
+    // layers + 1 NextN block, MLA with q LoRA 768, kv LoRA 512, nope 192 +
+    // rope 64, v 256, no YaRN, no expert groups.
+    s.arch = "deepseek2";
+    s.n_layer = 47;
+    s.n_nextn = 1;
+    s.n_embd = 2048;
+    s.n_head = 20;
+    s.n_head_kv = 1;
+    s.q_lora_rank = 768;
+    s.kv_lora_rank = 512;
+    s.head_dim = 256;  // nope 192 + rope 64
+    s.n_rot = 64;
+    s.head_dim_v = 256;
+    s.n_dense_lead = 1;
+    s.n_ff = 10240;
+    s.n_expert = 64;
+    s.n_expert_used = 4;
+    s.n_ff_exp = 1536;
+    s.n_expert_shared = 1;
+    s.n_expert_groups = 1;
+    s.n_group_used = 1;
+    s.expert_weights_scale = 1.8;
+    s.expert_weights_norm = true;
+    s.expert_gating_func = 2;
+    s.rope_freq_base = 1e6;
+    s.rope_scaling_factor = 1;
+    s.rope_yarn_log_mul = 0;
+    s.rms_eps = 1e-5;
+    s.n_vocab = 154880;
+    s.n_ctx = 202752;
+    return s;
+  }
   if (p == "minimax-m2") {
     // MiniMaxAI/MiniMax-M2's config.json (M2.5 / M2.7 share the shape):
     // 230B-A10B.
@@ -419,8 +515,9 @@ absl::StatusOr<TestModelSpec> PresetSpec(absl::string_view preset) {
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown preset '", preset,
-      "' (supported: qwen3-30b-a3b, qwen3.5-35b-a3b, gpt-oss-20b, gpt-oss-120b, deepseek-v3, "
-      "kimi-k2, deepseek-v2-lite, minimax-m2, qwen3-next-80b-a3b, tiny)"));
+      "' (supported: qwen3-30b-a3b, qwen3.5-35b-a3b, qwen3.6-35b-a3b-mtp, gpt-oss-20b, "
+      "gpt-oss-120b, deepseek-v3, kimi-k2, deepseek-v2-lite, glm-4.5-air, glm-4.7, "
+      "glm-4.7-flash, minimax-m2, qwen3-next-80b-a3b, tiny)"));
 }
 
 absl::StatusOr<std::vector<PlannedTensor>> PlanTensors(
@@ -457,7 +554,7 @@ absl::StatusOr<std::vector<PlannedTensor>> PlanTensors(
                      ? OutputSegments(*vocab, scale)
                      : std::vector<RowSegment>{{0, rows, scale}};
     p.type = PickTensorType(
-        mix, {p.name, t.n_dims, p.ne[0], static_cast<int>(spec.n_layer),
+        mix, {p.name, t.n_dims, p.ne[0], static_cast<int>(spec.n_layer + hp.n_nextn()),
               static_cast<int>(spec.n_expert),
               static_cast<int>(spec.n_head / spec.n_head_kv)});
     if (p.constant.has_value()) p.type = GgmlType::kF32;
@@ -466,28 +563,38 @@ absl::StatusOr<std::vector<PlannedTensor>> PlanTensors(
   for (const model::TensorSpec& t : arch->tensors) {
     if (!model::IsLayerTensor(t.id)) add(t, 0);
   }
-  // deepseek2: the q LoRA pair or attn_q, and the selection bias with the
-  // sigmoid router (as the published files).
+  // MLA: the q LoRA pair or attn_q; an optional selection bias with the
+  // sigmoid router; optional QK-norm as the spec says (as the published
+  // files).
   auto wanted = [&](const model::TensorSpec& t) {
     // qwen3next: attn_qkv + attn_gate, as current converters write (not
     // the legacy fused ssm_in, their alternative).
     if (t.id == model::TensorId::kSsmIn) return false;
-    if (!IsDeepSeek2(spec)) return true;
     switch (t.id) {
       case model::TensorId::kAttnQA:
       case model::TensorId::kAttnQANorm:
-      case model::TensorId::kAttnQB: return spec.q_lora_rank > 0;
-      case model::TensorId::kAttnQ: return spec.q_lora_rank == 0;
-      case model::TensorId::kRouterSelBias: return spec.expert_gating_func == 2;
+      case model::TensorId::kAttnQB: return !IsMla(spec) || spec.q_lora_rank > 0;
+      case model::TensorId::kAttnQ: return !IsMla(spec) || spec.q_lora_rank == 0;
+      case model::TensorId::kRouterSelBias: return t.required || spec.expert_gating_func == 2;
+      case model::TensorId::kAttnQNorm:
+      case model::TensorId::kAttnKNorm: return t.required || spec.qk_norm;
       default: return true;
     }
   };
-  for (int il = 0; il < spec.n_layer; ++il) {
+  const int n_blocks = static_cast<int>(spec.n_layer + hp.n_nextn());
+  for (int il = 0; il < n_blocks; ++il) {
+    const model::LayerSpec& l =
+        il < spec.n_layer ? hp.layers[il] : hp.nextn_layers[il - spec.n_layer];
     for (const model::TensorSpec& t : arch->tensors) {
-      if (model::IsLayerTensor(t.id) && model::LayerSelected(t.layers, hp.layers[il]) &&
-          wanted(t)) {
+      if (model::IsLayerTensor(t.id) && model::LayerSelected(t.layers, l) && wanted(t)) {
         add(t, il);
       }
+    }
+    if (il < spec.n_layer) continue;
+    // The NextN block's own tensors, its shared_head_norm included (as
+    // GLM's and Qwen's converters write them).
+    for (const model::TensorSpec& t : model::NextNTensors()) {
+      if (t.required || t.id == model::TensorId::kNextnSharedHeadNorm) add(t, il);
     }
   }
   for (const PlannedTensor& p : out) {
@@ -600,11 +707,12 @@ absl::Status AddTestModel(const TestModelSpec& spec, GgufWriter* writer,
   };
   u32("context_length", spec.n_ctx);
   u32("embedding_length", spec.n_embd);
-  u32("block_count", spec.n_layer);
+  u32("block_count", spec.n_layer + std::max<int64_t>(spec.n_nextn, 0));
+  if (spec.n_nextn > 0) u32("nextn_predict_layers", spec.n_nextn);
   u32("feed_forward_length", spec.n_ff);
   u32("expert_feed_forward_length", spec.n_ff_exp);
   const model::HyperParams hp = ToHyperParams(spec);
-  if (HasSharedExpert(*model::FindArch(a)) && !IsDeepSeek2(spec)) {
+  if (HasSharedExpert(*model::FindArch(a)) && !model::FindArch(a)->shared_expert_count) {
     u32("expert_shared_feed_forward_length", spec.n_ff_shexp);
   }
   u32("attention.head_count", spec.n_head);
@@ -618,22 +726,13 @@ absl::Status AddTestModel(const TestModelSpec& spec, GgufWriter* writer,
   u32("expert_count", spec.n_expert);
   u32("expert_used_count", spec.n_expert_used);
   if (spec.n_rot > 0) u32("rope.dimension_count", spec.n_rot);
-  if (IsDeepSeek2(spec)) {
+  if (IsMla(spec)) {
     // llama.cpp's deepseek2 keys (llama_model_deepseek2::load_arch_hparams).
     u32("attention.q_lora_rank", spec.q_lora_rank);
     u32("attention.kv_lora_rank", spec.kv_lora_rank);
     u32("attention.key_length_mla", spec.head_dim);
     u32("attention.value_length_mla", spec.head_dim_v);
-    u32("leading_dense_block_count", spec.n_dense_lead);
-    u32("expert_shared_count", spec.n_expert_shared);
-    writer->SetF32(absl::StrCat(a, ".expert_weights_scale"),
-                   static_cast<float>(spec.expert_weights_scale));
-    writer->SetBool(absl::StrCat(a, ".expert_weights_norm"), spec.expert_weights_norm);
-    u32("expert_gating_func", spec.expert_gating_func);
-    if (spec.n_expert_groups > 1) {
-      u32("expert_group_count", spec.n_expert_groups);
-      u32("expert_group_used_count", spec.n_group_used);
-    }
+    u32("vocab_size", spec.n_vocab);  // as llama.cpp's converter writes it
     if (spec.rope_scaling_factor > 1) {
       writer->SetString(absl::StrCat(a, ".rope.scaling.type"), "yarn");
       writer->SetF32(absl::StrCat(a, ".rope.scaling.factor"),
@@ -643,8 +742,19 @@ absl::Status AddTestModel(const TestModelSpec& spec, GgufWriter* writer,
                      static_cast<float>(spec.rope_yarn_log_mul));
     }
   }
-  if (const model::RouterSpec& r = model::FindArch(a)->router;
-      r.gating_func_key && !IsDeepSeek2(spec)) {
+  if (HasDenseLeadAndRouterKeys(spec)) {
+    // The router's and the dense layers' keys (deepseek2, glm4moe).
+    u32("leading_dense_block_count", spec.n_dense_lead);
+    u32("expert_shared_count", spec.n_expert_shared);
+    writer->SetF32(absl::StrCat(a, ".expert_weights_scale"),
+                   static_cast<float>(spec.expert_weights_scale));
+    writer->SetBool(absl::StrCat(a, ".expert_weights_norm"), spec.expert_weights_norm);
+    u32("expert_gating_func", spec.expert_gating_func);
+    if (spec.n_expert_groups >= 1) {  // 1 / 1: no groups, as GLM's files say
+      u32("expert_group_count", spec.n_expert_groups);
+      u32("expert_group_used_count", spec.n_group_used);
+    }
+  } else if (const model::RouterSpec& r = model::FindArch(a)->router; r.gating_func_key) {
     // minimax-m2: the converter writes its scoring (2 sigmoid, 1 softmax).
     u32("expert_gating_func", r.scoring == model::RouterSpec::Scoring::kSigmoid ? 2 : 1);
   }

@@ -1,5 +1,6 @@
 // Synthetic test models: random-weight GGUF files of any qwen3moe / qwen2moe /
-// qwen35moe / gpt-oss shape that llama.cpp and moesplit load.
+// qwen35moe / gpt-oss / deepseek2 / glm4moe shape (with NextN / MTP blocks
+// after the trunk when asked) that llama.cpp and moesplit load.
 //
 // A TestModelSpec gives the architecture, the shape, the file type (a
 // llama.cpp type mix such as Q4_K_M, see type_mix.h) and a seed. The file
@@ -85,7 +86,12 @@ struct TestModelSpec {
   bool expert_weights_norm = true;
   int64_t expert_gating_func = 2;  // 1 softmax, 2 sigmoid
   double rope_yarn_log_mul = 0;    // rope.scaling.yarn_log_multiplier as written
-  int64_t n_ff = 512;        // feed_forward_length (metadata only; deepseek2: the dense FFN)
+  int64_t n_ff = 512;        // feed_forward_length (metadata only; deepseek2, glm4moe: the dense FFN)
+  // NextN / MTP blocks after the trunk (nextn_predict_layers; block_count is
+  // n_layer + n_nextn): a full-attention block with routed experts plus the
+  // nextn.* tensors (eh_proj, enorm, hnorm, shared_head_norm).
+  int64_t n_nextn = 0;
+  bool qk_norm = true;       // glm4moe: the optional per-head QK-norm
   int64_t n_vocab = 1024;
   int64_t n_ctx = 4096;
   double rope_freq_base = 1e6;
@@ -114,7 +120,18 @@ struct TestModelSpec {
 // shared, sigmoid / sigmoid / softmax router, groups 8 of which 4 are used
 // (V3 only), weights normalised x 2.5 / x 2.827 / unnormalised, YaRN x40 /
 // x32 / x40 from 4096 positions, vocabulary 129280 / 163840 / 102400,
-// context 163840 / 131072 / 163840; "tiny"
+// context 163840 / 131072 / 163840; "glm-4.5-air" / "glm-4.7" (glm4moe,
+// zai-org's configs; GLM-4.7 has GLM-4.5/4.6's shape): 46 / 92 layers + 1
+// NextN block, n_embd 4096 / 5120, 96 query / 8 KV heads of 128 with biases,
+// 64 rotary dims, QK-norm on GLM-4.7 only, 1 / 3 leading dense layers (FFN
+// 10944 / 12288), 128 / 160 experts top-8 of FFN 1408 / 1536 plus 1 shared,
+// sigmoid router with selection bias, weights normalised x 1 / x 2.5,
+// vocabulary 151552, context 131072 / 202752; "glm-4.7-flash" (deepseek2 as
+// its GGUFs): 47 layers + 1 NextN block, n_embd 2048, 20 MLA heads (q LoRA
+// 768, kv LoRA 512, nope 192 + rope 64, v 256), no YaRN, 1 dense layer (FFN
+// 10240), 64 experts top-4 of FFN 1536 plus 1 shared, no groups, x 1.8,
+// vocabulary 154880, context 202752; "qwen3.6-35b-a3b-mtp": qwen3.5-35b-a3b
+// plus its MTP block; "tiny"
 // (the defaults above, the oracle fixtures' shape). The
 // context is 4096 unless the preset says otherwise. InvalidArgument
 // otherwise.

@@ -529,6 +529,129 @@ TEST_F(TestModelTest, DeepSeek2PresetsPlan) {
   EXPECT_NEAR(v3.attn_scale(), m * m / std::sqrt(192.0), 1e-6);
 }
 
+// The GLM presets and the MTP ones: real shapes plus one NextN block after
+// the trunk, which the plan counts apart and the trunk's specs leave out.
+TEST_F(TestModelTest, GlmAndMtpPresetsPlan) {
+  struct Want {
+    const char* preset;
+    const char* arch;
+    int64_t layers, experts, top_k, dense, vocab, attention_layers;
+    uint64_t kv_bytes_per_position;  // f16, the trunk's attention layers
+  };
+  for (const Want& w :
+       {Want{"glm-4.5-air", "glm4moe", 46, 128, 8, 1, 151552, 46, 46u * 8 * 256 * 2},
+        Want{"glm-4.7", "glm4moe", 92, 160, 8, 3, 151552, 92, 92u * 8 * 256 * 2},
+        Want{"glm-4.7-flash", "deepseek2", 47, 64, 4, 1, 154880, 47, 47u * 576 * 2},
+        Want{"qwen3.6-35b-a3b-mtp", "qwen35moe", 40, 256, 8, 0, 248320, 10,
+             10u * 2 * 512 * 2}}) {
+    auto spec = PresetSpec(w.preset);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    EXPECT_EQ(spec->arch, w.arch);
+    EXPECT_EQ(spec->n_layer, w.layers);
+    EXPECT_EQ(spec->n_nextn, 1);
+    EXPECT_EQ(spec->n_expert, w.experts);
+    EXPECT_EQ(spec->n_expert_used, w.top_k);
+    EXPECT_EQ(spec->n_vocab, w.vocab);
+    const model::HyperParams hp = ToHyperParams(*spec);
+    EXPECT_EQ(hp.n_layer, w.layers);
+    ASSERT_EQ(hp.n_nextn(), 1);
+    EXPECT_TRUE(model::IsAttention(hp.nextn_layers[0].mixer)) << w.preset;
+    EXPECT_EQ(hp.n_attention_layers(), w.attention_layers) << w.preset;
+    EXPECT_EQ(hp.n_moe_layers(), w.layers - w.dense) << w.preset;
+    EXPECT_EQ(model::SequenceState::KvBytesPerPosition(hp), w.kv_bytes_per_position)
+        << w.preset;
+    auto plan = PlanTensors(*spec);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_TRUE(ValidateSpec(*spec).ok()) << w.preset << ": " << ValidateSpec(*spec);
+    const std::string nextn = absl::StrCat("blk.", w.layers, ".");
+    bool eh_proj = false, nextn_experts = false, nextn_attn = false;
+    for (const PlannedTensor& t : *plan) {
+      eh_proj = eh_proj || t.name == nextn + "nextn.eh_proj.weight";
+      nextn_experts = nextn_experts || t.name == nextn + "ffn_gate_exps.weight";
+      nextn_attn = nextn_attn || t.name == nextn + "attn_q.weight" ||
+                   t.name == nextn + "attn_q_a.weight";
+      EXPECT_FALSE(absl::StartsWith(t.name, absl::StrCat("blk.", w.layers + 1, ".")));
+      // The MTP block is full attention although (40 + 1) % 4 != 0.
+      EXPECT_NE(t.name, nextn + "ssm_out.weight");
+    }
+    EXPECT_TRUE(eh_proj && nextn_experts && nextn_attn) << w.preset;
+  }
+}
+
+// Written small, the GLM presets give the fixtures' tensors (names, shapes,
+// types) and hyper-parameters, and load with their NextN block kept aside.
+TEST_F(TestModelTest, GlmPresetsMatchTheLlamaCppFixtures) {
+  struct Case {
+    const char* preset;
+    const char* fixture;
+  };
+  for (const Case& c : {Case{"glm-4.7", "glm4moe-tiny-q8_0"},
+                        Case{"glm-4.7-flash", "glm47flash-tiny-q8_0"}}) {
+    auto ref = GgufFile::Open(absl::StrCat(MOESPLIT_FIXTURES_DIR, "/models/", c.fixture, ".gguf"));
+    ASSERT_TRUE(ref.ok()) << ref.status();
+    auto spec = PresetSpec(c.preset);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    const bool mla = spec->arch == "deepseek2";
+    spec->n_layer = 4;
+    spec->n_embd = 128;
+    spec->n_head = 4;
+    spec->n_head_kv = mla ? 1 : 2;
+    spec->head_dim = 64;
+    spec->n_rot = mla ? 16 : 32;
+    if (mla) {
+      spec->q_lora_rank = 64;
+      spec->kv_lora_rank = 64;
+      spec->head_dim_v = 64;
+    }
+    spec->n_dense_lead = 1;
+    spec->n_ff = 256;
+    spec->n_expert = 16;
+    spec->n_expert_used = 4;
+    spec->n_ff_exp = 64;
+    spec->n_vocab = 505;
+    spec->n_ctx = 4096;
+    spec->type = "Q8_0";
+    spec->threads = 2;
+    const std::string path = Path(absl::StrCat(c.fixture, ".gguf"));
+    ASSERT_TRUE(WriteTestModel(*spec, path).ok());
+    auto ours = GgufFile::Open(path);
+    ASSERT_TRUE(ours.ok()) << ours.status();
+    for (const GgufTensor& r : (*ref)->tensors()) {
+      const GgufTensor* t = (*ours)->FindTensor(r.name);
+      if (t == nullptr) {
+        // The NextN block's optional own embeddings and head.
+        EXPECT_TRUE(absl::StrContains(r.name, "nextn.embed_tokens") ||
+                    absl::StrContains(r.name, "nextn.shared_head_head"))
+            << c.fixture << ": " << r.name;
+        continue;
+      }
+      EXPECT_EQ(t->ne, r.ne) << r.name;
+      EXPECT_EQ(GgmlTypeName(t->type), GgmlTypeName(r.type)) << c.fixture << ": " << r.name;
+    }
+    for (const GgufTensor& t : (*ours)->tensors()) {
+      EXPECT_NE((*ref)->FindTensor(t.name), nullptr) << c.fixture << ": " << t.name;
+    }
+    const std::string prefix = absl::StrCat(spec->arch, ".");
+    for (const auto& [key, value] : (*ref)->metadata()) {
+      if (!absl::StartsWith(key, prefix) || key == prefix + "expert_gating_func") continue;
+      const GgufValue* v = (*ours)->Find(key);
+      ASSERT_NE(v, nullptr) << c.fixture << ": " << key;
+      if (value.is_float()) {
+        EXPECT_NEAR(*v->AsFloat(), *value.AsFloat(), 1e-6) << key;
+      } else if (value.type() == GgufValueType::kBool) {
+        EXPECT_EQ(*v->AsBool(), *value.AsBool()) << key;
+      } else {
+        EXPECT_EQ(*v->AsInt(), *value.AsInt()) << c.fixture << ": " << key;
+      }
+    }
+    auto m = model::Model::Open(path);
+    ASSERT_TRUE(m.ok()) << m.status();
+    EXPECT_EQ((*m)->n_layer(), 4);
+    EXPECT_EQ((*m)->n_nextn(), 1);
+    EXPECT_EQ((*m)->hparams().router_scoring, model::RouterSpec::Scoring::kSigmoid);
+  }
+}
+
 TEST_F(TestModelTest, BytesDependOnSeedNotThreads) {
   TestModelSpec spec;
   spec.n_layer = 1;
@@ -696,6 +819,13 @@ TEST(TestModelSpecTest, RejectsBadSpecs) {
        "--layers = 0 out of range"},
       {"shared", [](TestModelSpec& s) { s.arch = "qwen2moe"; s.n_ff_shexp = 0; },
        "--shared-ffn = 0 out of range"},
+      {"nextn", [](TestModelSpec& s) { s.n_nextn = -1; }, "--nextn = -1 out of range"},
+      {"glm shared experts",
+       [](TestModelSpec& s) {
+         s.arch = "glm4moe";
+         s.n_expert_shared = 0;
+       },
+       "--shared-experts = 0 out of range"},
   };
   for (const BadSpec& c : cases) {
     TestModelSpec spec;

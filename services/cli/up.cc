@@ -22,6 +22,7 @@
 #include "common/base/status.h"
 #include "common/base/subprocess.h"
 #include "common/gguf/gguf.h"
+#include "common/model/arch.h"
 #include "common/transport/shm_transport.h"
 #include "services/cli/commands.h"
 #include "services/cli/dense_flags.h"
@@ -145,7 +146,16 @@ absl::Status RunUp(const Args& args, const CommandIo& io) {
   // Validate the model here, so a bad path is one clear error, not N.
   ASSIGN_OR_RETURN(auto file, GgufFile::Open(f.model));
   ASSIGN_OR_RETURN(const std::string arch, file->GetString("general.architecture"));
-  ASSIGN_OR_RETURN(const uint64_t n_layer, file->GetUint(arch + ".block_count"));
+  const model::ArchDescription* desc = model::FindArch(arch);
+  if (desc == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(f.model, ": unsupported architecture '",
+                                                   arch, "' (supported: ",
+                                                   model::SupportedArchNames(), ")"));
+  }
+  // The trunk's layers (block_count less any NextN blocks) are what the
+  // workers split.
+  ASSIGN_OR_RETURN(const model::HyperParams hp, model::ParseHyperParams(*file, *desc));
+  const int64_t n_layer = hp.n_layer;
   file.reset();
   const std::string dir = SelfDirectory();
   const std::string prefix = f.name.empty() ? absl::StrCat("moesplit-", getpid()) : f.name;

@@ -642,7 +642,9 @@ grpc::ServerUnaryReactor* InferenceService::GetModel(grpc::CallbackServerContext
   } else {
     uint64_t dense = 0;
     for (const auto& [role, bytes] : m.Summary().bytes_by_role) {
-      if (role != "routed_experts") dense += bytes;
+      // The routed experts live on the workers; NextN / MTP blocks are kept
+      // aside, not run.
+      if (role != "routed_experts" && role != "nextn") dense += bytes;
     }
     out->set_dense_weights_bytes(dense);
     out->set_kv_cache_bytes(engine.kv_bytes_per_sequence() * engine.max_sequences());

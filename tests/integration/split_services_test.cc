@@ -154,7 +154,13 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureLogitsTest,
                                            "qwen3next-tiny-f16", "qwen3next-tiny-q8_0",
                                            "qwen3next-ssmin-tiny-f16",
                                            "qwen3moe-tiny-iq1_s", "qwen3moe-tiny-iq2_xxs",
-                                           "qwen3moe-tiny-iq3_s"));
+                                           "qwen3moe-tiny-iq3_s",
+
+                                           // NextN / MTP blocks kept aside (issue #41):
+                                           "qwen35moe-mtp-tiny-f16", "qwen35moe-mtp-tiny-q8_0",
+                                           "glm4moe-tiny-f16", "glm4moe-tiny-q8_0",
+                                           "glm47flash-tiny-f16", "glm47flash-tiny-q8_0",
+                                           "qwen3next-mtp-tiny-f16"));
 
 // Workers splitting the experts by id (each one's partial sums added by the
 // dense side: the same values up to the order of the additions). gpt-oss's

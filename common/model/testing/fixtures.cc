@@ -33,10 +33,6 @@ std::vector<std::string> OracleFixtureModels() {
 
 const std::vector<PendingEntry>& PendingFixtures() {
   static const auto* const kPending = new std::vector<PendingEntry>{
-      {"glm4moe-", "glm4moe: issue #41 (GLM-4.5/4.6/4.7)"},
-      {"glm47flash-", "GLM-4.7-Flash (deepseek2 with a NextN block): issue #41"},
-      {"qwen3next-mtp-", "qwen3next with an MTP block: issue #41"},
-      {"qwen35moe-mtp-", "qwen35moe with an MTP block: issue #41"},
       {"gemma4-", "gemma4: issue #44"},
       {"nemotronh-", "nemotron_h_moe (Mamba-2): issue #44"},
   };

@@ -55,6 +55,15 @@ constexpr char kDeepSeek3Words[] =
     "[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|"
     "\\s*[\r\n]+|\\s+(?!\\S)|\\s+";
 
+// LLAMA_VOCAB_PRE_TYPE_CHATGLM4 (tokenizer.ggml.pre "glm4", "chatglm-bpe"):
+// the qwen2 expression with numbers in groups of up to three. llama.cpp also
+// drops the BOS token for it (special_bos_id = NULL): the GLM files have
+// none to add.
+constexpr char kGlm4Regex[] =
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|"
+    "[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
 // To support another pre type: add {name, llama.cpp's regex_exprs for it}
 // here, plus fixtures that pin its behaviour down. (Types for which llama.cpp
 // sets clean_spaces, ignore_merges or add_bos also need those implemented;
@@ -68,6 +77,8 @@ const std::vector<PreTokenizerSpec>& Table() {
       // LLAMA_VOCAB_PRE_TYPE_MINIMAX_M2: GPT-4o's split.
       {"minimax-m2", {kGpt4oRegex}},
       {"deepseek-v3", {kDeepSeek3Digits, kDeepSeek3Cjk, kDeepSeek3Words}},
+      {"glm4", {kGlm4Regex}},
+      {"chatglm-bpe", {kGlm4Regex}},
   };
   return *table;
 }
