@@ -5,11 +5,13 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status.h"
 #include "common/chat/reasoning.h"
 #include "common/sampling/token_constraint.h"
+#include "services/dense/anthropic_api.h"
 #include "services/dense/chat_tools.h"
 #include "services/dense/readiness.h"
 #include "services/dense/request_log.h"
@@ -237,6 +239,7 @@ std::string NewId(const char* prefix) {
 // its JSON.
 struct Job {
   bool chat = false;
+  bool anthropic = false;   // Anthropic's Messages API (chat too)
   Common c;
   std::string prompt_text;  // chat: the rendered prompt (reasoning detection)
   ToolRequest tools;        // chat: tools, tool_choice, parallel_tool_calls
@@ -332,9 +335,12 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> Prepare(const std::string& text,
                                                        const ServedModel& served,
                                                        size_t max_token_bytes, Job* job) {
   ASSIGN_OR_RETURN(Json body, ParseBody(text));
+  if (job->anthropic) {
+    ASSIGN_OR_RETURN(body, AnthropicToChat(body, /*count_tokens=*/false));
+  }
   RETURN_IF_ERROR(ParseCommon(body, job->chat, served, &job->c));
   RETURN_IF_ERROR(PreparePrompt(body, served, max_token_bytes, job));
-  job->id = NewId(job->chat ? "chatcmpl-" : "cmpl-");
+  job->id = NewId(job->anthropic ? "msg_" : job->chat ? "chatcmpl-" : "cmpl-");
   job->created = Now();
   job->model = served.name;
   absl::StatusOr<std::shared_ptr<RequestHandle>> h = served.engine->Submit(job->c.params);
@@ -343,6 +349,24 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> Prepare(const std::string& text,
     return WithParam(h.status(), job->chat ? "messages" : "prompt");
   }
   return h;
+}
+
+// /v1/messages/count_tokens: the prompt's tokens, nothing submitted.
+absl::StatusOr<size_t> CountPromptTokens(const std::string& text, const ServedModel& served,
+                                         size_t max_token_bytes, Job* job) {
+  ASSIGN_OR_RETURN(Json body, ParseBody(text));
+  ASSIGN_OR_RETURN(body, AnthropicToChat(body, /*count_tokens=*/true));
+  RETURN_IF_ERROR(ParseCommon(body, /*chat=*/true, served, &job->c));
+  RETURN_IF_ERROR(PreparePrompt(body, served, max_token_bytes, job));
+  return job->c.params.prompt.size();
+}
+
+// An error answer in the request's API's shape.
+HttpReply ErrorReplyFor(const Job& job, const absl::Status& s) {
+  if (!job.anthropic) return ErrorReply(s);
+  HttpReply r = AnthropicErrorReply(HttpStatus(s), std::string(s.message()));
+  if (r.status == 429) r.headers.emplace_back("Retry-After", "1");
+  return r;
 }
 
 Json LogprobsJson(const Tokenizer& tok, const Job& job, const std::vector<SampledToken>& toks) {
@@ -467,6 +491,7 @@ class Completion : public std::enable_shared_from_this<Completion> {
   void Start(std::shared_ptr<RequestHandle> first) {
     self_ = shared_from_this();
     const int n = job_.c.n;
+    if (job_.anthropic) anthropic_.emplace(job_.id, job_.model);
     choices_.resize(n);
     for (Choice& c : choices_) {
       c.reasoning = std::make_unique<ChatOutputStream>(
@@ -538,7 +563,8 @@ class Completion : public std::enable_shared_from_this<Completion> {
         broken_ = true;
         CancelAll();
         if (!streaming_) {
-          out_->Reply(OpenAiApi::ProtocolError(500, "internal_error", e.what()));
+          out_->Reply(job_.anthropic ? AnthropicErrorReply(500, e.what())
+                                     : OpenAiApi::ProtocolError(500, "internal_error", e.what()));
         } else {
           out_->EndStream();
         }
@@ -564,7 +590,7 @@ class Completion : public std::enable_shared_from_this<Completion> {
     head.headers.emplace_back("Cache-Control", "no-cache");
     out_->StartStream(std::move(head));
     streaming_ = true;
-    for (int i = 0; i < n && job_.chat; ++i) {
+    for (int i = 0; i < n && job_.chat && !job_.anthropic; ++i) {
       Send(Chunk(job_, {{"index", i},
                         {"delta", {{"role", "assistant"}, {"content", ""}}},
                         {"logprobs", nullptr},
@@ -625,6 +651,12 @@ class Completion : public std::enable_shared_from_this<Completion> {
     if (job_.c.logprobs && !job_.c.stream) c.sampled.push_back(d.sampled);
     if (!job_.c.stream) {
       c.text += d.text;
+      return;
+    }
+    if (job_.anthropic) {
+      const ChatDelta piece = c.reasoning->Push(d.text);
+      c.calls += static_cast<int>(piece.tool_calls.size());
+      out_->WriteChunk(AnthropicStart() + anthropic_->Push(piece));
       return;
     }
     // One chunk per token (the text, with the token's logprobs), then one
@@ -698,6 +730,7 @@ class Completion : public std::enable_shared_from_this<Completion> {
     MetricsAndLog();
     if (gone_) return;
     const RequestTimings timings = hs_[0]->timings();
+    if (job_.anthropic) return AnthropicAnswer();
     if (job_.c.n == 1) {
       const absl::StatusOr<GenerateOutcome>& o = choices_[0].outcome;
       if (!job_.c.stream) {
@@ -749,6 +782,45 @@ class Completion : public std::enable_shared_from_this<Completion> {
     out_->EndStream();
   }
 
+  // message_start, once, before the stream's first other event: its usage
+  // is the prompt's (the prefix cache's share known once it was admitted).
+  std::string AnthropicStart() {
+    if (anthropic_->started()) return "";
+    const RequestTimings t = hs_[0]->timings();
+    GenerateOutcome prompt;
+    prompt.prompt_tokens = t.prompt_tokens;
+    prompt.cached_tokens = t.cached_tokens;
+    return anthropic_->Start(AnthropicUsage(prompt));
+  }
+
+  // Anthropic's answer (n = 1): the message, or the stream's last events.
+  void AnthropicAnswer() {
+    Choice& c = choices_[0];
+    const absl::StatusOr<GenerateOutcome>& o = c.outcome;
+    if (!job_.c.stream) {
+      if (!o.ok()) return out_->Reply(ErrorReplyFor(job_, o.status()));
+      const ChatDelta split =
+          SplitChatOutput(c.text, served_.chat->output_format(),
+                          chat::PromptOpensReasoning(job_.prompt_text),
+                          served_.chat->tool_family(), job_.tools);
+      HttpReply r;
+      r.body = Dump(AnthropicMessage(job_.id, job_.model, split,
+                                     AnthropicStopOf(*o, !split.tool_calls.empty()),
+                                     AnthropicUsage(*o)));
+      return out_->Reply(std::move(r));
+    }
+    std::string events = AnthropicStart();
+    if (!o.ok()) {
+      events += AnthropicStream::Error(HttpStatus(o.status()), std::string(o.status().message()));
+    } else {
+      const ChatDelta rest = c.reasoning->Finish();
+      const bool calls = c.calls > 0 || !rest.tool_calls.empty();
+      events += anthropic_->Finish(rest, AnthropicStopOf(*o, calls), AnthropicUsage(*o));
+    }
+    out_->WriteChunk(std::move(events));
+    out_->EndStream();
+  }
+
   void MetricsAndLog() {
     const RequestTimings timings = hs_[0]->timings();
     if (job_.c.n == 1) {
@@ -788,6 +860,7 @@ class Completion : public std::enable_shared_from_this<Completion> {
   std::shared_ptr<Completion> self_;  // set from Start to End
   std::vector<std::shared_ptr<RequestHandle>> hs_;
   std::vector<Choice> choices_;
+  std::optional<AnthropicStream> anthropic_;  // an Anthropic stream's state
   bool submitted_all_ = false;  // n > 1: the other choices were submitted
   bool streaming_ = false;      // the stream's head is queued
   bool gone_ = false;           // the client went away: requests cancelled
@@ -810,13 +883,30 @@ struct OpenAiApi::Prepared {
   Job job;
   std::string endpoint;
   absl::StatusOr<std::shared_ptr<RequestHandle>> handle = absl::UnknownError("not prepared");
+  std::optional<HttpReply> reply;  // answered without the engine (count_tokens)
 };
 
 std::shared_ptr<OpenAiApi::Prepared> OpenAiApi::PrepareCompletion(const std::string& body,
-                                                                  bool chat) {
+                                                                  Endpoint endpoint) {
   auto p = std::make_shared<Prepared>();
-  p->endpoint = chat ? "chat_completions" : "completions";
-  p->job.chat = chat;
+  p->job.chat = endpoint != Endpoint::kCompletions;
+  p->job.anthropic = endpoint == Endpoint::kMessages || endpoint == Endpoint::kCountTokens;
+  if (endpoint == Endpoint::kCountTokens) {
+    p->endpoint = "count_tokens";
+    absl::StatusOr<size_t> n = CountPromptTokens(body, served_, max_token_bytes_, &p->job);
+    served_.engine->metrics().CountRequest(
+        "http", p->endpoint, n.ok() ? "ok" : ServingMetrics::Outcome(n.status()));
+    if (n.ok()) {
+      p->reply.emplace();
+      p->reply->body = Dump(Json{{"input_tokens", *n}});
+    } else {
+      p->reply = ErrorReplyFor(p->job, n.status());
+    }
+    return p;
+  }
+  p->endpoint = endpoint == Endpoint::kChat        ? "chat_completions"
+                : endpoint == Endpoint::kMessages ? "messages"
+                                                  : "completions";
   p->handle =
       served_.readiness != nullptr && served_.readiness->draining()
           ? ShuttingDownError("the server is shutting down (draining): not accepting new requests")
@@ -827,13 +917,18 @@ std::shared_ptr<OpenAiApi::Prepared> OpenAiApi::PrepareCompletion(const std::str
 void OpenAiApi::StartCompletion(std::shared_ptr<Prepared> prepared,
                                 std::shared_ptr<HttpResponder> out, std::function<void()> done) {
   Prepared& p = *prepared;
+  if (p.reply.has_value()) {
+    out->Reply(*std::move(p.reply));
+    if (done) done();
+    return;
+  }
   if (!p.handle.ok()) {
     served_.engine->metrics().CountRequest("http", p.endpoint,
                                            ServingMetrics::Outcome(p.handle.status()));
-    if (p.job.id.empty()) p.job.id = NewId(p.job.chat ? "chatcmpl-" : "cmpl-");
+    if (p.job.id.empty()) p.job.id = NewId(p.job.anthropic ? "msg_" : p.job.chat ? "chatcmpl-" : "cmpl-");
     LogRequest({p.job.id, "http", p.endpoint, served_.name, RequestTimings{},
                 RequestOutcome(p.handle.status()), ""});
-    out->Reply(ErrorReply(p.handle.status()));
+    out->Reply(ErrorReplyFor(p.job, p.handle.status()));
     if (done) done();
     return;
   }

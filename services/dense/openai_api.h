@@ -98,8 +98,15 @@ class OpenAiApi {
   // the request in the engine, which frees its slot and KV cache at its
   // next step, streaming or not. `done` runs on the executor once the
   // request ended in the engine and the answer (if any) is queued.
+  // kMessages / kCountTokens: Anthropic's Messages API (anthropic_api.h),
+  // run as a chat completion; count_tokens renders and tokenizes the
+  // prompt and submits nothing (its answer is ready when prepared).
+  enum class Endpoint { kChat, kCompletions, kMessages, kCountTokens };
   struct Prepared;
-  std::shared_ptr<Prepared> PrepareCompletion(const std::string& body, bool chat);
+  std::shared_ptr<Prepared> PrepareCompletion(const std::string& body, Endpoint endpoint);
+  std::shared_ptr<Prepared> PrepareCompletion(const std::string& body, bool chat) {
+    return PrepareCompletion(body, chat ? Endpoint::kChat : Endpoint::kCompletions);
+  }
   void StartCompletion(std::shared_ptr<Prepared> prepared, std::shared_ptr<HttpResponder> out,
                        std::function<void()> done);
   HttpReply Models();

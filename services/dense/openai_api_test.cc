@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/chat/chat_template.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -179,6 +180,70 @@ TEST(OpenAiApiTest, ABadRequestIsRepliedAtOnceWithTheErrorShape) {
   EXPECT_EQ(out->replies[0].status, 400);
   EXPECT_EQ(Json::parse(out->replies[0].body)["error"]["param"], "top_k");
   EXPECT_EQ(done, 1);
+}
+
+
+// Anthropic's /v1/messages through the same completion: a stream's events
+// from message_start to message_stop (max_tokens reached), the whole
+// answer's shape, count_tokens' count of the same prompt, and a bad request
+// in Anthropic's error shape.
+TEST(OpenAiApiTest, AnthropicMessagesStreamAnswerCountAndError) {
+  Fixture f;
+  const std::string ask =
+      R"("model":"test","system":"Be brief.","messages":[{"role":"user","content":"Once upon"}])";
+  auto run = [&](const std::string& body, OpenAiApi::Endpoint ep) {
+    auto out = std::make_shared<FakeResponder>();
+    int done = 0;
+    f.api->StartCompletion(f.api->PrepareCompletion(body, ep), out, [&] { ++done; });
+    while (done == 0) out->RunPosted(std::chrono::milliseconds(50));
+    return out;
+  };
+  auto stream = run("{" + ask + R"(,"max_tokens":6,"temperature":0,"stream":true})",
+                    OpenAiApi::Endpoint::kMessages);
+  ASSERT_EQ(stream->heads.size(), 1u);
+  EXPECT_EQ(stream->heads[0].content_type, "text/event-stream");
+  EXPECT_TRUE(stream->ended);
+  std::string sse;
+  for (const std::string& c : stream->chunks) sse += c;
+  std::vector<std::string> types;
+  Json last_delta;
+  std::string text;
+  for (absl::string_view e : absl::StrSplit(sse, "\n\n", absl::SkipEmpty())) {
+    const size_t data = e.find("\ndata: ");
+    ASSERT_NE(data, absl::string_view::npos) << e;
+    Json d = Json::parse(e.substr(data + 7));
+    EXPECT_EQ(e.substr(0, data), "event: " + d["type"].get<std::string>());
+    types.push_back(d["type"]);
+    if (d["type"] == "message_delta") last_delta = d;
+    if (d["type"] == "content_block_delta") text += d["delta"]["text"].get<std::string>();
+  }
+  ASSERT_GE(types.size(), 4u);
+  EXPECT_EQ(types[0], "message_start");
+  EXPECT_EQ(types[1], "ping");
+  EXPECT_EQ(types[types.size() - 2], "message_delta");
+  EXPECT_EQ(types.back(), "message_stop");
+  EXPECT_EQ(last_delta["delta"]["stop_reason"], "max_tokens");
+  EXPECT_EQ(last_delta["usage"]["output_tokens"], 6);
+
+  auto whole = run("{" + ask + R"(,"max_tokens":6,"temperature":0})", OpenAiApi::Endpoint::kMessages);
+  ASSERT_EQ(whole->replies.size(), 1u);
+  const Json m = Json::parse(whole->replies[0].body);
+  EXPECT_EQ(m["type"], "message");
+  EXPECT_EQ(m["id"].get<std::string>().rfind("msg_", 0), 0u);
+  EXPECT_EQ(m["stop_reason"], "max_tokens");
+  if (!text.empty()) EXPECT_EQ(m["content"][0]["text"], text);  // same greedy answer
+  const int prompt = m["usage"]["input_tokens"].get<int>() + m["usage"]["cache_read_input_tokens"].get<int>();
+
+  auto count = run("{" + ask + "}", OpenAiApi::Endpoint::kCountTokens);
+  ASSERT_EQ(count->replies.size(), 1u);
+  EXPECT_EQ(Json::parse(count->replies[0].body)["input_tokens"], prompt);
+
+  auto bad = run("{" + ask + R"(,"max_tokens":6,"logprobs":true})", OpenAiApi::Endpoint::kMessages);
+  ASSERT_EQ(bad->replies.size(), 1u);
+  EXPECT_EQ(bad->replies[0].status, 400);
+  EXPECT_EQ(Json::parse(bad->replies[0].body),
+            Json::parse(R"({"type":"error","error":{"type":"invalid_request_error",
+                "message":"logprobs: Extra inputs are not permitted"}})"));
 }
 
 }  // namespace
