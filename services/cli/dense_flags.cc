@@ -213,6 +213,14 @@ void AddOperationFlags(FlagParser& p, DenseServiceFlags* f, const Want& want) {
         .Meta("ORIGIN")
         .DefaultText("off");
   }
+  if (want("volatile-system-pattern")) {
+    p.AddString("volatile-system-pattern", &f->volatile_system_pattern,
+                "PCRE2 pattern: what it matches in system messages is left out of the prompt, "
+                "so that text that changes on every request does not defeat the prefix cache "
+                "(several: a|b; \"\" = off)")
+        .Meta("REGEX")
+        .DefaultText("Claude Code's x-anthropic-billing-header fields");
+  }
 }
 
 }  // namespace

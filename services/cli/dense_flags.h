@@ -21,6 +21,7 @@
 #include "absl/strings/string_view.h"
 #include "common/plan/serving_defaults.h"
 #include "services/cli/flags.h"
+#include "services/dense/volatile_system.h"
 
 namespace moesplit::cli {
 
@@ -74,6 +75,8 @@ struct DenseServiceFlags {
   std::string log_format = "text";   // text | json
   std::string served_model_name;     // comma-separated aliases; "" = the model's name
   std::string cors_origin;           // comma-separated origins or "*"; "" = no CORS
+  // Left out of system prompts (services/dense/volatile_system.h); "" = nothing.
+  std::string volatile_system_pattern = dense::kDefaultVolatileSystemPattern;
 };
 
 // Registers the flags, bound to `f`, on `p` (all but those in `except`).

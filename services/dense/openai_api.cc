@@ -16,6 +16,7 @@
 #include "services/dense/readiness.h"
 #include "services/dense/request_log.h"
 #include "services/dense/response_format.h"
+#include "services/dense/volatile_system.h"
 #include "prometheus/text_serializer.h"
 
 namespace moesplit::dense {
@@ -290,7 +291,8 @@ absl::Status PreparePrompt(const Json& body, const ServedModel& served, size_t m
     ASSIGN_OR_RETURN(job->tools, ParseToolRequest(field("tools"), field("tool_choice"),
                                                   field("parallel_tool_calls")));
     if (job->tools.offered()) co.tools = job->tools.tools;
-    absl::StatusOr<std::string> prompt = served.chat->Render(*m, co);
+    absl::StatusOr<std::string> prompt = served.chat->Render(
+        served.volatile_system != nullptr ? served.volatile_system->StripMessages(*m) : *m, co);
     if (!prompt.ok()) return WithParam(prompt.status(), "messages");
     // tool_choice required / named: a call is forced (before response_format).
     absl::StatusOr<std::shared_ptr<const grammar::Grammar>> call = ToolChoiceConstraint(

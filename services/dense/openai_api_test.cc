@@ -21,6 +21,7 @@
 #include "nlohmann/json.hpp"
 #include "services/cli/test_model.h"
 #include "services/dense/chat_prompt.h"
+#include "services/dense/volatile_system.h"
 
 namespace moesplit::dense {
 namespace {
@@ -65,7 +66,7 @@ class FakeResponder : public HttpResponder {
 };
 
 struct Fixture {
-  Fixture() {
+  explicit Fixture(const VolatileSystemFilter* volatile_system = nullptr) {
     path = absl::StrCat(::testing::TempDir(), "/openai_api_test_", getpid(), ".gguf");
     cli::TestModelSpec spec;
     spec.n_layer = 2;
@@ -87,6 +88,7 @@ struct Fixture {
     served.engine = engine.get();
     served.chat = &*chat;
     served.name = "test";
+    served.volatile_system = volatile_system;
     api = std::make_unique<OpenAiApi>(served);
   }
   ~Fixture() {
@@ -244,6 +246,54 @@ TEST(OpenAiApiTest, AnthropicMessagesStreamAnswerCountAndError) {
   EXPECT_EQ(Json::parse(bad->replies[0].body),
             Json::parse(R"({"type":"error","error":{"type":"invalid_request_error",
                 "message":"logprobs: Extra inputs are not permitted"}})"));
+}
+
+
+// Claude Code's system prompt starts with a billing line whose cch changes
+// on every request. With the default volatile pattern the line is left out
+// of the prompt, so the second request (another cch) reuses the first's
+// prompt from the prefix cache (cache_read_input_tokens: all its whole
+// 64-token blocks); without the filter the prompt differs from its first
+// tokens and nothing is reused.
+TEST(OpenAiApiTest, TheBillingHeadersChangingStampDoesNotDefeatThePrefixCache) {
+  auto filter = VolatileSystemFilter::Create(kDefaultVolatileSystemPattern);
+  ASSERT_TRUE(filter.ok()) << filter.status();
+  std::string rules;
+  for (int i = 0; i < 8; ++i) absl::StrAppend(&rules, "Rule ", i, ": answer briefly. ");
+  auto request = [&](const std::string& cch) {
+    return absl::StrCat(
+        R"({"model":"test","max_tokens":1,"system":[{"type":"text","text":"x-anthropic-billing-header: cc_version=2.1.101.e51; cc_entrypoint=cli; cch=)",
+        cch, R"(;"},{"type":"text","text":")", rules,
+        R"("}],"messages":[{"role":"user","content":"Hello"}]})");
+  };
+  auto cached = [&](Fixture& f, const std::string& cch, int* prompt) {
+    auto out = std::make_shared<FakeResponder>();
+    int done = 0;
+    f.api->StartCompletion(f.api->PrepareCompletion(request(cch), OpenAiApi::Endpoint::kMessages),
+                           out, [&] { ++done; });
+    while (done == 0) out->RunPosted(std::chrono::milliseconds(50));
+    EXPECT_EQ(out->replies.size(), 1u);
+    EXPECT_EQ(out->replies.at(0).status, 200) << out->replies.at(0).body;
+    const Json usage = Json::parse(out->replies.at(0).body)["usage"];
+    *prompt = usage["input_tokens"].get<int>() + usage["cache_read_input_tokens"].get<int>();
+    return usage["cache_read_input_tokens"].get<int>();
+  };
+  int first = 0, second = 0;
+  {
+    Fixture f(filter->get());
+    EXPECT_EQ(cached(f, "a5145", &first), 0);
+    const int reused = cached(f, "0aaa9", &second);
+    EXPECT_EQ(second, first);  // the stamp is not in the prompt
+    ASSERT_GE(first, 128);
+    EXPECT_EQ(reused, first / 64 * 64 - (first % 64 == 0 ? 64 : 0)) << first;
+  }
+  {
+    Fixture f;  // no filter: the stamp is near the prompt's start
+    int without = 0;
+    EXPECT_EQ(cached(f, "a5145", &without), 0);
+    EXPECT_GT(without, first);
+    EXPECT_EQ(cached(f, "0aaa9", &without), 0);
+  }
 }
 
 }  // namespace
