@@ -4,6 +4,8 @@
 //
 //   POST /v1/chat/completions   chat messages -> the model's chat template
 //   POST /v1/completions        a text prompt (or token ids)
+//   POST /v1/messages, /v1/messages/count_tokens: Anthropic's Messages API
+//     (anthropic_api.h), run as a chat completion, answered in its shapes
 //     both: "stream": true answers with server-sent events, one
 //     `data: {chunk}` per token, then (with stream_options.include_usage) a
 //     chunk with usage and no choices, then `data: [DONE]`.
