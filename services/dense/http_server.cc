@@ -53,7 +53,8 @@ constexpr size_t kLingerBytes = 1 << 20;
 constexpr int kSetupThreads = 2;
 
 enum class Route {
-  kChat, kCompletions, kMessages, kCountTokens, kModels, kModel, kHealth, kLive, kMetrics
+  kChat, kCompletions, kMessages, kCountTokens, kTokenize, kDetokenize, kApplyTemplate,
+  kModels, kModel, kHealth, kLive, kMetrics
 };
 
 // A path ending in '*' matches any non-empty rest (the route's argument).
@@ -70,6 +71,14 @@ constexpr RouteSpec kRoutes[] = {
     {"/v1/models", http::verb::get, Route::kModels},
     {"/v1/models/*", http::verb::get, Route::kModel},
     {"/health", http::verb::get, Route::kHealth},
+    // llama-server's routes, so that its clients need no change.
+    {"/chat/completions", http::verb::post, Route::kChat},
+    {"/completions", http::verb::post, Route::kCompletions},
+    {"/models", http::verb::get, Route::kModels},
+    {"/v1/health", http::verb::get, Route::kHealth},
+    {"/tokenize", http::verb::post, Route::kTokenize},
+    {"/detokenize", http::verb::post, Route::kDetokenize},
+    {"/apply-template", http::verb::post, Route::kApplyTemplate},
     {"/health/ready", http::verb::get, Route::kHealth},
     {"/health/live", http::verb::get, Route::kLive},
     {"/metrics", http::verb::get, Route::kMetrics},
@@ -77,7 +86,21 @@ constexpr RouteSpec kRoutes[] = {
 
 // Open without an API key: health and readiness probes.
 bool OpenWithoutKey(absl::string_view path) {
-  return path == "/health" || path == "/health/ready" || path == "/health/live";
+  return path == "/health" || path == "/health/ready" || path == "/health/live" ||
+         path == "/v1/health";
+}
+
+// The API endpoint a POST route runs.
+OpenAiApi::Endpoint EndpointOf(Route r) {
+  switch (r) {
+    case Route::kChat: return OpenAiApi::Endpoint::kChat;
+    case Route::kMessages: return OpenAiApi::Endpoint::kMessages;
+    case Route::kCountTokens: return OpenAiApi::Endpoint::kCountTokens;
+    case Route::kTokenize: return OpenAiApi::Endpoint::kTokenize;
+    case Route::kDetokenize: return OpenAiApi::Endpoint::kDetokenize;
+    case Route::kApplyTemplate: return OpenAiApi::Endpoint::kApplyTemplate;
+    default: return OpenAiApi::Endpoint::kCompletions;
+  }
 }
 
 // Anthropic's routes answer errors in Anthropic's shape (anthropic_api.h).
@@ -586,14 +609,14 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
       case Route::kCompletions:
       case Route::kMessages:
       case Route::kCountTokens:
+      case Route::kTokenize:
+      case Route::kDetokenize:
+      case Route::kApplyTemplate:
         processing_ = true;
         active_ = true;
         ++shared_->active;
         Watch();
-        RunCompletion(route_ == Route::kChat          ? OpenAiApi::Endpoint::kChat
-                      : route_ == Route::kCompletions ? OpenAiApi::Endpoint::kCompletions
-                      : route_ == Route::kMessages    ? OpenAiApi::Endpoint::kMessages
-                                                      : OpenAiApi::Endpoint::kCountTokens);
+        RunCompletion(EndpointOf(route_));
         return;
     }
   }

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status.h"
+#include "common/base/utf8.h"
 #include "common/chat/reasoning.h"
 #include "common/sampling/token_constraint.h"
 #include "services/dense/anthropic_api.h"
@@ -273,27 +274,37 @@ absl::StatusOr<std::vector<int32_t>> EncodePrompt(const Tokenizer& tok, const st
 }
 
 // The parts of a request body that become a prompt; `job->c` parsed first.
+// A chat request's prompt text: its messages (volatile system text left
+// out), tools and template kwargs through the chat template; `job->tools`
+// gets the request's tools.
+absl::StatusOr<std::string> RenderChatPrompt(const Json& body, const ServedModel& served,
+                                             Job* job) {
+  auto m = body.find("messages");
+  if (m == body.end()) return Bad("messages", "messages is required");
+  if (m->is_array()) {
+    RETURN_IF_ERROR(WithParam(CheckMessageCount(m->size()), "messages"));
+  }
+  ChatPromptOptions co;
+  if (auto k = body.find("chat_template_kwargs"); k != body.end() && k->is_object()) {
+    ASSIGN_OR_RETURN(co.enable_thinking, Bool(*k, "enable_thinking", true));
+  }
+  auto field = [&](const char* key) { return body.contains(key) ? body[key] : Json(); };
+  ASSIGN_OR_RETURN(job->tools, ParseToolRequest(field("tools"), field("tool_choice"),
+                                                field("parallel_tool_calls")));
+  if (job->tools.offered()) co.tools = job->tools.tools;
+  absl::StatusOr<std::string> prompt = served.chat->Render(
+      served.volatile_system != nullptr ? served.volatile_system->StripMessages(*m) : *m, co);
+  if (!prompt.ok()) return WithParam(prompt.status(), "messages");
+  return prompt;
+}
+
 absl::Status PreparePrompt(const Json& body, const ServedModel& served, size_t max_token_bytes,
                            Job* job) {
   const Tokenizer& tok = served.engine->tokenizer();
   const int n_ctx = served.engine->n_ctx();
   if (job->chat) {
-    auto m = body.find("messages");
-    if (m == body.end()) return Bad("messages", "messages is required");
-    if (m->is_array()) {
-      RETURN_IF_ERROR(WithParam(CheckMessageCount(m->size()), "messages"));
-    }
-    ChatPromptOptions co;
-    if (auto k = body.find("chat_template_kwargs"); k != body.end() && k->is_object()) {
-      ASSIGN_OR_RETURN(co.enable_thinking, Bool(*k, "enable_thinking", true));
-    }
-    auto field = [&](const char* key) { return body.contains(key) ? body[key] : Json(); };
-    ASSIGN_OR_RETURN(job->tools, ParseToolRequest(field("tools"), field("tool_choice"),
-                                                  field("parallel_tool_calls")));
-    if (job->tools.offered()) co.tools = job->tools.tools;
-    absl::StatusOr<std::string> prompt = served.chat->Render(
-        served.volatile_system != nullptr ? served.volatile_system->StripMessages(*m) : *m, co);
-    if (!prompt.ok()) return WithParam(prompt.status(), "messages");
+    absl::StatusOr<std::string> prompt = RenderChatPrompt(body, served, job);
+    if (!prompt.ok()) return prompt.status();
     // tool_choice required / named: a call is forced (before response_format).
     absl::StatusOr<std::shared_ptr<const grammar::Grammar>> call = ToolChoiceConstraint(
         job->tools, served.chat->tool_family(), chat::PromptOpensReasoning(*prompt),
@@ -361,6 +372,85 @@ absl::StatusOr<size_t> CountPromptTokens(const std::string& text, const ServedMo
   RETURN_IF_ERROR(ParseCommon(body, /*chat=*/true, served, &job->c));
   RETURN_IF_ERROR(PreparePrompt(body, served, max_token_bytes, job));
   return job->c.params.prompt.size();
+}
+
+// llama-server's POST /tokenize: {"tokens": [...]} of `content` (a string,
+// or strings and token ids mixed: only the first string gets BOS/EOS);
+// with_pieces: [{"id", "piece"}], the piece a string when it is valid
+// UTF-8, else its bytes.
+absl::StatusOr<Json> TokenizeBody(const std::string& text, const ServedModel& served) {
+  ASSIGN_OR_RETURN(Json body, ParseBody(text));
+  ASSIGN_OR_RETURN(bool add_special, Bool(body, "add_special", false));
+  ASSIGN_OR_RETURN(bool parse_special, Bool(body, "parse_special", true));
+  ASSIGN_OR_RETURN(bool with_pieces, Bool(body, "with_pieces", false));
+  const Tokenizer& tok = served.engine->tokenizer();
+  std::vector<int32_t> ids;
+  auto content = body.find("content");
+  if (content != body.end()) {
+    const Json parts = content->is_array() ? *content : Json::array({*content});
+    bool first = true;
+    for (const Json& part : parts) {
+      if (part.is_string()) {
+        ASSIGN_OR_RETURN(std::vector<int32_t> more,
+                         tok.Encode(part.get_ref<const std::string&>(), parse_special,
+                                    add_special && first));
+        ids.insert(ids.end(), more.begin(), more.end());
+      } else if (part.is_number_integer() && part.get<int64_t>() >= 0 &&
+                 part.get<int64_t>() < tok.n_vocab()) {
+        ids.push_back(static_cast<int32_t>(part.get<int64_t>()));
+      } else {
+        return Bad("content", absl::StrCat("content must be a string or an array of strings and "
+                                           "token ids in [0, ",
+                                           tok.n_vocab(), ")"));
+      }
+      first = false;
+    }
+  }
+  Json tokens = Json::array();
+  for (int32_t id : ids) {
+    if (!with_pieces) {
+      tokens.push_back(id);
+      continue;
+    }
+    const std::string& piece = tok.Piece(id);
+    Json p = piece;
+    if (!IsValidUtf8(piece)) {
+      p = Json::array();
+      for (unsigned char c : piece) p.push_back(static_cast<int>(c));
+    }
+    tokens.push_back({{"id", id}, {"piece", std::move(p)}});
+  }
+  return Json{{"tokens", std::move(tokens)}};
+}
+
+// llama-server's POST /detokenize: {"content": text} of `tokens`.
+absl::StatusOr<Json> DetokenizeBody(const std::string& text, const ServedModel& served) {
+  ASSIGN_OR_RETURN(Json body, ParseBody(text));
+  std::vector<int32_t> ids;
+  if (auto t = body.find("tokens"); t != body.end()) {
+    if (!t->is_array()) return Bad("tokens", "tokens must be an array of token ids");
+    const int32_t n_vocab = served.engine->tokenizer().n_vocab();
+    for (const Json& id : *t) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= n_vocab) {
+        return Bad("tokens", absl::StrCat("tokens must be an array of token ids in [0, ", n_vocab,
+                                          "), got ", id.dump()));
+      }
+      ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+    }
+  }
+  absl::StatusOr<std::string> content = served.engine->tokenizer().Decode(ids);
+  if (!content.ok()) return WithParam(content.status(), "tokens");
+  return Json{{"content", *content}};
+}
+
+// llama-server's POST /apply-template: {"prompt": text}, the chat request's
+// prompt as /v1/chat/completions renders it (not tokenized, not run).
+absl::StatusOr<Json> ApplyTemplateBody(const std::string& text, const ServedModel& served) {
+  ASSIGN_OR_RETURN(Json body, ParseBody(text));
+  Job job;
+  job.chat = true;
+  ASSIGN_OR_RETURN(std::string prompt, RenderChatPrompt(body, served, &job));
+  return Json{{"prompt", std::move(prompt)}};
 }
 
 // An error answer in the request's API's shape.
@@ -893,6 +983,25 @@ std::shared_ptr<OpenAiApi::Prepared> OpenAiApi::PrepareCompletion(const std::str
   auto p = std::make_shared<Prepared>();
   p->job.chat = endpoint != Endpoint::kCompletions;
   p->job.anthropic = endpoint == Endpoint::kMessages || endpoint == Endpoint::kCountTokens;
+  if (endpoint == Endpoint::kTokenize || endpoint == Endpoint::kDetokenize ||
+      endpoint == Endpoint::kApplyTemplate) {
+    p->endpoint = endpoint == Endpoint::kTokenize     ? "tokenize"
+                  : endpoint == Endpoint::kDetokenize ? "detokenize"
+                                                      : "apply_template";
+    absl::StatusOr<Json> answer =
+        endpoint == Endpoint::kTokenize     ? TokenizeBody(body, served_)
+        : endpoint == Endpoint::kDetokenize ? DetokenizeBody(body, served_)
+                                            : ApplyTemplateBody(body, served_);
+    served_.engine->metrics().CountRequest(
+        "http", p->endpoint, answer.ok() ? "ok" : ServingMetrics::Outcome(answer.status()));
+    if (answer.ok()) {
+      p->reply.emplace();
+      p->reply->body = Dump(*answer);
+    } else {
+      p->reply = ErrorReply(answer.status());
+    }
+    return p;
+  }
   if (endpoint == Endpoint::kCountTokens) {
     p->endpoint = "count_tokens";
     absl::StatusOr<size_t> n = CountPromptTokens(body, served_, max_token_bytes_, &p->job);

@@ -9,6 +9,7 @@
 //     both: "stream": true answers with server-sent events, one
 //     `data: {chunk}` per token, then (with stream_options.include_usage) a
 //     chunk with usage and no choices, then `data: [DONE]`.
+//   POST /tokenize, /detokenize, /apply-template: llama-server's (below)
 //   GET  /v1/models, GET /v1/models/{id}, GET /health (= /health/ready:
 //     readiness), GET /health/live (liveness), GET /metrics (Prometheus
 //     text of the engine's registry, the same one the --metrics exposer
@@ -102,8 +103,14 @@ class OpenAiApi {
   // request ended in the engine and the answer (if any) is queued.
   // kMessages / kCountTokens: Anthropic's Messages API (anthropic_api.h),
   // run as a chat completion; count_tokens renders and tokenizes the
-  // prompt and submits nothing (its answer is ready when prepared).
-  enum class Endpoint { kChat, kCompletions, kMessages, kCountTokens };
+  // prompt and submits nothing (its answer is ready when prepared), as do
+  // llama-server's POST /tokenize ({"content", "add_special" (false),
+  // "parse_special" (true), "with_pieces"} -> {"tokens"}), /detokenize
+  // ({"tokens"} -> {"content"}) and /apply-template (a chat request ->
+  // {"prompt"}: the text /v1/chat/completions would run).
+  enum class Endpoint {
+    kChat, kCompletions, kMessages, kCountTokens, kTokenize, kDetokenize, kApplyTemplate
+  };
   struct Prepared;
   std::shared_ptr<Prepared> PrepareCompletion(const std::string& body, Endpoint endpoint);
   std::shared_ptr<Prepared> PrepareCompletion(const std::string& body, bool chat) {

@@ -58,6 +58,10 @@ sse=$(curl -sfN "$URL/v1/messages" -H "x-api-key: $KEY" \
 events=$(grep '^event: ' <<<"$sse" | sed 's/^event: //' | tr '\n' ' ')
 [[ $events =~ ^message_start\ ping\ (content_block_start\ (content_block_delta\ )+content_block_stop\ )?message_delta\ message_stop\ $ ]] \
   || fail "event sequence: $events"
+# llama-server's /v1/health is open like /health; its /tokenize needs the key.
+curl -sf "$URL/v1/health" | grep -q '"ok"' || fail "/v1/health without a key"
+code=$(curl -s -o /dev/null -w '%{http_code}' "$URL/tokenize" -d '{"content":"x"}')
+[[ $code == 401 ]] || fail "/tokenize without a key gave HTTP $code"
 echo "curl: ok"
 
 # --- @anthropic-ai/sdk
