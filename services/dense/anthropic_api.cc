@@ -218,7 +218,15 @@ absl::StatusOr<Json> Tools(const Json& tools) {
                                            "' is a server tool, which this server does not run; "
                                            "only custom tools (name, description, input_schema)"));
     }
-    RETURN_IF_ERROR(OnlyKnown(t, p, {"type", "name", "description", "input_schema", "cache_control"}));
+    RETURN_IF_ERROR(OnlyKnown(t, p, {"type", "name", "description", "input_schema", "cache_control",
+                                     "strict", "eager_input_streaming", "defer_loading"}));
+    // Hints about delivery that change nothing here: calls stream whole,
+    // and every tool is rendered (no tool search defers one).
+    for (const char* hint : {"eager_input_streaming", "defer_loading"}) {
+      if (auto h = t.find(hint); h != t.end() && !h->is_boolean()) {
+        return Bad(absl::StrCat(p, ".", hint), "Input should be a valid boolean");
+      }
+    }
     ASSIGN_OR_RETURN(std::string name, String(t, "name", p, true));
     auto schema = t.find("input_schema");
     if (schema == t.end()) return Bad(p + ".input_schema", "Field required");
@@ -229,6 +237,10 @@ absl::StatusOr<Json> Tools(const Json& tools) {
       f["description"] = d;
     }
     f["parameters"] = *schema;
+    if (auto strict = t.find("strict"); strict != t.end()) {
+      if (!strict->is_boolean()) return Bad(p + ".strict", "Input should be a valid boolean");
+      f["strict"] = *strict;
+    }
     out.push_back({{"type", "function"}, {"function", std::move(f)}});
   }
   return out;
@@ -289,6 +301,48 @@ absl::Status Thinking(const Json& th, int64_t max_tokens, bool count_tokens, Jso
   return absl::OkStatus();
 }
 
+// output_config: format {type: json_schema, schema} -> response_format
+// json_schema (the answer is one text block, JSON valid under the schema).
+// effort is refused: the chat templates here take no effort level.
+absl::Status OutputConfig(const Json& oc, Json* out) {
+  if (!oc.is_object()) return Bad("output_config", "Input should be an object");
+  RETURN_IF_ERROR(OnlyKnown(oc, "output_config", {"format", "effort"}));
+  if (oc.contains("effort")) {
+    return Bad("output_config.effort",
+               "effort is not supported by this server (use thinking to turn reasoning on or off)");
+  }
+  if (auto f = oc.find("format"); f != oc.end() && !f->is_null()) {
+    if (!f->is_object()) return Bad("output_config.format", "Input should be an object");
+    RETURN_IF_ERROR(OnlyKnown(*f, "output_config.format", {"type", "schema"}));
+    ASSIGN_OR_RETURN(std::string type, String(*f, "type", "output_config.format", true));
+    if (type != "json_schema") {
+      return Bad("output_config.format.type", "Input should be 'json_schema'");
+    }
+    auto schema = f->find("schema");
+    if (schema == f->end()) return Bad("output_config.format.schema", "Field required");
+    (*out)["response_format"] = {{"type", "json_schema"},
+                                 {"json_schema", {{"name", "output"}, {"schema", *schema}}}};
+  }
+  return absl::OkStatus();
+}
+
+// context_management (server-side context editing: clearing old tool
+// results or thinking past a threshold) is checked for its shape and not
+// applied: the whole conversation is rendered, and one that outgrows the
+// context is refused as any other.
+absl::Status ContextManagement(const Json& cm) {
+  if (!cm.is_object()) return Bad("context_management", "Input should be an object");
+  RETURN_IF_ERROR(OnlyKnown(cm, "context_management", {"edits"}));
+  if (auto e = cm.find("edits"); e != cm.end()) {
+    if (!e->is_array()) return Bad("context_management.edits", "Input should be a valid list");
+    for (size_t i = 0; i < e->size(); ++i) {
+      const std::string p = absl::StrCat("context_management.edits.", i);
+      RETURN_IF_ERROR(BlockType((*e)[i], p).status());
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<double> Unit(const Json& body, const char* key) {
   const Json& v = body[key];
   if (!v.is_number()) return Bad(key, "Input should be a valid number");
@@ -321,12 +375,12 @@ Json ToolUse(const chat::ToolCall& call) {
 absl::StatusOr<Json> AnthropicToChat(const Json& body, bool count_tokens) {
   if (count_tokens) {
     RETURN_IF_ERROR(OnlyKnown(body, "", {"model", "messages", "system", "tools", "tool_choice",
-                                         "thinking"}));
+                                         "thinking", "output_config", "context_management"}));
   } else {
     RETURN_IF_ERROR(OnlyKnown(body, "", {"model", "messages", "max_tokens", "system", "metadata",
                                          "stop_sequences", "stream", "temperature", "top_p",
                                          "top_k", "tools", "tool_choice", "thinking",
-                                         "service_tier"}));
+                                         "service_tier", "output_config", "context_management"}));
   }
   Json out = Json::object();
   ASSIGN_OR_RETURN(std::string model, String(body, "model", "", true));
@@ -356,6 +410,16 @@ absl::StatusOr<Json> AnthropicToChat(const Json& body, bool count_tokens) {
   if (auto tc = body.find("tool_choice"); tc != body.end()) RETURN_IF_ERROR(ToolChoiceOf(*tc, &out));
   if (auto th = body.find("thinking"); th != body.end()) {
     RETURN_IF_ERROR(Thinking(*th, max_tokens, count_tokens, &out));
+  }
+  if (auto cm = body.find("context_management"); cm != body.end()) {
+    RETURN_IF_ERROR(ContextManagement(*cm));
+  }
+  if (auto oc = body.find("output_config"); oc != body.end()) {
+    Json format;
+    RETURN_IF_ERROR(OutputConfig(*oc, &format));
+    if (!count_tokens && format.contains("response_format")) {
+      out["response_format"] = format["response_format"];
+    }
   }
   if (count_tokens) return out;
   if (auto s = body.find("stop_sequences"); s != body.end()) {

@@ -18,8 +18,10 @@
 //     encrypted for another model) and tool_use {id, name, input};
 //     image and document blocks are refused (the model reads text only);
 //   system: string or text blocks (joined by '\n');
-//   tools: {name, description?, input_schema} (custom tools; server tools,
-//     with another `type`, are refused: this server runs none);
+//   tools: {name, description?, input_schema, strict?} (custom tools;
+//     server tools, with another `type`, are refused: this server runs
+//     none); eager_input_streaming and defer_loading are accepted without
+//     effect (calls stream whole; every tool is rendered);
 //   tool_choice: {type: auto|any|tool|none, name (tool),
 //     disable_parallel_tool_use} -> OpenAI auto / required / named / none,
 //     parallel_tool_calls;
@@ -28,8 +30,13 @@
 //     adaptive | disabled}: the template's enable_thinking (absent: the
 //     template's default); the budget is checked, not enforced (max_tokens
 //     bounds the whole answer);
+//   output_config {format: {type: json_schema, schema}}: response_format
+//     json_schema (one text block, JSON valid under the schema);
+//     output_config.effort is refused (no template here takes one);
 //   metadata {user_id} and service_tier: accepted, without effect (one
-//     tier; no per-user accounting).
+//     tier; no per-user accounting); context_management (server-side
+//     context editing, which Claude Code sends): its shape is checked, its
+//     edits are not applied (the whole conversation is rendered).
 // Any other field is refused as Anthropic refuses it ("NAME: Extra inputs
 // are not permitted"); `cache_control` and `citations` are accepted on
 // blocks (the prefix cache is automatic).
@@ -73,8 +80,9 @@ namespace moesplit::dense {
 
 // The OpenAI chat body (model, messages, max_tokens, stream, temperature,
 // top_p, top_k, stop, tools, tool_choice, parallel_tool_calls,
-// chat_template_kwargs) of a checked Messages request. `count_tokens`: the
-// fields of /v1/messages/count_tokens (no max_tokens, stream or sampling).
+// chat_template_kwargs, response_format) of a checked Messages request.
+// `count_tokens`: the fields of /v1/messages/count_tokens (no max_tokens,
+// stream or sampling; output_config and context_management checked only).
 absl::StatusOr<nlohmann::ordered_json> AnthropicToChat(const nlohmann::ordered_json& body,
                                                        bool count_tokens);
 

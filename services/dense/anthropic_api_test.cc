@@ -185,6 +185,31 @@ TEST(AnthropicApiTest, TheWholeAnswersContentBlocks) {
       "usage": {}})"));
 }
 
+// What Claude Code sends beside the basics: context_management (checked,
+// not applied), tool hints, strict, and output_config's JSON schema.
+TEST(AnthropicApiTest, ClaudeCodesExtraFieldsAreAcceptedOrTakeEffect) {
+  const Json c = Chat(R"({"model": "m", "max_tokens": 8, "messages": [],
+    "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+    "tools": [{"name": "f", "input_schema": {"type": "object"}, "strict": true,
+               "eager_input_streaming": true, "defer_loading": false}],
+    "output_config": {"format": {"type": "json_schema", "schema": {"type": "object"}}}})");
+  EXPECT_EQ(c["tools"][0]["function"]["strict"], true);
+  EXPECT_EQ(c["response_format"], Json::parse(R"({"type": "json_schema",
+      "json_schema": {"name": "output", "schema": {"type": "object"}}})"));
+  EXPECT_FALSE(c.contains("context_management"));
+  EXPECT_EQ(Refusal(R"({"model": "m", "max_tokens": 8, "messages": [], "output_config": {"effort": "high"}})"),
+            "output_config.effort: effort is not supported by this server (use thinking to turn "
+            "reasoning on or off)");
+  EXPECT_EQ(Refusal(R"({"model": "m", "max_tokens": 8, "messages": [], "context_management": {"edits": [3]}})"),
+            "context_management.edits.0: Input should be an object");
+  EXPECT_EQ(Refusal(R"({"model": "m", "max_tokens": 8, "messages": [], "tools": [{"name": "f",
+      "input_schema": {"type": "object"}, "defer_loading": "yes"}]})"),
+            "tools.0.defer_loading: Input should be a valid boolean");
+  // count_tokens takes them too (output_config's format does not change the prompt).
+  EXPECT_FALSE(Chat(R"({"model": "m", "messages": [], "output_config": {"format": {"type": "json_schema",
+      "schema": {"type": "object"}}}, "context_management": {}})", true).contains("response_format"));
+}
+
 // (event name, data) of an SSE text, checking each event's framing.
 std::vector<Json> Events(const std::string& sse) {
   std::vector<Json> out;

@@ -3,6 +3,7 @@
 // template; tool_choice forces the calls, so the model does call a tool):
 // a tool loop (tool_use -> tool_result -> answer), the same call streamed
 // and assembled by the client (equal to the whole answer at temperature 0),
+// a structured output (output_config.format),
 // the raw event sequence, count_tokens, Claude Code's changing billing line
 // answered from the prefix cache, and errors as the SDK's typed exceptions.
 // Usage: node anthropic_client_test.mjs BASE_URL API_KEY MODEL (beside a
@@ -75,6 +76,19 @@ for (const t of types) {
   assert.ok(['message_start', 'ping', 'content_block_start', 'content_block_delta',
     'content_block_stop', 'message_delta', 'message_stop'].includes(t), t);
 }
+
+// Structured output (output_config.format): one text block, JSON valid
+// under the schema; Claude Code's context_management is accepted.
+const structured = await client.messages.create({
+  model, max_tokens: 200, temperature: 0, messages: ask,
+  output_config: { format: { type: 'json_schema', schema: tools[0].input_schema } },
+  context_management: { edits: [{ type: 'clear_thinking_20251015', keep: 'all' }] },
+});
+assert.equal(structured.content.length, 1, JSON.stringify(structured.content));
+assert.equal(structured.content[0].type, 'text');
+assert.ok(['Oslo', 'Paris'].includes(JSON.parse(structured.content[0].text).city),
+  structured.content[0].text);
+assert.equal(structured.stop_reason, 'end_turn');
 
 // 4. count_tokens: the prompt the first request ran.
 const counted = await client.messages.countTokens({
