@@ -58,6 +58,13 @@ sse=$(curl -sfN "$URL/v1/messages" -H "x-api-key: $KEY" \
 events=$(grep '^event: ' <<<"$sse" | sed 's/^event: //' | tr '\n' ' ')
 [[ $events =~ ^message_start\ ping\ (content_block_start\ (content_block_delta\ )+content_block_stop\ )?message_delta\ message_stop\ $ ]] \
   || fail "event sequence: $events"
+# Claude Code's ?beta=true query; an unknown path under /v1/messages is 404 in
+# Anthropic's shape.
+curl -sf "$URL/v1/messages?beta=true" -H "x-api-key: $KEY" -H 'anthropic-beta: x' \
+  -d "{$ASK,\"max_tokens\":2}" | grep -q '"type":"message"' || fail "?beta=true"
+code=$(curl -s -o "$WORK/err.json" -w '%{http_code}' "$URL/v1/messages/batches" -H "x-api-key: $KEY" -d '{}')
+[[ $code == 404 ]] || fail "/v1/messages/batches gave HTTP $code"
+grep -q '"type":"not_found_error"' "$WORK/err.json" || fail "404 shape: $(cat "$WORK/err.json")"
 # llama-server's /v1/health is open like /health; its /tokenize needs the key.
 curl -sf "$URL/v1/health" | grep -q '"ok"' || fail "/v1/health without a key"
 code=$(curl -s -o /dev/null -w '%{http_code}' "$URL/tokenize" -d '{"content":"x"}')
