@@ -1050,21 +1050,32 @@ void OpenAiApi::StartCompletion(std::shared_ptr<Prepared> prepared,
 
 namespace {
 
+// OpenAI's model object, with Anthropic's fields beside (type,
+// display_name, created_at), so that both SDKs read it.
 Json ModelObject(const ServedModel& served, const std::string& id) {
   return {{"id", id},
           {"object", "model"},
           {"created", 0},
           {"owned_by", "moesplit"},
-          {"context_length", served.engine->n_ctx()}};
+          {"context_length", served.engine->n_ctx()},
+          {"type", "model"},
+          {"display_name", id},
+          {"created_at", "1970-01-01T00:00:00Z"}};
 }
 
 }  // namespace
 
 HttpReply OpenAiApi::Models() {
   Json data = Json::array();
-  for (const std::string& n : served_.ListedNames()) data.push_back(ModelObject(served_, n));
+  const std::vector<std::string> names = served_.ListedNames();
+  for (const std::string& n : names) data.push_back(ModelObject(served_, n));
   HttpReply r;
-  r.body = Dump(Json{{"object", "list"}, {"data", std::move(data)}});
+  // Anthropic's list page (has_more, first_id, last_id) beside OpenAI's.
+  r.body = Dump(Json{{"object", "list"},
+                     {"data", std::move(data)},
+                     {"has_more", false},
+                     {"first_id", names.front()},
+                     {"last_id", names.back()}});
   served_.engine->metrics().CountRequest("http", "models", "ok");
   return r;
 }

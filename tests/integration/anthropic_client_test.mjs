@@ -113,6 +113,13 @@ assert.equal(prompt, b1.usage.input_tokens + b1.usage.cache_read_input_tokens);
 assert.ok(b2.usage.cache_read_input_tokens >= prompt - 64 && b2.usage.cache_read_input_tokens > 0,
   `billing line defeats the cache: ${JSON.stringify(b2.usage)}`);
 
+// The model list and object as the SDK reads them.
+const page = await client.models.list();
+assert.equal(page.data[0].id, model);
+assert.equal(page.has_more, false);
+const one = await client.models.retrieve(model);
+assert.deepEqual([one.type, one.id, one.display_name], ['model', model, model]);
+
 // 6. Errors: the SDK's typed exceptions with Anthropic's error body.
 await assert.rejects(
   client.messages.create({ ...base, max_tokens: 4, messages: ask, model: 'no-such-model' }),
