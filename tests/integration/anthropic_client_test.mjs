@@ -6,12 +6,15 @@
 // a structured output (output_config.format),
 // the raw event sequence, count_tokens, Claude Code's changing billing line
 // answered from the prefix cache, and errors as the SDK's typed exceptions.
-// Usage: node anthropic_client_test.mjs BASE_URL API_KEY MODEL (beside a
-// node_modules holding @anthropic-ai/sdk; see anthropic_http_test.sh).
+// THINKING_URL serves the same model with Qwen3.5's template (its generation
+// prompt opens a reasoning block): thinking blocks streamed and whole,
+// thinking disabled, and a thinking block sent back.
+// Usage: node anthropic_client_test.mjs BASE_URL API_KEY MODEL THINKING_URL
+// (beside a node_modules holding @anthropic-ai/sdk; see anthropic_http_test.sh).
 import assert from 'node:assert/strict';
 import Anthropic from '@anthropic-ai/sdk';
 
-const [baseURL, apiKey, model] = process.argv.slice(2);
+const [baseURL, apiKey, model, thinkingURL] = process.argv.slice(2);
 const client = new Anthropic({ baseURL, apiKey, maxRetries: 0 });
 
 const tools = [{
@@ -138,4 +141,24 @@ await assert.rejects(
   stranger.messages.create({ ...base, max_tokens: 4, messages: ask }),
   (e) => e instanceof Anthropic.AuthenticationError && e.status === 401 &&
     e.error?.error?.type === 'authentication_error');
+// Thinking: the reasoning comes as a thinking block (with an empty
+// signature), streamed as the whole; disabled, no thinking block; a
+// thinking block sent back is accepted.
+const thinker = new Anthropic({ baseURL: thinkingURL, apiKey, maxRetries: 0 });
+const hi = { model, max_tokens: 8, temperature: 0, messages: [{ role: 'user', content: 'Hi' }] };
+const thought = await thinker.messages.create({ ...hi, thinking: { type: 'adaptive' } });
+assert.equal(thought.content[0].type, 'thinking', JSON.stringify(thought.content));
+assert.ok(thought.content[0].thinking.length > 0);
+assert.equal(thought.content[0].signature, '');
+const thoughtStream = thinker.messages.stream({ ...hi, thinking: { type: 'adaptive' } });
+const thinkingDeltas = [];
+thoughtStream.on('thinking', (delta) => thinkingDeltas.push(delta));
+assert.deepEqual((await thoughtStream.finalMessage()).content, thought.content);
+assert.equal(thinkingDeltas.join(''), thought.content[0].thinking);
+const plain = await thinker.messages.create({ ...hi, thinking: { type: 'disabled' } });
+assert.ok(plain.content.every((b) => b.type === 'text'), JSON.stringify(plain.content));
+const again = await thinker.messages.create({ ...hi, messages: [...hi.messages,
+  { role: 'assistant', content: [...thought.content, { type: 'text', text: 'Hello.' }] },
+  { role: 'user', content: 'And now?' }] });
+assert.equal(again.type, 'message');
 console.log('anthropic client test: ok');

@@ -17,7 +17,11 @@ LOG=$WORK/dense.log
 DENSE_PID=
 cleanup() { if [[ -n $DENSE_PID ]]; then kill "$DENSE_PID" 2>/dev/null || true; wait "$DENSE_PID" 2>/dev/null || true; fi; }
 trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; echo "--- dense log:" >&2; tail -50 "$LOG" >&2 || true; exit 1; }
+fail() {
+  echo "FAIL: $*" >&2
+  for l in "$WORK"/dense*.log; do echo "--- $l:" >&2; tail -50 "$l" >&2 || true; done
+  exit 1
+}
 
 KEY=anthropic-test-key-0123456789
 printf '%s\n' "$KEY" >"$WORK/keys"
@@ -78,5 +82,21 @@ if [[ ! -d $NPM/node_modules/@anthropic-ai/sdk ]]; then
   npm install --prefix "$NPM" --no-audit --no-fund --loglevel=error @anthropic-ai/sdk >/dev/null \
     || fail "npm install @anthropic-ai/sdk (needs the npm registry)"
 fi
+# A second service with Qwen3.5's template, whose generation prompt opens a
+# reasoning block: the answer comes as thinking blocks.
+TLOG=$WORK/dense-thinking.log
+"$BIN/moesplit-dense" --model "$WORK/model.gguf" --grpc 127.0.0.1:0 --http 127.0.0.1:0 \
+  --ctx 2048 --threads 2 --parallel 1 --chat-template-file "$FIXTURES/templates/Qwen3.5-4B.jinja" \
+  --api-key-file "$WORK/keys" 2>"$TLOG" &
+THINK_PID=$!
+cleanup2() { kill "$THINK_PID" 2>/dev/null || true; wait "$THINK_PID" 2>/dev/null || true; cleanup; }
+trap cleanup2 EXIT
+for _ in $(seq 1 300); do
+  grep -q ready "$TLOG" 2>/dev/null && break
+  kill -0 "$THINK_PID" 2>/dev/null || break
+  sleep 0.1
+done
+grep -q ready "$TLOG" || fail "dense service (Qwen3.5 template) did not start"
+THINK_URL=http://127.0.0.1:$(sed -n 's/.*http port \([0-9]*\).*/\1/p' "$TLOG" | head -1)
 cp "$HERE/anthropic_client_test.mjs" "$NPM/"
-node "$NPM/anthropic_client_test.mjs" "$URL" "$KEY" claude-test || fail "anthropic client"
+node "$NPM/anthropic_client_test.mjs" "$URL" "$KEY" claude-test "$THINK_URL" || fail "anthropic client"
