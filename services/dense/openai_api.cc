@@ -746,7 +746,12 @@ class Completion : public std::enable_shared_from_this<Completion> {
       return;
     }
     if (job_.anthropic) {
-      const ChatDelta piece = c.reasoning->Push(d.text);
+      ChatDelta piece;
+      if (job_.c.json_output) {
+        piece.content = d.text;  // the constrained JSON, not split
+      } else {
+        piece = c.reasoning->Push(d.text);
+      }
       c.calls += static_cast<int>(piece.tool_calls.size());
       out_->WriteChunk(AnthropicStart() + anthropic_->Push(piece));
       return;
@@ -891,10 +896,14 @@ class Completion : public std::enable_shared_from_this<Completion> {
     const absl::StatusOr<GenerateOutcome>& o = c.outcome;
     if (!job_.c.stream) {
       if (!o.ok()) return out_->Reply(ErrorReplyFor(job_, o.status()));
-      const ChatDelta split =
-          SplitChatOutput(c.text, served_.chat->output_format(),
-                          chat::PromptOpensReasoning(job_.prompt_text),
-                          served_.chat->tool_family(), job_.tools);
+      ChatDelta split;
+      if (job_.c.json_output) {
+        split.content = c.text;  // the constrained JSON, whole
+      } else {
+        split = SplitChatOutput(c.text, served_.chat->output_format(),
+                                chat::PromptOpensReasoning(job_.prompt_text),
+                                served_.chat->tool_family(), job_.tools);
+      }
       HttpReply r;
       r.body = Dump(AnthropicMessage(job_.id, job_.model, split,
                                      AnthropicStopOf(*o, !split.tool_calls.empty()),
@@ -905,7 +914,7 @@ class Completion : public std::enable_shared_from_this<Completion> {
     if (!o.ok()) {
       events += AnthropicStream::Error(HttpStatus(o.status()), std::string(o.status().message()));
     } else {
-      const ChatDelta rest = c.reasoning->Finish();
+      const ChatDelta rest = job_.c.json_output ? ChatDelta() : c.reasoning->Finish();
       const bool calls = c.calls > 0 || !rest.tool_calls.empty();
       events += anthropic_->Finish(rest, AnthropicStopOf(*o, calls), AnthropicUsage(*o));
     }

@@ -157,6 +157,13 @@ assert.deepEqual((await thoughtStream.finalMessage()).content, thought.content);
 assert.equal(thinkingDeltas.join(''), thought.content[0].thinking);
 const plain = await thinker.messages.create({ ...hi, thinking: { type: 'disabled' } });
 assert.ok(plain.content.every((b) => b.type === 'text'), JSON.stringify(plain.content));
+// Structured output is the JSON as generated, not read as reasoning.
+const format = { format: { type: 'json_schema', schema: tools[0].input_schema } };
+const json = await thinker.messages.create({ ...hi, max_tokens: 200, output_config: format });
+assert.deepEqual(json.content.map((b) => b.type), ['text'], JSON.stringify(json.content));
+assert.ok(['Oslo', 'Paris'].includes(JSON.parse(json.content[0].text).city));
+const jsonStreamed = await thinker.messages.stream({ ...hi, max_tokens: 200, output_config: format }).finalMessage();
+assert.deepEqual(jsonStreamed.content, json.content);
 const again = await thinker.messages.create({ ...hi, messages: [...hi.messages,
   { role: 'assistant', content: [...thought.content, { type: 'text', text: 'Hello.' }] },
   { role: 'user', content: 'And now?' }] });
