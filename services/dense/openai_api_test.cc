@@ -187,7 +187,8 @@ TEST(OpenAiApiTest, ABadRequestIsRepliedAtOnceWithTheErrorShape) {
 
 // Anthropic's /v1/messages through the same completion: a stream's events
 // from message_start to message_stop (max_tokens reached), the whole
-// answer's shape, count_tokens' count of the same prompt, and a bad request
+// answer's shape, a stop sequence ending it (stop_reason stop_sequence,
+// naming it), count_tokens' count of the same prompt, and a bad request
 // in Anthropic's error shape.
 TEST(OpenAiApiTest, AnthropicMessagesStreamAnswerCountAndError) {
   Fixture f;
@@ -235,6 +236,19 @@ TEST(OpenAiApiTest, AnthropicMessagesStreamAnswerCountAndError) {
   EXPECT_EQ(m["stop_reason"], "max_tokens");
   if (!text.empty()) EXPECT_EQ(m["content"][0]["text"], text);  // same greedy answer
   const int prompt = m["usage"]["input_tokens"].get<int>() + m["usage"]["cache_read_input_tokens"].get<int>();
+
+  // A stop sequence taken from that answer ends the next one there, named.
+  const std::string said = m["content"][0]["text"].get<std::string>();
+  ASSERT_GE(said.size(), 4u) << said;
+  const std::string stop = said.substr(2, 2);
+  auto stopped = run("{" + ask + R"(,"max_tokens":6,"temperature":0,"stop_sequences":[)" +
+                         Json(stop).dump() + "]}",
+                     OpenAiApi::Endpoint::kMessages);
+  const Json s = Json::parse(stopped->replies.at(0).body);
+  EXPECT_EQ(s["stop_reason"], "stop_sequence") << s.dump();
+  EXPECT_EQ(s["stop_sequence"], stop);
+  EXPECT_EQ(s["content"].empty() ? "" : s["content"][0]["text"].get<std::string>(),
+            said.substr(0, said.find(stop)));
 
   auto count = run("{" + ask + "}", OpenAiApi::Endpoint::kCountTokens);
   ASSERT_EQ(count->replies.size(), 1u);
