@@ -54,7 +54,7 @@ constexpr int kSetupThreads = 2;
 
 enum class Route {
   kChat, kCompletions, kMessages, kCountTokens, kTokenize, kDetokenize, kApplyTemplate,
-  kModels, kModel, kHealth, kLive, kMetrics
+  kResponses, kGetResponse, kDeleteResponse, kModels, kModel, kHealth, kLive, kMetrics
 };
 
 // A path ending in '*' matches any non-empty rest (the route's argument).
@@ -68,12 +68,16 @@ constexpr RouteSpec kRoutes[] = {
     {"/v1/completions", http::verb::post, Route::kCompletions},
     {"/v1/messages", http::verb::post, Route::kMessages},
     {"/v1/messages/count_tokens", http::verb::post, Route::kCountTokens},
+    {"/v1/responses", http::verb::post, Route::kResponses},
+    {"/v1/responses/*", http::verb::get, Route::kGetResponse},
+    {"/v1/responses/*", http::verb::delete_, Route::kDeleteResponse},
     {"/v1/models", http::verb::get, Route::kModels},
     {"/v1/models/*", http::verb::get, Route::kModel},
     {"/health", http::verb::get, Route::kHealth},
     // llama-server's routes, so that its clients need no change.
     {"/chat/completions", http::verb::post, Route::kChat},
     {"/completions", http::verb::post, Route::kCompletions},
+    {"/responses", http::verb::post, Route::kResponses},
     {"/models", http::verb::get, Route::kModels},
     {"/v1/health", http::verb::get, Route::kHealth},
     {"/tokenize", http::verb::post, Route::kTokenize},
@@ -99,6 +103,7 @@ OpenAiApi::Endpoint EndpointOf(Route r) {
     case Route::kTokenize: return OpenAiApi::Endpoint::kTokenize;
     case Route::kDetokenize: return OpenAiApi::Endpoint::kDetokenize;
     case Route::kApplyTemplate: return OpenAiApi::Endpoint::kApplyTemplate;
+    case Route::kResponses: return OpenAiApi::Endpoint::kResponses;
     default: return OpenAiApi::Endpoint::kCompletions;
   }
 }
@@ -599,6 +604,10 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
         return Reply(shared_->api.Models());
       case Route::kModel:
         return Reply(shared_->api.Model(route_arg_));
+      case Route::kGetResponse:
+        return Reply(shared_->api.GetResponse(route_arg_));
+      case Route::kDeleteResponse:
+        return Reply(shared_->api.DeleteResponse(route_arg_));
       case Route::kHealth:
         return Reply(shared_->api.Health());
       case Route::kLive:
@@ -612,6 +621,7 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
       case Route::kTokenize:
       case Route::kDetokenize:
       case Route::kApplyTemplate:
+      case Route::kResponses:
         processing_ = true;
         active_ = true;
         ++shared_->active;
@@ -633,7 +643,7 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
     }
     HttpReply reply;
     reply.status = 204;
-    reply.headers = {{"Access-Control-Allow-Methods", "GET, POST, OPTIONS"},
+    reply.headers = {{"Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS"},
                      {"Access-Control-Allow-Headers",
                       "Authorization, Content-Type, X-Api-Key, Anthropic-Version, Anthropic-Beta"},
                      {"Access-Control-Max-Age", "600"}};

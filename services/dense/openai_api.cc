@@ -17,6 +17,7 @@
 #include "services/dense/readiness.h"
 #include "services/dense/request_log.h"
 #include "services/dense/response_format.h"
+#include "services/dense/responses_api.h"
 #include "services/dense/volatile_system.h"
 #include "prometheus/text_serializer.h"
 
@@ -24,7 +25,6 @@ namespace moesplit::dense {
 namespace {
 
 using Json = nlohmann::ordered_json;
-constexpr char kParamPayload[] = "moesplit/param";
 
 absl::Status WithParam(absl::Status s, const std::string& param) {
   s.SetPayload(kParamPayload, absl::Cord(param));
@@ -237,11 +237,17 @@ std::string NewId(const char* prefix) {
   return absl::StrCat(prefix, Now(), "-", next.fetch_add(1));
 }
 
+struct Job;
+std::string IdFor(const Job& job);
+
 // One request in flight: what the endpoint-specific code needs to build
 // its JSON.
 struct Job {
   bool chat = false;
   bool anthropic = false;   // Anthropic's Messages API (chat too)
+  bool responses = false;   // OpenAI's Responses API (chat too)
+  ResponsesRequest resp;    // responses: the request's echo, history, store
+  std::shared_ptr<ResponseStore> store;  // responses: where it is stored
   Common c;
   std::string prompt_text;  // chat: the rendered prompt (reasoning detection)
   ToolRequest tools;        // chat: tools, tool_choice, parallel_tool_calls
@@ -249,6 +255,10 @@ struct Job {
   int64_t created = 0;
   std::string model;
 };
+
+std::string IdFor(const Job& job) {
+  return NewId(job.anthropic ? "msg_" : job.responses ? "resp_" : job.chat ? "chatcmpl-" : "cmpl-");
+}
 
 Json FinishReason(const std::string& r) { return r == "cancelled" ? Json("stop") : Json(r); }
 
@@ -351,9 +361,13 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> Prepare(const std::string& text,
   if (job->anthropic) {
     ASSIGN_OR_RETURN(body, AnthropicToChat(body, /*count_tokens=*/false));
   }
+  if (job->responses) {
+    ASSIGN_OR_RETURN(job->resp, ResponsesToChat(body, job->store.get()));
+    body = job->resp.chat;
+  }
   RETURN_IF_ERROR(ParseCommon(body, job->chat, served, &job->c));
   RETURN_IF_ERROR(PreparePrompt(body, served, max_token_bytes, job));
-  job->id = NewId(job->anthropic ? "msg_" : job->chat ? "chatcmpl-" : "cmpl-");
+  job->id = IdFor(*job);
   job->created = Now();
   job->model = served.name;
   absl::StatusOr<std::shared_ptr<RequestHandle>> h = served.engine->Submit(job->c.params);
@@ -584,6 +598,9 @@ class Completion : public std::enable_shared_from_this<Completion> {
     self_ = shared_from_this();
     const int n = job_.c.n;
     if (job_.anthropic) anthropic_.emplace(job_.id, job_.model);
+    if (job_.responses) {
+      responses_.emplace(job_.id, job_.created, job_.resp.echo, job_.resp.summary);
+    }
     choices_.resize(n);
     for (Choice& c : choices_) {
       c.reasoning = std::make_unique<ChatOutputStream>(
@@ -682,7 +699,8 @@ class Completion : public std::enable_shared_from_this<Completion> {
     head.headers.emplace_back("Cache-Control", "no-cache");
     out_->StartStream(std::move(head));
     streaming_ = true;
-    for (int i = 0; i < n && job_.chat && !job_.anthropic; ++i) {
+    if (job_.responses) out_->WriteChunk(responses_->Start());
+    for (int i = 0; i < n && job_.chat && !job_.anthropic && !job_.responses; ++i) {
       Send(Chunk(job_, {{"index", i},
                         {"delta", {{"role", "assistant"}, {"content", ""}}},
                         {"logprobs", nullptr},
@@ -745,7 +763,7 @@ class Completion : public std::enable_shared_from_this<Completion> {
       c.text += d.text;
       return;
     }
-    if (job_.anthropic) {
+    if (job_.anthropic || job_.responses) {
       ChatDelta piece;
       if (job_.c.json_output) {
         piece.content = d.text;  // the constrained JSON, not split
@@ -753,7 +771,8 @@ class Completion : public std::enable_shared_from_this<Completion> {
         piece = c.reasoning->Push(d.text);
       }
       c.calls += static_cast<int>(piece.tool_calls.size());
-      out_->WriteChunk(AnthropicStart() + anthropic_->Push(piece));
+      out_->WriteChunk(job_.responses ? responses_->Push(piece)
+                                      : AnthropicStart() + anthropic_->Push(piece));
       return;
     }
     // One chunk per token (the text, with the token's logprobs), then one
@@ -828,6 +847,7 @@ class Completion : public std::enable_shared_from_this<Completion> {
     if (gone_) return;
     const RequestTimings timings = hs_[0]->timings();
     if (job_.anthropic) return AnthropicAnswer();
+    if (job_.responses) return ResponsesAnswer();
     if (job_.c.n == 1) {
       const absl::StatusOr<GenerateOutcome>& o = choices_[0].outcome;
       if (!job_.c.stream) {
@@ -922,6 +942,64 @@ class Completion : public std::enable_shared_from_this<Completion> {
     out_->EndStream();
   }
 
+  // The Responses API's answer (n = 1): the response object, or the
+  // stream's last events; stored unless store is false.
+  void ResponsesAnswer() {
+    Choice& c = choices_[0];
+    const absl::StatusOr<GenerateOutcome>& o = c.outcome;
+    if (!job_.c.stream) {
+      if (!o.ok()) return out_->Reply(ErrorReply(o.status()));
+      ChatDelta split;
+      if (job_.c.json_output) {
+        split.content = c.text;  // the constrained JSON, whole
+      } else {
+        split = SplitChatOutput(c.text, served_.chat->output_format(),
+                                chat::PromptOpensReasoning(job_.prompt_text),
+                                served_.chat->tool_family(), job_.tools);
+      }
+      Json response = ResponseObject(
+          job_.id, job_.created, job_.resp.echo, "completed",
+          ResponsesOutput(job_.id, split, job_.resp.summary),
+          ResponsesUsage(*o, ReasoningTokens(split)), o->finish_reason == "length");
+      StoreResponse(response, split);
+      HttpReply r;
+      r.body = Dump(response);
+      return out_->Reply(std::move(r));
+    }
+    std::string events;
+    if (!o.ok()) {
+      const Json e = ErrorJson(o.status())["error"];
+      events = responses_->Error(e["code"].is_string() ? e["code"].get<std::string>()
+                                                       : e["type"].get<std::string>(),
+                                 std::string(o.status().message()));
+    } else {
+      const ChatDelta rest = job_.c.json_output ? ChatDelta() : c.reasoning->Finish();
+      ChatDelta all = responses_->answer();
+      all.reasoning_content += rest.reasoning_content;
+      Json response;
+      events = responses_->Finish(rest, ResponsesUsage(*o, ReasoningTokens(all)),
+                                  o->finish_reason == "length", &response);
+      StoreResponse(response, responses_->answer());
+    }
+    out_->WriteChunk(std::move(events));
+    out_->EndStream();
+  }
+
+  // The reasoning's tokens: its text re-tokenized.
+  int64_t ReasoningTokens(const ChatDelta& answer) const {
+    if (answer.reasoning_content.empty()) return 0;
+    absl::StatusOr<std::vector<int32_t>> ids =
+        served_.engine->tokenizer().Encode(answer.reasoning_content, false, false);
+    return ids.ok() ? static_cast<int64_t>(ids->size()) : 0;
+  }
+
+  void StoreResponse(const Json& response, const ChatDelta& answer) {
+    if (!job_.resp.store || job_.store == nullptr) return;
+    Json messages = job_.resp.history;
+    messages.push_back(ChatMessageJson(answer));
+    job_.store->Put(job_.id, {response, std::move(messages)});
+  }
+
   void MetricsAndLog() {
     const RequestTimings timings = hs_[0]->timings();
     if (job_.c.n == 1) {
@@ -962,6 +1040,7 @@ class Completion : public std::enable_shared_from_this<Completion> {
   std::vector<std::shared_ptr<RequestHandle>> hs_;
   std::vector<Choice> choices_;
   std::optional<AnthropicStream> anthropic_;  // an Anthropic stream's state
+  std::optional<ResponsesStream> responses_;  // a Responses stream's state
   bool submitted_all_ = false;  // n > 1: the other choices were submitted
   bool streaming_ = false;      // the stream's head is queued
   bool gone_ = false;           // the client went away: requests cancelled
@@ -973,7 +1052,8 @@ class Completion : public std::enable_shared_from_this<Completion> {
 
 }  // namespace
 
-OpenAiApi::OpenAiApi(ServedModel served) : served_(std::move(served)) {
+OpenAiApi::OpenAiApi(ServedModel served, ResponseStore::Options responses)
+    : served_(std::move(served)), responses_(std::make_shared<ResponseStore>(responses)) {
   const Tokenizer& tok = served_.engine->tokenizer();
   for (int32_t id = 0; id < tok.n_vocab(); ++id) {
     max_token_bytes_ = std::max(max_token_bytes_, tok.Piece(id).size());
@@ -992,6 +1072,8 @@ std::shared_ptr<OpenAiApi::Prepared> OpenAiApi::PrepareCompletion(const std::str
   auto p = std::make_shared<Prepared>();
   p->job.chat = endpoint != Endpoint::kCompletions;
   p->job.anthropic = endpoint == Endpoint::kMessages || endpoint == Endpoint::kCountTokens;
+  p->job.responses = endpoint == Endpoint::kResponses;
+  if (p->job.responses) p->job.store = responses_;
   if (endpoint == Endpoint::kTokenize || endpoint == Endpoint::kDetokenize ||
       endpoint == Endpoint::kApplyTemplate) {
     p->endpoint = endpoint == Endpoint::kTokenize     ? "tokenize"
@@ -1025,8 +1107,9 @@ std::shared_ptr<OpenAiApi::Prepared> OpenAiApi::PrepareCompletion(const std::str
     return p;
   }
   p->endpoint = endpoint == Endpoint::kChat        ? "chat_completions"
-                : endpoint == Endpoint::kMessages ? "messages"
-                                                  : "completions";
+                : endpoint == Endpoint::kMessages  ? "messages"
+                : endpoint == Endpoint::kResponses ? "responses"
+                                                   : "completions";
   p->handle =
       served_.readiness != nullptr && served_.readiness->draining()
           ? ShuttingDownError("the server is shutting down (draining): not accepting new requests")
@@ -1045,7 +1128,7 @@ void OpenAiApi::StartCompletion(std::shared_ptr<Prepared> prepared,
   if (!p.handle.ok()) {
     served_.engine->metrics().CountRequest("http", p.endpoint,
                                            ServingMetrics::Outcome(p.handle.status()));
-    if (p.job.id.empty()) p.job.id = NewId(p.job.anthropic ? "msg_" : p.job.chat ? "chatcmpl-" : "cmpl-");
+    if (p.job.id.empty()) p.job.id = IdFor(p.job);
     LogRequest({p.job.id, "http", p.endpoint, served_.name, RequestTimings{},
                 RequestOutcome(p.handle.status()), ""});
     out->Reply(ErrorReplyFor(p.job, p.handle.status()));
@@ -1058,6 +1141,14 @@ void OpenAiApi::StartCompletion(std::shared_ptr<Prepared> prepared,
 }
 
 namespace {
+
+HttpReply ResponseNotFound(const std::string& id) {
+  absl::Status s = absl::NotFoundError(absl::StrCat(
+      "Response with id '", id, "' not found (never stored, stored with store: false, deleted "
+      "or expired)."));
+  s.SetPayload(kErrorCodePayload, absl::Cord("response_not_found"));
+  return ErrorReply(s);
+}
 
 // OpenAI's model object, with Anthropic's fields beside (type,
 // display_name, created_at), so that both SDKs read it.
@@ -1073,6 +1164,24 @@ Json ModelObject(const ServedModel& served, const std::string& id) {
 }
 
 }  // namespace
+
+HttpReply OpenAiApi::GetResponse(const std::string& id) {
+  std::optional<ResponseStore::Entry> e = responses_->Get(id);
+  served_.engine->metrics().CountRequest("http", "responses_get", e ? "ok" : "invalid_argument");
+  if (!e.has_value()) return ResponseNotFound(id);
+  HttpReply r;
+  r.body = Dump(e->response);
+  return r;
+}
+
+HttpReply OpenAiApi::DeleteResponse(const std::string& id) {
+  const bool deleted = responses_->Delete(id);
+  served_.engine->metrics().CountRequest("http", "responses_delete", deleted ? "ok" : "invalid_argument");
+  if (!deleted) return ResponseNotFound(id);
+  HttpReply r;
+  r.body = Dump(Json{{"id", id}, {"object", "response.deleted"}, {"deleted", true}});
+  return r;
+}
 
 HttpReply OpenAiApi::Models() {
   Json data = Json::array();

@@ -9,6 +9,9 @@
 //     both: "stream": true answers with server-sent events, one
 //     `data: {chunk}` per token, then (with stream_options.include_usage) a
 //     chunk with usage and no choices, then `data: [DONE]`.
+//   POST /v1/responses, GET / DELETE /v1/responses/{id}: OpenAI's Responses
+//     API (responses_api.h), run as a chat completion, answered in its
+//     shapes; stored responses in memory (ResponseStore's defaults)
 //   POST /tokenize, /detokenize, /apply-template: llama-server's (below)
 //   GET  /v1/models, GET /v1/models/{id}, GET /health (= /health/ready:
 //     readiness), GET /health/live (liveness), GET /metrics (Prometheus
@@ -46,8 +49,13 @@
 
 #include "services/dense/inference_service.h"
 #include "services/dense/request_limits.h"
+#include "services/dense/responses_api.h"
 
 namespace moesplit::dense {
+
+// The status payload naming the request field an error is about (the
+// OpenAI error's `param`).
+inline constexpr char kParamPayload[] = "moesplit/param";
 
 struct HttpReply {
   int status = 200;
@@ -89,7 +97,7 @@ class HttpResponder {
 
 class OpenAiApi {
  public:
-  explicit OpenAiApi(ServedModel served);
+  explicit OpenAiApi(ServedModel served, ResponseStore::Options responses = {});
 
   // POST /v1/chat/completions (`chat`) or /v1/completions, in two steps.
   // PrepareCompletion (any thread; the CPU work: parse the body, render and
@@ -109,7 +117,8 @@ class OpenAiApi {
   // ({"tokens"} -> {"content"}) and /apply-template (a chat request ->
   // {"prompt"}: the text /v1/chat/completions would run).
   enum class Endpoint {
-    kChat, kCompletions, kMessages, kCountTokens, kTokenize, kDetokenize, kApplyTemplate
+    kChat, kCompletions, kMessages, kCountTokens, kTokenize, kDetokenize, kApplyTemplate,
+    kResponses
   };
   struct Prepared;
   std::shared_ptr<Prepared> PrepareCompletion(const std::string& body, Endpoint endpoint);
@@ -118,6 +127,9 @@ class OpenAiApi {
   }
   void StartCompletion(std::shared_ptr<Prepared> prepared, std::shared_ptr<HttpResponder> out,
                        std::function<void()> done);
+  // GET /v1/responses/{id}: the stored response, else 404; DELETE: removes it.
+  HttpReply GetResponse(const std::string& id);
+  HttpReply DeleteResponse(const std::string& id);
   HttpReply Models();
   // GET /v1/models/{id}: the model object when `id` is a served name (an
   // alias or the model's own name), else 404 model_not_found.
@@ -136,6 +148,7 @@ class OpenAiApi {
 
  private:
   const ServedModel served_;
+  const std::shared_ptr<ResponseStore> responses_;
   size_t max_token_bytes_ = 1;  // the longest token's bytes
 };
 
