@@ -88,7 +88,36 @@ absl::StatusOr<std::string> PartsText(const Json& v, const std::string& path,
 // function_call items (and an assistant message before them) are one
 // assistant message; a reasoning item is the reasoning of the assistant
 // message that follows it.
-absl::Status InputItems(const Json& input, Json* out) {
+// An output item of a stored response, by its id ("rs_X_I", "msg_X_I",
+// "fc_X_I": item I of response resp_X).
+absl::StatusOr<Json> StoredItem(const std::string& id, ResponseStore* store,
+                                const std::string& path) {
+  const size_t a = id.find('_'), b = id.rfind('_');
+  if (store != nullptr && a != std::string::npos && b > a + 1 && b + 1 < id.size()) {
+    size_t index = 0;
+    bool digits = true;
+    for (size_t k = b + 1; k < id.size(); ++k) {
+      digits = digits && absl::ascii_isdigit(static_cast<unsigned char>(id[k]));
+      if (digits) index = index * 10 + static_cast<size_t>(id[k] - '0');
+    }
+    std::optional<ResponseStore::Entry> e =
+        digits ? store->Get(absl::StrCat("resp_", id.substr(a + 1, b - a - 1))) : std::nullopt;
+    if (e.has_value()) {
+      const Json& output = e->response["output"];
+      if (output.is_array() && index < output.size() && output[index]["id"] == id) {
+        return output[index];
+      }
+    }
+  }
+  absl::Status s = absl::NotFoundError(absl::StrCat(
+      "Item with id '", id, "' not found (its response was never stored, stored with store: "
+      "false, deleted or expired)."));
+  s.SetPayload(kParamPayload, absl::Cord(path));
+  s.SetPayload(kErrorCodePayload, absl::Cord("item_not_found"));
+  return s;
+}
+
+absl::Status InputItems(const Json& input, ResponseStore* store, Json* out) {
   if (input.is_string()) {
     out->push_back({{"role", "user"}, {"content", input}});
     return absl::OkStatus();
@@ -114,9 +143,18 @@ absl::Status InputItems(const Json& input, Json* out) {
   };
   for (size_t i = 0; i < input.size(); ++i) {
     const std::string p = absl::StrCat("input[", i, "]");
-    const Json& item = input[i];
-    if (!item.is_object()) return Bad(p, absl::StrCat("Invalid type for '", p, "': expected an object."));
-    ASSIGN_OR_RETURN(std::string type, String(item, "type", p, false));
+    if (!input[i].is_object()) return Bad(p, absl::StrCat("Invalid type for '", p, "': expected an object."));
+    ASSIGN_OR_RETURN(std::string type, String(input[i], "type", p, false));
+    // item_reference: an item of a stored response (the Vercel AI SDK
+    // sends them while store is true), read as if sent.
+    Json referenced;
+    if (type == "item_reference") {
+      RETURN_IF_ERROR(Unknown(input[i], p, {"type", "id"}));
+      ASSIGN_OR_RETURN(std::string id, String(input[i], "id", p, true));
+      ASSIGN_OR_RETURN(referenced, StoredItem(id, store, p + ".id"));
+      ASSIGN_OR_RETURN(type, String(referenced, "type", p, false));
+    }
+    const Json& item = referenced.is_null() ? input[i] : referenced;
     if (type.empty() || type == "message") {
       RETURN_IF_ERROR(Unknown(item, p, {"type", "role", "content", "id", "status"}));
       ASSIGN_OR_RETURN(std::string role, String(item, "role", p, true));
@@ -170,7 +208,7 @@ absl::Status InputItems(const Json& input, Json* out) {
       return Bad(p + ".type",
                  absl::StrCat("Input items of type '", type,
                               "' are not supported by this server (messages, function_call, "
-                              "function_call_output and reasoning are)."));
+                              "function_call_output, reasoning and item_reference are)."));
     }
   }
   return absl::OkStatus();
@@ -425,7 +463,7 @@ absl::StatusOr<ResponsesRequest> ResponsesToChat(const Json& body, ResponseStore
   if (input == body.end() || input->is_null()) {
     return Bad("input", "Missing required parameter: 'input'.");
   }
-  RETURN_IF_ERROR(InputItems(*input, &history));
+  RETURN_IF_ERROR(InputItems(*input, store, &history));
   for (const Json& m : history) messages.push_back(m);
   r.history = std::move(history);
   chat["messages"] = std::move(messages);

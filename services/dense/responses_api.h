@@ -19,8 +19,10 @@
 //       input_text parts}; reasoning {summary [summary_text], content
 //       [reasoning_text], encrypted_content}: the reasoning of the
 //       assistant turn that follows (content, else summary), rendered where
-//       the template renders reasoning_content; images, files, item
-//       references and other tools' items are refused naming the type),
+//       the template renders reasoning_content; item_reference {id}: an
+//       output item of a stored response, read as if sent (unknown: 404
+//       item_not_found); images, files and other tools' items are refused
+//       naming the type),
 //   instructions (a system message first; not carried to a later response),
 //   previous_response_id (the stored conversation before `input`; unknown
 //     or expired: 404 ... previous_response_not_found),

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "services/dense/openai_api.h"
 
@@ -128,7 +129,8 @@ TEST(ResponsesApiTest, BadInputIsRefusedNamingTheField) {
       {R"({"input": [{"role": "tool", "content": "x"}]})", "input[0].role", "'tool'"},
       {R"({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}]})",
        "input[0].content[0].type", "'input_image'"},
-      {R"({"input": [{"type": "item_reference", "id": "x"}]})", "input[0].type", "'item_reference'"},
+      {R"({"input": [{"type": "computer_call_output", "call_id": "x"}]})", "input[0].type",
+       "'computer_call_output'"},
       {R"({"input": [{"type": "function_call", "call_id": "c", "name": "f"}]})",
        "input[0].arguments", "Missing required parameter"},
       {R"({"input": [{"type": "function_call_output", "call_id": "c"}]})", "input[0].output",
@@ -179,6 +181,30 @@ TEST(ResponsesApiTest, PreviousResponseIdPrependsTheStoredConversation) {
                                   absl::StatusCode::kNotFound);
   EXPECT_EQ(param, "previous_response_id");
   EXPECT_NE(message.find("'resp_2' not found"), std::string::npos);
+}
+
+TEST(ResponsesApiTest, ItemReferencesReadTheStoredResponsesItems) {
+  ResponseStore store({});
+  ChatDelta a;
+  a.reasoning_content = "think";
+  a.content = "Looking.";
+  a.tool_calls.push_back({"call_1", "f", "{}"});
+  store.Put("resp_5-1", {Json{{"output", ResponsesOutput("resp_5-1", a, false)}}, Json::array()});
+  const ResponsesRequest r = Req(R"({"input": [{"role": "user", "content": "Hi"},
+      {"type": "item_reference", "id": "rs_5-1_0"}, {"type": "item_reference", "id": "msg_5-1_1"},
+      {"type": "item_reference", "id": "fc_5-1_2"},
+      {"type": "function_call_output", "call_id": "call_1", "output": "ok"}]})", &store);
+  EXPECT_EQ(r.chat["messages"], Json::parse(R"([{"role": "user", "content": "Hi"},
+      {"role": "assistant", "content": "Looking.", "reasoning_content": "think",
+       "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+      {"role": "tool", "tool_call_id": "call_1", "content": "ok"}])")) << r.chat["messages"].dump(1);
+  for (const char* id : {"msg_5-1_0", "msg_5-1_9", "msg_6-1_1", "msg_x", "nothing"}) {
+    auto [param, message] = Refusal(
+        absl::StrCat(R"({"input": [{"type": "item_reference", "id": ")", id, R"("}]})"), &store,
+        absl::StatusCode::kNotFound);
+    EXPECT_EQ(param, "input[0].id") << id;
+    EXPECT_NE(message.find("not found"), std::string::npos) << message;
+  }
 }
 
 TEST(ResponsesApiTest, StoreIsBoundedAndExpires) {

@@ -2,7 +2,7 @@
 // against the dense service (a random-weight test model with Qwen3's chat
 // template; tool_choice forces the calls, so the model does call a tool):
 // a function-tool loop (function_call -> function_call_output) continued by
-// previous_response_id and again by resending the items, the same call
+// previous_response_id, by resending the items and by an item_reference, the same call
 // streamed and assembled by the client (equal to the whole answer at
 // temperature 0), a structured output (text.format json_schema), stored
 // responses retrieved and deleted, store: false, and errors as the SDK's
@@ -72,6 +72,18 @@ assert.deepEqual(resent.output.map((i) => ({ ...i, id: '' })), byId.output.map((
 assert.equal(resent.store, false);
 await assert.rejects(client.responses.retrieve(resent.id),
   (e) => e instanceof OpenAI.NotFoundError && e.status === 404);
+
+// 2c. The same again with the call sent as an item_reference to the stored
+// response's item (as the Vercel AI SDK sends items while store is true).
+const byRef = await client.responses.create({
+  ...base, max_output_tokens: 6, store: false,
+  input: [{ role: 'user', content: 'Weather in Oslo?' }, { type: 'item_reference', id: call.id }, output],
+});
+assert.equal(byRef.usage.input_tokens, byId.usage.input_tokens);
+assert.deepEqual(byRef.output.map((i) => ({ ...i, id: '' })), byId.output.map((i) => ({ ...i, id: '' })));
+await assert.rejects(
+  client.responses.create({ ...base, input: [{ type: 'item_reference', id: 'fc_0-0_0' }] }),
+  (e) => e instanceof OpenAI.NotFoundError && e.param === 'input[0].id');
 
 // 3. Streamed: the client assembles the same response from the events.
 const stream = client.responses.stream({ ...forced, input: 'Weather in Oslo?' });
