@@ -364,6 +364,7 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> Prepare(const std::string& text,
   if (job->responses) {
     ASSIGN_OR_RETURN(job->resp, ResponsesToChat(body, job->store.get()));
     body = job->resp.chat;
+    job->resp.echo["model"] = served.name;  // the model that answers, as on the chat routes
   }
   RETURN_IF_ERROR(ParseCommon(body, job->chat, served, &job->c));
   RETURN_IF_ERROR(PreparePrompt(body, served, max_token_bytes, job));

@@ -47,6 +47,7 @@ assert.equal(typeof first.usage.input_tokens_details.cached_tokens, 'number');
 assert.equal(first.usage.output_tokens_details.reasoning_tokens, 0);
 assert.equal(first.instructions, 'You check the weather.');
 assert.equal(first.store, true);
+assert.equal(first.model, model);
 
 // 2a. The output goes back by previous_response_id: the stored conversation
 // (instructions given again, as OpenAI does not carry them over) renders
@@ -121,7 +122,7 @@ assert.equal(text, done.output_text ?? done.output.filter((i) => i.type === 'mes
 // 4. Structured output: text.format json_schema (strict, as zod / the
 // Agents SDK send it): the message is JSON valid under the schema.
 const structured = await client.responses.create({
-  model, temperature: 0, max_output_tokens: 120, input: 'A city and a temperature.',
+  temperature: 0, max_output_tokens: 120, input: 'A city and a temperature.',
   text: { format: { type: 'json_schema', name: 'weather', strict: true, schema: {
     type: 'object',
     properties: { city: { type: 'string', enum: ['Oslo', 'Paris'] }, celsius: { type: 'integer' } },
@@ -129,6 +130,7 @@ const structured = await client.responses.create({
   } } },
 });
 const value = JSON.parse(structured.output_text);
+assert.equal(structured.model, model);  // no model sent: the served one
 assert.ok(['Oslo', 'Paris'].includes(value.city), structured.output_text);
 assert.equal(Number.isInteger(value.celsius), true, structured.output_text);
 
