@@ -34,6 +34,8 @@ struct DenseServiceFlags {
   std::string chat_template_file;  // "" = the model's template
   int64_t parallel = defaults::kParallel;  // sequences at once (one KV cache each)
   int64_t max_queue = defaults::kMaxQueue;
+  int64_t responses_store = defaults::kResponsesStored;
+  int64_t responses_ttl = defaults::kResponsesTtlSeconds;
   int64_t step_tokens = defaults::kStepTokens;
   int64_t threads = 0;  // 0 = AvailableCpuCount()
   int64_t ctx = defaults::kContext;  // capped at the model's training context

@@ -55,6 +55,9 @@ struct ServedModel {
   const Readiness* readiness = nullptr;  // null: always ready
   // Left out of system prompts before rendering (volatile_system.h); null: nothing.
   const VolatileSystemFilter* volatile_system = nullptr;
+  // The Responses API's stored responses (responses_api.h): how many, how long.
+  int64_t responses_stored = defaults::kResponsesStored;
+  int64_t responses_ttl_s = defaults::kResponsesTtlSeconds;
   // OK when `requested` is empty, one of `names` or default_name (or
   // `name`); NotFound naming the served names otherwise.
   absl::Status CheckName(const std::string& requested) const;

@@ -203,6 +203,8 @@ int Run(int argc, char** argv) {
                  &served);
   served.auth = api_auth.get();
   served.volatile_system = volatile_system.get();
+  served.responses_stored = f.responses_store;
+  served.responses_ttl_s = f.responses_ttl;
 
   std::unique_ptr<telemetry::MetricsServer> metrics;
   std::shared_ptr<telemetry::DenseExpertMetrics> expert_metrics;

@@ -1053,8 +1053,10 @@ class Completion : public std::enable_shared_from_this<Completion> {
 
 }  // namespace
 
-OpenAiApi::OpenAiApi(ServedModel served, ResponseStore::Options responses)
-    : served_(std::move(served)), responses_(std::make_shared<ResponseStore>(responses)) {
+OpenAiApi::OpenAiApi(ServedModel served)
+    : served_(std::move(served)),
+      responses_(std::make_shared<ResponseStore>(ResponseStore::Options{
+          static_cast<size_t>(served_.responses_stored), absl::Seconds(served_.responses_ttl_s)})) {
   const Tokenizer& tok = served_.engine->tokenizer();
   for (int32_t id = 0; id < tok.n_vocab(); ++id) {
     max_token_bytes_ = std::max(max_token_bytes_, tok.Piece(id).size());

@@ -11,7 +11,8 @@
 //     chunk with usage and no choices, then `data: [DONE]`.
 //   POST /v1/responses, GET / DELETE /v1/responses/{id}: OpenAI's Responses
 //     API (responses_api.h), run as a chat completion, answered in its
-//     shapes; stored responses in memory (ResponseStore's defaults)
+//     shapes; stored responses in memory (ServedModel::responses_stored,
+//     responses_ttl_s)
 //   POST /tokenize, /detokenize, /apply-template: llama-server's (below)
 //   GET  /v1/models, GET /v1/models/{id}, GET /health (= /health/ready:
 //     readiness), GET /health/live (liveness), GET /metrics (Prometheus
@@ -97,7 +98,7 @@ class HttpResponder {
 
 class OpenAiApi {
  public:
-  explicit OpenAiApi(ServedModel served, ResponseStore::Options responses = {});
+  explicit OpenAiApi(ServedModel served);
 
   // POST /v1/chat/completions (`chat`) or /v1/completions, in two steps.
   // PrepareCompletion (any thread; the CPU work: parse the body, render and

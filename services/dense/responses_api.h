@@ -72,8 +72,8 @@
 // an `error` event {code, message, param} and ends it.
 //
 // Stored responses (ResponseStore): in memory, at most `max_responses`
-// (the oldest goes first), each for `ttl` after it was stored; store:
-// false is not stored.
+// (--responses-store; the oldest goes first), each for `ttl`
+// (--responses-ttl) after it was stored; store: false is not stored.
 //
 // Errors: OpenAI's {"error": {"message", "type", "param", "code"}}.
 //
@@ -92,6 +92,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/plan/serving_defaults.h"
 #include "nlohmann/json.hpp"
 #include "services/dense/chat_tools.h"
 #include "services/dense/dense_engine.h"
@@ -101,8 +102,8 @@ namespace moesplit::dense {
 class ResponseStore {
  public:
   struct Options {
-    size_t max_responses = 1000;
-    absl::Duration ttl = absl::Hours(1);
+    size_t max_responses = defaults::kResponsesStored;
+    absl::Duration ttl = absl::Seconds(defaults::kResponsesTtlSeconds);
   };
   struct Entry {
     nlohmann::ordered_json response;  // the response object, as GET answers it

@@ -22,10 +22,10 @@ fail() {
   for l in "$WORK"/dense*.log; do echo "--- $l:" >&2; tail -50 "$l" >&2 || true; done
   exit 1
 }
-# start LOG TEMPLATE: a service (its pid in $PIDS); prints its URL.
+# start LOG TEMPLATE [FLAGS...]: a service (its pid in $PIDS); prints its URL.
 start() {
   "$BIN/moesplit-dense" --model "$WORK/model.gguf" --grpc 127.0.0.1:0 --http 127.0.0.1:0 \
-    --ctx 2048 --threads 2 --parallel 2 --chat-template-file "$2" >/dev/null 2>"$1" &
+    --ctx 2048 --threads 2 --parallel 2 --chat-template-file "$2" "${@:3}" >/dev/null 2>"$1" &
   echo $! >>"$PIDS"
   for _ in $(seq 1 300); do
     grep -q ready "$1" 2>/dev/null && break
@@ -37,7 +37,8 @@ start() {
 
 "$BIN/moesplit" make-test-model --out "$WORK/model.gguf" --name gpt-test --threads 2 >/dev/null
 URL=$(start "$WORK/dense.log" "$TEMPLATE")
-THINK_URL=$(start "$WORK/dense-thinking.log" "$FIXTURES/templates/Qwen3.5-4B.jinja")
+# (It keeps one stored response.)
+THINK_URL=$(start "$WORK/dense-thinking.log" "$FIXTURES/templates/Qwen3.5-4B.jinja" --responses-store 1)
 
 # --- curl: the whole answer, the raw event sequence, GET / DELETE, errors.
 ASK='"model":"gpt-test","input":"Hi","temperature":0'
@@ -61,6 +62,12 @@ code=$(curl -s -o "$WORK/err.json" -w '%{http_code}' "$URL/v1/responses" -d '{"m
 [[ $code == 400 ]] || fail "image_generation tool gave HTTP $code"
 grep -q '^{"error":{"message":"Tools of type .image_generation.*","type":"invalid_request_error","param":"tools\[0\].type","code":null}}$' "$WORK/err.json" \
   || fail "400 shape: $(cat "$WORK/err.json")"
+# --responses-store 1: a second response pushes the first out.
+a=$(curl -sf "$THINK_URL/v1/responses" -d "{$ASK,\"max_output_tokens\":2}" | sed -n 's/^{"id":"\([^"]*\)".*/\1/p')
+b=$(curl -sf "$THINK_URL/v1/responses" -d "{$ASK,\"max_output_tokens\":2}" | sed -n 's/^{"id":"\([^"]*\)".*/\1/p')
+[[ -n $a && -n $b ]] || fail "no ids from the second service"
+[[ $(curl -s -o /dev/null -w '%{http_code}' "$THINK_URL/v1/responses/$a") == 404 ]] || fail "--responses-store 1 kept $a"
+[[ $(curl -s -o /dev/null -w '%{http_code}' "$THINK_URL/v1/responses/$b") == 200 ]] || fail "--responses-store 1 lost $b"
 echo "curl: ok"
 
 # --- openai npm client
