@@ -1,5 +1,6 @@
 // HttpServer: the OpenAI-compatible HTTP API of the dense service (and
-// Anthropic's Messages API, anthropic_api.h), in the same process as the
+// Anthropic's Messages API, anthropic_api.h, and OpenAI's Responses API,
+// responses_api.h), in the same process as the
 // gRPC API. The routes and their JSON are OpenAiApi's (openai_api.h); this
 // is the transport: an asynchronous HTTP/1.1 server on
 // Boost.Beast/Asio that slow or hostile clients cannot stall.
