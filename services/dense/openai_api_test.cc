@@ -262,6 +262,97 @@ TEST(OpenAiApiTest, AnthropicMessagesStreamAnswerCountAndError) {
                 "message":"logprobs: Extra inputs are not permitted"}})"));
 }
 
+// OpenAI's /v1/responses through the same completion: the whole response
+// (stored; GET answers it, DELETE removes it), the same answer streamed
+// (events from response.created to response.incomplete, sequence numbers
+// in order, the deltas adding up to the stored text), previous_response_id
+// rendering the stored turn before the new input (a longer prompt; the
+// prefix cache's share is shown by responses_http_test), store: false, and a bad request in OpenAI's
+// error shape naming the field.
+TEST(OpenAiApiTest, ResponsesWholeStreamedStoredAndRefused) {
+  Fixture f;
+  auto run = [&](const std::string& body) {
+    auto out = std::make_shared<FakeResponder>();
+    int done = 0;
+    f.api->StartCompletion(f.api->PrepareCompletion(body, OpenAiApi::Endpoint::kResponses), out,
+                           [&] { ++done; });
+    while (done == 0) out->RunPosted(std::chrono::milliseconds(50));
+    return out;
+  };
+  const std::string ask = R"("instructions":"Be brief.","input":"Once upon","temperature":0,"max_output_tokens":6)";
+  auto whole = run("{" + ask + "}");
+  ASSERT_EQ(whole->replies.size(), 1u);
+  ASSERT_EQ(whole->replies[0].status, 200) << whole->replies[0].body;
+  const Json r = Json::parse(whole->replies[0].body);
+  const std::string id = r["id"];
+  EXPECT_EQ(id.rfind("resp_", 0), 0u);
+  EXPECT_EQ(r["object"], "response");
+  EXPECT_EQ(r["status"], "incomplete");
+  EXPECT_EQ(r["model"], "test");
+  EXPECT_EQ(r["usage"]["output_tokens"], 6);
+  EXPECT_EQ(r["usage"]["total_tokens"],
+            r["usage"]["input_tokens"].get<int>() + r["usage"]["output_tokens"].get<int>());
+  std::string said;
+  for (const Json& item : r["output"]) {
+    if (item["type"] == "message") said = item["content"][0]["text"];
+  }
+  EXPECT_EQ(Json::parse(f.api->GetResponse(id).body), r);
+
+  auto stream = run("{" + ask + R"(,"stream":true,"store":false})");
+  ASSERT_EQ(stream->heads.size(), 1u);
+  EXPECT_EQ(stream->heads[0].content_type, "text/event-stream");
+  std::string sse;
+  for (const std::string& c : stream->chunks) sse += c;
+  std::vector<std::string> types;
+  std::string text;
+  Json last;
+  for (absl::string_view e : absl::StrSplit(sse, "\n\n", absl::SkipEmpty())) {
+    const size_t data = e.find("\ndata: ");
+    ASSERT_NE(data, absl::string_view::npos) << e;
+    Json d = Json::parse(e.substr(data + 7));
+    EXPECT_EQ(e.substr(0, data), "event: " + d["type"].get<std::string>());
+    EXPECT_EQ(d["sequence_number"], types.size());
+    types.push_back(d["type"]);
+    if (d["type"] == "response.output_text.delta") text += d["delta"].get<std::string>();
+    last = d;
+  }
+  ASSERT_GE(types.size(), 3u);
+  EXPECT_EQ(types[0], "response.created");
+  EXPECT_EQ(types[1], "response.in_progress");
+  EXPECT_EQ(types.back(), "response.incomplete");
+  EXPECT_EQ(text, said);  // the same greedy answer
+  Json streamed_output = last["response"]["output"], whole_output = r["output"];
+  for (Json* o : {&streamed_output, &whole_output}) {
+    for (Json& item : *o) item["id"] = "";
+  }
+  EXPECT_EQ(streamed_output, whole_output);
+  EXPECT_EQ(last["response"]["usage"]["output_tokens"], 6);
+  // store: false: not stored.
+  EXPECT_EQ(f.api->GetResponse(last["response"]["id"]).status, 404);
+
+  auto next = run(R"({"previous_response_id":")" + id + R"(","input":"And then?","max_output_tokens":2})");
+  const Json n = Json::parse(next->replies.at(0).body);
+  ASSERT_EQ(next->replies[0].status, 200) << n.dump();
+  EXPECT_GT(n["usage"]["input_tokens"].get<int>(), r["usage"]["input_tokens"].get<int>() + 3);
+  EXPECT_EQ(n["previous_response_id"], id);
+
+  const Json deleted = Json::parse(f.api->DeleteResponse(id).body);
+  EXPECT_EQ(deleted, Json::parse(R"({"id":")" + id + R"(","object":"response.deleted","deleted":true})"));
+  const HttpReply gone = f.api->GetResponse(id);
+  EXPECT_EQ(gone.status, 404);
+  EXPECT_EQ(Json::parse(gone.body)["error"]["code"], "response_not_found");
+  auto after = run(R"({"previous_response_id":")" + id + R"(","input":"x"})");
+  EXPECT_EQ(after->replies.at(0).status, 404);
+  EXPECT_EQ(Json::parse(after->replies[0].body)["error"]["param"], "previous_response_id");
+
+  auto bad = run(R"({"input":"x","tools":[{"type":"code_interpreter"}]})");
+  ASSERT_EQ(bad->replies.size(), 1u);
+  EXPECT_EQ(bad->replies[0].status, 400);
+  const Json e = Json::parse(bad->replies[0].body)["error"];
+  EXPECT_EQ(e["type"], "invalid_request_error");
+  EXPECT_EQ(e["param"], "tools[0].type");
+  EXPECT_NE(e["message"].get<std::string>().find("'code_interpreter'"), std::string::npos);
+}
 
 // Claude Code's system prompt starts with a billing line whose cch changes
 // on every request. With the default volatile pattern the line is left out
