@@ -27,9 +27,10 @@
 //   previous_response_id (the stored conversation before `input`; unknown
 //     or expired: 404 ... previous_response_not_found),
 //   tools: function tools {type: function, name, description, parameters,
-//     strict}; web_search and web_search_preview (Codex sends web_search
-//     by default) are dropped: this server runs no server-side tool, the
-//     model is not told of them (documented); other types (file_search,
+//     strict}; web_search and web_search_preview (Codex's web search
+//     setting adds web_search to every request) are dropped: this server
+//     runs no server-side tool, the model is not told of them
+//     (documented); other types (file_search,
 //     image_generation, local_shell, custom, mcp, code_interpreter,
 //     computer_use_preview, namespace, ...) are a 400 naming the type,
 //   tool_choice (auto | none | required | {type: function, name}),
