@@ -19,7 +19,8 @@
 //       input_text parts}; reasoning {summary [summary_text], content
 //       [reasoning_text], encrypted_content}: the reasoning of the
 //       assistant turn that follows (content, else summary), rendered where
-//       the template renders reasoning_content; item_reference {id}: an
+//       the template renders reasoning_content (none follows: dropped);
+//       item_reference {id}: an
 //       output item of a stored response, read as if sent (unknown: 404
 //       item_not_found); images, files and other tools' items are refused
 //       naming the type),
