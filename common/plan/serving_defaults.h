@@ -16,6 +16,10 @@ inline constexpr int64_t kContext = 4096;     // --ctx: positions per sequence
 inline constexpr int64_t kParallel = 4;       // --parallel: sequences at once
 inline constexpr int64_t kMaxQueue = 64;      // --max-queue: requests waiting for a slot
 inline constexpr int64_t kStepTokens = 512;   // --step-tokens: tokens per forward step
+// --responses-store / --responses-ttl: Responses API responses kept in memory
+// (for previous_response_id and GET), and for how long (seconds).
+inline constexpr int64_t kResponsesStored = 1000;
+inline constexpr int64_t kResponsesTtlSeconds = 3600;
 inline constexpr std::string_view kKvType = "f16";  // --kv-type: the GPU KV cache's elements
 
 // The HTTP front end's limits.

@@ -213,6 +213,14 @@ void AddOperationFlags(FlagParser& p, DenseServiceFlags* f, const Want& want) {
         .Meta("ORIGIN")
         .DefaultText("off");
   }
+  if (want("volatile-system-pattern")) {
+    p.AddString("volatile-system-pattern", &f->volatile_system_pattern,
+                "PCRE2 pattern: what it matches in system messages is left out of the prompt, "
+                "so that text that changes on every request does not defeat the prefix cache "
+                "(several: a|b; \"\" = off)")
+        .Meta("REGEX")
+        .DefaultText("Claude Code's x-anthropic-billing-header fields");
+  }
 }
 
 }  // namespace
@@ -281,6 +289,18 @@ void AddDenseServiceFlags(FlagParser& p, DenseServiceFlags* f, const FlagNames& 
     p.AddInt("max-queue", &f->max_queue,
              "requests that may wait for a slot; more get HTTP 429 / RESOURCE_EXHAUSTED")
         .Range(0, 100000);
+  }
+  if (want("responses-store")) {
+    p.AddInt("responses-store", &f->responses_store,
+             "Responses API responses kept in memory for previous_response_id and GET "
+             "/v1/responses/{id} (the oldest goes first; 0: none)")
+        .Range(0, 1000000)
+        .Meta("N");
+  }
+  if (want("responses-ttl")) {
+    p.AddInt("responses-ttl", &f->responses_ttl, "seconds a stored Responses API response is kept")
+        .Range(1, 365LL * 24 * 3600)
+        .Meta("SECONDS");
   }
   if (want("step-tokens")) {
     p.AddInt("step-tokens", &f->step_tokens, "tokens per forward step (decodes + prompt chunks)")

@@ -21,6 +21,7 @@
 #include "absl/strings/string_view.h"
 #include "common/plan/serving_defaults.h"
 #include "services/cli/flags.h"
+#include "services/dense/volatile_system.h"
 
 namespace moesplit::cli {
 
@@ -33,6 +34,8 @@ struct DenseServiceFlags {
   std::string chat_template_file;  // "" = the model's template
   int64_t parallel = defaults::kParallel;  // sequences at once (one KV cache each)
   int64_t max_queue = defaults::kMaxQueue;
+  int64_t responses_store = defaults::kResponsesStored;
+  int64_t responses_ttl = defaults::kResponsesTtlSeconds;
   int64_t step_tokens = defaults::kStepTokens;
   int64_t threads = 0;  // 0 = AvailableCpuCount()
   int64_t ctx = defaults::kContext;  // capped at the model's training context
@@ -74,6 +77,8 @@ struct DenseServiceFlags {
   std::string log_format = "text";   // text | json
   std::string served_model_name;     // comma-separated aliases; "" = the model's name
   std::string cors_origin;           // comma-separated origins or "*"; "" = no CORS
+  // Left out of system prompts (services/dense/volatile_system.h); "" = nothing.
+  std::string volatile_system_pattern = dense::kDefaultVolatileSystemPattern;
 };
 
 // Registers the flags, bound to `f`, on `p` (all but those in `except`).

@@ -44,6 +44,8 @@ TEST(DenseServiceFlagsTest, DefaultsAreTheServingDefaults) {
   EXPECT_EQ(f.max_queue, defaults::kMaxQueue);
   EXPECT_EQ(f.kv_type, defaults::kKvType);
   EXPECT_EQ(f.http_max_connections, defaults::kHttpMaxConnections);
+  EXPECT_EQ(f.responses_store, defaults::kResponsesStored);
+  EXPECT_EQ(f.responses_ttl, defaults::kResponsesTtlSeconds);
   absl::StatusOr<uint64_t> body = plan::ParseByteSize(f.max_body_bytes);
   ASSERT_TRUE(body.ok()) << body.status();
   EXPECT_EQ(*body, defaults::kHttpMaxBodyBytes);
@@ -94,9 +96,14 @@ TEST(DenseServiceFlagsTest, ParsesEveryFlag) {
                                    "2GiB",
                                    "--cache-ram=16G",
                                    "--cache-device",
-                                   "512MiB"},
+                                   "512MiB",
+                                   "--responses-store",
+                                   "0",
+                                   "--responses-ttl=60"},
                                   &f);
   ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(f.responses_store, 0);
+  EXPECT_EQ(f.responses_ttl, 60);
   EXPECT_EQ(f.experts, "shm://w0,grpc://10.0.0.2:50061");
   EXPECT_EQ(f.http, "[::1]:8080");
   EXPECT_EQ(f.parallel, 8);

@@ -687,6 +687,7 @@ absl::StatusOr<bool> DenseEngine::Advance(Sequence& s) {
   }
   if (eog || done || r.stopped) {
     s.outcome.finish_reason = "stop";
+    if (r.stopped) s.outcome.stop_string = s.stops.stops()[r.stop_index];
     return false;
   }
   if (full) {

@@ -162,6 +162,7 @@ struct GenerateOutcome {
   int prompt_tokens = 0;
   int completion_tokens = 0;
   int cached_tokens = 0;  // prompt tokens reused from the prefix cache (not evaluated)
+  std::string stop_string;  // the stop string that ended it ("stop"), else empty
 };
 
 class DenseEngine;

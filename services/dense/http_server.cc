@@ -28,6 +28,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/status.h"
+#include "services/dense/anthropic_api.h"
 #include "services/dense/api_auth.h"
 #include "services/dense/openai_api.h"
 
@@ -51,7 +52,10 @@ constexpr size_t kLingerBytes = 1 << 20;
 // Threads preparing completions (Shared::setup).
 constexpr int kSetupThreads = 2;
 
-enum class Route { kChat, kCompletions, kModels, kModel, kHealth, kLive, kMetrics };
+enum class Route {
+  kChat, kCompletions, kMessages, kCountTokens, kTokenize, kDetokenize, kApplyTemplate,
+  kResponses, kGetResponse, kDeleteResponse, kModels, kModel, kHealth, kLive, kMetrics
+};
 
 // A path ending in '*' matches any non-empty rest (the route's argument).
 struct RouteSpec {
@@ -62,9 +66,23 @@ struct RouteSpec {
 constexpr RouteSpec kRoutes[] = {
     {"/v1/chat/completions", http::verb::post, Route::kChat},
     {"/v1/completions", http::verb::post, Route::kCompletions},
+    {"/v1/messages", http::verb::post, Route::kMessages},
+    {"/v1/messages/count_tokens", http::verb::post, Route::kCountTokens},
+    {"/v1/responses", http::verb::post, Route::kResponses},
+    {"/v1/responses/*", http::verb::get, Route::kGetResponse},
+    {"/v1/responses/*", http::verb::delete_, Route::kDeleteResponse},
     {"/v1/models", http::verb::get, Route::kModels},
     {"/v1/models/*", http::verb::get, Route::kModel},
     {"/health", http::verb::get, Route::kHealth},
+    // llama-server's routes, so that its clients need no change.
+    {"/chat/completions", http::verb::post, Route::kChat},
+    {"/completions", http::verb::post, Route::kCompletions},
+    {"/responses", http::verb::post, Route::kResponses},
+    {"/models", http::verb::get, Route::kModels},
+    {"/v1/health", http::verb::get, Route::kHealth},
+    {"/tokenize", http::verb::post, Route::kTokenize},
+    {"/detokenize", http::verb::post, Route::kDetokenize},
+    {"/apply-template", http::verb::post, Route::kApplyTemplate},
     {"/health/ready", http::verb::get, Route::kHealth},
     {"/health/live", http::verb::get, Route::kLive},
     {"/metrics", http::verb::get, Route::kMetrics},
@@ -72,7 +90,27 @@ constexpr RouteSpec kRoutes[] = {
 
 // Open without an API key: health and readiness probes.
 bool OpenWithoutKey(absl::string_view path) {
-  return path == "/health" || path == "/health/ready" || path == "/health/live";
+  return path == "/health" || path == "/health/ready" || path == "/health/live" ||
+         path == "/v1/health";
+}
+
+// The API endpoint a POST route runs.
+OpenAiApi::Endpoint EndpointOf(Route r) {
+  switch (r) {
+    case Route::kChat: return OpenAiApi::Endpoint::kChat;
+    case Route::kMessages: return OpenAiApi::Endpoint::kMessages;
+    case Route::kCountTokens: return OpenAiApi::Endpoint::kCountTokens;
+    case Route::kTokenize: return OpenAiApi::Endpoint::kTokenize;
+    case Route::kDetokenize: return OpenAiApi::Endpoint::kDetokenize;
+    case Route::kApplyTemplate: return OpenAiApi::Endpoint::kApplyTemplate;
+    case Route::kResponses: return OpenAiApi::Endpoint::kResponses;
+    default: return OpenAiApi::Endpoint::kCompletions;
+  }
+}
+
+// Anthropic's routes answer errors in Anthropic's shape (anthropic_api.h).
+bool AnthropicPath(absl::string_view path) {
+  return path == "/v1/messages" || absl::StartsWith(path, "/v1/messages/");
 }
 
 // A connection's byte stream: plain TCP, or TLS over it (--tls-cert). The
@@ -283,7 +321,7 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
   // Prepares a completion on the setup pool, then starts it on this
   // connection's strand; it holds no thread while the engine works
   // (OpenAiApi::StartCompletion).
-  void RunCompletion(bool chat) {
+  void RunCompletion(OpenAiApi::Endpoint endpoint) {
     auto self = shared_from_this();
     auto shared = shared_;
     std::list<std::weak_ptr<Connection>>::iterator busy;
@@ -296,18 +334,18 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
     auto done = [self, shared, busy, once] {
       if (once->exchange(true)) return;
       if (!self->replied_) {
-        self->Reply(OpenAiApi::ProtocolError(500, "internal_error", "no response"));
+        self->Reply(self->Error(500, "internal_error", "no response"));
       }
       std::lock_guard<std::mutex> l(shared->mu);
       shared->busy.erase(busy);
       --shared->completions;
       shared->cv.notify_all();
     };
-    net::post(shared->setup, [self, chat, done, body = std::move(parser_->get().body())] {
+    net::post(shared->setup, [self, endpoint, done, body = std::move(parser_->get().body())] {
       std::shared_ptr<OpenAiApi::Prepared> prepared;
       std::string error;
       try {
-        prepared = self->shared_->api.PrepareCompletion(body, chat);
+        prepared = self->shared_->api.PrepareCompletion(body, endpoint);
       } catch (const std::exception& e) {
         error = e.what();
       }
@@ -319,18 +357,24 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
         } catch (const std::exception& e) {
           // Before the request was submitted (after, the completion handles it).
           if (!self->replied_) {
-            self->Reply(OpenAiApi::ProtocolError(500, "internal_error", e.what()));
+            self->Reply(self->Error(500, "internal_error", e.what()));
           }
         }
-        if (!self->replied_) self->Reply(OpenAiApi::ProtocolError(500, "internal_error", error));
+        if (!self->replied_) self->Reply(self->Error(500, "internal_error", error));
         done();
       });
     });
   }
 
  private:
+  // A protocol-level error in the shape of the request's API.
+  HttpReply Error(int status, const std::string& code, const std::string& message) const {
+    return anthropic_ ? AnthropicErrorReply(status, message)
+                      : OpenAiApi::ProtocolError(status, code, message);
+  }
+
   void SendRefusal() {
-    HttpReply reply = OpenAiApi::ProtocolError(
+    HttpReply reply = Error(
         503, "too_many_connections",
         absl::StrCat("the server holds its maximum of ", opt_.max_connections,
                      " connections (--http-max-connections), each with a request running; "
@@ -360,6 +404,7 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
   // handshake at the connection's start).
   void ReadHeader(bool restart_deadline = true) {
     EnterWaiting();
+    anthropic_ = false;
     parser_.emplace();
     parser_->header_limit(opt_.max_header_bytes);
     parser_->body_limit(opt_.max_body_bytes);
@@ -390,6 +435,7 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
     if (req.target().size() > opt_.max_uri_bytes) return UriTooLong();
     const absl::string_view target = Sv(req.target());
     const absl::string_view path = target.substr(0, target.find('?'));
+    anthropic_ = AnthropicPath(path);
     const RouteSpec* found = nullptr;
     bool path_known = false;
     std::string arg;
@@ -411,17 +457,17 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
     }
     // API keys (after the CORS preflight, which browsers send without them).
     if (!OpenWithoutKey(path) && !Authorized(req)) {
-      HttpReply reply = OpenAiApi::ProtocolError(
+      HttpReply reply = Error(
           401, "invalid_api_key",
-          req.find(http::field::authorization) == req.end()
-              ? "no API key: send the header Authorization: Bearer KEY"
-              : "invalid API key in the Authorization header");
+          req.find(http::field::authorization) == req.end() && req.find("x-api-key") == req.end()
+              ? "no API key: send the header Authorization: Bearer KEY (or x-api-key: KEY)"
+              : "invalid API key in the Authorization (or x-api-key) header");
       reply.headers.emplace_back("WWW-Authenticate", "Bearer");
       return Respond(std::move(reply), no_body);
     }
     if (found == nullptr && !path_known) {
       return Respond(
-          OpenAiApi::ProtocolError(
+          Error(
               404, "unknown_url",
               absl::StrCat("no route ", std::string(Sv(req.method_string())), " ", path)),
           no_body);
@@ -431,7 +477,7 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
       for (const RouteSpec& r : kRoutes) {
         if (PathMatches(r, path, &arg)) allowed = std::string(Sv(http::to_string(r.method)));
       }
-      HttpReply reply = OpenAiApi::ProtocolError(
+      HttpReply reply = Error(
           405, "method_not_allowed",
           absl::StrCat("method ", std::string(Sv(req.method_string())), " is not allowed on ", path,
                        " (allowed: ", allowed, ")"));
@@ -443,7 +489,7 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
       const std::string v = absl::AsciiStrToLower(absl::StripAsciiWhitespace(Sv(it->value())));
       if (v != "identity") {
         return Respond(
-            OpenAiApi::ProtocolError(415, "unsupported_encoding",
+            Error(415, "unsupported_encoding",
                                      absl::StrCat("Content-Encoding '", v,
                                                   "' is not accepted; send the body uncompressed")),
             false);
@@ -452,7 +498,7 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
     if (auto it = req.find(http::field::transfer_encoding); it != req.end()) {
       const std::string v = absl::AsciiStrToLower(absl::StripAsciiWhitespace(Sv(it->value())));
       if (v != "chunked") {
-        return Respond(OpenAiApi::ProtocolError(415, "unsupported_encoding",
+        return Respond(Error(415, "unsupported_encoding",
                                                 absl::StrCat("Transfer-Encoding '", v,
                                                              "' is not accepted; only chunked")),
                        false);
@@ -493,9 +539,15 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
 
   // Whether the request carries one of the service's API keys (always, when
   // there are none); a refusal is counted.
+  // Authorization: Bearer KEY, or Anthropic's x-api-key: KEY.
   bool Authorized(const http::request<http::string_body>& req) const {
     if (shared_->auth == nullptr) return true;
     auto it = req.find(http::field::authorization);
+    if (it == req.end()) {
+      if (auto x = req.find("x-api-key"); x != req.end()) {
+        return shared_->auth->Check(absl::StrCat("Bearer ", Sv(x->value())), ApiAuth::kHttp);
+      }
+    }
     return shared_->auth->Check(it == req.end() ? absl::string_view() : Sv(it->value()),
                                 ApiAuth::kHttp);
   }
@@ -504,7 +556,7 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
     if (closed_) return;
     if (ec == http::error::header_limit) {
       if (RequestLineTooLong()) return UriTooLong();
-      return Respond(OpenAiApi::ProtocolError(
+      return Respond(Error(
                          431, "headers_too_large",
                          absl::StrCat("the request line and headers exceed ", opt_.max_header_bytes,
                                       " bytes (--http-max-header-bytes)")),
@@ -512,7 +564,7 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
     }
     if (ec == http::error::body_limit) {
       return Respond(
-          OpenAiApi::ProtocolError(413, "request_too_large",
+          Error(413, "request_too_large",
                                    absl::StrCat("the request body exceeds ", opt_.max_body_bytes,
                                                 " bytes (--max-body-bytes)")),
           false);
@@ -525,7 +577,7 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
         ec == http::error::partial_message) {
       // A malformed request (bad method, target, version, field, chunk...).
       return Respond(
-          OpenAiApi::ProtocolError(400, "invalid_request",
+          Error(400, "invalid_request",
                                    absl::StrCat("malformed HTTP request: ", ec.message())),
           false);
     }
@@ -533,7 +585,7 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
   }
 
   void UriTooLong() {
-    Respond(OpenAiApi::ProtocolError(414, "uri_too_long",
+    Respond(Error(414, "uri_too_long",
                                      absl::StrCat("the request target exceeds ", opt_.max_uri_bytes,
                                                   " bytes (--http-max-uri-bytes)")),
             false);
@@ -552,6 +604,10 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
         return Reply(shared_->api.Models());
       case Route::kModel:
         return Reply(shared_->api.Model(route_arg_));
+      case Route::kGetResponse:
+        return Reply(shared_->api.GetResponse(route_arg_));
+      case Route::kDeleteResponse:
+        return Reply(shared_->api.DeleteResponse(route_arg_));
       case Route::kHealth:
         return Reply(shared_->api.Health());
       case Route::kLive:
@@ -560,11 +616,17 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
         return Reply(shared_->api.Metrics());
       case Route::kChat:
       case Route::kCompletions:
+      case Route::kMessages:
+      case Route::kCountTokens:
+      case Route::kTokenize:
+      case Route::kDetokenize:
+      case Route::kApplyTemplate:
+      case Route::kResponses:
         processing_ = true;
         active_ = true;
         ++shared_->active;
         Watch();
-        RunCompletion(route_ == Route::kChat);
+        RunCompletion(EndpointOf(route_));
         return;
     }
   }
@@ -573,7 +635,7 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
   // send, or 403 for an origin not allowed.
   void Preflight(bool no_body) {
     if (cors_allow_.empty()) {
-      return Respond(OpenAiApi::ProtocolError(
+      return Respond(Error(
                          403, "cors_origin_not_allowed",
                          "this origin is not allowed (--cors-origin), or the Origin header is "
                          "missing"),
@@ -581,8 +643,9 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
     }
     HttpReply reply;
     reply.status = 204;
-    reply.headers = {{"Access-Control-Allow-Methods", "GET, POST, OPTIONS"},
-                     {"Access-Control-Allow-Headers", "Authorization, Content-Type"},
+    reply.headers = {{"Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS"},
+                     {"Access-Control-Allow-Headers",
+                      "Authorization, Content-Type, X-Api-Key, Anthropic-Version, Anthropic-Beta"},
                      {"Access-Control-Max-Age", "600"}};
     Respond(std::move(reply), no_body);
   }
@@ -803,6 +866,7 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
   bool reading_ = false;  // no complete request yet (or idle between requests)
   bool active_ = false;   // counted in shared_->active
   std::string route_arg_;  // what a route's '*' matched
+  bool anthropic_ = false;  // the request is on an Anthropic route
 
   bool keep_alive_ = false;
   std::string cors_allow_;  // Access-Control-Allow-Origin to send ("" = none)

@@ -1,6 +1,8 @@
-// HttpServer: the OpenAI-compatible HTTP API of the dense service, in the
-// same process as the gRPC API. The routes and their JSON are OpenAiApi's
-// (openai_api.h); this is the transport: an asynchronous HTTP/1.1 server on
+// HttpServer: the OpenAI-compatible HTTP API of the dense service (and
+// Anthropic's Messages API, anthropic_api.h, and OpenAI's Responses API,
+// responses_api.h), in the same process as the
+// gRPC API. The routes and their JSON are OpenAiApi's (openai_api.h); this
+// is the transport: an asynchronous HTTP/1.1 server on
 // Boost.Beast/Asio that slow or hostile clients cannot stall.
 //
 // Connections. A few I/O threads multiplex every connection; nothing blocks
@@ -43,9 +45,11 @@
 //   405 method_not_allowed    a route with another method (Allow: says which)
 //   400 invalid_request       a malformed request (never a 500)
 // `Expect: 100-continue` is answered once the headers pass these checks.
+// On Anthropic's routes (/v1/messages...) every error, these included, has
+// Anthropic's shape {"type":"error","error":{"type","message"}}.
 //
 // API keys (ServedModel::auth, api_auth.h): every path but /health needs
-// `Authorization: Bearer KEY`; without one: 401 invalid_api_key with
+// `Authorization: Bearer KEY` (or Anthropic's `x-api-key: KEY`); without one: 401 invalid_api_key with
 // `WWW-Authenticate: Bearer`, checked once the headers are read (before the
 // route and the body).
 //
@@ -91,7 +95,8 @@ struct HttpServerOptions {
   // --cors-origin: origins (or "*") whose requests get
   // Access-Control-Allow-Origin; OPTIONS on a known route is then a CORS
   // preflight (204 with Allow-Methods and Allow-Headers: Authorization,
-  // Content-Type; 403 for an origin not allowed). Empty: CORS off.
+  // Content-Type, X-Api-Key, Anthropic-Version, Anthropic-Beta; 403 for an
+  // origin not allowed). Empty: CORS off.
   std::vector<std::string> cors_origins;
 };
 

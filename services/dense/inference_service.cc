@@ -1,5 +1,7 @@
 #include "services/dense/inference_service.h"
 
+#include "services/dense/volatile_system.h"
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -468,7 +470,11 @@ class ChatCall final : public StreamCall<v1::ChatResponse> {
     ChatPromptOptions co;
     co.enable_thinking = !r_.disable_thinking();
     if (tools.offered()) co.tools = tools.tools;
-    ASSIGN_OR_RETURN(const std::string prompt, served_.chat->Render(messages, co));
+    ASSIGN_OR_RETURN(const std::string prompt,
+                     served_.chat->Render(served_.volatile_system != nullptr
+                                              ? served_.volatile_system->StripMessages(messages)
+                                              : messages,
+                                          co));
     const bool has_bos = !served_.chat->bos_token().empty() &&
                          prompt.rfind(served_.chat->bos_token(), 0) == 0;
     GenerateParams p;

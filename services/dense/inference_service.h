@@ -41,6 +41,7 @@
 namespace moesplit::dense {
 
 class Readiness;
+class VolatileSystemFilter;
 
 // Served-model facts shared by the gRPC and HTTP front ends.
 struct ServedModel {
@@ -52,6 +53,11 @@ struct ServedModel {
   std::vector<std::string> names;
   std::string default_name;  // general.name, else the file name without .gguf
   const Readiness* readiness = nullptr;  // null: always ready
+  // Left out of system prompts before rendering (volatile_system.h); null: nothing.
+  const VolatileSystemFilter* volatile_system = nullptr;
+  // The Responses API's stored responses (responses_api.h): how many, how long.
+  int64_t responses_stored = defaults::kResponsesStored;
+  int64_t responses_ttl_s = defaults::kResponsesTtlSeconds;
   // OK when `requested` is empty, one of `names` or default_name (or
   // `name`); NotFound naming the served names otherwise.
   absl::Status CheckName(const std::string& requested) const;

@@ -49,6 +49,7 @@
 #include "services/dense/http_server.h"
 #include "services/dense/inference_service.h"
 #include "services/dense/readiness.h"
+#include "services/dense/volatile_system.h"
 
 namespace moesplit::dense {
 namespace {
@@ -78,6 +79,12 @@ int Run(int argc, char** argv) {
   if (!parsed.ok()) return Fail(parsed.status());
   if (*parsed == cli::ParsedCommandLine::kExit) return 0;
   if (auto format = ParseLogFormat(f.log_format); format.ok()) SetLogFormat(*format);
+  std::unique_ptr<VolatileSystemFilter> volatile_system;
+  if (!f.volatile_system_pattern.empty()) {
+    auto filter = VolatileSystemFilter::Create(f.volatile_system_pattern);
+    if (!filter.ok()) return Fail(filter.status());
+    volatile_system = *std::move(filter);
+  }
   const std::string &grpc_addr = f.grpc, &metrics_addr = f.metrics, &http_addr = f.http;
   const std::string& template_file = f.chat_template_file;
   const int64_t parallel = f.parallel;
@@ -195,6 +202,9 @@ int Run(int argc, char** argv) {
   SetServedNames(ServedModelName((*engine)->model(), opt.model_path), f.served_model_name,
                  &served);
   served.auth = api_auth.get();
+  served.volatile_system = volatile_system.get();
+  served.responses_stored = f.responses_store;
+  served.responses_ttl_s = f.responses_ttl;
 
   std::unique_ptr<telemetry::MetricsServer> metrics;
   std::shared_ptr<telemetry::DenseExpertMetrics> expert_metrics;

@@ -5,22 +5,26 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status.h"
+#include "common/base/utf8.h"
 #include "common/chat/reasoning.h"
 #include "common/sampling/token_constraint.h"
+#include "services/dense/anthropic_api.h"
 #include "services/dense/chat_tools.h"
 #include "services/dense/readiness.h"
 #include "services/dense/request_log.h"
 #include "services/dense/response_format.h"
+#include "services/dense/responses_api.h"
+#include "services/dense/volatile_system.h"
 #include "prometheus/text_serializer.h"
 
 namespace moesplit::dense {
 namespace {
 
 using Json = nlohmann::ordered_json;
-constexpr char kParamPayload[] = "moesplit/param";
 
 absl::Status WithParam(absl::Status s, const std::string& param) {
   s.SetPayload(kParamPayload, absl::Cord(param));
@@ -233,10 +237,17 @@ std::string NewId(const char* prefix) {
   return absl::StrCat(prefix, Now(), "-", next.fetch_add(1));
 }
 
+struct Job;
+std::string IdFor(const Job& job);
+
 // One request in flight: what the endpoint-specific code needs to build
 // its JSON.
 struct Job {
   bool chat = false;
+  bool anthropic = false;   // Anthropic's Messages API (chat too)
+  bool responses = false;   // OpenAI's Responses API (chat too)
+  ResponsesRequest resp;    // responses: the request's echo, history, store
+  std::shared_ptr<ResponseStore> store;  // responses: where it is stored
   Common c;
   std::string prompt_text;  // chat: the rendered prompt (reasoning detection)
   ToolRequest tools;        // chat: tools, tool_choice, parallel_tool_calls
@@ -244,6 +255,10 @@ struct Job {
   int64_t created = 0;
   std::string model;
 };
+
+std::string IdFor(const Job& job) {
+  return NewId(job.anthropic ? "msg_" : job.responses ? "resp_" : job.chat ? "chatcmpl-" : "cmpl-");
+}
 
 Json FinishReason(const std::string& r) { return r == "cancelled" ? Json("stop") : Json(r); }
 
@@ -269,26 +284,37 @@ absl::StatusOr<std::vector<int32_t>> EncodePrompt(const Tokenizer& tok, const st
 }
 
 // The parts of a request body that become a prompt; `job->c` parsed first.
+// A chat request's prompt text: its messages (volatile system text left
+// out), tools and template kwargs through the chat template; `job->tools`
+// gets the request's tools.
+absl::StatusOr<std::string> RenderChatPrompt(const Json& body, const ServedModel& served,
+                                             Job* job) {
+  auto m = body.find("messages");
+  if (m == body.end()) return Bad("messages", "messages is required");
+  if (m->is_array()) {
+    RETURN_IF_ERROR(WithParam(CheckMessageCount(m->size()), "messages"));
+  }
+  ChatPromptOptions co;
+  if (auto k = body.find("chat_template_kwargs"); k != body.end() && k->is_object()) {
+    ASSIGN_OR_RETURN(co.enable_thinking, Bool(*k, "enable_thinking", true));
+  }
+  auto field = [&](const char* key) { return body.contains(key) ? body[key] : Json(); };
+  ASSIGN_OR_RETURN(job->tools, ParseToolRequest(field("tools"), field("tool_choice"),
+                                                field("parallel_tool_calls")));
+  if (job->tools.offered()) co.tools = job->tools.tools;
+  absl::StatusOr<std::string> prompt = served.chat->Render(
+      served.volatile_system != nullptr ? served.volatile_system->StripMessages(*m) : *m, co);
+  if (!prompt.ok()) return WithParam(prompt.status(), "messages");
+  return prompt;
+}
+
 absl::Status PreparePrompt(const Json& body, const ServedModel& served, size_t max_token_bytes,
                            Job* job) {
   const Tokenizer& tok = served.engine->tokenizer();
   const int n_ctx = served.engine->n_ctx();
   if (job->chat) {
-    auto m = body.find("messages");
-    if (m == body.end()) return Bad("messages", "messages is required");
-    if (m->is_array()) {
-      RETURN_IF_ERROR(WithParam(CheckMessageCount(m->size()), "messages"));
-    }
-    ChatPromptOptions co;
-    if (auto k = body.find("chat_template_kwargs"); k != body.end() && k->is_object()) {
-      ASSIGN_OR_RETURN(co.enable_thinking, Bool(*k, "enable_thinking", true));
-    }
-    auto field = [&](const char* key) { return body.contains(key) ? body[key] : Json(); };
-    ASSIGN_OR_RETURN(job->tools, ParseToolRequest(field("tools"), field("tool_choice"),
-                                                  field("parallel_tool_calls")));
-    if (job->tools.offered()) co.tools = job->tools.tools;
-    absl::StatusOr<std::string> prompt = served.chat->Render(*m, co);
-    if (!prompt.ok()) return WithParam(prompt.status(), "messages");
+    absl::StatusOr<std::string> prompt = RenderChatPrompt(body, served, job);
+    if (!prompt.ok()) return prompt.status();
     // tool_choice required / named: a call is forced (before response_format).
     absl::StatusOr<std::shared_ptr<const grammar::Grammar>> call = ToolChoiceConstraint(
         job->tools, served.chat->tool_family(), chat::PromptOpensReasoning(*prompt),
@@ -332,9 +358,17 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> Prepare(const std::string& text,
                                                        const ServedModel& served,
                                                        size_t max_token_bytes, Job* job) {
   ASSIGN_OR_RETURN(Json body, ParseBody(text));
+  if (job->anthropic) {
+    ASSIGN_OR_RETURN(body, AnthropicToChat(body, /*count_tokens=*/false));
+  }
+  if (job->responses) {
+    ASSIGN_OR_RETURN(job->resp, ResponsesToChat(body, job->store.get()));
+    body = job->resp.chat;
+    job->resp.echo["model"] = served.name;  // the model that answers, as on the chat routes
+  }
   RETURN_IF_ERROR(ParseCommon(body, job->chat, served, &job->c));
   RETURN_IF_ERROR(PreparePrompt(body, served, max_token_bytes, job));
-  job->id = NewId(job->chat ? "chatcmpl-" : "cmpl-");
+  job->id = IdFor(*job);
   job->created = Now();
   job->model = served.name;
   absl::StatusOr<std::shared_ptr<RequestHandle>> h = served.engine->Submit(job->c.params);
@@ -343,6 +377,103 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> Prepare(const std::string& text,
     return WithParam(h.status(), job->chat ? "messages" : "prompt");
   }
   return h;
+}
+
+// /v1/messages/count_tokens: the prompt's tokens, nothing submitted.
+absl::StatusOr<size_t> CountPromptTokens(const std::string& text, const ServedModel& served,
+                                         size_t max_token_bytes, Job* job) {
+  ASSIGN_OR_RETURN(Json body, ParseBody(text));
+  ASSIGN_OR_RETURN(body, AnthropicToChat(body, /*count_tokens=*/true));
+  RETURN_IF_ERROR(ParseCommon(body, /*chat=*/true, served, &job->c));
+  RETURN_IF_ERROR(PreparePrompt(body, served, max_token_bytes, job));
+  return job->c.params.prompt.size();
+}
+
+// llama-server's POST /tokenize: {"tokens": [...]} of `content` (a string,
+// or strings and token ids mixed: only the first string gets BOS/EOS);
+// with_pieces: [{"id", "piece"}], the piece a string when it is valid
+// UTF-8, else its bytes.
+absl::StatusOr<Json> TokenizeBody(const std::string& text, const ServedModel& served) {
+  ASSIGN_OR_RETURN(Json body, ParseBody(text));
+  ASSIGN_OR_RETURN(bool add_special, Bool(body, "add_special", false));
+  ASSIGN_OR_RETURN(bool parse_special, Bool(body, "parse_special", true));
+  ASSIGN_OR_RETURN(bool with_pieces, Bool(body, "with_pieces", false));
+  const Tokenizer& tok = served.engine->tokenizer();
+  std::vector<int32_t> ids;
+  auto content = body.find("content");
+  if (content != body.end()) {
+    const Json parts = content->is_array() ? *content : Json::array({*content});
+    bool first = true;
+    for (const Json& part : parts) {
+      if (part.is_string()) {
+        ASSIGN_OR_RETURN(std::vector<int32_t> more,
+                         tok.Encode(part.get_ref<const std::string&>(), parse_special,
+                                    add_special && first));
+        ids.insert(ids.end(), more.begin(), more.end());
+      } else if (part.is_number_integer() && part.get<int64_t>() >= 0 &&
+                 part.get<int64_t>() < tok.n_vocab()) {
+        ids.push_back(static_cast<int32_t>(part.get<int64_t>()));
+      } else {
+        return Bad("content", absl::StrCat("content must be a string or an array of strings and "
+                                           "token ids in [0, ",
+                                           tok.n_vocab(), ")"));
+      }
+      first = false;
+    }
+  }
+  Json tokens = Json::array();
+  for (int32_t id : ids) {
+    if (!with_pieces) {
+      tokens.push_back(id);
+      continue;
+    }
+    const std::string& piece = tok.Piece(id);
+    Json p = piece;
+    if (!IsValidUtf8(piece)) {
+      p = Json::array();
+      for (unsigned char c : piece) p.push_back(static_cast<int>(c));
+    }
+    tokens.push_back({{"id", id}, {"piece", std::move(p)}});
+  }
+  return Json{{"tokens", std::move(tokens)}};
+}
+
+// llama-server's POST /detokenize: {"content": text} of `tokens`.
+absl::StatusOr<Json> DetokenizeBody(const std::string& text, const ServedModel& served) {
+  ASSIGN_OR_RETURN(Json body, ParseBody(text));
+  std::vector<int32_t> ids;
+  if (auto t = body.find("tokens"); t != body.end()) {
+    if (!t->is_array()) return Bad("tokens", "tokens must be an array of token ids");
+    const int32_t n_vocab = served.engine->tokenizer().n_vocab();
+    for (const Json& id : *t) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= n_vocab) {
+        return Bad("tokens", absl::StrCat("tokens must be an array of token ids in [0, ", n_vocab,
+                                          "), got ", id.dump()));
+      }
+      ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+    }
+  }
+  absl::StatusOr<std::string> content = served.engine->tokenizer().Decode(ids);
+  if (!content.ok()) return WithParam(content.status(), "tokens");
+  return Json{{"content", *content}};
+}
+
+// llama-server's POST /apply-template: {"prompt": text}, the chat request's
+// prompt as /v1/chat/completions renders it (not tokenized, not run).
+absl::StatusOr<Json> ApplyTemplateBody(const std::string& text, const ServedModel& served) {
+  ASSIGN_OR_RETURN(Json body, ParseBody(text));
+  Job job;
+  job.chat = true;
+  ASSIGN_OR_RETURN(std::string prompt, RenderChatPrompt(body, served, &job));
+  return Json{{"prompt", std::move(prompt)}};
+}
+
+// An error answer in the request's API's shape.
+HttpReply ErrorReplyFor(const Job& job, const absl::Status& s) {
+  if (!job.anthropic) return ErrorReply(s);
+  HttpReply r = AnthropicErrorReply(HttpStatus(s), std::string(s.message()));
+  if (r.status == 429) r.headers.emplace_back("Retry-After", "1");
+  return r;
 }
 
 Json LogprobsJson(const Tokenizer& tok, const Job& job, const std::vector<SampledToken>& toks) {
@@ -467,6 +598,10 @@ class Completion : public std::enable_shared_from_this<Completion> {
   void Start(std::shared_ptr<RequestHandle> first) {
     self_ = shared_from_this();
     const int n = job_.c.n;
+    if (job_.anthropic) anthropic_.emplace(job_.id, job_.model);
+    if (job_.responses) {
+      responses_.emplace(job_.id, job_.created, job_.resp.echo, job_.resp.summary);
+    }
     choices_.resize(n);
     for (Choice& c : choices_) {
       c.reasoning = std::make_unique<ChatOutputStream>(
@@ -538,7 +673,8 @@ class Completion : public std::enable_shared_from_this<Completion> {
         broken_ = true;
         CancelAll();
         if (!streaming_) {
-          out_->Reply(OpenAiApi::ProtocolError(500, "internal_error", e.what()));
+          out_->Reply(job_.anthropic ? AnthropicErrorReply(500, e.what())
+                                     : OpenAiApi::ProtocolError(500, "internal_error", e.what()));
         } else {
           out_->EndStream();
         }
@@ -564,7 +700,8 @@ class Completion : public std::enable_shared_from_this<Completion> {
     head.headers.emplace_back("Cache-Control", "no-cache");
     out_->StartStream(std::move(head));
     streaming_ = true;
-    for (int i = 0; i < n && job_.chat; ++i) {
+    if (job_.responses) out_->WriteChunk(responses_->Start());
+    for (int i = 0; i < n && job_.chat && !job_.anthropic && !job_.responses; ++i) {
       Send(Chunk(job_, {{"index", i},
                         {"delta", {{"role", "assistant"}, {"content", ""}}},
                         {"logprobs", nullptr},
@@ -625,6 +762,18 @@ class Completion : public std::enable_shared_from_this<Completion> {
     if (job_.c.logprobs && !job_.c.stream) c.sampled.push_back(d.sampled);
     if (!job_.c.stream) {
       c.text += d.text;
+      return;
+    }
+    if (job_.anthropic || job_.responses) {
+      ChatDelta piece;
+      if (job_.c.json_output) {
+        piece.content = d.text;  // the constrained JSON, not split
+      } else {
+        piece = c.reasoning->Push(d.text);
+      }
+      c.calls += static_cast<int>(piece.tool_calls.size());
+      out_->WriteChunk(job_.responses ? responses_->Push(piece)
+                                      : AnthropicStart() + anthropic_->Push(piece));
       return;
     }
     // One chunk per token (the text, with the token's logprobs), then one
@@ -698,6 +847,8 @@ class Completion : public std::enable_shared_from_this<Completion> {
     MetricsAndLog();
     if (gone_) return;
     const RequestTimings timings = hs_[0]->timings();
+    if (job_.anthropic) return AnthropicAnswer();
+    if (job_.responses) return ResponsesAnswer();
     if (job_.c.n == 1) {
       const absl::StatusOr<GenerateOutcome>& o = choices_[0].outcome;
       if (!job_.c.stream) {
@@ -749,6 +900,107 @@ class Completion : public std::enable_shared_from_this<Completion> {
     out_->EndStream();
   }
 
+  // message_start, once, before the stream's first other event: its usage
+  // is the prompt's (the prefix cache's share known once it was admitted).
+  std::string AnthropicStart() {
+    if (anthropic_->started()) return "";
+    const RequestTimings t = hs_[0]->timings();
+    GenerateOutcome prompt;
+    prompt.prompt_tokens = t.prompt_tokens;
+    prompt.cached_tokens = t.cached_tokens;
+    return anthropic_->Start(AnthropicUsage(prompt));
+  }
+
+  // Anthropic's answer (n = 1): the message, or the stream's last events.
+  void AnthropicAnswer() {
+    Choice& c = choices_[0];
+    const absl::StatusOr<GenerateOutcome>& o = c.outcome;
+    if (!job_.c.stream) {
+      if (!o.ok()) return out_->Reply(ErrorReplyFor(job_, o.status()));
+      ChatDelta split;
+      if (job_.c.json_output) {
+        split.content = c.text;  // the constrained JSON, whole
+      } else {
+        split = SplitChatOutput(c.text, served_.chat->output_format(),
+                                chat::PromptOpensReasoning(job_.prompt_text),
+                                served_.chat->tool_family(), job_.tools);
+      }
+      HttpReply r;
+      r.body = Dump(AnthropicMessage(job_.id, job_.model, split,
+                                     AnthropicStopOf(*o, !split.tool_calls.empty()),
+                                     AnthropicUsage(*o)));
+      return out_->Reply(std::move(r));
+    }
+    std::string events = AnthropicStart();
+    if (!o.ok()) {
+      events += AnthropicStream::Error(HttpStatus(o.status()), std::string(o.status().message()));
+    } else {
+      const ChatDelta rest = job_.c.json_output ? ChatDelta() : c.reasoning->Finish();
+      const bool calls = c.calls > 0 || !rest.tool_calls.empty();
+      events += anthropic_->Finish(rest, AnthropicStopOf(*o, calls), AnthropicUsage(*o));
+    }
+    out_->WriteChunk(std::move(events));
+    out_->EndStream();
+  }
+
+  // The Responses API's answer (n = 1): the response object, or the
+  // stream's last events; stored unless store is false.
+  void ResponsesAnswer() {
+    Choice& c = choices_[0];
+    const absl::StatusOr<GenerateOutcome>& o = c.outcome;
+    if (!job_.c.stream) {
+      if (!o.ok()) return out_->Reply(ErrorReply(o.status()));
+      ChatDelta split;
+      if (job_.c.json_output) {
+        split.content = c.text;  // the constrained JSON, whole
+      } else {
+        split = SplitChatOutput(c.text, served_.chat->output_format(),
+                                chat::PromptOpensReasoning(job_.prompt_text),
+                                served_.chat->tool_family(), job_.tools);
+      }
+      Json response = ResponseObject(
+          job_.id, job_.created, job_.resp.echo, "completed",
+          ResponsesOutput(job_.id, split, job_.resp.summary),
+          ResponsesUsage(*o, ReasoningTokens(split)), o->finish_reason == "length");
+      StoreResponse(response, split);
+      HttpReply r;
+      r.body = Dump(response);
+      return out_->Reply(std::move(r));
+    }
+    std::string events;
+    if (!o.ok()) {
+      const Json e = ErrorJson(o.status())["error"];
+      events = responses_->Error(e["code"].is_string() ? e["code"].get<std::string>()
+                                                       : e["type"].get<std::string>(),
+                                 std::string(o.status().message()));
+    } else {
+      const ChatDelta rest = job_.c.json_output ? ChatDelta() : c.reasoning->Finish();
+      ChatDelta all = responses_->answer();
+      all.reasoning_content += rest.reasoning_content;
+      Json response;
+      events = responses_->Finish(rest, ResponsesUsage(*o, ReasoningTokens(all)),
+                                  o->finish_reason == "length", &response);
+      StoreResponse(response, responses_->answer());
+    }
+    out_->WriteChunk(std::move(events));
+    out_->EndStream();
+  }
+
+  // The reasoning's tokens: its text re-tokenized.
+  int64_t ReasoningTokens(const ChatDelta& answer) const {
+    if (answer.reasoning_content.empty()) return 0;
+    absl::StatusOr<std::vector<int32_t>> ids =
+        served_.engine->tokenizer().Encode(answer.reasoning_content, false, false);
+    return ids.ok() ? static_cast<int64_t>(ids->size()) : 0;
+  }
+
+  void StoreResponse(const Json& response, const ChatDelta& answer) {
+    if (!job_.resp.store || job_.store == nullptr) return;
+    Json messages = job_.resp.history;
+    messages.push_back(ChatMessageJson(answer));
+    job_.store->Put(job_.id, {response, std::move(messages)});
+  }
+
   void MetricsAndLog() {
     const RequestTimings timings = hs_[0]->timings();
     if (job_.c.n == 1) {
@@ -788,6 +1040,8 @@ class Completion : public std::enable_shared_from_this<Completion> {
   std::shared_ptr<Completion> self_;  // set from Start to End
   std::vector<std::shared_ptr<RequestHandle>> hs_;
   std::vector<Choice> choices_;
+  std::optional<AnthropicStream> anthropic_;  // an Anthropic stream's state
+  std::optional<ResponsesStream> responses_;  // a Responses stream's state
   bool submitted_all_ = false;  // n > 1: the other choices were submitted
   bool streaming_ = false;      // the stream's head is queued
   bool gone_ = false;           // the client went away: requests cancelled
@@ -799,7 +1053,10 @@ class Completion : public std::enable_shared_from_this<Completion> {
 
 }  // namespace
 
-OpenAiApi::OpenAiApi(ServedModel served) : served_(std::move(served)) {
+OpenAiApi::OpenAiApi(ServedModel served)
+    : served_(std::move(served)),
+      responses_(std::make_shared<ResponseStore>(ResponseStore::Options{
+          static_cast<size_t>(served_.responses_stored), absl::Seconds(served_.responses_ttl_s)})) {
   const Tokenizer& tok = served_.engine->tokenizer();
   for (int32_t id = 0; id < tok.n_vocab(); ++id) {
     max_token_bytes_ = std::max(max_token_bytes_, tok.Piece(id).size());
@@ -810,13 +1067,52 @@ struct OpenAiApi::Prepared {
   Job job;
   std::string endpoint;
   absl::StatusOr<std::shared_ptr<RequestHandle>> handle = absl::UnknownError("not prepared");
+  std::optional<HttpReply> reply;  // answered without the engine (count_tokens)
 };
 
 std::shared_ptr<OpenAiApi::Prepared> OpenAiApi::PrepareCompletion(const std::string& body,
-                                                                  bool chat) {
+                                                                  Endpoint endpoint) {
   auto p = std::make_shared<Prepared>();
-  p->endpoint = chat ? "chat_completions" : "completions";
-  p->job.chat = chat;
+  p->job.chat = endpoint != Endpoint::kCompletions;
+  p->job.anthropic = endpoint == Endpoint::kMessages || endpoint == Endpoint::kCountTokens;
+  p->job.responses = endpoint == Endpoint::kResponses;
+  if (p->job.responses) p->job.store = responses_;
+  if (endpoint == Endpoint::kTokenize || endpoint == Endpoint::kDetokenize ||
+      endpoint == Endpoint::kApplyTemplate) {
+    p->endpoint = endpoint == Endpoint::kTokenize     ? "tokenize"
+                  : endpoint == Endpoint::kDetokenize ? "detokenize"
+                                                      : "apply_template";
+    absl::StatusOr<Json> answer =
+        endpoint == Endpoint::kTokenize     ? TokenizeBody(body, served_)
+        : endpoint == Endpoint::kDetokenize ? DetokenizeBody(body, served_)
+                                            : ApplyTemplateBody(body, served_);
+    served_.engine->metrics().CountRequest(
+        "http", p->endpoint, answer.ok() ? "ok" : ServingMetrics::Outcome(answer.status()));
+    if (answer.ok()) {
+      p->reply.emplace();
+      p->reply->body = Dump(*answer);
+    } else {
+      p->reply = ErrorReply(answer.status());
+    }
+    return p;
+  }
+  if (endpoint == Endpoint::kCountTokens) {
+    p->endpoint = "count_tokens";
+    absl::StatusOr<size_t> n = CountPromptTokens(body, served_, max_token_bytes_, &p->job);
+    served_.engine->metrics().CountRequest(
+        "http", p->endpoint, n.ok() ? "ok" : ServingMetrics::Outcome(n.status()));
+    if (n.ok()) {
+      p->reply.emplace();
+      p->reply->body = Dump(Json{{"input_tokens", *n}});
+    } else {
+      p->reply = ErrorReplyFor(p->job, n.status());
+    }
+    return p;
+  }
+  p->endpoint = endpoint == Endpoint::kChat        ? "chat_completions"
+                : endpoint == Endpoint::kMessages  ? "messages"
+                : endpoint == Endpoint::kResponses ? "responses"
+                                                   : "completions";
   p->handle =
       served_.readiness != nullptr && served_.readiness->draining()
           ? ShuttingDownError("the server is shutting down (draining): not accepting new requests")
@@ -827,13 +1123,18 @@ std::shared_ptr<OpenAiApi::Prepared> OpenAiApi::PrepareCompletion(const std::str
 void OpenAiApi::StartCompletion(std::shared_ptr<Prepared> prepared,
                                 std::shared_ptr<HttpResponder> out, std::function<void()> done) {
   Prepared& p = *prepared;
+  if (p.reply.has_value()) {
+    out->Reply(*std::move(p.reply));
+    if (done) done();
+    return;
+  }
   if (!p.handle.ok()) {
     served_.engine->metrics().CountRequest("http", p.endpoint,
                                            ServingMetrics::Outcome(p.handle.status()));
-    if (p.job.id.empty()) p.job.id = NewId(p.job.chat ? "chatcmpl-" : "cmpl-");
+    if (p.job.id.empty()) p.job.id = IdFor(p.job);
     LogRequest({p.job.id, "http", p.endpoint, served_.name, RequestTimings{},
                 RequestOutcome(p.handle.status()), ""});
-    out->Reply(ErrorReply(p.handle.status()));
+    out->Reply(ErrorReplyFor(p.job, p.handle.status()));
     if (done) done();
     return;
   }
@@ -844,21 +1145,58 @@ void OpenAiApi::StartCompletion(std::shared_ptr<Prepared> prepared,
 
 namespace {
 
+HttpReply ResponseNotFound(const std::string& id) {
+  absl::Status s = absl::NotFoundError(absl::StrCat(
+      "Response with id '", id, "' not found (never stored, stored with store: false, deleted "
+      "or expired)."));
+  s.SetPayload(kErrorCodePayload, absl::Cord("response_not_found"));
+  return ErrorReply(s);
+}
+
+// OpenAI's model object, with Anthropic's fields beside (type,
+// display_name, created_at), so that both SDKs read it.
 Json ModelObject(const ServedModel& served, const std::string& id) {
   return {{"id", id},
           {"object", "model"},
           {"created", 0},
           {"owned_by", "moesplit"},
-          {"context_length", served.engine->n_ctx()}};
+          {"context_length", served.engine->n_ctx()},
+          {"type", "model"},
+          {"display_name", id},
+          {"created_at", "1970-01-01T00:00:00Z"}};
 }
 
 }  // namespace
 
+HttpReply OpenAiApi::GetResponse(const std::string& id) {
+  std::optional<ResponseStore::Entry> e = responses_->Get(id);
+  served_.engine->metrics().CountRequest("http", "responses_get", e ? "ok" : "invalid_argument");
+  if (!e.has_value()) return ResponseNotFound(id);
+  HttpReply r;
+  r.body = Dump(e->response);
+  return r;
+}
+
+HttpReply OpenAiApi::DeleteResponse(const std::string& id) {
+  const bool deleted = responses_->Delete(id);
+  served_.engine->metrics().CountRequest("http", "responses_delete", deleted ? "ok" : "invalid_argument");
+  if (!deleted) return ResponseNotFound(id);
+  HttpReply r;
+  r.body = Dump(Json{{"id", id}, {"object", "response.deleted"}, {"deleted", true}});
+  return r;
+}
+
 HttpReply OpenAiApi::Models() {
   Json data = Json::array();
-  for (const std::string& n : served_.ListedNames()) data.push_back(ModelObject(served_, n));
+  const std::vector<std::string> names = served_.ListedNames();
+  for (const std::string& n : names) data.push_back(ModelObject(served_, n));
   HttpReply r;
-  r.body = Dump(Json{{"object", "list"}, {"data", std::move(data)}});
+  // Anthropic's list page (has_more, first_id, last_id) beside OpenAI's.
+  r.body = Dump(Json{{"object", "list"},
+                     {"data", std::move(data)},
+                     {"has_more", false},
+                     {"first_id", names.front()},
+                     {"last_id", names.back()}});
   served_.engine->metrics().CountRequest("http", "models", "ok");
   return r;
 }

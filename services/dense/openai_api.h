@@ -4,9 +4,16 @@
 //
 //   POST /v1/chat/completions   chat messages -> the model's chat template
 //   POST /v1/completions        a text prompt (or token ids)
+//   POST /v1/messages, /v1/messages/count_tokens: Anthropic's Messages API
+//     (anthropic_api.h), run as a chat completion, answered in its shapes
 //     both: "stream": true answers with server-sent events, one
 //     `data: {chunk}` per token, then (with stream_options.include_usage) a
 //     chunk with usage and no choices, then `data: [DONE]`.
+//   POST /v1/responses, GET / DELETE /v1/responses/{id}: OpenAI's Responses
+//     API (responses_api.h), run as a chat completion, answered in its
+//     shapes; stored responses in memory (ServedModel::responses_stored,
+//     responses_ttl_s)
+//   POST /tokenize, /detokenize, /apply-template: llama-server's (below)
 //   GET  /v1/models, GET /v1/models/{id}, GET /health (= /health/ready:
 //     readiness), GET /health/live (liveness), GET /metrics (Prometheus
 //     text of the engine's registry, the same one the --metrics exposer
@@ -43,8 +50,13 @@
 
 #include "services/dense/inference_service.h"
 #include "services/dense/request_limits.h"
+#include "services/dense/responses_api.h"
 
 namespace moesplit::dense {
+
+// The status payload naming the request field an error is about (the
+// OpenAI error's `param`).
+inline constexpr char kParamPayload[] = "moesplit/param";
 
 struct HttpReply {
   int status = 200;
@@ -98,10 +110,27 @@ class OpenAiApi {
   // the request in the engine, which frees its slot and KV cache at its
   // next step, streaming or not. `done` runs on the executor once the
   // request ended in the engine and the answer (if any) is queued.
+  // kMessages / kCountTokens: Anthropic's Messages API (anthropic_api.h),
+  // run as a chat completion; count_tokens renders and tokenizes the
+  // prompt and submits nothing (its answer is ready when prepared), as do
+  // llama-server's POST /tokenize ({"content", "add_special" (false),
+  // "parse_special" (true), "with_pieces"} -> {"tokens"}), /detokenize
+  // ({"tokens"} -> {"content"}) and /apply-template (a chat request ->
+  // {"prompt"}: the text /v1/chat/completions would run).
+  enum class Endpoint {
+    kChat, kCompletions, kMessages, kCountTokens, kTokenize, kDetokenize, kApplyTemplate,
+    kResponses
+  };
   struct Prepared;
-  std::shared_ptr<Prepared> PrepareCompletion(const std::string& body, bool chat);
+  std::shared_ptr<Prepared> PrepareCompletion(const std::string& body, Endpoint endpoint);
+  std::shared_ptr<Prepared> PrepareCompletion(const std::string& body, bool chat) {
+    return PrepareCompletion(body, chat ? Endpoint::kChat : Endpoint::kCompletions);
+  }
   void StartCompletion(std::shared_ptr<Prepared> prepared, std::shared_ptr<HttpResponder> out,
                        std::function<void()> done);
+  // GET /v1/responses/{id}: the stored response, else 404; DELETE: removes it.
+  HttpReply GetResponse(const std::string& id);
+  HttpReply DeleteResponse(const std::string& id);
   HttpReply Models();
   // GET /v1/models/{id}: the model object when `id` is a served name (an
   // alias or the model's own name), else 404 model_not_found.
@@ -120,6 +149,7 @@ class OpenAiApi {
 
  private:
   const ServedModel served_;
+  const std::shared_ptr<ResponseStore> responses_;
   size_t max_token_bytes_ = 1;  // the longest token's bytes
 };
 

@@ -628,6 +628,45 @@ v1::ChatRequest ChatFor(const std::string& role, const std::string& content) {
   return req;
 }
 
+// Claude Code's billing line (its cch changing on every request) is left out
+// of the rendered prompt by the default --volatile-system-pattern, on the
+// OpenAI chat route and gRPC Chat alike: a request with another stamp reuses
+// the prompt from the prefix cache, and both APIs render the same prompt.
+TEST_F(ApiTest, ClaudeCodesBillingLineIsKeptOutOfTheCachedPrefix) {
+  httplib::Client c = server_->Http();
+  std::string rules;
+  for (int i = 0; i < 30; ++i) absl::StrAppend(&rules, "Billing rule ", i, ". ");
+  auto system = [&](const std::string& cch) {
+    return absl::StrCat("x-anthropic-billing-header: cc_version=2.1.101.e51; cc_entrypoint=cli; cch=",
+                        cch, ";\n", rules);
+  };
+  auto chat = [&](const std::string& cch) {
+    auto r = c.Post("/v1/chat/completions",
+                    Json({{"messages", {{{"role", "system"}, {"content", system(cch)}},
+                                        {{"role", "user"}, {"content", "Hello"}}}},
+                          {"max_tokens", 1}})
+                        .dump(),
+                    "application/json");
+    EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no answer");
+    return Json::parse(r->body)["usage"];
+  };
+  const Json a = chat("a5145"), b = chat("0aaa9");
+  EXPECT_EQ(a["prompt_tokens"], b["prompt_tokens"]);
+  const int cached = b["prompt_tokens_details"]["cached_tokens"].get<int>();
+  EXPECT_EQ(cached, (b["prompt_tokens"].get<int>() - 1) / 64 * 64) << b.dump();
+  EXPECT_GT(cached, 0);
+
+  v1::ChatRequest req = ChatFor("system", system("77777"));
+  auto* m = req.add_messages();
+  m->set_role("user");
+  m->set_content("Hello");
+  req.set_max_tokens(1);
+  Streamed g = Chat(*server_, req);
+  ASSERT_TRUE(g.status.ok()) << g.status.error_message();
+  EXPECT_EQ(g.usage.prompt_tokens(), b["prompt_tokens"].get<int>());
+  EXPECT_EQ(g.usage.cached_tokens(), cached);
+}
+
 TEST_F(ApiTest, BadRequestsGetPreciseErrorsAndTheServerKeepsServing) {
   std::string long_prompt;
   for (int i = 0; i < kCtx; ++i) long_prompt += " word";

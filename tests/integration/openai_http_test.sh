@@ -52,6 +52,36 @@ grep -q '^moesplit_requests_total{api="http",endpoint="completions",outcome="ok"
   || fail "/metrics does not count the completion"
 echo "curl: ok"
 
+# --- llama-server's routes: the un-prefixed aliases, /v1/health, /tokenize,
+# /detokenize (a round trip), /apply-template (the prompt the chat runs: its
+# tokens are the chat's prompt_tokens).
+json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
+curl -sf "$URL/v1/health" | grep -q '"ok"' || fail "/v1/health"
+curl -sf "$URL/models" | grep -q '"id":"http-test"' || fail "/models"
+CHAT='{"messages":[{"role":"user","content":"Hi there"}],"max_tokens":4,"temperature":0}'
+a=$(curl -sf "$URL/chat/completions" -d "$CHAT" | json 'd["choices"][0]["message"]["content"]') \
+  || fail "/chat/completions"
+b=$(curl -sf "$URL/v1/chat/completions" -d "$CHAT" | json 'd["choices"][0]["message"]["content"]')
+[[ $a == "$b" ]] || fail "/chat/completions gave '$a', /v1/chat/completions '$b'"
+curl -sf "$URL/completions" -d '{"prompt":"Hello","max_tokens":5,"temperature":0}' \
+  | grep -q '"completion_tokens":5' || fail "/completions"
+ids=$(curl -sf "$URL/tokenize" -d '{"content":"Hello world, again"}' | json 'json.dumps(d["tokens"])') \
+  || fail "/tokenize"
+[[ $ids == \[[0-9]* ]] || fail "/tokenize: $ids"
+back=$(curl -sf "$URL/detokenize" -d "{\"tokens\":$ids}" | json 'd["content"]') || fail "/detokenize"
+[[ $back == "Hello world, again" ]] || fail "/detokenize gave '$back'"
+pieces=$(curl -sf "$URL/tokenize" -d '{"content":"Hi","with_pieces":true}' \
+  | json '"".join(p["piece"] for p in d["tokens"])')
+[[ $pieces == Hi ]] || fail "/tokenize with_pieces: $pieces"
+code=$(curl -s -o "$WORK/err.json" -w '%{http_code}' "$URL/detokenize" -d '{"tokens":[-1]}')
+[[ $code == 400 ]] || fail "/detokenize of id -1 gave HTTP $code"
+prompt=$(curl -sf "$URL/apply-template" -d "$CHAT" | json 'json.dumps({"content": d["prompt"], "add_special": True})') \
+  || fail "/apply-template"
+n=$(curl -sf "$URL/tokenize" -d "$prompt" | json 'len(d["tokens"])')
+want=$(curl -sf "$URL/v1/chat/completions" -d "$CHAT" | json 'd["usage"]["prompt_tokens"]')
+[[ $n == "$want" ]] || fail "/apply-template's prompt has $n tokens, the chat ran $want"
+echo "llama-server routes: ok"
+
 # --- openai npm client
 NPM=$WORK/npm
 if [[ ! -d $NPM/node_modules/openai ]]; then
