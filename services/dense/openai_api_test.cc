@@ -234,7 +234,9 @@ TEST(OpenAiApiTest, AnthropicMessagesStreamAnswerCountAndError) {
   EXPECT_EQ(m["type"], "message");
   EXPECT_EQ(m["id"].get<std::string>().rfind("msg_", 0), 0u);
   EXPECT_EQ(m["stop_reason"], "max_tokens");
-  if (!text.empty()) EXPECT_EQ(m["content"][0]["text"], text);  // same greedy answer
+  if (!text.empty()) {
+    EXPECT_EQ(m["content"][0]["text"], text);  // same greedy answer
+  }
   const int prompt = m["usage"]["input_tokens"].get<int>() + m["usage"]["cache_read_input_tokens"].get<int>();
 
   // A stop sequence taken from that answer ends the next one there, named.
