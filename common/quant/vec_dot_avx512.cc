@@ -265,12 +265,37 @@ void DotF32Tokens512(int64_t n, const void* w, uint64_t row_bytes, int64_t n_row
 
 #include "common/quant/internal/iq_avx512.inc"
 
+// The int32 totals of two blocks' 16-lane sums, one shuffle tree for both.
+__attribute__((always_inline)) inline void IqReducePair(__m512i a, __m512i b, int* ta, int* tb) {
+  // 128-bit chunks [a0 + a2, a1 + a3, b0 + b2, b1 + b3], then within.
+  __m512i t = _mm512_add_epi32(_mm512_shuffle_i64x2(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
+                               _mm512_shuffle_i64x2(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+  t = _mm512_add_epi32(t, _mm512_shuffle_i64x2(t, t, _MM_SHUFFLE(2, 3, 0, 1)));
+  t = _mm512_add_epi32(t, _mm512_shuffle_epi32(t, _MM_PERM_BADC));
+  t = _mm512_add_epi32(t, _mm512_shuffle_epi32(t, _MM_PERM_CDAB));
+  *ta = _mm_cvtsi128_si32(_mm512_castsi512_si128(t));
+  *tb = _mm_cvtsi128_si32(_mm512_extracti32x4_epi32(t, 2));
+}
+
+// The blocks' integer sums (block_sum(i): 16 int32 lanes) reduced two at a
+// time (IQ1_S dot 10.8 -> 11.8 Gelem/s), then finished in block order.
+#define MOESPLIT_IQ_FINISH_BLOCKS(nb, x, y, block_sum)                                   \
+  float acc = 0;                                                                         \
+  int64_t i = 0;                                                                         \
+  for (; i + 1 < (nb); i += 2) {                                                         \
+    int ta, tb;                                                                          \
+    IqReducePair(block_sum(i), block_sum(i + 1), &ta, &tb);                              \
+    acc = FinishSuper(ta, IqD((x)[i]), (y)[i].d, acc);                                   \
+    acc = FinishSuper(tb, IqD((x)[i + 1]), (y)[i + 1].d, acc);                           \
+  }                                                                                      \
+  if (i < (nb)) acc = FinishSuper(_mm512_reduce_add_epi32(block_sum(i)), IqD((x)[i]), (y)[i].d, acc); \
+  return acc
+
 template <typename Block>
 float DotIq512(int64_t n, const void* vx, const void* vy) {
   const Block* x = static_cast<const Block*>(vx);
   const BlockQ8_K* y = static_cast<const BlockQ8_K*>(vy);
-  float acc = 0;
-  for (int64_t i = 0; i < n / 256; ++i) {
+  auto block_sum = [&](int64_t i) __attribute__((always_inline)) {
     __m512i sumi = _mm512_setzero_si512();
     const auto prep = IqStep<Block>::Prepare(x[i]);
 #pragma GCC unroll 4
@@ -280,9 +305,9 @@ float DotIq512(int64_t n, const void* vx, const void* vy) {
       const __m512i sa = _mm512_mask_sub_epi8(a, s.neg, _mm512_setzero_si512(), a);
       sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), s.w, sa), s.scale));
     }
-    acc = FinishSuper(_mm512_reduce_add_epi32(sumi), IqD(x[i]), y[i].d, acc);
-  }
-  return acc;
+    return sumi;
+  };
+  MOESPLIT_IQ_FINISH_BLOCKS(n / 256, x, y, block_sum);
 }
 
 #pragma GCC pop_options
@@ -473,8 +498,7 @@ float DotIqVbmi512(int64_t n, const void* vx, const void* vy) {
     }
     sel[h] = _mm512_load_si512(bytes);
   }
-  float acc = 0;
-  for (int64_t i = 0; i < n / 256; ++i) {
+  auto block_sum = [&](int64_t i) __attribute__((always_inline)) {
     __m512i idx[2], sc, signs;
     VbmiBlock<Block>::Of(x[i], idx, &sc, &signs);
     __m512i codes[2];
@@ -502,7 +526,13 @@ float DotIqVbmi512(int64_t n, const void* vx, const void* vy) {
       sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w, sa),
                                                        IqStepScale<IqStep<Block>::kGroup>(sc, h)));
     }
-    acc = FinishSuper(_mm512_reduce_add_epi32(sumi), IqD(x[i]), y[i].d, acc);
+    return sumi;
+  };
+  // One block at a time: two in flight (IqReducePair) spill the grid
+  // registers (IQ2_XXS 17.9 -> 16.5 Gelem/s).
+  float acc = 0;
+  for (int64_t i = 0; i < n / 256; ++i) {
+    acc = FinishSuper(_mm512_reduce_add_epi32(block_sum(i)), IqD(x[i]), y[i].d, acc);
   }
   return acc;
 }
