@@ -375,6 +375,27 @@ const auto& IqCodes() {
   }
 }
 
+// For step h and value v, the byte of the block's sign vector holding its
+// run's sign byte: run r = 8 h + v / 8 is at byte r, or for IQ2_XXS at
+// byte 8 (r / 4) + r % 4. A constant: the kernels run on short rows too.
+struct IqSignSelTable {
+  alignas(64) uint8_t b[4][64];
+};
+template <bool kIq2Xxs>
+const IqSignSelTable& IqSignSel() {
+  static constexpr IqSignSelTable kTable = [] {
+    IqSignSelTable t{};
+    for (int h = 0; h < 4; ++h) {
+      for (int v = 0; v < 64; ++v) {
+        const int run = 8 * h + v / 8;
+        t.b[h][v] = static_cast<uint8_t>(kIq2Xxs ? 8 * (run / 4) + run % 4 : run);
+      }
+    }
+    return t;
+  }();
+  return kTable;
+}
+
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,avx512bitalg")
 
@@ -489,15 +510,11 @@ float DotIqVbmi512(int64_t n, const void* vx, const void* vy) {
   const __m512i lane = kIq3 ? _mm512_setr_epi64(0x10000, 0x30002, 0x50004, 0x70006, 0x90008, 0xB000A, 0xD000C, 0xF000E)
                             : _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7);
   const __m512i value_bit = _mm512_set1_epi64(0x8040201008040201);
-  __m512i sel[4];  // step h: the sign byte of each value's run
-  for (int h = 0; h < 4; ++h) {
-    alignas(64) uint8_t bytes[64];
-    for (int v = 0; v < 64; ++v) {
-      const int run = 8 * h + v / 8;
-      bytes[v] = static_cast<uint8_t>(std::is_same_v<Block, BlockIq2Xxs> ? 8 * (run / 4) + run % 4 : run);
-    }
-    sel[h] = _mm512_load_si512(bytes);
-  }
+  // Step h: the sign byte of each value's run (IqSignSel).
+  const uint8_t* sel_bytes = IqSignSel<std::is_same_v<Block, BlockIq2Xxs>>().b[0];
+  __m512i sel[4];
+#pragma GCC unroll 4
+  for (int h = 0; h < 4; ++h) sel[h] = _mm512_load_si512(sel_bytes + 64 * h);
   auto block_sum = [&](int64_t i) __attribute__((always_inline)) {
     __m512i idx[2], sc, signs;
     VbmiBlock<Block>::Of(x[i], idx, &sc, &signs);
