@@ -298,6 +298,33 @@ float DotIq512(int64_t n, const void* vx, const void* vy) {
   auto block_sum = [&](int64_t i) __attribute__((always_inline)) {
     __m512i sumi = _mm512_setzero_si512();
     const auto prep = IqStep<Block>::Prepare(x[i]);
+    if constexpr (std::is_same_v<Block, BlockIq1S> || std::is_same_v<Block, BlockIq1M>) {
+      // IQ1: the codes 8 g + delta plus 9 (0..18) as the unsigned operand,
+      // no sign mask; the 9 sum(a) per group this adds comes off once per
+      // block from the activations' 16-value sums.
+      constexpr int kGroup = IqStep<Block>::kGroup;
+#pragma GCC unroll 4
+      for (int h = 0; h < 4; ++h) {
+        const __m512i g = IqEntries8(kIq1SGrid, [&](int k) { return prep.idx[8 * h + k]; });
+        __mmask8 neg_runs;
+        if constexpr (kGroup == 32) {
+          neg_runs = static_cast<__mmask8>((((prep.neg >> (2 * h)) & 1) ? 0x0F : 0) |
+                                           (((prep.neg >> (2 * h + 1)) & 1) ? 0xF0 : 0));
+        } else {
+          neg_runs = static_cast<__mmask8>(prep.neg >> (8 * h));
+        }
+        const __m512i g8 = _mm512_and_si512(_mm512_slli_epi64(g, 3), _mm512_set1_epi8(static_cast<char>(0xF8)));
+        const __m512i u = _mm512_add_epi8(g8, _mm512_mask_blend_epi64(neg_runs, _mm512_set1_epi8(10), _mm512_set1_epi8(8)));
+        sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u, Load512(y[i].qs + 64 * h)),
+                                                         IqStepScale<kGroup>(prep.sc, h)));
+      }
+      __m512i sc16 = prep.sc;  // the sub-scale of each 16 values
+      if constexpr (kGroup == 32) {
+        sc16 = _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7), prep.sc);
+      }
+      const __m512i corr = _mm512_mullo_epi32(sc16, _mm512_cvtepi16_epi32(Load256(y[i].bsums)));
+      return _mm512_sub_epi32(sumi, _mm512_add_epi32(_mm512_slli_epi32(corr, 3), corr));
+    }
 #pragma GCC unroll 4
     for (int h = 0; h < 4; ++h) {
       const IqStepOut s = IqStep<Block>::Of(x[i], h, prep);
