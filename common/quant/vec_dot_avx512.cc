@@ -631,9 +631,23 @@ void AppendAvx512Kernels(SimdKernels* out) {
   out->dots.insert(out->dots.end(), std::begin(kernels), std::end(kernels));
 }
 
+VecDotFn Avx512IqDotWithoutVbmi(GgmlType type) {
+  switch (type) {
+    case GgmlType::kIQ1_S: return DotIq512<BlockIq1S>;
+    case GgmlType::kIQ1_M: return DotIq512<BlockIq1M>;
+    case GgmlType::kIQ2_XXS: return DotIq512<BlockIq2Xxs>;
+    case GgmlType::kIQ2_XS: return DotIq512<BlockIq2Xs>;
+    case GgmlType::kIQ2_S: return DotIq512<BlockIq2S>;
+    case GgmlType::kIQ3_XXS: return DotIq512<BlockIq3Xxs>;
+    case GgmlType::kIQ3_S: return DotIq512<BlockIq3S>;
+    default: return nullptr;
+  }
+}
+
 #else
 
 void AppendAvx512Kernels(SimdKernels*) {}
+VecDotFn Avx512IqDotWithoutVbmi(GgmlType) { return nullptr; }
 
 #endif
 
