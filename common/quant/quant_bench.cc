@@ -6,6 +6,8 @@
 //                                                        lines, of TYPE if given, then
 //                                                        with DeepSeek-V3's expert shapes)
 //   quant_bench [seconds_per_case=0.2] matvec [threads=2] [MiB=512] [TYPE] [columns=2048]
+//   quant_bench [seconds_per_case=0.2] dots TYPE...      (only those types' dot and
+//                                                        32-token lines)
 //
 // matvec: one-token MatMul (a decode step's dense product, e.g. the output
 // head) of a matrix of about MiB MiB with 2048 columns (or `columns`; 2880 is
@@ -254,6 +256,21 @@ int main(int argc, char** argv) {
     return 0;
   }
   std::printf("active kernel level %d\n", static_cast<int>(moesplit::quant::ActiveKernelLevel()));
+  if (argc > 2 && std::string(argv[2]) == "dots") {
+    for (int k = 3; k < argc; ++k) {
+      bool known = false;
+      for (moesplit::GgmlType type : moesplit::quant::kTypes) {
+        if (moesplit::quant::testing::Name(type) != argv[k]) continue;
+        moesplit::quant::BenchType(type, secs);
+        known = true;
+      }
+      if (!known) {
+        std::fprintf(stderr, "quant_bench: unknown type '%s'\n", argv[k]);
+        return 2;
+      }
+    }
+    return 0;
+  }
   // "packed [TYPE]": only that type's packed figures.
   const std::string only = argc > 3 && std::string(argv[2]) == "packed" ? argv[3] : "";
   bool matched = false;

@@ -200,6 +200,28 @@ TEST_P(SimdDotTest, QuantisedLevelsEqualCanonicalOnRawBytes) {
   if (checked == 0) GTEST_SKIP() << "no SIMD level on this CPU";
 }
 
+// The AVX-512 i-quant kernels of CPUs without VBMI/BITALG, which a CPU that
+// has them never runs through LibrarySimdVecDot.
+TEST(SimdIqDotTest, Avx512WithoutVbmiEqualsCanonical) {
+  if (!internal::CpuHasAvx512Vnni()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+  for (GgmlType type : {GgmlType::kIQ1_S, GgmlType::kIQ1_M, GgmlType::kIQ2_XXS, GgmlType::kIQ2_XS, GgmlType::kIQ2_S,
+                        GgmlType::kIQ3_XXS, GgmlType::kIQ3_S}) {
+    const VecDotFn fn = internal::Avx512IqDotWithoutVbmi(type);
+    ASSERT_NE(fn, nullptr) << Name(type);
+    const VecDotFn canonical = internal::CanonicalVecDot(type);
+    const GgmlType act_type = GetTypeTraits(type)->vec_dot_type;
+    std::mt19937 rng(static_cast<uint32_t>(type) * 131);
+    for (int rep = 0; rep < 6; ++rep) {
+      const int64_t n = Lengths(type)[rep % Lengths(type).size()];
+      const std::vector<uint8_t> w = RawRandomWeights(type, n, &rng);
+      const std::vector<uint8_t> a = RawActivations(act_type, n, rep % 2 == 1, &rng);
+      EXPECT_EQ(Bits(fn(n, w.data(), a.data())), Bits(canonical(n, w.data(), a.data())))
+          << Name(type) << " rep " << rep;
+    }
+  }
+  EXPECT_EQ(internal::Avx512IqDotWithoutVbmi(GgmlType::kQ4_K), nullptr);
+}
+
 TEST_P(SimdFloatDotTest, LevelsMatchScalar) {
   const GgmlType type = GetParam();
   int checked = 0;

@@ -62,6 +62,11 @@ const SimdKernels& CpuSimdKernels();
 // only called when the CPU has the level.
 void AppendAvx2Kernels(SimdKernels* out);
 void AppendAvx512Kernels(SimdKernels* out);
+// The AVX-512 i-quant dot that CPUs without VBMI/BITALG get (where the CPU
+// has them, AppendAvx512Kernels registers the register-grid kernels for
+// IQ2_XXS, IQ2_XS, IQ3_XXS and IQ3_S instead), so tests check both; nullptr
+// for the other types. Only call when CpuHasAvx512Vnni().
+VecDotFn Avx512IqDotWithoutVbmi(GgmlType type);
 void AppendSimdQuantizers(SimdKernels* out);
 
 // The SIMD dot registered for `type` at exactly `level` by the library
