@@ -149,6 +149,8 @@ TEST(DenseServiceFlagsTest, BadValuesFailWhileParsing) {
       {{"--model", "m", "--ctx", "8"}, "flag --ctx must be in 16..16777216, got 8"},
       {{"--model", "m", "--threads", "-2"}, "flag --threads must be in 0..1024"},
       {{"--model", "m", "--expert-timeout", "0"}, "flag --expert-timeout must be in 1.."},
+      {{"--model", "m", "--http-sse-heartbeat-ms", "-1"},
+       "flag --http-sse-heartbeat-ms must be in 0..86400000, got -1"},
       {{"--model", "m", "--backend", "gpu"},
        "flag --backend must be one of auto, cpu, cuda; got 'gpu'"},
       {{"--model", "m", "--kv-type", "q5_1"}, "flag --kv-type must be one of f16, q8_0, q4_0"},
