@@ -580,6 +580,7 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
       // RFC 9112 9.6: answer, stop writing, read on (bounded), then close.
       linger_bytes_ = kTooLargeDrainBytes;
       linger_time_ = opt_.body_timeout;
+      body_unread_ = true;
       return Respond(
           Error(413, "request_too_large",
                                    absl::StrCat("the request body exceeds ", opt_.max_body_bytes,
@@ -845,12 +846,31 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
     if (closed_) return;
     SetDeadline(linger_time_);
     if (auto* tls = std::get_if<TlsStream>(&stream_)) {
+      // After a 413 the client may still be sending its body: read it first
+      // (TLS has no half-close that lets it go on sending after ours).
+      if (body_unread_) return DrainTls(0);
       tls->async_shutdown([self = shared_from_this()](beast::error_code) { self->Close(); });
       return;
     }
     beast::error_code ignored;
     Tcp(stream_).shutdown(tcp::socket::shutdown_send, ignored);
     Drain(0);
+  }
+
+  // TLS, after a 413: reads and drops what the client sends until it closes,
+  // or linger_bytes_ (then close_notify, as Linger).
+  void DrainTls(size_t drained) {
+    buffer_.clear();
+    std::get<TlsStream>(stream_).async_read_some(
+        buffer_.prepare(16384),
+        [self = shared_from_this(), drained](beast::error_code ec, size_t n) {
+          if (ec) return self->Close();
+          if (drained + n > self->linger_bytes_) {
+            self->body_unread_ = false;
+            return self->Linger();
+          }
+          self->DrainTls(drained + n);
+        });
   }
 
   void Drain(size_t drained) {
@@ -927,6 +947,7 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
   std::function<void()> wake_;  // the completion in flight's wake-up (HttpResponder::SetWake)
   size_t linger_bytes_ = kLingerBytes;  // what Linger reads and drops at most
   ms linger_time_ = kLinger;            // and for how long
+  bool body_unread_ = false;            // a 413: the client may still send its body
   bool beating_ = false;  // an SSE stream is open: heartbeats while it is silent
   Clock::time_point last_out_;  // when bytes were last queued
   // Guarded by shared_->waiting_mu.

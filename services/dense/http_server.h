@@ -46,7 +46,8 @@
 //   400 invalid_request       a malformed request (never a 500)
 // `Expect: 100-continue` is answered once the headers pass these checks.
 // After a 413 the rest of the body is read and dropped (at most 256 MiB, for
-// at most body_timeout) before the connection closes (RFC 9112 9.6), so a
+// at most body_timeout; over TLS, until the client closes) before the
+// connection closes (RFC 9112 9.6), so a
 // client that sends its whole body before reading gets the answer.
 // On Anthropic's routes (/v1/messages...) every error, these included, has
 // Anthropic's shape {"type":"error","error":{"type","message"}}.
