@@ -32,5 +32,8 @@ inline constexpr int64_t kHttpMaxConnections = 512;
 inline constexpr uint64_t kHttpMaxBodyBytes = uint64_t{4} << 20;  // --max-body-bytes 4MiB
 inline constexpr int64_t kHttpMaxHeaderBytes = 16384;
 inline constexpr int64_t kHttpMaxUriBytes = 8192;
+// --http-sse-heartbeat-ms: an SSE comment line (`: ping`) on a stream silent this
+// long (queued, prefilling), so proxies and clients with idle timeouts keep it; 0: off.
+inline constexpr int64_t kHttpSseHeartbeatMs = 10000;
 
 }  // namespace moesplit::defaults

@@ -85,6 +85,13 @@ void AddHttpLimitFlags(FlagParser& p, DenseServiceFlags* f, const Want& want) {
        }) {
     if (want(m.name)) p.AddInt(m.name, m.dst, m.help).Range(1, 86400000).Meta("MS");
   }
+  if (want("http-sse-heartbeat-ms")) {
+    p.AddInt("http-sse-heartbeat-ms", &f->http_sse_heartbeat_ms,
+             "ms a streamed HTTP response may stay silent (queued, prefilling) before an SSE "
+             "comment line `: ping` keeps proxies from timing it out; 0: off")
+        .Range(0, 86400000)
+        .Meta("MS");
+  }
   if (want("http-max-requests-per-connection")) {
     p.AddInt("http-max-requests-per-connection", &f->http_max_requests_per_connection,
              "requests served on one kept-alive HTTP connection")

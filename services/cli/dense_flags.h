@@ -59,6 +59,7 @@ struct DenseServiceFlags {
   int64_t http_body_timeout_ms = defaults::kHttpBodyTimeoutMs;
   int64_t http_idle_timeout_ms = defaults::kHttpIdleTimeoutMs;
   int64_t http_write_timeout_ms = defaults::kHttpWriteTimeoutMs;
+  int64_t http_sse_heartbeat_ms = defaults::kHttpSseHeartbeatMs;  // 0: off
   int64_t http_max_requests_per_connection = defaults::kHttpMaxRequestsPerConnection;
   int64_t http_max_connections = defaults::kHttpMaxConnections;
   std::string max_body_bytes = "4MiB";  // defaults::kHttpMaxBodyBytes (service_flags_test)

@@ -46,6 +46,7 @@ TEST(DenseServiceFlagsTest, DefaultsAreTheServingDefaults) {
   EXPECT_EQ(f.http_max_connections, defaults::kHttpMaxConnections);
   EXPECT_EQ(f.responses_store, defaults::kResponsesStored);
   EXPECT_EQ(f.responses_ttl, defaults::kResponsesTtlSeconds);
+  EXPECT_EQ(f.http_sse_heartbeat_ms, defaults::kHttpSseHeartbeatMs);
   absl::StatusOr<uint64_t> body = plan::ParseByteSize(f.max_body_bytes);
   ASSERT_TRUE(body.ok()) << body.status();
   EXPECT_EQ(*body, defaults::kHttpMaxBodyBytes);
@@ -99,9 +100,12 @@ TEST(DenseServiceFlagsTest, ParsesEveryFlag) {
                                    "512MiB",
                                    "--responses-store",
                                    "0",
-                                   "--responses-ttl=60"},
+                                   "--responses-ttl=60",
+                                   "--http-sse-heartbeat-ms",
+                                   "0"},
                                   &f);
   ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(f.http_sse_heartbeat_ms, 0);  // off
   EXPECT_EQ(f.responses_store, 0);
   EXPECT_EQ(f.responses_ttl, 60);
   EXPECT_EQ(f.experts, "shm://w0,grpc://10.0.0.2:50061");
@@ -145,6 +149,8 @@ TEST(DenseServiceFlagsTest, BadValuesFailWhileParsing) {
       {{"--model", "m", "--ctx", "8"}, "flag --ctx must be in 16..16777216, got 8"},
       {{"--model", "m", "--threads", "-2"}, "flag --threads must be in 0..1024"},
       {{"--model", "m", "--expert-timeout", "0"}, "flag --expert-timeout must be in 1.."},
+      {{"--model", "m", "--http-sse-heartbeat-ms", "-1"},
+       "flag --http-sse-heartbeat-ms must be in 0..86400000, got -1"},
       {{"--model", "m", "--backend", "gpu"},
        "flag --backend must be one of auto, cpu, cuda; got 'gpu'"},
       {{"--model", "m", "--kv-type", "q5_1"}, "flag --kv-type must be one of f16, q8_0, q4_0"},

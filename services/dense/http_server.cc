@@ -40,6 +40,7 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = net::ip::tcp;
 using ms = std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
 
 absl::string_view Sv(beast::string_view v) { return absl::string_view(v.data(), v.size()); }
 
@@ -48,6 +49,10 @@ absl::string_view Sv(beast::string_view v) { return absl::string_view(v.data(), 
 // refused upload sees its answer instead of a reset.
 constexpr ms kLinger{2000};
 constexpr size_t kLingerBytes = 1 << 20;
+// After a 413: the rest of the body is read and dropped (for at most the body
+// deadline), so that a client that sends it all before reading (Python's
+// http.client, requests, httpx) gets the answer instead of a reset.
+constexpr size_t kTooLargeDrainBytes = size_t{256} << 20;
 
 // Threads preparing completions (Shared::setup).
 constexpr int kSetupThreads = 2;
@@ -221,6 +226,7 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
                     ? Stream(std::in_place_type<TlsStream>, std::move(socket), *shared->tls)
                     : Stream(std::move(socket))),
         timer_(Tcp(stream_).get_executor()),
+        beat_timer_(Tcp(stream_).get_executor()),
         shared_(std::move(shared)),
         opt_(shared_->options),
         counted_(counted) {
@@ -294,8 +300,13 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
     replied_ = true;
     AddCorsHeaders(&head);
     if (!chunked_) keep_alive_ = false;  // HTTP/1.0: the body ends with the connection
+    const bool sse = head.content_type == "text/event-stream";
     Enqueue(Serialize(head, keep_alive_, chunked_ ? Framing::kChunked : Framing::kUntilClose),
             false);
+    if (sse && opt_.sse_heartbeat.count() > 0) {
+      beating_ = true;
+      ArmHeartbeat();
+    }
   }
   void WriteChunk(std::string data) override {
     if (data.empty()) return;
@@ -307,7 +318,10 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
     }
     Enqueue(std::move(data), false);
   }
-  void EndStream() override { Enqueue(chunked_ ? "0\r\n\r\n" : "", /*last=*/true); }
+  void EndStream() override {
+    StopHeartbeat();
+    Enqueue(chunked_ ? "0\r\n\r\n" : "", /*last=*/true);
+  }
   bool ClientGone() const override { return gone_ || shared_->stopping.load(); }
   size_t QueuedBytes() const override { return out_bytes_; }
   void SetWake(std::function<void()> wake) override { wake_ = std::move(wake); }
@@ -563,6 +577,10 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
                      false);
     }
     if (ec == http::error::body_limit) {
+      // RFC 9112 9.6: answer, stop writing, read on (bounded), then close.
+      linger_bytes_ = kTooLargeDrainBytes;
+      linger_time_ = opt_.body_timeout;
+      body_unread_ = true;
       return Respond(
           Error(413, "request_too_large",
                                    absl::StrCat("the request body exceeds ", opt_.max_body_bytes,
@@ -705,8 +723,36 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
     if (processing_) Watch();
   }
 
+  // --- SSE heartbeats (HttpServerOptions::sse_heartbeat)
+
+  // The next check, one period after the stream's last bytes were queued.
+  void ArmHeartbeat() {
+    beat_timer_.expires_at(last_out_ + opt_.sse_heartbeat);
+    beat_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
+      if (ec) return;
+      self->OnHeartbeat();
+    });
+  }
+  void OnHeartbeat() {
+    if (!beating_ || closed_ || ClientGone()) return;
+    if (Clock::now() - last_out_ >= opt_.sse_heartbeat) {
+      if (out_.empty() && !writing_) {
+        WriteChunk(": ping\n\n");  // sets last_out_
+      } else {
+        last_out_ = Clock::now();  // a client not reading gets no more bytes
+      }
+    }
+    ArmHeartbeat();
+  }
+  void StopHeartbeat() {
+    if (!beating_) return;
+    beating_ = false;
+    beat_timer_.cancel();
+  }
+
   void Enqueue(std::string bytes, bool last) {
     if (ClientGone()) return;
+    last_out_ = Clock::now();
     out_bytes_ += bytes.size();
     if (out_bytes_ > kStreamHighWaterBytes) over_ = true;
     if (!bytes.empty()) out_.push_back(std::move(bytes));
@@ -798,8 +844,11 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
   // HTTP/1.0 stream) and waits, as long, for the client's.
   void Linger() {
     if (closed_) return;
-    SetDeadline(kLinger);
+    SetDeadline(linger_time_);
     if (auto* tls = std::get_if<TlsStream>(&stream_)) {
+      // After a 413 the client may still be sending its body: read it first
+      // (TLS has no half-close that lets it go on sending after ours).
+      if (body_unread_) return DrainTls(0);
       tls->async_shutdown([self = shared_from_this()](beast::error_code) { self->Close(); });
       return;
     }
@@ -808,12 +857,28 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
     Drain(0);
   }
 
+  // TLS, after a 413: reads and drops what the client sends until it closes,
+  // or linger_bytes_ (then close_notify, as Linger).
+  void DrainTls(size_t drained) {
+    buffer_.clear();
+    std::get<TlsStream>(stream_).async_read_some(
+        buffer_.prepare(16384),
+        [self = shared_from_this(), drained](beast::error_code ec, size_t n) {
+          if (ec) return self->Close();
+          if (drained + n > self->linger_bytes_) {
+            self->body_unread_ = false;
+            return self->Linger();
+          }
+          self->DrainTls(drained + n);
+        });
+  }
+
   void Drain(size_t drained) {
     buffer_.clear();
     Tcp(stream_).async_read_some(
         buffer_.prepare(16384),
         [self = shared_from_this(), drained](beast::error_code ec, size_t n) {
-          if (ec || drained + n > kLingerBytes) return self->Close();
+          if (ec || drained + n > self->linger_bytes_) return self->Close();
           self->Drain(drained + n);
         });
   }
@@ -825,6 +890,7 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
     gone_ = true;
     LeaveWaiting();
     ClearDeadline();
+    StopHeartbeat();
     beast::error_code ignored;
     Tcp(stream_).shutdown(tcp::socket::shutdown_both, ignored);
     Tcp(stream_).close(ignored);
@@ -846,6 +912,7 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
   // Constant after construction.
   Stream stream_;
   net::steady_timer timer_;
+  net::steady_timer beat_timer_;  // SSE heartbeats
   const std::shared_ptr<Shared> shared_;
   const HttpServerOptions& opt_;
   const bool counted_;
@@ -878,6 +945,11 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
   bool over_ = false;      // out_bytes_ exceeded kStreamHighWaterBytes since the last wake-up
   bool out_last_ = false;  // the response's last bytes are queued
   std::function<void()> wake_;  // the completion in flight's wake-up (HttpResponder::SetWake)
+  size_t linger_bytes_ = kLingerBytes;  // what Linger reads and drops at most
+  ms linger_time_ = kLinger;            // and for how long
+  bool body_unread_ = false;            // a 413: the client may still send its body
+  bool beating_ = false;  // an SSE stream is open: heartbeats while it is silent
+  Clock::time_point last_out_;  // when bytes were last queued
   // Guarded by shared_->waiting_mu.
   bool in_waiting_ = false;
   std::list<std::weak_ptr<Connection>>::iterator waiting_it_;
@@ -954,6 +1026,8 @@ absl::Status ValidateHttpOptions(const HttpServerOptions& o) {
     return absl::InvalidArgumentError("--http-idle-timeout must be > 0");
   if (!positive(o.write_timeout))
     return absl::InvalidArgumentError("--http-write-timeout must be > 0");
+  if (o.sse_heartbeat.count() < 0)
+    return absl::InvalidArgumentError("--http-sse-heartbeat-ms must be >= 0 (0: off)");
   if (o.max_requests_per_connection < 1) {
     return absl::InvalidArgumentError("--http-max-requests-per-connection must be >= 1");
   }

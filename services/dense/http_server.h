@@ -45,6 +45,10 @@
 //   405 method_not_allowed    a route with another method (Allow: says which)
 //   400 invalid_request       a malformed request (never a 500)
 // `Expect: 100-continue` is answered once the headers pass these checks.
+// After a 413 the rest of the body is read and dropped (at most 256 MiB, for
+// at most body_timeout; over TLS, until the client closes) before the
+// connection closes (RFC 9112 9.6), so a
+// client that sends its whole body before reading gets the answer.
 // On Anthropic's routes (/v1/messages...) every error, these included, has
 // Anthropic's shape {"type":"error","error":{"type","message"}}.
 //
@@ -87,6 +91,13 @@ struct HttpServerOptions {
   uint64_t max_body_bytes = defaults::kHttpMaxBodyBytes;
   uint32_t max_header_bytes = defaults::kHttpMaxHeaderBytes;
   uint32_t max_uri_bytes = defaults::kHttpMaxUriBytes;
+  // A streamed (text/event-stream) response silent this long gets an SSE
+  // comment line `: ping` (which SSE parsers ignore), and again each period
+  // it stays silent: while the request waits in the queue or its prompt
+  // prefills, nginx's and clients' idle timeouts do not cancel it. A timer on
+  // the connection's strand (no thread per stream); a client that is not
+  // reading gets none. 0: off.
+  std::chrono::milliseconds sse_heartbeat{defaults::kHttpSseHeartbeatMs};
   int io_threads = 2;
   // cert + key: every connection is TLS (1.2 or later); a client that does
   // not complete the handshake within header_timeout, or speaks plain HTTP,

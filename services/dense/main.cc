@@ -136,6 +136,7 @@ int Run(int argc, char** argv) {
   http_opt.body_timeout = std::chrono::milliseconds(f.http_body_timeout_ms);
   http_opt.idle_timeout = std::chrono::milliseconds(f.http_idle_timeout_ms);
   http_opt.write_timeout = std::chrono::milliseconds(f.http_write_timeout_ms);
+  http_opt.sse_heartbeat = std::chrono::milliseconds(f.http_sse_heartbeat_ms);
   http_opt.max_requests_per_connection = static_cast<int>(f.http_max_requests_per_connection);
   http_opt.max_connections = static_cast<int>(f.http_max_connections);
   if (auto body_bytes = plan::ParseByteSize(f.max_body_bytes); body_bytes.ok()) {

@@ -27,7 +27,7 @@ KEY=anthropic-test-key-0123456789
 printf '%s\n' "$KEY" >"$WORK/keys"
 "$BIN/moesplit" make-test-model --out "$WORK/model.gguf" --name claude-test --threads 2 >/dev/null
 "$BIN/moesplit-dense" --model "$WORK/model.gguf" --grpc 127.0.0.1:0 --http 127.0.0.1:0 \
-  --ctx 2048 --threads 2 --parallel 2 --chat-template-file "$TEMPLATE" \
+  --ctx 2048 --threads 2 --parallel 2 --chat-template-file "$TEMPLATE" --http-sse-heartbeat-ms 1 \
   --api-key-file "$WORK/keys" 2>"$LOG" &
 DENSE_PID=$!
 for _ in $(seq 1 300); do

@@ -25,7 +25,7 @@ fail() {
 # start LOG TEMPLATE [FLAGS...]: a service (its pid in $PIDS); prints its URL.
 start() {
   "$BIN/moesplit-dense" --model "$WORK/model.gguf" --grpc 127.0.0.1:0 --http 127.0.0.1:0 \
-    --ctx 2048 --threads 2 --parallel 2 --chat-template-file "$2" "${@:3}" >/dev/null 2>"$1" &
+    --ctx 2048 --threads 2 --parallel 2 --chat-template-file "$2" --http-sse-heartbeat-ms 1 "${@:3}" >/dev/null 2>"$1" &
   echo $! >>"$PIDS"
   for _ in $(seq 1 300); do
     grep -q ready "$1" 2>/dev/null && break

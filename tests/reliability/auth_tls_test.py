@@ -344,6 +344,20 @@ class TlsTest(ServiceTest):
             with tls12.wrap_socket(raw, server_hostname="localhost") as s:
                 self.assertEqual(s.version(), "TLSv1.2")
 
+    def test_a_413_over_tls_reaches_a_client_that_sends_the_whole_body(self):
+        # As over plain HTTP (http_reliability_test.py): the rest of the body
+        # is read and dropped before the close, not answered with a reset.
+        conn = http.client.HTTPSConnection(HOST, self.d.http, timeout=30,
+                                           context=client_context(cert("ca.pem")))
+        try:
+            conn.request("POST", "/v1/completions", body=b"x" * (8 << 20), headers={
+                "Authorization": "Bearer " + KEYS[0], "Content-Type": "application/json"})
+            r = conn.getresponse()
+            self.assertEqual(r.status, 413)
+            self.assertEqual(json.loads(r.read())["error"]["code"], "request_too_large")
+        finally:
+            conn.close()
+
     def test_a_client_that_trusts_another_ca_fails(self):
         with self.assertRaises(ssl.SSLCertVerificationError):
             http_request(self.d.http, "GET", "/health", tls=client_context(cert("rogue-ca.pem")))

@@ -333,6 +333,35 @@ class LimitsTest(HttpTest):
                 (b"8000\r\n" + chunk + b"\r\n") * 3 + b"0\r\n\r\n")
         self.assertError(raw(self.dense, data), 413, "request_too_large")
 
+    def test_python_clients_get_the_413_of_a_body_they_send_whole(self):
+        # Python's clients send the whole body before they read: the server
+        # answers, then reads and drops the rest (RFC 9112 9.6) instead of
+        # resetting a connection still sending (which they see as "Broken pipe").
+        import urllib.error
+        import urllib.request
+        body = json.dumps({"prompt": "x" * (8 << 20), "max_tokens": 1}).encode()  # 8 MiB
+        url = "http://%s:%d/v1/completions" % (HOST, self.dense.port)
+        req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+        with self.assertRaises(urllib.error.HTTPError) as cm:
+            urllib.request.urlopen(req, timeout=30)
+        self.assertEqual(cm.exception.code, 413)
+        self.assertEqual(cm.exception.headers["Connection"], "close")
+        err = json.loads(cm.exception.read())["error"]
+        self.assertEqual(err["code"], "request_too_large", err)
+        self.assertIn("65536", err["message"])
+        try:
+            import requests
+        except ImportError:  # Debian's python3-requests is not installed
+            return
+        r = requests.post(url, data=body, headers={"Content-Type": "application/json"},
+                          timeout=30)
+        self.assertEqual(r.status_code, 413)
+        self.assertEqual(r.json()["error"]["code"], "request_too_large")
+        # Chunked (a generator body): refused once past the limit, drained too.
+        r = requests.post(url, data=(b"x" * 65536 for _ in range(64)), timeout=30)
+        self.assertEqual(r.status_code, 413)
+        self.assertIn("65536", r.json()["error"]["message"])
+
     def test_gzip_body_is_415_and_not_inflated(self):
         body = gzip.compress(json.dumps({"prompt": "hi", "max_tokens": 1}).encode())
         err = self.assertError(
@@ -619,6 +648,120 @@ class AbandonedRequestTest(HttpTest):
 
     def test_abandoned_streaming_request_frees_its_slot(self):
         self.abandon(stream=True)
+
+
+class HeartbeatTest(HttpTest):
+    """--parallel 1 --http-sse-heartbeat-ms 100: a stream queued behind a long
+    request gets SSE comment lines `: ping` before its first event, on every
+    streaming route, and its events are those it gets alone (an SSE parser
+    skips comment lines)."""
+    options = {"ctx": 8192, "parallel": 1, "max_queue": 4}
+    flags = ("--http-sse-heartbeat-ms", "100")
+
+    def queued_stream(self, path, body):
+        d = self.dense
+        self.assertTrue(d.wait_idle())
+        # Greedy, this prompt runs to the context on the test model (seconds).
+        long_body = json.dumps({"prompt": "Another long story:", "max_tokens": 0,
+                                "temperature": 0}).encode()
+        blocker = d.connect()
+        blocker.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d"
+                        b"\r\n\r\n%s" % (len(long_body), long_body))
+        deadline = time.monotonic() + 10
+        while d.metric("moesplit_running_sequences") != 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertEqual(d.metric("moesplit_running_sequences"), 1)
+        result = []
+        t = threading.Thread(target=lambda: result.append(request(d, "POST", path, body)))
+        t.start()
+        time.sleep(0.8)  # queued: about 8 heartbeat periods
+        blocker.close()  # frees the slot
+        t.join(30)
+        status, headers, out = result[0]
+        self.assertEqual(status, 200, out)
+        self.assertTrue(headers["content-type"].startswith("text/event-stream"), headers)
+        text = out.decode()
+        # Before the first token: the events a stream opens with (chat's
+        # role chunk, Responses' response.created), then only pings.
+        blocks = text.split("\n\n")
+        first_token = next(i for i, b in enumerate(blocks)
+                           if sse_events(b + "\n\n") and is_output(sse_events(b + "\n\n")[0]))
+        self.assertGreaterEqual(blocks[:first_token].count(": ping"), 3, text[:300])
+        # Alone (no queue), the same request's events, without the comments.
+        self.assertTrue(d.wait_idle())
+        status, _, solo = request(d, "POST", path, body)
+        self.assertEqual(status, 200, solo)
+        return sse_events(text), sse_events(solo.decode())
+
+    def test_chat_stream_gets_pings_while_queued(self):
+        body = json.dumps({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8,
+                           "temperature": 0, "stream": True}).encode()
+        got, solo = self.queued_stream("/v1/chat/completions", body)
+        self.assertEqual(content_of(got), content_of(solo))
+
+    def test_completions_stream_gets_pings_while_queued(self):
+        body = json.dumps({"prompt": "Hi", "max_tokens": 8, "temperature": 0,
+                           "stream": True}).encode()
+        got, solo = self.queued_stream("/v1/completions", body)
+        self.assertEqual(content_of(got), content_of(solo))
+
+    def test_anthropic_stream_gets_pings_while_queued(self):
+        body = json.dumps({"model": "reliability", "messages": [{"role": "user", "content": "Hi"}],
+                           "max_tokens": 8, "temperature": 0, "stream": True}).encode()
+        got, solo = self.queued_stream("/v1/messages", body)
+        self.assertEqual([e[0] for e in got], [e[0] for e in solo])
+        self.assertEqual(got[0][0], "message_start")
+
+    def test_responses_stream_gets_pings_while_queued(self):
+        body = json.dumps({"input": "Hi", "max_output_tokens": 8, "temperature": 0,
+                           "stream": True}).encode()
+        got, solo = self.queued_stream("/v1/responses", body)
+        self.assertEqual([e[0] for e in got], [e[0] for e in solo])
+
+
+def sse_events(text):
+    """[(event name or None, parsed data)] of an SSE stream as the WHATWG
+    parser reads it: lines starting with ':' are comments and skipped."""
+    events = []
+    for block in text.split("\n\n"):
+        name, data = None, []
+        for line in block.split("\n"):
+            if not line or line.startswith(":"):
+                continue
+            field, _, value = line.partition(":")
+            value = value[1:] if value.startswith(" ") else value
+            if field == "event":
+                name = value
+            elif field == "data":
+                data.append(value)
+        if data:
+            joined = "\n".join(data)
+            events.append((name, joined if joined == "[DONE]" else json.loads(joined)))
+    return events
+
+
+def is_output(event):
+    """Whether an SSE event carries generated output (or is the first event
+    of an Anthropic stream, written with the first token)."""
+    name, data = event
+    if data == "[DONE]":
+        return True
+    if name is not None:
+        return name in ("message_start", "response.output_item.added",
+                        "response.output_text.delta", "response.completed")
+    return any(c.get("text") or (c.get("delta") or {}).get("content") or c.get("finish_reason")
+               for c in data.get("choices", []))
+
+
+def content_of(events):
+    """The streamed text of chat or completions chunks."""
+    out = ""
+    for _, e in events:
+        if e == "[DONE]":
+            continue
+        for c in e.get("choices", []):
+            out += c.get("text") or (c.get("delta") or {}).get("content") or ""
+    return out
 
 
 if __name__ == "__main__":
