@@ -18,7 +18,9 @@ fail() { echo "FAIL: $*" >&2; echo "--- dense log:" >&2; cat "$LOG" >&2 || true;
 # Port 0: the service picks free ports and prints them on its ready line.
 # --http-sse-heartbeat-ms 1: a `: ping` comment line whenever a stream is
 # silent for 1 ms (between tokens too), which curl's and the npm client's
-# streams below must pass over.
+# streams below must pass over. Whether a ping falls inside a 4-token stream
+# depends on the machine's speed, so it is not asserted here: HeartbeatTest
+# (tests/reliability) holds a stream in the queue and counts its pings.
 "$BIN/moesplit-dense" --model "$WORK/model.gguf" --grpc 127.0.0.1:0 --http 127.0.0.1:0 \
   --ctx 512 --threads 2 --parallel 4 --http-sse-heartbeat-ms 1 2>"$LOG" &
 DENSE_PID=$!
@@ -43,7 +45,6 @@ sse=$(curl -sfN "$URL/v1/chat/completions" -H 'Content-Type: application/json' \
 [[ $(echo "$sse" | grep -c '^data: ') -ge 6 ]] || fail "too few SSE events: $sse"
 [[ $(echo "$sse" | grep '^data: ' | tail -1) == 'data: [DONE]' ]] || fail "stream does not end with [DONE]"
 echo "$sse" | grep -q '"usage":{"prompt_tokens"' || fail "no usage chunk"
-echo "$sse" | grep -qx ': ping' || fail "no SSE heartbeat in a stream: $sse"
 code=$(curl -s -o "$WORK/err.json" -w '%{http_code}' "$URL/v1/completions" -d '{"prompt":"x","top_p":2}')
 [[ $code == 400 ]] || fail "top_p 2 gave HTTP $code"
 grep -q '"type":"invalid_request_error"' "$WORK/err.json" || fail "error shape: $(cat "$WORK/err.json")"
