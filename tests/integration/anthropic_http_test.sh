@@ -13,32 +13,13 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 TEMPLATE=$FIXTURES/templates/Qwen-Qwen3-0.6B.jinja
 [[ -f $TEMPLATE ]] || { echo "FAIL: no $TEMPLATE" >&2; exit 1; }
 mkdir -p "$WORK"
-LOG=$WORK/dense.log
-DENSE_PID=
-cleanup() { if [[ -n $DENSE_PID ]]; then kill "$DENSE_PID" 2>/dev/null || true; wait "$DENSE_PID" 2>/dev/null || true; fi; }
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*" >&2
-  for l in "$WORK"/dense*.log; do echo "--- $l:" >&2; tail -50 "$l" >&2 || true; done
-  exit 1
-}
+source "$HERE/dense_service.sh"
 
 KEY=anthropic-test-key-0123456789
 printf '%s\n' "$KEY" >"$WORK/keys"
 "$BIN/moesplit" make-test-model --out "$WORK/model.gguf" --name claude-test --threads 2 >/dev/null
-"$BIN/moesplit-dense" --model "$WORK/model.gguf" --grpc 127.0.0.1:0 --http 127.0.0.1:0 \
-  --ctx 2048 --threads 2 --parallel 2 --chat-template-file "$TEMPLATE" --http-sse-heartbeat-ms 1 \
-  --api-key-file "$WORK/keys" 2>"$LOG" &
-DENSE_PID=$!
-for _ in $(seq 1 300); do
-  grep -q ready "$LOG" 2>/dev/null && break
-  kill -0 "$DENSE_PID" 2>/dev/null || break
-  sleep 0.1
-done
-grep -q ready "$LOG" || fail "dense service did not start"
-PORT=$(sed -n 's/.*http port \([0-9]*\).*/\1/p' "$LOG" | head -1)
-[[ -n $PORT ]] || fail "no http port on the ready line"
-URL=http://127.0.0.1:$PORT
+URL=$(start_dense "$WORK/dense.log" --model "$WORK/model.gguf" --ctx 2048 --threads 2 --parallel 2 \
+  --chat-template-file "$TEMPLATE" --http-sse-heartbeat-ms 1 --api-key-file "$WORK/keys")
 
 # --- curl: x-api-key and Bearer, Anthropic's error shape, the event stream.
 ASK='"model":"claude-test","messages":[{"role":"user","content":"Hi"}]'
@@ -84,19 +65,8 @@ if [[ ! -d $NPM/node_modules/@anthropic-ai/sdk ]]; then
 fi
 # A second service with Qwen3.5's template, whose generation prompt opens a
 # reasoning block: the answer comes as thinking blocks.
-TLOG=$WORK/dense-thinking.log
-"$BIN/moesplit-dense" --model "$WORK/model.gguf" --grpc 127.0.0.1:0 --http 127.0.0.1:0 \
-  --ctx 2048 --threads 2 --parallel 1 --chat-template-file "$FIXTURES/templates/Qwen3.5-4B.jinja" \
-  --api-key-file "$WORK/keys" 2>"$TLOG" &
-THINK_PID=$!
-cleanup2() { kill "$THINK_PID" 2>/dev/null || true; wait "$THINK_PID" 2>/dev/null || true; cleanup; }
-trap cleanup2 EXIT
-for _ in $(seq 1 300); do
-  grep -q ready "$TLOG" 2>/dev/null && break
-  kill -0 "$THINK_PID" 2>/dev/null || break
-  sleep 0.1
-done
-grep -q ready "$TLOG" || fail "dense service (Qwen3.5 template) did not start"
-THINK_URL=http://127.0.0.1:$(sed -n 's/.*http port \([0-9]*\).*/\1/p' "$TLOG" | head -1)
+THINK_URL=$(start_dense "$WORK/dense-thinking.log" --model "$WORK/model.gguf" --ctx 2048 \
+  --threads 2 --parallel 1 --chat-template-file "$FIXTURES/templates/Qwen3.5-4B.jinja" \
+  --api-key-file "$WORK/keys")
 cp "$HERE/anthropic_client_test.mjs" "$NPM/"
 node "$NPM/anthropic_client_test.mjs" "$URL" "$KEY" claude-test "$THINK_URL" || fail "anthropic client"

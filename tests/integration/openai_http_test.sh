@@ -8,31 +8,16 @@ BIN=$1
 WORK=$2
 HERE=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$WORK"
-LOG=$WORK/dense.log
-DENSE_PID=
-cleanup() { if [[ -n $DENSE_PID ]]; then kill "$DENSE_PID" 2>/dev/null || true; wait "$DENSE_PID" 2>/dev/null || true; fi; }
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; echo "--- dense log:" >&2; cat "$LOG" >&2 || true; exit 1; }
+source "$HERE/dense_service.sh"
 
 "$BIN/moesplit" make-test-model --out "$WORK/model.gguf" --name http-test --threads 2 >/dev/null
-# Port 0: the service picks free ports and prints them on its ready line.
 # --http-sse-heartbeat-ms 1: a `: ping` comment line whenever a stream is
 # silent for 1 ms (between tokens too), which curl's and the npm client's
 # streams below must pass over. Whether a ping falls inside a 4-token stream
 # depends on the machine's speed, so it is not asserted here: HeartbeatTest
 # (tests/reliability) holds a stream in the queue and counts its pings.
-"$BIN/moesplit-dense" --model "$WORK/model.gguf" --grpc 127.0.0.1:0 --http 127.0.0.1:0 \
-  --ctx 512 --threads 2 --parallel 4 --http-sse-heartbeat-ms 1 2>"$LOG" &
-DENSE_PID=$!
-for _ in $(seq 1 300); do
-  grep -q ready "$LOG" 2>/dev/null && break
-  kill -0 "$DENSE_PID" 2>/dev/null || break
-  sleep 0.1
-done
-grep -q ready "$LOG" || fail "dense service did not start"
-PORT=$(sed -n 's/.*http port \([0-9]*\).*/\1/p' "$LOG" | head -1)
-[[ -n $PORT ]] || fail "no http port on the ready line"
-URL=http://127.0.0.1:$PORT
+URL=$(start_dense "$WORK/dense.log" --model "$WORK/model.gguf" --ctx 512 --threads 2 --parallel 4 \
+  --http-sse-heartbeat-ms 1)
 
 # --- curl
 curl -sf "$URL/health" | grep -q '"ok"' || fail "/health"

@@ -13,26 +13,11 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 TEMPLATE=$FIXTURES/templates/Qwen-Qwen3-0.6B.jinja
 [[ -f $TEMPLATE ]] || { echo "FAIL: no $TEMPLATE" >&2; exit 1; }
 mkdir -p "$WORK"
-PIDS=$WORK/pids
-: >"$PIDS"
-cleanup() { while read -r p; do kill "$p" 2>/dev/null || true; done <"$PIDS"; wait; }
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*" >&2
-  for l in "$WORK"/dense*.log; do echo "--- $l:" >&2; tail -50 "$l" >&2 || true; done
-  exit 1
-}
-# start LOG TEMPLATE [FLAGS...]: a service (its pid in $PIDS); prints its URL.
+source "$HERE/dense_service.sh"
+# start LOG TEMPLATE [FLAGS...]: a service on the test model; prints its URL.
 start() {
-  "$BIN/moesplit-dense" --model "$WORK/model.gguf" --grpc 127.0.0.1:0 --http 127.0.0.1:0 \
-    --ctx 2048 --threads 2 --parallel 2 --chat-template-file "$2" --http-sse-heartbeat-ms 1 "${@:3}" >/dev/null 2>"$1" &
-  echo $! >>"$PIDS"
-  for _ in $(seq 1 300); do
-    grep -q ready "$1" 2>/dev/null && break
-    sleep 0.1
-  done
-  grep -q ready "$1" || fail "dense service ($2) did not start"
-  echo "http://127.0.0.1:$(sed -n 's/.*http port \([0-9]*\).*/\1/p' "$1" | head -1)"
+  start_dense "$1" --model "$WORK/model.gguf" --ctx 2048 --threads 2 --parallel 2 \
+    --chat-template-file "$2" --http-sse-heartbeat-ms 1 "${@:3}"
 }
 
 "$BIN/moesplit" make-test-model --out "$WORK/model.gguf" --name gpt-test --threads 2 >/dev/null
