@@ -78,10 +78,7 @@ absl::Status RunMakeTestModel(const Args& args, const CommandIo& io) {
               "qwen3moe | qwen2moe | qwen35moe | gpt-oss | deepseek2 | glm4moe | qwen3next | "
               "minimax-m2")
       .DefaultText("the preset's");
-  f.AddString("preset", &preset,
-              "qwen3-30b-a3b | qwen3.5-35b-a3b | qwen3.6-35b-a3b-mtp | gpt-oss-20b | "
-              "gpt-oss-120b | deepseek-v3 | kimi-k2 | deepseek-v2-lite | glm-4.5-air | glm-4.7 | "
-              "glm-4.7-flash | minimax-m2 | qwen3-next-80b-a3b | tiny");
+  f.AddString("preset", &preset, absl::StrJoin(PresetNames(), " | "));
   f.AddString("type", &type,
               absl::StrCat("file type: ", absl::StrJoin(FileTypeMixNames(), " ")))
       .Meta("TYPE")

@@ -79,11 +79,8 @@ absl::Status RunPlan(const Args& args, const CommandIo& io) {
   FlagParser f;
   f.AddString("model|m", &model_path, "GGUF model (required, or --preset)").Meta("PATH");
   f.AddString("preset", &preset,
-              "plan for a shape without a file: qwen3-30b-a3b (vocab 151936) | "
-              "qwen3.5-35b-a3b (vocab 248320) | gpt-oss-20b | gpt-oss-120b (vocab 201088) | "
-              "qwen3.6-35b-a3b-mtp | deepseek-v3 | kimi-k2 | deepseek-v2-lite | glm-4.5-air | "
-              "glm-4.7 (vocab 151552) | glm-4.7-flash (vocab 154880) | minimax-m2 (vocab 200064) | "
-              "qwen3-next-80b-a3b (vocab 151936) | tiny (required, or --model)")
+              absl::StrCat("plan for a shape without a file: ", absl::StrJoin(PresetNames(), " | "),
+                           " (required, or --model)"))
       .Meta("NAME");
   f.AddString("type", &type,
               absl::StrCat("file type of --preset: ", absl::StrJoin(FileTypeMixNames(), " ")))

@@ -11,6 +11,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/base/cpu_count.h"
 #include "common/base/progress.h"
 #include "common/base/status.h"
@@ -513,11 +514,17 @@ absl::StatusOr<TestModelSpec> PresetSpec(absl::string_view preset) {
     s.n_ctx = 262144;
     return s;
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown preset '", preset,
-      "' (supported: qwen3-30b-a3b, qwen3.5-35b-a3b, qwen3.6-35b-a3b-mtp, gpt-oss-20b, "
-      "gpt-oss-120b, deepseek-v3, kimi-k2, deepseek-v2-lite, glm-4.5-air, glm-4.7, "
-      "glm-4.7-flash, minimax-m2, qwen3-next-80b-a3b, tiny)"));
+  return absl::InvalidArgumentError(absl::StrCat("unknown preset '", preset, "' (supported: ",
+                                                 absl::StrJoin(PresetNames(), ", "), ")"));
+}
+
+const std::vector<std::string>& PresetNames() {
+  static const auto* const kNames = new std::vector<std::string>{
+      "qwen3-30b-a3b", "qwen3.5-35b-a3b", "qwen3.6-35b-a3b-mtp", "gpt-oss-20b",
+      "gpt-oss-120b",  "deepseek-v3",     "kimi-k2",             "deepseek-v2-lite",
+      "glm-4.5-air",   "glm-4.7",         "glm-4.7-flash",       "minimax-m2",
+      "qwen3-next-80b-a3b", "tiny"};
+  return *kNames;
 }
 
 absl::StatusOr<std::vector<PlannedTensor>> PlanTensors(

@@ -36,6 +36,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -136,6 +137,8 @@ struct TestModelSpec {
 // context is 4096 unless the preset says otherwise. InvalidArgument
 // otherwise.
 absl::StatusOr<TestModelSpec> PresetSpec(absl::string_view preset);
+// The names PresetSpec takes, in the order the help and the docs list them.
+const std::vector<std::string>& PresetNames();
 
 // The hyper-parameters the spec describes (n_ff_shexp as given, also for
 // qwen3moe, which has no shared expert).

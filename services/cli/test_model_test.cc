@@ -21,6 +21,7 @@
 #include "common/model/sequence_state.h"
 #include "common/quant/quant.h"
 #include "common/tokenizer/tokenizer.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace moesplit::cli {
@@ -43,6 +44,19 @@ class TestModelTest : public testing::Test {
 std::string ReadAll(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Every name the help lists is a preset, and an unknown one is refused with
+// that list.
+TEST(PresetNamesTest, EachNameIsAPresetAndTheErrorListsThem) {
+  for (const std::string& name : PresetNames()) {
+    EXPECT_TRUE(PresetSpec(name).ok()) << name;
+  }
+  auto bad = PresetSpec("qwen9-1t");
+  ASSERT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  for (const std::string& name : PresetNames()) {
+    EXPECT_THAT(std::string(bad.status().message()), ::testing::HasSubstr(name));
+  }
 }
 
 TEST_F(TestModelTest, Qwen3_30B_PresetPlan) {
