@@ -478,7 +478,11 @@ class LimitsTest(HttpTest):
                 ("/v1/chat/completions", {"messages": [{"role": "user", "content": long_text}]}),
                 ("/chat/completions", {"messages": [{"role": "user", "content": long_text}]}),
                 ("/v1/responses", {"input": long_text}),
-                ("/v1/responses", {"input": [{"role": "user", "content": long_text}]})):
+                ("/v1/responses", {"input": [{"role": "user", "content": long_text}]}),
+                # A stream is refused before its head is sent: the same JSON error.
+                ("/v1/chat/completions", {"stream": True,
+                                          "messages": [{"role": "user", "content": long_text}]}),
+                ("/v1/responses", {"input": long_text, "stream": True})):
             err = self.assertError(
                 request(self.dense, "POST", path, json.dumps(dict(body, max_tokens=4)
                                                              if "messages" in body else body)
