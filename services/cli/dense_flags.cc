@@ -214,7 +214,8 @@ void AddOperationFlags(FlagParser& p, DenseServiceFlags* f, const Want& want) {
   }
   if (want("cors-origin")) {
     p.AddString("cors-origin", &f->cors_origin,
-                "browser origins allowed to call the HTTP API (CORS; repeatable; * for any)")
+                "browser origins allowed to call the HTTP API (CORS; repeatable; * for any; "
+                "scheme://host without a port admits that host on any port)")
         .Repeatable()
         .Check(CheckCorsOrigins)
         .Meta("ORIGIN")

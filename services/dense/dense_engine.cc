@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "common/base/log.h"
 #include "common/base/status.h"
+#include "services/dense/request_limits.h"
 
 namespace moesplit::dense {
 
@@ -188,8 +189,7 @@ int DenseEngine::queued() const {
 absl::Status DenseEngine::CheckPrompt(const std::vector<int32_t>& prompt) const {
   if (prompt.empty()) return absl::InvalidArgumentError("the prompt is empty");
   if (static_cast<int>(prompt.size()) >= n_ctx_) {
-    return absl::InvalidArgumentError(absl::StrCat("the prompt has ", prompt.size(),
-                                                   " tokens, the context holds ", n_ctx_));
+    return ContextOverflowError(prompt.size(), n_ctx_, /*at_least=*/false);
   }
   for (int32_t t : prompt) {
     if (t < 0 || t >= tokenizer_->n_vocab()) {

@@ -22,6 +22,7 @@
 #include "gtest/gtest.h"
 #include "common/model/sequence_state.h"
 #include "services/cli/test_model.h"
+#include "services/dense/request_limits.h"
 
 namespace moesplit::dense {
 namespace {
@@ -185,8 +186,17 @@ TEST(DenseEngineTest, RejectsBadRequestsBeforeQueueing) {
   auto e = Engine(1, 0, 64);
   ASSERT_NE(e, nullptr);
   EXPECT_THAT(std::string(e->Submit(Greedy({}, 4)).status().message()), HasSubstr("empty"));
-  EXPECT_THAT(std::string(e->Submit(Greedy(std::vector<int32_t>(200, 5), 4)).status().message()),
+  const absl::Status over = e->Submit(Greedy(std::vector<int32_t>(200, 5), 4)).status();
+  EXPECT_THAT(std::string(over.message()),
               HasSubstr("the prompt has 200 tokens, the context holds 128"));
+  // The numbers the HTTP API reports as n_prompt_tokens / n_ctx.
+  size_t n_prompt_tokens = 0;
+  int n_ctx = 0;
+  ASSERT_TRUE(ContextOverflowOf(over, &n_prompt_tokens, &n_ctx));
+  EXPECT_EQ(n_prompt_tokens, 200u);
+  EXPECT_EQ(n_ctx, 128);
+  EXPECT_FALSE(ContextOverflowOf(absl::InvalidArgumentError("the prompt has 200 tokens"),
+                                 &n_prompt_tokens, &n_ctx));
   EXPECT_THAT(std::string(e->Submit(Greedy({1, 2}, -1)).status().message()),
               HasSubstr("max_tokens -1 < 0"));
   GenerateParams bad = Greedy({1, 2}, 4);

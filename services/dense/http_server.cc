@@ -154,13 +154,36 @@ bool PathMatches(const RouteSpec& spec, absl::string_view path, std::string* arg
   return true;
 }
 
+// Whether the allowed origin `a` (a --cors-origin value) admits `origin`:
+// the same origin (ASCII case aside), or, when `a` names no port
+// ("http://localhost"), the same scheme and host on any port
+// ("http://localhost:5173").
+bool CorsOriginMatches(absl::string_view a, absl::string_view origin) {
+  if (absl::EqualsIgnoreCase(a, origin)) return true;
+  const size_t host = a.find("://");
+  if (host == absl::string_view::npos) return false;
+  const absl::string_view authority = a.substr(host + 3);
+  // A port in `a` (after an IPv6 literal's closing bracket) asks for that port only.
+  const size_t bracket = authority.rfind(']');
+  if (authority.find(':', bracket == absl::string_view::npos ? 0 : bracket) !=
+      absl::string_view::npos) {
+    return false;
+  }
+  if (origin.size() <= a.size() + 1 || !absl::StartsWithIgnoreCase(origin, a) ||
+      origin[a.size()] != ':') {
+    return false;
+  }
+  const absl::string_view port = origin.substr(a.size() + 1);
+  return port.size() <= 5 && std::all_of(port.begin(), port.end(), absl::ascii_isdigit);
+}
+
 // The Access-Control-Allow-Origin value for a request from `origin` ("" =
 // none: CORS off, no Origin header, or an origin not allowed).
 std::string CorsAllow(const std::vector<std::string>& allowed, absl::string_view origin) {
   if (origin.empty()) return "";
   for (const std::string& a : allowed) {
     if (a == "*") return "*";
-    if (a == origin) return std::string(origin);
+    if (CorsOriginMatches(a, origin)) return std::string(origin);
   }
   return "";
 }
@@ -462,15 +485,18 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpR
       }
     }
     const bool no_body = parser_->is_done();
+    // OPTIONS on a known route is a browser's preflight, which never carries
+    // an API key: it is answered without one (CORS off: 405 as before).
+    const bool preflight = path_known && req.method() == http::verb::options;
     cors_allow_.clear();
     if (!opt_.cors_origins.empty()) {
       auto origin = req.find(http::field::origin);
       if (origin != req.end()) cors_allow_ = CorsAllow(opt_.cors_origins, Sv(origin->value()));
       // A browser's preflight, before the method check refuses OPTIONS.
-      if (path_known && req.method() == http::verb::options) return Preflight(no_body);
+      if (preflight) return Preflight(no_body);
     }
     // API keys (after the CORS preflight, which browsers send without them).
-    if (!OpenWithoutKey(path) && !Authorized(req)) {
+    if (!preflight && !OpenWithoutKey(path) && !Authorized(req)) {
       HttpReply reply = Error(
           401, "invalid_api_key",
           req.find(http::field::authorization) == req.end() && req.find("x-api-key") == req.end()

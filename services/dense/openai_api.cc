@@ -15,6 +15,7 @@
 #include "services/dense/anthropic_api.h"
 #include "services/dense/chat_tools.h"
 #include "services/dense/readiness.h"
+#include "services/dense/request_limits.h"
 #include "services/dense/request_log.h"
 #include "services/dense/response_format.h"
 #include "services/dense/responses_api.h"
@@ -71,9 +72,16 @@ Json ErrorJson(const absl::Status& s) {
   if (s.code() == absl::StatusCode::kNotFound) code = "model_not_found";
   if (http == 429) code = "server_busy";
   if (auto c = s.GetPayload(kErrorCodePayload)) code = std::string(*c);
-  return Json{{"error",
-               {{"message", std::string(s.message())}, {"type", type}, {"param", ParamOf(s)},
-                {"code", code}}}};
+  Json error = {{"message", std::string(s.message())}, {"type", type}, {"param", ParamOf(s)},
+                {"code", code}};
+  size_t n_prompt_tokens = 0;
+  int n_ctx = 0;
+  if (ContextOverflowOf(s, &n_prompt_tokens, &n_ctx)) {
+    error["code"] = "context_length_exceeded";
+    error["n_prompt_tokens"] = n_prompt_tokens;
+    error["n_ctx"] = n_ctx;
+  }
+  return Json{{"error", std::move(error)}};
 }
 
 HttpReply ErrorReply(const absl::Status& s) {
@@ -270,8 +278,9 @@ absl::Status CheckPromptBytes(size_t bytes, size_t max_token_bytes, int n_ctx,
                               const char* param) {
   const size_t at_least = (bytes + max_token_bytes - 1) / max_token_bytes;
   if (at_least < static_cast<size_t>(n_ctx)) return absl::OkStatus();
-  return Bad(param, absl::StrCat("the prompt has at least ", at_least, " tokens (", bytes,
-                                 " bytes), the context holds ", n_ctx));
+  return WithParam(ContextOverflowError(at_least, n_ctx, /*at_least=*/true,
+                                        absl::StrCat(" (", bytes, " bytes)")),
+                   param);
 }
 
 // Tokenizes a prompt, stopping once it cannot fit the context.
@@ -280,7 +289,7 @@ absl::StatusOr<std::vector<int32_t>> EncodePrompt(const Tokenizer& tok, const st
                                                   const char* param) {
   absl::StatusOr<std::vector<int32_t>> ids = EncodeWithinContext(tok, text, add_special, n_ctx);
   if (ids.ok() || ids.status().code() != absl::StatusCode::kInvalidArgument) return ids;
-  return Bad(param, std::string(ids.status().message()));
+  return WithParam(ids.status(), param);
 }
 
 // The parts of a request body that become a prompt; `job->c` parsed first.
@@ -341,8 +350,7 @@ absl::Status PreparePrompt(const Json& body, const ServedModel& served, size_t m
     ASSIGN_OR_RETURN(job->c.params.prompt, EncodePrompt(tok, text, true, n_ctx, "prompt"));
   } else if (p->is_array() && !p->empty() && (*p)[0].is_number_integer()) {
     if (p->size() >= static_cast<size_t>(n_ctx)) {
-      return Bad("prompt", absl::StrCat("the prompt has ", p->size(),
-                                        " tokens, the context holds ", n_ctx));
+      return WithParam(ContextOverflowError(p->size(), n_ctx, /*at_least=*/false), "prompt");
     }
     for (const auto& t : *p) {
       if (!t.is_number_integer()) return Bad("prompt", "prompt token ids must be integers");
@@ -471,7 +479,15 @@ absl::StatusOr<Json> ApplyTemplateBody(const std::string& text, const ServedMode
 // An error answer in the request's API's shape.
 HttpReply ErrorReplyFor(const Job& job, const absl::Status& s) {
   if (!job.anthropic) return ErrorReply(s);
-  HttpReply r = AnthropicErrorReply(HttpStatus(s), std::string(s.message()));
+  // Anthropic's words for a prompt over the context, which clients (Claude
+  // Code's compaction) look for.
+  size_t n_prompt_tokens = 0;
+  int n_ctx = 0;
+  HttpReply r = AnthropicErrorReply(
+      HttpStatus(s), ContextOverflowOf(s, &n_prompt_tokens, &n_ctx)
+                         ? absl::StrCat("prompt is too long: ", n_prompt_tokens, " tokens > ",
+                                        n_ctx, " maximum (", s.message(), ")")
+                         : std::string(s.message()));
   if (r.status == 429) r.headers.emplace_back("Retry-After", "1");
   return r;
 }

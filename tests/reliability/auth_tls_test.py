@@ -149,13 +149,13 @@ def worker(*extra):
     return p
 
 
-def http_request(port, method, path, body=None, key=None, tls=None, timeout=30):
+def http_request(port, method, path, body=None, key=None, tls=None, timeout=30, headers=None):
     """(status, headers, body) of one request; tls is an ssl.SSLContext."""
     if tls is None:
         conn = http.client.HTTPConnection(HOST, port, timeout=timeout)
     else:
         conn = http.client.HTTPSConnection(HOST, port, timeout=timeout, context=tls)
-    headers = {"Content-Type": "application/json"}
+    headers = dict({"Content-Type": "application/json"}, **(headers or {}))
     if key is not None:
         headers["Authorization"] = "Bearer " + key
     try:
@@ -254,6 +254,12 @@ class ApiKeyTest(ServiceTest):
             self.assertTrue(json.loads(body)["choices"][0]["text"])
             status, _, body = http_request(port, "GET", "/v1/models", key=key)
             self.assertEqual(status, 200, body)
+        # OPTIONS on a known route needs no key: without --cors-origin it is 405.
+        for path in ROUTE_PATHS:
+            status, h, body = http_request(port, "OPTIONS", path,
+                                           headers=preflight_headers("http://localhost"))
+            self.assertEqual(status, 405, (path, body))
+            self.assertNotIn("access-control-allow-origin", h, path)
         # Health stays open for probes; unknown paths are refused before routing.
         self.assertEqual(http_request(port, "GET", "/health")[0], 200)
         self.assertUnauthorized(*http_request(port, "GET", "/nowhere"), "/nowhere")
@@ -279,6 +285,62 @@ class ApiKeyTest(ServiceTest):
         self.assertEqual((rc, out.strip()), (0, "SERVING"), err)
         after = metric(self.d.http, 'moesplit_auth_failures_total{api="grpc"}', KEYS[0])
         self.assertEqual(after - before, 2)
+
+
+# Every known route's path, for the preflight cases.
+ROUTE_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/messages",
+               "/v1/messages/count_tokens", "/v1/responses", "/v1/responses/resp_x",
+               "/v1/models", "/v1/models/x", "/chat/completions", "/completions", "/responses",
+               "/models", "/tokenize", "/detokenize", "/apply-template", "/metrics", "/health")
+
+
+def preflight_headers(origin):
+    return {"Origin": origin, "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization, content-type"}
+
+
+class CorsWithKeysTest(ServiceTest):
+    """Keys and --cors-origin together: a browser's preflight carries no key."""
+    flags = staticmethod(lambda: ("--api-key-file", key_file(), "--cors-origin",
+                                  "http://localhost", "--cors-origin",
+                                  "https://App.Example:8443"))
+
+    def test_preflight_needs_no_key_on_every_route_and_origins_match(self):
+        port = self.d.http
+        for path in ROUTE_PATHS:
+            status, h, body = http_request(port, "OPTIONS", path,
+                                           headers=preflight_headers("http://localhost:5173"))
+            self.assertEqual(status, 204, (path, body))
+            self.assertEqual(h.get("access-control-allow-origin"), "http://localhost:5173", path)
+            self.assertIn("Authorization", h["access-control-allow-headers"], path)
+        # An entry without a port admits its host on any port (and none); one
+        # with a port only that port; host and scheme must be the same.
+        for origin, allowed in (("http://localhost", True), ("http://localhost:80", True),
+                                ("http://LOCALHOST:3000", True), ("https://localhost:5173", False),
+                                ("http://localhost.evil.example", False),
+                                ("http://localhost:5173/x", False), ("http://localhost:", False),
+                                ("https://app.example:8443", True),
+                                ("https://app.example", False), ("https://app.example:9443", False)):
+            status, h, _ = http_request(port, "OPTIONS", "/v1/chat/completions",
+                                        headers=preflight_headers(origin))
+            self.assertEqual(status, 204 if allowed else 403, origin)
+            self.assertEqual(h.get("access-control-allow-origin"), origin if allowed else None,
+                             origin)
+        # The request after the preflight still needs the key; its 401 carries
+        # the CORS header, so that the page can read why.
+        status, h, body = http_request(port, "POST", "/v1/completions", {"prompt": "Hi"},
+                                       headers={"Origin": "http://localhost:5173"})
+        self.assertUnauthorized(status, h, body, "POST without a key")
+        self.assertEqual(h.get("access-control-allow-origin"), "http://localhost:5173")
+        status, h, body = http_request(port, "POST", "/v1/completions",
+                                       {"prompt": "Hi", "max_tokens": 1}, key=KEYS[0],
+                                       headers={"Origin": "http://localhost:5173"})
+        self.assertEqual(status, 200, body)
+        self.assertEqual(h.get("access-control-allow-origin"), "http://localhost:5173")
+        # An unknown path stays refused before routing.
+        self.assertUnauthorized(*http_request(port, "OPTIONS", "/nowhere",
+                                              headers=preflight_headers("http://localhost")),
+                                "OPTIONS /nowhere")
 
 
 class NoKeyTest(ServiceTest):

@@ -210,7 +210,10 @@ class HttpTest(unittest.TestCase):
         self.assertEqual(got_status, status, body[:300])
         self.assertTrue(headers.get("content-type", "").startswith("application/json"), headers)
         err = json.loads(body)["error"]
-        self.assertEqual(set(err), {"message", "type", "param", "code"}, err)
+        fields = {"message", "type", "param", "code"}
+        if code == "context_length_exceeded":  # llama-server's fields too
+            fields |= {"n_prompt_tokens", "n_ctx"}
+        self.assertEqual(set(err), fields, err)
         self.assertEqual(err["code"], code, err)
         self.assertEqual(err["type"], "invalid_request_error", err)
         return err
@@ -448,21 +451,58 @@ class LimitsTest(HttpTest):
             self.assertIn("messages[1].content[%d] has type '%s'" % (index, kind), err["message"])
 
     def test_prompt_too_long_by_its_bytes_is_refused_before_tokenizing(self):
+        over = "context_length_exceeded"
         body = json.dumps({"prompt": "word " * 12000}).encode()  # 60 KB, context 512
-        err = self.assertError(request(self.dense, "POST", "/v1/completions", body), 400, None)
+        err = self.assertError(request(self.dense, "POST", "/v1/completions", body), 400, over)
         self.assertEqual(err["param"], "prompt")
         self.assertIn("at least", err["message"])
         self.assertIn("the context holds 512", err["message"])
+        self.assertEqual(err["n_ctx"], 512)
+        self.assertGreaterEqual(err["n_prompt_tokens"], 512)
         # Few enough bytes to pass that bound: tokenizing stops past the context.
         body = json.dumps({"prompt": "word " * 600}).encode()  # 600 tokens
-        err = self.assertError(request(self.dense, "POST", "/v1/completions", body), 400, None)
+        err = self.assertError(request(self.dense, "POST", "/v1/completions", body), 400, over)
         m = re.search(r"the prompt has at least (\d+) tokens, the context holds 512",
                       err["message"])
         self.assertTrue(m, err["message"])
         self.assertLess(int(m.group(1)), 600)
+        self.assertEqual((err["n_prompt_tokens"], err["n_ctx"]), (int(m.group(1)), 512))
         ids = json.dumps({"prompt": list(range(1, 600))}).encode()
-        err = self.assertError(request(self.dense, "POST", "/v1/completions", ids), 400, None)
-        self.assertIn("the context holds 512", err["message"])
+        err = self.assertError(request(self.dense, "POST", "/v1/completions", ids), 400, over)
+        self.assertIn("the prompt has 599 tokens, the context holds 512", err["message"])
+        self.assertEqual((err["n_prompt_tokens"], err["n_ctx"]), (599, 512))
+
+    def test_context_overflow_on_every_generating_route(self):
+        long_text = "word " * 600
+        for path, body in (
+                ("/v1/chat/completions", {"messages": [{"role": "user", "content": long_text}]}),
+                ("/chat/completions", {"messages": [{"role": "user", "content": long_text}]}),
+                ("/v1/responses", {"input": long_text}),
+                ("/v1/responses", {"input": [{"role": "user", "content": long_text}]}),
+                # A stream is refused before its head is sent: the same JSON error.
+                ("/v1/chat/completions", {"stream": True,
+                                          "messages": [{"role": "user", "content": long_text}]}),
+                ("/v1/responses", {"input": long_text, "stream": True})):
+            err = self.assertError(
+                request(self.dense, "POST", path, json.dumps(dict(body, max_tokens=4)
+                                                             if "messages" in body else body)
+                        .encode()), 400, "context_length_exceeded")
+            self.assertEqual(err["n_ctx"], 512, (path, err))
+            self.assertGreaterEqual(err["n_prompt_tokens"], 512, (path, err))
+            self.assertIn("the context holds 512", err["message"])
+        # Anthropic's shape and words ("prompt is too long"), which clients look for.
+        status, headers, out = request(self.dense, "POST", "/v1/messages", json.dumps(
+            {"model": "reliability", "max_tokens": 4,
+             "messages": [{"role": "user", "content": long_text}]}).encode())
+        self.assertEqual(status, 400, out[:300])
+        reply = json.loads(out)
+        self.assertEqual(reply["type"], "error")
+        self.assertEqual(reply["error"]["type"], "invalid_request_error")
+        self.assertRegex(reply["error"]["message"],
+                         r"^prompt is too long: \d+ tokens > 512 maximum")
+        # One token under the context is no overflow.
+        body = json.dumps({"prompt": list(range(1, 512)), "max_tokens": 1}).encode()
+        self.assertEqual(request(self.dense, "POST", "/v1/completions", body)[0], 200)
 
     def test_at_the_connection_limit_the_oldest_waiting_connection_makes_room(self):
         held = []

@@ -369,6 +369,26 @@ class SurfaceTest(unittest.TestCase):
                 self.assertEqual(json.loads(out)["model"], "alpha")
             status, _, out = completion(d, {"prompt": "hi", "max_tokens": 1, "model": "nope"})
             self.assertEqual((status, json.loads(out)["error"]["code"]), (404, "model_not_found"))
+            self.assertIn("'alpha', 'beta', 'gamma'", json.loads(out)["error"]["message"])
+            # The documented choice for unknown names on every route (docs/operations.md):
+            # 404 in each API's shape; no name (or "") is served.
+            status, _, out = completion(d, {"input": "hi", "max_output_tokens": 1,
+                                            "model": "nope"}, path="/v1/responses")
+            self.assertEqual((status, json.loads(out)["error"]["code"]), (404, "model_not_found"))
+            status, _, out = completion(d, {"model": "nope", "max_tokens": 1, "messages": [
+                {"role": "user", "content": "hi"}]}, path="/v1/messages")
+            self.assertEqual((status, json.loads(out)["error"]["type"]), (404, "not_found_error"))
+            status, _, out = completion(d, {"model": "gamma", "max_tokens": 1, "messages": [
+                {"role": "user", "content": "hi"}]}, path="/v1/messages")
+            self.assertEqual(status, 200, out)
+            for body in ({"prompt": "hi", "max_tokens": 1},
+                         {"prompt": "hi", "max_tokens": 1, "model": ""},
+                         {"prompt": "hi", "max_tokens": 1, "model": None}):
+                status, _, out = completion(d, body)
+                self.assertEqual(status, 200, (body, out))
+            status, _, out = completion(d, {"input": "hi", "max_output_tokens": 1},
+                                        path="/v1/responses")
+            self.assertEqual(status, 200, out)
             # CORS: preflight before the method check, the origin echoed.
             pre = {"Origin": "http://app.example", "Access-Control-Request-Method": "POST",
                    "Access-Control-Request-Headers": "authorization, content-type"}
