@@ -200,6 +200,7 @@ absl::StatusOr<std::string> ChatPrompt::Render(const nlohmann::ordered_json& mes
   o.enable_thinking = options.enable_thinking;
   o.date_override = options.date_override;
   o.tools = options.tools;
+  o.extra_context = options.extra_context;
   if (options.add_generation_prompt && StringField(flat.back(), "role") == "assistant") {
     return RenderContinuation(flat, std::move(o));
   }

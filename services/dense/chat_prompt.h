@@ -50,6 +50,9 @@ struct ChatPromptOptions {
   std::string date_override;  // "YYYY-MM-DD" for strftime_now; empty: today
   // The OpenAI `tools` array given to the template (null or empty: none).
   nlohmann::ordered_json tools;
+  // More template variables, as llama-server's chat_template_kwargs (every
+  // key, e.g. gpt-oss's reasoning_effort): an object, or null for none.
+  nlohmann::ordered_json extra_context;
 };
 
 class ChatPrompt {

@@ -208,5 +208,24 @@ TEST(ChatPromptTest, TrailingAssistantMessageIsContinued) {
   }
 }
 
+// Extra template variables (chat_template_kwargs, reasoning_effort) reach
+// the template: gpt-oss's system message names the reasoning effort.
+TEST(ChatPromptTest, ExtraContextReachesTheTemplate) {
+  auto chat = PromptWith("openai-gpt-oss-120b");
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  const Json messages = Json::parse(R"([{"role":"user","content":"Hi"}])");
+  ChatPromptOptions o;
+  o.date_override = "2026-01-01";
+  auto plain = chat->Render(messages, o);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_THAT(*plain, HasSubstr("Reasoning: medium"));
+  o.extra_context = Json::parse(R"({"reasoning_effort":"high"})");
+  auto high = chat->Render(messages, o);
+  ASSERT_TRUE(high.ok()) << high.status();
+  EXPECT_THAT(*high, HasSubstr("Reasoning: high"));
+  o.extra_context = Json::parse(R"([1])");
+  EXPECT_EQ(chat->Render(messages, o).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace moesplit::dense

@@ -304,8 +304,26 @@ absl::StatusOr<std::string> RenderChatPrompt(const Json& body, const ServedModel
     RETURN_IF_ERROR(WithParam(CheckMessageCount(m->size()), "messages"));
   }
   ChatPromptOptions co;
-  if (auto k = body.find("chat_template_kwargs"); k != body.end() && k->is_object()) {
+  // chat_template_kwargs: every key becomes a template variable (as
+  // llama-server passes them); enable_thinking also steers the thinking
+  // defaults. reasoning_effort (OpenAI's field) is the variable gpt-oss's
+  // template reads, as llama-server passes it.
+  if (auto k = body.find("chat_template_kwargs"); k != body.end() && !k->is_null()) {
+    if (!k->is_object()) return Bad("chat_template_kwargs", "chat_template_kwargs must be an object");
     ASSIGN_OR_RETURN(co.enable_thinking, Bool(*k, "enable_thinking", true));
+    co.extra_context = Json::object();
+    for (auto it = k->begin(); it != k->end(); ++it) co.extra_context[it.key()] = it.value();
+  }
+  if (auto e = body.find("reasoning_effort"); e != body.end() && !e->is_null()) {
+    static constexpr std::string_view kEfforts[] = {"minimal", "low", "medium", "high"};
+    if (!e->is_string() ||
+        std::find(std::begin(kEfforts), std::end(kEfforts), e->get<std::string>()) ==
+            std::end(kEfforts)) {
+      return Bad("reasoning_effort",
+                 "reasoning_effort must be one of \"minimal\", \"low\", \"medium\", \"high\"");
+    }
+    if (co.extra_context.is_null()) co.extra_context = Json::object();
+    co.extra_context["reasoning_effort"] = *e;
   }
   auto field = [&](const char* key) { return body.contains(key) ? body[key] : Json(); };
   ASSIGN_OR_RETURN(job->tools, ParseToolRequest(field("tools"), field("tool_choice"),

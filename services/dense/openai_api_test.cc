@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/chat/chat_template.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "services/cli/test_model.h"
@@ -182,6 +183,37 @@ TEST(OpenAiApiTest, ABadRequestIsRepliedAtOnceWithTheErrorShape) {
   EXPECT_EQ(out->replies[0].status, 400);
   EXPECT_EQ(Json::parse(out->replies[0].body)["error"]["param"], "top_k");
   EXPECT_EQ(done, 1);
+}
+
+// chat_template_kwargs is an object of template variables and
+// reasoning_effort one of OpenAI's levels; anything else is a 400 naming it.
+TEST(OpenAiApiTest, TemplateKwargsAndReasoningEffortAreCheckedNotIgnored) {
+  Fixture f;
+  const std::string ask = R"("messages":[{"role":"user","content":"Hi"}],"max_tokens":2)";
+  for (const auto& [extra, param] : std::vector<std::pair<std::string, std::string>>{
+           {R"("chat_template_kwargs":[1])", "chat_template_kwargs"},
+           {R"("chat_template_kwargs":{"enable_thinking":"yes"})", "enable_thinking"},
+           {R"("reasoning_effort":"extreme")", "reasoning_effort"},
+           {R"("reasoning_effort":2)", "reasoning_effort"}}) {
+    auto out = std::make_shared<FakeResponder>();
+    f.api->StartCompletion(f.api->PrepareCompletion("{" + ask + "," + extra + "}", true), out,
+                           [] {});
+    ASSERT_EQ(out->replies.size(), 1u) << extra;
+    EXPECT_EQ(out->replies[0].status, 400) << extra;
+    EXPECT_THAT(Json::parse(out->replies[0].body)["error"]["param"].dump(),
+                ::testing::HasSubstr(param))
+        << extra << ": " << out->replies[0].body;
+  }
+  for (const std::string extra : {R"("chat_template_kwargs":{"enable_thinking":false,"x":[1]})",
+                                  R"("reasoning_effort":"high")"}) {
+    auto out = std::make_shared<FakeResponder>();
+    int done = 0;
+    f.api->StartCompletion(f.api->PrepareCompletion("{" + ask + "," + extra + "}", true), out,
+                           [&] { ++done; });
+    while (done == 0) out->RunPosted(std::chrono::milliseconds(50));
+    ASSERT_FALSE(out->replies.empty()) << extra;
+    EXPECT_EQ(out->replies[0].status, 200) << extra << ": " << out->replies[0].body;
+  }
 }
 
 

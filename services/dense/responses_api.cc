@@ -309,6 +309,10 @@ absl::Status Reasoning(const Json& r, Json* chat, bool* summary) {
   if (!effort.empty()) {
     RETURN_IF_ERROR(OneOf(effort, "reasoning.effort", {"none", "minimal", "low", "medium", "high", "xhigh"}));
     (*chat)["chat_template_kwargs"] = {{"enable_thinking", effort != "none"}};
+    // The levels a template can take (gpt-oss's reasoning_effort).
+    if (effort == "minimal" || effort == "low" || effort == "medium" || effort == "high") {
+      (*chat)["reasoning_effort"] = effort;
+    }
   }
   for (const char* key : {"summary", "generate_summary"}) {
     ASSIGN_OR_RETURN(std::string s, String(r, key, "reasoning", false));
