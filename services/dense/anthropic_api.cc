@@ -49,6 +49,12 @@ absl::StatusOr<std::string> BlockType(const Json& block, const std::string& path
   return String(block, "type", path, true);
 }
 
+// A text block's text (system, user, assistant, tool result), its fields checked.
+absl::StatusOr<std::string> TextBlock(const Json& b, const std::string& p) {
+  RETURN_IF_ERROR(OnlyKnown(b, p, {"type", "text", "cache_control", "citations"}));
+  return String(b, "text", p, true);
+}
+
 // Text of a string, or of an array of text blocks (joined by '\n'), as in
 // `system` and tool_result content.
 absl::StatusOr<std::string> TextOf(const Json& v, const std::string& path) {
@@ -62,8 +68,7 @@ absl::StatusOr<std::string> TextOf(const Json& v, const std::string& path) {
       return Bad(absl::StrCat(p, ".type"),
                  absl::StrCat("'", type, "' blocks are not supported here (the model reads text only)"));
     }
-    RETURN_IF_ERROR(OnlyKnown(v[i], p, {"type", "text", "cache_control", "citations"}));
-    ASSIGN_OR_RETURN(std::string t, String(v[i], "text", p, true));
+    ASSIGN_OR_RETURN(std::string t, TextBlock(v[i], p));
     if (i > 0) text += '\n';
     text += t;
   }
@@ -80,8 +85,7 @@ absl::StatusOr<Json> SystemMessage(const Json& system) {
     const std::string p = absl::StrCat("system.", i);
     ASSIGN_OR_RETURN(std::string type, BlockType(system[i], p));
     if (type != "text") return Bad(p + ".type", "system blocks must be text blocks");
-    RETURN_IF_ERROR(OnlyKnown(system[i], p, {"type", "text", "cache_control", "citations"}));
-    ASSIGN_OR_RETURN(std::string t, String(system[i], "text", p, true));
+    ASSIGN_OR_RETURN(std::string t, TextBlock(system[i], p));
     parts.push_back({{"type", "text"}, {"text", t}});
   }
   return Json{{"role", "system"}, {"content", std::move(parts)}};
@@ -108,8 +112,7 @@ absl::Status UserMessage(const Json& content, const std::string& path, Json* out
     const Json& b = content[i];
     ASSIGN_OR_RETURN(std::string type, BlockType(b, p));
     if (type == "text") {
-      RETURN_IF_ERROR(OnlyKnown(b, p, {"type", "text", "cache_control", "citations"}));
-      ASSIGN_OR_RETURN(std::string t, String(b, "text", p, true));
+      ASSIGN_OR_RETURN(std::string t, TextBlock(b, p));
       text.push_back({{"type", "text"}, {"text", t}});
     } else if (type == "tool_result") {
       RETURN_IF_ERROR(OnlyKnown(b, p, {"type", "tool_use_id", "content", "is_error", "cache_control"}));
@@ -146,8 +149,7 @@ absl::Status AssistantMessage(const Json& content, const std::string& path, Json
     const Json& b = content[i];
     ASSIGN_OR_RETURN(std::string type, BlockType(b, p));
     if (type == "text") {
-      RETURN_IF_ERROR(OnlyKnown(b, p, {"type", "text", "cache_control", "citations"}));
-      ASSIGN_OR_RETURN(std::string t, String(b, "text", p, true));
+      ASSIGN_OR_RETURN(std::string t, TextBlock(b, p));
       if (has_text) text += '\n';
       text += t;
       has_text = true;
