@@ -2,7 +2,10 @@
 // accepted/rejected per keyword (a vocabulary of the 256 single bytes), and
 // the mask on the real Qwen2 vocabulary checked token by token against the
 // matcher itself, with control and EOG tokens.
+#include <algorithm>
 #include <cstdlib>
+#include <random>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -54,9 +57,9 @@ struct Case {
 TEST(JsonSchemaTest, AcceptsAndRejectsPerKeyword) {
   const std::vector<Case> cases = {
       {R"({"type":"string"})",
-       {R"("")", R"("abc")", R"("a\"b\\c\n\u00e9")", "\"caf\xc3\xa9 \xe2\x98\x83\"",
+       {R"("")", R"("abc")", R"("\ud83d\ude00\uFFFF\ud7ff")", R"("a\"b\\c\n\u00e9")", "\"caf\xc3\xa9 \xe2\x98\x83\"",
         "\"\xf0\x9f\x99\x82\""},
-       {R"(abc)", R"("abc)", "\"a\nb\"", R"("\x")", R"("\u12")", "\"\xc3\"", "\"\xed\xa0\x80\"",
+       {R"(abc)", R"("abc)", "\"a\nb\"", R"("\x")", R"("\u12")", R"("\ud83d")", R"("\udc00x")", "\"\xc3\"", "\"\xed\xa0\x80\"",
         "\"\xc0\xaf\"", " \"a\""}},
       {R"({"type":"string","minLength":2,"maxLength":3})",
        {R"("ab")", R"("abc")", R"("a\n")", "\"\xc3\xa9\xc3\xa9\""},
@@ -191,6 +194,161 @@ TEST(JsonSchemaTest, BoundsPatternsFormatsAndAllOf) {
     for (const char* t : c.accept) EXPECT_TRUE(Accepts(*g, t)) << c.schema << " should accept " << t;
     for (const char* t : c.reject) EXPECT_FALSE(Accepts(*g, t)) << c.schema << " should reject " << t;
   }
+}
+
+// Schemas exactly as zod 4's z.toJSONSchema() and pydantic 2's
+// model_json_schema() write them for typical agent tools.
+constexpr const char* kZodWeather = R"({
+  "$schema": "https://json-schema.org/draft/2020-12/schema",
+  "type": "object",
+  "properties": {
+    "city": {"description": "City name", "type": "string"},
+    "days": {"type": "integer", "minimum": 1, "maximum": 14},
+    "count": {"type": "integer", "minimum": -9007199254740991, "maximum": 9007199254740991},
+    "units": {"type": "string", "enum": ["metric", "imperial"]},
+    "when": {"type": "string", "format": "date", "pattern": "^(?:(?:\\d\\d[2468][048]|\\d\\d[13579][26]|\\d\\d0[48]|[02468][048]00|[13579][26]00)-02-29|\\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\\d|30)|(?:02)-(?:0[1-9]|1\\d|2[0-8])))$"},
+    "id": {"type": "string", "format": "uuid", "pattern": "^([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[1-8][0-9a-fA-F]{3}-[89abAB][0-9a-fA-F]{3}-[0-9a-fA-F]{12}|00000000-0000-0000-0000-000000000000|ffffffff-ffff-ffff-ffff-ffffffffffff)$"},
+    "link": {"type": "string", "format": "uri"},
+    "ratio": {"type": "number", "exclusiveMinimum": 0},
+    "note": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+    "tags": {"minItems": 1, "maxItems": 3, "type": "array", "items": {"type": "string", "minLength": 1, "maxLength": 8}}
+  },
+  "required": ["city", "days", "count", "when", "id", "ratio", "note", "tags"],
+  "additionalProperties": false
+})";
+
+constexpr const char* kPydanticPerson = R"({
+  "$defs": {
+    "Address": {
+      "properties": {
+        "street": {"title": "Street", "type": "string", "maxLength": 20},
+        "zip": {"pattern": "^\\d{5}$", "title": "Zip", "type": "string"}
+      },
+      "required": ["street", "zip"], "title": "Address", "type": "object"
+    }
+  },
+  "properties": {
+    "name": {"maxLength": 50, "minLength": 1, "title": "Name", "type": "string"},
+    "age": {"maximum": 150, "minimum": 0, "title": "Age", "type": "integer"},
+    "email": {"anyOf": [{"format": "email", "type": "string"}, {"type": "null"}], "default": null, "title": "Email"},
+    "address": {"$ref": "#/$defs/Address"},
+    "previous": {"anyOf": [{"$ref": "#/$defs/Address"}, {"type": "null"}], "default": null},
+    "tags": {"items": {"type": "string", "maxLength": 10}, "maxItems": 10, "title": "Tags", "type": "array"},
+    "born": {"format": "date", "title": "Born", "type": "string"},
+    "seen": {"format": "date-time", "title": "Seen", "type": "string"},
+    "role": {"default": "user", "enum": ["admin", "user"], "title": "Role", "type": "string"},
+    "kind": {"const": "person", "title": "Kind", "type": "string"},
+    "score": {"exclusiveMaximum": 1, "exclusiveMinimum": 0, "title": "Score", "type": "number"},
+    "level": {"allOf": [{"$ref": "#/definitions/Level"}], "default": 2},
+    "price": {"type": "number", "multipleOf": 0.01, "minimum": 0}
+  },
+  "required": ["name", "age", "address", "born", "seen", "kind", "score", "level", "price"],
+  "title": "Person", "type": "object",
+  "definitions": {"Level": {"type": "integer", "minimum": 1, "maximum": 5, "title": "Level"}}
+})";
+
+// One random sentence of the grammar (a random walk over the allowed bytes
+// that prefers to close strings and containers once it is long), or "" when
+// it did not finish within the step limit.
+std::string RandomInstance(const std::shared_ptr<const grammar::Grammar>& g, std::mt19937& rng) {
+  TokenConstraint c(g, ByteVocab());
+  std::string out;
+  for (int step = 0; step < 4000; ++step) {
+    std::vector<int> allowed;
+    for (int id = 0; id < 256; ++id) {
+      if ((c.AllowedTokens()[id >> 6] >> (id & 63)) & 1) allowed.push_back(id);
+    }
+    const bool can_end = (c.AllowedTokens()[256 >> 6] >> (256 & 63)) & 1;
+    if (can_end && (allowed.empty() || rng() % 4 == 0)) return out;
+    if (allowed.empty()) return "";
+    int pick = allowed[rng() % allowed.size()];
+    if (out.size() > 40 && rng() % 2 == 0) {
+      for (int closing : {'"', ']', '}', ','}) {
+        if (std::find(allowed.begin(), allowed.end(), closing) != allowed.end()) pick = closing;
+      }
+    }
+    if (!c.Accept(pick).ok()) return "";
+    out += static_cast<char>(pick);
+  }
+  return "";
+}
+
+bool Matches(const Json& v, const char* regex) {
+  return v.is_string() && std::regex_search(v.get<std::string>(), std::regex(regex));
+}
+
+TEST(JsonSchemaTest, ZodAndPydanticSchemasGenerateValidInstances) {
+  std::mt19937 rng(43);
+  const std::string iso_date = R"(^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])$)";
+  {
+    auto g = Schema(kZodWeather, /*strict=*/true);
+    ASSERT_TRUE(g.ok()) << g.status();
+    int finished = 0;
+    for (int i = 0; i < 100; ++i) {
+      const std::string text = RandomInstance(*g, rng);
+      if (text.empty()) continue;
+      ++finished;
+      const Json v = Json::parse(text);  // throws (fails the test) if not JSON
+      ASSERT_TRUE(v["city"].is_string()) << text;
+      ASSERT_TRUE(v["days"].is_number_integer()) << text;
+      EXPECT_GE(v["days"].get<int64_t>(), 1) << text;
+      EXPECT_LE(v["days"].get<int64_t>(), 14) << text;
+      EXPECT_LE(std::llabs(v["count"].get<int64_t>()), 9007199254740991LL) << text;
+      if (v.contains("units")) EXPECT_TRUE(v["units"] == "metric" || v["units"] == "imperial") << text;
+      EXPECT_TRUE(Matches(v["when"], iso_date.c_str())) << text;
+      EXPECT_TRUE(Matches(v["id"], "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[1-8][0-9a-fA-F]{3}-[89abAB][0-9a-fA-F]{3}-[0-9a-fA-F]{12}$|^0{8}-0{4}-0{4}-0{4}-0{12}$|^f{8}-f{4}-f{4}-f{4}-f{12}$")) << text;
+      if (v.contains("link")) EXPECT_TRUE(Matches(v["link"], "^[A-Za-z][A-Za-z0-9+.-]*:[^ \"\\\\]*$")) << text;
+      EXPECT_TRUE(v["ratio"].is_number() && v["ratio"].get<double>() > 0) << text;
+      EXPECT_TRUE(v["note"].is_null() || v["note"].is_string()) << text;
+      ASSERT_TRUE(v["tags"].is_array()) << text;
+      EXPECT_GE(v["tags"].size(), 1u) << text;
+      EXPECT_LE(v["tags"].size(), 3u) << text;
+      Json rest = v;
+      for (const std::string k : {"city", "days", "count", "units", "when", "id", "link", "ratio", "note", "tags"}) {
+        rest.erase(k);
+      }
+      EXPECT_TRUE(rest.empty()) << text;
+    }
+    EXPECT_GT(finished, 75);
+  }
+  {
+    auto g = Schema(kPydanticPerson);
+    ASSERT_TRUE(g.ok()) << g.status();
+    int finished = 0;
+    for (int i = 0; i < 100; ++i) {
+      const std::string text = RandomInstance(*g, rng);
+      if (text.empty()) continue;
+      ++finished;
+      const Json v = Json::parse(text);
+      const std::string name = v["name"].get<std::string>();
+      EXPECT_FALSE(name.empty()) << text;
+      ASSERT_TRUE(v["age"].is_number_integer()) << text;
+      EXPECT_TRUE(v["age"].get<int64_t>() >= 0 && v["age"].get<int64_t>() <= 150) << text;
+      if (v.contains("email") && !v["email"].is_null()) {
+        EXPECT_TRUE(Matches(v["email"], "^[^@ ]+@[A-Za-z0-9-]+(\\.[A-Za-z0-9-]+)+$")) << text;
+      }
+      EXPECT_TRUE(Matches(v["address"]["zip"], "^\\d{5}$")) << text;
+      if (v.contains("previous") && !v["previous"].is_null()) {
+        EXPECT_TRUE(Matches(v["previous"]["zip"], "^\\d{5}$")) << text;
+      }
+      EXPECT_TRUE(Matches(v["born"], iso_date.c_str())) << text;
+      EXPECT_TRUE(Matches(v["seen"], R"(^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$)")) << text;
+      if (v.contains("role")) EXPECT_TRUE(v["role"] == "admin" || v["role"] == "user") << text;
+      EXPECT_EQ(v["kind"], "person") << text;
+      const double score = v["score"].get<double>();
+      EXPECT_TRUE(score > 0 && score < 1) << text;
+      ASSERT_TRUE(v["level"].is_number_integer()) << text;
+      EXPECT_TRUE(v["level"].get<int64_t>() >= 1 && v["level"].get<int64_t>() <= 5) << text;
+      const double price = v["price"].get<double>();
+      EXPECT_GE(price, 0) << text;
+      EXPECT_TRUE(Matches(Json(v["price"].dump()), "^\\d+(\\.\\d{1,2})?$")) << text;
+    }
+    EXPECT_GT(finished, 75);
+  }
+  // zod's z.email() pattern needs lookahead: a 400 naming it, not a looser format.
+  auto email = Schema(R"({"type":"string","format":"email","pattern":"^(?!\\.)(?!.*\\.\\.)([A-Za-z0-9_'+\\-\\.]*)[A-Za-z0-9_+-]@([A-Za-z0-9][A-Za-z0-9\\-]*\\.)+[A-Za-z]{2,}$"})");
+  ASSERT_FALSE(email.ok());
+  EXPECT_NE(std::string(email.status().message()).find("lookahead"), std::string::npos) << email.status();
 }
 
 TEST(JsonSchemaTest, JsonObjectIsAnyObjectWithBoundedWhitespace) {

@@ -131,6 +131,7 @@ uint32_t JsonSchemaCompiler::Char() {
     hex.Add('a', 'f').Add('A', 'F');
     ByteSet esc;
     for (char c : std::string("\"\\/bfnrt")) esc.Add(static_cast<uint8_t>(c));
+    const ByteSet d = ByteSet().Add('D').Add('d');
     char_ = b.Rule(
         "char",
         {{B(plain)},
@@ -143,7 +144,12 @@ uint32_t JsonSchemaCompiler::Char() {
          {B(ByteSet::Range(0xF1, 0xF3)), B(cont), B(cont), B(cont)},
          {B(ByteSet::Of(0xF4)), B(ByteSet::Range(0x80, 0x8F)), B(cont), B(cont)},
          {Byte('\\'), B(esc)},
-         {Byte('\\'), Byte('u'), B(hex), B(hex), B(hex), B(hex)}});
+         // \uXXXX: no lone surrogate (invalid JSON), a pair as two escapes.
+         {Byte('\\'), Byte('u'), B(ByteSet::Range('0', '9').Add('A', 'C').Add('a', 'c')), B(hex), B(hex), B(hex)},
+         {Byte('\\'), Byte('u'), B(ByteSet().Add('E', 'F').Add('e', 'f')), B(hex), B(hex), B(hex)},
+         {Byte('\\'), Byte('u'), B(d), B(ByteSet::Range('0', '7')), B(hex), B(hex)},
+         {Byte('\\'), Byte('u'), B(d), B(ByteSet::Range('8', '9').Add('A', 'B').Add('a', 'b')), B(hex), B(hex),
+          Byte('\\'), Byte('u'), B(d), B(ByteSet::Range('C', 'F').Add('c', 'f')), B(hex), B(hex)}});
   });
 }
 
