@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/status.h"
 #include "common/base/utf8.h"
@@ -325,13 +326,31 @@ absl::StatusOr<std::string> RenderChatPrompt(const Json& body, const ServedModel
     if (co.extra_context.is_null()) co.extra_context = Json::object();
     co.extra_context["reasoning_effort"] = *e;
   }
+  // llama-server's add_generation_prompt and continue_final_message (a
+  // trailing assistant message is continued either way: chat_prompt.h).
+  ASSIGN_OR_RETURN(co.add_generation_prompt, Bool(body, "add_generation_prompt", true));
+  if (auto c = body.find("continue_final_message"); c != body.end() && !c->is_null() && *c != Json(false)) {
+    if (*c == Json(true)) {
+      co.continue_final_message = ContinueFinalMessage::kAuto;
+    } else if (*c == Json("content")) {
+      co.continue_final_message = ContinueFinalMessage::kContent;
+    } else if (*c == Json("reasoning_content")) {
+      co.continue_final_message = ContinueFinalMessage::kReasoning;
+    } else {
+      return Bad("continue_final_message",
+                 "continue_final_message must be true, false, \"content\" or \"reasoning_content\"");
+    }
+  }
   auto field = [&](const char* key) { return body.contains(key) ? body[key] : Json(); };
   ASSIGN_OR_RETURN(job->tools, ParseToolRequest(field("tools"), field("tool_choice"),
                                                 field("parallel_tool_calls")));
   if (job->tools.offered()) co.tools = job->tools.tools;
   absl::StatusOr<std::string> prompt = served.chat->Render(
       served.volatile_system != nullptr ? served.volatile_system->StripMessages(*m) : *m, co);
-  if (!prompt.ok()) return WithParam(prompt.status(), "messages");
+  if (!prompt.ok()) {
+    const bool cont = absl::StartsWith(prompt.status().message(), "continue_final_message");
+    return WithParam(prompt.status(), cont ? "continue_final_message" : "messages");
+  }
   return prompt;
 }
 
