@@ -321,6 +321,9 @@ class StreamCall : public grpc::ServerWriteReactor<Resp> {
   void Started(const absl::StatusOr<std::shared_ptr<RequestHandle>>& h) {
     if (!h.ok()) return End(h.status());
     handle_ = *h;
+    // The response headers go out now, not with the first token: a client
+    // waiting through a long prefill sees the call accepted.
+    this->StartSendInitialMetadata();
     if (cancelled_) handle_->Cancel();  // OnCancel came first
     // The engine thread only posts: the deltas are taken and converted here.
     handle_->Subscribe([this] { Post([this] { Pump(); }); });
@@ -338,7 +341,18 @@ class StreamCall : public grpc::ServerWriteReactor<Resp> {
     if (finished_) return;
     if (handle_ != nullptr && !ended_) {
       absl::StatusOr<GenerateOutcome> result = GenerateOutcome{};
-      const bool done = handle_->Take(&taken_, &result);
+      std::vector<PromptProgress> progress;
+      const bool done = handle_->Take(&taken_, &result, &progress);
+      for (const PromptProgress& p : progress) {
+        if (cancelled_) break;
+        Resp r;
+        v1::PromptProgress* m = r.mutable_prompt_progress();
+        m->set_total(p.total);
+        m->set_cache(p.cache);
+        m->set_processed(p.processed);
+        m->set_time_ms(p.time_ms);
+        pending_.push_back(std::move(r));
+      }
       if (!cancelled_) {
         for (const GenerateDelta& d : taken_) Deltas(d, &pending_);
       }
@@ -425,6 +439,7 @@ class GenerateCall final : public StreamCall<v1::GenerateResponse> {
     p.max_tokens = r_.max_tokens();
     ASSIGN_OR_RETURN(p.sampling, ToSampling(r_.sampling(), r_.logprobs()));
     p.ignore_eos = r_.sampling().ignore_eos();
+    p.report_progress = r_.return_progress();
     p.stop.assign(r_.stop().begin(), r_.stop().end());
     ASSIGN_OR_RETURN(p.constraint, ToConstraint(r_.response_format()));
     return engine.Submit(std::move(p));
@@ -483,6 +498,7 @@ class ChatCall final : public StreamCall<v1::ChatResponse> {
     p.max_tokens = r_.max_tokens();
     ASSIGN_OR_RETURN(p.sampling, ToSampling(r_.sampling(), r_.logprobs()));
     p.ignore_eos = r_.sampling().ignore_eos();
+    p.report_progress = r_.return_progress();
     p.stop.assign(r_.stop().begin(), r_.stop().end());
     ASSIGN_OR_RETURN(p.constraint, ToConstraint(r_.response_format()));
     constrained_ = p.constraint != nullptr;  // content = the JSON as generated

@@ -202,6 +202,10 @@ absl::Status ParseCommon(const Json& body, bool chat, const ServedModel& served,
     }
   }
   ASSIGN_OR_RETURN(c->stream, Bool(body, "stream", false));
+  // llama-server's return_progress: prompt_progress chunks while the prompt
+  // is evaluated (streams only, as llama-server sends them).
+  ASSIGN_OR_RETURN(const bool progress, Bool(body, "return_progress", false));
+  c->params.report_progress = progress && c->stream;
   if (auto so = body.find("stream_options"); so != body.end() && !so->is_null()) {
     if (!so->is_object()) return Bad("stream_options", "stream_options must be an object");
     ASSIGN_OR_RETURN(c->include_usage, Bool(*so, "include_usage", false));
@@ -764,6 +768,17 @@ class Completion : public std::enable_shared_from_this<Completion> {
 
   void Send(const Json& j) { out_->WriteChunk(absl::StrCat("data: ", Dump(j), "\n\n")); }
 
+  // llama-server's progress chunk: an empty delta (chat: role assistant,
+  // content null; completions: text "") with prompt_progress.
+  void SendProgress(int i, const PromptProgress& p) {
+    Json ch = ChoiceDelta(job_, {{"role", "assistant"}, {"content", nullptr}}, "");
+    ch["index"] = i;
+    Json chunk = Chunk(job_, std::move(ch));
+    chunk["prompt_progress"] = {
+        {"total", p.total}, {"cache", p.cache}, {"processed", p.processed}, {"time_ms", p.time_ms}};
+    Send(chunk);
+  }
+
   void Pump() {
     if (!gone_ && out_->ClientGone()) {
       gone_ = true;
@@ -778,7 +793,11 @@ class Completion : public std::enable_shared_from_this<Completion> {
       Choice& c = choices_[i];
       if (c.ended) continue;
       absl::StatusOr<GenerateOutcome> result = GenerateOutcome{};
-      const bool done = hs_[i]->Take(&taken, &result);
+      std::vector<PromptProgress> progress;
+      const bool done = hs_[i]->Take(&taken, &result, &progress);
+      if (streaming_ && !gone_ && !broken_ && !job_.anthropic && !job_.responses) {
+        for (const PromptProgress& p : progress) SendProgress(static_cast<int>(i), p);
+      }
       if (!gone_ && !broken_) {
         for (const GenerateDelta& d : taken) OnDelta(static_cast<int>(i), d);
       }
