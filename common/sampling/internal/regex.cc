@@ -175,14 +175,16 @@ class RegexCompiler {
   absl::StatusOr<Item> Atom(int depth) {
     const char c = Peek();
     if (c == '(') {
-      ++i_;
+      const size_t open = i_++;
       if (Peek() == '?') {
         const char k = Peek(1);
         if (k == ':') {
           i_ += 2;
         } else if (k == '=' || k == '!') {
+          i_ = open;  // the offset of the construct
           return Err("lookahead (?= / (?!");
         } else if (k == '<' && (Peek(2) == '=' || Peek(2) == '!')) {
+          i_ = open;
           return Err("lookbehind (?<= / (?<!");
         } else if (k == '<') {
           const size_t close = p_.find('>', i_);
