@@ -286,6 +286,36 @@ uint32_t TextWithout(GrammarBuilder& b, const std::string& stop) {
   return q[0];
 }
 
+// What a template writes between two calls of one answer, for the families
+// whose forced output may hold several calls (parallel_tool_calls): one
+// block per call. Null for the others: DeepSeek-V3.1's and MiniMax-M2's
+// frames open and close the block of all calls, gpt-oss's call ends
+// generation, Llama 3.x's template renders one call per message.
+const char* ParallelCallSeparator(chat::ToolCallFamily family) {
+  switch (family) {
+    case chat::ToolCallFamily::kHermes:
+    case chat::ToolCallFamily::kQwen3Coder:
+    case chat::ToolCallFamily::kGlm45: return "\n";
+    case chat::ToolCallFamily::kGlm47:
+    case chat::ToolCallFamily::kGemma4: return "";
+    default: return nullptr;
+  }
+}
+
+// Appends the forced calls to `root`: one of `calls`, then, when the
+// request allows parallel calls and the family has a separator, any number
+// more, each after the separator.
+void AppendCalls(GrammarBuilder& b, Sequence& root, std::vector<Sequence> calls, const ToolRequest& tools,
+                 chat::ToolCallFamily family, const std::vector<std::string_view>& tags) {
+  const uint32_t call = b.Rule("call", std::move(calls));
+  root.push_back(Item::Ref(call));
+  const char* separator = ParallelCallSeparator(family);
+  if (!tools.parallel || separator == nullptr) return;
+  Sequence more = b.TextWithTags(separator, tags);
+  more.push_back(Item::Ref(call));
+  root.push_back(Item::Ref(b.Repeat("more-calls", more, 0, -1)));
+}
+
 // A call of one function by a family whose arguments are tags (Qwen3-Coder,
 // GLM, MiniMax-M2; chat::ArgumentTagsFor): the frame's prefix, then per
 // property of its parameters (in the order written; the required ones
@@ -391,7 +421,7 @@ absl::StatusOr<std::shared_ptr<const grammar::Grammar>> TaggedCallConstraint(
     calls.push_back(*std::move(call));
   }
   Sequence root = b.TextWithTags(before, tags);
-  root.push_back(Item::Ref(b.Rule("call", std::move(calls))));
+  AppendCalls(b, root, std::move(calls), tools, family, tags);
   return BuildToolGrammar(b, root);
 }
 
@@ -433,7 +463,69 @@ absl::StatusOr<std::shared_ptr<const grammar::Grammar>> JsonCallConstraint(
     GrammarBuilder::Append(analysis, b.TextWithTags("<|end|><|start|>assistant", tags));
     root.push_back(Item::Ref(b.Rule("analysis", {{}, std::move(analysis)})));
   }
-  root.push_back(Item::Ref(b.Rule("call", std::move(calls))));
+  AppendCalls(b, root, std::move(calls), tools, family, tags);
+  return BuildToolGrammar(b, root);
+}
+
+// Gemma's dictionary syntax (chat/tool_calls.h kGemma4), any keys and
+// values, as llama.cpp's gemma4 grammar (it does not check the schema
+// either): value = <|"|>text<|"|> | {key:value,...} | [value,...] | a JSON
+// number | true | false | null, with no whitespace.
+uint32_t GemmaDict(GrammarBuilder& b, const std::vector<std::string_view>& tags) {
+  const uint32_t value = b.Reserve("gemma-value");
+  const uint32_t dict = b.Reserve("gemma-dict");
+  Sequence quote = b.TextWithTags("<|\"|>", tags);
+  Sequence str = quote;
+  str.push_back(Item::Ref(TextWithout(b, "<|\"|>")));
+  GrammarBuilder::Append(str, quote);
+  ByteSet key_byte = ByteSet::Range('a', 'z').Add('A', 'Z').Add('0', '9').Add('_').Add('-').Add('.');
+  Sequence kv = {Item::Ref(b.Repeat("gemma-key", {Item::Bytes(key_byte)}, 1, 64)), Item::Bytes(ByteSet::Of(':')),
+                 Item::Ref(value)};
+  Sequence more_kv = {Item::Bytes(ByteSet::Of(','))};
+  GrammarBuilder::Append(more_kv, kv);
+  Sequence members = kv;
+  members.push_back(Item::Ref(b.Repeat("gemma-more-members", more_kv, 0, -1)));
+  members.push_back(Item::Bytes(ByteSet::Of('}')));
+  b.Define(dict, {{Item::Bytes(ByteSet::Of('{')), Item::Ref(b.Rule("gemma-members", {GrammarBuilder::Literal("}"), members}))}});
+  Sequence more_items = {Item::Bytes(ByteSet::Of(',')), Item::Ref(value)};
+  Sequence items = {Item::Ref(value), Item::Ref(b.Repeat("gemma-more-items", more_items, 0, -1)),
+                    Item::Bytes(ByteSet::Of(']'))};
+  const uint32_t array = b.Rule("gemma-array", {{Item::Bytes(ByteSet::Of('[')),
+                                                 Item::Ref(b.Rule("gemma-items", {GrammarBuilder::Literal("]"), items}))}});
+  const ByteSet digit = ByteSet::Range('0', '9');
+  Sequence number = {Item::Ref(b.Rule("gemma-sign", {{}, GrammarBuilder::Literal("-")})),
+                     Item::Ref(b.Repeat("gemma-int", {Item::Bytes(digit)}, 1, 16))};
+  Sequence frac = GrammarBuilder::Literal(".");
+  frac.push_back(Item::Ref(b.Repeat("gemma-frac-digits", {Item::Bytes(digit)}, 1, 16)));
+  number.push_back(Item::Ref(b.Rule("gemma-frac", {{}, frac})));
+  Sequence exp = {Item::Bytes(ByteSet::Of('e').Add('E')), Item::Ref(b.Rule("gemma-exp-sign", {{}, GrammarBuilder::Literal("-"), GrammarBuilder::Literal("+")})),
+                  Item::Ref(b.Repeat("gemma-exp-digits", {Item::Bytes(digit)}, 1, 2))};
+  number.push_back(Item::Ref(b.Rule("gemma-exp", {{}, exp})));
+  b.Define(value, {str, {Item::Ref(dict)}, {Item::Ref(array)}, number, GrammarBuilder::Literal("true"),
+                   GrammarBuilder::Literal("false"), GrammarBuilder::Literal("null")});
+  return dict;
+}
+
+// Gemma 4: per function "<|tool_call>call:N" + a Gemma dictionary +
+// "<tool_call|>".
+absl::StatusOr<std::shared_ptr<const grammar::Grammar>> GemmaCallConstraint(
+    const ToolRequest& tools, chat::ToolCallFamily family, const std::string& before,
+    grammar::TokenTest has_token) {
+  GrammarBuilder b(std::move(has_token));
+  const std::vector<std::string_view> tags = chat::FrameTags(family);
+  const uint32_t dict = GemmaDict(b, tags);
+  std::vector<Sequence> calls;
+  for (const auto& t : tools.tools) {
+    const std::string name = t["function"]["name"].get<std::string>();
+    if (tools.choice == ToolChoice::kNamed && name != tools.named) continue;
+    const chat::ToolCallFrameText frame = chat::ToolCallFrameFor(family, name);
+    Sequence call = b.TextWithTags(frame.prefix, tags);
+    call.push_back(Item::Ref(dict));
+    GrammarBuilder::Append(call, b.TextWithTags(frame.suffix, tags));
+    calls.push_back(std::move(call));
+  }
+  Sequence root = b.TextWithTags(before, tags);
+  AppendCalls(b, root, std::move(calls), tools, family, tags);
   return BuildToolGrammar(b, root);
 }
 
@@ -442,17 +534,28 @@ absl::StatusOr<std::shared_ptr<const grammar::Grammar>> JsonCallConstraint(
 absl::StatusOr<std::shared_ptr<const grammar::Grammar>> ToolChoiceConstraint(
     const ToolRequest& tools, chat::ToolCallFamily family, bool reasoning_open,
     grammar::TokenTest has_token) {
-  if (!tools.offered() || (tools.choice != ToolChoice::kRequired && tools.choice != ToolChoice::kNamed) ||
-      family == chat::ToolCallFamily::kNone) {
+  if (!tools.offered() || (tools.choice != ToolChoice::kRequired && tools.choice != ToolChoice::kNamed)) {
     return nullptr;
   }
-  // DeepSeek's and GLM-4.7's templates write the call right after </think>.
+  if (family == chat::ToolCallFamily::kNone) {
+    return absl::InvalidArgumentError(
+        "tool_choice \"required\" or a named function needs a chat template whose tool-call format is "
+        "known, and this model's template has none (use tool_choice \"auto\" or \"none\", or a template "
+        "of a known family: README.md, Chat formats)");
+  }
+  // DeepSeek's and GLM-4.7's templates write the call right after </think>,
+  // Gemma 4's right after its thought channel's <channel|>.
   std::string before;
-  if (reasoning_open) {
+  if (reasoning_open && family == chat::ToolCallFamily::kGemma4) {
+    before = chat::ReasoningTagsFor(chat::OutputFormat::kThoughtChannel).close;
+  } else if (reasoning_open) {
     before = chat::ReasoningTags().close;
     if (family != chat::ToolCallFamily::kDeepSeekV31 && family != chat::ToolCallFamily::kGlm47) {
       before += "\n\n";
     }
+  }
+  if (family == chat::ToolCallFamily::kGemma4) {
+    return GemmaCallConstraint(tools, family, before, std::move(has_token));
   }
   if (chat::ArgumentTagsFor(family) != nullptr) {
     return TaggedCallConstraint(tools, family, before, std::move(has_token));
