@@ -77,10 +77,16 @@ struct ToolRequest {
 //                "<minimax:tool_call>\n<invoke name=\"N\">\n" + per property
 //                "<parameter name=\"K\">V</parameter>\n" +
 //                "</invoke>\n</minimax:tool_call>".
-//   Gemma 4:     "<|tool_call>call:N" + a dictionary in Gemma's syntax
-//                ({key:value,...}, strings between <|"|> quotes; any keys
-//                and values: the schema is not enforced, as llama.cpp's
-//                gemma4 grammar) + "<tool_call|>".
+//   Gemma 4:     "<|tool_call>call:N" + A in Gemma's dictionary syntax
+//                ({key:value,...}, bare keys, strings between <|"|> quotes,
+//                no whitespace) + "<tool_call|>", A valid under what the
+//                schema says simply: type (or a list), properties (in the
+//                order written, the required ones always; none: "{}" unless
+//                additionalProperties allows any), enum / const of scalars,
+//                a string's maxLength (that text then holds no '<'), an
+//                array's items / minItems / maxItems; anything else (anyOf,
+//                $ref, pattern, ...) is any Gemma value there (llama.cpp's
+//                gemma4 grammar enforces no schema at all).
 //   Llama 3.x:   "{\"name\": \"N\", \"parameters\": " A "}".
 // With parallel_tool_calls (the default) the Hermes, Qwen3-Coder, GLM and
 // Gemma 4 families may write more calls after the first, each after "\n"

@@ -681,16 +681,15 @@ TEST(ToolChoiceConstraintTest, RequiredWithParallelCallsAllowsSeveral) {
 // prompt left it open); what it takes parses back as the call.
 TEST(ToolChoiceConstraintTest, Gemma4CallsAreForcedAndParseBack) {
   const std::string weather = "<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>}<tool_call|>";
-  const std::string nested =
-      "<|tool_call>call:get_weather{city:<|\"|>Paris, TX<|\"|>,days:[1,-2.5e3],opts:{metric:true,x:null},"
-      "empty:{},none:[]}<tool_call|>";
   const std::string search = "<|tool_call>call:search_docs{}<tool_call|>";
   auto named = ToolChoiceConstraint(Request(Json::parse(R"({"type":"function","function":{"name":"get_weather"}})")),
                                     chat::ToolCallFamily::kGemma4);
   ASSERT_TRUE(named.ok()) << named.status();
   ASSERT_NE(*named, nullptr);
   EXPECT_TRUE(ConstraintAccepts(*named, weather));
-  EXPECT_TRUE(ConstraintAccepts(*named, nested));
+  EXPECT_TRUE(ConstraintAccepts(*named, "<|tool_call>call:get_weather{}<tool_call|>"));  // city is optional
+  EXPECT_FALSE(ConstraintAccepts(*named, "<|tool_call>call:get_weather{city:3}<tool_call|>"));
+  EXPECT_FALSE(ConstraintAccepts(*named, "<|tool_call>call:get_weather{town:<|\"|>Paris<|\"|>}<tool_call|>"));
   EXPECT_FALSE(ConstraintAccepts(*named, search));
   EXPECT_FALSE(ConstraintAccepts(*named, "<|tool_call>call:get_weather{\"city\":\"Paris\"}<tool_call|>"));
   EXPECT_FALSE(ConstraintAccepts(*named, "<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>,}<tool_call|>"));
@@ -709,18 +708,73 @@ TEST(ToolChoiceConstraintTest, Gemma4CallsAreForcedAndParseBack) {
                                 grammar::TokenBytes("<|\"|>") + "Paris" + grammar::TokenBytes("<|\"|>") + "}" +
                                 grammar::TokenBytes("<tool_call|>");
   EXPECT_TRUE(ConstraintAccepts(*named, as_tokens));
-  for (const std::string& text : {weather, nested}) {
-    const ChatDelta back = SplitChatOutput(text, chat::OutputFormat::kThoughtChannel, false,
-                                           chat::ToolCallFamily::kGemma4, Request("required"));
-    ASSERT_EQ(back.tool_calls.size(), 1u) << back.content;
-    EXPECT_EQ(back.tool_calls[0].name, "get_weather");
-    EXPECT_EQ(back.content, "");
-  }
-  const ChatDelta back = SplitChatOutput(nested, chat::OutputFormat::kThoughtChannel, false,
+  const ChatDelta back = SplitChatOutput(weather, chat::OutputFormat::kThoughtChannel, false,
                                          chat::ToolCallFamily::kGemma4, Request("required"));
+  ASSERT_EQ(back.tool_calls.size(), 1u) << back.content;
+  EXPECT_EQ(back.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(Json::parse(back.tool_calls[0].arguments), Json::parse(R"({"city": "Paris"})"));
+  EXPECT_EQ(back.content, "");
+}
+
+// Gemma 4's arguments follow the schema where it says simply: properties in
+// order (the required ones always, commas only between those written),
+// types, enums, a bounded string, an array's items and bounds, nested
+// objects, nullable; a map where additionalProperties allows it; any value
+// under a keyword it does not follow (anyOf). What it takes parses back.
+TEST(ToolChoiceConstraintTest, Gemma4ArgumentsFollowTheSchema) {
+  const Json tools = Json::parse(R"([{"type": "function", "function": {"name": "book", "parameters": {
+    "type": "object", "required": ["city", "nights"], "properties": {
+      "city": {"type": "string", "maxLength": 12},
+      "nights": {"type": "integer"},
+      "room": {"type": "string", "enum": ["single", "double"]},
+      "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 2},
+      "opts": {"type": "object", "properties": {"late": {"type": "boolean"}, "note": {"type": ["string", "null"]},
+                                                "price": {"type": "number"}}},
+      "extra": {"type": "object", "additionalProperties": true},
+      "either": {"anyOf": [{"type": "integer"}, {"type": "string"}]}}}}}])");
+  absl::StatusOr<ToolRequest> r = ParseToolRequest(tools, "required", Json());
+  ASSERT_TRUE(r.ok()) << r.status();
+  auto g = ToolChoiceConstraint(*r, chat::ToolCallFamily::kGemma4);
+  ASSERT_TRUE(g.ok()) << g.status();
+  const std::string q = "<|\"|>";
+  auto call = [&](const std::string& args) { return "<|tool_call>call:book" + args + "<tool_call|>"; };
+  const std::string full = call("{city:" + q + "Paris" + q + ",nights:3,room:" + q + "double" + q + ",tags:[" + q +
+                                "a" + q + "," + q + "b" + q + "],opts:{late:true,note:null,price:-1.5e3}," +
+                                "extra:{any:[1,{x:" + q + "y" + q + "}]},either:" + q + "z" + q + "}");
+  for (const std::string& ok : {call("{city:" + q + "Paris" + q + ",nights:3}"), full,
+                                call("{city:" + q + q + ",nights:-2,opts:{},either:7}"),
+                                call("{city:" + q + "Oslo" + q + ",nights:1,tags:[],opts:{note:" + q + "x" + q + "}}")}) {
+    EXPECT_TRUE(ConstraintAccepts(*g, ok)) << ok;
+    const ChatDelta back =
+        SplitChatOutput(ok, chat::OutputFormat::kThoughtChannel, false, chat::ToolCallFamily::kGemma4, *r);
+    EXPECT_EQ(back.tool_calls.size(), 1u) << ok;
+  }
+  for (const std::string& bad :
+       {call("{nights:3,city:" + q + "Paris" + q + "}"), call("{city:" + q + "Paris" + q + "}"),
+        call("{city:" + q + "Paris" + q + ",nights:3.5}"),
+        call("{city:" + q + "Paris" + q + ",nights:3,room:" + q + "suite" + q + "}"),
+        call("{city:" + q + "Paris" + q + ",nights:3,tags:[" + q + "a" + q + "," + q + "b" + q + "," + q + "c" + q + "]}"),
+        call("{city:" + q + "Paris in spring" + q + ",nights:3}"), call("{city:" + q + "a<b" + q + ",nights:3}"),
+        call("{city:" + q + "Paris" + q + ",nights:3,other:1}"), call("{,city:" + q + "Paris" + q + ",nights:3}"),
+        call("{city:" + q + "Paris" + q + ",nights:3,opts:{late:1}}")}) {
+    EXPECT_FALSE(ConstraintAccepts(*g, bad)) << bad;
+  }
+  const ChatDelta back =
+      SplitChatOutput(full, chat::OutputFormat::kThoughtChannel, false, chat::ToolCallFamily::kGemma4, *r);
+  ASSERT_EQ(back.tool_calls.size(), 1u);
   EXPECT_EQ(Json::parse(back.tool_calls[0].arguments),
-            Json::parse(R"({"city": "Paris, TX", "days": [1, -2500.0], "opts": {"metric": true, "x": null},
-                            "empty": {}, "none": []})"));
+            Json::parse(R"({"city": "Paris", "nights": 3, "room": "double", "tags": ["a", "b"],
+                            "opts": {"late": true, "note": null, "price": -1500.0},
+                            "extra": {"any": [1, {"x": "y"}]}, "either": "z"})"));
+  // A property name that cannot be a bare key is refused, naming it.
+  const Json colon = Json::parse(R"([{"type": "function", "function": {"name": "f",
+    "parameters": {"type": "object", "properties": {"a:b": {"type": "integer"}}}}}])");
+  absl::StatusOr<ToolRequest> rc = ParseToolRequest(colon, "required", Json());
+  ASSERT_TRUE(rc.ok());
+  auto refused = ToolChoiceConstraint(*rc, chat::ToolCallFamily::kGemma4);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()),
+              ::testing::HasSubstr("'a:b' cannot be written as a bare Gemma key"));
 }
 
 }  // namespace

@@ -1058,7 +1058,9 @@ TEST(HarmonyTest, RequiredToolChoiceForcesACallAfterTheAnalysis) {
 // prompt opens), DeepSeek-V3.1's (special-token frames, which this
 // vocabulary lacks, so they are spelled out), GLM-4.6's and GLM-4.7-Flash's
 // (<arg_key>/<arg_value> tags; 4.7 after its opened think block) and
-// MiniMax-M2's (<invoke>/<parameter> tags): constrained decoding makes it
+// MiniMax-M2's (<invoke>/<parameter> tags), Nemotron 3 Nano's (Qwen3-Coder's
+// calls), Llama 3.1's (the bare JSON object) and Gemma 4's (its dictionary
+// syntax, its tags spelled out): constrained decoding makes it
 // call the function with arguments that match the schema, on HTTP
 // (streamed and not) and gRPC. gpt-oss's is HarmonyTest's below (harmony
 // needs a vocabulary with its tokens).
@@ -1163,6 +1165,8 @@ INSTANTIATE_TEST_SUITE_P(
                       ToolChoiceCase{"nemotron_3_nano", "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja",
                                      R"({"type":"string","enum":["Paris","Oslo","Rome"]})"},
                       ToolChoiceCase{"llama_3_1", "meta-llama-Llama-3.1-8B-Instruct.jinja",
+                                     R"({"type":"string","maxLength":12})"},
+                      ToolChoiceCase{"gemma_4", "google-gemma-4-31B-it.jinja",
                                      R"({"type":"string","maxLength":12})"}),
     [](const auto& info) { return std::string(info.param.label); });
 
