@@ -483,17 +483,22 @@ class GemmaRules {
     if (!schema.is_object() || depth > 16) return Any();
     if (schema.contains("enum") || schema.contains("const")) {
       const Json list = schema.contains("enum") ? schema["enum"] : Json::array({schema["const"]});
-      if (!list.is_array() || list.empty()) return absl::InvalidArgumentError(where + ": enum must be a non-empty array");
+      if (!list.is_array() || list.empty())
+        return absl::InvalidArgumentError(where + ": enum must be a non-empty array");
       std::vector<Sequence> alts;
       for (const Json& v : list) {
-        if (v.is_string()) alts.push_back(Quoted(GrammarBuilder::Literal(v.get<std::string>())));
-        else if (v.is_primitive()) alts.push_back(GrammarBuilder::Literal(v.dump()));
-        else return Any();
+        if (v.is_string())
+          alts.push_back(Quoted(GrammarBuilder::Literal(v.get<std::string>())));
+        else if (v.is_primitive())
+          alts.push_back(GrammarBuilder::Literal(v.dump()));
+        else
+          return Any();
       }
       return b_.Rule("gemma-enum", std::move(alts));
     }
     std::vector<std::string> types;
-    if (schema.contains("type") && schema["type"].is_string()) types.push_back(schema["type"].get<std::string>());
+    if (schema.contains("type") && schema["type"].is_string())
+      types.push_back(schema["type"].get<std::string>());
     if (schema.contains("type") && schema["type"].is_array()) {
       for (const Json& t : schema["type"]) {
         if (t.is_string()) types.push_back(t.get<std::string>());
@@ -534,8 +539,10 @@ class GemmaRules {
 
   uint32_t Integer() {
     if (integer_ == UINT32_MAX) {
-      integer_ = b_.Rule("gemma-integer", {{Item::Ref(b_.Rule("gemma-sign", {{}, GrammarBuilder::Literal("-")})),
-                                            Item::Ref(b_.Repeat("gemma-digits", {Item::Bytes(ByteSet::Range('0', '9'))}, 1, 16))}});
+      integer_ =
+          b_.Rule("gemma-integer",
+                  {{Item::Ref(b_.Rule("gemma-sign", {{}, GrammarBuilder::Literal("-")})),
+                    Item::Ref(b_.Repeat("gemma-digits", {Item::Bytes(ByteSet::Range('0', '9'))}, 1, 16))}});
     }
     return integer_;
   }
@@ -552,7 +559,8 @@ class GemmaRules {
     return number_;
   }
   uint32_t Text() {
-    if (text_ == UINT32_MAX) text_ = b_.Rule("gemma-string", {Quoted({Item::Ref(TextWithout(b_, std::string(kQuote)))})});
+    if (text_ == UINT32_MAX)
+      text_ = b_.Rule("gemma-string", {Quoted({Item::Ref(TextWithout(b_, std::string(kQuote)))})});
     return text_;
   }
 
@@ -562,11 +570,18 @@ class GemmaRules {
     any_ = b_.Reserve("gemma-value");
     any_dict_ = b_.Reserve("gemma-dict");
     const ByteSet key_byte = ByteSet::Range('a', 'z').Add('A', 'Z').Add('0', '9').Add('_').Add('-').Add('.');
-    const Sequence kv = {Item::Ref(b_.Repeat("gemma-key", {Item::Bytes(key_byte)}, 1, 64)), Byte(':'), Item::Ref(any_)};
+    const Sequence kv = {Item::Ref(b_.Repeat("gemma-key", {Item::Bytes(key_byte)}, 1, 64)), Byte(':'),
+                         Item::Ref(any_)};
     b_.Define(any_dict_, {{Byte('{'), Item::Ref(List("gemma-members", kv, '}'))}});
-    const uint32_t array = b_.Rule("gemma-array", {{Byte('['), Item::Ref(List("gemma-items", {Item::Ref(any_)}, ']'))}});
-    b_.Define(any_, {{Item::Ref(Text())}, {Item::Ref(any_dict_)}, {Item::Ref(array)}, {Item::Ref(Number())},
-                     GrammarBuilder::Literal("true"), GrammarBuilder::Literal("false"), GrammarBuilder::Literal("null")});
+    const uint32_t array =
+        b_.Rule("gemma-array", {{Byte('['), Item::Ref(List("gemma-items", {Item::Ref(any_)}, ']'))}});
+    b_.Define(any_, {{Item::Ref(Text())},
+                     {Item::Ref(any_dict_)},
+                     {Item::Ref(array)},
+                     {Item::Ref(Number())},
+                     GrammarBuilder::Literal("true"),
+                     GrammarBuilder::Literal("false"),
+                     GrammarBuilder::Literal("null")});
   }
 
   // close | item ("," item)* close.
@@ -579,7 +594,8 @@ class GemmaRules {
     return b_.Rule(name, {{Byte(close)}, some});
   }
 
-  absl::StatusOr<uint32_t> Typed(const std::string& type, const Json& schema, const std::string& where, int depth) {
+  absl::StatusOr<uint32_t> Typed(const std::string& type, const Json& schema, const std::string& where,
+                                 int depth) {
     if (type == "string") {
       if (!schema.contains("maxLength")) return Text();
       const Json max = schema["maxLength"], min = schema.value("minLength", Json(0u));
@@ -591,15 +607,20 @@ class GemmaRules {
       ByteSet ascii = ByteSet::Range(0x20, 0x7E);
       ascii.Remove('<');
       const ByteSet cont = ByteSet::Range(0x80, 0xBF);
-      const uint32_t ch = b_.Rule("gemma-char", {{Item::Bytes(ascii)}, {Item::Bytes(ByteSet::Range(0xC2, 0xDF)), Item::Bytes(cont)},
-                                                 {Item::Bytes(ByteSet::Range(0xE0, 0xEF)), Item::Bytes(cont), Item::Bytes(cont)},
-                                                 {Item::Bytes(ByteSet::Range(0xF0, 0xF4)), Item::Bytes(cont), Item::Bytes(cont), Item::Bytes(cont)}});
-      return b_.Rule("gemma-bounded-string",
-                     {Quoted({Item::Ref(b_.Repeat("gemma-chars", {Item::Ref(ch)}, min.get<int>(), max.get<int>()))})});
+      const uint32_t ch = b_.Rule(
+          "gemma-char", {{Item::Bytes(ascii)},
+                         {Item::Bytes(ByteSet::Range(0xC2, 0xDF)), Item::Bytes(cont)},
+                         {Item::Bytes(ByteSet::Range(0xE0, 0xEF)), Item::Bytes(cont), Item::Bytes(cont)},
+                         {Item::Bytes(ByteSet::Range(0xF0, 0xF4)), Item::Bytes(cont), Item::Bytes(cont),
+                          Item::Bytes(cont)}});
+      return b_.Rule(
+          "gemma-bounded-string",
+          {Quoted({Item::Ref(b_.Repeat("gemma-chars", {Item::Ref(ch)}, min.get<int>(), max.get<int>()))})});
     }
     if (type == "integer") return Integer();
     if (type == "number") return Number();
-    if (type == "boolean") return b_.Rule("gemma-boolean", {GrammarBuilder::Literal("true"), GrammarBuilder::Literal("false")});
+    if (type == "boolean")
+      return b_.Rule("gemma-boolean", {GrammarBuilder::Literal("true"), GrammarBuilder::Literal("false")});
     if (type == "null") return b_.Rule("gemma-null", {GrammarBuilder::Literal("null")});
     if (type == "array") return Array(schema, where, depth);
     if (type == "object") return Object(schema, where, depth);
@@ -687,9 +708,10 @@ class GemmaRules {
 
 // Gemma 4: per function "<|tool_call>call:N" + its arguments as a Gemma
 // dictionary (GemmaRules; no parameters: "{}") + "<tool_call|>".
-absl::StatusOr<std::shared_ptr<const grammar::Grammar>> GemmaCallConstraint(
-    const ToolRequest& tools, chat::ToolCallFamily family, const std::string& before,
-    grammar::TokenTest has_token) {
+absl::StatusOr<std::shared_ptr<const grammar::Grammar>> GemmaCallConstraint(const ToolRequest& tools,
+                                                                            chat::ToolCallFamily family,
+                                                                            const std::string& before,
+                                                                            grammar::TokenTest has_token) {
   GrammarBuilder b(std::move(has_token));
   const std::vector<std::string_view> tags = chat::FrameTags(family);
   GemmaRules gemma(&b, tags);
@@ -701,9 +723,9 @@ absl::StatusOr<std::shared_ptr<const grammar::Grammar>> GemmaCallConstraint(
     if (params.is_null()) params = {{"type", "object"}};
     absl::StatusOr<uint32_t> args = gemma.Value(params, "#");
     if (!args.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("tools: the parameters of '", name,
-                                                     "' cannot be enforced for tool_choice: ",
-                                                     args.status().message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tools: the parameters of '", name,
+                       "' cannot be enforced for tool_choice: ", args.status().message()));
     }
     const chat::ToolCallFrameText frame = chat::ToolCallFrameFor(family, name);
     Sequence call = b.TextWithTags(frame.prefix, tags);
