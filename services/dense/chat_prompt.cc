@@ -108,6 +108,9 @@ absl::StatusOr<ChatPrompt> ChatPrompt::ForModel(const GgufFile& file, const Toke
       tokenizer.FindToken("<|channel|>") >= 0 && tokenizer.FindToken("<|message|>") >= 0) {
     p.output_format_ = chat::OutputFormat::kHarmony;
   }
+  if (source.find("<|channel>") != std::string::npos && source.find("<channel|>") != std::string::npos) {
+    p.output_format_ = chat::OutputFormat::kThoughtChannel;  // Gemma 4
+  }
   p.tool_family_ = chat::DetectToolCallFamily(source);
   p.FindReasoningTags();
   if (p.tool_family_ == chat::ToolCallFamily::kHarmony &&
@@ -185,6 +188,17 @@ absl::StatusOr<std::string> ChatPrompt::RenderContinuation(const nlohmann::order
       open = "<|start|>assistant<|channel|>analysis<|message|>" + reasoning;
       if (in_content) open += "<|end|><|start|>assistant<|channel|>final<|message|>" + content;
       break;
+    case chat::ToolCallFamily::kGemma4: {
+      // The template opened no model turn after content that ended one.
+      constexpr std::string_view kTurnEnd = "<turn|>\n";
+      if (prompt.size() >= kTurnEnd.size() &&
+          prompt.compare(prompt.size() - kTurnEnd.size(), kTurnEnd.size(), kTurnEnd) == 0) {
+        open = "<|turn>model\n";
+      }
+      open += "<|channel>thought\n" + reasoning;
+      if (in_content) open += "<channel|>" + content;
+      break;
+    }
     case chat::ToolCallFamily::kQwen3Coder:
       open = "<|im_start|>assistant\n";
       if (thinks) open += "<think>\n" + reasoning + (in_content ? "\n</think>\n\n" : "");

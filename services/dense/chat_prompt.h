@@ -19,7 +19,9 @@
 // assistant turn opened as the family does it, holding the message's
 // reasoning_content and content, not closed. harmony:
 // "<|start|>assistant<|channel|>analysis<|message|>R" +
-// "<|end|><|start|>assistant<|channel|>final<|message|>C"; qwen3-coder:
+// "<|end|><|start|>assistant<|channel|>final<|message|>C"; gemma4:
+// "<|turn>model\n" (unless the earlier messages left one open) +
+// "<|channel>thought\nR<channel|>C"; qwen3-coder:
 // "<|im_start|>assistant\n" + "<think>\nR\n</think>\n\n" (when the template
 // thinks) + C; others: the template's generation prompt, cut before any
 // "<think>" and followed by the reasoning block as the template writes a
@@ -84,7 +86,8 @@ class ChatPrompt {
   const std::string& eos_token() const { return eos_; }
   // How the model's output splits into reasoning and content: harmony
   // channels when the template writes <|channel|> and the vocabulary has
-  // the harmony tokens (gpt-oss), else <think> blocks.
+  // the harmony tokens (gpt-oss), the thought channel when it writes
+  // <|channel> and <channel|> (Gemma 4), else <think> blocks.
   chat::OutputFormat output_format() const { return output_format_; }
   // How the template's model writes tool calls (tool_calls.h).
   chat::ToolCallFamily tool_family() const { return tool_family_; }

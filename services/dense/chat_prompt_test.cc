@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/chat/testing/template_fixtures.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -117,16 +118,22 @@ TEST(ChatPromptTest, ContentPartArraysRenderLikeTheirJoinedText) {
 }
 
 // A ChatPrompt with a fixture template and the tiny qwen3moe model's tokens.
+// The template's source: the oracle's, or one this repository keeps.
+std::string TemplateSource(const std::string& template_name) {
+  for (const chat::fixtures::TemplateFixture& f : chat::fixtures::TemplateFixtures()) {
+    if (f.name == template_name) return chat::fixtures::ReadTextFile(f.template_path);
+  }
+  ADD_FAILURE() << "no template " << template_name;
+  return "";
+}
+
 absl::StatusOr<ChatPrompt> PromptWith(const std::string& template_name) {
   const std::string fixtures = MOESPLIT_FIXTURES_DIR;
   auto file = GgufFile::Open(fixtures + "/models/qwen3moe-tiny-q4_k_m.gguf");
   if (!file.ok()) return file.status();
   auto tok = Tokenizer::FromGguf(**file);
   if (!tok.ok()) return tok.status();
-  std::ifstream in(fixtures + "/templates/" + template_name + ".jinja");
-  std::stringstream source;
-  source << in.rdbuf();
-  return ChatPrompt::ForModel(**file, **tok, source.str());
+  return ChatPrompt::ForModel(**file, **tok, TemplateSource(template_name));
 }
 
 // The last message the assistant's: a prefill the model continues (the turn
@@ -169,6 +176,15 @@ TEST(ChatPromptTest, TrailingAssistantMessageIsContinued) {
       {"MiniMax-M2", kContentOnly, "]~b]user\nHi[e~[\n]~b]ai\n<think>\n\n</think>\n\nHel"},
       {"Qwen3-Coder", kReasoned, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHel"},
       {"Qwen3-Coder", kReasoningOnly, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"},
+      {"google-gemma-4-31B-it", kReasoned, "<|turn>user\nHi<turn|>\n<|turn>model\n<|channel>thought\nGreet.<channel|>Hel"},
+      {"google-gemma-4-31B-it", kReasoningOnly, "<|turn>user\nHi<turn|>\n<|turn>model\n<|channel>thought\nGre"},
+      {"google-gemma-4-31B-it", kContentOnly, "<|turn>user\nHi<turn|>\n<|turn>model\n<|channel>thought\n<channel|>Hel"},
+      {"NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", kReasoned,
+       "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\nGreet.\n</think>\n\nHel"},
+      {"NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", kReasoningOnly,
+       "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\nGre"},
+      {"NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", kContentOnly,
+       "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nHel"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<ChatPrompt> chat = PromptWith(c.tmpl);

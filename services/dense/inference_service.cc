@@ -505,14 +505,14 @@ class ChatCall final : public StreamCall<v1::ChatResponse> {
     // tool_choice required / named: a call is forced (before response_format).
     ASSIGN_OR_RETURN(std::shared_ptr<const grammar::Grammar> call,
                      ToolChoiceConstraint(tools, served_.chat->tool_family(),
-                                          chat::PromptOpensReasoning(prompt),
+                                          chat::PromptOpensReasoning(prompt, served_.chat->output_format()),
                                           VocabIndex::SpecialTokenTest(engine.tokenizer())));
     if (call != nullptr) {
       p.constraint = std::move(call);
       constrained_ = false;
     }
     ASSIGN_OR_RETURN(auto handle, engine.Submit(std::move(p)));
-    reasoning_.emplace(served_.chat->output_format(), chat::PromptOpensReasoning(prompt),
+    reasoning_.emplace(served_.chat->output_format(), chat::PromptOpensReasoning(prompt, served_.chat->output_format()),
                        served_.chat->tool_family(), tools);
     return handle;
   }

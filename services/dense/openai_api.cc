@@ -367,9 +367,11 @@ absl::Status PreparePrompt(const Json& body, const ServedModel& served, size_t m
     if (!prompt.ok()) return prompt.status();
     // tool_choice required / named: a call is forced (before response_format).
     absl::StatusOr<std::shared_ptr<const grammar::Grammar>> call = ToolChoiceConstraint(
-        job->tools, served.chat->tool_family(), chat::PromptOpensReasoning(*prompt),
+        job->tools, served.chat->tool_family(), chat::PromptOpensReasoning(*prompt, served.chat->output_format()),
         VocabIndex::SpecialTokenTest(tok));
-    if (!call.ok()) return WithParam(call.status(), "tools");
+    if (!call.ok()) {
+      return WithParam(call.status(), served.chat->tool_family() == chat::ToolCallFamily::kNone ? "tool_choice" : "tools");
+    }
     if (*call != nullptr) {
       job->c.params.constraint = *std::move(call);
       job->c.json_output = false;
@@ -591,7 +593,7 @@ Json WholeChoice(const ServedModel& served, const Job& job, int index, const std
       split.content = text;  // the constrained JSON, whole
     } else {
       split = SplitChatOutput(text, served.chat->output_format(),
-                              chat::PromptOpensReasoning(job.prompt_text),
+                              chat::PromptOpensReasoning(job.prompt_text, served.chat->output_format()),
                               served.chat->tool_family(), job.tools);
     }
     has_calls = !split.tool_calls.empty();
@@ -662,7 +664,7 @@ class Completion : public std::enable_shared_from_this<Completion> {
     choices_.resize(n);
     for (Choice& c : choices_) {
       c.reasoning = std::make_unique<ChatOutputStream>(
-          served_.chat->output_format(), chat::PromptOpensReasoning(job_.prompt_text),
+          served_.chat->output_format(), chat::PromptOpensReasoning(job_.prompt_text, served_.chat->output_format()),
           served_.chat->tool_family(), job_.tools);
     }
     std::weak_ptr<Completion> weak = weak_from_this();
@@ -994,7 +996,7 @@ class Completion : public std::enable_shared_from_this<Completion> {
         split.content = c.text;  // the constrained JSON, whole
       } else {
         split = SplitChatOutput(c.text, served_.chat->output_format(),
-                                chat::PromptOpensReasoning(job_.prompt_text),
+                                chat::PromptOpensReasoning(job_.prompt_text, served_.chat->output_format()),
                                 served_.chat->tool_family(), job_.tools);
       }
       HttpReply r;
@@ -1027,7 +1029,7 @@ class Completion : public std::enable_shared_from_this<Completion> {
         split.content = c.text;  // the constrained JSON, whole
       } else {
         split = SplitChatOutput(c.text, served_.chat->output_format(),
-                                chat::PromptOpensReasoning(job_.prompt_text),
+                                chat::PromptOpensReasoning(job_.prompt_text, served_.chat->output_format()),
                                 served_.chat->tool_family(), job_.tools);
       }
       Json response = ResponseObject(
