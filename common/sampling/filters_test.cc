@@ -222,12 +222,19 @@ TEST(FiltersTest, XtcRemovesEveryTopChoiceButTheLeastProbable) {
       {0.2f, {3, 0, 2}},      // 1, 3 pass: 1 goes
       {0.4f, {0, 1, 2, 3}},   // only 1 passes: nothing goes
       {0.51f, {0, 1, 2, 3}},  // > 0.5: off
+      {0.0f, {2}},            // every token passes: the least probable stays
   };
   for (const auto& [threshold, want] : cases) {
     CandidateSet set = MakeSet(FourTokens());
     Xtc(set, threshold);
     EXPECT_THAT(Ids(set), ElementsAreArray(want)) << "threshold=" << threshold;
   }
+  // A banned (-inf) token is not a top choice that stays.
+  std::vector<float> logits = FourTokens();
+  logits.push_back(-INFINITY);
+  CandidateSet set = MakeSet(logits);
+  Xtc(set, 0.0f);
+  EXPECT_THAT(Ids(set), ElementsAreArray({2, 4}));
 }
 
 }  // namespace

@@ -126,6 +126,10 @@ struct GenerateParams {
   // benchmark clients send it): the request runs to max_tokens, a stop
   // string or the end of the context.
   bool ignore_eos = false;
+  // The prefix cache (llama-server's cache_prompt): false, the request
+  // neither reads its prompt's prefix from the cache nor stores its blocks
+  // there; it evaluates the whole prompt.
+  bool cache_prompt = true;
 };
 
 struct GenerateDelta {

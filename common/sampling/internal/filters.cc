@@ -185,7 +185,9 @@ void Xtc(CandidateSet& set, float threshold) {
   const double sum = ExpSum(set, max_logit);
   size_t above = 0;
   for (size_t i = 0; i < set.size; ++i) {
-    above += std::exp(set.data[i].logit - max_logit) / sum >= threshold;
+    // A -inf logit (a banned token) never counts, even at threshold 0.
+    above += set.data[i].logit != -INFINITY &&
+             std::exp(set.data[i].logit - max_logit) / sum >= threshold;
   }
   if (above < 2) return;
   Candidate* first = set.data.data();

@@ -33,8 +33,9 @@
 //             sorted canonically. O(n log n): a full sort of the active set.
 //   Xtc(threshold, tokens)  exclude top choices (llama.cpp's xtc, once its
 //             coin said yes): when c >= 2 candidates have softmax prob >=
-//             threshold, the c - 1 most probable are removed (the least
-//             probable of them stays), the rest sorted. threshold > 0.5 or
+//             threshold (-inf logits never count), the c - 1 most probable
+//             are removed (the least probable of them stays), the rest
+//             sorted. threshold > 0.5 or
 //             size < 2: no-op (only one token can pass a threshold > 0.5).
 // The logits must contain no NaN and no +inf (the sampler rejects them), and
 // the active set must be non-empty with a finite maximum.
