@@ -95,15 +95,21 @@ absl::Status Sampler::LoadCandidates(absl::Span<const float> logits) {
     l += b.bias;
     if (l > FLT_MAX) l = FLT_MAX;  // a large bias overflowed
   }
-  if (!PenaltiesActive()) return absl::OkStatus();
-  const float rep = params_.repetition_penalty;
-  for (const auto& [token, count] : window_counts_) {
-    float& l = data[token].logit;
-    l = l <= 0.0f ? l * rep : l / rep;
-    l -= static_cast<float>(count) * params_.frequency_penalty +
-         params_.presence_penalty;
-    if (l > FLT_MAX) l = FLT_MAX;  // a tiny repetition_penalty overflowed
+  if (PenaltiesActive()) {
+    const float rep = params_.repetition_penalty;
+    for (const auto& [token, count] : window_counts_) {
+      float& l = data[token].logit;
+      l = l <= 0.0f ? l * rep : l / rep;
+      l -= static_cast<float>(count) * params_.frequency_penalty +
+           params_.presence_penalty;
+      if (l > FLT_MAX) l = FLT_MAX;  // a tiny repetition_penalty overflowed
+    }
   }
+  DryPenalize(params_.dry, history_, &dry_scratch_, [data](int32_t token, float penalty) {
+    float& l = data[token].logit;
+    l -= penalty;
+    if (l > FLT_MAX) l = FLT_MAX;  // a negative multiplier overflowed
+  });
   return absl::OkStatus();
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <set>
 #include <vector>
 
@@ -576,6 +577,54 @@ TEST(SamplerTest, TypicalTopNSigmaAndXtcTakeEffect) {
   int top = 0;
   for (int i = 0; i < 4000; ++i) top += SampleOne(s, logits) == 1;
   EXPECT_NEAR(top / 4000.0, 0.25, 0.03);
+}
+
+// DRY over a history [1 2 3 4 1 2 3] (oldest first): "1 2 3" repeats, and
+// 4 followed it, so 4 would extend a repeat of 3 tokens: penalty
+// multiplier * base^(3 - allowed_length). Breakers cap or stop it.
+TEST(SamplerTest, DryPenalizesTheTokenThatWouldExtendARepeat) {
+  const std::vector<int32_t> history = {1, 2, 3, 4, 1, 2, 3};
+  struct Case {
+    const char* name;
+    std::vector<std::pair<int32_t, std::vector<int32_t>>> breakers;
+    int32_t allowed_length;
+    float want_4;  // token 4's logit after DRY (every logit starts at 0)
+  };
+  const Case cases[] = {
+      {"no breakers", {}, 2, -2.0f},            // 1 * 2^(3 - 2)
+      {"allowed 3", {}, 3, -1.0f},              // 2^0
+      {"allowed 4", {}, 4, 0.0f},               // a repeat of 3 is allowed
+      {"3 is a breaker", {{3, {}}}, 2, 0.0f},   // the last token breaks: limit 0
+      {"1 is a breaker", {{1, {}}}, 2, -1.0f},  // the repeat is cut to 2 tokens
+      {"breaker 2 then 3", {{2, {3}}}, 1, 0.0f},   // "2 3" ends the history: limit 0
+      {"breaker 1 then 2", {{1, {2}}}, 1, -1.0f},  // ends one back: limit 1 -> 2^0
+  };
+  for (const Case& c : cases) {
+    SamplingParams p = Seeded(1);
+    p.dry.multiplier = 1.0f;
+    p.dry.base = 2.0f;
+    p.dry.allowed_length = c.allowed_length;
+    p.dry.penalty_last_n = -1;
+    if (!c.breakers.empty()) {
+      auto b = std::make_shared<DryBreakers>();
+      for (const auto& [t, tail] : c.breakers) b->sequences.emplace(t, tail);
+      p.dry.breakers = b;
+    }
+    Sampler s = MakeSampler(p, 6);
+    ASSERT_TRUE(s.Accept(history).ok());
+    ASSERT_TRUE(s.Sample(std::vector<float>(6, 0.0f)).ok());
+    for (const auto& cand : s.last_candidates()) {
+      EXPECT_EQ(cand.logit, cand.id == 4 ? c.want_4 : 0.0f) << c.name << " token " << cand.id;
+    }
+  }
+  // penalty_last_n 4 sees [4 1 2 3]: no repeat.
+  SamplingParams p = Seeded(1);
+  p.dry.multiplier = 1.0f;
+  p.dry.penalty_last_n = 4;
+  Sampler s = MakeSampler(p, 6);
+  ASSERT_TRUE(s.Accept(history).ok());
+  ASSERT_TRUE(s.Sample(std::vector<float>(6, 0.0f)).ok());
+  for (const auto& cand : s.last_candidates()) EXPECT_EQ(cand.logit, 0.0f) << cand.id;
 }
 
 }  // namespace

@@ -64,6 +64,19 @@ absl::Status Validate(const SamplingParams& p, int n_vocab) {
   if (!InClosed(p.xtc_threshold, 0.0f, 1.0f)) {
     return OutOfRange("xtc_threshold", "in [0, 1] (> 0.5 disables it)", p.xtc_threshold);
   }
+  if (!std::isfinite(p.dry.multiplier)) {
+    return OutOfRange("dry_multiplier", "a finite number (0 disables it)", p.dry.multiplier);
+  }
+  if (!(p.dry.base >= 1.0f && std::isfinite(p.dry.base))) {
+    return OutOfRange("dry_base", "a finite number >= 1", p.dry.base);
+  }
+  if (p.dry.allowed_length < 0) {
+    return OutOfRange("dry_allowed_length", ">= 0", p.dry.allowed_length);
+  }
+  if (p.dry.penalty_last_n < -1) {
+    return OutOfRange("dry_penalty_last_n", ">= -1 (-1: whole history, 0: off)",
+                      p.dry.penalty_last_n);
+  }
   for (const LogitBias& b : p.logit_bias) {
     if (b.token < 0 || b.token >= n_vocab) {
       return absl::InvalidArgumentError(absl::StrCat(

@@ -26,6 +26,8 @@
 //                       top choices") runs. 0 disables.
 //   xtc_threshold       [0, 1]: the probability a top choice needs to be
 //                       excluded; > 0.5 disables (llama.cpp's default 0.1).
+//   dry                 DRY (dry.h): multiplier finite (0 disables), base
+//                       >= 1, allowed_length >= 0, penalty_last_n >= -1.
 //   logit_bias          (token, bias) pairs added to the raw logits before
 //                       everything else (a token may appear more than once:
 //                       the biases add up); bias finite or -inf (the token
@@ -38,6 +40,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/sampling/dry.h"
 
 namespace moesplit {
 
@@ -64,6 +67,7 @@ struct SamplingParams {
   float xtc_probability = 0.0f;
   float xtc_threshold = 0.1f;
   std::vector<LogitBias> logit_bias;
+  DryParams dry;
 };
 
 // Largest `logprobs` accepted (OpenAI's top_logprobs limit).

@@ -199,7 +199,7 @@ absl::Status ApplySamplers(const Json& v, SamplingParams* s) {
         s->presence_penalty = 0.0f;
         s->frequency_penalty = 0.0f;
         break;
-      case Stage::kDry: break;  // never runs here (dry_multiplier is refused)
+      case Stage::kDry: s->dry.multiplier = 0.0f; break;
       case Stage::kTopNSigma: s->top_n_sigma = -1.0f; break;
       case Stage::kTopK: s->top_k = 0; break;
       case Stage::kTypicalP: s->typical_p = 1.0f; break;
@@ -222,7 +222,6 @@ struct Refused {
 constexpr Refused kRefused[] = {
     {"mirostat", Off::kZero, "Mirostat sampling is not supported (0 turns it off)"},
     {"dynatemp_range", Off::kZero, "dynamic temperature is not supported (0 turns it off)"},
-    {"dry_multiplier", Off::kZero, "DRY sampling is not supported (0 turns it off)"},
     {"adaptive_target", Off::kNegative,
      "adaptive-p sampling is not supported (a negative value turns it off)"},
     {"min_keep", Off::kZero, "min_keep is not supported (0: the filters keep at least one token)"},
@@ -259,11 +258,34 @@ absl::Status CheckRefused(const Json& body) {
     if (!off) return Bad(r.field, absl::StrCat(r.field, ": ", r.why, ", got ", v->dump()));
   }
   // The parameters of those samplers: well-typed (they act only through them).
-  for (const char* key : {"mirostat_tau", "mirostat_eta", "dynatemp_exponent", "dry_base",
-                          "dry_allowed_length", "dry_penalty_last_n", "adaptive_decay"}) {
+  for (const char* key : {"mirostat_tau", "mirostat_eta", "dynatemp_exponent", "adaptive_decay"}) {
     const Json* v = Field(body, key);
     if (v != nullptr && !v->is_number()) return Bad(key, absl::StrCat(key, " must be a number"));
   }
+  return absl::OkStatus();
+}
+
+// An integer field >= -1 (llama-server's -1 / 0 conventions).
+absl::Status Int(const Json& body, const char* key, int64_t min, int32_t* out) {
+  const Json* v = Field(body, key);
+  if (v == nullptr) return absl::OkStatus();
+  if (!v->is_number_integer() || v->get<int64_t>() < min || v->get<int64_t>() > INT32_MAX) {
+    return Bad(key, absl::StrCat(key, " must be an integer >= ", min, ", got ", v->dump()));
+  }
+  *out = static_cast<int32_t>(v->get<int64_t>());
+  return absl::OkStatus();
+}
+
+// DRY: llama-server's fields and defaults (a dry_base below 1 means the
+// default, as there); the breakers are tokenized only when DRY is on.
+absl::Status ParseDry(const Json& body, const Tokenizer& tok, DryParams* dry) {
+  RETURN_IF_ERROR(Float(body, "dry_multiplier", &dry->multiplier));
+  float base = dry->base;
+  RETURN_IF_ERROR(Float(body, "dry_base", &base));
+  if (base >= 1.0f) dry->base = base;
+  RETURN_IF_ERROR(Int(body, "dry_allowed_length", 0, &dry->allowed_length));
+  RETURN_IF_ERROR(Int(body, "dry_penalty_last_n", -1, &dry->penalty_last_n));
+  std::vector<std::string> breakers = DryBreakers::Defaults();
   if (const Json* v = Field(body, "dry_sequence_breakers"); v != nullptr) {
     bool ok = v->is_array() && !v->empty();
     for (const Json& e : ok ? *v : Json::array()) ok = ok && e.is_string();
@@ -271,6 +293,12 @@ absl::Status CheckRefused(const Json& body) {
       return Bad("dry_sequence_breakers",
                  "dry_sequence_breakers must be a non-empty array of strings");
     }
+    breakers = v->get<std::vector<std::string>>();
+  }
+  if (dry->active()) {
+    absl::StatusOr<std::shared_ptr<const DryBreakers>> b = DryBreakers::FromStrings(tok, breakers);
+    if (!b.ok()) return Bad("dry_sequence_breakers", std::string(b.status().message()));
+    dry->breakers = *std::move(b);
   }
   return absl::OkStatus();
 }
@@ -325,6 +353,7 @@ absl::StatusOr<LlamaFields> ParseLlamaFields(const Json& body, const Tokenizer& 
   RETURN_IF_ERROR(Float(body, "top_n_sigma", &s.top_n_sigma));
   RETURN_IF_ERROR(Float(body, "xtc_probability", &s.xtc_probability));
   RETURN_IF_ERROR(Float(body, "xtc_threshold", &s.xtc_threshold));
+  RETURN_IF_ERROR(ParseDry(body, tok, &s.dry));
   if (const Json* v = Field(body, "logit_bias"); v != nullptr) {
     RETURN_IF_ERROR(ParseLogitBias(*v, tok, &s.logit_bias));
   }

@@ -18,6 +18,11 @@
 //                     such entries silently).
 //   typical_p, top_n_sigma, xtc_probability, xtc_threshold
 //                     SamplingParams (sampling_params.h: ranges).
+//   dry_multiplier, dry_base, dry_allowed_length, dry_penalty_last_n,
+//   dry_sequence_breakers
+//                     DRY (common/sampling/dry.h) with llama-server's
+//                     defaults (1.75, 2, 64, ["\n", ":", "\"", "*"]); a
+//                     dry_base below 1 means the default, as there.
 //   samplers          llama.cpp's sampler order, as names (any of llama.cpp's
 //                     aliases) or one letter each: accepted when it is a
 //                     subsequence of llama.cpp's default order (penalties,
@@ -35,12 +40,11 @@
 //                     prefix cache is shared by all of them, so a request
 //                     reuses its conversation's prefix from any slot).
 // Refused with a 400 when set to a value that would act (the field's
-// disabled value is accepted): mirostat, dynatemp_range, dry_multiplier,
-// adaptive_target, min_keep, n_indent, t_max_predict_ms, n_cache_reuse,
+// disabled value is accepted): mirostat, dynatemp_range, adaptive_target, min_keep, n_indent, t_max_predict_ms, n_cache_reuse,
 // post_sampling_probs, lora, grammar_lazy, grammar_triggers, echo,
 // timings_per_token, reasoning_budget_tokens, response_fields. The
 // parameters of a refused sampler (mirostat_tau/eta, dynatemp_exponent,
-// dry_base/allowed_length/penalty_last_n/sequence_breakers, adaptive_decay)
+// adaptive_decay)
 // act only through it: they are accepted when well-typed, as in llama-server
 // where they do nothing while their sampler is off.
 //

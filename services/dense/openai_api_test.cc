@@ -270,6 +270,18 @@ TEST(OpenAiApiTest, LogitBiasInEveryFormTakesEffect) {
         absl::StrCat(R"([[")", word, R"(",100]])"), absl::StrCat(R"({")", word, R"(":100})")}) {
     EXPECT_EQ(Text(f, absl::StrCat(R"("temperature":0,"logit_bias":)", bias)), four) << bias;
   }
+  // DRY: from the third token on, the forced token would extend a repeat
+  // (allowed length 1) and loses 1000 or more; samplers without dry turn it off.
+  const std::string force = absl::StrCat(R"("temperature":0,"logit_bias":[[)", id, ",100]],");
+  const std::string dry =
+      Text(f, force + R"("dry_multiplier":1000,"dry_allowed_length":1,"dry_base":1.75)");
+  EXPECT_EQ(dry.rfind(word + word, 0), 0u) << dry;
+  EXPECT_NE(dry, four);
+  EXPECT_EQ(Text(f, force + R"("dry_multiplier":1000,"dry_allowed_length":1,)"
+                            R"("samplers":["penalties","top_k","temperature"])"),
+            four);
+  EXPECT_EQ(Text(f, force + R"("dry_multiplier":1000,"dry_allowed_length":1,"dry_penalty_last_n":0)"),
+            four);
   // Banning the greedy answer's first token changes it, in both forms.
   auto first = tok.Encode(greedy, false, false);
   ASSERT_TRUE(first.ok() && !first->empty());
@@ -342,7 +354,9 @@ TEST(OpenAiApiTest, LlamaSamplingFieldsTakeEffectOrAreRefused) {
   }
   for (const auto& [bad, param] : std::vector<std::pair<std::string, std::string>>{
            {R"("mirostat":2)", "mirostat"},
-           {R"("dry_multiplier":0.8)", "dry_multiplier"},
+           {R"("dry_multiplier":"x")", "dry_multiplier"},
+           {R"("dry_allowed_length":-1)", "dry_allowed_length"},
+           {R"("dry_penalty_last_n":-2)", "dry_penalty_last_n"},
            {R"("dynatemp_range":0.5)", "dynatemp_range"},
            {R"("adaptive_target":0.5)", "adaptive_target"},
            {R"("lora":[{"id":0,"scale":1}])", "lora"},
