@@ -311,7 +311,8 @@ absl::Status Alias(const Json& body, const char* llama, const char* other, doubl
   if (v == nullptr) return absl::OkStatus();
   if (!v->is_number()) return Bad(llama, absl::StrCat(llama, " must be a number"));
   const double d = v->get<double>();
-  if (Field(body, other) != nullptr && d != given) {
+  // As floats: the other name's value was already stored as one.
+  if (Field(body, other) != nullptr && static_cast<float>(d) != static_cast<float>(given)) {
     return Bad(llama, absl::StrCat(llama, " (", v->dump(), ") and ", other, " (", given,
                                    ") disagree: give one"));
   }

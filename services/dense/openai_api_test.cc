@@ -346,6 +346,8 @@ TEST(OpenAiApiTest, LlamaSamplingFieldsTakeEffectOrAreRefused) {
   EXPECT_EQ(Text(f, R"("temperature":0,"repeat_penalty":1e6,"repeat_last_n":-1)"),
             Text(f, R"("temperature":0,"repetition_penalty":1e6)"));
   EXPECT_EQ(Text(f, R"("temperature":0,"repeat_penalty":1e6,"repeat_last_n":0)"), greedy);
+  EXPECT_EQ(Text(f, R"("temperature":0,"repeat_penalty":1.1,"repetition_penalty":1.1)"),
+            Text(f, R"("temperature":0,"repetition_penalty":1.1)"));
   {
     auto [s, j] = Ask(f, R"({"prompt":"x","n_predict":2,"ignore_eos":true})",
                       OpenAiApi::Endpoint::kCompletions);

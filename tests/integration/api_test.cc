@@ -1119,6 +1119,17 @@ TEST_P(ToolChoiceTest, RequiredAndNamedForceAValidCall) {
       R"("parameters":{"type":"object","properties":{"city":)", GetParam().city,
       R"(,"days":{"type":"integer"}},"required":["city","days"]}}},)",
       R"({"type":"function","function":{"name":"search","description":"Search the web"}}])");
+  {
+    // A grammar and a forced call both constrain the output: a 400.
+    auto g = s.Http().Post(
+        "/v1/chat/completions",
+        absl::StrCat(R"({"messages":[{"role":"user","content":"Hi"}],"tools":)", tools,
+                     R"(,"tool_choice":"required","grammar":"root ::= \"x\""})"),
+        "application/json");
+    ASSERT_TRUE(g);
+    EXPECT_EQ(g->status, 400) << g->body;
+    EXPECT_EQ(Json::parse(g->body)["error"]["param"], "grammar") << g->body;
+  }
   for (const std::string& choice :
        std::vector<std::string>{R"({"type":"function","function":{"name":"get_weather"}})",
                                 R"("required")"}) {
