@@ -453,7 +453,7 @@ absl::Status DenseEngine::StartSequence(std::shared_ptr<RequestHandle> r) {
   s.slot = slot;
   s.limit = limit;
   s.outcome.prompt_tokens = static_cast<int>(prompt);
-  if (cache_ != nullptr) ImportPrefix(s);
+  if (cache_ != nullptr && p.cache_prompt) ImportPrefix(s);
   ReportProgress(s);
   return absl::OkStatus();
 }
@@ -514,7 +514,9 @@ bool DenseEngine::KeepsState(const Sequence& s, int64_t pos) const {
 }
 
 int64_t DenseEngine::PrefillStop(const Sequence& s, int64_t from) const {
-  if (cache_ == nullptr || runner_->recurrent_bytes() == 0) return INT64_MAX;
+  if (cache_ == nullptr || !s.req->params_.cache_prompt || runner_->recurrent_bytes() == 0) {
+    return INT64_MAX;
+  }
   const int64_t B = cache_->block_tokens();
   const int64_t prompt = static_cast<int64_t>(s.req->params_.prompt.size());
   for (int64_t pos = (from / B + 1) * B; pos < prompt; pos += B) {
@@ -633,7 +635,7 @@ void DenseEngine::Step() {
   }
   for (size_t i = 0; i < who.size(); ++i) {
     Sequence& s = *who[i];
-    if (cache_ != nullptr) {
+    if (cache_ != nullptr && s.req->params_.cache_prompt) {
       s.fed.insert(s.fed.end(), batch[i].tokens.begin(), batch[i].tokens.end());
       InsertBlocks(s);
     }

@@ -130,6 +130,10 @@ struct GenerateParams {
   // prompt's progress once the sequence is admitted (the prefix cache
   // import counted) and after each prompt chunk it evaluates.
   bool report_progress = false;
+  // The prefix cache (llama-server's cache_prompt): false, the request
+  // neither reads its prompt's prefix from the cache nor stores its blocks
+  // there; it evaluates the whole prompt.
+  bool cache_prompt = true;
 };
 
 // llama-server's prompt_progress: the prompt's tokens, those reused from

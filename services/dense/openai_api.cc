@@ -15,6 +15,7 @@
 #include "common/sampling/token_constraint.h"
 #include "services/dense/anthropic_api.h"
 #include "services/dense/chat_tools.h"
+#include "services/dense/llama_fields.h"
 #include "services/dense/readiness.h"
 #include "services/dense/request_limits.h"
 #include "services/dense/request_log.h"
@@ -58,7 +59,8 @@ Json ParamOf(const absl::Status& s) {
   for (const char* f : {"temperature", "top_k", "top_p", "min_p", "repetition_penalty",
                         "presence_penalty", "frequency_penalty", "logprobs", "max_tokens",
                         "messages", "stop", "prompt", "seed", "tools", "tool_choice",
-                        "parallel_tool_calls", "response_format", "ignore_eos"}) {
+                        "parallel_tool_calls", "response_format", "ignore_eos", "typical_p",
+                        "top_n_sigma", "xtc_probability", "xtc_threshold", "logit_bias"}) {
     if (m.rfind(f, 0) == 0) return f;
   }
   return nullptr;
@@ -128,6 +130,25 @@ struct Common {
   int n = 1;  // choices
 };
 
+// llama-server's n_probs: the top-n alternatives of every token, reported
+// where the route reports logprobs (chat: logprobs.content with top_logprobs;
+// completions: logprobs.top_logprobs), as llama-server does on these routes.
+// It agrees with logprobs/top_logprobs when both are given.
+absl::Status ParseNProbs(const Json& body, Common* c) {
+  ASSIGN_OR_RETURN(int64_t n, Integer(body, "n_probs", 0));
+  if (n < 0 || n > kMaxTopLogprobs) {
+    return Bad("n_probs", absl::StrCat("n_probs must be in [0, ", kMaxTopLogprobs, "], got ", n));
+  }
+  if (n == 0) return absl::OkStatus();
+  if (c->logprobs && c->top_logprobs != n) {
+    return Bad("n_probs", absl::StrCat("n_probs (", n, ") and ", "top_logprobs/logprobs (",
+                                       c->top_logprobs, ") disagree: give one"));
+  }
+  c->logprobs = true;
+  c->top_logprobs = static_cast<int>(n);
+  return absl::OkStatus();
+}
+
 // Fields shared by both endpoints. `chat`: logprobs is a bool plus
 // top_logprobs (chat) or an integer 0..5 (completions).
 absl::Status ParseCommon(const Json& body, bool chat, const ServedModel& served, Common* c) {
@@ -179,6 +200,9 @@ absl::Status ParseCommon(const Json& body, bool chat, const ServedModel& served,
       return Bad("top_logprobs", absl::StrCat("top_logprobs must be in [0, ", kMaxTopLogprobs,
                                               "], got ", top));
     }
+    if (top > 0 && !c->logprobs) {
+      return Bad("top_logprobs", "top_logprobs requires logprobs: true");
+    }
     c->top_logprobs = static_cast<int>(top);
   } else {
     ASSIGN_OR_RETURN(int64_t lp, Integer(body, "logprobs", 0));
@@ -186,6 +210,7 @@ absl::Status ParseCommon(const Json& body, bool chat, const ServedModel& served,
     c->logprobs = body.contains("logprobs") && !body["logprobs"].is_null();
     c->top_logprobs = static_cast<int>(lp);
   }
+  RETURN_IF_ERROR(ParseNProbs(body, c));
   s.return_logprob = c->logprobs;
   s.logprobs = c->logprobs ? c->top_logprobs : 0;
   if (auto stop = body.find("stop"); stop != body.end() && !stop->is_null()) {
@@ -215,6 +240,15 @@ absl::Status ParseCommon(const Json& body, bool chat, const ServedModel& served,
     if (!g.ok()) return WithParam(g.status(), "response_format");
     c->params.constraint = *std::move(g);
     c->json_output = c->params.constraint != nullptr;
+  }
+  ASSIGN_OR_RETURN(LlamaFields llama, ParseLlamaFields(body, served.engine->tokenizer(),
+                                                       served.engine->max_sequences(), &c->params));
+  if (llama.grammar != nullptr) {
+    if (c->params.constraint != nullptr) {
+      return Bad("grammar", "grammar and response_format constrain the output both: give one");
+    }
+    c->params.constraint = std::move(llama.grammar);
+    c->json_output = true;  // the answer is the constrained text, whole
   }
   return absl::OkStatus();
 }
@@ -373,6 +407,11 @@ absl::Status PreparePrompt(const Json& body, const ServedModel& served, size_t m
       return WithParam(call.status(), served.chat->tool_family() == chat::ToolCallFamily::kNone ? "tool_choice" : "tools");
     }
     if (*call != nullptr) {
+      if (auto g = body.find("grammar"); g != body.end() && g->is_string() && !g->empty()) {
+        return Bad("grammar",
+                   "grammar cannot be combined with a forced tool call (tool_choice required or "
+                   "a named function): both constrain the output");
+      }
       job->c.params.constraint = *std::move(call);
       job->c.json_output = false;
     }

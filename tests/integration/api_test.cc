@@ -523,6 +523,46 @@ TEST_F(ApiTest, RepeatedPromptsReportCachedTokens) {
   EXPECT_GE(server_->Metric("moesplit_prefix_cache_reused_tokens_total"), 2 * cached);
 }
 
+// llama-server's request fields through the real server: logit_bias's
+// string form forces a token, a GBNF grammar bounds the answer,
+// cache_prompt false reads nothing from the prefix cache, and a sampler this
+// server lacks is a 400 naming it.
+TEST_F(ApiTest, LlamaServerFieldsTakeEffectOverHttp) {
+  httplib::Client c = server_->Http();
+  auto post = [&](const std::string& path, const Json& body) {
+    auto r = c.Post(path, body.dump(), "application/json");
+    EXPECT_TRUE(r) << body.dump();
+    return r ? std::make_pair(r->status, Json::parse(r->body, nullptr, false))
+             : std::make_pair(0, Json());
+  };
+  auto [s1, forced] = post("/v1/completions", {{"prompt", "Say"},
+                                               {"max_tokens", 3},
+                                               {"temperature", 0},
+                                               {"ignore_eos", true},
+                                               {"logit_bias", {{"x", 100}}}});
+  ASSERT_EQ(s1, 200) << forced.dump();
+  EXPECT_EQ(forced["choices"][0]["text"], "xxx");
+  auto [s2, yes_no] = post("/v1/chat/completions",
+                           {{"messages", {{{"role", "user"}, {"content", "Well?"}}}},
+                            {"max_tokens", 20},
+                            {"seed", 3},
+                            {"grammar", "root ::= (\"yes\" | \"no\") \"!\""}});
+  ASSERT_EQ(s2, 200) << yes_no.dump();
+  const std::string answer = yes_no["choices"][0]["message"]["content"];
+  EXPECT_TRUE(answer == "yes!" || answer == "no!") << answer;
+  std::string prompt;
+  for (int i = 0; i < 40; ++i) absl::StrAppend(&prompt, "uncached line ", i, ". ");
+  for (int round = 0; round < 2; ++round) {
+    auto [s, j] = post("/v1/completions",
+                       {{"prompt", prompt}, {"max_tokens", 1}, {"cache_prompt", false}});
+    ASSERT_EQ(s, 200) << j.dump();
+    EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"], 0) << round;
+  }
+  auto [s3, refused] = post("/completions", {{"prompt", "x"}, {"mirostat", 2}});
+  EXPECT_EQ(s3, 400);
+  EXPECT_EQ(refused["error"]["param"], "mirostat") << refused.dump();
+}
+
 // n > 1: n choices with their index, choice i sampling with seed + i (what a
 // single request with that seed gives, so reproducible), the prompt counted
 // once in usage, streamed chunks carrying the index; n beyond --parallel is
@@ -1089,6 +1129,17 @@ TEST_P(ToolChoiceTest, RequiredAndNamedForceAValidCall) {
       R"("parameters":{"type":"object","properties":{"city":)", GetParam().city,
       R"(,"days":{"type":"integer"}},"required":["city","days"]}}},)",
       R"({"type":"function","function":{"name":"search","description":"Search the web"}}])");
+  {
+    // A grammar and a forced call both constrain the output: a 400.
+    auto g = s.Http().Post(
+        "/v1/chat/completions",
+        absl::StrCat(R"({"messages":[{"role":"user","content":"Hi"}],"tools":)", tools,
+                     R"(,"tool_choice":"required","grammar":"root ::= \"x\""})"),
+        "application/json");
+    ASSERT_TRUE(g);
+    EXPECT_EQ(g->status, 400) << g->body;
+    EXPECT_EQ(Json::parse(g->body)["error"]["param"], "grammar") << g->body;
+  }
   for (const std::string& choice :
        std::vector<std::string>{R"({"type":"function","function":{"name":"get_weather"}})",
                                 R"("required")"}) {
