@@ -82,6 +82,9 @@ ExpertTensorView CopiedExpertView(const ExpertTensorView& src, int eb, int ee, b
   v.data = dst;
   v.n_expert = ee - eb;
   const uint64_t packed = pack && !src.packed ? quant::PackedMatrixBytes(src.type, src.n_out, src.n_in) : 0;
+  // A view of half a fused gate/up tensor strides over the other half; its
+  // copy does not.
+  if (!src.packed) v.expert_bytes = src.row_bytes * static_cast<uint64_t>(src.n_out);
   if (packed > 0) {
     v.expert_bytes = packed;
     v.packed = true;
@@ -110,9 +113,16 @@ uint64_t ReadExpertWeights(const LayerExperts& le, absl::Span<const int32_t> exp
 
 ExpertTensorView CopyExperts(const ExpertTensorView& src, int eb, int ee, bool pack, uint8_t* dst) {
   const ExpertTensorView v = CopiedExpertView(src, eb, ee, pack, dst);
-  if (v.packed == src.packed) {
+  if (v.packed == src.packed && v.expert_bytes == src.expert_bytes) {
     std::memcpy(dst, src.data + static_cast<uint64_t>(eb) * src.expert_bytes,
                 src.expert_bytes * static_cast<uint64_t>(ee - eb));
+    return v;
+  }
+  if (v.packed == src.packed) {  // a strided view: expert by expert
+    for (int e = eb; e < ee; ++e) {
+      std::memcpy(dst + static_cast<uint64_t>(e - eb) * v.expert_bytes,
+                  src.data + static_cast<uint64_t>(e) * src.expert_bytes, v.expert_bytes);
+    }
     return v;
   }
   for (int e = eb; e < ee; ++e) {
@@ -790,6 +800,8 @@ void FusedExpertCall::GateUp(int64_t item, ThreadScratch* ts) {
     float* h = Floats(s_.h) + (u.slot_begin + i) * ff_ + r0;
     if (ffn.activation == ExpertActivation::kSwiGluOai) {
       SwiGluOaiSpan(g + i * nr, uu + i * nr, nr, ffn.alpha, ffn.limit, h);
+    } else if (ffn.activation == ExpertActivation::kGeGlu) {
+      internal::GeGlu(g + i * nr, uu + i * nr, nr, h);
     } else {
       SwiGluSpan(g + i * nr, uu + i * nr, r0, nr, ff_, h);
     }

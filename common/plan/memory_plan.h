@@ -71,6 +71,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -216,12 +217,18 @@ struct GpuKvLayout {
   int64_t n_pages = 0;               // ceil(n_ctx / page_size)
   std::vector<int64_t> layer_pages;  // per layer; 0 for a layer without KV
   std::vector<int64_t> ring_sizes;   // distinct ring page counts, ascending
+  // K + V values of one position per layer (0 without KV;
+  // model::SequenceState::KvValuesPerPosition): they differ between layers
+  // where the model's attention geometry does (gemma4).
+  std::vector<int64_t> layer_values;
   int64_t pages_total() const;
   // Positions the layers hold together (sum of layer_pages x page_size).
   int64_t positions_total() const { return pages_total() * page_size; }
   // Everything: positions_total() x row_bytes (K + V of one position of one
   // layer) + the block tables.
   uint64_t Bytes(uint64_t row_bytes) const;
+  // The same with each layer's own rows: row_bytes(layer_values[l]).
+  uint64_t Bytes(const std::function<uint64_t(int64_t)>& row_bytes) const;
 };
 // REQUIRES: n_ctx, max_step, page_size >= 1.
 GpuKvLayout GpuKvLayoutOf(const model::HyperParams& hp, int64_t n_ctx, int64_t max_step,

@@ -153,6 +153,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureLogitsTest,
                                            "minimaxm2-tiny-f16", "minimaxm2-tiny-q8_0",
                                            "qwen3next-tiny-f16", "qwen3next-tiny-q8_0",
                                            "qwen3next-ssmin-tiny-f16",
+                                           "gemma4-tiny-f16", "gemma4-tiny-q8_0",
                                            "qwen3moe-tiny-iq1_s", "qwen3moe-tiny-iq2_xxs",
                                            "qwen3moe-tiny-iq3_s",
 

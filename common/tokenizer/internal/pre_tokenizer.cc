@@ -79,6 +79,9 @@ const std::vector<PreTokenizerSpec>& Table() {
       {"deepseek-v3", {kDeepSeek3Digits, kDeepSeek3Cjk, kDeepSeek3Words}},
       {"glm4", {kGlm4Regex}},
       {"chatglm-bpe", {kGlm4Regex}},
+      // The `gemma4` tokenizer model (raw UTF-8 with spaces as U+2581): no
+      // split beyond runs of newlines.
+      {"gemma4", {"[^\\n]+|[\\n]+"}},
   };
   return *table;
 }
