@@ -110,6 +110,14 @@ std::vector<prometheus::MetricFamily> ExpertTierMetrics::Collect() const {
           MetricType::Counter, static_cast<double>(t.bytes_read)),
       one("moesplit_worker_tier_read_errors_total", "Expert reads that failed.",
           MetricType::Counter, static_cast<double>(t.read_errors)),
+      one("moesplit_worker_tier_prefetches_total", "Experts read ahead on the dense side's hints.",
+          MetricType::Counter, static_cast<double>(t.prefetches)),
+      one("moesplit_worker_tier_prefetch_used_total",
+          "Experts read on a hint that a call then used.", MetricType::Counter,
+          static_cast<double>(t.prefetch_used)),
+      one("moesplit_worker_tier_prefetch_unused_total",
+          "Experts read on a hint and evicted before any call used them.", MetricType::Counter,
+          static_cast<double>(t.prefetch_unused)),
   };
   prometheus::MetricFamily h;
   h.name = "moesplit_worker_tier_read_duration_seconds";

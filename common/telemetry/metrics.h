@@ -64,6 +64,7 @@ struct ExpertTierSnapshot {
   int slots = 0;
   int resident = 0;
   uint64_t hits = 0, misses = 0, bytes_read = 0, read_errors = 0, reads = 0;
+  uint64_t prefetches = 0, prefetch_used = 0, prefetch_unused = 0;
   double read_seconds = 0;
   std::vector<double> read_bounds;
   std::vector<uint64_t> read_buckets;  // read_bounds.size() + 1
@@ -74,7 +75,10 @@ struct ExpertTierSnapshot {
 //   moesplit_worker_tier_hits_total, moesplit_worker_tier_misses_total
 //   (expert uses served from RAM / needing a read),
 //   moesplit_worker_tier_read_bytes_total, moesplit_worker_tier_read_errors_total,
-//   moesplit_worker_tier_read_duration_seconds (histogram, one expert's read).
+//   moesplit_worker_tier_read_duration_seconds (histogram, one expert's read),
+//   moesplit_worker_tier_prefetches_total, moesplit_worker_tier_prefetch_used_total,
+//   moesplit_worker_tier_prefetch_unused_total (experts read on the dense
+//   side's hints; of them, used by a call / evicted unused: the accuracy).
 class ExpertTierMetrics final : public prometheus::Collectable {
  public:
   explicit ExpertTierMetrics(std::function<ExpertTierSnapshot()> read) : read_(std::move(read)) {}

@@ -216,6 +216,12 @@ absl::StatusOr<std::unique_ptr<ExpertShard>> ExpertShard::LoadTiered(
   return s;
 }
 
+void ExpertShard::Hint(int layer, absl::Span<const int32_t> experts) {
+  for (const auto& p : parts_) {
+    if (p->tier != nullptr) p->tier->Hint(layer, experts);
+  }
+}
+
 TierStats ExpertShard::tier_stats() const {
   TierStats sum;
   for (const auto& p : parts_) {
@@ -230,6 +236,9 @@ TierStats ExpertShard::tier_stats() const {
     sum.bytes_read += t.bytes_read;
     sum.read_errors += t.read_errors;
     sum.read_seconds += t.read_seconds;
+    sum.prefetches += t.prefetches;
+    sum.prefetch_used += t.prefetch_used;
+    sum.prefetch_unused += t.prefetch_unused;
     for (size_t b = 0; b < sum.read_buckets.size(); ++b) sum.read_buckets[b] += t.read_buckets[b];
   }
   return sum;

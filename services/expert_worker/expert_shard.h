@@ -63,6 +63,11 @@ class ExpertShard final : public model::ExpertBackend {
 
   absl::Status ComputeInto(const model::ExpertCallView& call, float* partial,
                            uint64_t* worker_ns) override;
+  // A prediction that `experts` of `layer` will be in a call soon (the
+  // dense side's next-layer prediction): to the node parts' tiers, which
+  // start reading them (expert_tier.h); nothing when !tiered(). Returns at
+  // once. (Not yet carried by the transports: see docs/cli.md.)
+  void Hint(int layer, absl::Span<const int32_t> experts);
 
   const transport::WorkerDescription& description() const { return description_; }
   // Whether the experts are in tiers (the shard did not fit in expert_ram).

@@ -20,8 +20,10 @@ const model::ExpertTensorView* TensorOf(const model::LayerWeights& lw, int k) {
 
 }  // namespace
 
-// Fixed I/O threads, each with its own staging buffer; Run() hands them a
-// batch of reads and returns when all are done.
+// Fixed I/O threads, each with its own staging buffer. Submit() queues a
+// read and returns; Run() queues a batch and returns when all of it is done.
+// Reads run in the order queued (a call's reads queue behind the hints'
+// before it, which are the same layer's).
 class ExpertTier::IoQueue {
  public:
   using Task = std::function<void(std::vector<uint8_t>* staging)>;
@@ -29,6 +31,7 @@ class ExpertTier::IoQueue {
   explicit IoQueue(int n) {
     for (int i = 0; i < n; ++i) threads_.emplace_back([this] { Loop(); });
   }
+  // Drops what is queued, joins the running reads.
   ~IoQueue() {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -38,13 +41,31 @@ class ExpertTier::IoQueue {
     for (auto& t : threads_) t.join();
   }
 
+  void Submit(Task t) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(std::move(t));
+    }
+    cv_.notify_one();
+  }
+
   void Run(std::vector<Task> tasks) {
     if (tasks.empty()) return;
-    std::unique_lock<std::mutex> lock(mu_);
-    pending_ += tasks.size();
-    for (auto& t : tasks) queue_.push_back(std::move(t));
-    cv_.notify_all();
-    done_cv_.wait(lock, [&] { return pending_ == 0; });
+    struct Batch {
+      std::mutex mu;
+      std::condition_variable cv;
+      size_t left = 0;
+    } batch;
+    batch.left = tasks.size();
+    for (auto& t : tasks) {
+      Submit([&batch, t = std::move(t)](std::vector<uint8_t>* staging) {
+        t(staging);
+        std::lock_guard<std::mutex> lock(batch.mu);
+        if (--batch.left == 0) batch.cv.notify_all();
+      });
+    }
+    std::unique_lock<std::mutex> lock(batch.mu);
+    batch.cv.wait(lock, [&] { return batch.left == 0; });
   }
 
  private:
@@ -59,14 +80,12 @@ class ExpertTier::IoQueue {
       lock.unlock();
       t(&staging);
       lock.lock();
-      if (--pending_ == 0) done_cv_.notify_all();
     }
   }
 
   std::mutex mu_;
-  std::condition_variable cv_, done_cv_;
+  std::condition_variable cv_;
   std::deque<Task> queue_;
-  size_t pending_ = 0;
   bool stop_ = false;
   std::vector<std::thread> threads_;
 };
@@ -154,8 +173,13 @@ absl::StatusOr<std::unique_ptr<ExpertTier>> ExpertTier::Create(
     t->gate_b_.assign(static_cast<size_t>(t->n_slots_) * t->n_ff_, 0.0f);
     t->up_b_.assign(static_cast<size_t>(t->n_slots_) * t->n_ff_, 0.0f);
     t->down_b_.assign(static_cast<size_t>(t->n_slots_) * t->d_, 0.0f);
+    t->gate_b_ptr_ = t->gate_b_.data();
+    t->up_b_ptr_ = t->up_b_.data();
+    t->down_b_ptr_ = t->down_b_.data();
   }
   t->policy_ = std::make_unique<ExpertSlotPolicy>(t->n_slots_, n_keys);
+  t->state_.assign(t->n_slots_, kInvalid);
+  t->prefetched_.assign(t->n_slots_, 0);
   t->reader_ = options.reader ? options.reader : std::make_shared<DirectFileReader>();
   t->io_ = std::make_unique<IoQueue>(std::max(1, options.io_threads));
   t->stats_.n_slots = t->n_slots_;
@@ -164,11 +188,53 @@ absl::StatusOr<std::unique_ptr<ExpertTier>> ExpertTier::Create(
   return t;
 }
 
-ExpertTier::~ExpertTier() = default;
+ExpertTier::~ExpertTier() {
+  io_.reset();  // its reads use the policy and the slots
+}
 
 bool ExpertTier::Resident(int layer, int expert) const {
-  std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(mu_));
-  return policy_->SlotOf(Key(layer, expert)) >= 0;
+  std::lock_guard<std::mutex> lock(mu_);
+  const int slot = policy_->SlotOf(Key(layer, expert));
+  return slot >= 0 && state_[slot] == kReady;
+}
+
+void ExpertTier::Reuse(int slot) {
+  if (prefetched_[slot]) {
+    prefetched_[slot] = 0;
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    ++stats_.prefetch_unused;
+  }
+}
+
+void ExpertTier::Hint(int layer, absl::Span<const int32_t> experts) {
+  if (layer < layer_begin_ || layer >= layer_end_ || !layout_[layer - layer_begin_].has_experts) {
+    return;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const int32_t e : experts) {
+    if (e < expert_begin_ || e >= expert_end_) continue;
+    const int key = Key(layer, e);
+    if (policy_->SlotOf(key) >= 0) continue;  // resident or on its way
+    int evicted;
+    const int slot = policy_->Assign(key, &evicted, /*probation_only=*/true);
+    if (slot < 0) break;  // every other slot is protected or pinned
+    Reuse(slot);
+    state_[slot] = kLoading;
+    prefetched_[slot] = 1;
+    ++prefetches_in_flight_;
+    {
+      std::lock_guard<std::mutex> s(stats_mu_);
+      ++stats_.prefetches;
+    }
+    io_->Submit([this, slot, layer, e](std::vector<uint8_t>* staging) {
+      const absl::Status st = Fill(slot, layer, e, staging);
+      std::lock_guard<std::mutex> l(mu_);
+      state_[slot] = st.ok() ? kReady : kInvalid;  // invalid: the call that needs it reads it
+      policy_->Unpin(slot);
+      --prefetches_in_flight_;
+      cv_.notify_all();
+    });
+  }
 }
 
 TierStats ExpertTier::stats() const {
@@ -198,14 +264,14 @@ absl::Status ExpertTier::Fill(int slot, int layer, int expert, std::vector<uint8
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (status.ok() && biases_) {
-    auto copy = [&](const std::vector<float>& from, int64_t width, std::vector<float>* to) {
+    auto copy = [&](const std::vector<float>& from, int64_t width, float* to) {
       if (from.empty()) return;
-      std::memcpy(to->data() + static_cast<size_t>(slot) * width,
+      std::memcpy(to + static_cast<size_t>(slot) * width,
                   from.data() + static_cast<size_t>(expert) * width, width * sizeof(float));
     };
-    copy(lw.gate_exps_b, n_ff_, &gate_b_);
-    copy(lw.up_exps_b, n_ff_, &up_b_);
-    copy(lw.down_exps_b, d_, &down_b_);
+    copy(lw.gate_exps_b, n_ff_, gate_b_ptr_);
+    copy(lw.up_exps_b, n_ff_, up_b_ptr_);
+    copy(lw.down_exps_b, d_, down_b_ptr_);
   }
   std::lock_guard<std::mutex> lock(stats_mu_);
   stats_.bytes_read += bytes;
@@ -225,7 +291,7 @@ absl::Status ExpertTier::ComputeInto(const model::ExpertCallView& call, float* p
                                      uint64_t* worker_ns) {
   if (worker_ns != nullptr) *worker_ns = 0;
   RETURN_IF_ERROR(model::ValidateExpertCall(call, *shape_));
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(call_mu_);
   // Runs of whole tokens whose distinct experts fit in the slots.
   const int n_local = expert_end_ - expert_begin_;
   std::vector<uint32_t> seen(n_local, 0);  // run number + 1 that counted the expert
@@ -266,59 +332,109 @@ absl::Status ExpertTier::ComputeTokens(const model::ExpertCallView& call, int t0
   const int n_local = expert_end_ - expert_begin_;
   std::vector<int> slot_of(n_local, -1);
   std::vector<int> pinned;
-  std::vector<std::pair<int, int>> reads;  // (slot, expert)
-  uint64_t hits = 0;
+  std::vector<std::pair<int, int>> reads, waits;  // (slot, expert)
+  uint64_t hits = 0, prefetch_used = 0;
+  std::unique_lock<std::mutex> lock(mu_);
+  auto unpin_all = [&] {
+    for (int p : pinned) policy_->Unpin(p);
+  };
   for (uint32_t k = k0; k < k1; ++k) {
     const int e = call.expert_ids[k];
     if (slot_of[e - expert_begin_] >= 0) continue;
     const int key = Key(call.layer, e);
+    policy_->Touch(key);
     int slot;
-    if (const std::optional<int> s = policy_->Touch(key)) {
-      slot = *s;
-      policy_->Pin(slot);
-      ++hits;
-    } else {
+    for (;;) {
+      slot = policy_->SlotOf(key);
+      if (slot >= 0) {  // resident, or being read on a hint
+        policy_->Pin(slot);
+        if (prefetched_[slot]) {
+          prefetched_[slot] = 0;
+          ++prefetch_used;
+        }
+        if (state_[slot] == kLoading) {
+          waits.emplace_back(slot, e);
+        } else if (state_[slot] == kInvalid) {  // a hint's read failed
+          state_[slot] = kLoading;
+          reads.emplace_back(slot, e);
+        } else {
+          ++hits;
+        }
+        break;
+      }
       int evicted;
       slot = policy_->Assign(key, &evicted);
-      if (slot < 0) {  // cannot happen: the run fits and nothing else is pinned
-        for (int p : pinned) policy_->Unpin(p);
+      if (slot >= 0) {
+        Reuse(slot);
+        state_[slot] = kLoading;
+        reads.emplace_back(slot, e);
+        break;
+      }
+      // Every slot is pinned: by this run (which fits) and by hints' reads,
+      // whose end frees theirs.
+      if (prefetches_in_flight_ == 0) {
+        unpin_all();
         return absl::InternalError("expert tier: no free slot");
       }
-      reads.emplace_back(slot, e);
+      cv_.wait(lock);
     }
     slot_of[e - expert_begin_] = slot;
     pinned.push_back(slot);
   }
-  // The misses, read in parallel.
-  std::vector<absl::Status> status(reads.size());
-  std::vector<IoQueue::Task> tasks;
-  for (size_t i = 0; i < reads.size(); ++i) {
-    tasks.push_back([this, &reads, &status, &call, i](std::vector<uint8_t>* staging) {
-      status[i] = Fill(reads[i].first, call.layer, reads[i].second, staging);
-    });
-  }
-  io_->Run(std::move(tasks));
+  // The misses, read in parallel; then the hints' reads this run waits for
+  // (one failed is read again here).
   absl::Status failed;
-  for (size_t i = 0; i < reads.size(); ++i) {
-    if (status[i].ok()) continue;
-    policy_->Drop(reads[i].first);
-    std::erase(pinned, reads[i].first);
-    if (failed.ok()) {
-      failed = absl::Status(status[i].code(),
-                            absl::StrCat("expert call ", call.call_id, ": layer ", call.layer,
-                                         " expert ", reads[i].second, ": ", status[i].message()));
+  const uint64_t n_misses = reads.size() + waits.size();  // a hint's read counts as a miss
+  for (int round = 0; round < 2 && failed.ok(); ++round) {
+    lock.unlock();
+    std::vector<absl::Status> status(reads.size());
+    std::vector<IoQueue::Task> tasks;
+    for (size_t i = 0; i < reads.size(); ++i) {
+      tasks.push_back([this, &reads, &status, &call, i](std::vector<uint8_t>* staging) {
+        status[i] = Fill(reads[i].first, call.layer, reads[i].second, staging);
+      });
     }
+    io_->Run(std::move(tasks));
+    lock.lock();
+    for (size_t i = 0; i < reads.size(); ++i) {
+      const int slot = reads[i].first;
+      if (status[i].ok()) {
+        state_[slot] = kReady;
+        continue;
+      }
+      state_[slot] = kInvalid;
+      policy_->Drop(slot);
+      std::erase(pinned, slot);
+      if (failed.ok()) {
+        failed = absl::Status(status[i].code(),
+                              absl::StrCat("expert call ", call.call_id, ": layer ", call.layer,
+                                           " expert ", reads[i].second, ": ", status[i].message()));
+      }
+    }
+    reads.clear();
+    for (const auto& [slot, e] : waits) {
+      cv_.wait(lock, [&, slot = slot] { return state_[slot] != kLoading; });
+      if (state_[slot] == kInvalid) {
+        state_[slot] = kLoading;
+        reads.emplace_back(slot, e);
+      }
+    }
+    waits.clear();
+    if (reads.empty()) break;
   }
+  for (const auto& [slot, e] : reads) state_[slot] = kInvalid;  // not re-read after a failure
   {
-    std::lock_guard<std::mutex> lock(stats_mu_);
+    std::lock_guard<std::mutex> s(stats_mu_);
     stats_.hits += hits;
-    stats_.misses += reads.size();
+    stats_.misses += n_misses;
+    stats_.prefetch_used += prefetch_used;
     stats_.resident = policy_->resident();
   }
   if (!failed.ok()) {
-    for (int p : pinned) policy_->Unpin(p);
+    unpin_all();
     return failed;
   }
+  lock.unlock();
   // The call over the slots: expert e is slot slot_of[e].
   slot_ids_.resize(k1 - k0);
   for (uint32_t k = k0; k < k1; ++k) slot_ids_[k - k0] = slot_of[call.expert_ids[k] - expert_begin_];
@@ -344,14 +460,19 @@ absl::Status ExpertTier::ComputeTokens(const model::ExpertCallView& call, int t0
   if (!lw.gate_exps_b.empty()) le.gate_b = std::move(gate_b_);
   if (!lw.up_exps_b.empty()) le.up_b = std::move(up_b_);
   if (!lw.down_exps_b.empty()) le.down_b = std::move(down_b_);
-  model::ExpertStore store({std::move(le)}, model_->n_layer(), n_slots_, call.layer, 0, d_, n_ff_,
+  // Moved, not copied (an initializer list would copy): the bias buffers
+  // keep their addresses.
+  std::vector<model::LayerExperts> one;
+  one.push_back(std::move(le));
+  model::ExpertStore store(std::move(one), model_->n_layer(), n_slots_, call.layer, 0, d_, n_ff_,
                            nullptr, model_->hparams().expert_ffn);
   const absl::Status s = compute_->ComputeWith(store, sub, partial);
   model::LayerExperts& back = store.MutableLayer(call.layer);
   if (!lw.gate_exps_b.empty()) gate_b_ = std::move(back.gate_b);
   if (!lw.up_exps_b.empty()) up_b_ = std::move(back.up_b);
   if (!lw.down_exps_b.empty()) down_b_ = std::move(back.down_b);
-  for (int p : pinned) policy_->Unpin(p);
+  lock.lock();
+  unpin_all();
   return s;
 }
 

@@ -21,12 +21,20 @@
 // slot empty and changes nothing else; the next call that needs the
 // expert reads it again.
 //
+// Lookahead: Hint(layer, experts) (the dense side's prediction of a layer's
+// experts before its call) starts reading the predicted experts that are
+// not resident into free or probation slots (never evicting a protected
+// expert for a guess) and returns at once; the call that then needs one
+// waits only for the rest of its read. A failed prefetch leaves the slot
+// to be read again by the call that needs it. stats() counts prefetches,
+// those a call used and those evicted unused (prefetch accuracy).
+//
 // Page cache: the reader bypasses it, and the GGUF stays mapped only for
 // its metadata and small per-expert vectors (biases), never for expert
 // bytes.
 //
 // Thread-safety: ComputeInto may be called from several threads; calls are
-// serialised. stats() may be called at any time.
+// serialised. Hint and stats() may be called at any time, from any thread.
 #pragma once
 
 #include <array>
@@ -73,6 +81,9 @@ struct TierStats {
   uint64_t bytes_read = 0;   // from the file
   uint64_t read_errors = 0;  // failed expert reads
   double read_seconds = 0;   // sum of the reads' latencies
+  uint64_t prefetches = 0;       // experts read on a hint
+  uint64_t prefetch_used = 0;    // of which a call then used
+  uint64_t prefetch_unused = 0;  // of which were evicted before any call used them
   // Reads whose latency fell in each bucket of kTierReadBuckets (non
   // cumulative; the last counts those above the last bound).
   std::array<uint64_t, kTierReadBuckets.size() + 1> read_buckets{};
@@ -97,6 +108,9 @@ class ExpertTier final : public model::ExpertBackend {
 
   absl::Status ComputeInto(const model::ExpertCallView& call, float* partial,
                            uint64_t* worker_ns) override;
+  // Starts reading `experts` of `layer` (ids outside the tier's ranges are
+  // ignored); see Lookahead above. Does not wait for the reads.
+  void Hint(int layer, absl::Span<const int32_t> experts);
 
   int n_slots() const { return n_slots_; }
   uint64_t slot_bytes() const { return slot_bytes_; }
@@ -112,10 +126,7 @@ class ExpertTier final : public model::ExpertBackend {
     std::string path[3];             // the tensor's file
     uint64_t file_offset[3] = {0, 0, 0};  // its expert 0 there
   };
-  struct ReadTask {
-    int slot, layer, expert;
-    absl::Status* status;
-  };
+  enum SlotState : uint8_t { kReady, kLoading, kInvalid };
   class IoQueue;
 
   ExpertTier() = default;
@@ -124,6 +135,9 @@ class ExpertTier final : public model::ExpertBackend {
   }
   // Reads one expert into its slot (on an I/O thread).
   absl::Status Fill(int slot, int layer, int expert, std::vector<uint8_t>* staging);
+  // `slot` is about to hold another key: counts an unused prefetch.
+  // REQUIRES: mu_ held.
+  void Reuse(int slot);
   // Tokens [t0, t1) of `call`, whose distinct experts fit in the slots.
   absl::Status ComputeTokens(const model::ExpertCallView& call, int t0, int t1, float* partial);
 
@@ -141,14 +155,23 @@ class ExpertTier final : public model::ExpertBackend {
   int64_t n_ff_ = 0, d_ = 0;
   bool biases_ = false;
 
-  std::mutex mu_;  // serialises calls; guards the policy and the slot biases
-  std::unique_ptr<ExpertSlotPolicy> policy_;
-  // Per slot: the biases of the expert it holds (gate, up: n_ff; down: d).
+  std::mutex call_mu_;  // serialises calls; guards the call scratch and bias vectors
+  // Per slot: the biases of the expert it holds (gate, up: n_ff; down: d);
+  // lent to each call's store (the buffers never move: Fill writes through
+  // the *_ptr_ copies of their addresses).
   std::vector<float> gate_b_, up_b_, down_b_;
-  // Call scratch.
-  std::vector<int32_t> keys_, slot_ids_;
+  float* gate_b_ptr_ = nullptr;
+  float* up_b_ptr_ = nullptr;
+  float* down_b_ptr_ = nullptr;
+  std::vector<int32_t> slot_ids_;
   std::vector<uint32_t> offsets_;
-  std::vector<absl::Status> read_status_;
+
+  mutable std::mutex mu_;  // guards the policy and the slot states
+  std::condition_variable cv_;  // a slot left kLoading
+  std::unique_ptr<ExpertSlotPolicy> policy_;
+  std::vector<SlotState> state_;
+  std::vector<uint8_t> prefetched_;  // read on a hint, not used by a call yet
+  int prefetches_in_flight_ = 0;
 
   mutable std::mutex stats_mu_;
   TierStats stats_;  // guarded by stats_mu_ (n_slots, slot_bytes, resident filled on read)

@@ -5,7 +5,9 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <atomic>
 #include <random>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/model/model.h"
@@ -217,6 +219,88 @@ TEST(ExpertTierTest, TruncatedFileIsDataLoss) {
   EXPECT_THAT(std::string(s.message()), HasSubstr(path));
   EXPECT_THAT(std::string(s.message()), HasSubstr(absl::StrCat("the file ends at offset ", cut)));
   std::filesystem::remove_all(dir);
+}
+
+// Lookahead: experts hinted before their call are read meanwhile, so the
+// call finds them (prefetch used, no new read), with the same bits; a hint
+// for resident experts or outside the shard reads nothing; a hint whose
+// read fails leaves the expert to the call, which reads it itself.
+TEST(ExpertTierTest, HintsReadAheadAndCountTheirAccuracy) {
+  const std::string path = Fixture("qwen3moe-tiny-q4_k_m.gguf");
+  auto reader = std::make_shared<FaultyReader>();
+  ShardOptions opt = Options(path, "", SlotsFor(path, 8));
+  opt.reader = reader;
+  auto tier = ExpertShard::Load(opt);
+  ASSERT_TRUE(tier.ok()) << tier.status();
+  auto ram = ExpertShard::Load(Options(path, "", 1ull << 40));
+  ASSERT_TRUE(ram.ok()) << ram.status();
+  const auto& d = (*tier)->description();
+  auto settle = [&](uint64_t reads) {  // waits for the hints' reads
+    for (int i = 0; i < 2000 && (*tier)->tier_stats().reads + (*tier)->tier_stats().read_errors < reads; ++i) {
+      usleep(1000);
+    }
+  };
+  std::mt19937 rng(11);
+  model::ExpertCall call = RandomCall(2, 1, d.d, 0, d.n_expert, 2, &rng);
+  (*tier)->Hint(2, call.expert_ids);
+  (*tier)->Hint(2, std::vector<int32_t>{-1, 99});  // outside: ignored
+  settle(2);
+  TierStats st = (*tier)->tier_stats();
+  EXPECT_EQ(st.prefetches, 2u);
+  EXPECT_EQ(st.reads, 2u);
+  model::ExpertResult got, want;
+  ASSERT_TRUE((*tier)->Compute(call, &got).ok());
+  ASSERT_TRUE((*ram)->Compute(call, &want).ok());
+  EXPECT_EQ(0, std::memcmp(want.partial.data(), got.partial.data(), 4 * want.partial.size()));
+  st = (*tier)->tier_stats();
+  EXPECT_EQ(st.reads, 2u);  // the call read nothing more
+  EXPECT_EQ(st.misses, 0u);
+  EXPECT_EQ(st.hits, 2u);
+  EXPECT_EQ(st.prefetch_used, 2u);
+  (*tier)->Hint(2, call.expert_ids);  // resident now: nothing to read
+  EXPECT_EQ((*tier)->tier_stats().prefetches, 2u);
+  // A hint whose read fails: the call reads the expert itself.
+  model::ExpertCall other = RandomCall(3, 1, d.d, 0, d.n_expert, 2, &rng);
+  reader->fail = absl::UnavailableError("EIO");
+  (*tier)->Hint(3, other.expert_ids);
+  settle(4);
+  EXPECT_EQ((*tier)->tier_stats().read_errors, 2u);
+  reader->fail.reset();
+  ASSERT_TRUE((*tier)->Compute(other, &got).ok());
+  ASSERT_TRUE((*ram)->Compute(other, &want).ok());
+  EXPECT_EQ(0, std::memcmp(want.partial.data(), got.partial.data(), 4 * want.partial.size()));
+  EXPECT_EQ((*tier)->tier_stats().reads, 4u);
+}
+
+// Hints racing calls from another thread keep every call's bits (the tier
+// under a hint per call, as the dense side sends them a layer ahead).
+TEST(ExpertTierTest, HintsConcurrentWithCallsKeepTheBits) {
+  const std::string path = Fixture("gptoss-tiny-mxfp4_moe.gguf");
+  auto tier = ExpertShard::Load(Options(path, "", SlotsFor(path, 6)));
+  ASSERT_TRUE(tier.ok()) << tier.status();
+  auto ram = ExpertShard::Load(Options(path, "", 1ull << 40));
+  ASSERT_TRUE(ram.ok()) << ram.status();
+  const auto& d = (*tier)->description();
+  std::mt19937 rng(13);
+  std::vector<model::ExpertCall> calls;
+  for (int i = 0; i < 40; ++i) {
+    calls.push_back(RandomCall(i % d.n_layer, 1 + i % 3, d.d, 0, d.n_expert, 2, &rng));
+  }
+  std::atomic<bool> done{false};
+  std::thread hinter([&] {
+    for (size_t i = 0; !done.load(); i = (i + 1) % calls.size()) {
+      (*tier)->Hint(calls[i].layer, calls[i].expert_ids);
+    }
+  });
+  for (const auto& c : calls) {
+    model::ExpertResult got, want;
+    ASSERT_TRUE((*tier)->Compute(c, &got).ok());
+    ASSERT_TRUE((*ram)->Compute(c, &want).ok());
+    EXPECT_EQ(0, std::memcmp(want.partial.data(), got.partial.data(), 4 * want.partial.size()));
+  }
+  done = true;
+  hinter.join();
+  EXPECT_GT((*tier)->tier_stats().prefetches, 0u);
 }
 
 // A scan (every key once, as a long prefill touches every expert) does not

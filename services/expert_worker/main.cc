@@ -118,7 +118,7 @@ int Run(int argc, char** argv) {
                                                                 d.n_expert);
     metrics->Register(worker_metrics->heat_map());
     for (const auto& n : d.numa_nodes) worker_metrics->SetResidentBytes(n.node, n.resident_bytes);
-    if ((*shard)->tiered()) {
+    {  // zeros (no slots) for a shard that fits: the dashboards' series exist on every worker
       const ExpertShard* sh = shard->get();
       tier_metrics = std::make_shared<telemetry::ExpertTierMetrics>([sh] {
         const TierStats t = sh->tier_stats();
@@ -131,6 +131,9 @@ int Run(int argc, char** argv) {
         s.read_errors = t.read_errors;
         s.reads = t.reads;
         s.read_seconds = t.read_seconds;
+        s.prefetches = t.prefetches;
+        s.prefetch_used = t.prefetch_used;
+        s.prefetch_unused = t.prefetch_unused;
         s.read_bounds.assign(kTierReadBuckets.begin(), kTierReadBuckets.end());
         s.read_buckets.assign(t.read_buckets.begin(), t.read_buckets.end());
         return s;

@@ -73,7 +73,7 @@ std::optional<int> ExpertSlotPolicy::Touch(int key) {
   return slot;
 }
 
-int ExpertSlotPolicy::Assign(int key, int* evicted) {
+int ExpertSlotPolicy::Assign(int key, int* evicted, bool probation_only) {
   *evicted = -1;
   int slot = -1;
   if (!free_.empty()) {
@@ -81,7 +81,7 @@ int ExpertSlotPolicy::Assign(int key, int* evicted) {
     free_.pop_back();
   } else if (!probation_.empty()) {
     slot = probation_.begin()->second;
-  } else if (!protected_.empty()) {
+  } else if (!protected_.empty() && !probation_only) {
     slot = std::get<2>(*protected_.begin());
   } else {
     return -1;

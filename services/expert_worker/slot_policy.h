@@ -51,8 +51,9 @@ class ExpertSlotPolicy {
   // The slot for a key that is not resident (after its Touch): a free slot
   // or a victim's, now holding `key` in probation and pinned once. -1 when
   // every slot is pinned. *evicted gets the key that lost its slot (-1:
-  // none).
-  int Assign(int key, int* evicted);
+  // none). `probation_only`: a free slot or a probation victim only (a
+  // prefetch guess must not evict a protected expert), else -1.
+  int Assign(int key, int* evicted, bool probation_only = false);
   void Pin(int slot);
   void Unpin(int slot);
   // Empties a slot (e.g. its read failed); REQUIRES: pinned once exactly,
