@@ -21,12 +21,20 @@ constexpr uint64_t kBounceBytes = 8u << 20;
 
 struct Bounce {
   uint8_t* data = nullptr;
+  uint64_t size = 0;
   ~Bounce() { std::free(data); }
 };
 
-uint8_t* ThreadBounce() {
+// This thread's aligned buffer, grown to `want` (at most kBounceBytes): an
+// I/O thread holds about its largest read, not 8 MiB each.
+uint8_t* ThreadBounce(uint64_t want) {
   thread_local Bounce b;
-  if (b.data == nullptr) b.data = static_cast<uint8_t*>(std::aligned_alloc(kAlign, kBounceBytes));
+  want = std::min(kBounceBytes, (want + kAlign - 1) / kAlign * kAlign);
+  if (b.size < want) {
+    std::free(b.data);
+    b.data = static_cast<uint8_t*>(std::aligned_alloc(kAlign, want));
+    b.size = b.data != nullptr ? want : 0;
+  }
   return b.data;
 }
 
@@ -89,13 +97,15 @@ absl::Status DirectFileReader::Read(const std::string& path, uint64_t offset, ui
     return absl::OkStatus();
   }
   // Aligned windows of at most kBounceBytes covering [offset, offset + size).
-  uint8_t* bounce = ThreadBounce();
+  const uint64_t bounce_bytes =
+      std::min(kBounceBytes, (offset % kAlign + size + kAlign - 1) / kAlign * kAlign);
+  uint8_t* bounce = ThreadBounce(bounce_bytes);
   if (bounce == nullptr) return absl::ResourceExhaustedError("no memory for a read buffer");
   uint64_t pos = offset;  // next byte wanted
   const uint64_t end = offset + size;
   while (pos < end) {
     const uint64_t start = pos / kAlign * kAlign;
-    const uint64_t want = std::min<uint64_t>(kBounceBytes, (end - start + kAlign - 1) / kAlign * kAlign);
+    const uint64_t want = std::min<uint64_t>(bounce_bytes, (end - start + kAlign - 1) / kAlign * kAlign);
     ssize_t n;
     do {
       n = pread(f.fd, bounce, want, static_cast<off_t>(start));

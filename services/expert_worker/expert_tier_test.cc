@@ -406,6 +406,9 @@ TEST(MemoryBudgetTest, ParsesTheKernelsFiles) {
   EXPECT_EQ(DefaultExpertRam(f), 7ull << 30);
   f.cgroup_usage = 10ull << 30;
   EXPECT_EQ(DefaultExpertRam(f), 0u);
+  f.cgroup_limit = 200ull << 20;  // a small limit keeps a quarter back
+  f.cgroup_usage = 0;
+  EXPECT_EQ(DefaultExpertRam(f), 150ull << 20);
   // From files laid out as the kernel does (v1 here).
   const auto dir = std::filesystem::temp_directory_path() /
                    absl::StrCat("moesplit_budget_", getpid());

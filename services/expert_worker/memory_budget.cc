@@ -27,7 +27,7 @@ uint64_t DefaultExpertRam(const MemoryFacts& f) {
     const uint64_t left = *f.cgroup_limit > f.cgroup_usage ? *f.cgroup_limit - f.cgroup_usage : 0;
     usable = std::min(usable, left);
   }
-  const uint64_t margin = std::max<uint64_t>(512ull << 20, usable / 8);
+  const uint64_t margin = std::max<uint64_t>(usable / 8, std::min<uint64_t>(usable / 4, 512ull << 20));
   return usable > margin ? usable - margin : 0;
 }
 

@@ -2,7 +2,7 @@
 // --expert-ram is set: what the process may use (its memory cgroup's limit
 // less what the cgroup already uses, or MemAvailable, whichever is less),
 // less a margin for everything else the worker allocates (call scratch,
-// transport rings, the model's metadata).
+// transport rings, the model's metadata, the I/O threads' buffers).
 //
 // cgroup v2: the process's path from the "0::" line of /proc/self/cgroup,
 // limit in /sys/fs/cgroup/<path>/memory.max ("max" = none), usage in
@@ -26,8 +26,9 @@ struct MemoryFacts {
   uint64_t cgroup_usage = 0;              // with a limit
 };
 
-// The margin kept back: an eighth of the usable memory, at least 512 MiB.
-// Returns the usable memory less the margin (0 when nothing is left).
+// The margin kept back: an eighth of the usable memory, and at least 512 MiB
+// or a quarter of it, whichever is less. Returns the usable memory less the
+// margin (0 when nothing is left).
 uint64_t DefaultExpertRam(const MemoryFacts& facts);
 
 // Parsers for the files named above (nullopt when absent or malformed).
