@@ -3,10 +3,14 @@
 # its own memory cgroup of LIMIT bytes (v1 or v2, whichever the machine has;
 # needs root):
 #   1. dd iflag=direct of MODEL: the disk's direct read rate;
-#   2. moesplit: one expert-worker (--expert-ram auto: the cgroup's headroom,
-#      so a model larger than LIMIT runs from its RAM tier) and `moesplit
-#      bench` against it over shm, both in the cgroup; prefill / decode tok/s,
-#      the tier's hits, misses and bytes read (its /metrics), peak memory;
+#   2. moesplit: one expert-worker in the cgroup (--expert-ram auto: the
+#      cgroup's headroom, so a model larger than LIMIT runs from its RAM
+#      tier) and `moesplit bench` against it over shm; prefill / decode tok/s,
+#      the tier's hits, misses and bytes read (its /metrics), peak memory.
+#      The bench process (the dense part) runs outside the cgroup unless
+#      DENSE_IN_CGROUP=1: after the timed runs it measures the DRAM read rate
+#      and a read-only replay through its own mapping of the experts, which
+#      a cgroup smaller than the model does not hold;
 #   3. llama.cpp's llama-bench (mmap, its default) on the same file in the
 #      same kind of cgroup; "killed" when the cgroup's OOM killer ends it.
 # The page cache of MODEL is dropped before each run (dd iflag=nocache).
@@ -94,7 +98,9 @@ if ! grep -q "ready on" "$WORK/worker.err"; then
 else
   grep "ready on" "$WORK/worker.err"
   MPORT=$(sed -n 's/.*metrics on port \([0-9]*\).*/\1/p' "$WORK/worker.err")
-  in_cgroup "$BIN/moesplit" bench --model "$MODEL" --experts "shm://$NAME" --threads "$THREADS" \
+  dense=()
+  [[ ${DENSE_IN_CGROUP:-0} == 1 ]] && dense=(in_cgroup)
+  "${dense[@]}" "$BIN/moesplit" bench --model "$MODEL" --experts "shm://$NAME" --threads "$THREADS" \
     --prompt "$PROMPT" --gen "$GEN" --reps 1 --json >"$WORK/bench.json" 2>"$WORK/bench.err"
   rc=$?
   curl -sf "http://127.0.0.1:$MPORT/metrics" >"$WORK/worker.metrics"
@@ -102,10 +108,11 @@ else
   HITS=$(metric moesplit_worker_tier_hits_total); MISSES=$(metric moesplit_worker_tier_misses_total)
   READ=$(metric moesplit_worker_tier_read_bytes_total)
   READ_S=$(metric moesplit_worker_tier_read_duration_seconds_sum)
+  READ_N=$(metric moesplit_worker_tier_read_duration_seconds_count)
   if [[ $rc != 0 ]]; then
     MS="failed (rc $rc$(oom_killed "$CG" && echo ', OOM-killed')): $(tail -n 2 "$WORK/bench.err")"
   else
-    MS=$(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(j)' "$WORK/bench.json" 2>/dev/null | head -c 600)
+    MS=$(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print("prefill %.1f tok/s, decode %.2f tok/s" % (j["prefill_tok_s"], j["decode_tok_s"]))' "$WORK/bench.json")
   fi
 fi
 kill "$WORKER_PID" 2>/dev/null; wait "$WORKER_PID" 2>/dev/null; WORKER_PID=
@@ -128,9 +135,12 @@ echo
 echo "| run | result | peak cgroup memory |"
 echo "|---|---|---|"
 echo "| dd iflag=direct | $DD_RATE | |"
-echo "| moesplit (worker --expert-ram auto + bench over shm) | $MS | $(gib "$MS_PEAK") |"
+echo "| moesplit (worker in the cgroup, --expert-ram auto; bench over shm) | $MS | $(gib "$MS_PEAK") |"
 if [[ -n ${MISSES:-} ]]; then
-  total=$(( ${HITS%.*} + ${MISSES%.*} ))
-  echo "| moesplit RAM tier | hits ${HITS%.*}, misses ${MISSES%.*} ($(awk -v h="${HITS%.*}" -v t="$total" 'BEGIN { printf "%.1f%% hit", t ? 100 * h / t : 0 }')), $(gib "${READ%.*}") read, $(awk -v b="${READ%.*}" -v s="$READ_S" 'BEGIN { printf "%.0f MB/s per read stream", s > 0 ? b / s / 1e6 : 0 }') | |"
+  echo "| moesplit RAM tier | $(python3 -c '
+import sys
+h, m, b, s, n = (float(x or 0) for x in sys.argv[1:6])
+print("hits %d, misses %d (%.1f%% hit), %.2f GiB read, %.2f ms per expert read" % (
+    h, m, 100 * h / max(h + m, 1), b / 2**30, 1e3 * s / max(n, 1)))' "$HITS" "$MISSES" "$READ" "$READ_S" "$READ_N") | |"
 fi
 echo "| llama-bench (mmap) | $LB | $(gib "$LB_PEAK") |"
