@@ -192,12 +192,6 @@ ExpertTier::~ExpertTier() {
   io_.reset();  // its reads use the policy and the slots
 }
 
-bool ExpertTier::Resident(int layer, int expert) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  const int slot = policy_->SlotOf(Key(layer, expert));
-  return slot >= 0 && state_[slot] == kReady;
-}
-
 void ExpertTier::Reuse(int slot) {
   if (prefetched_[slot]) {
     prefetched_[slot] = 0;

@@ -115,8 +115,6 @@ class ExpertTier final : public model::ExpertBackend {
   int n_slots() const { return n_slots_; }
   uint64_t slot_bytes() const { return slot_bytes_; }
   TierStats stats() const;
-  // Whether expert `expert` of `layer` is in a slot now.
-  bool Resident(int layer, int expert) const;
 
  private:
   struct LayerLayout {
