@@ -36,10 +36,11 @@ WORK=$(mktemp -d)
 NAME=tier-bench-$$
 
 if [[ -d /sys/fs/cgroup/memory ]]; then CGV=1; CGROOT=/sys/fs/cgroup/memory; else CGV=2; CGROOT=/sys/fs/cgroup; fi
-CGROUPS=()
 cleanup() {
   [[ -n ${WORKER_PID:-} ]] && kill "$WORKER_PID" 2>/dev/null && wait "$WORKER_PID" 2>/dev/null
-  for cg in "${CGROUPS[@]}"; do rmdir "$cg" 2>/dev/null; done
+  for cg in "$CGROOT"/moesplit-*-$$; do  # new_cgroup runs in $(...): no list to keep
+    for _ in 1 2 3 4 5; do rmdir "$cg" 2>/dev/null && break; sleep 1; done
+  done
   rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -55,7 +56,6 @@ new_cgroup() {
     echo "$LIMIT" >"$cg/memory.max" || return 1
     echo 0 >"$cg/memory.swap.max" 2>/dev/null
   fi
-  CGROUPS+=("$cg")
   echo "$cg"
 }
 peak() {  # peak bytes of cgroup $1
@@ -85,8 +85,11 @@ echo "dd iflag=direct: $dd_out"
 # 2. moesplit: the worker, then bench against it, in one cgroup.
 drop_cache
 CG=$(new_cgroup moesplit) || exit 1
-in_cgroup "$BIN/moesplit-expert-worker" --model "$MODEL" --listen-shm "$NAME" --threads "$THREADS" \
-  --metrics 127.0.0.1:0 "${WORKER_FLAGS[@]}" 2>"$WORK/worker.err" &
+# Not through in_cgroup: a backgrounded function is a subshell, and $! must be
+# the worker itself (sh execs it) for the kill below.
+sh -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$CG" "$BIN/moesplit-expert-worker" \
+  --model "$MODEL" --listen-shm "$NAME" --threads "$THREADS" --metrics 127.0.0.1:0 \
+  "${WORKER_FLAGS[@]}" 2>"$WORK/worker.err" &
 WORKER_PID=$!
 for _ in $(seq 600); do
   grep -q "ready on" "$WORK/worker.err" && break
