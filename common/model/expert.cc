@@ -968,15 +968,20 @@ InProcessExperts::~InProcessExperts() = default;
 absl::Status InProcessExperts::ComputeInto(const ExpertCallView& call, float* partial,
                                            uint64_t* worker_ns) {
   if (worker_ns != nullptr) *worker_ns = 0;
-  RETURN_IF_ERROR(ValidateExpertCall(call, store_));
-  const int e0 = store_.expert_begin();
-  const int64_t d = call.d, ff = store_.n_ff();
-  RETURN_IF_ERROR(CheckExpertWeights("gate", store_.Gate(call.layer, e0), ff, d));
-  RETURN_IF_ERROR(CheckExpertWeights("up", store_.Up(call.layer, e0), ff, d));
-  RETURN_IF_ERROR(CheckExpertWeights("down", store_.Down(call.layer, e0), d, ff));
+  return ComputeWith(store_, call, partial);
+}
+
+absl::Status InProcessExperts::ComputeWith(const ExpertStore& store, const ExpertCallView& call,
+                                           float* partial) {
+  RETURN_IF_ERROR(ValidateExpertCall(call, store));
+  const int e0 = store.expert_begin();
+  const int64_t d = call.d, ff = store.n_ff();
+  RETURN_IF_ERROR(CheckExpertWeights("gate", store.Gate(call.layer, e0), ff, d));
+  RETURN_IF_ERROR(CheckExpertWeights("up", store.Up(call.layer, e0), ff, d));
+  RETURN_IF_ERROR(CheckExpertWeights("down", store.Down(call.layer, e0), d, ff));
   std::lock_guard<std::mutex> lock(mu_);
   if (call.n_tokens == 0) return absl::OkStatus();
-  FusedExpertCall fused(store_, call, pool_, scratch_.get(), partial);
+  FusedExpertCall fused(store, call, pool_, scratch_.get(), partial);
   fused.Run();
   return absl::OkStatus();
 }

@@ -429,6 +429,57 @@ std::string FormatWorkers(const std::vector<WorkerShare>& workers, uint64_t work
   return out;
 }
 
+absl::StatusOr<HostTierPlan> PlanHostTier(const ModelShape& shape, uint64_t host_bytes,
+                                          const std::vector<WorkerShare>& workers) {
+  if (host_bytes == 0) return absl::InvalidArgumentError("host memory must be more than 0 bytes");
+  const std::vector<uint64_t> per_expert = ExpertBytesPerLayer(shape);
+  std::vector<WorkerShare> ranges = workers;
+  if (ranges.empty()) ranges.push_back({0, static_cast<int>(shape.hp.n_layer), 0});
+  HostTierPlan plan;
+  plan.host_bytes = host_bytes;
+  for (const WorkerShare& w : ranges) {
+    HostTierShare share;
+    share.layer_begin = w.layer_begin;
+    share.layer_end = w.layer_end;
+    uint64_t per_token = 0;
+    for (int l = w.layer_begin; l < w.layer_end; ++l) {
+      share.expert_bytes += per_expert[l] * static_cast<uint64_t>(shape.hp.n_expert);
+      per_token += per_expert[l] * static_cast<uint64_t>(shape.hp.n_expert_used);
+    }
+    share.ram_bytes = std::min(share.expert_bytes, host_bytes);
+    share.resident_share =
+        share.expert_bytes > 0 ? static_cast<double>(share.ram_bytes) / share.expert_bytes : 1.0;
+    share.disk_bytes_per_token =
+        static_cast<uint64_t>(static_cast<double>(per_token) * (1.0 - share.resident_share));
+    plan.disk_bytes_per_token += share.disk_bytes_per_token;
+    plan.shares.push_back(share);
+  }
+  if (plan.shares.size() == 1 && plan.shares[0].expert_bytes == 0) {
+    return absl::InvalidArgumentError("the model has no routed experts");
+  }
+  return plan;
+}
+
+std::string FormatHostTier(const HostTierPlan& plan, uint64_t disk_bytes_per_second) {
+  std::string out = absl::StrCat("routed experts in ", FormatBytes(plan.host_bytes),
+                                 " of host RAM per host (the rest read from disk):\n");
+  for (const HostTierShare& s : plan.shares) {
+    absl::StrAppend(&out, "  layers ", s.layer_begin, "-", s.layer_end - 1, ": ",
+                    FormatBytes(s.ram_bytes), " of ", FormatBytes(s.expert_bytes), " in RAM (",
+                    absl::StrFormat("%.1f", 100.0 * s.resident_share), "%), ",
+                    FormatBytes(s.disk_bytes_per_token),
+                    " read per decode token (uniform routing)\n");
+  }
+  if (disk_bytes_per_second > 0 && plan.disk_bytes_per_token > 0) {
+    absl::StrAppend(&out, "  decode bound by the disk at ",
+                    FormatBytes(disk_bytes_per_second), "/s: ",
+                    absl::StrFormat("%.2f", static_cast<double>(disk_bytes_per_second) /
+                                                plan.disk_bytes_per_token),
+                    " tokens/s\n");
+  }
+  return out;
+}
+
 std::vector<uint64_t> ExpertBytesPerLayer(const ModelShape& s) {
   std::vector<uint64_t> per_layer(std::max<int64_t>(s.hp.n_layer, 0), 0);
   if (s.hp.n_expert <= 0) return per_layer;
