@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "common/base/log.h"
 #include "common/base/status.h"
 #include "services/dense/request_limits.h"
@@ -18,9 +19,18 @@ absl::StatusOr<std::unique_ptr<transport::RemoteExperts>> ConnectExperts(
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = start + timeout;
   auto next_report = start + std::chrono::seconds(2);
+  // "A|B": replicas of one shard, named so (RemoteExperts::Connect checks it).
+  std::vector<std::string> workers;
+  std::vector<int> named_shards;
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    for (absl::string_view a : absl::StrSplit(addresses[i], '|', absl::SkipEmpty())) {
+      workers.emplace_back(a);
+      named_shards.push_back(static_cast<int>(i));
+    }
+  }
   for (;;) {
     std::vector<std::unique_ptr<transport::ExpertClient>> clients;
-    for (const auto& a : addresses) {
+    for (const auto& a : workers) {
       ASSIGN_OR_RETURN(auto c, transport::OpenExpertClient(a, options));
       clients.push_back(std::move(c));
     }
@@ -33,7 +43,8 @@ absl::StatusOr<std::unique_ptr<transport::RemoteExperts>> ConnectExperts(
       }
     }
     if (waiting.empty()) {
-      return transport::RemoteExperts::Connect(std::move(clients), n_layer, n_expert);
+      return transport::RemoteExperts::Connect(std::move(clients), n_layer, n_expert,
+                                               named_shards);
     }
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) {
@@ -43,8 +54,8 @@ absl::StatusOr<std::unique_ptr<transport::RemoteExperts>> ConnectExperts(
     }
     if (now >= next_report) {
       Log(LogLevel::kInfo, "moesplit-dense",
-          absl::StrCat("waiting for workers (", addresses.size() - waiting.size(), " of ",
-                       addresses.size(), " up, ",
+          absl::StrCat("waiting for workers (", workers.size() - waiting.size(), " of ",
+                       workers.size(), " up, ",
                        std::chrono::duration_cast<std::chrono::seconds>(now - start).count(),
                        " s): ", absl::StrJoin(waiting, "; ")));
       next_report = now + std::chrono::seconds(3);
