@@ -237,6 +237,7 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> DenseEngine::Submit(GenerateParam
     }
     waiting_.push_back(r);
     metrics_->queue_depth.Set(static_cast<double>(waiting_.size()));
+    metrics_->PublishGatewayGauges();
   }
   cv_.notify_all();
   return r;
@@ -378,6 +379,7 @@ void DenseEngine::Loop() {
       for (auto& r : waiting_) r->End(*abort);
       waiting_.clear();
       metrics_->queue_depth.Set(0);
+      metrics_->PublishGatewayGauges();
       continue;
     }
     Step();
@@ -730,6 +732,7 @@ void DenseEngine::UpdateGauges() {
   std::lock_guard<std::mutex> l(mu_);
   metrics_->running_sequences.Set(running_);
   metrics_->queue_depth.Set(static_cast<double>(waiting_.size()));
+  metrics_->PublishGatewayGauges();
 }
 
 }  // namespace moesplit::dense

@@ -11,7 +11,9 @@
 #include "absl/strings/str_cat.h"
 #include "common/transport/shm_transport.h"
 
+#include "prometheus/text_serializer.h"
 #include "services/dense/inference_service.h"
+#include "services/dense/serving_metrics.h"
 #include "services/dense/readiness.h"
 #include "services/dense/request_log.h"
 
@@ -121,6 +123,26 @@ TEST(ReadinessTest, ReadyWhileEveryShardHasALiveReplica) {
       << report.Summary();
   ASSERT_NO_FATAL_FAILURE(start(1));
   EXPECT_TRUE(Eventually([&] { return r.Check().ready; })) << r.Check().Summary();
+}
+
+// The inference gateway's endpoint picker reads the queue, the running
+// requests and the KV cache fraction under vLLM's names.
+TEST(GatewayMetricsTest, EndpointPickerNamesFollowTheServingGauges) {
+  prometheus::Registry registry;
+  ServingMetrics m(registry);
+  m.queue_depth.Set(3);
+  m.running_sequences.Set(2);
+  m.kv_used_bytes.Set(256);
+  m.kv_capacity_bytes.Set(1024);
+  m.PublishGatewayGauges();
+  const std::string text = prometheus::TextSerializer().Serialize(registry.Collect());
+  EXPECT_NE(text.find("\nvllm:num_requests_waiting 3\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\nvllm:num_requests_running 2\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\nvllm:kv_cache_usage_perc 0.25\n"), std::string::npos) << text;
+  m.kv_capacity_bytes.Set(0);  // no KV cache: 0, never a division by zero
+  m.PublishGatewayGauges();
+  const std::string none = prometheus::TextSerializer().Serialize(registry.Collect());
+  EXPECT_NE(none.find("\nvllm:kv_cache_usage_perc 0\n"), std::string::npos) << none;
 }
 
 TEST(ServedNamesTest, AliasesAndTheDefaultNameAreAccepted) {
