@@ -31,6 +31,27 @@ std::string ShardText(const ShardReplicas& s) {
   return DescribeRange(s.layer_begin, s.layer_end, s.expert_begin, s.expert_end);
 }
 
+// Clients named replicas of one shard (the same non-negative named_shards
+// entry) must serve one shard (shard_of).
+absl::Status CheckNamedShards(const std::vector<std::unique_ptr<ExpertClient>>& clients,
+                              const std::vector<WorkerDescription>& workers,
+                              const std::vector<int>& shard_of,
+                              const std::vector<int>& named_shards) {
+  for (size_t a = 0; a < named_shards.size(); ++a) {
+    for (size_t b = 0; b < a; ++b) {
+      if (named_shards[a] < 0 || named_shards[a] != named_shards[b] ||
+          shard_of[a] == shard_of[b]) {
+        continue;
+      }
+      return absl::FailedPreconditionError(absl::StrCat(
+          "expert workers ", clients[b]->address(), " and ", clients[a]->address(),
+          " are named replicas of one shard but serve ", ShardText(workers[b]), " and ",
+          ShardText(workers[a])));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 bool IsReplicaFailure(const absl::Status& status) {
@@ -113,18 +134,7 @@ absl::StatusOr<std::unique_ptr<RemoteExperts>> RemoteExperts::Connect(
           " (the workers' shards must cover every layer and expert)"));
     }
   }
-  for (size_t a = 0; a < named_shards.size(); ++a) {
-    for (size_t b = 0; b < a; ++b) {
-      if (named_shards[a] < 0 || named_shards[a] != named_shards[b] ||
-          r->shard_of_[a] == r->shard_of_[b]) {
-        continue;
-      }
-      return absl::FailedPreconditionError(absl::StrCat(
-          "expert workers ", clients[b]->address(), " and ", clients[a]->address(),
-          " are named replicas of one shard but serve ", ShardText(r->workers_[b]), " and ",
-          ShardText(r->workers_[a])));
-    }
-  }
+  RETURN_IF_ERROR(CheckNamedShards(clients, r->workers_, r->shard_of_, named_shards));
   r->replica_state_ = std::make_unique<ReplicaState[]>(clients.size());
   r->next_replica_.assign(r->shards_.size(), 0);
   r->clients_ = std::move(clients);
