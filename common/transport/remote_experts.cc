@@ -52,6 +52,37 @@ absl::Status CheckNamedShards(const std::vector<std::unique_ptr<ExpertClient>>& 
   return absl::OkStatus();
 }
 
+// Every client's Describe. A named replica (named_shards[w] >= 0) that is not
+// up (UNAVAILABLE) while another replica of its name is gets that one's
+// description and is marked in *absent; any other failure is returned.
+absl::StatusOr<std::vector<WorkerDescription>> DescribeAll(
+    const std::vector<std::unique_ptr<ExpertClient>>& clients,
+    const std::vector<int>& named_shards, std::vector<bool>* absent) {
+  std::vector<WorkerDescription> out(clients.size());
+  std::vector<absl::Status> failed(clients.size());
+  absent->assign(clients.size(), false);
+  for (size_t w = 0; w < clients.size(); ++w) {
+    absl::StatusOr<WorkerDescription> d = clients[w]->Describe();
+    if (d.ok()) {
+      out[w] = std::move(*d);
+    } else if (d.status().code() == absl::StatusCode::kUnavailable && !named_shards.empty() &&
+               named_shards[w] >= 0) {
+      failed[w] = d.status();
+      (*absent)[w] = true;
+    } else {
+      return d.status();
+    }
+  }
+  for (size_t w = 0; w < clients.size(); ++w) {
+    if (!(*absent)[w]) continue;
+    size_t o = 0;
+    while (o < clients.size() && ((*absent)[o] || named_shards[o] != named_shards[w])) ++o;
+    if (o == clients.size()) return failed[w];  // no replica of its shard is up
+    out[w] = out[o];
+  }
+  return out;
+}
+
 }  // namespace
 
 bool IsReplicaFailure(const absl::Status& status) {
@@ -80,8 +111,11 @@ absl::StatusOr<std::unique_ptr<RemoteExperts>> RemoteExperts::Connect(
   r->n_layer_ = n_layer;
   r->n_expert_ = n_expert;
   r->owner_.assign(static_cast<size_t>(n_layer) * n_expert, -1);
+  std::vector<bool> absent;
+  ASSIGN_OR_RETURN(std::vector<WorkerDescription> described,
+                   DescribeAll(clients, named_shards, &absent));
   for (size_t w = 0; w < clients.size(); ++w) {
-    ASSIGN_OR_RETURN(WorkerDescription d, clients[w]->Describe());
+    WorkerDescription d = std::move(described[w]);
     if (d.n_layer != n_layer || d.n_expert != n_expert) {
       return absl::FailedPreconditionError(absl::StrCat(
           "expert worker ", clients[w]->address(), " has ", d.n_layer, " layers x ", d.n_expert,
@@ -136,6 +170,9 @@ absl::StatusOr<std::unique_ptr<RemoteExperts>> RemoteExperts::Connect(
   }
   RETURN_IF_ERROR(CheckNamedShards(clients, r->workers_, r->shard_of_, named_shards));
   r->replica_state_ = std::make_unique<ReplicaState[]>(clients.size());
+  for (size_t w = 0; w < clients.size(); ++w) {
+    if (absent[w]) r->MarkFailed(static_cast<int>(w));  // until a probe sees it up
+  }
   r->next_replica_.assign(r->shards_.size(), 0);
   r->clients_ = std::move(clients);
   return r;

@@ -86,7 +86,10 @@ class RemoteExperts final : public model::ExpertBackend {
   // `named_shards` (empty, or one entry per client): clients with the same
   // non-negative number were named replicas of one shard (--experts A|B) and
   // must describe the same shard (FailedPrecondition naming both if not);
-  // workers that describe the same shard are its replicas either way.
+  // workers that describe the same shard are its replicas either way. A
+  // named replica that is not up (UNAVAILABLE) while another of its name is
+  // joins as that shard's replica, failed until a probe sees it up (a dense
+  // service restarting during a worker's rolling update starts at once).
   static absl::StatusOr<std::unique_ptr<RemoteExperts>> Connect(
       std::vector<std::unique_ptr<ExpertClient>> clients, int n_layer, int n_expert,
       const std::vector<int>& named_shards = {});

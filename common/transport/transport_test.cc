@@ -792,6 +792,37 @@ TEST(RemoteReplicasTest, StalledOrDeadReplicaFailsOverWithTheSameBits) {
   }
 }
 
+// A named replica that is not up at start joins its shard as failed (the
+// calls go to the one that is up) and takes calls once a probe sees it up; a
+// shard with no replica up is still refused.
+TEST(RemoteReplicasTest, NamedReplicaDownAtStartJoinsWhenUp) {
+  ReplicatedWorkers w;
+  ASSERT_NO_FATAL_FAILURE(w.Start({1, 1}, "late"));
+  const std::string late = UniqueName("late-replica");
+  std::vector<std::unique_ptr<ExpertClient>> clients = w.Clients();
+  clients.push_back(*OpenExpertClient("shm://" + late, Options()));  // not started yet
+  auto remote = RemoteExperts::Connect(std::move(clients), 4, 8, {0, 1, 1});
+  ASSERT_TRUE(remote.ok()) << remote.status();
+  EXPECT_EQ((*remote)->shards()[1].replicas, (std::vector<int>{1, 2}));
+  EXPECT_FALSE((*remote)->ReplicaStatsSnapshot()[2].eligible);
+  for (int i = 0; i < 4; ++i) ExpectSameAsOneWorker(**remote, w.reference, 3, 200 + i);
+  EXPECT_EQ((*remote)->ReplicaStatsSnapshot()[2].calls, 0u);
+  FakeExperts backend;
+  auto server = ShmExpertServer::Start({late}, Shard(2, 4, 0, 8, "late"), &backend);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const auto started = std::chrono::steady_clock::now();
+  ASSERT_TRUE((*remote)->clients()[2]->Probe().ok());
+  (*remote)->ReportProbe(2, true, started);
+  for (int i = 0; i < 4; ++i) ExpectSameAsOneWorker(**remote, w.reference, 3, 210 + i);
+  EXPECT_EQ((*remote)->ReplicaStatsSnapshot()[2].calls, 2u);
+  // No replica of shard 1 up: refused, naming the worker.
+  std::vector<std::unique_ptr<ExpertClient>> none;
+  none.push_back(std::move(w.Clients()[0]));
+  none.push_back(*OpenExpertClient("shm://" + UniqueName("nobody"), Options()));
+  auto refused = RemoteExperts::Connect(std::move(none), 4, 8, {0, 1});
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable) << refused.status();
+}
+
 // Workers named replicas of one shard (--experts A|B) must serve one; a
 // replica overlapping another shard partially is refused as before.
 TEST(RemoteReplicasTest, NamedReplicasMustServeOneShard) {

@@ -36,13 +36,27 @@ absl::StatusOr<std::unique_ptr<transport::RemoteExperts>> ConnectExperts(
     }
     // Which workers are not up yet (each says why), for the waiting line.
     std::vector<std::string> waiting;
-    for (auto& c : clients) {
-      if (absl::Status s = c->Describe().status(); !s.ok()) {
+    // Every address entry (a shard's replicas, A|B) with one worker up:
+    // start; the others join when a probe sees them (RemoteExperts::Connect).
+    std::vector<bool> shard_up(addresses.size(), false);
+    std::vector<std::string> late;
+    for (size_t w = 0; w < clients.size(); ++w) {
+      if (absl::Status s = clients[w]->Describe().status(); !s.ok()) {
         if (s.code() != absl::StatusCode::kUnavailable) return s;
         waiting.push_back(std::string(s.message()));
+        late.push_back(clients[w]->address());
+      } else {
+        shard_up[named_shards[w]] = true;
       }
     }
-    if (waiting.empty()) {
+    const bool every_shard_up =
+        std::all_of(shard_up.begin(), shard_up.end(), [](bool b) { return b; });
+    if (waiting.empty() || every_shard_up) {
+      if (!waiting.empty()) {
+        Log(LogLevel::kInfo, "moesplit-dense",
+            absl::StrCat("starting with a replica of every shard up; not up yet: ",
+                         absl::StrJoin(late, ", "), " (joins when a probe sees it)"));
+      }
       return transport::RemoteExperts::Connect(std::move(clients), n_layer, n_expert,
                                                named_shards);
     }

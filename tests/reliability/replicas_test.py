@@ -152,6 +152,38 @@ def free_port():
         return s.getsockname()[1]
 
 
+class LateReplicaTest(unittest.TestCase):
+    def test_dense_starts_with_one_replica_per_shard_and_the_late_one_joins(self):
+        tag = "replate%d" % os.getpid()
+        names = [["%s-s%dr%d" % (tag, s, r) for r in range(2)] for s in range(2)]
+        up = [Worker("shm", names[s][0], SHARDS[s]) for s in range(2)]
+        late, d = None, None
+        try:
+            d = Dense("--experts", ",".join("|".join("shm://" + n for n in g) for g in names))
+            self.assertIn("starting with a replica of every shard up; not up yet: shm://%s, shm://%s"
+                          % (names[0][1], names[1][1]), d.stderr())
+            self.assertEqual(request(d, "GET", "/health")[0], 200)
+            status, _, out = completion(d, LONG, timeout=120)
+            self.assertEqual(status, 200, out)
+            want = json.loads(out)["choices"][0]["text"]
+            # Shard 1's late replica comes up, then its first one goes: the
+            # late one serves (once a probe has seen it) with the same text.
+            late = Worker("shm", names[1][1], SHARDS[1])
+            wait_for("the late replica taking calls", lambda: (
+                completion(d, {"prompt": "x", "max_tokens": 2}) and replica_metric(
+                    d, "moesplit_expert_replica_calls_total", "shm://" + names[1][1]) > 0), 15)
+            up[1].kill()
+            status, _, out = completion(d, LONG, timeout=120)
+            self.assertEqual(status, 200, out)
+            self.assertEqual(json.loads(out)["choices"][0]["text"], want)
+            self.assertEqual(request(d, "GET", "/health")[0], 200)
+        finally:
+            if d is not None:
+                d.stop()
+            for w in up + ([late] if late else []):
+                w.kill()
+
+
 class UpReplicasTest(unittest.TestCase):
     def up(self, *extra):
         p = subprocess.run(
