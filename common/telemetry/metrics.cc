@@ -1,5 +1,8 @@
 #include "common/telemetry/metrics.h"
 
+#include <algorithm>
+#include <map>
+
 #include "absl/strings/str_cat.h"
 #include "common/base/build_info.h"
 
@@ -233,7 +236,31 @@ DenseExpertMetrics::DenseExpertMetrics(prometheus::Registry& registry)
                   .Name("moesplit_expert_call_tokens")
                   .Help("Tokens per MoE-layer expert call.")
                   .Register(registry)
-                  .Add({}, TokenBuckets())) {}
+                  .Add({}, TokenBuckets())),
+      replica_calls_(prometheus::BuildCounter()
+                         .Name("moesplit_expert_replica_calls_total")
+                         .Help("Sub-calls each replica of a shard answered.")
+                         .Register(registry)),
+      replica_failovers_(prometheus::BuildCounter()
+                             .Name("moesplit_expert_replica_failovers_total")
+                             .Help("Sub-calls a replica failed (died, closed, timed out) that "
+                                   "were re-sent to another replica of its shard.")
+                             .Register(registry)),
+      replica_seconds_(prometheus::BuildCounter()
+                           .Name("moesplit_expert_replica_seconds_total")
+                           .Help("Seconds from submit to result over the sub-calls each replica "
+                                 "answered (divided by the calls: its mean latency).")
+                           .Register(registry)),
+      replica_eligible_(prometheus::BuildGauge()
+                            .Name("moesplit_expert_replica_eligible")
+                            .Help("1 when calls are sent to the replica: it has not failed since "
+                                  "a probe last saw it up.")
+                            .Register(registry)),
+      shard_replicas_(prometheus::BuildGauge()
+                          .Name("moesplit_expert_shard_replicas")
+                          .Help("Replicas of each shard that calls are sent to (0: the shard's "
+                                "calls try every replica and fail when none answers).")
+                          .Register(registry)) {}
 
 void DenseExpertMetrics::ObserveCall(const model::ExpertCallView& call, double round_trip_seconds,
                                      uint64_t worker_ns) {
@@ -259,6 +286,23 @@ void DenseExpertMetrics::Update(
     received_.Add(both).Increment(static_cast<double>(now.bytes_received - was.bytes_received));
     was = now;
   }
+}
+
+void DenseExpertMetrics::UpdateReplicas(const std::vector<transport::ReplicaStats>& replicas) {
+  last_replicas_.resize(replicas.size());
+  std::map<std::string, int> eligible_per_shard;
+  for (size_t i = 0; i < replicas.size(); ++i) {
+    const transport::ReplicaStats& now = replicas[i];
+    transport::ReplicaStats& was = last_replicas_[i];
+    const prometheus::Labels labels{{"worker", now.address}, {"shard", now.shard}};
+    replica_calls_.Add(labels).Increment(static_cast<double>(now.calls - was.calls));
+    replica_failovers_.Add(labels).Increment(static_cast<double>(now.failovers - was.failovers));
+    replica_seconds_.Add(labels).Increment(std::max(0.0, now.seconds - was.seconds));
+    replica_eligible_.Add(labels).Set(now.eligible ? 1 : 0);
+    eligible_per_shard[now.shard] += now.eligible ? 1 : 0;
+    was = now;
+  }
+  for (const auto& [shard, n] : eligible_per_shard) shard_replicas_.Add({{"shard", shard}}).Set(n);
 }
 
 }  // namespace moesplit::telemetry

@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/transport/expert_transport.h"
+#include "common/transport/remote_experts.h"
 #include "prometheus/collectable.h"
 #include "prometheus/counter.h"
 #include "prometheus/exposer.h"
@@ -117,6 +118,11 @@ class DenseExpertMetrics {
   explicit DenseExpertMetrics(prometheus::Registry& registry);
   // Called after each step with the clients' cumulative counters.
   void Update(const std::vector<std::unique_ptr<transport::ExpertClient>>& clients);
+  // Per replica (RemoteExperts::ReplicaStatsSnapshot, cumulative), labelled
+  // {worker, shard}: sub-calls answered, failovers (sub-calls it failed that
+  // went to another replica), seconds answering, whether it is chosen; and
+  // per shard the replicas chosen from.
+  void UpdateReplicas(const std::vector<transport::ReplicaStats>& replicas);
   // One MoE layer's routed experts (RemoteExperts' call observer): its
   // tokens, round trip and the workers' own time (0: not reported).
   void ObserveCall(const model::ExpertCallView& call, double round_trip_seconds, uint64_t worker_ns);
@@ -131,6 +137,12 @@ class DenseExpertMetrics {
   prometheus::Histogram& worker_time_;
   prometheus::Histogram& tokens_;
   std::vector<transport::TransportCounters> last_;  // per client, for deltas
+  prometheus::Family<prometheus::Counter>& replica_calls_;
+  prometheus::Family<prometheus::Counter>& replica_failovers_;
+  prometheus::Family<prometheus::Counter>& replica_seconds_;
+  prometheus::Family<prometheus::Gauge>& replica_eligible_;
+  prometheus::Family<prometheus::Gauge>& shard_replicas_;
+  std::vector<transport::ReplicaStats> last_replicas_;  // for deltas
 };
 
 // moesplit_build_info{service,version,revision,build_type,cuda} = 1: what

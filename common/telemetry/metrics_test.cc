@@ -107,6 +107,32 @@ TEST(MetricsTest, ExpertTierMetricsAreReadAtScrape) {
   EXPECT_THAT(body, HasSubstr("moesplit_worker_tier_hits_total 9"));
 }
 
+// Per-replica series follow RemoteExperts' cumulative snapshots as deltas;
+// the shard gauge counts the replicas calls are sent to.
+TEST(MetricsTest, ReplicaMetricsAreServed) {
+  auto server = MetricsServer::Start("127.0.0.1:0");
+  ASSERT_TRUE(server.ok()) << server.status();
+  DenseExpertMetrics m((*server)->registry());
+  const std::string shard = "experts 0-7 of layers 0-1";
+  std::vector<transport::ReplicaStats> stats = {{"shm://a", shard, 0, 3, 0, 0.5, true},
+                                                {"grpc://b:1", shard, 0, 2, 1, 0.25, true}};
+  m.UpdateReplicas(stats);
+  stats[0].calls = 7;
+  stats[0].seconds = 1.5;
+  stats[1].failovers = 2;
+  stats[1].eligible = false;
+  m.UpdateReplicas(stats);
+  const std::string body = Scrape((*server)->port());
+  const std::string a = "{shard=\"" + shard + "\",worker=\"shm://a\"}";
+  const std::string b = "{shard=\"" + shard + "\",worker=\"grpc://b:1\"}";
+  EXPECT_THAT(body, HasSubstr("moesplit_expert_replica_calls_total" + a + " 7"));
+  EXPECT_THAT(body, HasSubstr("moesplit_expert_replica_seconds_total" + a + " 1.5"));
+  EXPECT_THAT(body, HasSubstr("moesplit_expert_replica_failovers_total" + b + " 2"));
+  EXPECT_THAT(body, HasSubstr("moesplit_expert_replica_eligible" + a + " 1"));
+  EXPECT_THAT(body, HasSubstr("moesplit_expert_replica_eligible" + b + " 0"));
+  EXPECT_THAT(body, HasSubstr("moesplit_expert_shard_replicas{shard=\"" + shard + "\"} 1"));
+}
+
 TEST(MetricsTest, BuildInfoIsOne) {
   auto server = MetricsServer::Start("127.0.0.1:0");
   ASSERT_TRUE(server.ok()) << server.status();

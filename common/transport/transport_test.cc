@@ -642,6 +642,202 @@ TEST(RemoteExpertsTest, StartAndFinishOverlapTheCallerWithTheWorkers) {
   }
 }
 
+// Replicas: workers describing the same shard. One layer shard of two
+// replicas and one of three, over both transports, each replica its own
+// backend (so one can be stalled while the others answer).
+struct ReplicatedWorkers {
+  // [shard][replica]
+  std::vector<std::vector<std::unique_ptr<FakeExperts>>> backends;
+  std::vector<std::vector<std::unique_ptr<ExpertServer>>> servers;
+  FakeExperts reference;
+
+  // shard 0: layers 0-1, shard 1: layers 2-3; replica r of a shard serves
+  // over gRPC when r is odd, shared memory otherwise.
+  void Start(const std::vector<int>& replicas, const char* tag) {
+    for (size_t s = 0; s < replicas.size(); ++s) {
+      const int lb = static_cast<int>(s) * 4 / static_cast<int>(replicas.size());
+      const int le = static_cast<int>(s + 1) * 4 / static_cast<int>(replicas.size());
+      backends.emplace_back();
+      servers.emplace_back();
+      for (int r = 0; r < replicas[s]; ++r) {
+        backends[s].push_back(std::make_unique<FakeExperts>());
+        const WorkerDescription d = Shard(lb, le, 0, 8, absl::StrCat("s", s, "r", r));
+        if (r % 2 == 0) {
+          auto server = ShmExpertServer::Start({absl::StrCat(UniqueName(tag), "-s", s, "r", r)},
+                                               d, backends[s].back().get());
+          ASSERT_TRUE(server.ok()) << server.status();
+          servers[s].push_back(std::move(*server));
+        } else {
+          auto server = GrpcExpertServer::Start({"127.0.0.1:0"}, d, backends[s].back().get());
+          ASSERT_TRUE(server.ok()) << server.status();
+          servers[s].push_back(std::move(*server));
+        }
+      }
+    }
+  }
+  std::vector<std::unique_ptr<ExpertClient>> Clients(ClientOptions o = Options()) {
+    std::vector<std::unique_ptr<ExpertClient>> clients;
+    for (auto& shard : servers) {
+      for (auto& s : shard) clients.push_back(*OpenExpertClient(s->address(), o));
+    }
+    return clients;
+  }
+  void Release() {
+    for (auto& shard : backends) {
+      for (auto& b : shard) b->hold = false;
+    }
+  }
+};
+
+void ExpectSameAsOneWorker(RemoteExperts& remote, FakeExperts& reference, int layer,
+                           uint64_t id) {
+  const model::ExpertCall call = MakeCall(5, layer, id);
+  model::ExpertResult local, split;
+  ASSERT_TRUE(reference.Compute(call, &local).ok());
+  const absl::Status s = remote.Compute(call, &split);
+  ASSERT_TRUE(s.ok()) << s;
+  ASSERT_EQ(local.partial.size(), split.partial.size());
+  EXPECT_EQ(0, std::memcmp(local.partial.data(), split.partial.data(), 4 * local.partial.size()))
+      << "layer " << layer << " call " << id;
+}
+
+// Calls spread over a shard's replicas in turn, every one giving the bits one
+// worker gives; the shards and their replicas are reported for metrics.
+TEST(RemoteReplicasTest, CallsSpreadOverReplicasWithTheSameBits) {
+  ReplicatedWorkers w;
+  ASSERT_NO_FATAL_FAILURE(w.Start({2, 3}, "spread"));
+  auto remote = RemoteExperts::Connect(w.Clients(), 4, 8);
+  ASSERT_TRUE(remote.ok()) << remote.status();
+  ASSERT_EQ((*remote)->shards().size(), 2u);
+  EXPECT_EQ((*remote)->shards()[0].replicas, (std::vector<int>{0, 1}));
+  EXPECT_EQ((*remote)->shards()[1].replicas, (std::vector<int>{2, 3, 4}));
+  for (int i = 0; i < 6; ++i) {
+    for (int layer = 0; layer < 4; ++layer) {
+      ExpectSameAsOneWorker(**remote, w.reference, layer, 10 + i);
+    }
+  }
+  const std::vector<ReplicaStats> stats = (*remote)->ReplicaStatsSnapshot();
+  ASSERT_EQ(stats.size(), 5u);
+  // 12 calls per shard (6 rounds x 2 layers): 6 + 6 and 4 + 4 + 4.
+  const std::vector<uint64_t> want = {6, 6, 4, 4, 4};
+  for (size_t i = 0; i < stats.size(); ++i) {
+    EXPECT_EQ(stats[i].calls, want[i]) << stats[i].address;
+    EXPECT_EQ(stats[i].failovers, 0u) << stats[i].address;
+    EXPECT_GT(stats[i].seconds, 0.0) << stats[i].address;
+    EXPECT_EQ(stats[i].shard, i < 2 ? "experts 0-7 of layers 0-1" : "experts 0-7 of layers 2-3");
+  }
+}
+
+// A replica that stalls mid-call (it never answers; the client's timeout
+// ends the wait) or dies: the call is re-sent to another replica of the
+// shard and completes with the same bits. Then the failed replica is left
+// out until a probe that started after its failure saw it up.
+TEST(RemoteReplicasTest, StalledOrDeadReplicaFailsOverWithTheSameBits) {
+  for (bool grpc_first : {false, true}) {
+    ReplicatedWorkers w;
+    ASSERT_NO_FATAL_FAILURE(w.Start({1, 2}, grpc_first ? "stallg" : "stall"));
+    ClientOptions o = Options();
+    o.timeout = std::chrono::milliseconds(300);
+    auto clients = w.Clients(o);
+    if (grpc_first) std::swap(clients[1], clients[2]);  // shard 1's first replica over gRPC
+    auto remote = RemoteExperts::Connect(std::move(clients), 4, 8);
+    ASSERT_TRUE(remote.ok()) << remote.status();
+    const int first = grpc_first ? 1 : 0;  // backend index of the client tried first
+    w.backends[1][first]->hold = true;
+    const model::ExpertCall call = MakeCall(5, 3, 77);
+    model::ExpertResult local;
+    ASSERT_TRUE(w.reference.Compute(call, &local).ok());
+    std::vector<float> out(5 * kD, -1.0f);
+    ASSERT_TRUE((*remote)->Start(call, out.data(), nullptr).ok());
+    const absl::Status s = (*remote)->Finish();
+    ASSERT_TRUE(s.ok()) << s;
+    EXPECT_EQ(0, std::memcmp(local.partial.data(), out.data(), 4 * out.size()));
+    EXPECT_EQ(w.backends[1][first]->finished.load(), 0);  // still stalled
+    EXPECT_EQ(w.backends[1][1 - first]->finished.load(), 1);
+    std::vector<ReplicaStats> stats = (*remote)->ReplicaStatsSnapshot();
+    EXPECT_EQ(stats[1].failovers, 1u) << stats[1].address;
+    EXPECT_FALSE(stats[1].eligible);
+    EXPECT_EQ(stats[2].calls, 1u) << stats[2].address;
+    w.Release();
+    // Left out: the next calls go to the replica that answered.
+    for (int i = 0; i < 3; ++i) ExpectSameAsOneWorker(**remote, w.reference, 2, 80 + i);
+    EXPECT_EQ((*remote)->ReplicaStatsSnapshot()[1].calls, 0u);
+    // A probe that started before the failure does not bring it back; one
+    // after does, and calls alternate again.
+    (*remote)->ReportProbe(1, true, std::chrono::steady_clock::now() - std::chrono::hours(1));
+    EXPECT_FALSE((*remote)->ReplicaStatsSnapshot()[1].eligible);
+    const auto started = std::chrono::steady_clock::now();
+    const absl::Status probe = (*remote)->clients()[1]->Probe();  // what WorkerLiveness runs
+    ASSERT_TRUE(probe.ok()) << probe;
+    (*remote)->ReportProbe(1, true, started);
+    EXPECT_TRUE((*remote)->ReplicaStatsSnapshot()[1].eligible);
+    for (int i = 0; i < 4; ++i) ExpectSameAsOneWorker(**remote, w.reference, 2, 90 + i);
+    stats = (*remote)->ReplicaStatsSnapshot();
+    EXPECT_GE(stats[1].calls, 1u);
+    // Dead: the replica's server goes away; calls fail over to the other.
+    const int dead_backend = stats[1].calls > 0 ? first : 1 - first;
+    w.servers[1][dead_backend]->Shutdown();
+    for (int i = 0; i < 4; ++i) ExpectSameAsOneWorker(**remote, w.reference, 3, 100 + i);
+    // Both replicas of shard 1 gone: only calls for shard 0 go on, the
+    // others fail with UNAVAILABLE naming both replicas.
+    w.servers[1][1 - dead_backend]->Shutdown();
+    model::ExpertResult r;
+    const absl::Status gone = (*remote)->Compute(MakeCall(2, 3, 5), &r);
+    EXPECT_EQ(gone.code(), absl::StatusCode::kUnavailable) << gone;
+    EXPECT_THAT(std::string(gone.message()),
+                HasSubstr("no replica of experts 0-7 of layers 2-3 answered"));
+    EXPECT_THAT(std::string(gone.message()), HasSubstr(w.servers[1][0]->address()));
+    EXPECT_THAT(std::string(gone.message()), HasSubstr(w.servers[1][1]->address()));
+    ExpectSameAsOneWorker(**remote, w.reference, 0, 6);
+  }
+}
+
+// A named replica that is not up at start joins its shard as failed (the
+// calls go to the one that is up) and takes calls once a probe sees it up; a
+// shard with no replica up is still refused.
+TEST(RemoteReplicasTest, NamedReplicaDownAtStartJoinsWhenUp) {
+  ReplicatedWorkers w;
+  ASSERT_NO_FATAL_FAILURE(w.Start({1, 1}, "late"));
+  const std::string late = UniqueName("late-replica");
+  std::vector<std::unique_ptr<ExpertClient>> clients = w.Clients();
+  clients.push_back(*OpenExpertClient("shm://" + late, Options()));  // not started yet
+  auto remote = RemoteExperts::Connect(std::move(clients), 4, 8, {0, 1, 1});
+  ASSERT_TRUE(remote.ok()) << remote.status();
+  EXPECT_EQ((*remote)->shards()[1].replicas, (std::vector<int>{1, 2}));
+  EXPECT_FALSE((*remote)->ReplicaStatsSnapshot()[2].eligible);
+  for (int i = 0; i < 4; ++i) ExpectSameAsOneWorker(**remote, w.reference, 3, 200 + i);
+  EXPECT_EQ((*remote)->ReplicaStatsSnapshot()[2].calls, 0u);
+  FakeExperts backend;
+  auto server = ShmExpertServer::Start({late}, Shard(2, 4, 0, 8, "late"), &backend);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const auto started = std::chrono::steady_clock::now();
+  ASSERT_TRUE((*remote)->clients()[2]->Probe().ok());
+  (*remote)->ReportProbe(2, true, started);
+  for (int i = 0; i < 4; ++i) ExpectSameAsOneWorker(**remote, w.reference, 3, 210 + i);
+  EXPECT_EQ((*remote)->ReplicaStatsSnapshot()[2].calls, 2u);
+  // No replica of shard 1 up: refused, naming the worker.
+  std::vector<std::unique_ptr<ExpertClient>> none;
+  none.push_back(std::move(w.Clients()[0]));
+  none.push_back(*OpenExpertClient("shm://" + UniqueName("nobody"), Options()));
+  auto refused = RemoteExperts::Connect(std::move(none), 4, 8, {0, 1});
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable) << refused.status();
+}
+
+// Workers named replicas of one shard (--experts A|B) must serve one; a
+// replica overlapping another shard partially is refused as before.
+TEST(RemoteReplicasTest, NamedReplicasMustServeOneShard) {
+  ReplicatedWorkers w;
+  ASSERT_NO_FATAL_FAILURE(w.Start({1, 1}, "named"));
+  auto remote = RemoteExperts::Connect(w.Clients(), 4, 8, {0, 0});
+  EXPECT_EQ(remote.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(remote.status().message()),
+              HasSubstr("are named replicas of one shard but serve experts 0-7 of layers 0-1 "
+                        "and experts 0-7 of layers 2-3"));
+  EXPECT_TRUE(RemoteExperts::Connect(w.Clients(), 4, 8, {0, 1}).ok());
+  EXPECT_EQ(RemoteExperts::Connect(w.Clients(), 4, 8, {0}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 // Probe: the readiness check, apart from the call path. A live worker of
 // this model is OK; a stopped one UNAVAILABLE naming it (shm: no segment
 // or a stale heartbeat; gRPC: unreachable); another model's is refused.
@@ -723,6 +919,11 @@ TEST(TransportTest, LayersWithoutLiveOwner) {
       // Experts of one layer split over two workers: either one down
       // leaves the layer without a complete owner.
       {{shard(0, 4, 0, 4), shard(0, 4, 4, 8)}, {true, false}, {0, 1, 2, 3}, "0-3"},
+      // Replicas: a shard is live while one of its replicas is.
+      {{shard(0, 2), shard(0, 2), shard(2, 4), shard(2, 4)}, {false, true, true, false}, {}, ""},
+      {{shard(0, 2), shard(0, 2), shard(2, 4), shard(2, 4)}, {true, true, false, false}, {2, 3},
+       "2-3"},
+      {{shard(0, 4, 0, 4), shard(0, 4, 0, 4), shard(0, 4, 4, 8)}, {false, true, true}, {}, ""},
   };
   for (size_t i = 0; i < cases.size(); ++i) {
     const std::vector<int> got = LayersWithoutLiveOwner(cases[i].workers, cases[i].live, 4);

@@ -5,15 +5,18 @@
 // replaced by one serving another model is noticed within about a second
 // even while no request runs, and one that comes back is noticed as soon.
 //
-// Readiness is derived from it: a layer has no live owner when any worker
-// owning some of its experts is down (the owner table gives each expert one
-// worker, so such a layer cannot be computed).
+// Readiness is derived from it: a layer has no live owner when some shard
+// owning part of its experts has no live replica (the workers describing that
+// shard are all down), so the layer cannot be computed. Each probe's outcome
+// may also be passed on (RemoteExperts::ReportProbe: a replica that failed a
+// call is chosen again once a probe sees it up).
 //
 // Thread-safe. The clients must outlive the WorkerLiveness.
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -32,9 +35,14 @@ struct WorkerState {
 
 class WorkerLiveness {
  public:
+  // Told each probe's outcome: the client's index, whether it succeeded and
+  // when it started. Called on the probe threads.
+  using ProbeObserver =
+      std::function<void(size_t i, bool ok, std::chrono::steady_clock::time_point started)>;
   // Every worker starts live (it answered Describe at connection). Probing
   // starts at once.
-  WorkerLiveness(std::vector<ExpertClient*> clients, std::chrono::milliseconds interval);
+  WorkerLiveness(std::vector<ExpertClient*> clients, std::chrono::milliseconds interval,
+                 ProbeObserver observer = nullptr);
   ~WorkerLiveness();  // stops and joins the probe threads (each within one probe)
 
   std::vector<WorkerState> Snapshot() const;
@@ -44,6 +52,7 @@ class WorkerLiveness {
 
   const std::vector<ExpertClient*> clients_;
   const std::chrono::milliseconds interval_;
+  const ProbeObserver observer_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<WorkerState> states_;  // guarded by mu_
@@ -51,8 +60,9 @@ class WorkerLiveness {
   std::vector<std::thread> threads_;
 };
 
-// The layers in [0, n_layer) with an owner that is not live: `workers[i]`'s
-// layer range is owned by the worker whose liveness is `live[i]`.
+// The layers in [0, n_layer) with a shard that has no live replica:
+// `workers[i]` (its layers and expert ids; workers describing the same ones
+// are replicas of one shard) is live when `live[i]`.
 std::vector<int> LayersWithoutLiveOwner(const std::vector<WorkerDescription>& workers,
                                         const std::vector<bool>& live, int n_layer);
 

@@ -241,6 +241,18 @@ b.add([
     ts("Lookahead: experts read ahead", [
         target(f"sum by (instance) (rate(moesplit_worker_tier_prefetches_total{I}[$__rate_interval]))", "{{instance}}")], "ops"),
 ])
+b.row("Replicas per shard")
+b.add([
+    ts("Failovers per replica (dense)", [
+        target(f"sum by (worker) (rate(moesplit_expert_replica_failovers_total{I}[$__rate_interval]))", "{{worker}}")],
+       "ops", desc="Sub-calls a replica failed (died, closed, timed out) that the dense service re-sent to another replica of its shard."),
+    ts("Mean sub-call latency per replica (dense)", [
+        target(f"sum by (worker) (rate(moesplit_expert_replica_seconds_total{I}[$__rate_interval])) / sum by (worker) (rate(moesplit_expert_replica_calls_total{I}[$__rate_interval]))", "{{worker}}")],
+       "s"),
+    ts("Replicas taking calls per shard (dense)", [
+        target(f"min by (shard) (moesplit_expert_shard_replicas{I})", "{{shard}}")], "short",
+       desc="0: every replica of the shard has failed since a probe saw it up; the shard's calls try them all."),
+])
 experts = b.json([layer_var])
 
 for name, d in [("moesplit-serving", serving), ("moesplit-gpu", gpu), ("moesplit-experts", experts)]:

@@ -21,7 +21,7 @@ namespace {
 
 // One --experts value: shm://NAME or grpc://HOST:PORT, comma-separated.
 absl::Status CheckExpertAddresses(absl::string_view value) {
-  for (absl::string_view a : absl::StrSplit(value, ',', absl::SkipEmpty())) {
+  for (absl::string_view a : absl::StrSplit(value, absl::ByAnyChar(",|"), absl::SkipEmpty())) {
     if (absl::ConsumePrefix(&a, "shm://")) {
       if (a.empty() || a.size() > 64 || !std::all_of(a.begin(), a.end(), [](char c) {
             return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' ||
@@ -264,7 +264,9 @@ void AddDenseServiceFlags(FlagParser& p, DenseServiceFlags* f, const FlagNames& 
   }
   if (want("experts")) {
     p.AddString("experts", &f->experts,
-                "expert-workers: shm://NAME or grpc://HOST:PORT, comma-separated or repeated")
+                "expert-workers: shm://NAME or grpc://HOST:PORT, comma-separated or repeated; "
+                "replicas of one shard as ADDR|ADDR (workers serving the same shard are "
+                "its replicas either way)")
         .Repeatable()
         .Check(CheckExpertAddresses)
         .Meta("ADDRS")

@@ -18,19 +18,30 @@ absl::StatusOr<std::unique_ptr<LocalWorkers>> LocalWorkers::Start(const LocalWor
     return absl::InvalidArgumentError(absl::StrCat(
         "the number of workers must be in 1..", std::min(64, o.n_layer), ", got ", o.n_workers));
   }
+  if (o.replicas < 1 || o.replicas > 16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the number of replicas per shard must be in 1..16, got ", o.replicas));
+  }
   if (o.transport != "shm" && o.transport != "grpc") {
     return absl::InvalidArgumentError(
         absl::StrCat("local workers serve shm or grpc, not '", o.transport, "'"));
   }
   std::unique_ptr<LocalWorkers> w(new LocalWorkers());
+  w->replicas_ = o.replicas;
   const std::string prefix =
       o.name_prefix.empty() ? absl::StrCat("moesplit-", getpid()) : o.name_prefix;
+  auto name_of = [&](int k) {
+    const int shard = k / o.replicas, replica = k % o.replicas;
+    return replica == 0 ? absl::StrCat(prefix, "-w", shard)
+                        : absl::StrCat(prefix, "-w", shard, "r", replica);
+  };
+  const int n_processes = o.n_workers * o.replicas;
   const std::string binary = SelfDirectory() + "/moesplit-expert-worker";
   if (o.transport == "shm") {
     // Segments a killed worker of one of these names left go first; a name a
     // live worker serves is an error here rather than in the new worker.
-    for (int i = 0; i < o.n_workers; ++i) {
-      const std::string name = absl::StrCat(prefix, "-w", i);
+    for (int k = 0; k < n_processes; ++k) {
+      const std::string name = name_of(k);
       ASSIGN_OR_RETURN(std::unique_ptr<transport::ShmOwnerLock> lock,
                        transport::ShmOwnerLock::Acquire(name));
       const transport::RemovedSegments removed = transport::RemoveStaleSegments(*lock);
@@ -39,10 +50,11 @@ absl::StatusOr<std::unique_ptr<LocalWorkers>> LocalWorkers::Start(const LocalWor
       }
     }
   }
-  for (int i = 0; i < o.n_workers; ++i) {
+  for (int k = 0; k < n_processes; ++k) {
+    const int i = k / o.replicas;
     std::vector<std::string> args = {"--model", o.model, "--shard",
                                      worker::LayerShardText(i, o.n_workers, o.n_layer)};
-    const std::string name = absl::StrCat(prefix, "-w", i);
+    const std::string name = name_of(k);
     if (o.transport == "shm") {
       args.insert(args.end(), {"--listen-shm", name});
     } else {
@@ -50,7 +62,7 @@ absl::StatusOr<std::unique_ptr<LocalWorkers>> LocalWorkers::Start(const LocalWor
     }
     if (o.threads > 0) args.insert(args.end(), {"--threads", std::to_string(o.threads)});
     if (!o.metrics_host.empty()) {
-      args.insert(args.end(), {"--metrics", absl::StrCat(o.metrics_host, ":", o.metrics_port + i)});
+      args.insert(args.end(), {"--metrics", absl::StrCat(o.metrics_host, ":", o.metrics_port + k)});
     }
     args.insert(args.end(), o.extra_args.begin(), o.extra_args.end());
     if (o.echo_stderr) {
@@ -69,6 +81,18 @@ absl::StatusOr<std::unique_ptr<LocalWorkers>> LocalWorkers::Start(const LocalWor
     w->addresses_.push_back(addr);
   }
   return w;
+}
+
+std::vector<std::string> LocalWorkers::ShardAddresses() const {
+  std::vector<std::string> out;
+  for (size_t k = 0; k < addresses_.size(); ++k) {
+    if (k % replicas_ == 0) {
+      out.push_back(addresses_[k]);
+    } else {
+      absl::StrAppend(&out.back(), "|", addresses_[k]);
+    }
+  }
+  return out;
 }
 
 void LocalWorkers::Stop() {

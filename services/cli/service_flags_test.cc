@@ -163,6 +163,8 @@ TEST(DenseServiceFlagsTest, BadValuesFailWhileParsing) {
        "'tcp://x:1' is not shm://NAME or grpc://HOST:PORT"},
       {{"--model", "m", "--experts", "grpc://host"}, "flag --experts: expected HOST:PORT"},
       {{"--model", "m", "--experts", "shm://a b"}, "shm name 'a b'"},
+      {{"--model", "m", "--experts", "shm://a|tcp://b:1"},
+       "'tcp://b:1' is not shm://NAME or grpc://HOST:PORT"},
       {{"--model", "m", "--chat-template-file", "/nonexistent/t.jinja"},
        "flag --chat-template-file: cannot read '/nonexistent/t.jinja'"},
       {{"--model", "m", "--gpu-memroy", "8GiB"},

@@ -1,6 +1,7 @@
 // `moesplit up`: the two services on this host. Starts N expert-workers (the
-// model's layers split evenly, shared-memory transport) and the dense service
-// with --experts pointing at them, waits until each says it is ready, then
+// model's layers split evenly), R replicas of each (--replicas; started shard
+// by shard), over shared memory or gRPC on 127.0.0.1 (--transport), and the
+// dense service with --experts naming each shard's replicas (A|B,C|D), waits until each says it is ready, then
 // either serves until Ctrl-C (SIGINT/SIGTERM stop every child) or, with
 // --prompt, streams one completion through the dense service's gRPC API and
 // stops everything.
@@ -40,8 +41,8 @@ std::atomic<bool> g_stop{false};
 void OnStopSignal(int) { g_stop = true; }
 
 struct UpFlags {
-  std::string model, grpc = DenseServiceFlags{}.grpc, metrics, prompt, name;
-  int64_t workers = 1, threads = 0, dense_threads = 0, n = 64, seed = 42;
+  std::string model, grpc = DenseServiceFlags{}.grpc, metrics, prompt, name, transport = "shm";
+  int64_t workers = 1, replicas = 1, threads = 0, dense_threads = 0, n = 64, seed = 42;
   double temp = 0;
 };
 
@@ -71,12 +72,14 @@ absl::Status RunPrompt(const UpFlags& f, const DenseServiceFlags& dense, const C
   ASSIGN_OR_RETURN(const CompletionStats st, StreamCompletion(r, io));
   std::fprintf(io.err,
                "moesplit up: %d tokens, time to first token %.3f s, %.2f tok/s after it "
-               "(%s, %lld expert worker(s) over shared memory)\n",
+               "(%s, %lld expert shard(s) x %lld replica(s) over %s)\n",
                st.tokens, st.ttft_seconds,
                st.tokens > 1 && st.after_first_seconds > 0
                    ? (st.tokens - 1) / st.after_first_seconds
                    : 0.0,
-               st.finish_reason.c_str(), static_cast<long long>(f.workers));
+               st.finish_reason.c_str(), static_cast<long long>(f.workers),
+               static_cast<long long>(f.replicas),
+               f.transport == "shm" ? "shared memory" : "gRPC");
   return absl::OkStatus();
 }
 
@@ -90,10 +93,17 @@ absl::Status RunUp(const Args& args, const CommandIo& io) {
   p.AddString("model|m", &f.model, "GGUF model")
       .Meta("PATH")
       .DefaultText("a generated Qwen3-30B-A3B-shaped test model");
-  p.AddInt("workers", &f.workers, "expert-workers to start (layers split evenly)").Range(1, 64);
+  p.AddInt("workers", &f.workers, "expert shards to start (layers split evenly)").Range(1, 64);
+  p.AddInt("replicas", &f.replicas,
+           "workers per shard: calls spread over them and fail over when one dies or stalls")
+      .Range(1, 16);
+  p.AddString("transport", &f.transport, "how the dense service reaches the workers")
+      .OneOf({"shm", "grpc"})
+      .DefaultText("shm: shared memory; grpc: gRPC on 127.0.0.1, free ports");
   p.AddString("grpc", &f.grpc, "the dense service's Inference gRPC API address").HostPort();
   p.AddString("metrics", &f.metrics,
-              "the dense service's /metrics address; worker i serves PORT+1+i on the same host")
+              "the dense service's /metrics address; worker k (shard-major: shard i's replica "
+              "r is i x replicas + r) serves PORT+1+k on the same host")
       .HostPort()
       .DefaultText("off");
   p.AddString("prompt|p", &f.prompt, "run this prompt through the services, print, and stop")
@@ -129,7 +139,8 @@ absl::Status RunUp(const Args& args, const CommandIo& io) {
   ASSIGN_OR_RETURN(const bool go,
                    ParseFlags(p, args,
                               "up [--model M] [--grpc H:P] [--http H:P] [--workers N] "
-                              "[--prompt S] [any moesplit-dense or expert-worker flag]",
+                              "[--replicas R] [--transport shm|grpc] [--prompt S] "
+                              "[any moesplit-dense or expert-worker flag]",
                               io));
   if (!go) return absl::OkStatus();
   if (!p.positional().empty()) {
@@ -137,6 +148,11 @@ absl::Status RunUp(const Args& args, const CommandIo& io) {
         absl::StrCat("up: unexpected argument '", p.positional()[0], "'"));
   }
   RETURN_IF_ERROR(CheckDenseServiceFlags(dense_flags));
+  if (f.transport == "grpc" && !dense_flags.tls_ca.empty()) {
+    return absl::InvalidArgumentError(
+        "--transport grpc starts plain-text workers on 127.0.0.1: --tls-ca (TLS towards the "
+        "workers) cannot apply; leave it out or use --transport shm");
+  }
   if (p.WasSet("prompt") && f.prompt.empty()) {
     return absl::InvalidArgumentError("--prompt is empty");
   }
@@ -171,6 +187,8 @@ absl::Status RunUp(const Args& args, const CommandIo& io) {
   LocalWorkerOptions wo;
   wo.model = f.model;
   wo.n_workers = static_cast<int>(f.workers);
+  wo.replicas = static_cast<int>(f.replicas);
+  wo.transport = f.transport;
   wo.n_layer = static_cast<int>(n_layer);
   wo.name_prefix = prefix;
   wo.threads = static_cast<int>(f.threads);
@@ -180,9 +198,8 @@ absl::Status RunUp(const Args& args, const CommandIo& io) {
   wo.echo_stderr = true;
   wo.extra_args = p.GivenArgs(kWorkerSection);
   ASSIGN_OR_RETURN(std::unique_ptr<LocalWorkers> workers, LocalWorkers::Start(wo));
-  const std::vector<std::string>& addrs = workers->addresses();
   std::vector<std::string> dargs = {"--model", f.model, "--grpc", f.grpc, "--experts",
-                                    absl::StrJoin(addrs, ",")};
+                                    absl::StrJoin(workers->ShardAddresses(), ",")};
   if (!f.metrics.empty()) dargs.insert(dargs.end(), {"--metrics", f.metrics});
   if (p.WasSet("dense-threads")) {
     dargs.insert(dargs.end(), {"--threads", std::to_string(f.dense_threads)});

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "common/base/log.h"
 #include "common/base/status.h"
 #include "services/dense/request_limits.h"
@@ -18,22 +19,46 @@ absl::StatusOr<std::unique_ptr<transport::RemoteExperts>> ConnectExperts(
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = start + timeout;
   auto next_report = start + std::chrono::seconds(2);
+  // "A|B": replicas of one shard, named so (RemoteExperts::Connect checks it).
+  std::vector<std::string> workers;
+  std::vector<int> named_shards;
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    for (absl::string_view a : absl::StrSplit(addresses[i], '|', absl::SkipEmpty())) {
+      workers.emplace_back(a);
+      named_shards.push_back(static_cast<int>(i));
+    }
+  }
   for (;;) {
     std::vector<std::unique_ptr<transport::ExpertClient>> clients;
-    for (const auto& a : addresses) {
+    for (const auto& a : workers) {
       ASSIGN_OR_RETURN(auto c, transport::OpenExpertClient(a, options));
       clients.push_back(std::move(c));
     }
     // Which workers are not up yet (each says why), for the waiting line.
     std::vector<std::string> waiting;
-    for (auto& c : clients) {
-      if (absl::Status s = c->Describe().status(); !s.ok()) {
+    // Every address entry (a shard's replicas, A|B) with one worker up:
+    // start; the others join when a probe sees them (RemoteExperts::Connect).
+    std::vector<bool> shard_up(addresses.size(), false);
+    std::vector<std::string> late;
+    for (size_t w = 0; w < clients.size(); ++w) {
+      if (absl::Status s = clients[w]->Describe().status(); !s.ok()) {
         if (s.code() != absl::StatusCode::kUnavailable) return s;
         waiting.push_back(std::string(s.message()));
+        late.push_back(clients[w]->address());
+      } else {
+        shard_up[named_shards[w]] = true;
       }
     }
-    if (waiting.empty()) {
-      return transport::RemoteExperts::Connect(std::move(clients), n_layer, n_expert);
+    const bool every_shard_up =
+        std::all_of(shard_up.begin(), shard_up.end(), [](bool b) { return b; });
+    if (waiting.empty() || every_shard_up) {
+      if (!waiting.empty()) {
+        Log(LogLevel::kInfo, "moesplit-dense",
+            absl::StrCat("starting with a replica of every shard up; not up yet: ",
+                         absl::StrJoin(late, ", "), " (joins when a probe sees it)"));
+      }
+      return transport::RemoteExperts::Connect(std::move(clients), n_layer, n_expert,
+                                               named_shards);
     }
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) {
@@ -43,8 +68,8 @@ absl::StatusOr<std::unique_ptr<transport::RemoteExperts>> ConnectExperts(
     }
     if (now >= next_report) {
       Log(LogLevel::kInfo, "moesplit-dense",
-          absl::StrCat("waiting for workers (", addresses.size() - waiting.size(), " of ",
-                       addresses.size(), " up, ",
+          absl::StrCat("waiting for workers (", workers.size() - waiting.size(), " of ",
+                       workers.size(), " up, ",
                        std::chrono::duration_cast<std::chrono::seconds>(now - start).count(),
                        " s): ", absl::StrJoin(waiting, "; ")));
       next_report = now + std::chrono::seconds(3);
@@ -227,6 +252,7 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> DenseEngine::Submit(GenerateParam
     }
     waiting_.push_back(r);
     metrics_->queue_depth.Set(static_cast<double>(waiting_.size()));
+    metrics_->PublishGatewayGauges();
   }
   cv_.notify_all();
   return r;
@@ -371,6 +397,7 @@ void DenseEngine::Loop() {
       for (auto& r : waiting_) r->End(*abort);
       waiting_.clear();
       metrics_->queue_depth.Set(0);
+      metrics_->PublishGatewayGauges();
       continue;
     }
     Step();
@@ -741,6 +768,7 @@ void DenseEngine::UpdateGauges() {
   std::lock_guard<std::mutex> l(mu_);
   metrics_->running_sequences.Set(running_);
   metrics_->queue_depth.Set(static_cast<double>(waiting_.size()));
+  metrics_->PublishGatewayGauges();
 }
 
 }  // namespace moesplit::dense

@@ -369,7 +369,9 @@ class DenseEngine {
 };
 
 // Connects to every address, waiting up to `timeout` for workers that are not
-// up yet, and builds the owner table.
+// up yet, and builds the owner table. An address may name a shard's replicas
+// as "ADDR|ADDR|..." (workers that describe the same shard are its replicas
+// either way; named ones must).
 absl::StatusOr<std::unique_ptr<transport::RemoteExperts>> ConnectExperts(
     const std::vector<std::string>& addresses, const transport::ClientOptions& options,
     int n_layer, int n_expert, std::chrono::milliseconds timeout);

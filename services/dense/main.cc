@@ -303,6 +303,7 @@ int Run(int argc, char** argv) {
   while (!StopRequested(stop_signals)) {
     if (expert_metrics && (*engine)->remote() != nullptr) {
       expert_metrics->Update((*engine)->remote()->clients());
+      expert_metrics->UpdateReplicas((*engine)->remote()->ReplicaStatsSnapshot());
     }
     publisher.Publish();
     std::this_thread::sleep_for(std::chrono::milliseconds(200));

@@ -37,13 +37,17 @@ std::string ReadinessReport::Json() const {
   return j.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
-Readiness::Readiness(const transport::RemoteExperts* remote,
+Readiness::Readiness(transport::RemoteExperts* remote,
                      std::chrono::milliseconds probe_interval)
     : remote_(remote) {
   if (remote_ == nullptr) return;
   std::vector<transport::ExpertClient*> clients;
   for (const auto& c : remote_->clients()) clients.push_back(c.get());
-  liveness_ = std::make_unique<transport::WorkerLiveness>(std::move(clients), probe_interval);
+  liveness_ = std::make_unique<transport::WorkerLiveness>(
+      std::move(clients), probe_interval,
+      [remote](size_t i, bool ok, std::chrono::steady_clock::time_point started) {
+        remote->ReportProbe(i, ok, started);
+      });
 }
 
 ReadinessReport Readiness::Check() const {

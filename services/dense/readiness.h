@@ -1,9 +1,11 @@
 // Readiness: whether the dense service should receive traffic, apart from
 // liveness (the process is up and answering). Ready means: not draining
 // (SIGTERM received) and every layer that has routed experts has a live
-// owning worker (transport::WorkerLiveness, probed about every second, so
-// a dead worker turns readiness off without traffic and its return turns
-// it back on). With in-process experts only draining matters.
+// owning worker: every shard has a live replica (transport::WorkerLiveness,
+// probed about every second, so a shard's last replica dying turns
+// readiness off without traffic and its return turns it back on; a replica
+// down while another serves its shard does not). With in-process experts
+// only draining matters.
 //
 // Readiness is what GET /health and /health/ready, the gRPC health
 // services "" and "moesplit.v1.Inference" and the moesplit_ready gauge
@@ -26,7 +28,7 @@ namespace moesplit::dense {
 struct ReadinessReport {
   bool ready = true;
   bool draining = false;
-  std::vector<transport::WorkerState> down_workers;
+  std::vector<transport::WorkerState> down_workers;  // replicas of live shards too
   std::vector<int> layers_without_worker;
   // One line: "ready", or why not ("draining", "no live worker for layers
   // 0-1: shm://w0 (stopped...)").
@@ -40,8 +42,9 @@ struct ReadinessReport {
 class Readiness {
  public:
   // `remote` (may be null: experts in-process) must outlive this; its
-  // workers are probed every `probe_interval` from now on.
-  explicit Readiness(const transport::RemoteExperts* remote,
+  // workers are probed every `probe_interval` from now on, and each probe's
+  // outcome goes to remote->ReportProbe (replica choice).
+  explicit Readiness(transport::RemoteExperts* remote,
                      std::chrono::milliseconds probe_interval = std::chrono::milliseconds(1000));
 
   void BeginDrain() { draining_ = true; }
@@ -49,7 +52,7 @@ class Readiness {
   ReadinessReport Check() const;
 
  private:
-  const transport::RemoteExperts* const remote_;
+  transport::RemoteExperts* const remote_;
   std::unique_ptr<transport::WorkerLiveness> liveness_;
   std::atomic<bool> draining_{false};
 };

@@ -95,13 +95,28 @@ ServingMetrics::ServingMetrics(prometheus::Registry& r)
       requests_(prometheus::BuildCounter()
                     .Name("moesplit_requests_total")
                     .Help("API requests by outcome")
-                    .Register(r)) {
+                    .Register(r)),
+      gateway_queued_(Gauge(r, "vllm:num_requests_waiting",
+                            "moesplit_queue_depth under the name the Gateway API Inference "
+                            "Extension's endpoint picker reads (TotalQueuedRequests)")),
+      gateway_running_(Gauge(r, "vllm:num_requests_running",
+                             "moesplit_running_sequences under the endpoint picker's name")),
+      gateway_kv_usage_(Gauge(r, "vllm:kv_cache_usage_perc",
+                              "KV cache bytes held / capacity, 0..1 (the endpoint picker's "
+                              "KVCacheUtilization)")) {
   for (const char* e : {"generate", "chat", "tokenize", "detokenize", "models"}) {
     requests_.Add({{"api", "grpc"}, {"endpoint", e}, {"outcome", "ok"}});
   }
   for (const char* e : {"completions", "chat_completions", "models"}) {
     requests_.Add({{"api", "http"}, {"endpoint", e}, {"outcome", "ok"}});
   }
+}
+
+void ServingMetrics::PublishGatewayGauges() {
+  gateway_queued_.Set(queue_depth.Value());
+  gateway_running_.Set(running_sequences.Value());
+  const double capacity = kv_capacity_bytes.Value();
+  gateway_kv_usage_.Set(capacity > 0 ? kv_used_bytes.Value() / capacity : 0.0);
 }
 
 void ServingMetrics::CountRequest(const std::string& api, const std::string& endpoint,

@@ -72,8 +72,19 @@ class ServingMetrics {
   prometheus::Gauge& ready;
   prometheus::Gauge& draining;
 
+  // The Gateway API Inference Extension's model-server protocol: its
+  // endpoint picker reads, by default, vllm:num_requests_waiting
+  // (TotalQueuedRequests), vllm:num_requests_running and
+  // vllm:kv_cache_usage_perc (KVCacheUtilization, a fraction 0..1). Copies
+  // queue_depth, running_sequences and kv_used_bytes / kv_capacity_bytes
+  // into them; called wherever those change.
+  void PublishGatewayGauges();
+
  private:
   prometheus::Family<prometheus::Counter>& requests_;
+  prometheus::Gauge& gateway_queued_;
+  prometheus::Gauge& gateway_running_;
+  prometheus::Gauge& gateway_kv_usage_;
 };
 
 }  // namespace moesplit::dense

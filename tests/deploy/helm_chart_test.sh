@@ -53,9 +53,12 @@ declare -A SETS=(
     --set-json expertWorker.shards=[\"layers=0-17\",\"layers=18-31\",\"layers=32-46\",\"layers=47-60,experts=0-127\",\"layers=47-60,experts=128-255\"]"
   [colocated-secure]="--set coLocation.enabled=true --set tls.enabled=true --set apiKeys.enabled=true
     --set apiKeys.existingSecret=my-keys --set tls.denseSecret=my-cert --set tls.caSecret=my-cert"
+  [replicas]="--set expertWorker.replicas=3 --set expertWorker.replicasPerShard=2 --set tls.enabled=true"
+  [replicas-deepseek]="-f $CHART/values-deepseek-v3.yaml --set expertWorker.replicasPerShard=3"
+  [lws]="--set leaderWorkerSet.enabled=true --set expertWorker.replicas=4 --set leaderWorkerSet.groups=3"
 )
 for name in default colocated servicemonitor colocated-monitor secure colocated-secure \
-            deepseek-v3 deepseek-split; do
+            deepseek-v3 deepseek-split replicas replicas-deepseek lws; do
   # shellcheck disable=SC2086
   if ! render "$name" ${SETS[$name]}; then fail "render $name: $(cat "$WORK/$name.err")"; continue; fi
   if out=$(validate "$WORK/$name.yaml"); then pass "$out"; else fail "$out"; fi
@@ -181,10 +184,86 @@ cm = load("colocated-monitor")
 assert one(cm, "ServiceMonitor")["spec"]["jobLabel"] == "moesplit.io/job"
 assert [e["port"] for e in one(cm, "ServiceMonitor")["spec"]["endpoints"]] == ["metrics", "metrics-w0", "metrics-w1"]
 assert "nvidia.com/gpu" not in one(cm, "Deployment")["spec"]["template"]["spec"]["containers"][0]["resources"].get("limits", {})
+
+# Replicas per shard: one StatefulSet per shard (its pods the replicas, rolled
+# one at a time), a PDB per shard that lets one go, the dense service naming
+# each shard's replicas A|B.
+r = load("replicas")
+sets = sorted((x for x in r if x["kind"] == "StatefulSet"), key=lambda x: x["metadata"]["name"])
+assert [x["metadata"]["name"] for x in sets] == [f"rel-moesplit-expert-worker-s{i}" for i in range(3)]
+for i, st in enumerate(sets):
+    assert st["spec"]["replicas"] == 2
+    assert st["spec"]["updateStrategy"]["type"] == "RollingUpdate"
+    assert st["spec"]["minReadySeconds"] == 5
+    assert st["spec"]["serviceName"] == "rel-moesplit-expert-worker"
+    assert st["spec"]["selector"]["matchLabels"]["moesplit.io/shard"] == str(i)
+    c = st["spec"]["template"]["spec"]["containers"][0]
+    assert c["command"][:2] == ["moesplit-expert-worker", f"--shard=layers={i * 16}-{i * 16 + 15}"], c["command"]
+    assert arg(c, "--tls-cert") == "/etc/moesplit/tls/tls.crt"
+pdbs = {x["metadata"]["name"]: x["spec"] for x in r if x["kind"] == "PodDisruptionBudget"}
+assert set(pdbs) == {"rel-moesplit-dense"} | {f"rel-moesplit-expert-worker-s{i}" for i in range(3)}, pdbs
+for i in range(3):
+    b = pdbs[f"rel-moesplit-expert-worker-s{i}"]
+    assert b["maxUnavailable"] == 1 and b["selector"]["matchLabels"]["moesplit.io/shard"] == str(i), b
+experts = arg(one(r, "Deployment")["spec"]["template"]["spec"]["containers"][0], "--experts")
+assert experts == ",".join("|".join(
+    f"grpc://rel-moesplit-expert-worker-s{i}-{k}.rel-moesplit-expert-worker.ml.svc:50061" for k in range(2))
+    for i in range(3)), experts
+# deepseek-v3's explicit shards, 3 replicas each: every (layer, expert) once per replica group.
+rd = load("replicas-deepseek")
+sets = sorted((x for x in rd if x["kind"] == "StatefulSet"), key=lambda x: x["metadata"]["name"])
+assert len(sets) == 4 and all(x["spec"]["replicas"] == 3 for x in sets)
+pairs([x["spec"]["template"]["spec"]["containers"][0]["command"][1][len("--shard="):] for x in sets])
+assert all(len(g.split("|")) == 3 for g in arg(one(rd, "Deployment")["spec"]["template"]["spec"]["containers"][0], "--experts").split(","))
+
+# LeaderWorkerSet: groups of leader (dense) + 4 workers (shards), no Deployment
+# or StatefulSet; the leader's wrapper dials its group's workers, each
+# worker's wrapper picks its shard from LWS_WORKER_INDEX.
+l = load("lws")
+assert not [x for x in l if x["kind"] in ("Deployment", "StatefulSet")]
+lws = one(l, "LeaderWorkerSet")["spec"]
+assert lws["replicas"] == 3 and lws["leaderWorkerTemplate"]["size"] == 5
+assert lws["rolloutStrategy"]["rollingUpdateConfiguration"]["maxUnavailable"] == 1
+leader = lws["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0]
+stub = f"{work}/stub"
+with open(f"{stub}/moesplit-dense", "w") as f:
+    f.write('#!/bin/sh\nfor a in "$@"; do echo "$a"; done\n')
+import os
+os.chmod(f"{stub}/moesplit-dense", 0o755)
+out = subprocess.run(["/bin/sh", "-c", leader["command"][2], leader["command"][3], *leader["args"]],
+                     env={"PATH": f"{stub}:/usr/bin:/bin", "LWS_LEADER_ADDRESS": "rel-moesplit-1.rel-moesplit.ml"},
+                     capture_output=True, text=True, check=True).stdout.split("\n")
+assert "--experts=" + ",".join(f"grpc://rel-moesplit-1-{i}.rel-moesplit.ml:50061" for i in range(1, 5)) in out, out
+worker = lws["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]
+got = []
+for i in range(1, 6):
+    w = subprocess.run(["/bin/sh", "-c", worker["command"][2], worker["command"][3], *worker["args"]],
+                       env={"PATH": f"{stub}:/usr/bin:/bin", "LWS_WORKER_INDEX": str(i), "HOSTNAME": "h"},
+                       capture_output=True, text=True)
+    if i == 5:
+        assert w.returncode == 2 and "no shard" in w.stderr, w
+        continue
+    got += [a for a in w.stdout.split("\n") if a.startswith("--shard=")]
+assert got == [f"--shard=layers={b}-{b + 11}" for b in (0, 12, 24, 36)], got
 print("rendered objects are what the values ask for")
 PY
 ); then pass "$out"; else fail "chart structure: $out"; fi
 if out=$(python3 "$TESTS/helm_promises.py" "$WORK" 2>&1); then pass "$out"; else fail "chart promises: $out"; fi
+
+# The inference-gateway example (deploy/gateway/inferencepool.yaml) against a
+# release named as it assumes, with two dense replicas: the pool selects the
+# dense pods and targets their HTTP port; the route's backend is the pool.
+if "$HELM" template moesplit "$CHART" --set dense.replicas=2 --set podDisruptionBudget.dense.maxUnavailable=1 \
+     >"$WORK/gateway.yaml" 2>"$WORK/gateway.err"; then
+  printf -- '---\n' >>"$WORK/gateway.yaml"
+  cat "$REPO/deploy/gateway/inferencepool.yaml" >>"$WORK/gateway.yaml"
+  if out=$(validate "$WORK/gateway.yaml"); then pass "gateway example: $out"; else fail "gateway example: $out"; fi
+  sed 's/number: 8080/number: 8081/' "$WORK/gateway.yaml" >"$WORK/broken-gateway.yaml"
+  if out=$(validate "$WORK/broken-gateway.yaml"); then fail "validator accepted a pool on no container port"
+  else pass "validator rejects a pool on no container port: $(echo "$out" | sed -n 2p)"; fi
+else
+  fail "render for the gateway example: $(cat "$WORK/gateway.err")"
+fi
 
 # NOTES.txt renders (a client-side dry-run install needs no cluster) and says
 # how to reach the HTTP API and what an upgrade costs.
@@ -203,6 +282,8 @@ notes "defaults" "helm test rel -n ml" "moesplit complete --addr" "base_url http
   "terminationGracePeriodSeconds 45" "kubectl drain" --
 notes "co-located" "helm test rel -n ml" "recreates the one pod: one outage" -- \
   --set coLocation.enabled=true --set serviceMonitor.enabled=true
+notes "replicas per shard" "a worker restart is no outage" "0 failed requests" "3 model loads" \
+  "2 live replica(s)" "one outage" -- --set expertWorker.replicasPerShard=3
 notes "rolling update, TLS and keys" "3 outages" "base_url https://" "Authorization: Bearer" -- \
   --set expertWorker.updateStrategy=RollingUpdate --set expertWorker.replicas=3 --set tls.enabled=true \
   --set apiKeys.enabled=true --set apiKeys.existingSecret=k
@@ -235,6 +316,11 @@ refuse "Guaranteed QoS with a fractional CPU" "integer expertWorker.resources.re
 refuse "API keys without keys" "apiKeys.enabled needs" --set apiKeys.enabled=true
 refuse "an unknown rollout" "updateStrategy" --set expertWorker.updateStrategy=Blue
 refuse "an HTTP port out of range" "httpPort" --set dense.httpPort=70000
+refuse "replicas per shard when co-located" "replicasPerShard must be 1" --set coLocation.enabled=true \
+  --set expertWorker.replicasPerShard=2
+refuse "17 replicas per shard" "replicasPerShard" --set expertWorker.replicasPerShard=17
+refuse "LeaderWorkerSet with TLS" "leaderWorkerSet.enabled does not combine" --set leaderWorkerSet.enabled=true \
+  --set tls.enabled=true
 
 # The validator itself rejects broken manifests.
 python3 - "$WORK/default.yaml" "$WORK" <<'PY'

@@ -7,7 +7,12 @@
 //     serviceName is a headless Service, every long-running container has
 //     startup/readiness/liveness probes (gRPC or HTTP on one of its container
 //     ports, or a command) and runs as non-root, NetworkPolicies select pods
-//     of the chart and name ports those pods have.
+//     of the chart and name ports those pods have;
+//  3. the custom resources the Kubernetes schemas lack, by their required
+//     fields and references: LeaderWorkerSet (its leader and worker pod
+//     templates validated as PodTemplates and checked as workloads),
+//     InferencePool (selects pods that have its target port) and HTTPRoute
+//     (its InferencePool backends exist).
 // Run from a folder whose node_modules holds js-yaml and those packages.
 import fs from "node:fs";
 import path from "node:path";
@@ -30,9 +35,54 @@ async function modelFor(apiVersion, kind) {
   return null;
 }
 
+// Pod templates of LeaderWorkerSets, checked as workloads below.
+const lwsPods = [];
+const customChecks = {
+  "leaderworkerset.x-k8s.io/v1 LeaderWorkerSet": async (d) => {
+    const t = d.spec?.leaderWorkerTemplate;
+    if (!Number.isInteger(d.spec?.replicas) || d.spec.replicas < 1) err(d, "spec.replicas must be >= 1");
+    if (!Number.isInteger(t?.size) || t.size < 1) err(d, "leaderWorkerTemplate.size must be >= 1");
+    if (!t?.workerTemplate) { err(d, "no leaderWorkerTemplate.workerTemplate"); return; }
+    const PodTemplate = await modelFor("v1", "PodTemplate");
+    for (const [what, tmpl] of [["leaderTemplate", t.leaderTemplate], ["workerTemplate", t.workerTemplate]]) {
+      if (!tmpl) continue;
+      try {
+        new PodTemplate({ metadata: { name: `${d.metadata.name}-${what}` }, template: tmpl }).validate();
+      } catch (e) {
+        err(d, `${what}: schema: ${e.message}`);
+      }
+      lwsPods.push({ kind: "LeaderWorkerSet", metadata: { name: `${d.metadata.name}/${what}` },
+        spec: { selector: { matchLabels: tmpl.metadata?.labels }, template: tmpl } });
+    }
+  },
+  "inference.networking.k8s.io/v1 InferencePool": (d) => {
+    if (!Object.keys(d.spec?.selector?.matchLabels ?? {}).length) err(d, "no spec.selector.matchLabels");
+    if (!d.spec?.targetPorts?.length || !d.spec.targetPorts.every((p) => Number.isInteger(p.number))) {
+      err(d, "spec.targetPorts needs a number each");
+    }
+    if (!d.spec?.endpointPickerRef?.name || !Number.isInteger(d.spec.endpointPickerRef.port?.number)) {
+      err(d, "spec.endpointPickerRef needs name and port.number");
+    }
+  },
+  "gateway.networking.k8s.io/v1 HTTPRoute": (d) => {
+    if (!d.spec?.parentRefs?.length) err(d, "no spec.parentRefs");
+    for (const r of d.spec?.rules ?? []) {
+      for (const b of r.backendRefs ?? []) {
+        if (b.kind === "InferencePool" && !docs.some((x) => x.kind === "InferencePool" && x.metadata.name === b.name)) {
+          err(d, `backend InferencePool ${b.name} is not in the manifests`);
+        }
+      }
+    }
+  },
+};
+
 for (const d of docs) {
   if (!d.apiVersion || !d.kind || !d.metadata?.name) {
     err(d, "missing apiVersion, kind or metadata.name");
+    continue;
+  }
+  if (customChecks[`${d.apiVersion} ${d.kind}`]) {
+    await customChecks[`${d.apiVersion} ${d.kind}`](d);
     continue;
   }
   const Model = await modelFor(d.apiVersion, d.kind);
@@ -49,7 +99,7 @@ for (const d of docs) {
 
 const matches = (selector, labels) =>
   Object.entries(selector ?? {}).every(([k, v]) => labels?.[k] === v);
-const workloads = docs.filter((d) => ["Deployment", "StatefulSet"].includes(d.kind));
+const workloads = docs.filter((d) => ["Deployment", "StatefulSet"].includes(d.kind)).concat(lwsPods);
 const podsOf = (selector) => {
   const pods = workloads.filter((w) => matches(selector, w.spec.template.metadata?.labels))
     .map((w) => w.spec.template);
@@ -117,6 +167,16 @@ for (const n of docs.filter((d) => d.kind === "NetworkPolicy")) {
       if (sel && sel["app.kubernetes.io/instance"] && !from.namespaceSelector && podsOf(sel).length === 0) {
         err(n, `ingress from ${JSON.stringify(sel)}: selects no pod of the chart`);
       }
+    }
+  }
+}
+
+for (const p of docs.filter((d) => d.kind === "InferencePool")) {
+  const pods = podsOf(p.spec?.selector?.matchLabels);
+  if (pods.length === 0) { err(p, "selects no pod of the manifests"); continue; }
+  for (const t of p.spec.targetPorts ?? []) {
+    if (!pods.every((pod) => pod.spec.containers.some((c) => (c.ports ?? []).some((cp) => cp.containerPort === t.number)))) {
+      err(p, `target port ${t.number} is not a container port of every selected pod`);
     }
   }
 }

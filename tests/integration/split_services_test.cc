@@ -16,6 +16,8 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
 #include "common/model/forward.h"
 #include "common/model/model.h"
 #include "common/transport/remote_experts.h"
@@ -516,7 +518,20 @@ TEST(SplitServicesTest, BothServicesExportMetricsThatPromtoolAccepts) {
                            "moesplit_transport_received_bytes_total"}) {
     EXPECT_THAT(dm, HasSubstr(name)) << "dense metrics lack " << name;
   }
-  for (const std::string* text : {&wm, &dm}) {
+  // The Gateway API Inference Extension's endpoint picker reads vLLM's names
+  // by default, colon included; promtool lints colons (kept for recording
+  // rules), so those three series are checked here and left out of its run.
+  std::string dm_lint_text;
+  for (absl::string_view line : absl::StrSplit(dm, '\n')) {
+    if (absl::StrContains(line, "vllm:")) continue;
+    absl::StrAppend(&dm_lint_text, line, "\n");
+  }
+  for (const char* name : {"\nvllm:num_requests_waiting ", "\nvllm:num_requests_running ",
+                           "\nvllm:kv_cache_usage_perc "}) {
+    EXPECT_THAT(dm, HasSubstr(name)) << "dense metrics lack " << name;
+  }
+  const std::string& dm_lint = dm_lint_text;
+  for (const std::string* text : {&wm, &dm_lint}) {
     auto [ok, out] = Promtool(*text);
     EXPECT_TRUE(ok) << out << "\n" << *text;
   }

@@ -59,8 +59,15 @@ layers={{ $b }}-{{ $e }}
 {{- range $i := until (int .Values.expertWorker.replicas) -}}
 {{- if $ctx.Values.coLocation.enabled -}}
 {{- $out = append $out (printf "shm://moesplit-w%d" $i) -}}
-{{- else -}}
+{{- else if le (int $ctx.Values.expertWorker.replicasPerShard) 1 -}}
 {{- $out = append $out (printf "grpc://%s-%d.%s.%s.svc:%d" (include "moesplit.worker" $ctx) $i (include "moesplit.worker" $ctx) $ctx.Release.Namespace (int $ctx.Values.expertWorker.grpcPort)) -}}
+{{- else -}}
+{{- /* Shard i's replicas, named as such: A|B (StatefulSet <worker>-s<i>). */ -}}
+{{- $replicas := list -}}
+{{- range $r := until (int $ctx.Values.expertWorker.replicasPerShard) -}}
+{{- $replicas = append $replicas (printf "grpc://%s-s%d-%d.%s.%s.svc:%d" (include "moesplit.worker" $ctx) $i $r (include "moesplit.worker" $ctx) $ctx.Release.Namespace (int $ctx.Values.expertWorker.grpcPort)) -}}
+{{- end -}}
+{{- $out = append $out (join "|" $replicas) -}}
 {{- end -}}
 {{- end -}}
 {{- join "," $out -}}
