@@ -66,8 +66,8 @@ struct SamplingParams {
   float top_n_sigma = -1.0f;
   float xtc_probability = 0.0f;
   float xtc_threshold = 0.1f;
-  std::vector<LogitBias> logit_bias;
-  DryParams dry;
+  std::vector<LogitBias> logit_bias = {};
+  DryParams dry = {};
 };
 
 // Largest `logprobs` accepted (OpenAI's top_logprobs limit).
