@@ -762,22 +762,28 @@ void FusedExpertCall::GateUp(int64_t item, ThreadScratch* ts) {
   const quant::WeightView up = store_.Up(call_.layer, u.expert);
   float* g = Floats(ts->g);
   float* uu = Floats(ts->u);
+  // A non-gated activation reads up alone (the store's gate views it too).
+  const bool gated = IsGated(store_.ffn().activation);
   if (packed_gu_) {
     const uint8_t** rows = ts->rows.data();
     for (int64_t i = 0; i < n; ++i) rows[i] = xg_.Row(s_.slot_token[u.slot_begin + i]);
-    quant::PackedGemm({gate.type, gate.data, gate.n_rows, gate.n_cols}, r0, nr, rows, n, g, nr);
+    if (gated) {
+      quant::PackedGemm({gate.type, gate.data, gate.n_rows, gate.n_cols}, r0, nr, rows, n, g, nr);
+    }
     if (xu_.base != xg_.base) {
       for (int64_t i = 0; i < n; ++i) rows[i] = xu_.Row(s_.slot_token[u.slot_begin + i]);
     }
     quant::PackedGemm({up.type, up.data, up.n_rows, up.n_cols}, r0, nr, rows, n, uu, nr);
   } else if (u.tiled_gu) {
     const uint8_t* tu = (xu_.type != xg_.type ? s_.tiles_u.data() : s_.tiles_g.data()) + u.tiles_gu;
-    quant::TileGemm(gate, r0, nr, s_.tiles_g.data() + u.tiles_gu, n, g, nr, ts->panel.data());
+    if (gated) {
+      quant::TileGemm(gate, r0, nr, s_.tiles_g.data() + u.tiles_gu, n, g, nr, ts->panel.data());
+    }
     quant::TileGemm(up, r0, nr, tu, n, uu, nr, ts->panel.data());
   } else {
     for (int64_t i = 0; i < n; ++i) {
       const int32_t t = s_.slot_token[u.slot_begin + i];
-      DotRows(gdot_, gdot_rows_, d_, gate, r0, nr, xg_.Row(t), g + i * nr);
+      if (gated) DotRows(gdot_, gdot_rows_, d_, gate, r0, nr, xg_.Row(t), g + i * nr);
       DotRows(udot_, udot_rows_, d_, up, r0, nr, xu_.Row(t), uu + i * nr);
     }
   }
@@ -790,6 +796,8 @@ void FusedExpertCall::GateUp(int64_t item, ThreadScratch* ts) {
     float* h = Floats(s_.h) + (u.slot_begin + i) * ff_ + r0;
     if (ffn.activation == ExpertActivation::kSwiGluOai) {
       SwiGluOaiSpan(g + i * nr, uu + i * nr, nr, ffn.alpha, ffn.limit, h);
+    } else if (ffn.activation == ExpertActivation::kReluSq) {
+      internal::ReluSq(uu + i * nr, nr, h);
     } else {
       SwiGluSpan(g + i * nr, uu + i * nr, r0, nr, ff_, h);
     }

@@ -129,11 +129,11 @@ class Forward {
   absl::Status EvalBatch(absl::Span<const SequenceBatch> seqs) const;
 
   // Wall time spent in each part of the steps so far (all Evals, summed;
-  // for benchmarks): the attention and DeltaNet mixers (their projections
-  // included), the FFNs (MoE: router, shared expert and the wait for the
+  // for benchmarks): the attention, DeltaNet and Mamba-2 mixers (their
+  // projections included), the FFNs (MoE: router, shared expert and the wait for the
   // expert backend) and the output head (final norm and vocabulary product).
   struct PartTimes {
-    double attention_s = 0, deltanet_s = 0, moe_s = 0, head_s = 0;
+    double attention_s = 0, deltanet_s = 0, mamba2_s = 0, moe_s = 0, head_s = 0;
   };
   PartTimes part_times() const;
 
@@ -145,6 +145,7 @@ class Forward {
   absl::Status Step(absl::Span<const SequenceBatch> seqs, Batch& b) const;
   absl::Status Attention(int il, Batch& b) const;
   absl::Status DeltaNet(int il, Batch& b) const;
+  absl::Status Mamba2(int il, Batch& b) const;
   // Attention of the batch's tokens [t_begin, t_end) (their K/V rows written).
   void AttendHeads(int il, const Batch& b, int64_t t_begin, int64_t t_end, const float* q, float* out) const;
   absl::Status MoeFfn(int il, Batch& b) const;
@@ -161,6 +162,9 @@ class Forward {
   absl::Status SwiGluFfn(const quant::WeightView& gate, const quant::WeightView& up,
                          const quant::WeightView& down, const float* h, int64_t n,
                          Workspace& ws, float* out) const;
+  // relu(up . h)^2 then down (a non-gated FFN), n rows of h into *out.
+  absl::Status ReluSqFfn(const quant::WeightView& up, const quant::WeightView& down,
+                         const float* h, int64_t n, Workspace& ws, float* out) const;
   absl::Status SharedExpert(int il, const float* h, int64_t n, Workspace& ws) const;
   absl::Status Head(const Batch& b, absl::Span<const SequenceBatch> seqs) const;
   std::unique_ptr<Workspace> AcquireWorkspace() const;
@@ -198,7 +202,8 @@ class Forward {
   std::shared_ptr<uint8_t[]> packed_arena_;
   std::vector<std::unique_ptr<uint8_t[]>> packed_;
   mutable std::atomic<uint64_t> next_call_id_{1};
-  mutable std::atomic<uint64_t> attention_ns_{0}, deltanet_ns_{0}, moe_ns_{0}, head_ns_{0};
+  mutable std::atomic<uint64_t> attention_ns_{0}, deltanet_ns_{0}, mamba2_ns_{0}, moe_ns_{0},
+      head_ns_{0};
   mutable std::mutex ws_mu_;
   mutable std::vector<std::unique_ptr<Workspace>> ws_free_;  // guarded by ws_mu_
 };

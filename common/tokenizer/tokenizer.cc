@@ -341,7 +341,12 @@ absl::Status Tokenizer::EncodeText(std::string_view text, WordCache* cache,
     const size_t begin = out->size();
     encoded.clear();
     tokenizer_internal::ByteEncode(word, &encoded);
-    bpe_->EncodeWord(encoded, out);
+    const int32_t whole = pre_->spec().ignore_merges ? bpe_->Find(encoded) : -1;
+    if (whole >= 0) {
+      out->push_back(whole);
+    } else {
+      bpe_->EncodeWord(encoded, out);
+    }
     if (cacheable) {
       cache->ranges.try_emplace(std::string(word), begin, out->size() - begin);
     }

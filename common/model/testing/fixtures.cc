@@ -34,16 +34,30 @@ std::vector<std::string> OracleFixtureModels() {
 const std::vector<PendingEntry>& PendingFixtures() {
   static const auto* const kPending = new std::vector<PendingEntry>{
       {"gemma4-", "gemma4: issue #44"},
-      {"nemotronh-", "nemotron_h_moe (Mamba-2): issue #44"},
   };
   return *kPending;
 }
 
-std::string_view PendingFixture(std::string_view name) {
-  for (const PendingEntry& p : PendingFixtures()) {
+const std::vector<PendingEntry>& PendingCudaFixtures() {
+  static const auto* const kPending = new std::vector<PendingEntry>{
+      {"nemotronh-", "nemotron_h_moe: CUDA Mamba-2, relu^2 experts and FFN-only layers (issue #44)"},
+  };
+  return *kPending;
+}
+
+namespace {
+std::string_view Find(const std::vector<PendingEntry>& list, std::string_view name) {
+  for (const PendingEntry& p : list) {
     if (name.substr(0, p.prefix.size()) == p.prefix) return p.reason;
   }
   return {};
+}
+}  // namespace
+
+std::string_view PendingFixture(std::string_view name) { return Find(PendingFixtures(), name); }
+
+std::string_view PendingCudaFixture(std::string_view name) {
+  return Find(PendingCudaFixtures(), name);
 }
 
 }  // namespace moesplit::model::testing
