@@ -35,6 +35,13 @@
 //     per head: Q = [Wk_b[h] q_nope, q_pe]; a = softmax(Q . K^T * scale) . V
 //               (scale: HyperParams::attn_scale), o_h = Wv_b[h] a
 //     x  += Wo o
+//   Mamba-2 (nemotron_h_moe; llama.cpp's build_mamba2_layer, ggml_ssm_scan):
+//     [z | xBC | dt] = W_in h; xBC = SiLU(causal depthwise conv(xBC) + b);
+//     dt = softplus(dt + dt_bias); per head (B/C group h / (heads / groups)):
+//     S = S * exp(dt * A) + B (x dt), y = S C + D x     token by token
+//     x  += W_out (RMSNorm per group(y * SiLU(z)) * ssm_norm)
+//   (a layer may have no mixer or no FFN: nemotron_h_moe's layers are one or
+//   the other, each with its one norm)
 //   h   = RMSNorm(x) * ffn_norm   (qwen35moe: post_attention_norm)
 //   dense-FFN layers (deepseek2's leading ones): x += W_down (SiLU(W_gate h) * W_up h)
 //   p   = softmax(W_router h); top-k (ties -> lower id); renormalise when

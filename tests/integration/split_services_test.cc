@@ -160,7 +160,10 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureLogitsTest,
                                            "qwen35moe-mtp-tiny-f16", "qwen35moe-mtp-tiny-q8_0",
                                            "glm4moe-tiny-f16", "glm4moe-tiny-q8_0",
                                            "glm47flash-tiny-f16", "glm47flash-tiny-q8_0",
-                                           "qwen3next-mtp-tiny-f16"));
+                                           "qwen3next-mtp-tiny-f16",
+
+                                           // nemotron_h_moe: relu^2 experts, MoE-only layers:
+                                           "nemotronh-tiny-f16", "nemotronh-tiny-q8_0"));
 
 // Workers splitting the experts by id (each one's partial sums added by the
 // dense side: the same values up to the order of the additions). gpt-oss's

@@ -85,13 +85,27 @@ void SsmScan(const SsmScanHead& h, int64_t n, int64_t head_dim, int64_t d_state,
       const float x_dt = x[i] * dt;
       const float* s0 = src + i * d_state;
       float* s = state_out + i * d_state;
-      // ggml_compute_forward_ssm_scan_f32's scalar loop: the state in
-      // order, the sum of state * C in order.
-      float sum = 0.0f;
-      for (int64_t j = 0; j < d_state; ++j) {
+      // The new state (ggml_compute_forward_ssm_scan_f32's arithmetic), and
+      // state . C summed in DotLanes' fixed order (16 lanes, pairwise, then
+      // the tail): one order for every instruction set, which the compiler
+      // vectorises (ggml's own order depends on its SIMD width).
+      float acc[kLanes] = {};
+      int64_t j = 0;
+      for (; j + kLanes <= d_state; j += kLanes) {
+        for (int64_t l = 0; l < kLanes; ++l) {
+          const float v = s0[j + l] * da + b[j + l] * x_dt;
+          s[j + l] = v;
+          acc[l] += v * c[j + l];
+        }
+      }
+      for (int64_t w = kLanes / 2; w >= 1; w /= 2) {
+        for (int64_t l = 0; l < w; ++l) acc[l] += acc[l + w];
+      }
+      float sum = acc[0];
+      for (; j < d_state; ++j) {
         const float v = s0[j] * da + b[j] * x_dt;
-        sum += v * c[j];
         s[j] = v;
+        sum += v * c[j];
       }
       y[i] = sum;
     }

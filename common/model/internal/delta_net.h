@@ -74,6 +74,8 @@ void DeltaRuleReference(const DeltaRuleHead& h, int64_t n, int64_t dim, const fl
 // x + t * x_stride (head_dim values), B and C rows at b / c + t * bc_stride
 // (d_state values each):
 //   dA = exp(dt' * a); S[i] = S[i] * dA + B * (x[i] * dt'); y[i] = S[i] . C
+// (the dot product in 16 lanes added pairwise, then the d_state % 16 tail
+// in order: the same bits on every CPU)
 // y's row t at y + t * y_stride. Reads `state_in` for the first token and
 // leaves the state after the last one in `state_out` (may not alias).
 struct SsmScanHead {
