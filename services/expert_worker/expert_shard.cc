@@ -171,7 +171,7 @@ absl::StatusOr<std::unique_ptr<ExpertShard>> ExpertShard::Load(const ShardOption
   d.architecture = m->arch().name;
   d.n_layer = m->n_layer();
   d.n_expert = static_cast<int>(hp.n_expert);
-  d.d = static_cast<int>(hp.n_embd);
+  d.d = static_cast<int>(hp.n_embd_experts());  // the width expert calls carry (LatentMoE)
   d.n_ff = static_cast<int>(hp.n_ff_exp);
   d.layer_begin = shard.layer_begin;
   d.layer_end = shard.layer_end;
