@@ -152,7 +152,15 @@ absl::StatusOr<ChatTemplate> ChatTemplate::Parse(std::string source) {
 absl::StatusOr<std::string> ChatTemplate::Render(const nlohmann::ordered_json& messages,
                                                  const ChatTemplateOptions& options) const {
   ASSIGN_OR_RETURN(ValueDict vars, BuildVariables(messages, options));
-  return template_.Render(vars, options.limits);
+  ASSIGN_OR_RETURN(std::string prompt, template_.Render(vars, options.limits));
+  // Gemma 4's template opens no model turn after a turn that ended with
+  // content after tool results; llama.cpp's chat handling adds it.
+  constexpr std::string_view kGemma4Call = "'<|tool_call>call:'", kTurnEnd = "<turn|>\n";
+  if (options.add_generation_prompt.value_or(false) && source_->find(kGemma4Call) != std::string::npos &&
+      prompt.size() >= kTurnEnd.size() && prompt.compare(prompt.size() - kTurnEnd.size(), kTurnEnd.size(), kTurnEnd) == 0) {
+    prompt += "<|turn>model\n";
+  }
+  return prompt;
 }
 
 const std::string& ChatMLFallbackTemplate() {

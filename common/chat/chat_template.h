@@ -31,6 +31,10 @@
 //   + every key of options.extra_context (overrides the above)
 // The engine is configured like HF's: trim_blocks, lstrip_blocks, and one
 // trailing newline of the template dropped.
+// As llama.cpp's chat handling, Gemma 4's template (it writes
+// '<|tool_call>call:') gets "<|turn>model\n" after its output when
+// add_generation_prompt is true and the output ends with "<turn|>\n" (the
+// template opens no model turn after content that followed tool results).
 //
 // Errors: Parse → InvalidArgument with line/column; Render →
 // InvalidArgument (template runtime error, raise_exception, malformed

@@ -33,6 +33,7 @@ struct Fixture {
   std::string name;
   std::string source;
   std::string tools_expected_path;  // "" when none
+  std::string date;                 // the renderings' date (strftime_now, date_string)
   nlohmann::ordered_json cases;
 };
 
@@ -46,7 +47,9 @@ std::vector<Fixture> LoadFixtures() {
     f.name = t.name;
     f.source = fixtures::ReadTextFile(t.template_path);
     f.tools_expected_path = t.tools_expected_path;
-    f.cases = nlohmann::ordered_json::parse(fixtures::ReadTextFile(t.expected_path))["cases"];
+    const nlohmann::ordered_json file = nlohmann::ordered_json::parse(fixtures::ReadTextFile(t.expected_path));
+    f.cases = file["cases"];
+    f.date = file.value("date", std::string(kFixtureDate));
     out.push_back(std::move(f));
   }
   return out;
@@ -69,11 +72,30 @@ ChatTemplateOptions FixtureOptions(const nlohmann::ordered_json& request) {
   return o;
 }
 
+// A case llama.cpp refused (its "error": the template's raise_exception)
+// must fail here too; otherwise the prompt must be llama.cpp's. Counts a
+// match into *ok.
+void ExpectRendering(const ChatTemplate& t, const nlohmann::ordered_json& c, const ChatTemplateOptions& o,
+                     size_t i, size_t* ok) {
+  absl::StatusOr<std::string> prompt = t.Render(c["request"]["messages"], o);
+  if (c.contains("error")) {
+    EXPECT_FALSE(prompt.ok()) << "case " << i << " rendered although llama.cpp refused it: "
+                              << c["error"].get<std::string>();
+    *ok += !prompt.ok();
+    return;
+  }
+  ASSERT_TRUE(prompt.ok()) << "case " << i << ": " << prompt.status();
+  const std::string expected = c["prompt"].get<std::string>();
+  EXPECT_EQ(*prompt, expected) << "case " << i;
+  *ok += *prompt == expected;
+}
+
 TEST(ChatTemplateFixtureTest, EveryTemplateMatchesLlamaCpp) {
   const std::vector<Fixture> loaded = LoadFixtures();
-  // The oracle's five, and GLM-4.6, GLM-4.7-Flash, MiniMax-M2 and
-  // Qwen3-Coder with this repository's renderings.
-  ASSERT_GE(loaded.size(), 9u) << "templates with renderings under " << fixtures::FixtureTemplatesDir()
+  // The oracle's five, and GLM-4.6, GLM-4.7-Flash, MiniMax-M2,
+  // Qwen3-Coder, Gemma 4, Nemotron 3 Nano, Llama 3.1 and 3.3 with this
+  // repository's renderings.
+  ASSERT_GE(loaded.size(), 13u) << "templates with renderings under " << fixtures::FixtureTemplatesDir()
                                << " and " << fixtures::RepoRenderingsDir();
   size_t total = 0, passed = 0;
   for (const Fixture& f : loaded) {
@@ -82,12 +104,9 @@ TEST(ChatTemplateFixtureTest, EveryTemplateMatchesLlamaCpp) {
     ASSERT_TRUE(t.ok()) << t.status();
     size_t ok = 0;
     for (size_t i = 0; i < f.cases.size(); ++i) {
-      const auto& c = f.cases[i];
-      absl::StatusOr<std::string> prompt = t->Render(c["request"]["messages"], FixtureOptions(c["request"]));
-      ASSERT_TRUE(prompt.ok()) << "case " << i << ": " << prompt.status();
-      const std::string expected = c["prompt"].get<std::string>();
-      EXPECT_EQ(*prompt, expected) << "case " << i;
-      ok += *prompt == expected;
+      ChatTemplateOptions o = FixtureOptions(f.cases[i]["request"]);
+      o.date_override = f.date;
+      ExpectRendering(*t, f.cases[i], o, i, &ok);
     }
     std::printf("%-40s %zu/%zu cases match\n", f.name.c_str(), ok, f.cases.size());
     total += f.cases.size();
@@ -114,10 +133,7 @@ TEST(ChatTemplateFixtureTest, EveryTemplateWithToolsMatchesLlamaCpp) {
       ChatTemplateOptions o = FixtureOptions(c["request"]);
       o.date_override = fixture["date"].get<std::string>();
       o.tools = c["request"]["tools"];
-      absl::StatusOr<std::string> prompt = t->Render(c["request"]["messages"], o);
-      ASSERT_TRUE(prompt.ok()) << "case " << i << ": " << prompt.status();
-      EXPECT_EQ(*prompt, c["prompt"].get<std::string>()) << "case " << i;
-      passed += *prompt == c["prompt"].get<std::string>();
+      ExpectRendering(*t, c, o, i, &passed);
       ++total;
     }
   }
@@ -136,6 +152,7 @@ TEST(ChatTemplateFixtureTest, AbsentGenerationPromptRendersLikeFalse) {
     for (const auto& c : f.cases) {
       if (c["request"].value("add_generation_prompt", true)) continue;
       ChatTemplateOptions o = FixtureOptions(c["request"]);
+      o.date_override = f.date;
       o.add_generation_prompt.reset();
       absl::StatusOr<std::string> prompt = t->Render(c["request"]["messages"], o);
       ASSERT_TRUE(prompt.ok()) << prompt.status();

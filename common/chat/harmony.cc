@@ -159,16 +159,30 @@ void HarmonyStream::Process(bool final, ReasoningSplit* out) {
   }
 }
 
+ReasoningTags ReasoningTagsFor(OutputFormat format) {
+  switch (format) {
+    case OutputFormat::kThink: return ReasoningTags();
+    case OutputFormat::kThoughtChannel: return ReasoningTags{"<|channel>thought", "<channel|>"};
+    case OutputFormat::kHarmony: break;
+  }
+  return ReasoningTags{"", ""};
+}
+
+bool PromptOpensReasoning(std::string_view prompt, OutputFormat format) {
+  return format != OutputFormat::kHarmony && PromptOpensReasoning(prompt, ReasoningTagsFor(format));
+}
+
 ReasoningSplit SplitOutput(std::string_view text, OutputFormat format, bool starts_in_reasoning) {
-  return format == OutputFormat::kHarmony ? SplitHarmony(text)
-                                          : SplitReasoning(text, starts_in_reasoning);
+  return format == OutputFormat::kHarmony
+             ? SplitHarmony(text)
+             : SplitReasoning(text, starts_in_reasoning, ReasoningTagsFor(format));
 }
 
 OutputStream::OutputStream(OutputFormat format, bool starts_in_reasoning)
     : stream_(format == OutputFormat::kHarmony
                   ? std::variant<ReasoningStream, HarmonyStream>(HarmonyStream())
                   : std::variant<ReasoningStream, HarmonyStream>(
-                        ReasoningStream(starts_in_reasoning))) {}
+                        ReasoningStream(starts_in_reasoning, ReasoningTagsFor(format)))) {}
 
 ReasoningSplit OutputStream::Push(std::string_view delta) {
   return std::visit([&](auto& s) { return s.Push(delta); }, stream_);

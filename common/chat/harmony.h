@@ -75,9 +75,16 @@ class HarmonyStream {
   std::vector<HarmonyCall> calls_;
 };
 
-// A model's output split as its chat format says: harmony (gpt-oss), or
-// <think> blocks (ReasoningStream; `starts_in_reasoning` as there).
-enum class OutputFormat { kThink, kHarmony };
+// A model's output split as its chat format says: harmony (gpt-oss), or a
+// reasoning block (ReasoningStream; `starts_in_reasoning` as there) with
+// the format's tags: <think>…</think> (kThink), or Gemma 4's thought channel
+// "<|channel>thought" … "<channel|>" (kThoughtChannel).
+enum class OutputFormat { kThink, kHarmony, kThoughtChannel };
+
+// The reasoning block's tags of a format (harmony: none, both empty).
+ReasoningTags ReasoningTagsFor(OutputFormat format);
+// PromptOpensReasoning with the format's tags (harmony: false).
+bool PromptOpensReasoning(std::string_view prompt, OutputFormat format);
 
 ReasoningSplit SplitOutput(std::string_view text, OutputFormat format, bool starts_in_reasoning);
 

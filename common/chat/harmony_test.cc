@@ -86,5 +86,47 @@ TEST(HarmonyTest, StreamHoldsBackOnlyAPartialTag) {
   EXPECT_EQ(d.content, "A");
 }
 
+// Gemma 4's thought channel (OutputFormat::kThoughtChannel), as llama.cpp's
+// gemma4 parser reads it: the reasoning between "<|channel>thought" and
+// "<channel|>", an empty one (thinking off, or a budget of 0), none at all;
+// streamed in random pieces it splits the same.
+TEST(HarmonyTest, ThoughtChannelSplitsWholeAndStreamed) {
+  struct Case {
+    std::string text, reasoning, content;
+  };
+  const std::vector<Case> cases = {
+      {"<|channel>thought\nI'm\nthinking<channel|>Hello, world!\nWhat's up?", "I'm\nthinking",
+       "Hello, world!\nWhat's up?"},
+      {"<|channel>thought<channel|>Hello", "", "Hello"},
+      {"<|channel>thought\n<channel|>Hello", "", "Hello"},
+      {"Hello, world!", "", "Hello, world!"},
+      {"<|channel>thought\ncut off", "cut off", ""},
+      {"<think>not Gemma's</think>x", "", "<think>not Gemma's</think>x"},
+  };
+  std::mt19937 rng(7);
+  for (const Case& c : cases) {
+    const ReasoningSplit whole = SplitOutput(c.text, OutputFormat::kThoughtChannel, false);
+    EXPECT_EQ(whole.reasoning_content, c.reasoning) << c.text;
+    EXPECT_EQ(whole.content, c.content) << c.text;
+    for (int round = 0; round < 20; ++round) {
+      OutputStream stream(OutputFormat::kThoughtChannel, false);
+      ReasoningSplit got;
+      for (size_t i = 0; i < c.text.size();) {
+        const size_t n = std::min<size_t>(c.text.size() - i, 1 + rng() % 5);
+        const ReasoningSplit d = stream.Push(std::string_view(c.text).substr(i, n));
+        got.reasoning_content += d.reasoning_content;
+        got.content += d.content;
+        i += n;
+      }
+      const ReasoningSplit d = stream.Finish();
+      EXPECT_EQ(got.reasoning_content + d.reasoning_content, c.reasoning) << c.text;
+      EXPECT_EQ(got.content + d.content, c.content) << c.text;
+    }
+  }
+  EXPECT_TRUE(PromptOpensReasoning("<|turn>model\n<|channel>thought\n", OutputFormat::kThoughtChannel));
+  EXPECT_FALSE(PromptOpensReasoning("<|turn>model\n<|channel>thought\n<channel|>", OutputFormat::kThoughtChannel));
+  EXPECT_FALSE(PromptOpensReasoning("<think>\n", OutputFormat::kHarmony));
+}
+
 }  // namespace
 }  // namespace moesplit::chat

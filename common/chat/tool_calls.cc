@@ -19,6 +19,11 @@ constexpr std::string_view kDsCallEnd = "<｜tool▁call▁end｜>";
 constexpr std::string_view kDsSep = "<｜tool▁sep｜>";
 constexpr std::string_view kMiniMaxOpen = "<minimax:tool_call>";
 constexpr std::string_view kMiniMaxClose = "</minimax:tool_call>";
+constexpr std::string_view kGemmaOpen = "<|tool_call>";
+constexpr std::string_view kGemmaClose = "<tool_call|>";
+constexpr std::string_view kGemmaQuote = "<|\"|>";
+constexpr std::string_view kPythonTag = "<|python_tag|>";
+constexpr std::string_view kLlama3Instruction = "Respond in the format {\"name\": function name, \"parameters\":";
 
 bool Contains(std::string_view s, std::string_view x) { return s.find(x) != std::string_view::npos; }
 
@@ -209,6 +214,132 @@ bool MiniMaxCalls(std::string_view body, const ToolCallConfig& config,
   return true;
 }
 
+// Gemma's dictionary syntax (llama.cpp's gemma4 rules): a value is a
+// <|"|>-quoted string (raw text), {key:value,...} with bare keys (a quoted
+// key is read too), [value,...], or a JSON number, true, false or null;
+// whitespace allowed after '{', '[', ',' and ':' and before '}' / ']'.
+class GemmaValueReader {
+ public:
+  explicit GemmaValueReader(std::string_view text) : s_(text) {}
+
+  // One value from the current position; nullopt when malformed.
+  std::optional<Json> Value(int depth = 0) {
+    if (depth > 64 || s_.empty()) return std::nullopt;
+    if (StartsWith(s_, kGemmaQuote)) return String();
+    if (s_.front() == '{') return Dict(depth);
+    if (s_.front() == '[') return Array(depth);
+    size_t n = 0;
+    while (n < s_.size() && std::string_view(",}] \t\n\r").find(s_[n]) == std::string_view::npos) ++n;
+    std::optional<Json> j = ParseJson(s_.substr(0, n));
+    if (!j || j->is_string() || j->is_object() || j->is_array()) return std::nullopt;
+    s_.remove_prefix(n);
+    return j;
+  }
+  std::string_view rest() const { return s_; }
+
+ private:
+  void SkipSpace() {
+    while (!s_.empty() && IsSpace(s_.front())) s_.remove_prefix(1);
+  }
+  bool Eat(char c) {
+    if (s_.empty() || s_.front() != c) return false;
+    s_.remove_prefix(1);
+    SkipSpace();
+    return true;
+  }
+  std::optional<Json> String() {
+    s_.remove_prefix(kGemmaQuote.size());
+    const size_t end = s_.find(kGemmaQuote);
+    if (end == std::string_view::npos) return std::nullopt;
+    Json j = std::string(s_.substr(0, end));
+    s_.remove_prefix(end + kGemmaQuote.size());
+    return j;
+  }
+  std::optional<Json> Dict(int depth) {
+    Eat('{');
+    Json out = Json::object();
+    if (Eat('}')) return out;
+    for (;;) {
+      const size_t colon = s_.find(':');
+      if (colon == std::string_view::npos) return std::nullopt;
+      std::string_view key = s_.substr(0, colon);
+      if (StartsWith(key, kGemmaQuote) && key.size() >= 2 * kGemmaQuote.size() &&
+          key.substr(key.size() - kGemmaQuote.size()) == kGemmaQuote) {
+        key = key.substr(kGemmaQuote.size(), key.size() - 2 * kGemmaQuote.size());
+      }
+      if (key.empty() || key.find_first_of("{}[],\n") != std::string_view::npos) return std::nullopt;
+      s_.remove_prefix(colon + 1);
+      SkipSpace();
+      std::optional<Json> v = Value(depth + 1);
+      if (!v) return std::nullopt;
+      out[std::string(key)] = std::move(*v);
+      SkipSpace();
+      if (Eat('}')) return out;
+      if (!Eat(',')) return std::nullopt;
+    }
+  }
+  std::optional<Json> Array(int depth) {
+    Eat('[');
+    Json out = Json::array();
+    if (Eat(']')) return out;
+    for (;;) {
+      std::optional<Json> v = Value(depth + 1);
+      if (!v) return std::nullopt;
+      out.push_back(std::move(*v));
+      SkipSpace();
+      if (Eat(']')) return out;
+      if (!Eat(',')) return std::nullopt;
+    }
+  }
+
+  std::string_view s_;
+};
+
+// Gemma 4's block body: "call:NAME{...}".
+std::optional<ToolCall> Gemma4Call(std::string_view body, const ToolCallConfig& config) {
+  constexpr std::string_view kCall = "call:";
+  body = Trim(body);
+  if (!StartsWith(body, kCall)) return std::nullopt;
+  body.remove_prefix(kCall.size());
+  const size_t brace = body.find('{');
+  if (brace == std::string_view::npos) return std::nullopt;
+  const std::string name(Trim(body.substr(0, brace)));
+  if (!Accepts(config, name)) return std::nullopt;
+  GemmaValueReader reader(body.substr(brace));
+  std::optional<Json> args = reader.Value();
+  if (!args || !args->is_object() || !AllSpace(reader.rest())) return std::nullopt;
+  return ToolCall{NewToolCallId(), name, args->dump()};
+}
+
+// The length of the JSON object that starts at s[0] ('{'), through its
+// closing brace; npos when it does not close within s.
+size_t JsonObjectLength(std::string_view s) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      ++depth;
+    } else if ((c == '}' || c == ']') && --depth == 0) {
+      return i + 1;
+    }
+  }
+  return std::string_view::npos;
+}
+
+// Llama 3.x: [<|python_tag|>]{"name": "f", "parameters": {...}}.
+std::optional<ToolCall> Llama3Call(std::string_view body, const ToolCallConfig& config) {
+  body = Trim(body);
+  if (StartsWith(body, kPythonTag)) body.remove_prefix(kPythonTag.size());
+  return HermesCall(body, config);
+}
+
 bool DeepSeekCalls(std::string_view body, const ToolCallConfig& config,
                    std::vector<ToolCall>* calls) {
   std::vector<ToolCall> out;
@@ -238,6 +369,8 @@ bool DeepSeekCalls(std::string_view body, const ToolCallConfig& config,
 
 ToolCallFamily DetectToolCallFamily(std::string_view src) {
   if (Contains(src, "<|channel|>")) return ToolCallFamily::kHarmony;
+  if (Contains(src, "'<|tool_call>call:'")) return ToolCallFamily::kGemma4;
+  if (Contains(src, kLlama3Instruction)) return ToolCallFamily::kLlama3Json;
   if (Contains(src, kDsCallsBegin)) return ToolCallFamily::kDeepSeekV31;
   if (Contains(src, kMiniMaxOpen) && Contains(src, "<invoke name=")) return ToolCallFamily::kMiniMaxM2;
   if (Contains(src, kHermesOpen) && Contains(src, "<arg_key>") && Contains(src, "<arg_value>")) {
@@ -259,6 +392,8 @@ const char* ToolCallFamilyName(ToolCallFamily family) {
     case ToolCallFamily::kGlm45: return "glm-4.5";
     case ToolCallFamily::kGlm47: return "glm-4.7";
     case ToolCallFamily::kMiniMaxM2: return "minimax-m2";
+    case ToolCallFamily::kGemma4: return "gemma4";
+    case ToolCallFamily::kLlama3Json: return "llama3-json";
     case ToolCallFamily::kNone: break;
   }
   return "none";
@@ -283,6 +418,8 @@ ToolCallFrameText ToolCallFrameFor(ToolCallFamily family, std::string_view name)
     case ToolCallFamily::kMiniMaxM2:
       return {std::string(kMiniMaxOpen) + "\n<invoke name=\"" + n + "\">\n",
               "</invoke>\n" + std::string(kMiniMaxClose)};
+    case ToolCallFamily::kGemma4: return {std::string(kGemmaOpen) + "call:" + n, std::string(kGemmaClose)};
+    case ToolCallFamily::kLlama3Json: return {"{\"name\": \"" + n + "\", \"parameters\": ", "}"};
     case ToolCallFamily::kNone: break;
   }
   return {};
@@ -319,6 +456,10 @@ std::vector<std::string_view> FrameTags(ToolCallFamily family) {
     case ToolCallFamily::kMiniMaxM2:
       tags.insert(tags.end(), {kMiniMaxOpen, kMiniMaxClose});
       break;
+    case ToolCallFamily::kGemma4:
+      tags.insert(tags.end(), {"<|channel>", "<channel|>", kGemmaOpen, kGemmaClose, kGemmaQuote});
+      break;
+    case ToolCallFamily::kLlama3Json: break;
     case ToolCallFamily::kDeepSeekV31:
       tags.insert(tags.end(), {kDsCallsBegin, kDsCallsEnd, kDsCallBegin, kDsCallEnd, kDsSep});
       break;
@@ -355,6 +496,11 @@ ToolCallStream::ToolCallStream(ToolCallConfig config) : config_(std::move(config
       open_ = kMiniMaxOpen;
       close_ = kMiniMaxClose;
       break;
+    case ToolCallFamily::kGemma4:
+      open_ = kGemmaOpen;
+      close_ = kGemmaClose;
+      break;
+    case ToolCallFamily::kLlama3Json: break;  // ProcessBareJson
     case ToolCallFamily::kDeepSeekV31:
       open_ = kDsCallsBegin;
       close_ = kDsCallsEnd;
@@ -394,11 +540,78 @@ bool ToolCallStream::ParseBlock(std::string_view body, std::vector<ToolCall>* ca
       return false;
     case ToolCallFamily::kDeepSeekV31: return DeepSeekCalls(body, config_, calls);
     case ToolCallFamily::kMiniMaxM2: return MiniMaxCalls(body, config_, calls);
+    case ToolCallFamily::kGemma4:
+      if (auto c = Gemma4Call(body, config_)) return calls->push_back(std::move(*c)), true;
+      return false;
+    case ToolCallFamily::kLlama3Json:
+      if (auto c = Llama3Call(body, config_)) return calls->push_back(std::move(*c)), true;
+      return false;
     default: return false;
   }
 }
 
+void ToolCallStream::TakeCalls(std::vector<ToolCall>* calls, ToolCallOutput* out) {
+  for (ToolCall& c : *calls) {
+    if (!config_.parallel && calls_made_ > 0) break;
+    out->calls.push_back(std::move(c));
+    ++calls_made_;
+  }
+  text_since_call_ = false;
+}
+
+void ToolCallStream::ProcessBareJson(bool final, ToolCallOutput* out) {
+  for (;;) {
+    const std::string_view p = pending_;
+    switch (state_) {
+      case State::kPlain:
+        out->content.append(p);
+        pending_.clear();
+        return;
+      case State::kText: {
+        // Before the first call whitespace waits (content if no call
+        // follows); between calls whitespace and ';' are dropped.
+        const bool first = calls_made_ == 0;
+        size_t i = 0;
+        while (i < p.size() && (IsSpace(p[i]) || (!first && p[i] == ';'))) ++i;
+        std::string_view rest = p.substr(i);
+        size_t tag = first && StartsWith(rest, kPythonTag) ? kPythonTag.size() : 0;
+        const bool undecided = rest.size() == tag || (first && tag == 0 && rest.size() < kPythonTag.size() &&
+                                                      StartsWith(kPythonTag, rest));
+        if (undecided && !final) return;
+        if (undecided || rest[tag] != '{') {
+          if (!first && rest.empty()) {
+            pending_.clear();
+            return;
+          }
+          state_ = State::kPlain;
+          continue;
+        }
+        if (first) out->content.append(p.substr(0, i));  // whitespace before the first call
+        pending_.erase(0, i);
+        state_ = State::kCall;
+        continue;
+      }
+      case State::kCall: {
+        const size_t brace = p.find('{');
+        const size_t n = JsonObjectLength(p.substr(brace));
+        if (n == std::string_view::npos && !final) return;
+        const size_t end = n == std::string_view::npos ? p.size() : brace + n;
+        std::vector<ToolCall> calls;
+        if (!ParseBlock(p.substr(0, end), &calls)) {
+          state_ = State::kPlain;  // malformed: this and the rest are content
+          continue;
+        }
+        TakeCalls(&calls, out);
+        pending_.erase(0, end);
+        state_ = State::kText;
+        continue;
+      }
+    }
+  }
+}
+
 void ToolCallStream::Process(bool final, ToolCallOutput* out) {
+  if (config_.family == ToolCallFamily::kLlama3Json) return ProcessBareJson(final, out);
   for (;;) {
     const std::string_view p = pending_;
     switch (state_) {
@@ -448,14 +661,9 @@ void ToolCallStream::Process(bool final, ToolCallOutput* out) {
           state_ = State::kPlain;
           continue;
         }
-        for (ToolCall& c : calls) {
-          if (!config_.parallel && calls_made_ > 0) break;
-          out->calls.push_back(std::move(c));
-          ++calls_made_;
-        }
+        TakeCalls(&calls, out);
         pending_.erase(0, close == std::string_view::npos ? p.size() : close + close_.size());
         state_ = State::kText;
-        text_since_call_ = false;
         continue;
       }
     }

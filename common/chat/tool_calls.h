@@ -42,6 +42,22 @@
 //                  name="city">Oslo</parameter>\n</invoke>\n</minimax:tool_call>
 //                values as kGlm45's (detected by "<minimax:tool_call>" +
 //                "<invoke name=")
+//   kGemma4      Gemma 4: one call per block, the arguments in Gemma's
+//                dictionary syntax (keys bare, strings between <|"|> quotes,
+//                numbers, true/false/null, [..] and {..} as JSON's)
+//                  <|tool_call>call:f{city:<|"|>Oslo<|"|>,days:3}<tool_call|>
+//                (detected by "'<|tool_call>call:'"; the reasoning before
+//                it is Gemma's thought channel, harmony.h kThoughtChannel)
+//   kLlama3Json  Llama 3.1 / 3.2 / 3.3: the answer is the call, a bare JSON
+//                object, optionally after "<|python_tag|>"
+//                  {"name": "f", "parameters": {...}}
+//                ("arguments" read too); several calls one after another
+//                (whitespace or ';' between them). Text before the first
+//                object makes the whole answer content (detected by the
+//                templates' 'Respond in the format {"name": function name,
+//                "parameters": ...}')
+// Nemotron 3 Nano writes kQwen3Coder's calls (its template is detected as
+// such, as llama.cpp does).
 // The family follows the template, not the architecture: Qwen3-Coder-Next
 // (qwen3next) ships Qwen3-Coder's template (kQwen3Coder), Qwen3-Next-80B-A3B
 // Qwen3's (kHermes).
@@ -64,8 +80,8 @@
 // Constrained decoding (tool_choice "required" or a named function) forces
 // the model to write ToolCallFrameFor(family, name).prefix, then arguments
 // matching the function's parameters (one JSON object for kHermes,
-// kDeepSeekV31 and kHarmony; one tag per argument, ArgumentTagsFor, for the
-// others), then .suffix.
+// kDeepSeekV31, kHarmony and kLlama3Json; a Gemma dictionary for kGemma4; one tag per
+// argument, ArgumentTagsFor, for the others), then .suffix.
 //
 // Thread-safety: ToolCallStream is not thread-safe; the functions are.
 #pragma once
@@ -88,6 +104,8 @@ enum class ToolCallFamily {
   kGlm45,
   kGlm47,
   kMiniMaxM2,
+  kGemma4,
+  kLlama3Json,
 };
 
 ToolCallFamily DetectToolCallFamily(std::string_view template_source);
@@ -156,6 +174,9 @@ class ToolCallStream {
  private:
   enum class State { kText, kCall, kPlain };
   void Process(bool final, ToolCallOutput* out);
+  // kLlama3Json: calls are bare JSON objects, no tags around them.
+  void ProcessBareJson(bool final, ToolCallOutput* out);
+  void TakeCalls(std::vector<ToolCall>* calls, ToolCallOutput* out);
   // The calls of one block body; false when it does not parse.
   bool ParseBlock(std::string_view body, std::vector<ToolCall>* calls) const;
 

@@ -155,6 +155,43 @@ std::vector<Case> Cases() {
        "<minimax:tool_call>\n<invoke name=\"get_weather\">\n<parameter name=\"city\">Oslo\n"
        "</invoke>\n</minimax:tool_call>",
        {}},
+      // Gemma 4: one call per block, Gemma's dictionary syntax.
+      {"gemma4 single", ToolCallFamily::kGemma4,
+       "<|tool_call>call:get_weather{city:<|\"|>Oslo<|\"|>,days:3}<tool_call|>", "",
+       {{"get_weather", R"({"city":"Oslo","days":3})"}}},
+      {"gemma4 text then parallel", ToolCallFamily::kGemma4,
+       "Both.\n<|tool_call>call:get_weather{zip:<|\"|>0150<|\"|>}<tool_call|><|tool_call>call:search_docs"
+       "{query:<|\"|>a, b: {c}<|\"|>,filters:{team:<|\"|>infra<|\"|>,tags:[<|\"|>x<|\"|>, 2,true,null],"
+       "depth:-1.5e3, none:{}}}<tool_call|>",
+       "Both.\n",
+       {{"get_weather", R"({"zip":"0150"})"},
+        {"search_docs",
+         R"({"query":"a, b: {c}","filters":{"team":"infra","tags":["x",2,true,null],"depth":-1500.0,"none":{}}})"}}},
+      {"gemma4 no arguments, cut off", ToolCallFamily::kGemma4, "<|tool_call>call:search_docs{}", "",
+       {{"search_docs", "{}"}}},
+      {"gemma4 malformed", ToolCallFamily::kGemma4,
+       "<|tool_call>call:get_weather{city:<|\"|>Oslo}<tool_call|> ok",
+       "<|tool_call>call:get_weather{city:<|\"|>Oslo}<tool_call|> ok", {}},
+      {"gemma4 unknown function", ToolCallFamily::kGemma4, "<|tool_call>call:rm_rf{}<tool_call|>",
+       "<|tool_call>call:rm_rf{}<tool_call|>", {}},
+      // Llama 3.x: the answer is the call, bare JSON.
+      {"llama3 single", ToolCallFamily::kLlama3Json,
+       "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\", \"days\": 2}}", "",
+       {{"get_weather", R"({"city":"Oslo","days":2})"}}},
+      {"llama3 python tag, arguments, two calls", ToolCallFamily::kLlama3Json,
+       "<|python_tag|>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}; "
+       "{\"type\": \"function\", \"name\": \"search_docs\", \"parameters\": {\"query\": \"a}b{\\\"\", "
+       "\"filters\": {\"team\": \"x\"}}}\n",
+       "",
+       {{"get_weather", R"({"city":"Oslo"})"}, {"search_docs", R"({"query":"a}b{\"","filters":{"team":"x"}})"}}},
+      {"llama3 call then text", ToolCallFamily::kLlama3Json,
+       "{\"name\": \"search_docs\", \"parameters\": {}} Done.", " Done.", {{"search_docs", "{}"}}},
+      {"llama3 text first is content", ToolCallFamily::kLlama3Json,
+       "Sure: {\"name\": \"get_weather\", \"parameters\": {}}",
+       "Sure: {\"name\": \"get_weather\", \"parameters\": {}}", {}},
+      {"llama3 JSON that is no call", ToolCallFamily::kLlama3Json, "\n{\"answer\": 42}", "\n{\"answer\": 42}", {}},
+      {"llama3 cut off", ToolCallFamily::kLlama3Json, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Os",
+       "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Os", {}},
   };
 }
 
@@ -204,6 +241,7 @@ TEST(ToolCallsTest, StreamsMatchTheWholeParseWhereverCut) {
         EXPECT_EQ(content.find("<tool_call"), std::string::npos) << c.label;
         EXPECT_EQ(content.find("<｜tool"), std::string::npos) << c.label;
         EXPECT_EQ(content.find("<minimax"), std::string::npos) << c.label;
+        EXPECT_EQ(content.find("<|tool"), std::string::npos) << c.label;
       }
     }
     ToolCallOutput z = s.Finish();
@@ -216,7 +254,7 @@ TEST(ToolCallsTest, StreamsMatchTheWholeParseWhereverCut) {
 // throw or crash, and streaming them byte by byte still gives the whole parse.
 TEST(ToolCallsTest, MutatedOutputsParseTheSameWholeAndStreamed) {
   std::mt19937 rng(41);
-  const std::string alphabet = "<>/\"=\n _{}[]:,0aztool_callarg_keyvalueinvokeparameterminimax";
+  const std::string alphabet = "<>/\"=\n _{}[]:,|0aztool_callarg_keyvalueinvokeparameterminimax";
   int calls = 0;
   for (const Case& c : Cases()) {
     for (int i = 0; i < 60; ++i) {
@@ -327,7 +365,7 @@ TEST(ToolCallsTest, HarmonyCallsOnTheCommentaryChannel) {
 }
 
 TEST(ToolCallsTest, FramesOpenAndCloseWhatTheParserReads) {
-  for (ToolCallFamily f : {ToolCallFamily::kHermes, ToolCallFamily::kDeepSeekV31}) {
+  for (ToolCallFamily f : {ToolCallFamily::kHermes, ToolCallFamily::kDeepSeekV31, ToolCallFamily::kLlama3Json}) {
     const ToolCallFrameText frame = ToolCallFrameFor(f, "get_weather");
     ToolCallOutput out =
         ParseToolCalls(frame.prefix + "{\"city\": \"Rome\"}" + frame.suffix, Config(f));
@@ -354,6 +392,12 @@ TEST(ToolCallsTest, FramesOpenAndCloseWhatTheParserReads) {
     EXPECT_EQ(out.content, "") << ToolCallFamilyName(f);
     ExpectCalls(out.calls, {{"get_weather", R"({"city":"Rome","days":4})"}}, ToolCallFamilyName(f));
   }
+  const ToolCallFrameText g = ToolCallFrameFor(ToolCallFamily::kGemma4, "get_weather");
+  EXPECT_EQ(g.prefix, "<|tool_call>call:get_weather");
+  out = ParseToolCalls(g.prefix + "{city:<|\"|>Rome<|\"|>,days:4}" + g.suffix, Config(ToolCallFamily::kGemma4));
+  EXPECT_EQ(out.content, "");
+  ExpectCalls(out.calls, {{"get_weather", R"({"city":"Rome","days":4})"}}, "gemma4 frame");
+  EXPECT_EQ(ArgumentTagsFor(ToolCallFamily::kGemma4), nullptr);
   EXPECT_EQ(ArgumentTagsFor(ToolCallFamily::kHermes), nullptr);
   EXPECT_EQ(ToolCallFrameFor(ToolCallFamily::kGlm45, "f").prefix, "<tool_call>f\n");
   EXPECT_EQ(ToolCallFrameFor(ToolCallFamily::kGlm47, "f").prefix, "<tool_call>f");
@@ -366,8 +410,17 @@ TEST(ToolCallsTest, FramesOpenAndCloseWhatTheParserReads) {
   EXPECT_TRUE(ToolCallFrameFor(ToolCallFamily::kNone, "x").prefix.empty());
 }
 
+// The template named `name`: the oracle's, or one this repository keeps.
+std::string ReadTemplate(const std::string& name) {
+  for (const fixtures::TemplateFixture& f : fixtures::TemplateFixtures()) {
+    if (f.name == name) return fixtures::ReadTextFile(f.template_path);
+  }
+  ADD_FAILURE() << "no template " << name << " under " << fixtures::FixtureTemplatesDir() << " or "
+                << fixtures::RepoRenderingsDir();
+  return "";
+}
+
 TEST(ToolCallsTest, FamilyOfEachFixtureTemplate) {
-  const fs::path dir = fixtures::FixtureTemplatesDir();
   const std::vector<std::pair<std::string, ToolCallFamily>> want = {
       {"Qwen-Qwen2.5-7B-Instruct", ToolCallFamily::kHermes},
       {"Qwen-Qwen3-0.6B", ToolCallFamily::kHermes},
@@ -378,13 +431,16 @@ TEST(ToolCallsTest, FamilyOfEachFixtureTemplate) {
       {"GLM-4.7-Flash", ToolCallFamily::kGlm47},
       {"MiniMax-M2", ToolCallFamily::kMiniMaxM2},
       {"Qwen3-Coder", ToolCallFamily::kQwen3Coder},
+      {"google-gemma-4-31B-it", ToolCallFamily::kGemma4},
+      // Nemotron 3 Nano writes Qwen3-Coder's calls (llama.cpp reads them so).
+      {"NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", ToolCallFamily::kQwen3Coder},
+      {"meta-llama-Llama-3.1-8B-Instruct", ToolCallFamily::kLlama3Json},
+      {"meta-llama-Llama-3.3-70B-Instruct", ToolCallFamily::kLlama3Json},
   };
   for (const auto& [name, family] : want) {
-    std::ifstream in(dir / (name + ".jinja"), std::ios::binary);
-    ASSERT_TRUE(in.good()) << dir / (name + ".jinja");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    EXPECT_EQ(DetectToolCallFamily(ss.str()), family) << name;
+    const std::string source = ReadTemplate(name);
+    ASSERT_FALSE(source.empty()) << name;
+    EXPECT_EQ(DetectToolCallFamily(source), family) << name;
   }
   EXPECT_EQ(DetectToolCallFamily(ChatMLFallbackTemplate()), ToolCallFamily::kNone);
 }
@@ -392,12 +448,11 @@ TEST(ToolCallsTest, FamilyOfEachFixtureTemplate) {
 // A past call rendered by the real template parses back to the same call
 // (the model sees its own format in the prompt).
 TEST(ToolCallsTest, RenderedPastCallsParseBack) {
-  const fs::path dir = fixtures::FixtureTemplatesDir();
   for (const char* name : {"Qwen-Qwen3-0.6B", "Qwen3.5-4B", "deepseek-ai-DeepSeek-V3.1", "GLM-4.6",
-                           "GLM-4.7-Flash", "MiniMax-M2", "Qwen3-Coder"}) {
-    std::ifstream in(dir / (std::string(name) + ".jinja"), std::ios::binary);
+                           "GLM-4.7-Flash", "MiniMax-M2", "Qwen3-Coder", "google-gemma-4-31B-it",
+                           "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "meta-llama-Llama-3.1-8B-Instruct"}) {
     std::stringstream ss;
-    ss << in.rdbuf();
+    ss << ReadTemplate(name);
     absl::StatusOr<ChatTemplate> t = ChatTemplate::Parse(ss.str());
     ASSERT_TRUE(t.ok()) << t.status();
     const Json messages = Json::parse(R"([{"role": "user", "content": "hi"},
@@ -411,35 +466,38 @@ TEST(ToolCallsTest, RenderedPastCallsParseBack) {
     const ToolCallFamily f = DetectToolCallFamily(ss.str());
     const size_t at = f == ToolCallFamily::kDeepSeekV31 ? prompt->find("<｜tool▁calls▁begin｜>")
                       : f == ToolCallFamily::kMiniMaxM2 ? prompt->rfind("<minimax:tool_call>")
+                      : f == ToolCallFamily::kGemma4    ? prompt->rfind("<|tool_call>")
+                      : f == ToolCallFamily::kLlama3Json ? prompt->rfind("{\"name\": ")
                                                         : prompt->rfind("<tool_call>");
     ASSERT_NE(at, std::string::npos) << name << ": " << *prompt;
     ToolCallOutput out = ParseToolCalls(std::string_view(*prompt).substr(at), Config(f));
     ASSERT_EQ(out.calls.size(), 1u) << name << ": " << prompt->substr(at);
     EXPECT_EQ(out.calls[0].name, "search_docs");
-    EXPECT_EQ(Json::parse(out.calls[0].arguments),
-              Json::parse(R"({"query": "snow", "filters": {"team": "a"}})"))
+    // Key order aside (Gemma's template sorts the keys).
+    EXPECT_EQ(nlohmann::json::parse(out.calls[0].arguments),
+              nlohmann::json::parse(R"({"query": "snow", "filters": {"team": "a"}})"))
         << name;
   }
-}
-
-std::string ReadTemplate(const std::string& name) {
-  const fs::path path = fs::path(fixtures::FixtureTemplatesDir()) / (name + ".jinja");
-  EXPECT_TRUE(fs::exists(path)) << path;
-  return fixtures::ReadTextFile(path.string());
 }
 
 // Whether the output starts inside a <think> block follows the generation
 // prompt, as llama.cpp decides it (the prompt ends with the open tag):
 // GLM-4.7-Flash and MiniMax-M2 open it, GLM-4.6 lets the model open it
 // (and closes an empty one with thinking off), Qwen3-Coder does not think.
+// Nemotron 3 Nano opens it with thinking on and closes an empty one with it
+// off; Gemma 4's thought channel is the model's to open (with thinking off
+// the prompt holds an empty one).
 TEST(ToolCallsTest, GenerationPromptsOpenReasoningPerTemplate) {
   struct Want {
     const char* name;
     bool thinking_on, thinking_off;
+    OutputFormat format = OutputFormat::kThink;
   };
   const Json messages = Json::parse(R"([{"role": "user", "content": "hi"}])");
   for (const Want& w : {Want{"GLM-4.6", false, false}, Want{"GLM-4.7-Flash", true, false},
-                        Want{"MiniMax-M2", true, true}, Want{"Qwen3-Coder", false, false}}) {
+                        Want{"MiniMax-M2", true, true}, Want{"Qwen3-Coder", false, false},
+                        Want{"NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", true, false},
+                        Want{"google-gemma-4-31B-it", false, false, OutputFormat::kThoughtChannel}}) {
     absl::StatusOr<ChatTemplate> t = ChatTemplate::Parse(ReadTemplate(w.name));
     ASSERT_TRUE(t.ok()) << t.status();
     ChatTemplateOptions o;
@@ -448,7 +506,7 @@ TEST(ToolCallsTest, GenerationPromptsOpenReasoningPerTemplate) {
       o.enable_thinking = thinking;
       absl::StatusOr<std::string> prompt = t->Render(messages, o);
       ASSERT_TRUE(prompt.ok()) << prompt.status();
-      EXPECT_EQ(PromptOpensReasoning(*prompt), thinking ? w.thinking_on : w.thinking_off)
+      EXPECT_EQ(PromptOpensReasoning(*prompt, w.format), thinking ? w.thinking_on : w.thinking_off)
           << w.name << " thinking " << thinking << ": " << *prompt;
     }
   }
@@ -462,6 +520,7 @@ TEST(ToolCallsTest, ReasoningThenCallsOfTheNewFamilies) {
     ToolCallFamily family;
     bool starts_in_reasoning;
     std::string output;
+    OutputFormat format = OutputFormat::kThink;
   };
   const std::vector<Answer> answers = {
       {ToolCallFamily::kGlm45, false,
@@ -473,9 +532,18 @@ TEST(ToolCallsTest, ReasoningThenCallsOfTheNewFamilies) {
       {ToolCallFamily::kMiniMaxM2, true,
        "The user wants the weather.\n</think>\n\n<minimax:tool_call>\n<invoke name=\"get_weather\">\n"
        "<parameter name=\"city\">Oslo</parameter>\n</invoke>\n</minimax:tool_call>"},
+      // Nemotron 3 Nano (Qwen3-Coder's calls after the <think> its prompt opened).
+      {ToolCallFamily::kQwen3Coder, true,
+       "The user wants the weather.\n</think>\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\n"
+       "Oslo\n</parameter>\n</function>\n</tool_call>\n"},
+      // Gemma 4: its thought channel, then the call.
+      {ToolCallFamily::kGemma4, false,
+       "<|channel>thought\nThe user wants the weather.<channel|><|tool_call>call:get_weather"
+       "{city:<|\"|>Oslo<|\"|>}<tool_call|>",
+       OutputFormat::kThoughtChannel},
   };
   for (const Answer& a : answers) {
-    ReasoningSplit split = SplitReasoning(a.output, a.starts_in_reasoning);
+    ReasoningSplit split = SplitOutput(a.output, a.format, a.starts_in_reasoning);
     EXPECT_EQ(split.reasoning_content, "The user wants the weather.") << ToolCallFamilyName(a.family);
     ToolCallOutput out = ParseToolCalls(split.content, Config(a.family));
     EXPECT_EQ(out.content, "") << ToolCallFamilyName(a.family);

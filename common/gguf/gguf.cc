@@ -748,6 +748,15 @@ void HashValue(Fnv1a& h, const GgufValue& v) {
 
 }  // namespace
 
+absl::StatusOr<GgufFile::FileLocation> GgufFile::Locate(const uint8_t* p) const {
+  for (const auto& part : parts_) {
+    if (part->base != nullptr && p >= part->base && p < part->base + part->size) {
+      return FileLocation{part->path, static_cast<uint64_t>(p - part->base)};
+    }
+  }
+  return absl::NotFoundError(absl::StrCat(path_, ": address is not inside the file's mapping"));
+}
+
 std::string GgufFile::Identity() const {
   Fnv1a h;
   for (const auto& [key, value] : kv_) {

@@ -167,6 +167,16 @@ class GgufFile {
   // A SHA-256-free identity: FNV-1a 64 over metadata and tensor table, hex.
   std::string Identity() const;
 
+  // Where byte `p` of a tensor's data lies on disk: its part's path and the
+  // byte offset in that file (what a reader that bypasses the mapping, e.g.
+  // the expert-worker's direct-I/O tier, reads). NotFound when `p` is not
+  // inside a part of this file.
+  struct FileLocation {
+    std::string path;
+    uint64_t offset = 0;
+  };
+  absl::StatusOr<FileLocation> Locate(const uint8_t* p) const;
+
  private:
   friend class GgufParser;
   struct Part;

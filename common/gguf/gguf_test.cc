@@ -271,7 +271,17 @@ TEST(GgufTest, SplitModelIsPresentedAsOne) {
     ASSERT_NE(t, nullptr);
     EXPECT_EQ(t->split, i);
     EXPECT_EQ(t->data[0], i + 1);
+    // Locate names the part and the byte's offset in it: reading there from
+    // the file gives the mapped bytes.
+    auto loc = (*f)->Locate(t->data + 3);
+    ASSERT_TRUE(loc.ok()) << loc.status();
+    EXPECT_EQ(loc->path, absl::StrFormat("%s-%05d-of-%05d.gguf", prefix, i + 1, 3));
+    std::ifstream in(loc->path, std::ios::binary);
+    in.seekg(static_cast<std::streamoff>(loc->offset));
+    EXPECT_EQ(in.get(), i + 1);
   }
+  const uint8_t outside = 0;
+  EXPECT_EQ((*f)->Locate(&outside).status().code(), absl::StatusCode::kNotFound);
   // A missing part is a clear error.
   std::filesystem::remove(prefix + "-00003-of-00003.gguf");
   auto g = GgufFile::Open(prefix + "-00001-of-00003.gguf");

@@ -290,6 +290,49 @@ std::vector<TensorSpec> NemotronHMoeTensors() {
   return t;
 }
 
+// llama.cpp: llama_model_gemma4 (load_arch_tensors), the MoE layers of
+// Gemma-4-26B-A4B: attention with Q/K norms (V from K where attn_v is
+// absent), post-attention norm, a dense GeGLU MLP beside the routed experts
+// (fused gate/up, a factor per expert on its down output), a router on
+// RMSNorm(x) / sqrt(d) * ffn_gate_inp.scale, the extra FFN norms and a
+// per-layer output scale; rope_freqs for the full-attention layers.
+std::vector<TensorSpec> Gemma4Tensors() {
+  std::vector<TensorSpec> t = GlobalTensors();
+  t.push_back({T::kRopeFreqs, "rope_freqs.weight", R::kNorm, 1, {D::kRopePairs}, false});
+  t.push_back({T::kAttnNorm, "attn_norm.weight", R::kNorm, 1, {D::kEmbd}, true});
+  AddAttention(t, LayerSel::kAll, D::kQ);
+  for (TensorSpec& s : t) {
+    if (s.id == T::kAttnV) s.required = false;
+  }
+  AddQkNorm(t, LayerSel::kAll);
+  t.push_back({T::kAttnPostNorm, "post_attention_norm.weight", R::kNorm, 1, {D::kEmbd}, true});
+  t.push_back({T::kFfnNorm, "ffn_norm.weight", R::kNorm, 1, {D::kEmbd}, true});
+  t.push_back({T::kFfnGate, "ffn_gate.weight", R::kDense, 2, {D::kEmbd, D::kFf}, true});
+  t.push_back({T::kFfnUp, "ffn_up.weight", R::kDense, 2, {D::kEmbd, D::kFf}, true});
+  t.push_back({T::kFfnDown, "ffn_down.weight", R::kDense, 2, {D::kFf, D::kEmbd}, true});
+  t.push_back({T::kFfnPostNorm, "post_ffw_norm.weight", R::kNorm, 1, {D::kEmbd}, true});
+  const LayerSel m = LayerSel::kMoe;
+  t.push_back({T::kRouter, "ffn_gate_inp.weight", R::kRouter, 2, {D::kEmbd, D::kExpert}, true, m});
+  t.push_back({T::kRouterScale, "ffn_gate_inp.scale", R::kRouter, 1, {D::kEmbd}, true, m});
+  t.push_back({T::kFfnPreNorm2, "pre_ffw_norm_2.weight", R::kNorm, 1, {D::kEmbd}, true, m});
+  t.push_back({T::kFfnPostNorm1, "post_ffw_norm_1.weight", R::kNorm, 1, {D::kEmbd}, true, m});
+  t.push_back({T::kFfnPostNorm2, "post_ffw_norm_2.weight", R::kNorm, 1, {D::kEmbd}, true, m});
+  // Fused gate/up, or (older conversions) the two tensors: Model::Load
+  // checks that one of the forms is there.
+  t.push_back({T::kExpGateUp, "ffn_gate_up_exps.weight", R::kRoutedExpert, 3,
+               {D::kEmbd, D::kFfExp2, D::kExpert}, false, m});
+  t.push_back({T::kExpGate, "ffn_gate_exps.weight", R::kRoutedExpert, 3,
+               {D::kEmbd, D::kFfExp, D::kExpert}, false, m});
+  t.push_back({T::kExpUp, "ffn_up_exps.weight", R::kRoutedExpert, 3,
+               {D::kEmbd, D::kFfExp, D::kExpert}, false, m});
+  t.push_back({T::kExpDown, "ffn_down_exps.weight", R::kRoutedExpert, 3,
+               {D::kFfExp, D::kEmbd, D::kExpert}, true, m});
+  t.push_back({T::kExpDownScale, "ffn_down_exps.scale", R::kRoutedExpert, 1, {D::kExpert},
+               false, m});
+  t.push_back({T::kLayerOutScale, "layer_output_scale.weight", R::kNorm, 1, {D::kOne}, false});
+  return t;
+}
+
 // llama.cpp: LLM_TENSOR_NEXTN_* (glm4moe, deepseek2, qwen35moe load_arch_tensors).
 std::vector<TensorSpec> MakeNextNTensors() {
   return {
@@ -420,6 +463,24 @@ const std::vector<ArchDescription>& Registry() {
        .rope = false,
        .moe_latent = true,
        .tensors = NemotronHMoeTensors()},
+      // llama.cpp: llama_model_gemma4 (Gemma-4-26B-A4B's MoE layers):
+      // sliding-window and full-attention layers from a per-layer pattern
+      // with their own head sizes, KV heads and RoPE ("proportional" RoPE
+      // through rope_freqs on the full ones), attention scale 1, V RMS-normed
+      // (from K where attn_v is absent), embeddings times sqrt(d), a GeGLU
+      // MLP beside GeGLU experts, softmax router with normalised weights,
+      // final logit soft-capping.
+      {.name = "gemma4",
+       .key_prefix = "gemma4",
+       .router = {.default_norm_topk = true},
+       .sliding_window = true,
+       .expert_ffn = {.activation = ExpertActivation::kGeGlu},
+       .swa_own_geometry = true,
+       .unit_attention_scale = true,
+       .v_rms_norm = true,
+       .embed_scale_sqrt_d = true,
+       .dense_activation = ExpertActivation::kGeGlu,
+       .tensors = Gemma4Tensors()},
   };
   return *kArchs;
 }
@@ -457,34 +518,6 @@ absl::StatusOr<int64_t> ReadInt(const GgufFile& f, const std::string& key,
   return *r;
 }
 
-// A per-layer integer key (an array, or one value for every layer) as n
-// values. InvalidArgument naming the key when it is missing, not integer,
-// or an array of another length.
-absl::StatusOr<std::vector<int64_t>> ReadLayerInts(const GgufFile& f, const std::string& key,
-                                                   int64_t n) {
-  const GgufValue* v = f.Find(key);
-  if (v == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(f.path(), ": missing hyper-parameter '", key, "'"));
-  }
-  if (v->type() != GgufValueType::kArray) {
-    auto r = v->AsInt();
-    if (!r.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(f.path(), ": key '", key, "': ", r.status().message()));
-    }
-    return std::vector<int64_t>(n, *r);
-  }
-  std::vector<int64_t> vals = v->ints();
-  for (uint64_t u : v->uints()) vals.push_back(static_cast<int64_t>(u));
-  if (static_cast<int64_t>(vals.size()) != n || static_cast<int64_t>(v->size()) != n) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        f.path(), ": key '", key, "' has ", v->size(), " entries, expected one integer per layer (",
-        n, ")"));
-  }
-  return vals;
-}
-
 // A per-layer integer key whose non-zero entries must be equal: that value
 // (0 when every entry is 0 or the key is absent). InvalidArgument naming the
 // key when two non-zero entries differ or one is negative.
@@ -504,6 +537,28 @@ absl::StatusOr<int64_t> ReadNonZero(const GgufFile& f, const std::string& key) {
     if (x != 0) value = x;
   }
   return value;
+}
+
+// Reads an integer (or bool) key as one value per layer: a scalar for every
+// layer, or an array of exactly n_layer entries. Absent: `def` for every
+// layer when given, else InvalidArgument.
+absl::StatusOr<std::vector<int64_t>> ReadIntPerLayer(const GgufFile& f, const std::string& key,
+                                                     int64_t n_layer,
+                                                     std::optional<int64_t> def) {
+  const GgufValue* v = f.Find(key);
+  if (v == nullptr || v->type() != GgufValueType::kArray) {
+    ASSIGN_OR_RETURN(const int64_t x, ReadInt(f, key, def));
+    return std::vector<int64_t>(n_layer, x);
+  }
+  std::vector<int64_t> vals = v->ints();
+  for (uint64_t u : v->uints()) vals.push_back(static_cast<int64_t>(u));
+  if (static_cast<int64_t>(vals.size()) < n_layer) {
+    return absl::InvalidArgumentError(absl::StrCat(f.path(), ": key '", key, "' has ",
+                                                   vals.size(), " entries for ", n_layer,
+                                                   " layers"));
+  }
+  vals.resize(n_layer);
+  return vals;
 }
 
 absl::StatusOr<double> ReadFloat(const GgufFile& f, const std::string& key,
@@ -589,16 +644,24 @@ absl::Status ParseRope(const GgufFile& f, const std::string& p, HyperParams* hp)
   return absl::OkStatus();
 }
 
-absl::Status ParseAttention(const GgufFile& f, const std::string& p, bool per_layer_kinds,
+absl::Status ParseAttention(const GgufFile& f, const std::string& p, const ArchDescription& arch,
                             HyperParams* hp) {
   ASSIGN_OR_RETURN(hp->n_head, ReadInt(f, p + ".attention.head_count", std::nullopt));
   RETURN_IF_ERROR(Positive(f, "attention.head_count", hp->n_head, 4096));
-  if (per_layer_kinds) {
+  const std::string kv_key = p + ".attention.head_count_kv";
+  const GgufValue* kv_arr = f.Find(kv_key);
+  if (arch.pattern == LayerPattern::kPerLayerKinds) {
     // The attention layers' value; a model without any keeps head_count.
-    ASSIGN_OR_RETURN(hp->n_head_kv, ReadNonZero(f, p + ".attention.head_count_kv"));
+    ASSIGN_OR_RETURN(hp->n_head_kv, ReadNonZero(f, kv_key));
     if (hp->n_head_kv == 0) hp->n_head_kv = hp->n_head;
+  } else if (arch.swa_own_geometry && kv_arr != nullptr &&
+             kv_arr->type() == GgufValueType::kArray) {
+    // Per-layer values (ParseLayers sets each layer's); the global one is
+    // the last layer's until then.
+    ASSIGN_OR_RETURN(std::vector<int64_t> kv, ReadIntPerLayer(f, kv_key, hp->n_layer, std::nullopt));
+    hp->n_head_kv = kv.back();
   } else {
-    ASSIGN_OR_RETURN(hp->n_head_kv, ReadInt(f, p + ".attention.head_count_kv", hp->n_head));
+    ASSIGN_OR_RETURN(hp->n_head_kv, ReadInt(f, kv_key, hp->n_head));
   }
   RETURN_IF_ERROR(Positive(f, "attention.head_count_kv", hp->n_head_kv, 4096));
   if (hp->n_head % hp->n_head_kv != 0) {
@@ -697,9 +760,11 @@ absl::Status ParseSsm(const GgufFile& f, const std::string& p, HyperParams* hp) 
 absl::Status ParseLayerKinds(const GgufFile& f, const std::string& p, const ArchDescription& arch,
                              HyperParams* hp) {
   ASSIGN_OR_RETURN(const std::vector<int64_t> kv,
-                   ReadLayerInts(f, p + ".attention.head_count_kv", hp->n_layer + hp->n_nextn()));
+                   ReadIntPerLayer(f, p + ".attention.head_count_kv", hp->n_layer + hp->n_nextn(),
+                                   std::nullopt));
   ASSIGN_OR_RETURN(const std::vector<int64_t> ff,
-                   ReadLayerInts(f, p + ".feed_forward_length", hp->n_layer + hp->n_nextn()));
+                   ReadIntPerLayer(f, p + ".feed_forward_length", hp->n_layer + hp->n_nextn(),
+                                   std::nullopt));
   for (int64_t il = 0; il < hp->n_layer; ++il) {
     LayerSpec& l = hp->layers[il];
     if (kv[il] == 0 && ff[il] == 0) {
@@ -716,6 +781,8 @@ absl::Status ParseLayerKinds(const GgufFile& f, const std::string& p, const Arch
   }
   return absl::OkStatus();
 }
+
+absl::Status ParseSwaGeometry(const GgufFile& f, const std::string& p, HyperParams* hp);
 
 // One LayerSpec per layer from the description's pattern.
 absl::Status ParseLayers(const GgufFile& f, const std::string& p, const ArchDescription& arch,
@@ -744,18 +811,90 @@ absl::Status ParseLayers(const GgufFile& f, const std::string& p, const ArchDesc
     ASSIGN_OR_RETURN(const int64_t window,
                      ReadInt(f, p + ".attention.sliding_window", std::nullopt));
     RETURN_IF_ERROR(Positive(f, "attention.sliding_window", window, int64_t{1} << 30));
-    ASSIGN_OR_RETURN(const int64_t period,
-                     ReadInt(f, p + ".attention.sliding_window_pattern", 2));
-    RETURN_IF_ERROR(Positive(f, "attention.sliding_window_pattern", period, 4096));
-    // llama_hparams::set_swa_pattern(period): layer il slides when
-    // il % period < period - 1 (period 1: none does).
-    for (int64_t il = 0; il < hp->n_layer; ++il) {
-      if (IsAttention(hp->layers[il].mixer) && il % period < period - 1) {
-        hp->layers[il].sliding_window = window;
+    const std::string pattern_key = p + ".attention.sliding_window_pattern";
+    const GgufValue* pattern = f.Find(pattern_key);
+    if (pattern != nullptr && pattern->type() == GgufValueType::kArray) {
+      // One bool per layer (llama.cpp's get_key_or_arr into is_swa_impl).
+      ASSIGN_OR_RETURN(const std::vector<int64_t> swa,
+                       ReadIntPerLayer(f, pattern_key, hp->n_layer, std::nullopt));
+      for (int64_t il = 0; il < hp->n_layer; ++il) {
+        if (IsAttention(hp->layers[il].mixer) && swa[il] != 0) {
+          hp->layers[il].sliding_window = window;
+        }
+      }
+    } else {
+      ASSIGN_OR_RETURN(const int64_t period, ReadInt(f, pattern_key, 2));
+      RETURN_IF_ERROR(Positive(f, "attention.sliding_window_pattern", period, 4096));
+      // llama_hparams::set_swa_pattern(period): layer il slides when
+      // il % period < period - 1 (period 1: none does).
+      for (int64_t il = 0; il < hp->n_layer; ++il) {
+        if (IsAttention(hp->layers[il].mixer) && il % period < period - 1) {
+          hp->layers[il].sliding_window = window;
+        }
       }
     }
   }
+  if (arch.swa_own_geometry) RETURN_IF_ERROR(ParseSwaGeometry(f, p, hp));
   if (hp->n_recurrent_layers() > 0) RETURN_IF_ERROR(ParseSsm(f, p, hp));
+  return absl::OkStatus();
+}
+
+// ArchDescription::swa_own_geometry, after the sliding windows are known:
+// the sliding layers' head sizes and RoPE, every layer's KV heads. The
+// global geometry (HyperParams::n_head_kv, head_dim_k/v, rope) is the
+// full-attention layers'; a layer whose own differs keeps it in LayerSpec.
+absl::Status ParseSwaGeometry(const GgufFile& f, const std::string& p, HyperParams* hp) {
+  ASSIGN_OR_RETURN(const int64_t shared, ReadInt(f, p + ".attention.shared_kv_layers", 0));
+  ASSIGN_OR_RETURN(const int64_t per_layer_embd,
+                   ReadInt(f, p + ".embedding_length_per_layer_input", 0));
+  if (shared != 0 || per_layer_embd != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        f.path(), ": ", hp->arch, " with attention.shared_kv_layers ", shared,
+        " / embedding_length_per_layer_input ", per_layer_embd,
+        " (KV shared between layers, per-layer embeddings: the small dense models) is not "
+        "supported; only 0 / 0 (the MoE model's)"));
+  }
+  ASSIGN_OR_RETURN(const std::vector<int64_t> kv,
+                   ReadIntPerLayer(f, p + ".attention.head_count_kv", hp->n_layer, hp->n_head));
+  ASSIGN_OR_RETURN(const int64_t hk_swa,
+                   ReadInt(f, p + ".attention.key_length_swa", hp->head_dim_k));
+  RETURN_IF_ERROR(Positive(f, "attention.key_length_swa", hk_swa, 65536));
+  ASSIGN_OR_RETURN(const int64_t hv_swa,
+                   ReadInt(f, p + ".attention.value_length_swa", hp->head_dim_v));
+  RETURN_IF_ERROR(Positive(f, "attention.value_length_swa", hv_swa, 65536));
+  // The full-attention layers' KV heads are the global ones.
+  for (int64_t il = 0; il < hp->n_layer; ++il) {
+    if (hp->layers[il].sliding_window == 0) hp->n_head_kv = kv[il];
+  }
+  for (int64_t il = 0; il < hp->n_layer; ++il) {
+    LayerSpec& l = hp->layers[il];
+    RETURN_IF_ERROR(Positive(f, "attention.head_count_kv", kv[il], 4096));
+    if (hp->n_head % kv[il] != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          f.path(), ": attention.head_count ", hp->n_head,
+          " is not a multiple of layer ", il, "'s attention.head_count_kv ", kv[il]));
+    }
+    if (kv[il] != hp->n_head_kv) l.n_head_kv = kv[il];
+    if (l.sliding_window > 0) {
+      if (hk_swa != hp->head_dim_k) l.head_dim_k = hk_swa;
+      if (hv_swa != hp->head_dim_v) l.head_dim_v = hv_swa;
+    }
+  }
+  RopeParams& r = hp->rope_swa;
+  r = hp->rope;
+  ASSIGN_OR_RETURN(r.n_rot, ReadInt(f, p + ".rope.dimension_count_swa", hk_swa));
+  if (r.n_rot <= 0 || r.n_rot > hk_swa || r.n_rot % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        f.path(), ": rope.dimension_count_swa = ", r.n_rot, " must be even and in [2, ", hk_swa,
+        "]"));
+  }
+  ASSIGN_OR_RETURN(const double base, ReadFloat(f, p + ".rope.freq_base_swa", hp->rope.freq_base));
+  if (base <= 1.0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(f.path(), ": rope.freq_base_swa = ", base, " must be > 1"));
+  }
+  r.freq_base = static_cast<float>(base);
+  hp->has_rope_swa = true;
   return absl::OkStatus();
 }
 
@@ -1004,7 +1143,15 @@ int HyperParams::n_moe_layers() const {
   return n;
 }
 
+bool HyperParams::per_layer_geometry() const {
+  for (const LayerSpec& l : layers) {
+    if (l.n_head_kv > 0 || l.head_dim_k > 0 || l.head_dim_v > 0) return true;
+  }
+  return has_rope_swa;
+}
+
 float HyperParams::attn_scale() const {
+  if (unit_attention_scale) return 1.0f;
   if (layers.empty() || layers[0].mixer != MixerKind::kMla) {
     return 1.0f / std::sqrt(static_cast<float>(head_dim_k));
   }
@@ -1022,6 +1169,7 @@ std::string ExpertFfnName(const ExpertFfnSpec& ffn) {
     case ExpertActivation::kSwiGluOai:
       return absl::StrCat("swiglu_oai(alpha=", ffn.alpha, ",limit=", ffn.limit, ")");
     case ExpertActivation::kReluSq: return "relu_sq";
+    case ExpertActivation::kGeGlu: return "geglu";
   }
   return "?";
 }
@@ -1087,7 +1235,7 @@ absl::StatusOr<HyperParams> ParseHyperParams(const GgufFile& f,
   hp.n_layer -= nextn;
   ASSIGN_OR_RETURN(hp.n_ctx_train, ReadInt(f, p + ".context_length", std::nullopt));
   RETURN_IF_ERROR(Positive(f, "context_length", hp.n_ctx_train, int64_t{1} << 30));
-  RETURN_IF_ERROR(ParseAttention(f, p, arch.pattern == LayerPattern::kPerLayerKinds, &hp));
+  RETURN_IF_ERROR(ParseAttention(f, p, arch, &hp));
   hp.rope.norm_style = arch.rope_norm;
   if (arch.rope_yarn_log_multiplier) {
     ASSIGN_OR_RETURN(const double log_mul,
@@ -1113,21 +1261,35 @@ absl::StatusOr<HyperParams> ParseHyperParams(const GgufFile& f,
   hp.nextn_layers.resize(nextn);
   RETURN_IF_ERROR(ParseLayers(f, p, arch, &hp));
   hp.expert_ffn = arch.expert_ffn;
+  hp.dense_activation = arch.dense_activation;
+  hp.embed_scale_sqrt_d = arch.embed_scale_sqrt_d;
+  hp.v_rms_norm = arch.v_rms_norm;
+  hp.unit_attention_scale = arch.unit_attention_scale;
+  ASSIGN_OR_RETURN(const double softcap, ReadFloat(f, p + ".final_logit_softcapping", 0.0));
+  if (softcap < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(f.path(), ": final_logit_softcapping = ", softcap, " is negative"));
+  }
+  hp.final_logit_softcap = static_cast<float>(softcap);
   hp.qk_norm_whole = arch.qk_norm_whole;
   hp.ssm_grouped_heads = arch.ssm_grouped_heads;
   return hp;
 }
 
-int64_t ResolveDim(const HyperParams& hp, Dim dim) {
+int64_t ResolveDim(const HyperParams& hp, Dim dim, int layer) {
+  const bool own = layer >= 0 && layer < static_cast<int>(hp.layers.size());
+  const int64_t kv = own ? hp.kv_heads(layer) : hp.n_head_kv;
+  const int64_t hk = own ? hp.head_k(layer) : hp.head_dim_k;
+  const int64_t hv = own ? hp.head_v(layer) : hp.head_dim_v;
   switch (dim) {
     case Dim::kOne: return 1;
     case Dim::kEmbd: return hp.n_embd;
     case Dim::kEmbd2: return 2 * hp.n_embd;
-    case Dim::kQ: return hp.n_head * hp.head_dim_k;
-    case Dim::kK: return hp.n_head_kv * hp.head_dim_k;
-    case Dim::kV: return hp.n_head_kv * hp.head_dim_v;
-    case Dim::kAttnOut: return hp.n_head * hp.head_dim_v;
-    case Dim::kHeadK: return hp.head_dim_k;
+    case Dim::kQ: return hp.n_head * hk;
+    case Dim::kK: return kv * hk;
+    case Dim::kV: return kv * hv;
+    case Dim::kAttnOut: return hp.n_head * hv;
+    case Dim::kHeadK: return hk;
     case Dim::kHead: return hp.n_head;
     case Dim::kExpert: return hp.n_expert;
     case Dim::kFfExp: return hp.n_ff_exp;
@@ -1153,6 +1315,8 @@ int64_t ResolveDim(const HyperParams& hp, Dim dim) {
     case Dim::kSsmNormGroup: return hp.ssm_inner() / std::max<int64_t>(hp.ssm_n_k_heads, 1);
     case Dim::kSsmGroups: return hp.ssm_n_k_heads;
     case Dim::kEmbdExperts: return hp.n_embd_experts();
+    case Dim::kFfExp2: return 2 * hp.n_ff_exp;
+    case Dim::kRopePairs: return hp.rope.n_rot / 2;
   }
   return 0;
 }

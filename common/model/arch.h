@@ -40,7 +40,12 @@
 //   ssm.group_count (key heads), ssm.time_step_rank (value heads),
 //   ssm.inner_size (value heads x value head size), full_attention_interval
 //   (default 4); sliding-window architectures: attention.sliding_window,
-//   attention.sliding_window_pattern (default 2).
+//   attention.sliding_window_pattern (default 2; or a per-layer bool array,
+//   true = sliding); final_logit_softcapping (default 0: none);
+//   ArchDescription::swa_own_geometry: attention.key_length_swa,
+//   value_length_swa, rope.freq_base_swa, rope.dimension_count_swa,
+//   attention.shared_kv_layers (must be 0), embedding_length_per_layer_input
+//   (must be 0).
 //   nextn_predict_layers (default 0): NextN / MTP blocks counted in
 //   block_count after the trunk (see HyperParams::nextn_layers);
 //   LayerPattern::kPerLayerKinds: attention.head_count_kv and
@@ -115,6 +120,8 @@ enum class Dim {
   kSsmNormGroup,  // ssm.inner_size / ssm.group_count (one RMSNorm group)
   kSsmGroups,     // ssm.group_count
   kEmbdExperts,   // the routed experts' width: moe_latent_size (LatentMoE), else n_embd
+  kFfExp2,     // 2 * n_ff_exp (fused gate and up experts)
+  kRopePairs,  // rope.n_rot / 2 of the full-attention layers (rope_freqs)
 };
 
 // The layers a per-layer tensor belongs to.
@@ -192,6 +199,11 @@ struct LayerSpec {
   // A NextN / MTP block (HyperParams::nextn_layers): loaded and kept aside,
   // never run as a trunk layer.
   bool nextn = false;
+  // Attention geometry of this layer where it differs from HyperParams'
+  // (0: theirs; read them through HyperParams::kv_heads(il) and so on).
+  int64_t n_head_kv = 0;
+  int64_t head_dim_k = 0;
+  int64_t head_dim_v = 0;
 };
 
 // Which mixer each layer has.
@@ -245,6 +257,10 @@ enum class ExpertActivation {
   // Non-gated: relu(u)^2, no gate tensor (nemotron_h_moe's LLM_FFN_RELU_SQR);
   // the shared expert too.
   kReluSq,
+  // GELU(g) * u, GELU's tanh form as ggml's CPU backend evaluates it: from
+  // a table over f16 (g rounded to f16, the result rounded to f16), 0 for
+  // g <= -10 and g for g >= 10.
+  kGeGlu,
 };
 // Whether the activation reads a gate projection (ffn_gate_exps / _shexp).
 inline bool IsGated(ExpertActivation a) { return a != ExpertActivation::kReluSq; }
@@ -296,6 +312,23 @@ struct ArchDescription {
   bool rope = true;
   // `{prefix}.moe_latent_size` is read (LatentMoE: HyperParams::moe_latent).
   bool moe_latent = false;
+  // Sliding-window layers have their own geometry: head sizes
+  // `{prefix}.attention.key_length_swa` / `value_length_swa` and RoPE
+  // `rope.freq_base_swa` / `rope.dimension_count_swa`
+  // (HyperParams::rope_swa); the full-attention layers rotate with the
+  // optional global `rope_freqs.weight` divisors. `attention.head_count_kv`
+  // may then differ per layer (an array).
+  bool swa_own_geometry = false;
+  // The attention logits are q . k unscaled (the Q/K norms set the scale).
+  bool unit_attention_scale = false;
+  // V is RMS-normed (no weight) per head before the cache; a layer without
+  // attn_v takes V from the raw K projection (before k_norm and RoPE).
+  bool v_rms_norm = false;
+  // The embeddings are multiplied by sqrt(n_embd).
+  bool embed_scale_sqrt_d = false;
+  // The dense FFN's activation (a layer's ffn_gate/up/down: leading dense
+  // layers, or the dense MLP beside the routed experts).
+  ExpertActivation dense_activation = ExpertActivation::kSwiGlu;
   // An `attention` of MixerKind::kMla reads the MLA sizes:
   // attention.q_lora_rank (0 / absent: a direct attn_q), kv_lora_rank,
   // key_length_mla, value_length_mla.
@@ -343,6 +376,9 @@ struct RopeParams {
   float beta_fast = 32.0f;
   float beta_slow = 1.0f;
   bool norm_style = false;    // NORM (adjacent pairs) instead of NEOX
+  // Per rotary pair, a divisor of its angle (ggml's freq_factors; the
+  // model's rope_freqs.weight, set by Model::Load); empty: none.
+  std::vector<float> freq_factors;
   // deepseek2's rope.scaling.yarn_log_multiplier / 0.1 (llama.cpp's
   // rope_yarn_log_mul; 0 when absent): the attention-scale correction.
   float yarn_log_mul = 0.0f;
@@ -379,6 +415,16 @@ struct HyperParams {
   int64_t n_group_used = 0;
   float expert_weights_scale = 1.0f;  // the selected weights' factor (after any norm)
   ExpertFfnSpec expert_ffn;
+  // The dense FFNs' activation (ArchDescription::dense_activation).
+  ExpertActivation dense_activation = ExpertActivation::kSwiGlu;
+  // `{prefix}.final_logit_softcapping` (0: none): logits = c * tanh(logits / c).
+  float final_logit_softcap = 0.0f;
+  bool embed_scale_sqrt_d = false;  // ArchDescription::embed_scale_sqrt_d
+  bool v_rms_norm = false;          // ArchDescription::v_rms_norm
+  bool unit_attention_scale = false;
+  // ArchDescription::swa_own_geometry: the sliding-window layers' RoPE.
+  bool has_rope_swa = false;
+  RopeParams rope_swa;
   // MLA (MixerKind::kMla): head_dim_k = kv_lora_rank + n_rot and head_dim_v
   // = kv_lora_rank (the cache's view); the per-head sizes of the model:
   int64_t q_lora_rank = 0;     // 0: attn_q directly
@@ -393,8 +439,20 @@ struct HyperParams {
   // The routed experts' input width: moe_latent, or n_embd.
   int64_t n_embd_experts() const { return moe_latent > 0 ? moe_latent : n_embd; }
   // The attention logit scale: 1/sqrt(head_dim_k), or for MLA llama.cpp's
-  // mscale^2 / sqrt(head_dim_k_mla) (YaRN's correction).
+  // mscale^2 / sqrt(head_dim_k_mla) (YaRN's correction), or 1
+  // (unit_attention_scale).
   float attn_scale() const;
+  // Layer il's attention geometry (LayerSpec's where it has its own).
+  int64_t kv_heads(int il) const {
+    return layers[il].n_head_kv > 0 ? layers[il].n_head_kv : n_head_kv;
+  }
+  int64_t head_k(int il) const { return layers[il].head_dim_k > 0 ? layers[il].head_dim_k : head_dim_k; }
+  int64_t head_v(int il) const { return layers[il].head_dim_v > 0 ? layers[il].head_dim_v : head_dim_v; }
+  const RopeParams& rope_of(int il) const {
+    return has_rope_swa && layers[il].sliding_window > 0 ? rope_swa : rope;
+  }
+  // Whether some layer's geometry differs from the global one.
+  bool per_layer_geometry() const;
   int n_moe_layers() const;
   // Gated DeltaNet layers (0 when the model has none).
   int64_t ssm_conv_kernel = 0;  // conv taps per channel
@@ -454,8 +512,9 @@ std::vector<LayerSpec> LayerSpecs(const ArchDescription& arch, int64_t n_layer,
 // Whether a per-layer tensor of `sel` belongs to layer `spec`.
 bool LayerSelected(LayerSel sel, const LayerSpec& spec);
 
-// The number of elements a symbolic dimension stands for.
-int64_t ResolveDim(const HyperParams& hp, Dim dim);
+// The number of elements a symbolic dimension stands for (the attention
+// sizes of layer `layer` when >= 0: HyperParams::kv_heads and so on).
+int64_t ResolveDim(const HyperParams& hp, Dim dim, int layer = -1);
 
 // "blk.3.attn_q.weight" for a per-layer spec, the name itself for a global.
 std::string TensorName(const TensorSpec& spec, int layer);

@@ -82,6 +82,9 @@ ExpertTensorView CopiedExpertView(const ExpertTensorView& src, int eb, int ee, b
   v.data = dst;
   v.n_expert = ee - eb;
   const uint64_t packed = pack && !src.packed ? quant::PackedMatrixBytes(src.type, src.n_out, src.n_in) : 0;
+  // A view of half a fused gate/up tensor strides over the other half; its
+  // copy does not.
+  if (!src.packed) v.expert_bytes = src.row_bytes * static_cast<uint64_t>(src.n_out);
   if (packed > 0) {
     v.expert_bytes = packed;
     v.packed = true;
@@ -111,9 +114,16 @@ uint64_t ReadExpertWeights(const LayerExperts& le, absl::Span<const int32_t> exp
 
 ExpertTensorView CopyExperts(const ExpertTensorView& src, int eb, int ee, bool pack, uint8_t* dst) {
   const ExpertTensorView v = CopiedExpertView(src, eb, ee, pack, dst);
-  if (v.packed == src.packed) {
+  if (v.packed == src.packed && v.expert_bytes == src.expert_bytes) {
     std::memcpy(dst, src.data + static_cast<uint64_t>(eb) * src.expert_bytes,
                 src.expert_bytes * static_cast<uint64_t>(ee - eb));
+    return v;
+  }
+  if (v.packed == src.packed) {  // a strided view: expert by expert
+    for (int e = eb; e < ee; ++e) {
+      std::memcpy(dst + static_cast<uint64_t>(e - eb) * v.expert_bytes,
+                  src.data + static_cast<uint64_t>(e) * src.expert_bytes, v.expert_bytes);
+    }
     return v;
   }
   for (int e = eb; e < ee; ++e) {
@@ -804,6 +814,8 @@ void FusedExpertCall::GateUp(int64_t item, ThreadScratch* ts) {
       SwiGluOaiSpan(g + i * nr, uu + i * nr, nr, ffn.alpha, ffn.limit, h);
     } else if (ffn.activation == ExpertActivation::kReluSq) {
       internal::ReluSq(uu + i * nr, nr, h);
+    } else if (ffn.activation == ExpertActivation::kGeGlu) {
+      internal::GeGlu(g + i * nr, uu + i * nr, nr, h);
     } else {
       SwiGluSpan(g + i * nr, uu + i * nr, r0, nr, ff_, h);
     }
@@ -970,15 +982,20 @@ InProcessExperts::~InProcessExperts() = default;
 absl::Status InProcessExperts::ComputeInto(const ExpertCallView& call, float* partial,
                                            uint64_t* worker_ns) {
   if (worker_ns != nullptr) *worker_ns = 0;
-  RETURN_IF_ERROR(ValidateExpertCall(call, store_));
-  const int e0 = store_.expert_begin();
-  const int64_t d = call.d, ff = store_.n_ff();
-  RETURN_IF_ERROR(CheckExpertWeights("gate", store_.Gate(call.layer, e0), ff, d));
-  RETURN_IF_ERROR(CheckExpertWeights("up", store_.Up(call.layer, e0), ff, d));
-  RETURN_IF_ERROR(CheckExpertWeights("down", store_.Down(call.layer, e0), d, ff));
+  return ComputeWith(store_, call, partial);
+}
+
+absl::Status InProcessExperts::ComputeWith(const ExpertStore& store, const ExpertCallView& call,
+                                           float* partial) {
+  RETURN_IF_ERROR(ValidateExpertCall(call, store));
+  const int e0 = store.expert_begin();
+  const int64_t d = call.d, ff = store.n_ff();
+  RETURN_IF_ERROR(CheckExpertWeights("gate", store.Gate(call.layer, e0), ff, d));
+  RETURN_IF_ERROR(CheckExpertWeights("up", store.Up(call.layer, e0), ff, d));
+  RETURN_IF_ERROR(CheckExpertWeights("down", store.Down(call.layer, e0), d, ff));
   std::lock_guard<std::mutex> lock(mu_);
   if (call.n_tokens == 0) return absl::OkStatus();
-  FusedExpertCall fused(store_, call, pool_, scratch_.get(), partial);
+  FusedExpertCall fused(store, call, pool_, scratch_.get(), partial);
   fused.Run();
   return absl::OkStatus();
 }

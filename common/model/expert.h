@@ -180,6 +180,10 @@ class ExpertStore {
   const ExpertFfnSpec& ffn() const { return ffn_; }
   // REQUIRES: layer_begin() <= layer < layer_end().
   const LayerExperts& Layer(int layer) const { return At(layer); }
+  // For a store whose experts change in place (the expert-worker's RAM tier
+  // refills slots and their biases between calls): the caller synchronises
+  // writes with the calls that read them, and changes no shape or pointer.
+  LayerExperts& MutableLayer(int layer) { return layers_[layer - layer_begin_]; }
   // REQUIRES: Owns(layer, expert).
   quant::WeightView Gate(int layer, int expert) const { return At(layer).gate.Expert(expert - expert_begin_); }
   quant::WeightView Up(int layer, int expert) const { return At(layer).up.Expert(expert - expert_begin_); }
@@ -293,6 +297,10 @@ class InProcessExperts final : public ExpertBackend {
 
   absl::Status ComputeInto(const ExpertCallView& call, float* partial,
                            uint64_t* worker_ns) override;
+  // ComputeInto over `store` instead of the store given at construction
+  // (same d, n_ff and expert FFN; this object's pool and scratch): for a
+  // store that changes between calls, as the expert-worker's RAM tier does.
+  absl::Status ComputeWith(const ExpertStore& store, const ExpertCallView& call, float* partial);
 
  private:
   friend class FusedExpertCall;  // expert.cc: one call's execution

@@ -60,13 +60,14 @@ struct Forward::Workspace {
   FloatBuffer q_gate, qkv, conv, z, beta, alpha;  // gated attention, DeltaNet
   FloatBuffer qa, head_in, head_out;              // MLA
   FloatBuffer partial;                            // the routed experts' result
+  FloatBuffer mlp, router_in;                     // a dense MLP beside the experts; router input
   ExpertCall call;
 
   uint64_t bytes() const {
     uint64_t b = 0;
     for (const FloatBuffer* f : {&x, &h, &q, &k, &v, &attn, &o, &router, &gate, &up, &shared,
                                  &shexp_g, &head_h, &logits, &q_gate, &qkv, &conv, &z, &beta,
-                                 &alpha, &qa, &head_in, &head_out, &partial}) {
+                                 &alpha, &qa, &head_in, &head_out, &partial, &mlp, &router_in}) {
       b += f->bytes();
     }
     return b + call.hidden.capacity() * sizeof(float);
@@ -77,6 +78,10 @@ struct Forward::Batch {
   int64_t n = 0;                           // tokens of every sequence, concatenated
   float* x = nullptr;                      // n x n_embd residual stream
   std::vector<internal::RopeAngles> rope;  // per token
+  std::vector<internal::RopeAngles> rope_swa;  // per token, HyperParams::rope_swa (when it has one)
+  const std::vector<internal::RopeAngles>& RopeOf(const HyperParams& hp, int il) const {
+    return hp.has_rope_swa && hp.layers[il].sliding_window > 0 ? rope_swa : rope;
+  }
   std::vector<SequenceState*> state;       // per token: its sequence's state
   std::vector<int64_t> pos;                // per token: its position there
   Workspace* ws = nullptr;
@@ -261,8 +266,12 @@ absl::Status Forward::Step(absl::Span<const SequenceBatch> seqs, Batch& b) const
       tokens.push_back(s.tokens[i]);
     }
   }
+  if (hp.has_rope_swa) b.rope_swa.resize(b.n);
   For(pool_, b.n, 16, [&](int64_t t0, int64_t t1) {
-    for (int64_t i = t0; i < t1; ++i) internal::ComputeRopeAngles(hp.rope, b.pos[i], &b.rope[i]);
+    for (int64_t i = t0; i < t1; ++i) {
+      internal::ComputeRopeAngles(hp.rope, b.pos[i], &b.rope[i]);
+      if (hp.has_rope_swa) internal::ComputeRopeAngles(hp.rope_swa, b.pos[i], &b.rope_swa[i]);
+    }
   });
   b.x = b.ws->x.Get(b.n * hp.n_embd);
   RETURN_IF_ERROR(Embed(tokens, b.x));
@@ -293,6 +302,13 @@ absl::Status Forward::Step(absl::Span<const SequenceBatch> seqs, Batch& b) const
       case FfnKind::kDense: RETURN_IF_ERROR(DenseFfn(il, b)); break;
       case FfnKind::kNone: break;
     }
+    const std::vector<float>& out_scale = model_->layer(il).out_scale;
+    if (!out_scale.empty()) {
+      const float f = out_scale[0];
+      For(pool_, b.n, MinRows(hp.n_embd), [&](int64_t t0, int64_t t1) {
+        for (int64_t i = t0 * hp.n_embd; i < t1 * hp.n_embd; ++i) b.x[i] *= f;
+      });
+    }
     moe_ns_.fetch_add(since(t), std::memory_order_relaxed);
   }
   const Clock::time_point t_head = Clock::now();
@@ -305,6 +321,8 @@ absl::Status Forward::Embed(absl::Span<const int32_t> tokens, float* x) const {
   const quant::WeightView& e = model_->token_embd();
   const int64_t d = model_->hparams().n_embd;
   const int64_t n = static_cast<int64_t>(tokens.size());
+  const float scale =
+      model_->hparams().embed_scale_sqrt_d ? std::sqrt(static_cast<float>(d)) : 1.0f;
   std::mutex mu;
   absl::Status first_error;
   For(pool_, n, MinRows(d), [&](int64_t t0, int64_t t1) {
@@ -315,6 +333,9 @@ absl::Status Forward::Embed(absl::Span<const int32_t> tokens, float* x) const {
         std::lock_guard<std::mutex> lock(mu);
         if (first_error.ok()) first_error = std::move(st);
         return;
+      }
+      if (scale != 1.0f) {
+        for (int64_t i = 0; i < d; ++i) x[t * d + i] *= scale;
       }
     }
   });
@@ -371,8 +392,11 @@ absl::Status Forward::Attention(int il, Batch& b) const {
   const LayerWeights& L = model_->layer(il);
   Workspace& ws = *b.ws;
   const int64_t n = b.n, d = hp.n_embd;
-  const int64_t qd = hp.n_head * hp.head_dim_k, kd = hp.n_head_kv * hp.head_dim_k;
-  const int64_t vd = hp.n_head_kv * hp.head_dim_v;
+  const int64_t hk = hp.head_k(il), hv = hp.head_v(il), kvh = hp.kv_heads(il);
+  const int64_t qd = hp.n_head * hk, kd = kvh * hk;
+  const int64_t vd = kvh * hv;
+  const RopeParams& rope = hp.rope_of(il);
+  const std::vector<internal::RopeAngles>& angles = b.RopeOf(hp, il);
   float* h = ws.h.Get(n * d);
   NormRows(pool_, b.x, L.attn_norm, n, d, hp.rms_eps, h);
   float* q = ws.q.Get(n * qd);
@@ -387,7 +411,7 @@ absl::Status Forward::Attention(int il, Batch& b) const {
     gate = ws.gate.Get(n * qd);
     const quant::Product qkv[] = {{W.wq, qg}, {W.wk, k}, {W.wv, v}};
     RETURN_IF_ERROR(quant::MatMuls(qkv, h, n, pool_));
-    const int64_t hd = hp.head_dim_k;
+    const int64_t hd = hk;
     For(pool_, n, MinRows(2 * qd), [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) {
         for (int64_t head = 0; head < hp.n_head; ++head) {
@@ -397,6 +421,11 @@ absl::Status Forward::Attention(int il, Batch& b) const {
         }
       }
     });
+  } else if (W.wv.data == nullptr) {
+    // No attn_v: V is the raw K projection (Model::Load checked the shapes).
+    const quant::Product qk[] = {{W.wq, q}, {W.wk, k}};
+    RETURN_IF_ERROR(quant::MatMuls(qk, h, n, pool_));
+    std::copy(k, k + n * kd, v);
   } else {
     const quant::Product qkv[] = {{W.wq, q}, {W.wk, k}, {W.wv, v}};
     RETURN_IF_ERROR(quant::MatMuls(qkv, h, n, pool_));
@@ -409,16 +438,20 @@ absl::Status Forward::Attention(int il, Batch& b) const {
     AddBias(L.bq, t0, t1, q);
     AddBias(L.bk, t0, t1, k);
     AddBias(L.bv, t0, t1, v);
+    if (hp.v_rms_norm) {
+      internal::RmsNormRows(v + t0 * vd, hv, nullptr, (t1 - t0) * kvh, hv, hp.rms_eps,
+                            v + t0 * vd, hv);
+    }
     if (whole && !L.q_norm.empty()) {
       internal::RmsNormRows(q + t0 * qd, qd, L.q_norm.data(), t1 - t0, qd, hp.rms_eps,
                             q + t0 * qd, qd);
       internal::RmsNormRows(k + t0 * kd, kd, L.k_norm.data(), t1 - t0, kd, hp.rms_eps,
                             k + t0 * kd, kd);
     }
-    NormAndRope(q, t0, t1, hp.n_head, hp.head_dim_k, whole ? kNoNorm : L.q_norm, hp.rms_eps,
-                hp.rope.n_rot, hp.rope.norm_style, b.rope);
-    NormAndRope(k, t0, t1, hp.n_head_kv, hp.head_dim_k, whole ? kNoNorm : L.k_norm, hp.rms_eps,
-                hp.rope.n_rot, hp.rope.norm_style, b.rope);
+    NormAndRope(q, t0, t1, hp.n_head, hk, whole ? kNoNorm : L.q_norm, hp.rms_eps, rope.n_rot,
+                rope.norm_style, angles);
+    NormAndRope(k, t0, t1, kvh, hk, whole ? kNoNorm : L.k_norm, hp.rms_eps, rope.n_rot,
+                rope.norm_style, angles);
   });
   auto write_rows = [&](int64_t t0, int64_t t1) {
     For(pool_, t1 - t0, 16, [&](int64_t i0, int64_t i1) {
@@ -428,7 +461,7 @@ absl::Status Forward::Attention(int il, Batch& b) const {
       }
     });
   };
-  const int64_t ad = hp.n_head * hp.head_dim_v;
+  const int64_t ad = hp.n_head * hv;
   float* attn = ws.attn.Get(n * ad);
   // Sliding-window rings (SequenceState): at most max_step tokens of a
   // sequence are written before they attend. Each token's attention is
@@ -457,6 +490,10 @@ absl::Status Forward::Attention(int il, Batch& b) const {
   RETURN_IF_ERROR(quant::MatMul(W.wo, attn, n, o, pool_));
   For(pool_, n, MinRows(d), [&](int64_t t0, int64_t t1) {
     AddBias(L.bo, t0, t1, o);
+    if (!L.attn_post_norm.empty()) {
+      internal::RmsNormRows(o + t0 * d, d, L.attn_post_norm.data(), t1 - t0, d, hp.rms_eps,
+                            o + t0 * d, d);
+    }
     for (int64_t i = t0 * d; i < t1 * d; ++i) b.x[i] += o[i];
   });
   return absl::OkStatus();
@@ -563,7 +600,9 @@ absl::Status Forward::DenseFfn(int il, Batch& b) const {
   float* h = ws.h.Get(n * d);
   NormRows(pool_, b.x, L.ffn_norm, n, d, hp.rms_eps, h);
   float* out = ws.shared.Get(n * d);
-  RETURN_IF_ERROR(SwiGluFfn(W.ffn_gate, W.ffn_up, W.ffn_down, h, n, ws, out));
+  RETURN_IF_ERROR(
+      GatedFfn(hp.dense_activation, W.ffn_gate, W.ffn_up, W.ffn_down, h, n, ws, out));
+  if (!L.ffn_post_norm.empty()) NormRows(pool_, out, L.ffn_post_norm, n, d, hp.rms_eps, out);
   For(pool_, n, MinRows(d), [&](int64_t t0, int64_t t1) {
     for (int64_t i = t0 * d; i < t1 * d; ++i) b.x[i] += out[i];
   });
@@ -770,8 +809,8 @@ absl::Status Forward::Mamba2(int il, Batch& b) const {
 void Forward::AttendHeads(int il, const Batch& b, int64_t t_begin, int64_t t_end, const float* q,
                           float* out) const {
   const HyperParams& hp = model_->hparams();
-  const int64_t hk = hp.head_dim_k, hv = hp.head_dim_v;
-  const int64_t n_kv_heads = hp.n_head_kv, group = hp.n_head / hp.n_head_kv;
+  const int64_t hk = hp.head_k(il), hv = hp.head_v(il);
+  const int64_t n_kv_heads = hp.kv_heads(il), group = hp.n_head / n_kv_heads;
   const std::vector<float>& sinks = model_->layer(il).sinks;
   // Sliding-window layers: token t attends to positions [first(t), pos(t)].
   const int64_t window = hp.layers[il].sliding_window;
@@ -871,15 +910,32 @@ absl::Status Forward::MoeFfn(int il, Batch& b) const {
   const bool latent = hp.moe_latent > 0;
   ExpertCall& call = ws.call;
   call.hidden.resize(n * de);
+  // A dense MLP beside the experts (ffn_gate/up/down on an MoE layer) reads
+  // ffn_norm(x); the experts then read ffn_pre_norm_2(x).
+  const bool mlp = L.ffn_down.data != nullptr;
   // The normed input: the experts' own unless LatentMoE projects it down
   // for them (the router and the shared expert read it whole).
   float* hn = latent ? ws.h.Get(n * d) : call.hidden.data();
-  NormRows(pool_, b.x, L.ffn_norm, n, d, hp.rms_eps, hn);
+  NormRows(pool_, b.x, L.ffn_pre_norm_2.empty() ? L.ffn_norm : L.ffn_pre_norm_2, n, d,
+           hp.rms_eps, hn);
   if (latent) RETURN_IF_ERROR(quant::MatMul(dense_[il].ffn_latent_down, hn, n, call.hidden.data(), pool_));
   const bool shared = L.has_shared_expert();
 
+  // The router reads the normed input (before any LatentMoE projection), or
+  // RMSNorm(x) / sqrt(d) * router_scale (as llama.cpp's gemma4 graph: norm,
+  // then the two products).
+  const float* router_in = hn;
+  if (!L.router_scale.empty()) {
+    float* ri = ws.router_in.Get(n * d);
+    const float inv = 1.0f / std::sqrt(static_cast<float>(d));
+    For(pool_, n, MinRows(d), [&](int64_t t0, int64_t t1) {
+      internal::RmsNormRows(b.x + t0 * d, d, nullptr, t1 - t0, d, hp.rms_eps, ri + t0 * d, d);
+      for (int64_t i = t0 * d; i < t1 * d; ++i) ri[i] = ri[i] * inv * L.router_scale[i % d];
+    });
+    router_in = ri;
+  }
   float* router = ws.router.Get(n * hp.n_expert);
-  RETURN_IF_ERROR(quant::MatMul(L.router, hn, n, router, pool_));
+  RETURN_IF_ERROR(quant::MatMul(L.router, router_in, n, router, pool_));
   if (!L.router_b.empty()) {
     For(pool_, n, MinRows(hp.n_expert), [&](int64_t t0, int64_t t1) {
       AddBias(L.router_b, t0, t1, router);
@@ -924,13 +980,26 @@ absl::Status Forward::MoeFfn(int il, Batch& b) const {
     }
   });
   call.token_offsets[n] = static_cast<uint32_t>(n * k);
+  if (!L.down_exps_scale.empty()) {
+    // A factor per expert on its output: part of its routing weight (so
+    // that every expert backend honours it; expert.h).
+    for (int64_t i = 0; i < n * k; ++i) call.weights[i] *= L.down_exps_scale[call.expert_ids[i]];
+  }
   // The routed experts, and the shared expert while they are computed: a
   // worker computes them in its own threads between Start and Finish (an
   // in-process backend already has, in Start). Finish runs whatever the
   // shared expert's outcome, so that the backend is ready for the next call.
   float* partial = ws.partial.Get(n * de);
   RETURN_IF_ERROR(experts_->Start(call, partial, nullptr));
-  const absl::Status shared_status = shared ? SharedExpert(il, hn, n, ws) : absl::OkStatus();
+  absl::Status shared_status = shared ? SharedExpert(il, hn, n, ws) : absl::OkStatus();
+  float* m = nullptr;
+  if (mlp && shared_status.ok()) {
+    m = ws.mlp.Get(n * d);
+    float* hm = ws.h.Get(n * d);
+    NormRows(pool_, b.x, L.ffn_norm, n, d, hp.rms_eps, hm);
+    const DenseWeights& W = dense_[il];
+    shared_status = GatedFfn(hp.dense_activation, W.ffn_gate, W.ffn_up, W.ffn_down, hm, n, ws, m);
+  }
   const absl::Status routed_status = experts_->Finish();
   RETURN_IF_ERROR(routed_status);
   RETURN_IF_ERROR(shared_status);
@@ -940,6 +1009,25 @@ absl::Status Forward::MoeFfn(int il, Batch& b) const {
     partial = up;
   }
   const float* sh = shared ? ws.shared.Get(n * d) : nullptr;
+  if (m != nullptr) {
+    // Gemma's norms: post_ffw_norm_1(mlp) + post_ffw_norm_2(experts), then
+    // post_ffw_norm of the sum.
+    For(pool_, n, MinRows(d), [&](int64_t t0, int64_t t1) {
+      const int64_t rows = t1 - t0;
+      float* mr = m + t0 * d;
+      float* pr = partial + t0 * d;
+      if (!L.ffn_post_norm_1.empty()) {
+        internal::RmsNormRows(mr, d, L.ffn_post_norm_1.data(), rows, d, hp.rms_eps, mr, d);
+      }
+      if (!L.ffn_post_norm_2.empty()) {
+        internal::RmsNormRows(pr, d, L.ffn_post_norm_2.data(), rows, d, hp.rms_eps, pr, d);
+      }
+      for (int64_t i = 0; i < rows * d; ++i) pr[i] = mr[i] + pr[i];
+      if (!L.ffn_post_norm.empty()) {
+        internal::RmsNormRows(pr, d, L.ffn_post_norm.data(), rows, d, hp.rms_eps, pr, d);
+      }
+    });
+  }
   For(pool_, n, MinRows(d), [&](int64_t t0, int64_t t1) {
     for (int64_t i = t0 * d; i < t1 * d; ++i) {
       const float y = sh == nullptr ? partial[i] : partial[i] + sh[i];
@@ -949,42 +1037,42 @@ absl::Status Forward::MoeFfn(int il, Batch& b) const {
   return absl::OkStatus();
 }
 
-// The shared expert of layer il on h (n rows) into ws.shared.
-absl::Status Forward::SwiGluFfn(const quant::WeightView& gate_w, const quant::WeightView& up_w,
-                                const quant::WeightView& down_w, const float* h, int64_t n,
-                                Workspace& ws, float* out) const {
+absl::Status Forward::GatedFfn(ExpertActivation act, const quant::WeightView& gate_w,
+                               const quant::WeightView& up_w, const quant::WeightView& down_w,
+                               const float* h, int64_t n, Workspace& ws, float* out) const {
   const int64_t ff = up_w.n_rows;
   float* gate = ws.gate.Get(n * ff);
+  if (!IsGated(act)) {
+    // relu(up . h)^2: no gate projection.
+    RETURN_IF_ERROR(quant::MatMul(up_w, h, n, gate, pool_));
+    For(pool_, n, MinRows(ff, 4096), [&](int64_t t0, int64_t t1) {
+      internal::ReluSq(gate + t0 * ff, (t1 - t0) * ff, gate + t0 * ff);
+    });
+    return quant::MatMul(down_w, gate, n, out, pool_);
+  }
   float* up = ws.up.Get(n * ff);
   const quant::Product gate_up[] = {{gate_w, gate}, {up_w, up}};
   RETURN_IF_ERROR(quant::MatMuls(gate_up, h, n, pool_));
   For(pool_, n, MinRows(ff, 4096), [&](int64_t t0, int64_t t1) {
-    internal::SwiGlu(gate + t0 * ff, up + t0 * ff, t1 - t0, ff, gate + t0 * ff);
+    if (act == ExpertActivation::kGeGlu) {
+      internal::GeGlu(gate + t0 * ff, up + t0 * ff, (t1 - t0) * ff, gate + t0 * ff);
+    } else {
+      internal::SwiGlu(gate + t0 * ff, up + t0 * ff, t1 - t0, ff, gate + t0 * ff);
+    }
   });
   return quant::MatMul(down_w, gate, n, out, pool_);
-}
-
-absl::Status Forward::ReluSqFfn(const quant::WeightView& up_w, const quant::WeightView& down_w,
-                                const float* h, int64_t n, Workspace& ws, float* out) const {
-  const int64_t ff = up_w.n_rows;
-  float* up = ws.gate.Get(n * ff);
-  RETURN_IF_ERROR(quant::MatMul(up_w, h, n, up, pool_));
-  For(pool_, n, MinRows(ff, 4096), [&](int64_t t0, int64_t t1) {
-    internal::ReluSq(up + t0 * ff, (t1 - t0) * ff, up + t0 * ff);
-  });
-  return quant::MatMul(down_w, up, n, out, pool_);
 }
 
 absl::Status Forward::SharedExpert(int il, const float* h, int64_t n, Workspace& ws) const {
   const LayerWeights& L = model_->layer(il);
   const int64_t d = model_->hparams().n_embd;
   float* out = ws.shared.Get(n * d);
-  if (IsGated(model_->hparams().expert_ffn.activation)) {
-    RETURN_IF_ERROR(SwiGluFfn(dense_[il].shexp_gate, dense_[il].shexp_up, dense_[il].shexp_down,
-                              h, n, ws, out));
-  } else {
-    RETURN_IF_ERROR(ReluSqFfn(dense_[il].shexp_up, dense_[il].shexp_down, h, n, ws, out));
-  }
+  // SwiGLU, or relu^2 (ungated) beside relu^2 experts (nemotron_h_moe).
+  const ExpertActivation act = IsGated(model_->hparams().expert_ffn.activation)
+                                   ? ExpertActivation::kSwiGlu
+                                   : ExpertActivation::kReluSq;
+  RETURN_IF_ERROR(GatedFfn(act, dense_[il].shexp_gate, dense_[il].shexp_up, dense_[il].shexp_down,
+                           h, n, ws, out));
   if (L.shexp_gate_inp.data != nullptr) {
     float* g = ws.shexp_g.Get(n);
     RETURN_IF_ERROR(quant::MatMul(L.shexp_gate_inp, h, n, g, pool_));
@@ -1024,6 +1112,15 @@ absl::Status Forward::Head(const Batch& b, absl::Span<const SequenceBatch> seqs)
     }
   });
   RETURN_IF_ERROR(quant::MatMul(output_, h, n_rows, out, pool_));
+  if (hp.final_logit_softcap != 0.0f) {
+    // llama.cpp: scale by 1 / c, tanh, scale by c.
+    const float c = hp.final_logit_softcap, inv = 1.0f / c;
+    For(pool_, n_rows, MinRows(hp.n_vocab), [&](int64_t r0, int64_t r1) {
+      for (int64_t i = r0 * hp.n_vocab; i < r1 * hp.n_vocab; ++i) {
+        out[i] = std::tanh(out[i] * inv) * c;
+      }
+    });
+  }
   int64_t r = 0;
   for (const SequenceBatch& s : seqs) {
     const int64_t k = s.mode == LogitsMode::kAll    ? static_cast<int64_t>(s.tokens.size())

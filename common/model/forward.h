@@ -51,6 +51,16 @@
 //   x  += ExpertBackend(h, top-k ids, weights)
 //         + sigmoid(w_shexp_gate . h) * SharedExpert(h)   (when present)
 // then logits = W_out (RMSNorm(x) * output_norm).
+// Gemma's additions, each where the model has it (gemma4): x = embedding *
+// sqrt(d); per-layer KV heads, head sizes and RoPE (HyperParams::kv_heads,
+// head_k, head_v, rope_of; RoPE divisors freq_factors); V = the raw K
+// projection without attn_v, V RMS-normed without weight, attention scale
+// 1; the mixer output RMS-normed (attn_post_norm) before its residual add;
+// on an MoE layer with ffn_gate/up/down a GeGLU MLP on ffn_norm(x) beside
+// the experts on ffn_pre_norm_2(x), the router on RMSNorm(x) / sqrt(d) *
+// router_scale, each expert's weight times down_exps_scale[e], then
+// x += ffn_post_norm(ffn_post_norm_1(mlp) + ffn_post_norm_2(experts)); x *=
+// out_scale after the layer; logits = c * tanh(logits / c) (soft-cap c).
 //
 // Arithmetic follows llama.cpp's CPU backend (AVX-512 build) so that the
 // oracle fixtures match to the bit where the kernels allow: matrix products
@@ -165,13 +175,12 @@ class Forward {
                             const float* x, int64_t x_head, float* y, int64_t y_head,
                             Workspace& ws) const;
   absl::Status DenseFfn(int il, Batch& b) const;
-  // SiLU(gate . h) * (up . h) then down, n rows of h into *out.
-  absl::Status SwiGluFfn(const quant::WeightView& gate, const quant::WeightView& up,
-                         const quant::WeightView& down, const float* h, int64_t n,
-                         Workspace& ws, float* out) const;
-  // relu(up . h)^2 then down (a non-gated FFN), n rows of h into *out.
-  absl::Status ReluSqFfn(const quant::WeightView& up, const quant::WeightView& down,
-                         const float* h, int64_t n, Workspace& ws, float* out) const;
+  // act(gate . h, up . h) then down (SwiGLU or GeGLU), or for a non-gated
+  // act (IsGated false: relu^2) act(up . h) then down, gate unread; n rows of
+  // h into *out.
+  absl::Status GatedFfn(ExpertActivation act, const quant::WeightView& gate,
+                        const quant::WeightView& up, const quant::WeightView& down,
+                        const float* h, int64_t n, Workspace& ws, float* out) const;
   absl::Status SharedExpert(int il, const float* h, int64_t n, Workspace& ws) const;
   absl::Status Head(const Batch& b, absl::Span<const SequenceBatch> seqs) const;
   std::unique_ptr<Workspace> AcquireWorkspace() const;

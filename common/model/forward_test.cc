@@ -9,6 +9,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "common/model/testing/fixtures.h"
 #include "common/model/testing/tiny_model.h"
 #include "common/quant/quant.h"
 
@@ -667,6 +668,73 @@ TEST(SlidingWindowRingTest, RingsGiveTheBitsOfTheFullCache) {
   ASSERT_TRUE(e.forward->EvalBatch(both).ok());
   EXPECT_EQ(la, alone_a);
   EXPECT_EQ(lc, alone_c);
+}
+
+// gemma4's layers differ in their KV rows (sliding: 2 heads x 64, window
+// 6, their own RoPE; full: 1 head x 128, V = K, rope_freqs): rings (max
+// step 4) give the bits of the full cache, a prompt decoded token by token
+// the bits of one batch, and two sequences batched the bits each gets alone.
+TEST(SlidingWindowRingTest, Gemma4PerLayerGeometryRingsDecodeAndBatch) {
+  auto m = Model::Open(testing::FixtureModelsDir() + "/gemma4-tiny-q8_0.gguf");
+  ASSERT_TRUE(m.ok()) << m.status();
+  const HyperParams& hp = (*m)->hparams();
+  ThreadPool pool(2);
+  InProcessExperts experts(ExpertStore(*m), &pool);
+  Forward fwd(*m, &experts, &pool);
+  const std::vector<int32_t> prompt = LongPrompt(29, hp.n_vocab);
+  auto full = SequenceState::Create(hp, 48, 48);
+  auto ring = SequenceState::Create(hp, 48, 4);
+  ASSERT_TRUE(full.ok() && ring.ok());
+  EXPECT_TRUE((*ring)->has_ring(0));
+  EXPECT_FALSE((*ring)->has_ring(3));
+  EXPECT_EQ((*ring)->bytes(), SequenceState::BytesFor(hp, 48, 4));
+  std::vector<float> want, got;
+  ASSERT_TRUE(fwd.Eval(prompt, full->get(), LogitsMode::kAll, &want).ok());
+  ASSERT_TRUE(fwd.Eval(prompt, ring->get(), LogitsMode::kAll, &got).ok());
+  ASSERT_EQ(got, want);
+
+  auto inc = SequenceState::Create(hp, 48, 4);
+  ASSERT_TRUE(inc.ok());
+  std::vector<float> one, steps;
+  for (int32_t tok : prompt) {
+    ASSERT_TRUE(fwd.Eval({tok}, inc->get(), LogitsMode::kLast, &one).ok());
+    steps.insert(steps.end(), one.begin(), one.end());
+  }
+  ASSERT_EQ(steps.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_NEAR(steps[i], want[i], 1e-4 * (1 + std::abs(want[i]))) << i;
+  }
+
+  const std::vector<int32_t> other = LongPrompt(11, hp.n_vocab);
+  std::vector<float> alone, la, lo;
+  {
+    auto s = SequenceState::Create(hp, 48, 48);
+    ASSERT_TRUE(fwd.Eval(other, s->get(), LogitsMode::kAll, &alone).ok());
+  }
+  auto a = SequenceState::Create(hp, 48, 4), o = SequenceState::Create(hp, 48, 4);
+  ASSERT_TRUE(a.ok() && o.ok());
+  const SequenceBatch both[2] = {{a->get(), prompt, LogitsMode::kAll, &la},
+                                 {o->get(), other, LogitsMode::kAll, &lo}};
+  ASSERT_TRUE(fwd.EvalBatch(both).ok());
+  EXPECT_EQ(la, want);
+  EXPECT_EQ(lo, alone);
+
+  // The prefix cache's copy: every layer's own rows out of the full cache,
+  // into a fresh ring state, then decoding gives the same bits.
+  const uint64_t row = (*full)->kv_bytes_per_position();
+  EXPECT_EQ(row, SequenceState::KvBytesPerPosition(hp));
+  EXPECT_EQ(row, 8u * 256 * 2);  // 8 layers of 256 f16 values each
+  std::vector<uint8_t> rows(row * prompt.size());
+  ASSERT_TRUE((*full)->ExportKv(0, prompt.size(), rows.data()).ok());
+  auto resumed = SequenceState::Create(hp, 48, 4);
+  ASSERT_TRUE(resumed.ok());
+  ASSERT_TRUE((*resumed)->ImportKv(0, rows.data(), rows.size()).ok());
+  ASSERT_TRUE((*resumed)->Resume(prompt.size(), nullptr, 0).ok());
+  for (int32_t tok : {4, 11, 6}) {
+    ASSERT_TRUE(fwd.Eval({tok}, full->get(), LogitsMode::kLast, &want).ok());
+    ASSERT_TRUE(fwd.Eval({tok}, resumed->get(), LogitsMode::kLast, &got).ok());
+    ASSERT_EQ(got, want) << tok;
+  }
 }
 
 // Export / import with rings: only rows still in the ring export; a state

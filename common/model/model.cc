@@ -32,7 +32,8 @@ absl::Status CheckTensor(const GgufFile& file, const HyperParams& hp,
         absl::StrCat(file.path(), ": missing tensor '", name, "' required by ", hp.arch));
   }
   std::array<int64_t, 4> want = {1, 1, 1, 1};
-  for (int i = 0; i < spec.n_dims; ++i) want[i] = ResolveDim(hp, spec.shape[i]);
+  const int own = layer < static_cast<int>(hp.layers.size()) ? layer : -1;  // NextN: global
+  for (int i = 0; i < spec.n_dims; ++i) want[i] = ResolveDim(hp, spec.shape[i], own);
   if (want != t->ne) {
     return absl::InvalidArgumentError(absl::StrCat(
         file.path(), ": tensor '", name, "' has shape ", ShapeString(t->ne, t->n_dims),
@@ -195,6 +196,8 @@ absl::Status Model::BindTensors() {
   output_ = tied_output_ ? token_embd_ : Matrix(out);
   ASSIGN_OR_RETURN(output_norm_,
                    Vector(f, global_[static_cast<int>(TensorId::kOutputNorm)]));
+  ASSIGN_OR_RETURN(hparams_.rope.freq_factors,
+                   Vector(f, global_[static_cast<int>(TensorId::kRopeFreqs)]));
   layers_.resize(n_trunk);
   nextn_layers_.resize(n_blocks - n_trunk);
   for (int il = 0; il < n_blocks; ++il) {
@@ -258,6 +261,27 @@ absl::Status Model::BindLayer(int il, const LayerSpec& spec, LayerWeights* w) {
           split ? "both are" : "neither is", " present)"));
     }
   }
+  if (IsAttention(spec.mixer) && spec.mixer != MixerKind::kMla && at(TensorId::kAttnV) == nullptr &&
+      il < static_cast<int>(hparams_.layers.size()) &&
+      ResolveDim(hparams_, Dim::kK, il) != ResolveDim(hparams_, Dim::kV, il)) {
+    // Without attn_v, V is the K projection: the sizes must agree.
+    return absl::InvalidArgumentError(absl::StrCat(
+        f.path(), ": layer ", il, " has no attn_v.weight, so V is K, but its K has ",
+        ResolveDim(hparams_, Dim::kK, il), " values and its V ", ResolveDim(hparams_, Dim::kV, il)));
+  }
+  if (spec.ffn == FfnKind::kMoe && at(TensorId::kExpDown) != nullptr &&
+      IsGated(hparams_.expert_ffn.activation)) {
+    // The routed experts' gate and up: separate, or fused (ffn_gate_up_exps).
+    // (A non-gated activation reads ffn_up_exps alone, required by its table.)
+    const bool fused = at(TensorId::kExpGateUp) != nullptr;
+    const bool split = at(TensorId::kExpGate) != nullptr && at(TensorId::kExpUp) != nullptr;
+    if (fused == split) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          f.path(), ": layer ", il,
+          " needs either ffn_gate_exps + ffn_up_exps or ffn_gate_up_exps (",
+          fused ? "both are" : "neither is", " present)"));
+    }
+  }
   // Every row of the tensor table, bound by its form.
   absl::Status st;
   ForEachLayerTensor(
@@ -277,6 +301,16 @@ absl::Status Model::BindLayer(int il, const LayerSpec& spec, LayerWeights* w) {
       *w);
   RETURN_IF_ERROR(st);
   if (spec.mixer == MixerKind::kGatedDeltaNet) SplitFusedDeltaNet(w);
+  if (w->gate_up_exps.data != nullptr) {
+    // Per expert the gate rows, then the up rows: views of the two halves.
+    const ExpertTensorView fused = w->gate_up_exps;
+    const int64_t ff = fused.n_out / 2;
+    w->gate_exps = fused;
+    w->gate_exps.n_out = ff;
+    w->up_exps = w->gate_exps;
+    w->up_exps.data = fused.data + ff * fused.row_bytes;
+    w->gate_up_exps = {};
+  }
   // A non-gated expert activation (relu^2) has no gate tensor: the routed
   // experts' gate views up, so that every holder of expert tensors (stores,
   // shards, caches) keeps its three-tensor shape; the kernels read up alone.

@@ -284,6 +284,85 @@ TEST(ModelTest, ParsesFixtureMiniMaxM2) {
   }
 }
 
+// gemma4: the per-layer pattern of sliding and full layers from the bool
+// array, each with its own KV heads, head size and RoPE; rope_freqs on the
+// full layers' RoPE only; V from K where attn_v is absent; the fused gate/up
+// experts as two views of their halves; the extra norms and scales bound.
+TEST(ModelTest, ParsesFixtureGemma4PerLayerGeometry) {
+  auto m = Model::Open(Fixture("gemma4-tiny-f16.gguf"));
+  ASSERT_TRUE(m.ok()) << m.status();
+  const HyperParams& hp = (*m)->hparams();
+  EXPECT_EQ(hp.arch, "gemma4");
+  ASSERT_EQ(hp.n_layer, 8);
+  EXPECT_TRUE(hp.per_layer_geometry());
+  EXPECT_TRUE(hp.unit_attention_scale);
+  EXPECT_FLOAT_EQ(hp.attn_scale(), 1.0f);
+  EXPECT_TRUE(hp.v_rms_norm);
+  EXPECT_TRUE(hp.embed_scale_sqrt_d);
+  EXPECT_FLOAT_EQ(hp.final_logit_softcap, 30.0f);
+  EXPECT_EQ(hp.expert_ffn.activation, ExpertActivation::kGeGlu);
+  EXPECT_EQ(hp.dense_activation, ExpertActivation::kGeGlu);
+  EXPECT_EQ(ExpertFfnName(hp.expert_ffn), "geglu");
+  EXPECT_TRUE(hp.norm_topk);
+  EXPECT_TRUE((*m)->tied_output());
+  for (int il = 0; il < 8; ++il) {
+    const bool full = il % 4 == 3;  // SSSG SSSG
+    const LayerWeights& L = (*m)->layer(il);
+    EXPECT_EQ(hp.layers[il].sliding_window, full ? 0 : 6) << il;
+    EXPECT_EQ(hp.kv_heads(il), full ? 1 : 2) << il;
+    EXPECT_EQ(hp.head_k(il), full ? 128 : 64) << il;
+    EXPECT_EQ(hp.head_v(il), full ? 128 : 64) << il;
+    EXPECT_EQ(hp.rope_of(il).n_rot, full ? 128 : 64) << il;
+    EXPECT_FLOAT_EQ(hp.rope_of(il).freq_base, full ? 1e6f : 1e4f) << il;
+    EXPECT_EQ(hp.rope_of(il).freq_factors.size(), full ? 64u : 0u) << il;
+    EXPECT_EQ(L.wv.data == nullptr, full) << il;  // V = K on the full layers
+    EXPECT_EQ(L.attn_post_norm.size(), 128u);
+    EXPECT_EQ(L.ffn_pre_norm_2.size(), 128u);
+    EXPECT_EQ(L.ffn_post_norm_1.size(), 128u);
+    EXPECT_EQ(L.ffn_post_norm_2.size(), 128u);
+    EXPECT_EQ(L.ffn_post_norm.size(), 128u);
+    EXPECT_EQ(L.router_scale.size(), 128u);
+    EXPECT_EQ(L.down_exps_scale.size(), 16u);
+    EXPECT_EQ(L.out_scale.size(), 1u);
+    EXPECT_EQ(L.ffn_down.n_rows, 128);  // the dense MLP beside the experts (FFN 192)
+    // The fused gate/up: the gate view on the first 64 rows of each expert,
+    // the up view on the next 64, both striding over the whole expert.
+    const GgufTensor* fused = (*m)->tensor(TensorId::kExpGateUp, il);
+    ASSERT_NE(fused, nullptr);
+    EXPECT_EQ(L.gate_up_exps.data, nullptr);
+    EXPECT_EQ(L.gate_exps.data, fused->data);
+    EXPECT_EQ(L.gate_exps.n_out, 64);
+    EXPECT_EQ(L.up_exps.data, fused->data + 64 * L.gate_exps.row_bytes);
+    EXPECT_EQ(L.up_exps.expert_bytes, 128 * L.up_exps.row_bytes);
+    EXPECT_EQ(L.up_exps.Expert(3).data, fused->data + (3 * 128 + 64) * L.up_exps.row_bytes);
+  }
+  // The KV a sequence keeps: per position 2 x (64 + 64) on sliding layers,
+  // 1 x (128 + 128) on full ones.
+  EXPECT_EQ(SequenceState::KvValuesPerPosition(hp, 0), 256);
+  EXPECT_EQ(SequenceState::KvValuesPerPosition(hp, 3), 256);
+  auto st = SequenceState::Create(hp, 64);
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ((*st)->k_stride(0), 128);
+  EXPECT_EQ((*st)->k_stride(3), 128);
+  EXPECT_EQ((*st)->v_stride(3), 128);
+}
+
+// A copy of a strided view (half a fused gate/up tensor) holds only its own
+// rows, expert after expert.
+TEST(ModelTest, CopiesHalfOfAFusedExpertTensor) {
+  auto m = Model::Open(Fixture("gemma4-tiny-q8_0.gguf"));
+  ASSERT_TRUE(m.ok()) << m.status();
+  const ExpertTensorView& up = (*m)->layer(1).up_exps;
+  const uint64_t own = up.row_bytes * up.n_out;
+  ASSERT_EQ(CopiedExpertBytes(up, 2, 5, false), 3 * own);
+  std::vector<uint8_t> buf(3 * own);
+  const ExpertTensorView v = CopyExperts(up, 2, 5, false, buf.data());
+  EXPECT_EQ(v.expert_bytes, own);
+  for (int e = 0; e < 3; ++e) {
+    EXPECT_EQ(std::memcmp(v.Expert(e).data, up.Expert(e + 2).data, own), 0) << e;
+  }
+}
+
 // qwen3next: the fused ssm_ba is split into ssm_beta / ssm_alpha (per key
 // head g: the beta rows of its value heads, then their alpha rows), value
 // head h reads key head h / 2, plain NEOX RoPE; the legacy ssm_in file

@@ -59,6 +59,32 @@ TEST(RmsNormTest, MatchesFormula) {
   EXPECT_NEAR(y[2], 3.0 / std::sqrt(ms + 1e-6), 1e-6);
 }
 
+// ggml's GELU table: the input and the result rounded to f16, the tails
+// exact.
+TEST(GeluTest, FollowsGgmlsF16Table) {
+  EXPECT_EQ(GeluF16Table(-10.0f), 0.0f);
+  EXPECT_EQ(GeluF16Table(-12.5f), 0.0f);
+  EXPECT_EQ(GeluF16Table(10.0f), 10.0f);
+  EXPECT_EQ(GeluF16Table(11.3f), 11.3f);
+  EXPECT_EQ(GeluF16Table(0.0f), 0.0f);
+  // gelu(1) = 0.841192, the nearest f16 is 1723 / 2048.
+  EXPECT_EQ(GeluF16Table(1.0f), 1723.0f / 2048.0f);
+  for (float x : {-3.7f, -0.41f, 0.0013f, 0.5f, 2.2f, 7.9f}) {
+    const float h = Fp16ToFp32(Fp32ToFp16(x));
+    const double g = 0.5 * h * (1.0 + std::tanh(0.7978845608 * h * (1.0 + 0.044715 * h * h)));
+    const float got = GeluF16Table(x);
+    EXPECT_EQ(got, Fp16ToFp32(Fp32ToFp16(got))) << x;  // an f16 value
+    EXPECT_NEAR(got, g, std::abs(g) * 1e-3 + 1e-6) << x;
+    EXPECT_EQ(GeluF16Table(h), got) << x;  // only the f16 input counts
+  }
+  const float gate[3] = {1.0f, -11.0f, 12.0f}, up[3] = {2.0f, 5.0f, 0.5f};
+  float out[3];
+  GeGlu(gate, up, 3, out);
+  EXPECT_EQ(out[0], 2.0f * 1723.0f / 2048.0f);
+  EXPECT_EQ(out[1], 0.0f);
+  EXPECT_EQ(out[2], 6.0f);
+}
+
 TEST(SoftmaxTest, LongRowsMatchFormula) {
   // 40 values: two blocks of 16 through GgmlVExpf, a tail of 8 through expf.
   std::vector<float> x(40);

@@ -8,15 +8,16 @@
 #include "common/base/status.h"
 
 namespace moesplit::model {
-int64_t SequenceState::KvValuesPerPosition(const HyperParams& hp, MixerKind kind) {
+int64_t SequenceState::KvValuesPerPosition(const HyperParams& hp, int layer) {
+  const MixerKind kind = hp.layers[layer].mixer;
   if (!IsAttention(kind)) return 0;
   if (kind == MixerKind::kMla) return hp.n_head_kv * hp.head_dim_k;
-  return hp.n_head_kv * (hp.head_dim_k + hp.head_dim_v);
+  return hp.kv_heads(layer) * (hp.head_k(layer) + hp.head_v(layer));
 }
 
 uint64_t SequenceState::KvBytesPerPosition(const HyperParams& hp) {
   uint64_t values = 0;
-  for (const LayerSpec& l : hp.layers) values += KvValuesPerPosition(hp, l.mixer);
+  for (int l = 0; l < static_cast<int>(hp.layers.size()); ++l) values += KvValuesPerPosition(hp, l);
   return values * sizeof(uint16_t);
 }
 
@@ -46,7 +47,7 @@ int64_t SequenceState::LayerPositions(const HyperParams& hp, int layer, int64_t 
 uint64_t SequenceState::BytesFor(const HyperParams& hp, int64_t n_ctx, int64_t max_step) {
   uint64_t kv = 0;
   for (int l = 0; l < static_cast<int>(hp.layers.size()); ++l) {
-    kv += static_cast<uint64_t>(KvValuesPerPosition(hp, hp.layers[l].mixer)) * sizeof(uint16_t) *
+    kv += static_cast<uint64_t>(KvValuesPerPosition(hp, l)) * sizeof(uint16_t) *
           static_cast<uint64_t>(LayerPositions(hp, l, n_ctx, max_step));
   }
   return kv + kRecurrentBuffers * RecurrentBytes(hp);
@@ -64,15 +65,16 @@ absl::StatusOr<std::unique_ptr<SequenceState>> SequenceState::Create(const Hyper
   std::unique_ptr<SequenceState> s(new SequenceState());
   s->n_ctx_ = n_ctx;
   s->max_step_ = max_step;
-  s->k_row_ = hp.n_head_kv * hp.head_dim_k;
-  s->v_row_ = hp.n_head_kv * hp.head_dim_v;
   s->conv_floats_ = hp.ssm_conv_state_floats();
   s->ssm_floats_ = hp.ssm_recurrent_state_floats();
   s->n_recurrent_ = hp.n_recurrent_layers();
   constexpr int64_t kMaxElements = int64_t{1} << 40;  // 2 TiB of f16 per layer
-  if (s->k_row_ <= 0 || s->v_row_ <= 0 || n_ctx > kMaxElements / (s->k_row_ + s->v_row_)) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("KV cache of ", n_ctx, " positions is too large for this model"));
+  for (int l = 0; l < static_cast<int>(hp.n_layer); ++l) {
+    const int64_t row = KvValuesPerPosition(hp, l);
+    if (IsAttention(hp.layers[l].mixer) && (row <= 0 || n_ctx > kMaxElements / row)) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("KV cache of ", n_ctx, " positions is too large for this model"));
+    }
   }
   try {
     s->layers_.resize(hp.n_layer);
@@ -80,10 +82,12 @@ absl::StatusOr<std::unique_ptr<SequenceState>> SequenceState::Create(const Hyper
       s->kinds_.push_back(hp.layers[l].mixer);
       Layer& L = s->layers_[l];
       const int64_t rows = LayerPositions(hp, static_cast<int>(l), n_ctx, max_step);
+      const int il = static_cast<int>(l);
       if (hp.layers[l].mixer == MixerKind::kMla) {
-        L.k.reset(new uint16_t[static_cast<size_t>(rows * s->k_row_)]);
+        L.k_row = hp.n_head_kv * hp.head_dim_k;
+        L.k.reset(new uint16_t[static_cast<size_t>(rows * L.k_row)]);
         L.v_base = L.k.get();
-        L.v_stride = s->k_row_;
+        L.v_stride = L.k_row;
       } else if (IsAttention(hp.layers[l].mixer)) {
         L.ring = RingPositions(hp, static_cast<int>(l), n_ctx, max_step);
         if (L.ring > 0) {
@@ -91,10 +95,11 @@ absl::StatusOr<std::unique_ptr<SequenceState>> SequenceState::Create(const Hyper
           const int64_t keep = L.ring - L.window;
           s->ring_keep_ = s->ring_keep_ < 0 ? keep : std::min(s->ring_keep_, keep);
         }
-        L.k.reset(new uint16_t[static_cast<size_t>(rows * s->k_row_)]);
-        L.v.reset(new uint16_t[static_cast<size_t>(rows * s->v_row_)]);
+        L.k_row = hp.kv_heads(il) * hp.head_k(il);
+        L.v_stride = hp.kv_heads(il) * hp.head_v(il);
+        L.k.reset(new uint16_t[static_cast<size_t>(rows * L.k_row)]);
+        L.v.reset(new uint16_t[static_cast<size_t>(rows * L.v_stride)]);
         L.v_base = L.v.get();
-        L.v_stride = s->v_row_;
       } else if (IsRecurrent(hp.layers[l].mixer)) {
         for (Recurrent& r : L.buf) {
           r.conv.assign(s->conv_floats_, 0.0f);
@@ -116,9 +121,9 @@ uint64_t SequenceState::bytes() const {
     const Layer& L = layers_[l];
     const uint64_t rows = static_cast<uint64_t>(L.ring > 0 ? L.ring + L.window - 1 : n_ctx_);
     if (kinds_[l] == MixerKind::kMla) {
-      b += rows * k_row_ * sizeof(uint16_t);
+      b += rows * L.k_row * sizeof(uint16_t);
     } else if (IsAttention(kinds_[l])) {
-      b += rows * (k_row_ + v_row_) * sizeof(uint16_t);
+      b += rows * (L.k_row + L.v_stride) * sizeof(uint16_t);
     } else if (IsRecurrent(kinds_[l])) {
       b += kRecurrentBuffers * static_cast<uint64_t>(conv_floats_ + ssm_floats_) * sizeof(float);
     }
@@ -132,9 +137,14 @@ bool SequenceState::Matches(const HyperParams& hp) const {
   if (static_cast<int64_t>(layers_.size()) != hp.n_layer) return false;
   for (size_t l = 0; l < layers_.size(); ++l) {
     if (kinds_[l] != hp.layers[l].mixer) return false;
+    const Layer& L = layers_[l];
+    if (IsAttention(kinds_[l]) &&
+        L.k_row + (kinds_[l] == MixerKind::kMla ? 0 : L.v_stride) !=
+            KvValuesPerPosition(hp, static_cast<int>(l))) {
+      return false;
+    }
   }
-  return k_row_ == hp.n_head_kv * hp.head_dim_k && v_row_ == hp.n_head_kv * hp.head_dim_v &&
-         conv_floats_ == hp.ssm_conv_state_floats() && ssm_floats_ == hp.ssm_recurrent_state_floats();
+  return conv_floats_ == hp.ssm_conv_state_floats() && ssm_floats_ == hp.ssm_recurrent_state_floats();
 }
 
 void SequenceState::Clear() {
@@ -225,8 +235,9 @@ void SequenceState::MirrorRows(int layer, int64_t pos, int64_t n) {
     const int64_t slot = p % L.ring;
     if (slot >= L.window - 1) continue;
     const int64_t to = slot + L.ring;
-    std::memcpy(L.k.get() + to * k_row_, L.k.get() + slot * k_row_, k_row_ * sizeof(uint16_t));
-    std::memcpy(L.v_base + to * L.v_stride, L.v_base + slot * L.v_stride, v_row_ * sizeof(uint16_t));
+    std::memcpy(L.k.get() + to * L.k_row, L.k.get() + slot * L.k_row, L.k_row * sizeof(uint16_t));
+    std::memcpy(L.v_base + to * L.v_stride, L.v_base + slot * L.v_stride,
+                L.v_stride * sizeof(uint16_t));
   }
 }
 
@@ -247,10 +258,10 @@ std::vector<int64_t> SequenceState::checkpoints() const {
 
 uint64_t SequenceState::kv_bytes_per_position() const {
   uint64_t values = 0;
-  for (MixerKind k : kinds_) {
+  for (size_t l = 0; l < kinds_.size(); ++l) {
     // An MLA layer keeps one row (the latent and the rope key): no V rows.
-    if (k == MixerKind::kMla) values += k_row_;
-    else if (IsAttention(k)) values += k_row_ + v_row_;
+    if (kinds_[l] == MixerKind::kMla) values += layers_[l].k_row;
+    else if (IsAttention(kinds_[l])) values += layers_[l].k_row + layers_[l].v_stride;
   }
   return values * sizeof(uint16_t);
 }
@@ -273,8 +284,8 @@ absl::Status SequenceState::ExportKv(int64_t begin, int64_t end, uint8_t* out) c
   for (size_t l = 0; l < layers_.size(); ++l) {
     if (!IsAttention(kinds_[l])) continue;
     const int il = static_cast<int>(l);
-    const size_t kr = k_row_ * sizeof(uint16_t);
-    const size_t vr = kinds_[l] == MixerKind::kMla ? 0 : v_row_ * sizeof(uint16_t);
+    const size_t kr = layers_[l].k_row * sizeof(uint16_t);
+    const size_t vr = kinds_[l] == MixerKind::kMla ? 0 : layers_[l].v_stride * sizeof(uint16_t);
     // Rows one at a time on a ring (it wraps), in one run elsewhere.
     const int64_t run = layers_[l].ring > 0 ? 1 : n;
     for (int64_t p = begin; p < end; p += run) {
@@ -291,8 +302,8 @@ absl::Status SequenceState::ImportKv(int64_t pos, const uint8_t* in, uint64_t by
   for (size_t l = 0; l < layers_.size(); ++l) {
     if (!IsAttention(kinds_[l])) continue;
     const int il = static_cast<int>(l);
-    const size_t kr = k_row_ * sizeof(uint16_t);
-    const size_t vr = kinds_[l] == MixerKind::kMla ? 0 : v_row_ * sizeof(uint16_t);
+    const size_t kr = layers_[l].k_row * sizeof(uint16_t);
+    const size_t vr = kinds_[l] == MixerKind::kMla ? 0 : layers_[l].v_stride * sizeof(uint16_t);
     const int64_t ring = layers_[l].ring;
     // A ring keeps the last of the rows (the earlier ones are overwritten).
     const int64_t from = ring > 0 ? std::max(pos, pos + n - ring) : pos;

@@ -4,12 +4,13 @@
 // count the same bytes:
 //   - an attention layer keeps K and V of up to n_ctx positions as IEEE f16
 //     (llama.cpp's default cache), position-major:
-//       K of layer l, position p: n_head_kv * head_dim_k values at k(l, p);
-//       V of layer l, position p: n_head_kv * head_dim_v values at v(l, p);
+//       K of layer l, position p: kv_heads(l) * head_k(l) values at k(l, p);
+//       V of layer l, position p: kv_heads(l) * head_v(l) values at v(l, p)
+//       (HyperParams: the layer's own geometry where it has one);
 //     an MLA layer (deepseek2) keeps K only, the normed latent and the
 //     roped key part (head_dim_k = kv_lora_rank + n_rot values, 576 for
 //     DeepSeek-V3), and its V is the latent inside it, as llama.cpp's cache:
-//     v(l, p) == k(l, p), v_stride(l) == k_stride();
+//     v(l, p) == k(l, p), v_stride(l) == k_stride(l);
 //   - a sliding-window attention layer (window W) keeps a ring of
 //     R = W + max_step - 1 positions instead (when that is less than
 //     n_ctx): position p lives in slot p % R, and slots [0, W - 1) are
@@ -101,8 +102,8 @@ class SequenceState {
   // Positions attention layer `layer` keeps for n_ctx (the ring's slots,
   // mirror included, for a sliding-window layer; n_ctx otherwise).
   static int64_t LayerPositions(const HyperParams& hp, int layer, int64_t n_ctx, int64_t max_step);
-  // f16 values one attention layer of `kind` keeps per position.
-  static int64_t KvValuesPerPosition(const HyperParams& hp, MixerKind kind);
+  // f16 values attention layer `layer` keeps per position (0 for others).
+  static int64_t KvValuesPerPosition(const HyperParams& hp, int layer);
   // Conv + recurrent state bytes of the DeltaNet layers (one buffer each).
   static uint64_t RecurrentBytes(const HyperParams& hp);
   // Buffers per recurrent layer (current and next; see the file comment).
@@ -167,9 +168,11 @@ class SequenceState {
   // Attention layers: raw K/V storage (the forward pass writes positions >=
   // n_past, then Commit); rows of consecutive positions follow each other
   // (up to the window, on a ring). REQUIRES: layer is an attention layer.
-  uint16_t* k(int layer, int64_t pos) { return layers_[layer].k.get() + Slot(layer, pos) * k_row_; }
+  uint16_t* k(int layer, int64_t pos) {
+    return layers_[layer].k.get() + Slot(layer, pos) * layers_[layer].k_row;
+  }
   const uint16_t* k(int layer, int64_t pos) const {
-    return layers_[layer].k.get() + Slot(layer, pos) * k_row_;
+    return layers_[layer].k.get() + Slot(layer, pos) * layers_[layer].k_row;
   }
   uint16_t* v(int layer, int64_t pos) {
     return layers_[layer].v_base + Slot(layer, pos) * layers_[layer].v_stride;
@@ -181,7 +184,7 @@ class SequenceState {
   // copies those in the mirrored slots. A no-op on other layers.
   void MirrorRows(int layer, int64_t pos, int64_t n);
   // Elements from one position's K (V) to the next.
-  int64_t k_stride() const { return k_row_; }
+  int64_t k_stride(int layer) const { return layers_[layer].k_row; }
   int64_t v_stride(int layer) const { return layers_[layer].v_stride; }
 
   // DeltaNet layers: the committed conv / recurrent state, and the buffers
@@ -207,7 +210,8 @@ class SequenceState {
     // whole context costs memory for what it uses).
     std::unique_ptr<uint16_t[]> k, v;
     uint16_t* v_base = nullptr;  // v.get(), or k.get() on MLA layers
-    int64_t v_stride = 0;
+    int64_t k_row = 0;     // kv_heads * head_k
+    int64_t v_stride = 0;  // kv_heads * head_v (k_row on MLA layers)
     int64_t ring = 0;    // ring positions R (0: every position has its row)
     int64_t window = 0;  // the sliding window W of a ring layer
     // DeltaNet: buf[cur] is committed.
@@ -227,8 +231,6 @@ class SequenceState {
   int64_t max_step_ = kDefaultMaxStep;
   int64_t ring_keep_ = -1;  // how far back past the window the rings reach (-1: no rings)
   int64_t written_end_ = 0;
-  int64_t k_row_ = 0;  // n_head_kv * head_dim_k
-  int64_t v_row_ = 0;  // n_head_kv * head_dim_v
   int64_t conv_floats_ = 0;
   int64_t ssm_floats_ = 0;
   int n_recurrent_ = 0;

@@ -81,7 +81,16 @@ namespace moesplit::model {
   X(kNextnHnorm, kVector, nextn_hnorm, false)                          \
   X(kNextnSharedHeadNorm, kVector, nextn_shared_head_norm, false)      \
   X(kNextnEmbedTokens, kMatrix, nextn_embed_tokens, false)             \
-  X(kNextnSharedHeadHead, kMatrix, nextn_shared_head_head, false)
+  X(kNextnSharedHeadHead, kMatrix, nextn_shared_head_head, false)     \
+  X(kAttnPostNorm, kVector, attn_post_norm, false)                     \
+  X(kFfnPostNorm1, kVector, ffn_post_norm_1, false)                    \
+  X(kFfnPreNorm2, kVector, ffn_pre_norm_2, false)                      \
+  X(kFfnPostNorm2, kVector, ffn_post_norm_2, false)                    \
+  X(kFfnPostNorm, kVector, ffn_post_norm, false)                       \
+  X(kRouterScale, kVector, router_scale, false)                        \
+  X(kExpGateUp, kExperts, gate_up_exps, false)                         \
+  X(kExpDownScale, kVector, down_exps_scale, false)                    \
+  X(kLayerOutScale, kVector, out_scale, false)
 
 // What the rows mean (arch.h's descriptions give each its GGUF name):
 //   attn_norm, ffn_norm (qwen35moe, gpt-oss: post_attention_norm): RMSNorm
@@ -111,7 +120,21 @@ namespace moesplit::model {
 //   nextn_*: a NextN / MTP block's own tensors (arch.h NextNTensors()):
 //     eh_proj [2 d -> d] over [enorm(embedding), hnorm(hidden)],
 //     shared_head_norm, and its own embeddings / head where it has them;
-//     held by the Model only (never run, packed or uploaded).
+//     held by the Model only (never run, packed or uploaded);
+//   attn_post_norm: RMSNorm of the mixer's output before the residual add;
+//   ffn_post_norm_1 / ffn_pre_norm_2 / ffn_post_norm_2 / ffn_post_norm: a
+//     dense MLP beside the routed experts (ffn_gate/up/down on an MoE
+//     layer): its output normed by ffn_post_norm_1, the experts' input by
+//     ffn_pre_norm_2 (instead of ffn_norm) and their output by
+//     ffn_post_norm_2, their sum by ffn_post_norm;
+//   router_scale: the router reads RMSNorm(x) / sqrt(n_embd) * router_scale
+//     (no weight) instead of the experts' input;
+//   gate_up_exps: the routed experts' gate and up fused (per expert the
+//     n_ff_exp gate rows, then the up rows): Model::Load makes gate_exps and
+//     up_exps views of its halves and leaves it empty;
+//   down_exps_scale: one factor per routed expert on its down output
+//     (folded into the routing weights: expert.h);
+//   out_scale: one factor on the residual stream after the layer.
 
 // Every tensor the forward pass knows about: the global ones, then one row
 // of MOESPLIT_LAYER_TENSORS each.
@@ -119,6 +142,7 @@ enum class TensorId : int {
   kTokenEmbd = 0,
   kOutputNorm,
   kOutput,
+  kRopeFreqs,  // per rotary pair, a divisor of its frequency (full-attention layers)
 #define MOESPLIT_X(id, form, field, pack) id,
   MOESPLIT_LAYER_TENSORS(MOESPLIT_X)
 #undef MOESPLIT_X

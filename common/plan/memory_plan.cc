@@ -192,10 +192,19 @@ GpuWorkspaceElems GpuWorkspace(const ModelShape& s, int64_t B, int64_t n_ctx,
   for (const ShapeTensor& t : s.tensors) shared_expert |= t.role == TensorRole::kSharedExpert;
   GpuWorkspaceElems w;
   w.x = B * hp.n_embd;
-  w.q = B * hp.n_head * hp.head_dim_k;
-  w.k = B * hp.n_head_kv * hp.head_dim_k;
-  w.v = B * hp.n_head_kv * hp.head_dim_v;
-  w.attn = B * hp.n_head * hp.head_dim_v;
+  // The widest layer's (their sizes differ where the geometry is per layer).
+  int64_t hk = hp.head_dim_k, hv = hp.head_dim_v, kv_k = hp.n_head_kv * hp.head_dim_k,
+          kv_v = hp.n_head_kv * hp.head_dim_v;
+  for (int il = 0; il < static_cast<int>(hp.layers.size()); ++il) {
+    hk = std::max(hk, hp.head_k(il));
+    hv = std::max(hv, hp.head_v(il));
+    kv_k = std::max(kv_k, hp.kv_heads(il) * hp.head_k(il));
+    kv_v = std::max(kv_v, hp.kv_heads(il) * hp.head_v(il));
+  }
+  w.q = B * hp.n_head * hk;
+  w.k = B * kv_k;
+  w.v = B * kv_v;
+  w.attn = B * hp.n_head * hv;
   w.router = B * hp.n_expert;
   w.topk = B * hp.n_expert_used;
   // The shared expert's and the dense-FFN layers' intermediate rows.
@@ -260,15 +269,28 @@ uint64_t GpuKvLayout::Bytes(uint64_t row_bytes) const {
          tables * static_cast<uint64_t>(n_pages) * sizeof(int32_t);
 }
 
+uint64_t GpuKvLayout::Bytes(const std::function<uint64_t(int64_t)>& row_bytes) const {
+  if (pages_total() == 0) return 0;
+  const uint64_t tables = 1 + ring_sizes.size();
+  uint64_t rows = 0;
+  for (size_t il = 0; il < layer_pages.size(); ++il) {
+    if (layer_pages[il] == 0) continue;
+    rows += static_cast<uint64_t>(layer_pages[il] * page_size) * row_bytes(layer_values[il]);
+  }
+  return rows + tables * static_cast<uint64_t>(n_pages) * sizeof(int32_t);
+}
+
 GpuKvLayout GpuKvLayoutOf(const model::HyperParams& hp, int64_t n_ctx, int64_t max_step,
                           int64_t page_size) {
   GpuKvLayout l;
   l.page_size = page_size;
   l.n_pages = static_cast<int64_t>(CeilDiv(n_ctx, page_size));
   l.layer_pages.assign(hp.layers.size(), 0);
+  l.layer_values.assign(hp.layers.size(), 0);
   for (size_t il = 0; il < hp.layers.size(); ++il) {
     const model::LayerSpec& spec = hp.layers[il];
     if (!model::IsAttention(spec.mixer)) continue;
+    l.layer_values[il] = model::SequenceState::KvValuesPerPosition(hp, static_cast<int>(il));
     int64_t pages = l.n_pages;
     if (spec.sliding_window > 0) {
       pages = std::min<int64_t>(
@@ -330,13 +352,16 @@ MemoryPlan FixedPart(const ModelShape& s, const PlanOptions& o) {
   // (model::SequenceState's arithmetic). A model's attention layers all
   // keep rows of one size.
   int64_t values = 0;
-  for (const model::LayerSpec& l : s.hp.layers) {
-    values = std::max(values, model::SequenceState::KvValuesPerPosition(s.hp, l.mixer));
+  for (int l = 0; l < static_cast<int>(s.hp.layers.size()); ++l) {
+    values = std::max(values, model::SequenceState::KvValuesPerPosition(s.hp, l));
   }
   p.kv_row_bytes = values > 0 ? KvElementBytes(o.kv_type, values) : 0;
-  p.kv_bytes_per_position = static_cast<uint64_t>(s.hp.n_attention_layers()) * p.kv_row_bytes;
   p.kv_layout = GpuKvLayoutOf(s.hp, o.n_ctx, o.n_ubatch, o.kv_page_size);
-  p.kv_cache = p.kv_layout.Bytes(p.kv_row_bytes) * static_cast<uint64_t>(o.n_parallel);
+  // Each layer's own rows (they differ where the geometry does per layer).
+  const auto row_bytes = [&](int64_t v) { return KvElementBytes(o.kv_type, v); };
+  p.kv_bytes_per_position = 0;
+  for (int64_t v : p.kv_layout.layer_values) p.kv_bytes_per_position += row_bytes(v);
+  p.kv_cache = p.kv_layout.Bytes(row_bytes) * static_cast<uint64_t>(o.n_parallel);
   p.recurrent_bytes_per_sequence =
       model::SequenceState::kRecurrentBuffers * model::SequenceState::RecurrentBytes(s.hp);
   p.recurrent_state = p.recurrent_bytes_per_sequence * static_cast<uint64_t>(o.n_parallel);
@@ -400,6 +425,57 @@ std::string FormatWorkers(const std::vector<WorkerShare>& workers, uint64_t work
     const WorkerShare& w = workers[i];
     absl::StrAppend(&out, "  worker ", i, ": --shard layers=", w.layer_begin, "-",
                     w.layer_end - 1, "  ", FormatBytes(w.bytes), "\n");
+  }
+  return out;
+}
+
+absl::StatusOr<HostTierPlan> PlanHostTier(const ModelShape& shape, uint64_t host_bytes,
+                                          const std::vector<WorkerShare>& workers) {
+  if (host_bytes == 0) return absl::InvalidArgumentError("host memory must be more than 0 bytes");
+  const std::vector<uint64_t> per_expert = ExpertBytesPerLayer(shape);
+  std::vector<WorkerShare> ranges = workers;
+  if (ranges.empty()) ranges.push_back({0, static_cast<int>(shape.hp.n_layer), 0});
+  HostTierPlan plan;
+  plan.host_bytes = host_bytes;
+  for (const WorkerShare& w : ranges) {
+    HostTierShare share;
+    share.layer_begin = w.layer_begin;
+    share.layer_end = w.layer_end;
+    uint64_t per_token = 0;
+    for (int l = w.layer_begin; l < w.layer_end; ++l) {
+      share.expert_bytes += per_expert[l] * static_cast<uint64_t>(shape.hp.n_expert);
+      per_token += per_expert[l] * static_cast<uint64_t>(shape.hp.n_expert_used);
+    }
+    share.ram_bytes = std::min(share.expert_bytes, host_bytes);
+    share.resident_share =
+        share.expert_bytes > 0 ? static_cast<double>(share.ram_bytes) / share.expert_bytes : 1.0;
+    share.disk_bytes_per_token =
+        static_cast<uint64_t>(static_cast<double>(per_token) * (1.0 - share.resident_share));
+    plan.disk_bytes_per_token += share.disk_bytes_per_token;
+    plan.shares.push_back(share);
+  }
+  if (plan.shares.size() == 1 && plan.shares[0].expert_bytes == 0) {
+    return absl::InvalidArgumentError("the model has no routed experts");
+  }
+  return plan;
+}
+
+std::string FormatHostTier(const HostTierPlan& plan, uint64_t disk_bytes_per_second) {
+  std::string out = absl::StrCat("routed experts in ", FormatBytes(plan.host_bytes),
+                                 " of host RAM per host (the rest read from disk):\n");
+  for (const HostTierShare& s : plan.shares) {
+    absl::StrAppend(&out, "  layers ", s.layer_begin, "-", s.layer_end - 1, ": ",
+                    FormatBytes(s.ram_bytes), " of ", FormatBytes(s.expert_bytes), " in RAM (",
+                    absl::StrFormat("%.1f", 100.0 * s.resident_share), "%), ",
+                    FormatBytes(s.disk_bytes_per_token),
+                    " read per decode token (uniform routing)\n");
+  }
+  if (disk_bytes_per_second > 0 && plan.disk_bytes_per_token > 0) {
+    absl::StrAppend(&out, "  decode bound by the disk at ",
+                    FormatBytes(disk_bytes_per_second), "/s: ",
+                    absl::StrFormat("%.2f", static_cast<double>(disk_bytes_per_second) /
+                                                plan.disk_bytes_per_token),
+                    " tokens/s\n");
   }
   return out;
 }
@@ -584,23 +660,36 @@ std::string FormatPlanTable(const MemoryPlan& p) {
                         p.kv_bytes_per_position, o.n_ctx, o.n_parallel, hp.n_attention_layers(),
                         hp.n_attention_layers() == 1 ? "" : "s"));
   } else {
-    int64_t full = 0, sliding = 0, ring = 0;
+    int64_t full = 0, sliding = 0, ring = 0, full_values = 0, sliding_values = 0;
     for (size_t il = 0; il < p.kv_layout.layer_pages.size(); ++il) {
       const int64_t pages = p.kv_layout.layer_pages[il];
       if (pages == 0) continue;
       if (pages < p.kv_layout.n_pages) {
         ++sliding;
         ring = std::max(ring, pages * p.kv_layout.page_size);
+        sliding_values = p.kv_layout.layer_values[il];
       } else {
         ++full;
+        full_values = p.kv_layout.layer_values[il];
       }
     }
-    Row(&out, "KV cache", p.kv_cache,
-        absl::StrFormat("%d bytes/layer-position x %d: %d full-attention layer%s x %d + %d "
-                        "sliding-window layer%s x %d (window + micro-batch)",
-                        p.kv_row_bytes, o.n_parallel, full, full == 1 ? "" : "s",
-                        p.kv_layout.n_pages * p.kv_layout.page_size, sliding,
-                        sliding == 1 ? "" : "s", ring));
+    if (full_values == sliding_values || full == 0 || sliding == 0) {
+      Row(&out, "KV cache", p.kv_cache,
+          absl::StrFormat("%d bytes/layer-position x %d: %d full-attention layer%s x %d + %d "
+                          "sliding-window layer%s x %d (window + micro-batch)",
+                          p.kv_row_bytes, o.n_parallel, full, full == 1 ? "" : "s",
+                          p.kv_layout.n_pages * p.kv_layout.page_size, sliding,
+                          sliding == 1 ? "" : "s", ring));
+    } else {
+      Row(&out, "KV cache", p.kv_cache,
+          absl::StrFormat("x %d: %d full-attention layer%s x %d positions x %d bytes + %d "
+                          "sliding-window layer%s x %d (window + micro-batch) x %d bytes",
+                          o.n_parallel, full, full == 1 ? "" : "s",
+                          p.kv_layout.n_pages * p.kv_layout.page_size,
+                          KvElementBytes(o.kv_type, full_values), sliding,
+                          sliding == 1 ? "" : "s", ring,
+                          KvElementBytes(o.kv_type, sliding_values)));
+    }
   }
   if (p.recurrent_state > 0) {
     Row(&out, "recurrent state", p.recurrent_state,

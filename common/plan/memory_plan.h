@@ -71,6 +71,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -216,12 +217,18 @@ struct GpuKvLayout {
   int64_t n_pages = 0;               // ceil(n_ctx / page_size)
   std::vector<int64_t> layer_pages;  // per layer; 0 for a layer without KV
   std::vector<int64_t> ring_sizes;   // distinct ring page counts, ascending
+  // K + V values of one position per layer (0 without KV;
+  // model::SequenceState::KvValuesPerPosition): they differ between layers
+  // where the model's attention geometry does (gemma4).
+  std::vector<int64_t> layer_values;
   int64_t pages_total() const;
   // Positions the layers hold together (sum of layer_pages x page_size).
   int64_t positions_total() const { return pages_total() * page_size; }
   // Everything: positions_total() x row_bytes (K + V of one position of one
   // layer) + the block tables.
   uint64_t Bytes(uint64_t row_bytes) const;
+  // The same with each layer's own rows: row_bytes(layer_values[l]).
+  uint64_t Bytes(const std::function<uint64_t(int64_t)>& row_bytes) const;
 };
 // REQUIRES: n_ctx, max_step, page_size >= 1.
 GpuKvLayout GpuKvLayoutOf(const model::HyperParams& hp, int64_t n_ctx, int64_t max_step,
@@ -305,6 +312,34 @@ absl::StatusOr<std::vector<WorkerShare>> PlanWorkers(const ModelShape& shape,
                                                      uint64_t worker_bytes);
 // "workers: N x SIZE ..." then one line per worker with its --shard.
 std::string FormatWorkers(const std::vector<WorkerShare>& workers, uint64_t worker_bytes);
+
+// The routed experts on a host of `host_bytes` of RAM for them (`moesplit
+// plan --host-memory`; a worker's --expert-ram): when they do not all fit,
+// the workers keep `ram_bytes` of them in RAM slots and read the rest from
+// the model file on demand (the expert-worker's tier). With uniform routing
+// a decode token needs n_expert_used experts of each MoE layer, of which the
+// share not resident comes from disk: disk_bytes_per_token. (Routing is
+// skewed in practice and the tier keeps the hottest experts, so this is an
+// upper bound; the GPU hot-expert cache lowers it further.) `worker_bytes`
+// > 0 plans each of PlanWorkers' ranges apart (its share of RAM resident).
+struct HostTierShare {
+  int layer_begin = 0, layer_end = 0;  // [begin, end)
+  uint64_t expert_bytes = 0;           // the range's routed experts
+  uint64_t ram_bytes = 0;              // of which in RAM
+  double resident_share = 0;           // ram / expert bytes (1: all)
+  uint64_t disk_bytes_per_token = 0;   // expected, uniform routing
+};
+struct HostTierPlan {
+  uint64_t host_bytes = 0;
+  std::vector<HostTierShare> shares;  // one per host (worker), in layer order
+  uint64_t disk_bytes_per_token = 0;  // the sum over shares
+};
+// InvalidArgument for host_bytes 0 or a shape without routed experts.
+absl::StatusOr<HostTierPlan> PlanHostTier(const ModelShape& shape, uint64_t host_bytes,
+                                          const std::vector<WorkerShare>& workers = {});
+// One line per share ("layers A-B: X of Y in RAM (Z%), W read per token"),
+// and with `disk_bytes_per_second` > 0 the decode rate the disk alone allows.
+std::string FormatHostTier(const HostTierPlan& plan, uint64_t disk_bytes_per_second);
 
 // The hot-expert cache for a plan: the plan's slots, the shape's layers,
 // experts and per-layer expert bytes (the other options keep their defaults).

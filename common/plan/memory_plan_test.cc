@@ -107,6 +107,43 @@ TEST(MemoryPlanTest, PlansWorkersByLayerRanges) {
   EXPECT_EQ(PlanWorkers(s, 0).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// The host tier: which share of the experts stays in RAM and what a decode
+// token reads from disk (n_expert_used experts per MoE layer, the
+// non-resident share of them).
+TEST(MemoryPlanTest, PlansTheHostTier) {
+  ModelShape s;
+  s.hp.n_layer = 4;
+  s.hp.n_expert = 10;
+  s.hp.n_expert_used = 2;
+  const uint64_t per_layer[4] = {0, 400, 400, 200};  // 40, 40, 20 per expert
+  for (int l = 0; l < 4; ++l) {
+    if (per_layer[l] == 0) continue;
+    s.tensors.push_back({absl::StrCat("blk.", l, ".ffn_up_exps.weight"),
+                         model::TensorRole::kRoutedExpert, l, GgmlType::kF32, {1, 1, 10},
+                         per_layer[l]});
+  }
+  auto all = PlanHostTier(s, 2000);
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(all->shares.size(), 1u);
+  EXPECT_EQ(all->shares[0].ram_bytes, 1000u);
+  EXPECT_EQ(all->shares[0].resident_share, 1.0);
+  EXPECT_EQ(all->disk_bytes_per_token, 0u);
+  auto half = PlanHostTier(s, 500);
+  ASSERT_TRUE(half.ok());
+  EXPECT_EQ(half->shares[0].ram_bytes, 500u);
+  EXPECT_EQ(half->disk_bytes_per_token, 100u);  // (2 x (40 + 40 + 20)) / 2
+  EXPECT_THAT(FormatHostTier(*half, 1000), HasSubstr("500 B of 1000 B in RAM (50.0%)"));
+  EXPECT_THAT(FormatHostTier(*half, 1000), HasSubstr("10.00 tokens/s"));
+  // Per worker: each range has the host's RAM to itself.
+  auto per = PlanHostTier(s, 400, {{0, 2, 400}, {2, 4, 600}});
+  ASSERT_TRUE(per.ok());
+  ASSERT_EQ(per->shares.size(), 2u);
+  EXPECT_EQ(per->shares[0].resident_share, 1.0);
+  EXPECT_EQ(per->shares[1].ram_bytes, 400u);
+  EXPECT_EQ(per->disk_bytes_per_token, 40u);  // 2 x (40 + 20) x (1 - 400/600)
+  EXPECT_EQ(PlanHostTier(s, 0).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(MemoryPlanTest, KvElementBytes) {
   EXPECT_EQ(KvElementBytes(KvType::kF16, 1024), 2048u);
   EXPECT_EQ(KvElementBytes(KvType::kQ8_0, 1024), 1088u);  // 32 blocks x 34

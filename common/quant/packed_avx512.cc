@@ -19,6 +19,7 @@
 
 #include "common/base/fp16.h"
 #include "common/quant/internal/blocks.h"
+#include "common/quant/internal/kernels.h"
 #include "common/quant/internal/packed_impl.h"
 
 namespace moesplit::quant::internal {
@@ -46,7 +47,8 @@ inline __m512i Bcast(const int8_t* p) {
 // 32-column kernels (two strips side by side, 272-544 byte blocks) 4 KiB in
 // each strip: measured best (2, 3, 6, 8 and 16 KiB were slower for the
 // 32-column kernels; the K-quants gained nothing from 4), see
-// tests/bench/README.md, "packed_avx512.cc: prefetch distance".
+// tests/bench/README.md, "packed_avx512.cc: prefetch distance". They
+// prefetch into L2 only where PackedPrefetchLevel() says so.
 constexpr uint64_t kPrefetchAhead = 8192;
 constexpr uint64_t kPrefetchAhead32 = 4096;
 
@@ -59,14 +61,19 @@ constexpr uint64_t kPrefetchAhead32 = 4096;
 // hardware, and this order measured faster, see tests/bench/README.md.
 template <int S, uint64_t ahead = kPrefetchAhead>
 __attribute__((always_inline)) inline void PrefetchAhead(const uint8_t* strip0, uint64_t strip_bytes, int k,
-                                                         uint64_t pos, uint64_t bytes, const uint8_t* end) {
+                                                         uint64_t pos, uint64_t bytes, const uint8_t* end,
+                                                         bool to_l2 = false) {
   uint64_t off = pos + ahead;
   if constexpr (S > 1) {  // one strip: straight ahead, no division on the hot path
     if (off >= strip_bytes) off = off / strip_bytes * S * strip_bytes + off % strip_bytes;
   }
   const uint8_t* p = strip0 + k * strip_bytes + off;
   const uint8_t* e = p + bytes < end ? p + bytes : end;
-  for (; p < e; p += 64) _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
+  if (to_l2) {
+    for (; p < e; p += 64) _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T1);
+  } else {
+    for (; p < e; p += 64) _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
+  }
 }
 
 // The 8 code registers of span g (columns 32 g .. 32 g + 31) of a Q4_K
@@ -125,13 +132,14 @@ template <int T, bool kFive = false>
 void StripsQ4K(const uint8_t* strip, uint64_t strip_bytes, int64_t nsb, const BlockQ8_K* const* a,
                const uint8_t* end, float* y, int64_t ldy) {
   constexpr uint64_t kSB = kFive ? kQ5KSuperBytes : kQ4KSuperBytes;
+  const bool to_l2 = PackedPrefetchLevel() == PrefetchLevel::kL2;
   __m512 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   const __m512 sign = _mm512_castsi512_ps(_mm512_set1_epi32(INT32_MIN));
   for (int64_t i = 0; i < nsb; ++i) {
     __m512i isum[T];
     for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
-    PrefetchAhead<1>(strip, strip_bytes, 0, i * kSB, kSB, end);
+    PrefetchAhead<1>(strip, strip_bytes, 0, i * kSB, kSB, end, to_l2);
     const uint8_t* sb = strip + i * kSB;
     for (int g = 0; g < 8; ++g) {
       __m512i c[8];
@@ -190,12 +198,13 @@ void StripsQ4K(const uint8_t* strip, uint64_t strip_bytes, int64_t nsb, const Bl
 template <int T>
 void StripsQ6K(const uint8_t* strip, uint64_t strip_bytes, int64_t nsb, const BlockQ8_K* const* a,
                const uint8_t* end, float* y, int64_t ldy) {
+  const bool to_l2 = PackedPrefetchLevel() == PrefetchLevel::kL2;
   __m512 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t i = 0; i < nsb; ++i) {
     __m512i isum[T];
     for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
-    PrefetchAhead<1>(strip, strip_bytes, 0, i * kQ6KSuperBytes, kQ6KSuperBytes, end);
+    PrefetchAhead<1>(strip, strip_bytes, 0, i * kQ6KSuperBytes, kQ6KSuperBytes, end, to_l2);
     const uint8_t* sb = strip + i * kQ6KSuperBytes;
     for (int g = 0; g < 8; ++g) {
       __m512i c[8];
@@ -310,6 +319,7 @@ template <int T, int S, Kind32 K>
 void Strips32(const uint8_t* strip, uint64_t strip_bytes, int64_t nb, const BlockQ8_0* const* a,
               const BlockTerm* terms, const uint8_t* end, float* y, int64_t ldy) {
   constexpr uint64_t kSB = SuperBytes32<K>();
+  const bool to_l2 = PackedPrefetchLevel() == PrefetchLevel::kL2;
   alignas(64) static constexpr int8_t kTable[64] = {
       12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,  //
       12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,  //
@@ -327,7 +337,7 @@ void Strips32(const uint8_t* strip, uint64_t strip_bytes, int64_t nb, const Bloc
     for (int t = 0; t < T; ++t) {
       for (int s = 0; s < S; ++s) isum[t][s] = _mm512_set1_epi32(terms[t * nb + i].neg_corr);
     }
-    for (int s = 0; s < S; ++s) PrefetchAhead<S, kPrefetchAhead32>(strip, strip_bytes, s, i * kSB, kSB, end);
+    for (int s = 0; s < S; ++s) PrefetchAhead<S, kPrefetchAhead32>(strip, strip_bytes, s, i * kSB, kSB, end, to_l2);
     Chunks32<K, T, S>(strip + i * kSB, strip_bytes, a, i, table, isum);
 #pragma GCC unroll 4
     for (int s = 0; s < S; ++s) {

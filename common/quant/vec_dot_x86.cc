@@ -4,6 +4,8 @@
 // __attribute__((target)) / #pragma GCC target, so the library needs no -m
 // flags and runs on any x86-64 CPU.
 
+#include <cstdlib>
+#include <string_view>
 #include <vector>
 
 #include "common/quant/internal/kernels.h"
@@ -57,6 +59,22 @@ bool CpuHasAvx512Vnni() {
   return have;
 }
 
+PrefetchLevel PackedPrefetchLevel() {
+  static const PrefetchLevel level = [] {
+    if (const char* env = std::getenv("MOESPLIT_PREFETCH")) {
+      if (std::string_view(env) == "l1") return PrefetchLevel::kL1;
+      if (std::string_view(env) == "l2") return PrefetchLevel::kL2;
+    }
+    unsigned eax, ebx, ecx, edx;
+    if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return PrefetchLevel::kL1;
+    const bool amd = ebx == 0x68747541 && edx == 0x69746e65 && ecx == 0x444d4163;  // "AuthenticAMD"
+    if (!amd || !__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return PrefetchLevel::kL1;
+    const unsigned family = ((eax >> 8) & 0xF) + ((eax >> 20) & 0xFF);
+    return family == 0x19 ? PrefetchLevel::kL2 : PrefetchLevel::kL1;
+  }();
+  return level;
+}
+
 bool CpuHasAmxInt8() {
   static const bool have = [] {
     if (!CpuHasAvx512Vnni()) return false;
@@ -99,6 +117,7 @@ const SimdKernels& CpuSimdKernels() {
 bool CpuHasAvx2() { return false; }
 bool CpuHasAvx512Vnni() { return false; }
 bool CpuHasAmxInt8() { return false; }
+PrefetchLevel PackedPrefetchLevel() { return PrefetchLevel::kL1; }
 KernelLevel CpuBestLevel() { return KernelLevel::kScalar; }
 const SimdKernels& CpuSimdKernels() {
   static const SimdKernels* const kernels = new SimdKernels;

@@ -186,5 +186,56 @@ TEST(ArgMaxTest, TiesGoToLowestId) {
   EXPECT_EQ(MaxLogit(MakeSet({-3, -1, -2})), -1.0f);
 }
 
+TEST(FiltersTest, TopNSigmaKeepsLogitsWithinNDeviationsOfTheMax) {
+  // mean 3.2, population sigma sqrt(12.56) = 3.544.
+  const std::vector<float> logits = {0, 1, 2, 3, 10};
+  const std::pair<float, std::vector<int32_t>> cases[] = {
+      {1.0f, {4}}, {2.0f, {3, 4}}, {3.0f, {0, 1, 2, 3, 4}}, {0.0f, {0, 1, 2, 3, 4}},
+      {-1.0f, {0, 1, 2, 3, 4}}};
+  for (const auto& [n, want] : cases) {
+    CandidateSet set = MakeSet(logits);
+    TopNSigma(set, n);
+    EXPECT_THAT(Ids(set), ElementsAreArray(want)) << "n=" << n;
+  }
+  // -inf logits count for neither the mean nor sigma, and never survive.
+  CandidateSet set = MakeSet({0, 1, 2, 3, 10, -INFINITY});
+  TopNSigma(set, 2.0f);
+  EXPECT_THAT(Ids(set), ElementsAreArray({3, 4}));
+}
+
+TEST(FiltersTest, TypicalKeepsTheTokensClosestToTheEntropy) {
+  // H = 1.1422 nats; |-log p - H|: id 3 0.062, id 1 0.449, id 0 0.755,
+  // id 2 1.853: the typical order is 3, 1, 0, 2 (masses .3, .5, .15, .05).
+  const std::pair<float, std::vector<int32_t>> cases[] = {
+      {0.2f, {3}}, {0.5f, {1, 3}}, {0.9f, {1, 3, 0}}, {0.99f, {1, 3, 0, 2}},
+      {0.0f, {3}}, {1.0f, {0, 1, 2, 3}}};
+  for (const auto& [p, want] : cases) {
+    CandidateSet set = MakeSet(FourTokens());
+    Typical(set, p);
+    EXPECT_THAT(Ids(set), ElementsAreArray(want)) << "p=" << p;
+  }
+}
+
+TEST(FiltersTest, XtcRemovesEveryTopChoiceButTheLeastProbable) {
+  const std::pair<float, std::vector<int32_t>> cases[] = {
+      {0.1f, {0, 2}},         // 1, 3, 0 pass: 1 and 3 go
+      {0.2f, {3, 0, 2}},      // 1, 3 pass: 1 goes
+      {0.4f, {0, 1, 2, 3}},   // only 1 passes: nothing goes
+      {0.51f, {0, 1, 2, 3}},  // > 0.5: off
+      {0.0f, {2}},            // every token passes: the least probable stays
+  };
+  for (const auto& [threshold, want] : cases) {
+    CandidateSet set = MakeSet(FourTokens());
+    Xtc(set, threshold);
+    EXPECT_THAT(Ids(set), ElementsAreArray(want)) << "threshold=" << threshold;
+  }
+  // A banned (-inf) token is not a top choice that stays.
+  std::vector<float> logits = FourTokens();
+  logits.push_back(-INFINITY);
+  CandidateSet set = MakeSet(logits);
+  Xtc(set, 0.0f);
+  EXPECT_THAT(Ids(set), ElementsAreArray({2, 4}));
+}
+
 }  // namespace
 }  // namespace moesplit::sampling_internal

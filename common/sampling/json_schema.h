@@ -20,20 +20,35 @@
 //     additionalProperties: false or absent = no other keys (OpenAI's strict
 //     semantics); true or a schema only for an object without properties
 //     (a map), and never with strict;
-//   array: items (a schema), minItems, maxItems;
-//   string: minLength, maxLength;
+//   array: items (a schema), minItems, maxItems, uniqueItems (false, or
+//     true with maxItems <= 1);
+//   string: minLength, maxLength; or pattern (internal/regex.h's subset;
+//     a side without its anchor matches any text); or format: date, time,
+//     date-time (RFC 3339; February has 29 days every year), uuid, email,
+//     hostname, ipv4, uri (a pattern beside a format decides: format is an
+//     annotation in 2020-12); lengths together with either are refused;
+//   integer and number: minimum, maximum, exclusiveMinimum,
+//     exclusiveMaximum (numbers, or draft 4's booleans), multipleOf (an
+//     integer up to 1000; on a number also 10^-n = at most n fraction
+//     digits). A number's bounds must be integers; a bounded number has no
+//     exponent; written magnitudes stay within 16 digits;
 //   enum, const (the values' compact JSON text);
 //   anyOf, oneOf (oneOf as anyOf: its branches must not overlap);
+//   allOf, and $ref beside other keywords: merged into one schema
+//     (properties and required joined, a property in two branches must have
+//     one schema, bounds take the tighter, types intersect, any other
+//     keyword must agree; a branch with additionalProperties false keeps
+//     only its properties);
 //   $ref to "#", "#/$defs/NAME" or "#/definitions/NAME" (local only; may be
 //     recursive when the cycle consumes input);
 //   annotations ignored: title, description, default, examples, $schema,
 //     $id, $comment, $defs, definitions, deprecated, readOnly, writeOnly.
-// Refused: pattern, format (a regular expression and formats are not
-// enforced, so accepting them would break "valid by construction"),
-// minimum/maximum/multipleOf, min/maxProperties, uniqueItems, prefixItems,
-// allOf, not, if/then/else, contains, patternProperties, and any other.
+// Refused: min/maxProperties, prefixItems, not, if/then/else, contains,
+// patternProperties, dependentRequired, and any other keyword; the regex
+// constructs internal/regex.h refuses; unknown formats.
 // Type-specific keywords without `type` imply it (properties: object,
-// items: array, minLength: string); a schema without either is any value.
+// items: array, minLength/pattern/format: string, minimum/multipleOf:
+// number); a schema without either is any value.
 // Repetition bounds (maxItems, maxLength) above kMaxRepeat are refused.
 //
 // Thread-safe: pure functions.

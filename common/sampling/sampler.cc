@@ -90,15 +90,26 @@ absl::Status Sampler::LoadCandidates(absl::Span<const float> logits) {
     }
   }
   candidates_.size = static_cast<size_t>(n_vocab_);
-  if (!PenaltiesActive()) return absl::OkStatus();
-  const float rep = params_.repetition_penalty;
-  for (const auto& [token, count] : window_counts_) {
-    float& l = data[token].logit;
-    l = l <= 0.0f ? l * rep : l / rep;
-    l -= static_cast<float>(count) * params_.frequency_penalty +
-         params_.presence_penalty;
-    if (l > FLT_MAX) l = FLT_MAX;  // a tiny repetition_penalty overflowed
+  for (const LogitBias& b : params_.logit_bias) {
+    float& l = data[b.token].logit;
+    l += b.bias;
+    if (l > FLT_MAX) l = FLT_MAX;  // a large bias overflowed
   }
+  if (PenaltiesActive()) {
+    const float rep = params_.repetition_penalty;
+    for (const auto& [token, count] : window_counts_) {
+      float& l = data[token].logit;
+      l = l <= 0.0f ? l * rep : l / rep;
+      l -= static_cast<float>(count) * params_.frequency_penalty +
+           params_.presence_penalty;
+      if (l > FLT_MAX) l = FLT_MAX;  // a tiny repetition_penalty overflowed
+    }
+  }
+  DryPenalize(params_.dry, history_, &dry_scratch_, [data](int32_t token, float penalty) {
+    float& l = data[token].logit;
+    l -= penalty;
+    if (l > FLT_MAX) l = FLT_MAX;  // a negative multiplier overflowed
+  });
   return absl::OkStatus();
 }
 
@@ -106,10 +117,24 @@ double Sampler::NextUniform() {
   return static_cast<double>(rng_() >> 11) * 0x1.0p-53;
 }
 
-int32_t Sampler::Draw() {
+bool Sampler::XtcActive() const {
+  return params_.xtc_probability > 0.0f && params_.xtc_threshold <= 0.5f;
+}
+
+void Sampler::Filter() {
+  sampling_internal::TopNSigma(candidates_, params_.top_n_sigma);
   sampling_internal::TopK(candidates_, params_.top_k);
+  sampling_internal::Typical(candidates_, params_.typical_p);
   sampling_internal::TopP(candidates_, params_.top_p);
   sampling_internal::MinP(candidates_, params_.min_p);
+  // XTC's coin is drawn only where llama.cpp draws it (two candidates left).
+  if (XtcActive() && candidates_.size >= 2 && NextUniform() < params_.xtc_probability) {
+    sampling_internal::Xtc(candidates_, params_.xtc_threshold);
+  }
+}
+
+int32_t Sampler::Draw() {
+  Filter();
 
   const Candidate* data = candidates_.data.data();
   const size_t n = candidates_.size;
@@ -207,6 +232,9 @@ absl::Status Sampler::Sample(absl::Span<const float> logits,
               "can be sampled");
   }
   if (params_.temperature == 0.0f) {
+    // Typical and XTC may remove the argmax (llama.cpp runs its chain before
+    // the greedy pick); the other filters always keep it.
+    if (params_.typical_p < 1.0f || XtcActive()) Filter();
     const size_t best = ArgMax(candidates_);
     std::swap(candidates_.data[0], candidates_.data[best]);
     candidates_.size = 1;

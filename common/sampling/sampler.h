@@ -2,24 +2,34 @@
 //
 // A Sampler belongs to one sequence: it keeps that sequence's token history
 // (for the penalties) and its RNG state. Each Sample() runs, in llama.cpp's
-// default chain order (common/common.h: penalties, top_k, top_p, min_p,
+// default chain order (common/sampling.cpp: logit_bias, then common/common.h's
+// samplers: penalties, dry, top_n_sigma, top_k, typical_p, top_p, min_p, xtc,
 // temperature, dist):
+//   0. logit_bias: each (token, bias) is added to the raw logit (-inf bans).
 //   1. penalties over the last `penalty_last_n` history tokens (llama.cpp
 //      llama_sampler_penalties_apply), for each token t seen c > 0 times:
 //        logit = logit <= 0 ? logit * repetition_penalty
 //                           : logit / repetition_penalty;
 //        logit -= c * frequency_penalty + presence_penalty;
+//      then DRY (params.dry; dry.h) over the history.
 //   2. temperature == 0: the token is the argmax of the penalised logits,
-//      ties -> lowest token id; steps 3-5 are skipped, no RNG is drawn.
-//   3. top_k, top_p, min_p on the penalised logits (not yet divided by the
-//      temperature, as in llama.cpp); see internal/filters.h. Ties at a
-//      top_k cut keep the lowest ids.
+//      ties -> lowest token id; steps 3-5 are skipped and no RNG is drawn --
+//      unless typical_p < 1 or XTC is on, which can remove the argmax: then
+//      step 3 runs first (XTC drawing its coin) and the argmax is taken over
+//      its survivors, as llama.cpp's chain does.
+//   3. top_n_sigma, top_k, typical_p, top_p, min_p on the penalised logits
+//      (not yet divided by the temperature, as in llama.cpp), then XTC: with
+//      xtc_probability > 0, xtc_threshold <= 0.5 and two or more candidates
+//      left, one uniform draw u from the RNG, and XTC runs when
+//      u < xtc_probability; see internal/filters.h. Ties at a top_k cut keep
+//      the lowest ids.
 //   4. temperature: softmax((logit - max) / T) over the survivors.
 //   5. one uniform draw u in [0, 1) from the RNG; the token is the first
 //      survivor, in canonical order, whose running probability mass exceeds
 //      u * total (a zero-probability survivor is never chosen). Canonical
-//      order is logit descending then id ascending when top_k cut the set
-//      (0 < top_k < n_vocab) or top_p < 1, else ascending id.
+//      order is logit descending then id ascending when a filter sorted the
+//      set (top_k cut it, top_p < 1, typical_p < 1, XTC ran), else
+//      ascending id.
 // The chosen token is then appended to the history (as llama.cpp's
 // llama_sampler_sample does).
 //
@@ -41,10 +51,14 @@
 // for top_k (O(n + k log k)) and for top_p's first block, a few linear
 // passes and one expf per surviving candidate (full vocabulary when no
 // filter cuts it first); never a full sort unless top_p keeps a large part of
-// a flat distribution (then O(n + kept log kept)). Logprobs add two linear
-// passes (expf over the vocabulary). sampling_bench prints ns/token.
+// a flat distribution (then O(n + kept log kept)), typical_p < 1 (a sort of
+// what top_k left, the whole vocabulary without it) or XTC firing (a sort
+// of the survivors). DRY costs O(window) per token (O(window x repeat) when
+// the history repeats itself), logit_bias O(entries). Logprobs add two
+// linear passes (expf over the vocabulary). sampling_bench prints ns/token.
 // No allocation per token: buffers are reserved at Create(); the penalty
-// counts map grows only with new distinct tokens when penalty_last_n == -1;
+// counts map grows only with new distinct tokens when penalty_last_n == -1
+// (DRY's map likewise);
 // SampledToken::top_logprobs reuses its capacity.
 //
 // Thread-compatible: one thread at a time per Sampler; distinct Samplers are
@@ -131,6 +145,9 @@ class Sampler {
   absl::Status LoadCandidates(absl::Span<const float> logits);
   // Keeps the candidates whose bit is set (ascending id order is kept).
   void KeepAllowed(absl::Span<const uint64_t> allowed);
+  // Step 3 (the filters and XTC).
+  void Filter();
+  bool XtcActive() const;
   // Steps 3-5: returns the chosen token.
   int32_t Draw();
   double NextUniform();
@@ -145,6 +162,7 @@ class Sampler {
   std::mt19937_64 rng_;
   std::vector<int32_t> history_;
   absl::flat_hash_map<int32_t, int32_t> window_counts_;  // last_n window
+  absl::flat_hash_map<int32_t, int> dry_scratch_;         // DRY's repeats
 
   // Per-token scratch (reserved to n_vocab).
   sampling_internal::CandidateSet candidates_;

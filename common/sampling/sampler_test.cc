@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <set>
 #include <vector>
 
@@ -481,6 +483,148 @@ TEST(SamplerTest, AcceptRejectsOutOfVocabularyIds) {
   ASSERT_TRUE(s.Accept({3, 4}).ok());
   SampleOne(s, std::vector<float>(10, 0.0f));
   EXPECT_EQ(s.history().size(), 3u);
+}
+
+TEST(SamplerTest, LogitBiasShiftsAndBansTokensBeforeEverythingElse) {
+  const std::vector<float> logits = {0, 2, 3};
+  struct Case {
+    std::vector<LogitBias> bias;
+    int32_t want;
+  };
+  const Case cases[] = {
+      {{}, 2},
+      {{{2, -INFINITY}}, 1},                 // false: banned
+      {{{0, 1.5f}}, 2},                      // 1.5 < 3
+      {{{0, 1.5f}, {0, 1.5f}}, 0},           // the biases add up: 3 == 3, lower id
+      {{{2, -1.5f}, {1, 0.25f}}, 1},         // 2.25 > 1.5
+      {{{0, 3e38f}, {0, 3e38f}}, 0},         // overflow clamps, never +inf
+  };
+  for (const Case& c : cases) {
+    SamplingParams p = Seeded(1);
+    p.temperature = 0;
+    p.logit_bias = c.bias;
+    Sampler s = MakeSampler(p, 3);
+    EXPECT_EQ(SampleOne(s, logits), c.want) << c.bias.size();
+  }
+  // A banned token is never drawn at any temperature; logprobs stay the raw
+  // model's.
+  SamplingParams p = Seeded(3);
+  p.logit_bias = {{2, -INFINITY}};
+  p.logprobs = 1;
+  Sampler s = MakeSampler(p, 3);
+  for (int i = 0; i < 500; ++i) {
+    absl::StatusOr<SampledToken> t = s.Sample(logits);
+    ASSERT_TRUE(t.ok()) << t.status();
+    EXPECT_NE(t->token, 2);
+    ASSERT_EQ(t->top_logprobs.size(), 1u);
+    EXPECT_EQ(t->top_logprobs[0].token, 2);
+  }
+  // Banning every token leaves nothing to sample.
+  p.logit_bias = {{0, -INFINITY}, {1, -INFINITY}, {2, -INFINITY}};
+  Sampler all = MakeSampler(p, 3);
+  EXPECT_EQ(all.Sample(logits).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// typical_p, top_n_sigma and XTC change what is drawn (and, as llama.cpp's
+// chain runs before its greedy pick, typical and XTC change greedy too).
+TEST(SamplerTest, TypicalTopNSigmaAndXtcTakeEffect) {
+  // Probabilities 0.15, 0.5, 0.05, 0.3 for ids 0..3.
+  const std::vector<float> logits = {std::log(0.15f), std::log(0.5f), std::log(0.05f),
+                                     std::log(0.3f)};
+  struct Case {
+    const char* name;
+    std::function<void(SamplingParams&)> edit;
+    std::set<int32_t> drawn;  // at T = 1, 2000 draws
+    int32_t greedy;
+  };
+  const Case cases[] = {
+      {"none", [](SamplingParams&) {}, {0, 1, 2, 3}, 1},
+      {"typical 0.5", [](SamplingParams& p) { p.typical_p = 0.5f; }, {1, 3}, 1},
+      {"typical 0.2", [](SamplingParams& p) { p.typical_p = 0.2f; }, {3}, 3},
+      // logits ln .15 -1.90, ln .5 -0.69, ln .05 -3.00, ln .3 -1.20: sigma
+      // 0.85, so 1 sigma keeps logits >= -1.54.
+      {"top_n_sigma 1", [](SamplingParams& p) { p.top_n_sigma = 1; }, {1, 3}, 1},
+      {"xtc always, 0.2",
+       [](SamplingParams& p) {
+         p.xtc_probability = 1;
+         p.xtc_threshold = 0.2f;
+       },
+       {0, 2, 3}, 3},
+      {"xtc threshold over 0.5",
+       [](SamplingParams& p) {
+         p.xtc_probability = 1;
+         p.xtc_threshold = 0.6f;
+       },
+       {0, 1, 2, 3}, 1},
+  };
+  for (const Case& c : cases) {
+    SamplingParams p = Seeded(11);
+    c.edit(p);
+    Sampler s = MakeSampler(p, 4);
+    std::set<int32_t> drawn;
+    for (int i = 0; i < 2000; ++i) drawn.insert(SampleOne(s, logits));
+    EXPECT_EQ(drawn, c.drawn) << c.name;
+    p.temperature = 0;
+    Sampler g = MakeSampler(p, 4);
+    EXPECT_EQ(SampleOne(g, logits), c.greedy) << c.name;
+  }
+  // XTC at probability 0.5 runs on about half the tokens: the top token
+  // (prob .5 before) is drawn about .5 * .5 = 25% of the time.
+  SamplingParams p = Seeded(12);
+  p.xtc_probability = 0.5f;
+  p.xtc_threshold = 0.2f;
+  Sampler s = MakeSampler(p, 4);
+  int top = 0;
+  for (int i = 0; i < 4000; ++i) top += SampleOne(s, logits) == 1;
+  EXPECT_NEAR(top / 4000.0, 0.25, 0.03);
+}
+
+// DRY over a history [1 2 3 4 1 2 3] (oldest first): "1 2 3" repeats, and
+// 4 followed it, so 4 would extend a repeat of 3 tokens: penalty
+// multiplier * base^(3 - allowed_length). Breakers cap or stop it.
+TEST(SamplerTest, DryPenalizesTheTokenThatWouldExtendARepeat) {
+  const std::vector<int32_t> history = {1, 2, 3, 4, 1, 2, 3};
+  struct Case {
+    const char* name;
+    std::vector<std::pair<int32_t, std::vector<int32_t>>> breakers;
+    int32_t allowed_length;
+    float want_4;  // token 4's logit after DRY (every logit starts at 0)
+  };
+  const Case cases[] = {
+      {"no breakers", {}, 2, -2.0f},            // 1 * 2^(3 - 2)
+      {"allowed 3", {}, 3, -1.0f},              // 2^0
+      {"allowed 4", {}, 4, 0.0f},               // a repeat of 3 is allowed
+      {"3 is a breaker", {{3, {}}}, 2, 0.0f},   // the last token breaks: limit 0
+      {"1 is a breaker", {{1, {}}}, 2, -1.0f},  // the repeat is cut to 2 tokens
+      {"breaker 2 then 3", {{2, {3}}}, 1, 0.0f},   // "2 3" ends the history: limit 0
+      {"breaker 1 then 2", {{1, {2}}}, 1, -1.0f},  // ends one back: limit 1 -> 2^0
+  };
+  for (const Case& c : cases) {
+    SamplingParams p = Seeded(1);
+    p.dry.multiplier = 1.0f;
+    p.dry.base = 2.0f;
+    p.dry.allowed_length = c.allowed_length;
+    p.dry.penalty_last_n = -1;
+    if (!c.breakers.empty()) {
+      auto b = std::make_shared<DryBreakers>();
+      for (const auto& [t, tail] : c.breakers) b->sequences.emplace(t, tail);
+      p.dry.breakers = b;
+    }
+    Sampler s = MakeSampler(p, 6);
+    ASSERT_TRUE(s.Accept(history).ok());
+    ASSERT_TRUE(s.Sample(std::vector<float>(6, 0.0f)).ok());
+    for (const auto& cand : s.last_candidates()) {
+      EXPECT_EQ(cand.logit, cand.id == 4 ? c.want_4 : 0.0f) << c.name << " token " << cand.id;
+    }
+  }
+  // penalty_last_n 4 sees [4 1 2 3]: no repeat.
+  SamplingParams p = Seeded(1);
+  p.dry.multiplier = 1.0f;
+  p.dry.penalty_last_n = 4;
+  Sampler s = MakeSampler(p, 6);
+  ASSERT_TRUE(s.Accept(history).ok());
+  ASSERT_TRUE(s.Sample(std::vector<float>(6, 0.0f)).ok());
+  for (const auto& cand : s.last_candidates()) EXPECT_EQ(cand.logit, 0.0f) << cand.id;
 }
 
 }  // namespace

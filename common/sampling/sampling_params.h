@@ -20,15 +20,34 @@
 //                       `logprobs: true`).
 //   logprobs            [0, 20]: also report this many top alternatives
 //                       (OpenAI `top_logprobs`); > 0 implies return_logprob.
+//   typical_p           [0, 1]. 1 disables (locally typical sampling).
+//   top_n_sigma         finite; <= 0 disables (llama.cpp's default -1).
+//   xtc_probability     [0, 1]: the chance, per token, that XTC ("exclude
+//                       top choices") runs. 0 disables.
+//   xtc_threshold       [0, 1]: the probability a top choice needs to be
+//                       excluded; > 0.5 disables (llama.cpp's default 0.1).
+//   dry                 DRY (dry.h): multiplier finite (0 disables), base
+//                       >= 1, allowed_length >= 0, penalty_last_n >= -1.
+//   logit_bias          (token, bias) pairs added to the raw logits before
+//                       everything else (a token may appear more than once:
+//                       the biases add up); bias finite or -inf (the token
+//                       is never sampled). Tokens in [0, n_vocab).
 //
 // Thread-safe: plain value type; Validate is a pure function.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "common/sampling/dry.h"
 
 namespace moesplit {
+
+struct LogitBias {
+  int32_t token = 0;
+  float bias = 0.0f;
+};
 
 struct SamplingParams {
   float temperature = 1.0f;
@@ -43,6 +62,12 @@ struct SamplingParams {
   bool has_seed = false;
   bool return_logprob = false;
   int32_t logprobs = 0;
+  float typical_p = 1.0f;
+  float top_n_sigma = -1.0f;
+  float xtc_probability = 0.0f;
+  float xtc_threshold = 0.1f;
+  std::vector<LogitBias> logit_bias;
+  DryParams dry;
 };
 
 // Largest `logprobs` accepted (OpenAI's top_logprobs limit).

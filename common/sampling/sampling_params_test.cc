@@ -70,6 +70,31 @@ TEST(ValidateTest, Table) {
        "logprobs must be in [0, 20], got 21"},
       {"logprobs -1", [](SamplingParams& p) { p.logprobs = -1; }, 10,
        "logprobs must be in [0, 20], got -1"},
+      {"new filters at their edges",
+       [](SamplingParams& p) {
+         p.typical_p = 0;
+         p.top_n_sigma = -5;
+         p.xtc_probability = 1;
+         p.xtc_threshold = 1;
+         p.logit_bias = {{0, -INFINITY}, {99, 100}, {99, -3.5f}};
+       },
+       100, ""},
+      {"typical_p 1.5", [](SamplingParams& p) { p.typical_p = 1.5f; }, 10,
+       "typical_p must be in [0, 1] (1 disables it), got 1.5"},
+      {"top_n_sigma inf", [](SamplingParams& p) { p.top_n_sigma = INFINITY; }, 10,
+       "top_n_sigma must be a finite number (<= 0 disables it), got inf"},
+      {"xtc_probability -1", [](SamplingParams& p) { p.xtc_probability = -1; }, 10,
+       "xtc_probability must be in [0, 1] (0 disables it), got -1"},
+      {"xtc_threshold 2", [](SamplingParams& p) { p.xtc_threshold = 2; }, 10,
+       "xtc_threshold must be in [0, 1] (> 0.5 disables it), got 2"},
+      {"logit_bias token 10", [](SamplingParams& p) { p.logit_bias = {{10, 1}}; }, 10,
+       "logit_bias: token id 10 is outside the vocabulary [0, 10)"},
+      {"logit_bias token -1", [](SamplingParams& p) { p.logit_bias = {{-1, 1}}; }, 10,
+       "logit_bias: token id -1 is outside the vocabulary [0, 10)"},
+      {"logit_bias +inf", [](SamplingParams& p) { p.logit_bias = {{3, INFINITY}}; }, 10,
+       "logit_bias: the bias of token 3 must be a finite number or -inf (false), got inf"},
+      {"logit_bias nan", [nan](SamplingParams& p) { p.logit_bias = {{3, nan}}; }, 10,
+       "logit_bias: the bias of token 3 must be a finite number or -inf (false), got nan"},
       {"first bad field wins",
        [](SamplingParams& p) {
          p.top_p = 5;

@@ -80,6 +80,64 @@ std::vector<prometheus::MetricFamily> ActivationHeatMap::Collect() const {
   return {std::move(f)};
 }
 
+std::vector<prometheus::MetricFamily> ExpertTierMetrics::Collect() const {
+  const ExpertTierSnapshot t = read_();
+  auto one = [](const char* name, const char* help, prometheus::MetricType type, double v) {
+    prometheus::MetricFamily f;
+    f.name = name;
+    f.help = help;
+    f.type = type;
+    prometheus::ClientMetric m;
+    if (type == prometheus::MetricType::Counter) {
+      m.counter.value = v;
+    } else {
+      m.gauge.value = v;
+    }
+    f.metric.push_back(std::move(m));
+    return f;
+  };
+  using prometheus::MetricType;
+  std::vector<prometheus::MetricFamily> out = {
+      one("moesplit_worker_tier_slots", "Expert slots of the RAM tier.", MetricType::Gauge,
+          t.slots),
+      one("moesplit_worker_tier_resident_experts", "Experts in the RAM tier's slots now.",
+          MetricType::Gauge, t.resident),
+      one("moesplit_worker_tier_hits_total", "Expert uses served from a RAM slot.",
+          MetricType::Counter, static_cast<double>(t.hits)),
+      one("moesplit_worker_tier_misses_total", "Expert uses that read the expert from disk.",
+          MetricType::Counter, static_cast<double>(t.misses)),
+      one("moesplit_worker_tier_read_bytes_total", "Expert bytes read from the model file.",
+          MetricType::Counter, static_cast<double>(t.bytes_read)),
+      one("moesplit_worker_tier_read_errors_total", "Expert reads that failed.",
+          MetricType::Counter, static_cast<double>(t.read_errors)),
+      one("moesplit_worker_tier_prefetches_total", "Experts read ahead on the dense side's hints.",
+          MetricType::Counter, static_cast<double>(t.prefetches)),
+      one("moesplit_worker_tier_prefetch_used_total",
+          "Experts read on a hint that a call then used.", MetricType::Counter,
+          static_cast<double>(t.prefetch_used)),
+      one("moesplit_worker_tier_prefetch_unused_total",
+          "Experts read on a hint and evicted before any call used them.", MetricType::Counter,
+          static_cast<double>(t.prefetch_unused)),
+  };
+  prometheus::MetricFamily h;
+  h.name = "moesplit_worker_tier_read_duration_seconds";
+  h.help = "Time to read one expert (gate, up and down) from disk.";
+  h.type = MetricType::Histogram;
+  prometheus::ClientMetric m;
+  m.histogram.sample_count = t.reads;
+  m.histogram.sample_sum = t.read_seconds;
+  uint64_t cumulative = 0;
+  for (size_t b = 0; b < t.read_buckets.size(); ++b) {
+    cumulative += t.read_buckets[b];
+    m.histogram.bucket.push_back(
+        {cumulative, b < t.read_bounds.size() ? t.read_bounds[b]
+                                              : std::numeric_limits<double>::infinity()});
+  }
+  h.metric.push_back(std::move(m));
+  out.push_back(std::move(h));
+  return out;
+}
+
 // ---------------------------------------------------------- worker metrics
 
 WorkerMetrics::WorkerMetrics(prometheus::Registry& registry, int n_layer, int n_expert)

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -55,6 +56,36 @@ class ActivationHeatMap final : public prometheus::Collectable {
  private:
   const int n_layer_, n_expert_;
   std::unique_ptr<std::atomic<uint64_t>[]> counts_;
+};
+
+// An expert-worker's RAM tier (a shard larger than its --expert-ram) as
+// read at scrape time. Read-latency buckets are non-cumulative, +Inf last.
+struct ExpertTierSnapshot {
+  int slots = 0;
+  int resident = 0;
+  uint64_t hits = 0, misses = 0, bytes_read = 0, read_errors = 0, reads = 0;
+  uint64_t prefetches = 0, prefetch_used = 0, prefetch_unused = 0;
+  double read_seconds = 0;
+  std::vector<double> read_bounds;
+  std::vector<uint64_t> read_buckets;  // read_bounds.size() + 1
+};
+
+// Exports `read()`'s snapshot on each scrape:
+//   moesplit_worker_tier_slots, moesplit_worker_tier_resident_experts (gauges),
+//   moesplit_worker_tier_hits_total, moesplit_worker_tier_misses_total
+//   (expert uses served from RAM / needing a read),
+//   moesplit_worker_tier_read_bytes_total, moesplit_worker_tier_read_errors_total,
+//   moesplit_worker_tier_read_duration_seconds (histogram, one expert's read),
+//   moesplit_worker_tier_prefetches_total, moesplit_worker_tier_prefetch_used_total,
+//   moesplit_worker_tier_prefetch_unused_total (experts read on the dense
+//   side's hints; of them, used by a call / evicted unused: the accuracy).
+class ExpertTierMetrics final : public prometheus::Collectable {
+ public:
+  explicit ExpertTierMetrics(std::function<ExpertTierSnapshot()> read) : read_(std::move(read)) {}
+  std::vector<prometheus::MetricFamily> Collect() const override;
+
+ private:
+  std::function<ExpertTierSnapshot()> read_;
 };
 
 // The expert-worker's metrics; a CallObserver of its servers.

@@ -75,6 +75,38 @@ TEST(MetricsTest, WorkerMetricsAreServed) {
   EXPECT_EQ(m.heat_map()->count(1, 3), 2u);
 }
 
+TEST(MetricsTest, ExpertTierMetricsAreReadAtScrape) {
+  auto server = MetricsServer::Start("127.0.0.1:0");
+  ASSERT_TRUE(server.ok()) << server.status();
+  ExpertTierSnapshot snap;
+  snap.slots = 40;
+  snap.resident = 12;
+  snap.hits = 7;
+  snap.misses = 3;
+  snap.bytes_read = 4096;
+  snap.reads = 3;
+  snap.read_seconds = 0.006;
+  snap.read_bounds = {1e-3, 1e-2};
+  snap.read_buckets = {1, 2, 0};
+  snap.prefetches = 5;
+  snap.prefetch_used = 4;
+  auto tier = std::make_shared<ExpertTierMetrics>([&] { return snap; });
+  (*server)->Register(tier);
+  std::string body = Scrape((*server)->port());
+  EXPECT_THAT(body, HasSubstr("moesplit_worker_tier_slots 40"));
+  EXPECT_THAT(body, HasSubstr("moesplit_worker_tier_resident_experts 12"));
+  EXPECT_THAT(body, HasSubstr("moesplit_worker_tier_hits_total 7"));
+  EXPECT_THAT(body, HasSubstr("moesplit_worker_tier_misses_total 3"));
+  EXPECT_THAT(body, HasSubstr("moesplit_worker_tier_read_bytes_total 4096"));
+  EXPECT_THAT(body, HasSubstr("moesplit_worker_tier_read_duration_seconds_bucket{le=\"0.01\"} 3"));
+  EXPECT_THAT(body, HasSubstr("moesplit_worker_tier_read_duration_seconds_count 3"));
+  EXPECT_THAT(body, HasSubstr("moesplit_worker_tier_prefetches_total 5"));
+  EXPECT_THAT(body, HasSubstr("moesplit_worker_tier_prefetch_used_total 4"));
+  snap.hits = 9;  // the next scrape sees the tier's counters as they are then
+  body = Scrape((*server)->port());
+  EXPECT_THAT(body, HasSubstr("moesplit_worker_tier_hits_total 9"));
+}
+
 TEST(MetricsTest, BuildInfoIsOne) {
   auto server = MetricsServer::Start("127.0.0.1:0");
   ASSERT_TRUE(server.ok()) << server.status();

@@ -6,6 +6,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/types/span.h"
 #include "common/base/status.h"
 #include "common/tokenizer/internal/bpe.h"
@@ -78,6 +79,9 @@ constexpr std::string_view kEogTexts[] = {
     "<\xEF\xBD\x9C" "end\xE2\x96\x81" "of\xE2\x96\x81" "sentence\xEF\xBD\x9C>",
     "[e~["};
 
+// U+2581 LOWER ONE EIGHTH BLOCK: a space in `gemma4` vocabularies.
+constexpr char kEscapedSpace[] = "\xE2\x96\x81";
+
 // Parses "<0xAB>" (a kByte token's text).
 bool ParseByteToken(std::string_view text, uint8_t* byte) {
   if (text.size() != 6 || text.substr(0, 3) != "<0x" || text[5] != '>') {
@@ -134,9 +138,14 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromSpec(
 }
 
 absl::Status Tokenizer::Init(const VocabSpec& spec) {
-  if (spec.model != "gpt2") {
+  if (spec.model != "gpt2" && spec.model != "gemma4") {
     return absl::InvalidArgumentError(absl::StrCat(
-        "unsupported tokenizer model '", spec.model, "' (only gpt2)"));
+        "unsupported tokenizer model '", spec.model, "' (gpt2 or gemma4)"));
+  }
+  raw_utf8_ = spec.model == "gemma4";
+  if (raw_utf8_ && spec.pre != "gemma4") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tokenizer model gemma4 with pre-tokenizer '", spec.pre, "' (it has its own: gemma4)"));
   }
   if (spec.pre.empty()) {
     return absl::InvalidArgumentError(
@@ -276,7 +285,10 @@ std::string Tokenizer::RenderPiece(int32_t id) const {
   if (attr & (kAttrUnknown | kAttrControl | kAttrUserDefined)) {
     return tokens_[id];
   }
-  if (attr & kAttrNormal) return tokenizer_internal::ByteDecode(tokens_[id]);
+  if (attr & kAttrNormal) {
+    return raw_utf8_ ? absl::StrReplaceAll(tokens_[id], {{kEscapedSpace, " "}})
+                     : tokenizer_internal::ByteDecode(tokens_[id]);
+  }
   if (attr & kAttrByte) {
     uint8_t byte = 0;
     ParseByteToken(tokens_[id], &byte);  // validated in Init
@@ -324,6 +336,11 @@ absl::Status Tokenizer::EncodeText(std::string_view text, WordCache* cache,
     sanitized = tokenizer_internal::SanitizeUtf8(text);
     text = sanitized;
   }
+  std::string escaped;
+  if (raw_utf8_) {
+    escaped = absl::StrReplaceAll(AbslView(text), {{" ", kEscapedSpace}});
+    text = escaped;
+  }
   std::vector<std::string_view> words;
   RETURN_IF_ERROR(pre_->Split(text, &words));
   std::string encoded;
@@ -339,13 +356,24 @@ absl::Status Tokenizer::EncodeText(std::string_view text, WordCache* cache,
       }
     }
     const size_t begin = out->size();
-    encoded.clear();
-    tokenizer_internal::ByteEncode(word, &encoded);
-    const int32_t whole = pre_->spec().ignore_merges ? bpe_->Find(encoded) : -1;
-    if (whole >= 0) {
-      out->push_back(whole);
+    if (raw_utf8_) {
+      // llama.cpp: a run of newlines that is a token is that token.
+      const int32_t whole = word.find_first_not_of('\n') == std::string_view::npos ? bpe_->Find(word) : -1;
+      if (whole >= 0) {
+        out->push_back(whole);
+      } else {
+        bpe_->EncodeWord(word, out, /*hex_bytes=*/true);
+      }
     } else {
-      bpe_->EncodeWord(encoded, out);
+      encoded.clear();
+      tokenizer_internal::ByteEncode(word, &encoded);
+      // ignore_merges: a word that is a token is that token.
+      const int32_t whole = pre_->spec().ignore_merges ? bpe_->Find(encoded) : -1;
+      if (whole >= 0) {
+        out->push_back(whole);
+      } else {
+        bpe_->EncodeWord(encoded, out);
+      }
     }
     if (cacheable) {
       cache->ranges.try_emplace(std::string(word), begin, out->size() - begin);

@@ -1,6 +1,14 @@
-// Tokenizer: byte-level BPE (llama.cpp `tokenizer.ggml.model = "gpt2"`)
-// loaded from GGUF metadata, matching llama.cpp's llama_tokenize /
-// llama_token_to_piece token for token.
+// Tokenizer: byte-level BPE (llama.cpp `tokenizer.ggml.model = "gpt2"`), or
+// Gemma 4's BPE over raw UTF-8 (`gemma4`, below), loaded from GGUF metadata,
+// matching llama.cpp's llama_tokenize / llama_token_to_piece token for token.
+//
+// The `gemma4` model differs in step 2 of encoding: each raw-text piece has
+// its spaces replaced by U+2581, is cut only into runs of newlines and runs
+// of other characters (pre type `gemma4`, whatever tokenizer.ggml.pre says),
+// a newline run that is a token is that token, and the rest BPE-merges over
+// the UTF-8 characters themselves; a piece without a token falls back to the
+// "<0xAB>" tokens of its bytes. BOS is always added (add_special). A normal
+// token decodes to its text with U+2581 back to spaces.
 //
 // Encoding (llama_vocab::impl::tokenize for BPE vocabularies):
 //   1. Special tokens are cut out of the text first (tokenizer_st_partition):
@@ -151,6 +159,9 @@ class Tokenizer {
   std::unique_ptr<tokenizer_internal::PreTokenizer> pre_;
   int32_t bos_ = -1, eos_ = -1, eot_ = -1, eom_ = -1, pad_ = -1;
   bool add_bos_ = false, add_eos_ = false;
+  // The `gemma4` model: raw UTF-8 words with spaces as U+2581 (no
+  // byte-level alphabet), "<0xAB>" byte fallback.
+  bool raw_utf8_ = false;
 };
 
 // Turns a stream of token ids into text that is always valid UTF-8: bytes of

@@ -105,9 +105,9 @@ absl::Status ValidateMerge(const VocabSpec& spec,
 }  // namespace
 
 absl::Status ValidateVocabSpec(const VocabSpec& spec) {
-  if (spec.model != "gpt2") {
+  if (spec.model != "gpt2" && spec.model != "gemma4") {
     return absl::InvalidArgumentError(absl::StrCat(
-        "unsupported tokenizer model '", spec.model, "' (only gpt2)"));
+        "unsupported tokenizer model '", spec.model, "' (gpt2 or gemma4)"));
   }
   if (tokenizer_internal::FindPreTokenizerSpec(spec.pre) == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -156,12 +156,14 @@ absl::Status ValidateVocabSpec(const VocabSpec& spec) {
 absl::StatusOr<VocabSpec> ReadVocabSpec(const GgufFile& gguf) {
   VocabSpec spec;
   ASSIGN_OR_RETURN(spec.model, gguf.GetString(kModelKey));
-  if (spec.model != "gpt2") {
+  if (spec.model != "gpt2" && spec.model != "gemma4") {
     return absl::InvalidArgumentError(absl::StrCat(
         gguf.path(), ": unsupported tokenizer model (", kModelKey, ") '",
-        spec.model, "'; only byte-level BPE ('gpt2') is implemented"));
+        spec.model, "'; byte-level BPE ('gpt2') and Gemma's ('gemma4') are implemented"));
   }
   ASSIGN_OR_RETURN(spec.pre, gguf.GetStringOr(kPreKey, ""));
+  // llama.cpp: the gemma4 model has its own pre-tokenizer whatever the key says.
+  if (spec.model == "gemma4") spec.pre = "gemma4";
   ASSIGN_OR_RETURN(const std::vector<std::string>* tokens,
                    StringArray(gguf, kTokensKey));
   spec.tokens = *tokens;
@@ -171,6 +173,8 @@ absl::StatusOr<VocabSpec> ReadVocabSpec(const GgufFile& gguf) {
   spec.merges = *merges;
   RETURN_IF_ERROR(ReadIds(gguf, &spec));
   ASSIGN_OR_RETURN(spec.add_bos, gguf.GetBoolOr(kAddBosKey, false));
+  // llama.cpp always adds BOS for gemma4 (its vocabularies said false).
+  if (spec.model == "gemma4") spec.add_bos = true;
   ASSIGN_OR_RETURN(spec.add_eos, gguf.GetBoolOr(kAddEosKey, false));
   return spec;
 }

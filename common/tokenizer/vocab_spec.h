@@ -58,7 +58,11 @@ struct VocabSpec {
   bool add_eos = false;
 };
 
-// Checks the spec is writable and loadable: model "gpt2", a supported pre
+// `model` may also be "gemma4" (Gemma 4's BPE over raw UTF-8: tokenizer.h);
+// ReadVocabSpec then sets pre to "gemma4" and add_bos to true, as llama.cpp
+// does whatever the file says.
+//
+// Checks the spec is writable and loadable: model "gpt2" or "gemma4", a supported pre
 // type, non-empty unique tokens, types empty or one per token, every merge "left right" with both
 // sides and their concatenation in the vocabulary, special ids in range,
 // add_bos/add_eos only with a bos/eos id. InvalidArgument naming the problem.

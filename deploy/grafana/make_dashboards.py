@@ -218,6 +218,29 @@ b.add([
     ts("Worker up (dense's view)", [target(f"max by (worker) (moesplit_worker_up{I})", "{{worker}}")], "short"),
     stat("Compute threads", [target(f"sum by (instance) (moesplit_worker_threads{I})", "{{instance}}")], "short"),
 ])
+b.row("Workers: RAM tier (experts beyond RAM)")
+b.add([
+    ts("RAM hit rate", [
+        target(f"sum by (instance) (rate(moesplit_worker_tier_hits_total{I}[$__rate_interval])) / (sum by (instance) (rate(moesplit_worker_tier_hits_total{I}[$__rate_interval])) + sum by (instance) (rate(moesplit_worker_tier_misses_total{I}[$__rate_interval])))", "{{instance}}")],
+       "percentunit", desc="Expert uses served from RAM slots; the rest were read from the model file. Empty for workers whose shard fits in --expert-ram."),
+    ts("Disk read rate", [
+        target(f"sum by (instance) (rate(moesplit_worker_tier_read_bytes_total{I}[$__rate_interval]))", "{{instance}}"),
+        target(f"sum by (instance) (rate(moesplit_worker_tier_read_errors_total{I}[$__rate_interval]))", "errors {{instance}}", "B")], "Bps"),
+    ts("Expert read latency", [
+        target(q(0.5, "moesplit_worker_tier_read_duration_seconds"), "p50"),
+        target(q(0.99, "moesplit_worker_tier_read_duration_seconds"), "p99", "B")], "s"),
+    ts("Resident experts / slots", [
+        target(f"sum by (instance) (moesplit_worker_tier_resident_experts{I})", "resident {{instance}}"),
+        target(f"sum by (instance) (moesplit_worker_tier_slots{I})", "slots {{instance}}", "B")], "short"),
+])
+b.add([
+    ts("Lookahead: prefetch accuracy", [
+        target(f"sum by (instance) (rate(moesplit_worker_tier_prefetch_used_total{I}[$__rate_interval])) / sum by (instance) (rate(moesplit_worker_tier_prefetches_total{I}[$__rate_interval]))", "used {{instance}}"),
+        target(f"sum by (instance) (rate(moesplit_worker_tier_prefetch_unused_total{I}[$__rate_interval])) / sum by (instance) (rate(moesplit_worker_tier_prefetches_total{I}[$__rate_interval]))", "evicted unused {{instance}}", "B")],
+       "percentunit", desc="Experts read ahead on the dense side's next-layer hints that a call then used."),
+    ts("Lookahead: experts read ahead", [
+        target(f"sum by (instance) (rate(moesplit_worker_tier_prefetches_total{I}[$__rate_interval]))", "{{instance}}")], "ops"),
+])
 experts = b.json([layer_var])
 
 for name, d in [("moesplit-serving", serving), ("moesplit-gpu", gpu), ("moesplit-experts", experts)]:

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/status.h"
 #include "common/chat/chat_template.h"
+#include "services/dense/chat_prompt.h"
 #include "common/gguf/gguf.h"
 #include "common/tokenizer/tokenizer.h"
 #include "moesplit/v1/inference.grpc.pb.h"
@@ -134,7 +135,7 @@ absl::Status RunChat(const Args& args, const CommandIo& io) {
 }
 
 absl::Status RunRenderTemplate(const Args& args, const CommandIo& io) {
-  std::string model, messages_file, template_file, date, tools_file;
+  std::string model, messages_file, template_file, date, tools_file, continue_final;
   bool no_gen = false, no_thinking = false;
   FlagParser p;
   p.AddString("model|m", &model, "GGUF model: its chat template, BOS and EOS tokens (required)");
@@ -146,6 +147,12 @@ absl::Status RunRenderTemplate(const Args& args, const CommandIo& io) {
       .Meta("PATH")
       .DefaultText("none");
   p.AddBool("no-generation-prompt", &no_gen, "do not open the assistant's turn");
+  p.AddString("continue-final-message", &continue_final,
+              "continue the last (assistant's) message as llama-server's continue_final_message: "
+              "auto, content or reasoning_content; needs --no-generation-prompt (a trailing "
+              "assistant message is continued without it too, as auto)")
+      .Meta("MODE")
+      .DefaultText("not set");
   p.AddBool("no-thinking", &no_thinking, "render with enable_thinking false");
   p.AddString("template-file", &template_file, "use this Jinja template instead of the model's")
       .Meta("PATH")
@@ -154,7 +161,8 @@ absl::Status RunRenderTemplate(const Args& args, const CommandIo& io) {
   ASSIGN_OR_RETURN(const bool go,
                    ParseFlags(p, args,
                               "render-template --model M --messages-json F "
-                              "[--tools-json F] [--no-generation-prompt] [--no-thinking] "
+                              "[--tools-json F] [--no-generation-prompt] "
+                              "[--continue-final-message MODE] [--no-thinking] "
                               "[--template-file T]",
                               io));
   if (!go) return absl::OkStatus();
@@ -163,16 +171,26 @@ absl::Status RunRenderTemplate(const Args& args, const CommandIo& io) {
   }
   ASSIGN_OR_RETURN(auto file, GgufFile::Open(model));
   ASSIGN_OR_RETURN(auto tok, Tokenizer::FromGguf(*file));
-  std::string source;
+  std::string source;  // empty: the model's
   if (!template_file.empty()) {
     ASSIGN_OR_RETURN(source, ReadFile(template_file));
-  } else {
-    ASSIGN_OR_RETURN(source, file->GetStringOr("tokenizer.chat_template", ""));
-    if (source.empty()) {
-      std::fprintf(io.err, "moesplit render-template: warning: %s has no chat template; using ChatML\n",
-                   model.c_str());
-      source = chat::ChatMLFallbackTemplate();
-    }
+  }
+  // The server's renderer: a trailing assistant message is continued.
+  ASSIGN_OR_RETURN(const dense::ChatPrompt chat, dense::ChatPrompt::ForModel(*file, *tok, source));
+  if (!chat.warning().empty()) {
+    std::fprintf(io.err, "moesplit render-template: warning: %s: %s\n", model.c_str(),
+                 chat.warning().c_str());
+  }
+  dense::ChatPromptOptions o;
+  if (continue_final == "auto") {
+    o.continue_final_message = dense::ContinueFinalMessage::kAuto;
+  } else if (continue_final == "content") {
+    o.continue_final_message = dense::ContinueFinalMessage::kContent;
+  } else if (continue_final == "reasoning_content") {
+    o.continue_final_message = dense::ContinueFinalMessage::kReasoning;
+  } else if (!continue_final.empty()) {
+    return absl::InvalidArgumentError(
+        "--continue-final-message must be auto, content or reasoning_content");
   }
   ASSIGN_OR_RETURN(const std::string text, ReadFile(messages_file));
   nlohmann::ordered_json j;
@@ -181,7 +199,6 @@ absl::Status RunRenderTemplate(const Args& args, const CommandIo& io) {
   } catch (const nlohmann::ordered_json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(messages_file, ": ", e.what()));
   }
-  chat::ChatTemplateOptions o;
   nlohmann::ordered_json messages = j;
   if (j.is_object()) {
     messages = j.value("messages", nlohmann::ordered_json::array());
@@ -202,12 +219,9 @@ absl::Status RunRenderTemplate(const Args& args, const CommandIo& io) {
     }
   }
   o.add_generation_prompt = !no_gen;
-  if (tok->bos() >= 0) o.bos_token = tok->TokenText(tok->bos());
-  if (tok->eos() >= 0) o.eos_token = tok->TokenText(tok->eos());
   o.enable_thinking = !no_thinking;
   o.date_override = date;
-  ASSIGN_OR_RETURN(auto tmpl, chat::ChatTemplate::Parse(source));
-  ASSIGN_OR_RETURN(const std::string prompt, tmpl.Render(messages, o));
+  ASSIGN_OR_RETURN(const std::string prompt, chat.Render(messages, o));
   std::fwrite(prompt.data(), 1, prompt.size(), io.out);
   return absl::OkStatus();
 }

@@ -58,6 +58,21 @@ void PrintHyperParams(const model::ModelSummary& s, std::FILE* out) {
                               hp.rope.freq_base, hp.rope.n_rot,
                               std::string(model::RopeScalingName(hp.rope.scaling)),
                               1.0 / hp.rope.freq_scale));
+  if (hp.per_layer_geometry()) {
+    // The layers with their own geometry (gemma4's sliding ones).
+    for (int il = 0; il < static_cast<int>(hp.layers.size()); ++il) {
+      if (hp.layers[il].sliding_window == 0) continue;
+      row("sliding layers", absl::StrFormat(
+                                "window %d, %d KV heads x %d / %d, rope base %g, n_rot %d",
+                                hp.layers[il].sliding_window, hp.kv_heads(il), hp.head_k(il),
+                                hp.head_v(il), hp.rope_of(il).freq_base, hp.rope_of(il).n_rot));
+      break;
+    }
+  }
+  if (!hp.rope.freq_factors.empty()) {
+    row("rope divisors", absl::StrFormat("%d pairs (rope_freqs)", hp.rope.freq_factors.size()));
+  }
+  if (hp.final_logit_softcap != 0) row("logit soft-cap", absl::StrFormat("%g", hp.final_logit_softcap));
   if (hp.rope.multi_section) {
     row("rope sections", absl::StrFormat("%d %d %d %d (multi-section)", hp.rope.sections[0],
                                          hp.rope.sections[1], hp.rope.sections[2],

@@ -121,7 +121,8 @@ TEST_P(FixtureLogitsTest, MatchesLlamaCppOnTheF16Fixture) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureLogitsTest,
                          testing::Values("qwen3moe-tiny-f16", "qwen35moe-tiny-f16", "gptoss-tiny-f16",
                                          "deepseek2-tiny-f16", "minimaxm2-tiny-f16",
-                                         "qwen3next-tiny-f16", "qwen3next-ssmin-tiny-f16"),
+                                         "qwen3next-tiny-f16", "qwen3next-ssmin-tiny-f16",
+                                         "gemma4-tiny-f16"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& c : n) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';

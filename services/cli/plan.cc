@@ -2,6 +2,7 @@
 // model file, or for a named shape and file type without any file.
 #include <algorithm>
 #include <cinttypes>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -117,6 +118,16 @@ absl::Status RunPlan(const Args& args, const CommandIo& io) {
               "the layer range (--shard) each holds")
       .Meta("SIZE")
       .DefaultText("none: no worker plan");
+  std::string host_memory, disk_read;
+  f.AddString("host-memory", &host_memory,
+              "RAM for routed experts per host (a worker's --expert-ram): which share of each "
+              "shard stays in RAM and the disk bytes a decode token reads")
+      .Meta("SIZE")
+      .DefaultText("none");
+  f.AddString("disk-read", &disk_read,
+              "with --host-memory: the disk's read rate per second (e.g. 7GB from dd "
+              "iflag=direct), for the decode rate it bounds")
+      .Meta("SIZE");
   f.AddBool("json", &json, "print the plan as JSON");
   ASSIGN_OR_RETURN(bool go, ParseFlags(f, args,
                                        "plan (--model M | --preset P) --gpu-memory SIZE "
@@ -181,6 +192,24 @@ absl::Status RunPlan(const Args& args, const CommandIo& io) {
     }
     workers = *std::move(w);
   }
+  std::optional<plan::HostTierPlan> host_tier;
+  uint64_t disk_rate = 0;
+  if (!host_memory.empty()) {
+    absl::StatusOr<uint64_t> hb = plan::ParseByteSize(host_memory);
+    if (!hb.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--host-memory: ", hb.status().message()));
+    }
+    if (!disk_read.empty()) {
+      absl::StatusOr<uint64_t> r = plan::ParseByteSize(disk_read);
+      if (!r.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("--disk-read: ", r.status().message()));
+      }
+      disk_rate = *r;
+    }
+    absl::StatusOr<plan::HostTierPlan> t = plan::PlanHostTier(shape, *hb, workers);
+    if (!t.ok()) return absl::InvalidArgumentError(absl::StrCat("--host-memory: ", t.status().message()));
+    host_tier = *std::move(t);
+  }
   // moesplit-dense caps its context at the model's; a --ctx given here is
   // planned as given (e.g. for a longer context than the file says).
   o.n_ctx = f.WasSet("ctx") ? ctx : std::min<int64_t>(ctx, shape.hp.n_ctx_train);
@@ -191,6 +220,7 @@ absl::Status RunPlan(const Args& args, const CommandIo& io) {
       if (!workers.empty() && !json) {
         std::fputs(plan::FormatWorkers(workers, worker_bytes).c_str(), io.out);
       }
+      if (host_tier && !json) std::fputs(plan::FormatHostTier(*host_tier, disk_rate).c_str(), io.out);
       return absl::FailedPreconditionError(
           absl::StrCat("plan does not fit: ", p.status().message()));
     }
@@ -229,6 +259,24 @@ absl::Status RunPlan(const Args& args, const CommandIo& io) {
       }
       j["workers"] = {{"worker_bytes", worker_bytes}, {"list", list}};
     }
+    if (host_tier) {
+      nlohmann::ordered_json list = nlohmann::ordered_json::array();
+      for (const plan::HostTierShare& s : host_tier->shares) {
+        list.push_back({{"layer_begin", s.layer_begin},
+                        {"layer_end", s.layer_end},
+                        {"expert_bytes", s.expert_bytes},
+                        {"ram_bytes", s.ram_bytes},
+                        {"resident_share", s.resident_share},
+                        {"disk_bytes_per_token", s.disk_bytes_per_token}});
+      }
+      j["host_tier"] = {{"host_bytes", host_tier->host_bytes},
+                        {"disk_bytes_per_token", host_tier->disk_bytes_per_token},
+                        {"shares", list}};
+      if (disk_rate > 0 && host_tier->disk_bytes_per_token > 0) {
+        j["host_tier"]["decode_tokens_per_second_disk_bound"] =
+            static_cast<double>(disk_rate) / host_tier->disk_bytes_per_token;
+      }
+    }
     text = j.dump(2) + "\n";
   } else {
     if (prefix_cache == "on") {
@@ -243,6 +291,7 @@ absl::Status RunPlan(const Args& args, const CommandIo& io) {
       text += "prefix cache: off\n";
     }
     if (!workers.empty()) text += plan::FormatWorkers(workers, worker_bytes);
+    if (host_tier) text += plan::FormatHostTier(*host_tier, disk_rate);
   }
   std::fputs(text.c_str(), io.out);
   return absl::OkStatus();

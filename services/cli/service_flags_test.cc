@@ -208,6 +208,8 @@ TEST(ExpertWorkerFlagsTest, DefaultsAndEveryFlag) {
                                    "--threads",       "2",
                                    "--numa",          "off",
                                    "--expert-memory", "private",
+                                   "--expert-ram",    "6GiB",
+                                   "--io-threads",    "32",
                                    "--metrics",       "0.0.0.0:9401",
                                    "--max-tokens",    "64",
                                    "--worker-id",     "a",
@@ -217,7 +219,11 @@ TEST(ExpertWorkerFlagsTest, DefaultsAndEveryFlag) {
   EXPECT_EQ(f.shard, "layers=0-3,experts=0-63");
   EXPECT_EQ(f.numa, "off");
   EXPECT_EQ(f.max_tokens, 64);
+  EXPECT_EQ(*ParseExpertRam(f.expert_ram), 6ull << 30);
+  EXPECT_EQ(f.io_threads, 32);
   const ExpertWorkerFlags d;
+  EXPECT_EQ(*ParseExpertRam(d.expert_ram), 0u);  // auto
+  EXPECT_EQ(d.io_threads, 16);
   EXPECT_EQ(d.max_tokens, 512);
   EXPECT_EQ(d.numa, "auto");
   EXPECT_EQ(d.threads, 0);
@@ -236,6 +242,9 @@ TEST(ExpertWorkerFlagsTest, BadValuesFailWhileParsing) {
        "--numa must be auto, off or a node number, got 'all'"},
       {{"--model", "m", "--listen-shm", "w", "--expert-memory", "huge"},
        "flag --expert-memory must be one of auto, shared, private; got 'huge'"},
+      {{"--model", "m", "--listen-shm", "w", "--expert-ram", "lots"}, "flag --expert-ram"},
+      {{"--model", "m", "--listen-shm", "w", "--expert-ram", "0"},
+       "must be auto or more than 0 bytes"},
       {{"--model", "m", "--listen-shm", "w", "--max-tokens", "0"},
        "flag --max-tokens must be in 1..65536, got 0"},
       {{"--model", "m", "--listen-shm", "w", "--threads", "x"},

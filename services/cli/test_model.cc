@@ -42,6 +42,12 @@ constexpr char kHarmonyTemplate[] =
     "{{'<|start|>assistant'}}{% endif %}";
 
 bool IsGptOss(const TestModelSpec& s) { return s.arch == "gpt-oss"; }
+
+// Sliding layers with their own geometry (gemma4).
+bool HasSwaGeometry(const TestModelSpec& s) {
+  const model::ArchDescription* arch = model::FindArch(s.arch);
+  return arch != nullptr && arch->swa_own_geometry;
+}
 // Description properties (arch.h) of the spec's architecture.
 bool IsMla(const TestModelSpec& s) {
   const model::ArchDescription* a = model::FindArch(s.arch);
@@ -185,6 +191,18 @@ absl::Status CheckShape(const TestModelSpec& s) {
           s.ssm_n_k_heads, " and the MoE latent ", s.moe_latent, " in [0, --d]"));
     }
   }
+  if (HasSwaGeometry(s)) {
+    if (s.swa_period < 1 || s.swa_period > s.n_layer || s.head_dim_swa < 2 ||
+        s.head_dim_swa > 65536 || s.head_dim_swa % 2 != 0 || s.n_head_kv_swa < 1 ||
+        s.n_head % s.n_head_kv_swa != 0 || s.sliding_window < 1 ||
+        !(s.rope_partial > 0 && s.rope_partial <= 1) || !(s.final_logit_softcap >= 0) ||
+        !(s.rope_freq_base_swa > 1)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sliding layers: period ", s.swa_period, " must be in [1, --layers], head ",
+          s.head_dim_swa, " even, KV heads ", s.n_head_kv_swa, " dividing --heads, window ",
+          s.sliding_window, " >= 1, rope partial ", s.rope_partial, " in (0, 1]"));
+    }
+  }
   if (s.n_nextn < 0 || s.n_nextn > 16) {
     return absl::InvalidArgumentError(
         absl::StrCat("--nextn = ", s.n_nextn, " out of range [0, 16]"));
@@ -280,6 +298,7 @@ model::HyperParams ToHyperParams(const TestModelSpec& s) {
   hp.n_ff_exp = s.n_ff_exp;
   hp.n_ff_shexp = s.n_ff_shexp;
   hp.rope.n_rot = s.n_rot > 0 ? s.n_rot : s.head_dim;
+  hp.rope.freq_base = static_cast<float>(s.rope_freq_base);
   const model::ArchDescription* arch = model::FindArch(s.arch);
   if (arch != nullptr) {
     hp.layers = model::LayerSpecs(*arch, s.n_layer, s.full_attention_interval);
@@ -291,8 +310,24 @@ model::HyperParams ToHyperParams(const TestModelSpec& s) {
   if (arch != nullptr) {
     hp.router_scoring = arch->router.scoring;
     hp.expert_ffn = arch->expert_ffn;
-    if (arch->sliding_window) {
+    hp.dense_activation = arch->dense_activation;
+    if (arch->sliding_window && !arch->swa_own_geometry) {
       for (int64_t il = 0; il < s.n_layer; il += 2) hp.layers[il].sliding_window = s.sliding_window;
+    }
+  }
+  if (HasSwaGeometry(s)) {
+    // Full attention every swa_period-th layer; the sliding ones with their
+    // own KV heads, head size and RoPE (ParseSwaGeometry's layout).
+    hp.has_rope_swa = true;
+    hp.rope_swa = hp.rope;
+    hp.rope_swa.n_rot = s.head_dim_swa;
+    hp.rope_swa.freq_base = static_cast<float>(s.rope_freq_base_swa);
+    for (int64_t il = 0; il < s.n_layer; ++il) {
+      model::LayerSpec& l = hp.layers[il];
+      if (il % s.swa_period == s.swa_period - 1) continue;
+      l.sliding_window = s.sliding_window;
+      if (s.n_head_kv_swa != s.n_head_kv) l.n_head_kv = s.n_head_kv_swa;
+      if (s.head_dim_swa != s.head_dim) l.head_dim_k = l.head_dim_v = s.head_dim_swa;
     }
   }
   if (IsGptOss(s)) {
@@ -530,6 +565,31 @@ absl::StatusOr<TestModelSpec> PresetSpec(absl::string_view preset) {
     s.n_ctx = 202752;
     return s;
   }
+  if (p == "gemma-4-26b-a4b") {
+    // google/gemma-4-26B-A4B as llama.cpp's converter writes it (the
+    // metadata of llama.cpp's ggml-vocab-gemma-4.gguf): 26B-A4B.
+    s.arch = "gemma4";
+    s.n_layer = 30;
+    s.n_embd = 2816;
+    s.n_head = 16;
+    s.n_head_kv = 2;
+    s.head_dim = 512;
+    s.n_head_kv_swa = 8;
+    s.head_dim_swa = 256;
+    s.swa_period = 6;
+    s.sliding_window = 1024;
+    s.rope_freq_base = 1e6;
+    s.rope_freq_base_swa = 1e4;
+    s.rope_partial = 0.25;
+    s.final_logit_softcap = 30;
+    s.n_expert = 128;
+    s.n_expert_used = 8;
+    s.n_ff_exp = 704;
+    s.n_ff = 2112;
+    s.n_vocab = 262144;
+    s.n_ctx = 262144;
+    return s;
+  }
   if (p == "minimax-m2") {
     // MiniMaxAI/MiniMax-M2's config.json (M2.5 / M2.7 share the shape):
     // 230B-A10B.
@@ -614,7 +674,8 @@ const std::vector<std::string>& PresetNames() {
       "qwen3-30b-a3b", "qwen3.5-35b-a3b", "qwen3.6-35b-a3b-mtp", "gpt-oss-20b",
       "gpt-oss-120b",  "deepseek-v3",     "kimi-k2",             "deepseek-v2-lite",
       "glm-4.5-air",   "glm-4.7",         "glm-4.7-flash",       "minimax-m2",
-      "qwen3-next-80b-a3b", "nemotron-3-nano-30b-a3b", "nemotron-3-super-120b-a12b", "tiny"};
+      "qwen3-next-80b-a3b", "nemotron-3-nano-30b-a3b", "nemotron-3-super-120b-a12b",
+      "gemma-4-26b-a4b", "tiny"};
   return *kNames;
 }
 
@@ -638,8 +699,15 @@ absl::StatusOr<std::vector<PlannedTensor>> PlanTensors(
   auto add = [&](const model::TensorSpec& t, int layer) {
     PlannedTensor p;
     p.name = model::TensorName(t, layer);
+    const int own = model::IsLayerTensor(t.id) && layer < spec.n_layer ? layer : -1;
     for (int i = 0; i < t.n_dims; ++i) {
-      p.ne.push_back(model::ResolveDim(hp, t.shape[i]));
+      p.ne.push_back(model::ResolveDim(hp, t.shape[i], own));
+    }
+    if (t.id == model::TensorId::kRopeFreqs) {
+      // "Proportional" RoPE: the first rope_partial of the pairs rotate.
+      const int64_t pairs = p.ne[0];
+      const auto rotating = static_cast<int64_t>(std::llround(pairs * spec.rope_partial));
+      for (int64_t i = 0; i < pairs; ++i) p.values.push_back(i < rotating ? 1.0f : 1e30f);
     }
     p.role = t.role;
     p.ones = t.role == model::TensorRole::kNorm;
@@ -655,16 +723,23 @@ absl::StatusOr<std::vector<PlannedTensor>> PlanTensors(
         mix, {p.name, t.n_dims, p.ne[0], static_cast<int>(spec.n_layer + hp.n_nextn()),
               static_cast<int>(spec.n_expert),
               static_cast<int>(spec.n_head / spec.n_head_kv)});
-    if (p.constant.has_value()) p.type = GgmlType::kF32;
+    if (p.constant.has_value() || !p.values.empty()) p.type = GgmlType::kF32;
     out.push_back(std::move(p));
   };
   for (const model::TensorSpec& t : arch->tensors) {
+    // gemma4's embeddings are tied (no output.weight).
+    if (t.id == model::TensorId::kOutput && HasSwaGeometry(spec)) continue;
     if (!model::IsLayerTensor(t.id)) add(t, 0);
   }
   // MLA: the q LoRA pair or attn_q; an optional selection bias with the
   // sigmoid router; optional QK-norm as the spec says (as the published
   // files).
-  auto wanted = [&](const model::TensorSpec& t) {
+  auto wanted = [&](const model::TensorSpec& t, const model::LayerSpec& l) {
+    // gemma4: fused gate/up experts; V = K on the full layers.
+    if (t.id == model::TensorId::kExpGate || t.id == model::TensorId::kExpUp) {
+      if (!t.required) return false;
+    }
+    if (t.id == model::TensorId::kAttnV && !t.required) return l.sliding_window > 0;
     // qwen3next: attn_qkv + attn_gate, as current converters write (not
     // the legacy fused ssm_in, their alternative).
     if (t.id == model::TensorId::kSsmIn && !t.required) return false;
@@ -688,7 +763,7 @@ absl::StatusOr<std::vector<PlannedTensor>> PlanTensors(
     const model::LayerSpec& l =
         il < spec.n_layer ? hp.layers[il] : hp.nextn_layers[il - spec.n_layer];
     for (const model::TensorSpec& t : arch->tensors) {
-      if (model::IsLayerTensor(t.id) && model::LayerSelected(t.layers, l) && wanted(t)) {
+      if (model::IsLayerTensor(t.id) && model::LayerSelected(t.layers, l) && wanted(t, l)) {
         add(t, il);
       }
     }
@@ -753,6 +828,10 @@ struct FillJob {
 void FillTensor(const PlannedTensor& p, uint64_t seed, ThreadPool* pool,
                 uint8_t* dst) {
   const int64_t row = p.ne[0];
+  if (!p.values.empty()) {  // F32
+    std::memcpy(dst, p.values.data(), p.values.size() * sizeof(float));
+    return;
+  }
   if (p.ones || p.constant.has_value()) {  // F32
     int64_t n = 0;
     for (const RowSegment& g : p.segments) n += g.n_rows * row;
@@ -841,7 +920,31 @@ absl::Status AddTestModel(const TestModelSpec& spec, GgufWriter* writer,
     u32("expert_shared_feed_forward_length", spec.n_ff_shexp);
   }
   u32("attention.head_count", spec.n_head);
-  if (!HasLayerKinds(spec)) u32("attention.head_count_kv", hp.n_head_kv);
+  if (HasSwaGeometry(spec)) {
+    // Per layer, as llama.cpp's gemma4 converter writes them.
+    std::vector<int64_t> kv, swa;
+    for (int il = 0; il < static_cast<int>(spec.n_layer); ++il) {
+      kv.push_back(hp.kv_heads(il));
+      swa.push_back(hp.layers[il].sliding_window > 0);
+    }
+    writer->Set(absl::StrCat(a, ".attention.head_count_kv"),
+                GgufValue::IntArray(GgufValueType::kInt32, std::move(kv)));
+    writer->Set(absl::StrCat(a, ".attention.sliding_window_pattern"),
+                GgufValue::IntArray(GgufValueType::kBool, std::move(swa)));
+    u32("attention.sliding_window", spec.sliding_window);
+    u32("attention.key_length_swa", spec.head_dim_swa);
+    u32("attention.value_length_swa", spec.head_dim_swa);
+    u32("rope.dimension_count", spec.head_dim);
+    u32("rope.dimension_count_swa", spec.head_dim_swa);
+    writer->SetF32(absl::StrCat(a, ".rope.freq_base_swa"),
+                   static_cast<float>(spec.rope_freq_base_swa));
+    writer->SetF32(absl::StrCat(a, ".final_logit_softcapping"),
+                   static_cast<float>(spec.final_logit_softcap));
+    u32("attention.shared_kv_layers", 0);
+    u32("embedding_length_per_layer_input", 0);
+  } else if (!HasLayerKinds(spec)) {  // those write it per layer (above)
+    u32("attention.head_count_kv", hp.n_head_kv);
+  }
   u32("attention.key_length", hp.head_dim_k);
   u32("attention.value_length", hp.head_dim_v);
   writer->SetF32(absl::StrCat(a, ".rope.freq_base"),

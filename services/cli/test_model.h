@@ -101,6 +101,18 @@ struct TestModelSpec {
   // nextn.* tensors (eh_proj, enorm, hnorm, shared_head_norm).
   int64_t n_nextn = 0;
   bool qk_norm = true;       // glm4moe: the optional per-head QK-norm
+  // gemma4: every swa_period-th layer full attention (head_dim, n_head_kv,
+  // rope_freq_base; "proportional" RoPE: the first rope_partial of its pairs
+  // rotate, through rope_freqs), the others sliding (sliding_window) with
+  // their own head size, KV heads and RoPE base; no attn_v on the full
+  // layers (V = K); a GeGLU MLP of n_ff beside the experts; tied output;
+  // final logit soft-capping.
+  int64_t swa_period = 6;
+  int64_t head_dim_swa = 256;
+  int64_t n_head_kv_swa = 8;
+  double rope_freq_base_swa = 1e4;
+  double rope_partial = 0.25;
+  double final_logit_softcap = 30;
   int64_t n_vocab = 1024;
   int64_t n_ctx = 4096;
   double rope_freq_base = 1e6;
@@ -148,7 +160,13 @@ struct TestModelSpec {
 // 512 experts top-6 / 22 of FFN 1856 / 2688 (relu^2) plus a shared expert of
 // 3712 / 5376, LatentMoE of 1024 (Super only), sigmoid router with
 // selection bias, weights normalised x 2.5 / x 5, vocabulary 131072,
-// context 262144 (Super's MTP block is left out); "tiny"
+// context 262144 (Super's MTP block is left out); "gemma-4-26b-a4b" (gemma4,
+// google/gemma-4-26B-A4B's config as llama.cpp's converter writes it): 30
+// layers in the pattern 5 sliding (window 1024, 8 KV heads of 256, RoPE base
+// 1e4 over the whole head) + 1 full (2 KV heads of 512, V = K, base 1e6 on
+// a quarter of the pairs), n_embd 2816, 16 query heads, a GeGLU MLP of 2112
+// beside 128 experts top-8 of FFN 704, tied embeddings, soft-cap 30,
+// vocabulary 262144, context 262144; "tiny"
 // (the defaults above, the oracle fixtures' shape). The
 // context is 4096 unless the preset says otherwise. InvalidArgument
 // otherwise.
@@ -184,6 +202,8 @@ struct PlannedTensor {
   // Every element this value instead of random (DeltaNet's ssm_a, which
   // must be negative for the state to decay).
   std::optional<float> constant;
+  // F32 values given one by one (gemma4's rope_freqs).
+  std::vector<float> values;
   // Cover every row, in order; one segment unless rows differ in scale.
   std::vector<RowSegment> segments;
 };

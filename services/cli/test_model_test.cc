@@ -389,6 +389,112 @@ TEST_F(TestModelTest, NemotronMatchesTheLlamaCppFixture) {
   EXPECT_EQ((*m)->hparams().n_expert_groups, 4);
 }
 
+// Gemma-4-26B-A4B: the preset's hyper-parameters are those llama.cpp's
+// converter wrote into ggml-vocab-gemma-4.gguf (the real model's metadata),
+// layer by layer; the totals of the model card (25.2B, 3.8B active); the
+// tensors llama.cpp loads (no attn_v on the full layers, fused gate/up, a
+// scale per expert, tied output); a small file of the kind loads and runs.
+TEST_F(TestModelTest, Gemma4PresetIsThePublishedShapeAndRuns) {
+  auto spec = PresetSpec("gemma-4-26b-a4b");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(ValidateSpec(*spec).ok()) << ValidateSpec(*spec);
+  auto real = GgufFile::Open(absl::StrCat(MOESPLIT_FIXTURES_DIR, "/vocab/ggml-vocab-gemma-4.gguf"));
+  ASSERT_TRUE(real.ok()) << real.status();
+  auto want = model::ParseHyperParams(**real, *model::FindArch("gemma4"));
+  ASSERT_TRUE(want.ok()) << want.status();
+  const model::HyperParams got = ToHyperParams(*spec);
+  EXPECT_EQ(got.n_embd, want->n_embd);
+  EXPECT_EQ(got.n_layer, want->n_layer);
+  EXPECT_EQ(got.n_ctx_train, want->n_ctx_train);
+  EXPECT_EQ(got.n_head, want->n_head);
+  EXPECT_EQ(got.n_expert, want->n_expert);
+  EXPECT_EQ(got.n_expert_used, want->n_expert_used);
+  EXPECT_EQ(got.n_ff, want->n_ff);
+  EXPECT_EQ(got.n_ff_exp, want->n_ff_exp);
+  EXPECT_FLOAT_EQ(got.rope.freq_base, want->rope.freq_base);
+  EXPECT_FLOAT_EQ(got.rope_swa.freq_base, want->rope_swa.freq_base);
+  ASSERT_EQ(got.layers.size(), want->layers.size());
+  for (int il = 0; il < static_cast<int>(got.layers.size()); ++il) {
+    EXPECT_EQ(got.layers[il].sliding_window, want->layers[il].sliding_window) << il;
+    EXPECT_EQ(got.kv_heads(il), want->kv_heads(il)) << il;
+    EXPECT_EQ(got.head_k(il), want->head_k(il)) << il;
+    EXPECT_EQ(got.head_v(il), want->head_v(il)) << il;
+    EXPECT_EQ(got.rope_of(il).n_rot, want->rope_of(il).n_rot) << il;
+  }
+  auto plan = PlanTensors(*spec);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  double total = 0, routed = 0, embd = 0;
+  std::map<std::string, std::vector<int64_t>> ne;
+  for (const PlannedTensor& t : *plan) {
+    double n = 1;
+    for (int64_t x : t.ne) n *= x;
+    total += n;
+    if (t.role == model::TensorRole::kRoutedExpert) routed += n;
+    if (t.role == model::TensorRole::kEmbeddings) embd += n;
+    if (absl::StartsWith(t.name, "blk.0.") || absl::StartsWith(t.name, "blk.5.") ||
+        !absl::StartsWith(t.name, "blk.")) {
+      ne[t.name] = t.ne;
+    }
+  }
+  // Gemma's card counts the (tied) embeddings among the active parameters.
+  const double active = total - routed + routed * 8 / 128.0;
+  EXPECT_NEAR(embd / 1e9, 0.74, 0.01);
+  EXPECT_NEAR(total / 1e9, 25.2, 0.05 * 25.2);
+  EXPECT_NEAR(active / 1e9, 3.8, 0.15 * 3.8);
+  EXPECT_EQ(ne.count("output.weight"), 0u);  // tied
+  EXPECT_EQ(ne["rope_freqs.weight"], (std::vector<int64_t>{256}));
+  EXPECT_EQ(ne["blk.0.attn_q.weight"], (std::vector<int64_t>{2816, 4096}));  // 16 x 256
+  EXPECT_EQ(ne["blk.0.attn_k.weight"], (std::vector<int64_t>{2816, 2048}));  // 8 x 256
+  EXPECT_EQ(ne["blk.0.attn_v.weight"], (std::vector<int64_t>{2816, 2048}));
+  EXPECT_EQ(ne["blk.5.attn_q.weight"], (std::vector<int64_t>{2816, 8192}));  // 16 x 512
+  EXPECT_EQ(ne["blk.5.attn_k.weight"], (std::vector<int64_t>{2816, 1024}));  // 2 x 512
+  EXPECT_EQ(ne.count("blk.5.attn_v.weight"), 0u);                            // V = K
+  EXPECT_EQ(ne["blk.5.attn_q_norm.weight"], (std::vector<int64_t>{512}));
+  EXPECT_EQ(ne["blk.0.ffn_gate_up_exps.weight"], (std::vector<int64_t>{2816, 1408, 128}));
+  EXPECT_EQ(ne["blk.0.ffn_down_exps.weight"], (std::vector<int64_t>{704, 2816, 128}));
+  EXPECT_EQ(ne["blk.0.ffn_down_exps.scale"], (std::vector<int64_t>{128}));
+  EXPECT_EQ(ne["blk.0.ffn_gate.weight"], (std::vector<int64_t>{2816, 2112}));
+  EXPECT_EQ(ne.count("blk.0.ffn_gate_exps.weight"), 0u);
+
+  // A small file of the same kind loads and runs (every third layer full).
+  spec->n_layer = 3;
+  spec->swa_period = 3;
+  spec->n_embd = 256;
+  spec->n_head = 4;
+  spec->head_dim = 128;
+  spec->head_dim_swa = 64;
+  spec->n_head_kv = 1;
+  spec->n_head_kv_swa = 2;
+  spec->sliding_window = 4;
+  spec->n_expert = 16;
+  spec->n_ff_exp = 64;
+  spec->n_ff = 96;
+  spec->n_vocab = 512;
+  spec->n_ctx = 64;
+  spec->type = "Q8_0";
+  const std::string path = Path("gemma4.gguf");
+  ASSERT_TRUE(WriteTestModel(*spec, path).ok());
+  auto m = model::Model::Open(path);
+  ASSERT_TRUE(m.ok()) << m.status();
+  const model::HyperParams& hp = (*m)->hparams();
+  EXPECT_TRUE((*m)->tied_output());
+  EXPECT_EQ(hp.layers[0].sliding_window, 4);
+  EXPECT_EQ(hp.layers[2].sliding_window, 0);
+  EXPECT_EQ(hp.kv_heads(0), 2);
+  EXPECT_EQ(hp.head_k(2), 128);
+  EXPECT_EQ(hp.rope.freq_factors.size(), 64u);
+  EXPECT_EQ(hp.rope.freq_factors[15], 1.0f);
+  EXPECT_EQ(hp.rope.freq_factors[16], 1e30f);
+  EXPECT_FLOAT_EQ(hp.final_logit_softcap, 30.0f);
+  model::InProcessExperts experts(model::ExpertStore(*m), nullptr);
+  model::Forward forward(*m, &experts, nullptr);
+  auto state = model::SequenceState::Create(hp, 16);
+  ASSERT_TRUE(state.ok());
+  std::vector<float> logits;
+  ASSERT_TRUE(forward.Eval({1, 2, 3, 4, 5, 6}, state->get(), model::LogitsMode::kLast, &logits).ok());
+  for (float x : logits) ASSERT_TRUE(std::isfinite(x) && std::abs(x) <= 30.0f);
+}
+
 // gpt-oss-20b / 120b as published: biased attention with sinks, the even
 // layers on a 128-token window, YaRN, MXFP4 experts with biases, and the
 // harmony vocabulary; a small file of the same kind loads and runs.

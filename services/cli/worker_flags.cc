@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/build_info.h"
 #include "common/base/status.h"
+#include "common/plan/byte_size.h"
 #include "common/transport/shm_transport.h"
 #include "services/expert_worker/numa_arena.h"
 #include "services/expert_worker/shard_spec.h"
@@ -21,6 +22,10 @@ absl::Status CheckShard(absl::string_view value) {
 
 absl::Status CheckNuma(absl::string_view value) {
   return worker::ParseNumaPolicy(std::string(value)).status();
+}
+
+absl::Status CheckAutoOrByteSize(absl::string_view value) {
+  return ParseExpertRam(std::string(value)).status();
 }
 
 absl::Status CheckShmName(absl::string_view value) {
@@ -40,6 +45,13 @@ absl::Status CheckReadable(absl::string_view path) {
 }
 
 }  // namespace
+
+absl::StatusOr<uint64_t> ParseExpertRam(const std::string& value) {
+  if (value == "auto") return 0;
+  ASSIGN_OR_RETURN(const uint64_t bytes, plan::ParseByteSize(value));
+  if (bytes == 0) return absl::InvalidArgumentError("must be auto or more than 0 bytes");
+  return bytes;
+}
 
 void AddExpertWorkerFlags(FlagParser& p, ExpertWorkerFlags* f, const FlagNames& except) {
   auto want = [&](const char* name) { return !except.contains(name); };
@@ -83,6 +95,19 @@ void AddExpertWorkerFlags(FlagParser& p, ExpertWorkerFlags* f, const FlagNames& 
                 "private memory; auto picks shared only when the kernel gives shared memory huge "
                 "pages")
         .OneOf({"auto", "shared", "private"});
+  }
+  if (want("expert-ram")) {
+    p.AddString("expert-ram", &f->expert_ram,
+                "RAM for the routed experts; a shard larger than this keeps the hottest experts "
+                "in RAM and reads the rest from the model file with direct I/O (auto: the "
+                "memory cgroup's headroom or MemAvailable, less an eighth)")
+        .Check(CheckAutoOrByteSize)
+        .Meta("auto|SIZE");
+  }
+  if (want("io-threads")) {
+    p.AddInt("io-threads", &f->io_threads,
+             "concurrent expert reads when the shard does not fit in --expert-ram")
+        .Range(1, 256);
   }
   if (want("metrics")) {
     p.AddString("metrics", &f->metrics, "serve Prometheus /metrics at this address")

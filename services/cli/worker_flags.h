@@ -30,6 +30,8 @@ struct ExpertWorkerFlags {
   std::string worker_id;                // "" = the shm name, else the gRPC address
   std::string numa = "auto";            // auto | off | NODE
   std::string expert_memory = "auto";   // auto | shared | private
+  std::string expert_ram = "auto";      // auto | SIZE (plan/byte_size.h)
+  int64_t io_threads = 16;              // the RAM tier's concurrent reads
   int64_t threads = 0;                  // 0 = AvailableCpuCount()
   int64_t max_tokens = 512;
   int64_t idle_timeout_s = 600;
@@ -37,6 +39,9 @@ struct ExpertWorkerFlags {
   // certificate that chains to it (mutual TLS). "" = off.
   std::string tls_cert, tls_key, tls_ca;
 };
+
+// --expert-ram's value in bytes: 0 for "auto"; InvalidArgument otherwise.
+absl::StatusOr<uint64_t> ParseExpertRam(const std::string& value);
 
 // Registers the flags, bound to `f`, on `p` (all but those in `except`).
 void AddExpertWorkerFlags(FlagParser& p, ExpertWorkerFlags* f, const FlagNames& except = {});

@@ -108,7 +108,11 @@ absl::StatusOr<ChatPrompt> ChatPrompt::ForModel(const GgufFile& file, const Toke
       tokenizer.FindToken("<|channel|>") >= 0 && tokenizer.FindToken("<|message|>") >= 0) {
     p.output_format_ = chat::OutputFormat::kHarmony;
   }
+  if (source.find("<|channel>") != std::string::npos && source.find("<channel|>") != std::string::npos) {
+    p.output_format_ = chat::OutputFormat::kThoughtChannel;  // Gemma 4
+  }
   p.tool_family_ = chat::DetectToolCallFamily(source);
+  p.FindReasoningTags();
   if (p.tool_family_ == chat::ToolCallFamily::kHarmony &&
       p.output_format_ != chat::OutputFormat::kHarmony) {
     p.tool_family_ = chat::ToolCallFamily::kNone;  // no harmony tokens: no harmony calls
@@ -125,13 +129,39 @@ std::string StringField(const nlohmann::ordered_json& m, const char* key) {
 
 }  // namespace
 
+void ChatPrompt::FindReasoningTags() {
+  if (template_.source().find("<think>") == std::string::npos) return;
+  // llama.cpp's autoparser finds the tags the same way: by rendering.
+  static constexpr char kReasoning[] = "MoesplitProbeReasoning", kContent[] = "MoesplitProbeContent";
+  const nlohmann::ordered_json probe = {
+      {{"role", "user"}, {"content", "MoesplitProbeUser"}},
+      {{"role", "assistant"}, {"content", kContent}, {"reasoning_content", kReasoning}}};
+  chat::ChatTemplateOptions o;
+  o.add_generation_prompt = false;
+  o.bos_token = bos_;
+  o.eos_token = eos_;
+  absl::StatusOr<std::string> text = template_.Render(probe, o);
+  const size_t r = text.ok() ? text->find(kReasoning) : std::string::npos;
+  const size_t c = r != std::string::npos ? text->find(kContent, r) : std::string::npos;
+  const size_t s = r != std::string::npos ? text->rfind("<think>", r) : std::string::npos;
+  if (c == std::string::npos || s == std::string::npos) {
+    reasoning_start_ = "<think>";
+    reasoning_end_ = "</think>";
+    return;
+  }
+  const size_t r_end = r + sizeof(kReasoning) - 1;
+  reasoning_start_ = text->substr(s, r - s);
+  reasoning_end_ = text->substr(r_end, c - r_end);
+}
+
 // llama.cpp's continuation (common_chat_templates_apply_jinja with
-// continue_final_message "auto", which its server sets when the last message
-// is the assistant's): the earlier messages without a generation prompt,
-// then the family's opening of the assistant turn with the message's
-// reasoning and content, left open.
+// continue_final_message, which its server sets to "auto" when the last
+// message is the assistant's): the earlier messages without a generation
+// prompt, then the family's opening of the assistant turn with the
+// message's reasoning and content, left open.
 absl::StatusOr<std::string> ChatPrompt::RenderContinuation(const nlohmann::ordered_json& flat,
-                                                           chat::ChatTemplateOptions o) const {
+                                                           chat::ChatTemplateOptions o,
+                                                           ContinueFinalMessage mode) const {
   const nlohmann::ordered_json& last = flat.back();
   if (last.contains("tool_calls") && last["tool_calls"].is_array() && !last["tool_calls"].empty()) {
     return absl::InvalidArgumentError(
@@ -144,7 +174,9 @@ absl::StatusOr<std::string> ChatPrompt::RenderContinuation(const nlohmann::order
   const std::string reasoning = StringField(last, "reasoning_content");
   const std::string content = StringField(last, "content");
   // "auto": continue the reasoning when that is all the message has.
-  const bool in_content = !(content.empty() && !reasoning.empty());
+  const bool in_content =
+      mode == ContinueFinalMessage::kContent ||
+      (mode == ContinueFinalMessage::kAuto && !(content.empty() && !reasoning.empty()));
   nlohmann::ordered_json head = flat;
   head.erase(head.size() - 1);
   o.add_generation_prompt = false;
@@ -156,6 +188,17 @@ absl::StatusOr<std::string> ChatPrompt::RenderContinuation(const nlohmann::order
       open = "<|start|>assistant<|channel|>analysis<|message|>" + reasoning;
       if (in_content) open += "<|end|><|start|>assistant<|channel|>final<|message|>" + content;
       break;
+    case chat::ToolCallFamily::kGemma4: {
+      // The template opened no model turn after content that ended one.
+      constexpr std::string_view kTurnEnd = "<turn|>\n";
+      if (prompt.size() >= kTurnEnd.size() &&
+          prompt.compare(prompt.size() - kTurnEnd.size(), kTurnEnd.size(), kTurnEnd) == 0) {
+        open = "<|turn>model\n";
+      }
+      open += "<|channel>thought\n" + reasoning;
+      if (in_content) open += "<channel|>" + content;
+      break;
+    }
     case chat::ToolCallFamily::kQwen3Coder:
       open = "<|im_start|>assistant\n";
       if (thinks) open += "<think>\n" + reasoning + (in_content ? "\n</think>\n\n" : "");
@@ -170,18 +213,9 @@ absl::StatusOr<std::string> ChatPrompt::RenderContinuation(const nlohmann::order
         ++common;
       }
       open = with.substr(common);
-      if (thinks) {
-        // The block as the template writes a past one (llama.cpp's
-        // autoparser finds the same tags by rendering the template).
-        std::string start = "<think>", end = "</think>";
-        if (tool_family_ == chat::ToolCallFamily::kMiniMaxM2) {
-          start = "<think>\n";
-          end = "\n</think>\n\n";
-        } else if (tool_family_ == chat::ToolCallFamily::kGlm45) {
-          end = "</think>\n";
-        }
-        open = open.substr(0, open.find("<think>")) + start + reasoning;
-        if (in_content) open += end;
+      if (!reasoning_start_.empty()) {
+        open = open.substr(0, open.find(reasoning_start_)) + reasoning_start_ + reasoning;
+        if (in_content) open += reasoning_end_;
       }
       if (in_content) open += content;
       break;
@@ -201,9 +235,20 @@ absl::StatusOr<std::string> ChatPrompt::Render(const nlohmann::ordered_json& mes
   o.date_override = options.date_override;
   o.tools = options.tools;
   o.extra_context = options.extra_context;
-  if (options.add_generation_prompt && StringField(flat.back(), "role") == "assistant") {
-    return RenderContinuation(flat, std::move(o));
+  const bool last_is_assistant = StringField(flat.back(), "role") == "assistant";
+  if (options.continue_final_message) {
+    if (options.add_generation_prompt) {
+      return absl::InvalidArgumentError(
+          "continue_final_message: cannot set both add_generation_prompt and "
+          "continue_final_message to true (set add_generation_prompt to false)");
+    }
+    if (!last_is_assistant) {
+      return absl::InvalidArgumentError(
+          "continue_final_message: the last message must be the assistant's");
+    }
+    return RenderContinuation(flat, std::move(o), *options.continue_final_message);
   }
+  if (last_is_assistant) return RenderContinuation(flat, std::move(o), ContinueFinalMessage::kAuto);
   return template_.Render(flat, o);
 }
 

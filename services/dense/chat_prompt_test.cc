@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/chat/testing/template_fixtures.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -117,16 +118,22 @@ TEST(ChatPromptTest, ContentPartArraysRenderLikeTheirJoinedText) {
 }
 
 // A ChatPrompt with a fixture template and the tiny qwen3moe model's tokens.
+// The template's source: the oracle's, or one this repository keeps.
+std::string TemplateSource(const std::string& template_name) {
+  for (const chat::fixtures::TemplateFixture& f : chat::fixtures::TemplateFixtures()) {
+    if (f.name == template_name) return chat::fixtures::ReadTextFile(f.template_path);
+  }
+  ADD_FAILURE() << "no template " << template_name;
+  return "";
+}
+
 absl::StatusOr<ChatPrompt> PromptWith(const std::string& template_name) {
   const std::string fixtures = MOESPLIT_FIXTURES_DIR;
   auto file = GgufFile::Open(fixtures + "/models/qwen3moe-tiny-q4_k_m.gguf");
   if (!file.ok()) return file.status();
   auto tok = Tokenizer::FromGguf(**file);
   if (!tok.ok()) return tok.status();
-  std::ifstream in(fixtures + "/templates/" + template_name + ".jinja");
-  std::stringstream source;
-  source << in.rdbuf();
-  return ChatPrompt::ForModel(**file, **tok, source.str());
+  return ChatPrompt::ForModel(**file, **tok, TemplateSource(template_name));
 }
 
 // The last message the assistant's: a prefill the model continues (the turn
@@ -151,8 +158,12 @@ TEST(ChatPromptTest, TrailingAssistantMessageIsContinued) {
       {"Qwen3.5-4B",
        R"([{"role":"user","content":"Hi"},{"role":"assistant","content":"","reasoning_content":"Hm"}])",
        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\nHm"},
+      // The reasoning block as Qwen3's template writes a past one.
       {"Qwen-Qwen3-0.6B", R"([{"role":"user","content":"Hi"},{"role":"assistant","content":"Hel"}])",
-       "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think></think>Hel"},
+       "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nHel"},
+      {"Qwen-Qwen3-0.6B", kReasoned,
+       "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\nGreet.\n</think>\n\nHel"},
+      {"Qwen-Qwen3-0.6B", kReasoningOnly, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\nGre"},
       // The new families, as llama-server's /apply-template continues them.
       {"GLM-4.6", kReasoned, "<|user|>\nHi<|assistant|><think>Greet.</think>\nHel"},
       {"GLM-4.6", kReasoningOnly, "<|user|>\nHi<|assistant|><think>Gre"},
@@ -165,6 +176,15 @@ TEST(ChatPromptTest, TrailingAssistantMessageIsContinued) {
       {"MiniMax-M2", kContentOnly, "]~b]user\nHi[e~[\n]~b]ai\n<think>\n\n</think>\n\nHel"},
       {"Qwen3-Coder", kReasoned, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHel"},
       {"Qwen3-Coder", kReasoningOnly, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"},
+      {"google-gemma-4-31B-it", kReasoned, "<|turn>user\nHi<turn|>\n<|turn>model\n<|channel>thought\nGreet.<channel|>Hel"},
+      {"google-gemma-4-31B-it", kReasoningOnly, "<|turn>user\nHi<turn|>\n<|turn>model\n<|channel>thought\nGre"},
+      {"google-gemma-4-31B-it", kContentOnly, "<|turn>user\nHi<turn|>\n<|turn>model\n<|channel>thought\n<channel|>Hel"},
+      {"NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", kReasoned,
+       "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\nGreet.\n</think>\n\nHel"},
+      {"NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", kReasoningOnly,
+       "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\nGre"},
+      {"NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", kContentOnly,
+       "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nHel"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<ChatPrompt> chat = PromptWith(c.tmpl);
@@ -174,24 +194,16 @@ TEST(ChatPromptTest, TrailingAssistantMessageIsContinued) {
     ASSERT_TRUE(p.ok()) << c.tmpl << ": " << p.status();
     ASSERT_GE(p->size(), c.prompt_ends.size()) << *p;
     EXPECT_EQ(p->substr(p->size() - c.prompt_ends.size()), c.prompt_ends) << c.tmpl << ": " << *p;
-    // Without a generation prompt the conversation renders as the template
-    // renders it, not continued (the two coincide only where the template
-    // writes nothing after an assistant turn, as GLM-4.7's).
+    // add_generation_prompt false continues it too (llama-server's
+    // prefill_assistant), and so does continue_final_message true.
     o.add_generation_prompt = false;
-    absl::StatusOr<std::string> closed = chat->Render(Json::parse(c.messages), o);
-    ASSERT_TRUE(closed.ok()) << closed.status();
-    std::ifstream in(std::string(MOESPLIT_FIXTURES_DIR) + "/templates/" + c.tmpl + ".jinja");
-    std::stringstream source;
-    source << in.rdbuf();
-    absl::StatusOr<chat::ChatTemplate> t = chat::ChatTemplate::Parse(source.str());
-    ASSERT_TRUE(t.ok()) << t.status();
-    chat::ChatTemplateOptions plain;
-    plain.add_generation_prompt = false;
-    plain.bos_token = chat->bos_token();
-    plain.eos_token = chat->eos_token();
-    absl::StatusOr<std::string> direct = t->Render(Json::parse(c.messages), plain);
-    ASSERT_TRUE(direct.ok()) << direct.status();
-    EXPECT_EQ(*closed, *direct) << c.tmpl;
+    absl::StatusOr<std::string> no_gen = chat->Render(Json::parse(c.messages), o);
+    ASSERT_TRUE(no_gen.ok()) << no_gen.status();
+    EXPECT_EQ(*no_gen, *p) << c.tmpl;
+    o.continue_final_message = ContinueFinalMessage::kAuto;
+    absl::StatusOr<std::string> explicit_auto = chat->Render(Json::parse(c.messages), o);
+    ASSERT_TRUE(explicit_auto.ok()) << explicit_auto.status();
+    EXPECT_EQ(*explicit_auto, *p) << c.tmpl;
   }
   absl::StatusOr<ChatPrompt> chat = PromptWith("Qwen-Qwen3-0.6B");
   ASSERT_TRUE(chat.ok()) << chat.status();
@@ -205,6 +217,66 @@ TEST(ChatPromptTest, TrailingAssistantMessageIsContinued) {
     absl::StatusOr<std::string> p = chat->Render(Json::parse(messages), ChatPromptOptions{});
     EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument) << messages;
     EXPECT_THAT(std::string(p.status().message()), HasSubstr(error));
+  }
+  // continue_final_message: together with add_generation_prompt, and after
+  // a message that is not the assistant's, a 400.
+  ChatPromptOptions both;
+  both.continue_final_message = ContinueFinalMessage::kAuto;
+  absl::StatusOr<std::string> p = chat->Render(Json::parse(kContentOnly), both);
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(p.status().message()),
+              HasSubstr("cannot set both add_generation_prompt and continue_final_message"));
+  both.add_generation_prompt = false;
+  p = chat->Render(Json::parse(R"([{"role":"user","content":"Hi"}])"), both);
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(p.status().message()), HasSubstr("the last message must be the assistant's"));
+  // Without it and without a generation prompt, a user turn stays closed.
+  ChatPromptOptions closed;
+  closed.add_generation_prompt = false;
+  p = chat->Render(Json::parse(R"([{"role":"user","content":"Hi"}])"), closed);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(*p, "<|im_start|>user\nHi<|im_end|>\n");
+}
+
+// continue_final_message "content" / "reasoning_content" as llama-server's
+// /apply-template renders them (its output for these templates, taken from
+// the peer binary).
+TEST(ChatPromptTest, ContinueFinalMessageModes) {
+  constexpr char kReasoned[] =
+      R"([{"role":"user","content":"Hi"},{"role":"assistant","content":"Hel","reasoning_content":"Greet."}])";
+  constexpr char kReasoningOnly[] =
+      R"([{"role":"user","content":"Hi"},{"role":"assistant","content":"","reasoning_content":"Gre"}])";
+  constexpr char kContentOnly[] = R"([{"role":"user","content":"Hi"},{"role":"assistant","content":"Hel"}])";
+  struct Case {
+    const char* tmpl;
+    const char* messages;
+    ContinueFinalMessage mode;
+    std::string prompt_ends;
+  };
+  using M = ContinueFinalMessage;
+  const std::vector<Case> cases = {
+      {"Qwen-Qwen3-0.6B", kReasoned, M::kReasoning, "<|im_start|>assistant\n<think>\nGreet."},
+      {"Qwen-Qwen3-0.6B", kReasoningOnly, M::kContent, "<|im_start|>assistant\n<think>\nGre\n</think>\n\n"},
+      {"Qwen-Qwen3-0.6B", kContentOnly, M::kReasoning, "<|im_start|>assistant\n<think>\n"},
+      {"Qwen3.5-4B", kReasoningOnly, M::kContent, "<|im_start|>assistant\n<think>\nGre\n</think>\n\n"},
+      {"Qwen-Qwen2.5-7B-Instruct", kReasoned, M::kReasoning, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"},
+      {"GLM-4.6", kReasoningOnly, M::kContent, "<|assistant|><think>Gre</think>\n"},
+      {"GLM-4.6", kContentOnly, M::kReasoning, "<|user|>\nHi<|assistant|><think>"},
+      {"GLM-4.7-Flash", kReasoningOnly, M::kContent, "<|assistant|><think>Gre</think>"},
+      {"MiniMax-M2", kReasoned, M::kReasoning, "]~b]ai\n<think>\nGreet."},
+      {"MiniMax-M2", kReasoningOnly, M::kContent, "]~b]ai\n<think>\nGre\n</think>\n\n"},
+      {"Qwen3-Coder", kReasoned, M::kReasoning, "<|im_end|>\n<|im_start|>assistant\n"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<ChatPrompt> chat = PromptWith(c.tmpl);
+    ASSERT_TRUE(chat.ok()) << chat.status();
+    ChatPromptOptions o;
+    o.add_generation_prompt = false;
+    o.continue_final_message = c.mode;
+    absl::StatusOr<std::string> p = chat->Render(Json::parse(c.messages), o);
+    ASSERT_TRUE(p.ok()) << c.tmpl << ": " << p.status();
+    ASSERT_GE(p->size(), c.prompt_ends.size()) << *p;
+    EXPECT_EQ(p->substr(p->size() - c.prompt_ends.size()), c.prompt_ends) << c.tmpl << ": " << *p;
   }
 }
 

@@ -1,5 +1,6 @@
 #include "services/dense/chat_tools.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <string_view>
@@ -286,6 +287,36 @@ uint32_t TextWithout(GrammarBuilder& b, const std::string& stop) {
   return q[0];
 }
 
+// What a template writes between two calls of one answer, for the families
+// whose forced output may hold several calls (parallel_tool_calls): one
+// block per call. Null for the others: DeepSeek-V3.1's and MiniMax-M2's
+// frames open and close the block of all calls, gpt-oss's call ends
+// generation, Llama 3.x's template renders one call per message.
+const char* ParallelCallSeparator(chat::ToolCallFamily family) {
+  switch (family) {
+    case chat::ToolCallFamily::kHermes:
+    case chat::ToolCallFamily::kQwen3Coder:
+    case chat::ToolCallFamily::kGlm45: return "\n";
+    case chat::ToolCallFamily::kGlm47:
+    case chat::ToolCallFamily::kGemma4: return "";
+    default: return nullptr;
+  }
+}
+
+// Appends the forced calls to `root`: one of `calls`, then, when the
+// request allows parallel calls and the family has a separator, any number
+// more, each after the separator.
+void AppendCalls(GrammarBuilder& b, Sequence& root, std::vector<Sequence> calls, const ToolRequest& tools,
+                 chat::ToolCallFamily family, const std::vector<std::string_view>& tags) {
+  const uint32_t call = b.Rule("call", std::move(calls));
+  root.push_back(Item::Ref(call));
+  const char* separator = ParallelCallSeparator(family);
+  if (!tools.parallel || separator == nullptr) return;
+  Sequence more = b.TextWithTags(separator, tags);
+  more.push_back(Item::Ref(call));
+  root.push_back(Item::Ref(b.Repeat("more-calls", more, 0, -1)));
+}
+
 // A call of one function by a family whose arguments are tags (Qwen3-Coder,
 // GLM, MiniMax-M2; chat::ArgumentTagsFor): the frame's prefix, then per
 // property of its parameters (in the order written; the required ones
@@ -391,7 +422,7 @@ absl::StatusOr<std::shared_ptr<const grammar::Grammar>> TaggedCallConstraint(
     calls.push_back(*std::move(call));
   }
   Sequence root = b.TextWithTags(before, tags);
-  root.push_back(Item::Ref(b.Rule("call", std::move(calls))));
+  AppendCalls(b, root, std::move(calls), tools, family, tags);
   return BuildToolGrammar(b, root);
 }
 
@@ -433,7 +464,277 @@ absl::StatusOr<std::shared_ptr<const grammar::Grammar>> JsonCallConstraint(
     GrammarBuilder::Append(analysis, b.TextWithTags("<|end|><|start|>assistant", tags));
     root.push_back(Item::Ref(b.Rule("analysis", {{}, std::move(analysis)})));
   }
-  root.push_back(Item::Ref(b.Rule("call", std::move(calls))));
+  AppendCalls(b, root, std::move(calls), tools, family, tags);
+  return BuildToolGrammar(b, root);
+}
+
+// Gemma's dictionary syntax (chat/tool_calls.h kGemma4) for the values a
+// JSON Schema allows, where the schema says it simply: type (or a list of
+// types), properties (in the order written, the required ones always),
+// enum / const of strings, numbers, booleans and null, a string's
+// maxLength (its text then holds no '<'), an array's items, minItems and
+// maxItems. Anything else (anyOf, $ref, pattern, ...) is any Gemma value
+// there, as llama.cpp's gemma4 grammar allows everywhere. No whitespace.
+class GemmaRules {
+ public:
+  GemmaRules(GrammarBuilder* b, std::vector<std::string_view> tags) : b_(*b), tags_(std::move(tags)) {}
+
+  absl::StatusOr<uint32_t> Value(const Json& schema, const std::string& where, int depth = 0) {
+    if (!schema.is_object() || depth > 16) return Any();
+    if (schema.contains("enum") || schema.contains("const")) {
+      const Json list = schema.contains("enum") ? schema["enum"] : Json::array({schema["const"]});
+      if (!list.is_array() || list.empty())
+        return absl::InvalidArgumentError(where + ": enum must be a non-empty array");
+      std::vector<Sequence> alts;
+      for (const Json& v : list) {
+        if (v.is_string())
+          alts.push_back(Quoted(GrammarBuilder::Literal(v.get<std::string>())));
+        else if (v.is_primitive())
+          alts.push_back(GrammarBuilder::Literal(v.dump()));
+        else
+          return Any();
+      }
+      return b_.Rule("gemma-enum", std::move(alts));
+    }
+    std::vector<std::string> types;
+    if (schema.contains("type") && schema["type"].is_string())
+      types.push_back(schema["type"].get<std::string>());
+    if (schema.contains("type") && schema["type"].is_array()) {
+      for (const Json& t : schema["type"]) {
+        if (t.is_string()) types.push_back(t.get<std::string>());
+      }
+    }
+    if (types.empty() && schema.contains("properties")) types.push_back("object");
+    if (types.empty() && schema.contains("items")) types.push_back("array");
+    if (schema.contains("nullable") && schema["nullable"] == true) types.push_back("null");
+    if (types.empty() || schema.contains("anyOf") || schema.contains("oneOf") || schema.contains("$ref")) {
+      return Any();
+    }
+    std::vector<Sequence> alts;
+    for (const std::string& t : types) {
+      ASSIGN_OR_RETURN(uint32_t r, Typed(t, schema, where, depth));
+      alts.push_back({Item::Ref(r)});
+    }
+    return alts.size() == 1 ? alts[0][0].rule : b_.Rule("gemma-types", std::move(alts));
+  }
+
+  // Any Gemma value / dictionary.
+  uint32_t Any() {
+    Define();
+    return any_;
+  }
+  uint32_t AnyDict() {
+    Define();
+    return any_dict_;
+  }
+
+ private:
+  Sequence Quoted(const Sequence& inner) {
+    Sequence s = b_.TextWithTags(kQuote, tags_);
+    GrammarBuilder::Append(s, inner);
+    GrammarBuilder::Append(s, b_.TextWithTags(kQuote, tags_));
+    return s;
+  }
+  static Item Byte(char c) { return Item::Bytes(ByteSet::Of(static_cast<uint8_t>(c))); }
+
+  uint32_t Integer() {
+    if (integer_ == UINT32_MAX) {
+      integer_ =
+          b_.Rule("gemma-integer",
+                  {{Item::Ref(b_.Rule("gemma-sign", {{}, GrammarBuilder::Literal("-")})),
+                    Item::Ref(b_.Repeat("gemma-digits", {Item::Bytes(ByteSet::Range('0', '9'))}, 1, 16))}});
+    }
+    return integer_;
+  }
+  uint32_t Number() {
+    if (number_ == UINT32_MAX) {
+      const Item digit = Item::Bytes(ByteSet::Range('0', '9'));
+      Sequence frac = {Byte('.'), Item::Ref(b_.Repeat("gemma-frac-digits", {digit}, 1, 16))};
+      Sequence exp = {Item::Bytes(ByteSet::Of('e').Add('E')),
+                      Item::Ref(b_.Rule("gemma-exp-sign", {{}, {Byte('-')}, {Byte('+')}})),
+                      Item::Ref(b_.Repeat("gemma-exp-digits", {digit}, 1, 2))};
+      number_ = b_.Rule("gemma-number", {{Item::Ref(Integer()), Item::Ref(b_.Rule("gemma-frac", {{}, frac})),
+                                          Item::Ref(b_.Rule("gemma-exp", {{}, exp}))}});
+    }
+    return number_;
+  }
+  uint32_t Text() {
+    if (text_ == UINT32_MAX)
+      text_ = b_.Rule("gemma-string", {Quoted({Item::Ref(TextWithout(b_, std::string(kQuote)))})});
+    return text_;
+  }
+
+  // Any Gemma value, and any dictionary (mutually recursive rules).
+  void Define() {
+    if (any_ != UINT32_MAX) return;
+    any_ = b_.Reserve("gemma-value");
+    any_dict_ = b_.Reserve("gemma-dict");
+    const ByteSet key_byte = ByteSet::Range('a', 'z').Add('A', 'Z').Add('0', '9').Add('_').Add('-').Add('.');
+    const Sequence kv = {Item::Ref(b_.Repeat("gemma-key", {Item::Bytes(key_byte)}, 1, 64)), Byte(':'),
+                         Item::Ref(any_)};
+    b_.Define(any_dict_, {{Byte('{'), Item::Ref(List("gemma-members", kv, '}'))}});
+    const uint32_t array =
+        b_.Rule("gemma-array", {{Byte('['), Item::Ref(List("gemma-items", {Item::Ref(any_)}, ']'))}});
+    b_.Define(any_, {{Item::Ref(Text())},
+                     {Item::Ref(any_dict_)},
+                     {Item::Ref(array)},
+                     {Item::Ref(Number())},
+                     GrammarBuilder::Literal("true"),
+                     GrammarBuilder::Literal("false"),
+                     GrammarBuilder::Literal("null")});
+  }
+
+  // close | item ("," item)* close.
+  uint32_t List(const std::string& name, const Sequence& item, char close) {
+    Sequence more = {Byte(',')};
+    GrammarBuilder::Append(more, item);
+    Sequence some = item;
+    some.push_back(Item::Ref(b_.Repeat(name + "-more", more, 0, -1)));
+    some.push_back(Byte(close));
+    return b_.Rule(name, {{Byte(close)}, some});
+  }
+
+  absl::StatusOr<uint32_t> Typed(const std::string& type, const Json& schema, const std::string& where,
+                                 int depth) {
+    if (type == "string") {
+      if (!schema.contains("maxLength")) return Text();
+      const Json max = schema["maxLength"], min = schema.value("minLength", Json(0u));
+      if (!max.is_number_unsigned() || !min.is_number_unsigned() || max.get<int>() > kMaxRepeat ||
+          min.get<int>() > max.get<int>()) {
+        return absl::InvalidArgumentError(where + ": minLength / maxLength must be integers 0.." +
+                                          std::to_string(kMaxRepeat) + ", min <= max");
+      }
+      ByteSet ascii = ByteSet::Range(0x20, 0x7E);
+      ascii.Remove('<');
+      const ByteSet cont = ByteSet::Range(0x80, 0xBF);
+      const uint32_t ch = b_.Rule(
+          "gemma-char", {{Item::Bytes(ascii)},
+                         {Item::Bytes(ByteSet::Range(0xC2, 0xDF)), Item::Bytes(cont)},
+                         {Item::Bytes(ByteSet::Range(0xE0, 0xEF)), Item::Bytes(cont), Item::Bytes(cont)},
+                         {Item::Bytes(ByteSet::Range(0xF0, 0xF4)), Item::Bytes(cont), Item::Bytes(cont),
+                          Item::Bytes(cont)}});
+      return b_.Rule(
+          "gemma-bounded-string",
+          {Quoted({Item::Ref(b_.Repeat("gemma-chars", {Item::Ref(ch)}, min.get<int>(), max.get<int>()))})});
+    }
+    if (type == "integer") return Integer();
+    if (type == "number") return Number();
+    if (type == "boolean")
+      return b_.Rule("gemma-boolean", {GrammarBuilder::Literal("true"), GrammarBuilder::Literal("false")});
+    if (type == "null") return b_.Rule("gemma-null", {GrammarBuilder::Literal("null")});
+    if (type == "array") return Array(schema, where, depth);
+    if (type == "object") return Object(schema, where, depth);
+    return Any();
+  }
+
+  absl::StatusOr<uint32_t> Array(const Json& schema, const std::string& where, int depth) {
+    uint32_t item = 0;
+    if (schema.contains("items")) {
+      ASSIGN_OR_RETURN(item, Value(schema["items"], where + "/items", depth + 1));
+    } else {
+      item = Any();
+    }
+    const Json min_j = schema.value("minItems", Json(0)), max_j = schema.value("maxItems", Json(-1));
+    if (!min_j.is_number_integer() || !max_j.is_number_integer()) {
+      return absl::InvalidArgumentError(where + ": minItems / maxItems must be integers");
+    }
+    const int64_t min = min_j.get<int64_t>(), max = max_j.get<int64_t>();
+    if (min < 0 || min > kMaxRepeat || max > kMaxRepeat || (max >= 0 && min > max)) {
+      return absl::InvalidArgumentError(where + ": minItems / maxItems out of range");
+    }
+    if (max == 0) return b_.Rule("gemma-empty-array", {GrammarBuilder::Literal("[]")});
+    Sequence some = {Byte('['), Item::Ref(item),
+                     Item::Ref(b_.Repeat("gemma-array-more", {Byte(','), Item::Ref(item)},
+                                         static_cast<int>(std::max<int64_t>(min - 1, 0)),
+                                         max < 0 ? -1 : static_cast<int>(max - 1))),
+                     Byte(']')};
+    std::vector<Sequence> alts = {some};
+    if (min == 0) alts.push_back(GrammarBuilder::Literal("[]"));
+    return b_.Rule("gemma-typed-array", std::move(alts));
+  }
+
+  // {k1:v1,...}: the properties in the order written, the required ones
+  // always, commas only between those written (S_i: none written before
+  // property i, T_i: some were).
+  absl::StatusOr<uint32_t> Object(const Json& schema, const std::string& where, int depth) {
+    if (!schema.contains("properties") || !schema["properties"].is_object()) {
+      // OpenAI's rule, as the JSON families: no other keys unless allowed.
+      const Json more = schema.value("additionalProperties", Json(false));
+      if (more == Json(true) || more.is_object()) return AnyDict();
+      return b_.Rule("gemma-empty-dict", {GrammarBuilder::Literal("{}")});
+    }
+    const Json& props = schema["properties"];
+    std::set<std::string> required;
+    if (schema.contains("required") && schema["required"].is_array()) {
+      for (const Json& r : schema["required"]) {
+        if (r.is_string()) required.insert(r.get<std::string>());
+      }
+    }
+    std::vector<std::pair<std::string, uint32_t>> members;
+    for (const auto& [key, sub] : props.items()) {
+      if (key.empty() || key.find_first_of(":{}[],<>\n\" ") != std::string::npos) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": the property name '", key, "' cannot be written as a bare Gemma key"));
+      }
+      ASSIGN_OR_RETURN(uint32_t v, Value(sub, where + "/properties/" + key, depth + 1));
+      members.push_back({key, v});
+    }
+    uint32_t none_before = b_.Rule("gemma-end", {{}}), some_before = none_before;
+    for (size_t i = members.size(); i-- > 0;) {
+      Sequence member = GrammarBuilder::Literal(members[i].first + ":");
+      member.push_back(Item::Ref(members[i].second));
+      Sequence first = member;
+      first.push_back(Item::Ref(some_before));
+      Sequence later = {Byte(',')};
+      GrammarBuilder::Append(later, member);
+      later.push_back(Item::Ref(some_before));
+      std::vector<Sequence> s_alts = {first}, t_alts = {later};
+      if (!required.count(members[i].first)) {
+        s_alts.push_back({Item::Ref(none_before)});
+        t_alts.push_back({Item::Ref(some_before)});
+      }
+      none_before = b_.Rule("gemma-members-" + members[i].first, std::move(s_alts));
+      some_before = b_.Rule("gemma-more-" + members[i].first, std::move(t_alts));
+    }
+    return b_.Rule("gemma-object", {{Byte('{'), Item::Ref(none_before), Byte('}')}});
+  }
+
+  static constexpr std::string_view kQuote = "<|\"|>";
+  GrammarBuilder& b_;
+  const std::vector<std::string_view> tags_;
+  uint32_t any_ = UINT32_MAX, any_dict_ = UINT32_MAX, integer_ = UINT32_MAX, number_ = UINT32_MAX,
+           text_ = UINT32_MAX;
+};
+
+// Gemma 4: per function "<|tool_call>call:N" + its arguments as a Gemma
+// dictionary (GemmaRules; no parameters: "{}") + "<tool_call|>".
+absl::StatusOr<std::shared_ptr<const grammar::Grammar>> GemmaCallConstraint(const ToolRequest& tools,
+                                                                            chat::ToolCallFamily family,
+                                                                            const std::string& before,
+                                                                            grammar::TokenTest has_token) {
+  GrammarBuilder b(std::move(has_token));
+  const std::vector<std::string_view> tags = chat::FrameTags(family);
+  GemmaRules gemma(&b, tags);
+  std::vector<Sequence> calls;
+  for (const auto& t : tools.tools) {
+    const std::string name = t["function"]["name"].get<std::string>();
+    if (tools.choice == ToolChoice::kNamed && name != tools.named) continue;
+    Json params = t["function"].value("parameters", Json());
+    if (params.is_null()) params = {{"type", "object"}};
+    absl::StatusOr<uint32_t> args = gemma.Value(params, "#");
+    if (!args.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tools: the parameters of '", name,
+                       "' cannot be enforced for tool_choice: ", args.status().message()));
+    }
+    const chat::ToolCallFrameText frame = chat::ToolCallFrameFor(family, name);
+    Sequence call = b.TextWithTags(frame.prefix, tags);
+    call.push_back(Item::Ref(*args));
+    GrammarBuilder::Append(call, b.TextWithTags(frame.suffix, tags));
+    calls.push_back(std::move(call));
+  }
+  Sequence root = b.TextWithTags(before, tags);
+  AppendCalls(b, root, std::move(calls), tools, family, tags);
   return BuildToolGrammar(b, root);
 }
 
@@ -442,17 +743,28 @@ absl::StatusOr<std::shared_ptr<const grammar::Grammar>> JsonCallConstraint(
 absl::StatusOr<std::shared_ptr<const grammar::Grammar>> ToolChoiceConstraint(
     const ToolRequest& tools, chat::ToolCallFamily family, bool reasoning_open,
     grammar::TokenTest has_token) {
-  if (!tools.offered() || (tools.choice != ToolChoice::kRequired && tools.choice != ToolChoice::kNamed) ||
-      family == chat::ToolCallFamily::kNone) {
+  if (!tools.offered() || (tools.choice != ToolChoice::kRequired && tools.choice != ToolChoice::kNamed)) {
     return nullptr;
   }
-  // DeepSeek's and GLM-4.7's templates write the call right after </think>.
+  if (family == chat::ToolCallFamily::kNone) {
+    return absl::InvalidArgumentError(
+        "tool_choice \"required\" or a named function needs a chat template whose tool-call format is "
+        "known, and this model's template has none (use tool_choice \"auto\" or \"none\", or a template "
+        "of a known family: docs/api.md, Tool calls)");
+  }
+  // DeepSeek's and GLM-4.7's templates write the call right after </think>,
+  // Gemma 4's right after its thought channel's <channel|>.
   std::string before;
-  if (reasoning_open) {
+  if (reasoning_open && family == chat::ToolCallFamily::kGemma4) {
+    before = chat::ReasoningTagsFor(chat::OutputFormat::kThoughtChannel).close;
+  } else if (reasoning_open) {
     before = chat::ReasoningTags().close;
     if (family != chat::ToolCallFamily::kDeepSeekV31 && family != chat::ToolCallFamily::kGlm47) {
       before += "\n\n";
     }
+  }
+  if (family == chat::ToolCallFamily::kGemma4) {
+    return GemmaCallConstraint(tools, family, before, std::move(has_token));
   }
   if (chat::ArgumentTagsFor(family) != nullptr) {
     return TaggedCallConstraint(tools, family, before, std::move(has_token));

@@ -15,10 +15,12 @@
 //   parallel_tool_calls  bool (default true); false: at most one call returned
 // tool_choice "none" (as llama.cpp): the tools are not given to the template
 // and the output is not parsed for calls. "required" / named: the tools are
-// offered and constrained decoding forces one call, in the template
+// offered and constrained decoding forces a call (several where
+// parallel_tool_calls allows and the family can), in the template
 // family's frame, whose arguments match the function's parameters
 // (ToolChoiceConstraint); the output is parsed as for "auto" (named: only
-// calls of that function count).
+// calls of that function count). A template of no known family refuses
+// "required" / named (400), never answering in plain text.
 //
 // Thread-safety: ParseToolRequest is; a ChatOutputStream is not.
 #pragma once
@@ -75,10 +77,31 @@ struct ToolRequest {
 //                "<minimax:tool_call>\n<invoke name=\"N\">\n" + per property
 //                "<parameter name=\"K\">V</parameter>\n" +
 //                "</invoke>\n</minimax:tool_call>".
+//   Gemma 4:     "<|tool_call>call:N" + A in Gemma's dictionary syntax
+//                ({key:value,...}, bare keys, strings between <|"|> quotes,
+//                no whitespace) + "<tool_call|>", A valid under what the
+//                schema says simply: type (or a list), properties (in the
+//                order written, the required ones always; none: "{}" unless
+//                additionalProperties allows any), enum / const of scalars,
+//                a string's maxLength (that text then holds no '<'), an
+//                array's items / minItems / maxItems; anything else (anyOf,
+//                $ref, pattern, ...) is any Gemma value there (llama.cpp's
+//                gemma4 grammar enforces no schema at all).
+//   Llama 3.x:   "{\"name\": \"N\", \"parameters\": " A "}".
+// With parallel_tool_calls (the default) the Hermes, Qwen3-Coder, GLM and
+// Gemma 4 families may write more calls after the first, each after "\n"
+// (Hermes, Qwen3-Coder, GLM-4.5) or nothing (GLM-4.7, Gemma 4), as their
+// templates render consecutive calls; the others write one (DeepSeek's and
+// MiniMax-M2's frames hold one block, gpt-oss's call ends generation, Llama
+// 3.x's template takes one call per message).
 // The frames' tags (chat::FrameTags) are written as the vocabulary's special
 // tokens where `has_token` says it has them and spelled out where it does
 // not (null: either; grammar::GrammarBuilder::Tag).
-// Null when nothing is forced (auto, none, or no tool-call family).
+// Null when nothing is forced (auto, none). InvalidArgument (starting
+// "tool_choice") when a call must be forced and `family` is kNone: the
+// template's format is unknown, so no call could be written or read back
+// (llama.cpp would use its generic JSON format; a 400 says so instead of an
+// answer in plain text).
 // InvalidArgument naming the problem when a function's
 // parameters use a keyword the grammar cannot enforce (for the tag families
 // also minLength / maxLength on a raw-text string, and property names that
@@ -86,8 +109,8 @@ struct ToolRequest {
 // reasoning_open: the prompt ends inside a reasoning block
 // (chat::PromptOpensReasoning: Qwen3.5's, GLM-4.7-Flash's, MiniMax-M2's
 // generation prompts); the forced output then closes it first
-// ("</think>\n\n"; DeepSeek and GLM-4.7: "</think>"), so that the call is
-// not read as reasoning.
+// ("</think>\n\n"; DeepSeek and GLM-4.7: "</think>"; Gemma 4: its thought
+// channel's "<channel|>"), so that the call is not read as reasoning.
 absl::StatusOr<std::shared_ptr<const grammar::Grammar>> ToolChoiceConstraint(
     const ToolRequest& tools, chat::ToolCallFamily family, bool reasoning_open = false,
     grammar::TokenTest has_token = nullptr);

@@ -122,6 +122,16 @@ std::vector<OutputCase> OutputCases() {
        "<parameter name=\"city\">Oslo</parameter>\n</invoke>\n<invoke name=\"search_docs\">\n"
        "</invoke>\n</minimax:tool_call>",
        "Two calls.", "Checking.\n", {"get_weather", "search_docs"}},
+      {"gemma4: thought channel, then two calls", O::kThoughtChannel, false, F::kGemma4,
+       "<|channel>thought\nTwo calls.<channel|>Checking.<|tool_call>call:get_weather{city:<|\"|>Oslo<|\"|>}"
+       "<tool_call|><|tool_call>call:search_docs{}<tool_call|>",
+       "Two calls.", "Checking.", {"get_weather", "search_docs"}},
+      {"gemma4: thinking off (empty channel in the prompt), an answer", O::kThoughtChannel, false, F::kGemma4,
+       "It is sunny.", "", "It is sunny.", {}},
+      {"nemotron-3-nano: prompt opened the think block, a call", O::kThink, true, F::kQwen3Coder,
+       "Need the weather.\n</think>\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n"
+       "</parameter>\n</function>\n</tool_call>\n",
+       "Need the weather.", "", {"get_weather"}},
       {"malformed call is content", O::kThink, false, F::kHermes,
        "<tool_call>{\"name\": \"get_weather\", \"arguments\": {]}</tool_call>", "",
        "<tool_call>{\"name\": \"get_weather\", \"arguments\": {]}</tool_call>", {}},
@@ -328,9 +338,16 @@ TEST(ToolChoiceConstraintTest, HermesCallsAreForcedAndParseBack) {
     ASSERT_TRUE(g.ok());
     EXPECT_EQ(*g, nullptr);
   }
-  auto none = ToolChoiceConstraint(Request("required"), chat::ToolCallFamily::kNone);
-  ASSERT_TRUE(none.ok());
-  EXPECT_EQ(*none, nullptr);
+  // A template of no known family cannot force a call: refused, not text.
+  for (const ToolRequest& r :
+       {Request("required"), Request(Json::parse(R"({"type":"function","function":{"name":"get_weather"}})"))}) {
+    auto none = ToolChoiceConstraint(r, chat::ToolCallFamily::kNone);
+    EXPECT_EQ(none.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(none.status().message()), StartsWith("tool_choice \"required\" or a named function"));
+  }
+  auto none_auto = ToolChoiceConstraint(Request(), chat::ToolCallFamily::kNone);
+  ASSERT_TRUE(none_auto.ok());
+  EXPECT_EQ(*none_auto, nullptr);
   // The frame's tags may also be the special tokens (TokenBytes).
   const std::string as_tokens = grammar::TokenBytes("<tool_call>") +
                                 "\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n" +
@@ -592,6 +609,172 @@ TEST(ToolChoiceConstraintTest, GlmAndMiniMaxCallsAreForcedAndParseBack) {
   EXPECT_THAT(std::string(refused.status().message()),
               ::testing::HasSubstr("the property name 'a\"b' cannot be written as a <parameter name=\"...\"> tag"));
   EXPECT_TRUE(ToolChoiceConstraint(*r, F::kGlm45).ok());
+}
+
+// Llama 3.x: the call is the bare JSON object {"name": N, "parameters": A},
+// one per answer (its template renders one call per message).
+TEST(ToolChoiceConstraintTest, Llama3CallsAreForcedAndParseBack) {
+  const std::string weather = "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}";
+  const std::string search = "{\"name\": \"search_docs\", \"parameters\": {}}";
+  auto required = ToolChoiceConstraint(Request("required"), chat::ToolCallFamily::kLlama3Json);
+  ASSERT_TRUE(required.ok()) << required.status();
+  ASSERT_NE(*required, nullptr);
+  EXPECT_TRUE(ConstraintAccepts(*required, weather));
+  EXPECT_TRUE(ConstraintAccepts(*required, search));
+  EXPECT_FALSE(ConstraintAccepts(*required, weather + "\n" + search));
+  EXPECT_FALSE(ConstraintAccepts(*required, "{\"name\": \"get_weather\", \"parameters\": {\"city\": 1}}"));
+  EXPECT_FALSE(ConstraintAccepts(*required, "The weather is fine."));
+  const ChatDelta back = SplitChatOutput(weather, chat::OutputFormat::kThink, false,
+                                         chat::ToolCallFamily::kLlama3Json, Request("required"));
+  ASSERT_EQ(back.tool_calls.size(), 1u) << back.content;
+  EXPECT_EQ(back.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(Json::parse(back.tool_calls[0].arguments), Json::parse(R"({"city": "Paris"})"));
+  EXPECT_EQ(back.content, "");
+}
+
+// tool_choice "required" with parallel_tool_calls (the default): the
+// families that write one block per call may write several, and all of them
+// come back; with parallel_tool_calls false exactly one.
+TEST(ToolChoiceConstraintTest, RequiredWithParallelCallsAllowsSeveral) {
+  struct Family {
+    chat::ToolCallFamily family;
+    std::string weather, search, separator;
+  };
+  const std::vector<Family> families = {
+      {chat::ToolCallFamily::kHermes,
+       "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+       "<tool_call>\n{\"name\": \"search_docs\", \"arguments\": {}}\n</tool_call>", "\n"},
+      {chat::ToolCallFamily::kQwen3Coder,
+       "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>",
+       "<tool_call>\n<function=search_docs>\n</function>\n</tool_call>", "\n"},
+      {chat::ToolCallFamily::kGlm47,
+       "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris</arg_value></tool_call>",
+       "<tool_call>search_docs</tool_call>", ""},
+      {chat::ToolCallFamily::kGemma4, "<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>}<tool_call|>",
+       "<|tool_call>call:search_docs{}<tool_call|>", ""},
+  };
+  for (const Family& f : families) {
+    SCOPED_TRACE(chat::ToolCallFamilyName(f.family));
+    const std::string two = f.weather + f.separator + f.search;
+    auto parallel = ToolChoiceConstraint(Request("required"), f.family);
+    ASSERT_TRUE(parallel.ok()) << parallel.status();
+    EXPECT_TRUE(ConstraintAccepts(*parallel, f.weather));
+    EXPECT_TRUE(ConstraintAccepts(*parallel, two));
+    EXPECT_TRUE(ConstraintAccepts(*parallel, two + f.separator + f.weather));
+    EXPECT_FALSE(ConstraintAccepts(*parallel, f.weather + "Done."));
+    const chat::OutputFormat format =
+        f.family == chat::ToolCallFamily::kGemma4 ? chat::OutputFormat::kThoughtChannel : chat::OutputFormat::kThink;
+    const ChatDelta back = SplitChatOutput(two, format, false, f.family, Request("required"));
+    ASSERT_EQ(back.tool_calls.size(), 2u) << back.content;
+    EXPECT_EQ(back.tool_calls[0].name, "get_weather");
+    EXPECT_EQ(back.tool_calls[1].name, "search_docs");
+    EXPECT_EQ(back.content, "");
+    auto single = ToolChoiceConstraint(Request("required", false), f.family);
+    ASSERT_TRUE(single.ok()) << single.status();
+    EXPECT_TRUE(ConstraintAccepts(*single, f.weather));
+    EXPECT_FALSE(ConstraintAccepts(*single, two));
+  }
+}
+
+// Gemma 4: the grammar writes "<|tool_call>call:N" + a dictionary in Gemma's
+// syntax + "<tool_call|>" (after the thought channel's "<channel|>" when the
+// prompt left it open); what it takes parses back as the call.
+TEST(ToolChoiceConstraintTest, Gemma4CallsAreForcedAndParseBack) {
+  const std::string weather = "<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>}<tool_call|>";
+  const std::string search = "<|tool_call>call:search_docs{}<tool_call|>";
+  auto named = ToolChoiceConstraint(Request(Json::parse(R"({"type":"function","function":{"name":"get_weather"}})")),
+                                    chat::ToolCallFamily::kGemma4);
+  ASSERT_TRUE(named.ok()) << named.status();
+  ASSERT_NE(*named, nullptr);
+  EXPECT_TRUE(ConstraintAccepts(*named, weather));
+  EXPECT_TRUE(ConstraintAccepts(*named, "<|tool_call>call:get_weather{}<tool_call|>"));  // city is optional
+  EXPECT_FALSE(ConstraintAccepts(*named, "<|tool_call>call:get_weather{city:3}<tool_call|>"));
+  EXPECT_FALSE(ConstraintAccepts(*named, "<|tool_call>call:get_weather{town:<|\"|>Paris<|\"|>}<tool_call|>"));
+  EXPECT_FALSE(ConstraintAccepts(*named, search));
+  EXPECT_FALSE(ConstraintAccepts(*named, "<|tool_call>call:get_weather{\"city\":\"Paris\"}<tool_call|>"));
+  EXPECT_FALSE(ConstraintAccepts(*named, "<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>,}<tool_call|>"));
+  EXPECT_FALSE(ConstraintAccepts(*named, "Sure."));
+  auto required = ToolChoiceConstraint(Request("required"), chat::ToolCallFamily::kGemma4);
+  ASSERT_TRUE(required.ok()) << required.status();
+  EXPECT_TRUE(ConstraintAccepts(*required, weather));
+  EXPECT_TRUE(ConstraintAccepts(*required, search));
+  EXPECT_FALSE(ConstraintAccepts(*required, "<|tool_call>call:other{}<tool_call|>"));
+  auto opened = ToolChoiceConstraint(Request("required"), chat::ToolCallFamily::kGemma4, /*reasoning_open=*/true);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  EXPECT_TRUE(ConstraintAccepts(*opened, "<channel|>" + weather));
+  EXPECT_FALSE(ConstraintAccepts(*opened, weather));
+  // The frame's tags as the vocabulary's special tokens.
+  const std::string as_tokens = grammar::TokenBytes("<|tool_call>") + "call:get_weather{city:" +
+                                grammar::TokenBytes("<|\"|>") + "Paris" + grammar::TokenBytes("<|\"|>") + "}" +
+                                grammar::TokenBytes("<tool_call|>");
+  EXPECT_TRUE(ConstraintAccepts(*named, as_tokens));
+  const ChatDelta back = SplitChatOutput(weather, chat::OutputFormat::kThoughtChannel, false,
+                                         chat::ToolCallFamily::kGemma4, Request("required"));
+  ASSERT_EQ(back.tool_calls.size(), 1u) << back.content;
+  EXPECT_EQ(back.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(Json::parse(back.tool_calls[0].arguments), Json::parse(R"({"city": "Paris"})"));
+  EXPECT_EQ(back.content, "");
+}
+
+// Gemma 4's arguments follow the schema where it says simply: properties in
+// order (the required ones always, commas only between those written),
+// types, enums, a bounded string, an array's items and bounds, nested
+// objects, nullable; a map where additionalProperties allows it; any value
+// under a keyword it does not follow (anyOf). What it takes parses back.
+TEST(ToolChoiceConstraintTest, Gemma4ArgumentsFollowTheSchema) {
+  const Json tools = Json::parse(R"([{"type": "function", "function": {"name": "book", "parameters": {
+    "type": "object", "required": ["city", "nights"], "properties": {
+      "city": {"type": "string", "maxLength": 12},
+      "nights": {"type": "integer"},
+      "room": {"type": "string", "enum": ["single", "double"]},
+      "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 2},
+      "opts": {"type": "object", "properties": {"late": {"type": "boolean"}, "note": {"type": ["string", "null"]},
+                                                "price": {"type": "number"}}},
+      "extra": {"type": "object", "additionalProperties": true},
+      "either": {"anyOf": [{"type": "integer"}, {"type": "string"}]}}}}}])");
+  absl::StatusOr<ToolRequest> r = ParseToolRequest(tools, "required", Json());
+  ASSERT_TRUE(r.ok()) << r.status();
+  auto g = ToolChoiceConstraint(*r, chat::ToolCallFamily::kGemma4);
+  ASSERT_TRUE(g.ok()) << g.status();
+  const std::string q = "<|\"|>";
+  auto call = [&](const std::string& args) { return "<|tool_call>call:book" + args + "<tool_call|>"; };
+  const std::string full = call("{city:" + q + "Paris" + q + ",nights:3,room:" + q + "double" + q + ",tags:[" + q +
+                                "a" + q + "," + q + "b" + q + "],opts:{late:true,note:null,price:-1.5e3}," +
+                                "extra:{any:[1,{x:" + q + "y" + q + "}]},either:" + q + "z" + q + "}");
+  for (const std::string& ok : {call("{city:" + q + "Paris" + q + ",nights:3}"), full,
+                                call("{city:" + q + q + ",nights:-2,opts:{},either:7}"),
+                                call("{city:" + q + "Oslo" + q + ",nights:1,tags:[],opts:{note:" + q + "x" + q + "}}")}) {
+    EXPECT_TRUE(ConstraintAccepts(*g, ok)) << ok;
+    const ChatDelta back =
+        SplitChatOutput(ok, chat::OutputFormat::kThoughtChannel, false, chat::ToolCallFamily::kGemma4, *r);
+    EXPECT_EQ(back.tool_calls.size(), 1u) << ok;
+  }
+  for (const std::string& bad :
+       {call("{nights:3,city:" + q + "Paris" + q + "}"), call("{city:" + q + "Paris" + q + "}"),
+        call("{city:" + q + "Paris" + q + ",nights:3.5}"),
+        call("{city:" + q + "Paris" + q + ",nights:3,room:" + q + "suite" + q + "}"),
+        call("{city:" + q + "Paris" + q + ",nights:3,tags:[" + q + "a" + q + "," + q + "b" + q + "," + q + "c" + q + "]}"),
+        call("{city:" + q + "Paris in spring" + q + ",nights:3}"), call("{city:" + q + "a<b" + q + ",nights:3}"),
+        call("{city:" + q + "Paris" + q + ",nights:3,other:1}"), call("{,city:" + q + "Paris" + q + ",nights:3}"),
+        call("{city:" + q + "Paris" + q + ",nights:3,opts:{late:1}}")}) {
+    EXPECT_FALSE(ConstraintAccepts(*g, bad)) << bad;
+  }
+  const ChatDelta back =
+      SplitChatOutput(full, chat::OutputFormat::kThoughtChannel, false, chat::ToolCallFamily::kGemma4, *r);
+  ASSERT_EQ(back.tool_calls.size(), 1u);
+  EXPECT_EQ(Json::parse(back.tool_calls[0].arguments),
+            Json::parse(R"({"city": "Paris", "nights": 3, "room": "double", "tags": ["a", "b"],
+                            "opts": {"late": true, "note": null, "price": -1500.0},
+                            "extra": {"any": [1, {"x": "y"}]}, "either": "z"})"));
+  // A property name that cannot be a bare key is refused, naming it.
+  const Json colon = Json::parse(R"([{"type": "function", "function": {"name": "f",
+    "parameters": {"type": "object", "properties": {"a:b": {"type": "integer"}}}}}])");
+  absl::StatusOr<ToolRequest> rc = ParseToolRequest(colon, "required", Json());
+  ASSERT_TRUE(rc.ok());
+  auto refused = ToolChoiceConstraint(*rc, chat::ToolCallFamily::kGemma4);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()),
+              ::testing::HasSubstr("'a:b' cannot be written as a bare Gemma key"));
 }
 
 }  // namespace

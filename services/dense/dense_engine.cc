@@ -79,6 +79,7 @@ struct DenseEngine::Sequence {
   std::vector<int32_t> fed{};
   int64_t cached_blocks = 0;
   uint64_t block_key = PrefixCache::kRootKey;
+  std::chrono::steady_clock::time_point admitted = std::chrono::steady_clock::now();
 
   bool decoding() const { return prefilled == req->params_.prompt.size(); }
 };
@@ -284,8 +285,11 @@ void RequestHandle::Subscribe(std::function<void()> ready) {
 }
 
 bool RequestHandle::Take(std::vector<GenerateDelta>* deltas,
-                         absl::StatusOr<GenerateOutcome>* result) {
+                         absl::StatusOr<GenerateOutcome>* result,
+                         std::vector<PromptProgress>* progress) {
   std::lock_guard<std::mutex> l(mu_);
+  if (progress != nullptr) progress->insert(progress->end(), progress_.begin(), progress_.end());
+  progress_.clear();
   for (GenerateDelta& d : deltas_) deltas->push_back(std::move(d));
   deltas_.clear();
   armed_ = true;
@@ -449,8 +453,23 @@ absl::Status DenseEngine::StartSequence(std::shared_ptr<RequestHandle> r) {
   s.slot = slot;
   s.limit = limit;
   s.outcome.prompt_tokens = static_cast<int>(prompt);
-  if (cache_ != nullptr) ImportPrefix(s);
+  if (cache_ != nullptr && p.cache_prompt) ImportPrefix(s);
+  ReportProgress(s);
   return absl::OkStatus();
+}
+
+void DenseEngine::ReportProgress(Sequence& s) {
+  if (!s.req->params_.report_progress) return;
+  PromptProgress p;
+  p.total = static_cast<int>(s.req->params_.prompt.size());
+  p.cache = s.outcome.cached_tokens;
+  p.processed = static_cast<int>(s.prefilled);
+  p.time_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                  std::chrono::steady_clock::now() - s.admitted)
+                  .count();
+  std::lock_guard<std::mutex> l(s.req->mu_);
+  s.req->progress_.push_back(p);
+  s.req->NotifyLocked();
 }
 
 void DenseEngine::ImportPrefix(Sequence& s) {
@@ -495,7 +514,9 @@ bool DenseEngine::KeepsState(const Sequence& s, int64_t pos) const {
 }
 
 int64_t DenseEngine::PrefillStop(const Sequence& s, int64_t from) const {
-  if (cache_ == nullptr || runner_->recurrent_bytes() == 0) return INT64_MAX;
+  if (cache_ == nullptr || !s.req->params_.cache_prompt || runner_->recurrent_bytes() == 0) {
+    return INT64_MAX;
+  }
   const int64_t B = cache_->block_tokens();
   const int64_t prompt = static_cast<int64_t>(s.req->params_.prompt.size());
   for (int64_t pos = (from / B + 1) * B; pos < prompt; pos += B) {
@@ -614,13 +635,14 @@ void DenseEngine::Step() {
   }
   for (size_t i = 0; i < who.size(); ++i) {
     Sequence& s = *who[i];
-    if (cache_ != nullptr) {
+    if (cache_ != nullptr && s.req->params_.cache_prompt) {
       s.fed.insert(s.fed.end(), batch[i].tokens.begin(), batch[i].tokens.end());
       InsertBlocks(s);
     }
     if (chunk[i] > 0) {
       s.prefilled += chunk[i];
       metrics_->prompt_tokens.Increment(static_cast<double>(chunk[i]));
+      ReportProgress(s);
       if (!s.decoding()) continue;
     }
     absl::StatusOr<bool> more = Advance(s);

@@ -126,6 +126,24 @@ struct GenerateParams {
   // benchmark clients send it): the request runs to max_tokens, a stop
   // string or the end of the context.
   bool ignore_eos = false;
+  // llama-server's return_progress: RequestHandle::Take reports the
+  // prompt's progress once the sequence is admitted (the prefix cache
+  // import counted) and after each prompt chunk it evaluates.
+  bool report_progress = false;
+  // The prefix cache (llama-server's cache_prompt): false, the request
+  // neither reads its prompt's prefix from the cache nor stores its blocks
+  // there; it evaluates the whole prompt.
+  bool cache_prompt = true;
+};
+
+// llama-server's prompt_progress: the prompt's tokens, those reused from
+// the prefix cache, those in the sequence's state (cached + evaluated), and
+// the milliseconds since the sequence was admitted.
+struct PromptProgress {
+  int total = 0;
+  int cache = 0;
+  int processed = 0;
+  int64_t time_ms = 0;
 };
 
 struct GenerateDelta {
@@ -191,7 +209,11 @@ class RequestHandle {
   // Moves the deltas produced since the last Take to *deltas (appended, in
   // order) and re-arms the wake-up. Returns true once the request has ended
   // and every delta was taken; *result then holds the outcome (see Wait).
-  bool Take(std::vector<GenerateDelta>* deltas, absl::StatusOr<GenerateOutcome>* result);
+  // With `progress`: the prompt progress reports not taken yet, appended in
+  // order (GenerateParams::report_progress; one per prompt chunk at most);
+  // each wakes the consumer as a delta does.
+  bool Take(std::vector<GenerateDelta>* deltas, absl::StatusOr<GenerateOutcome>* result,
+            std::vector<PromptProgress>* progress = nullptr);
   // Calls on_delta for each token in order, on the calling thread (return
   // false to cancel), until the request ends. A cancelled sequence is
   // removed and its KV freed before Wait returns, with finish_reason
@@ -234,6 +256,7 @@ class RequestHandle {
   int cached_ = 0;
   std::chrono::steady_clock::time_point first_token_, last_token_, finished_;
   bool has_first_token_ = false, has_finished_ = false;
+  std::vector<PromptProgress> progress_;  // not taken yet
 };
 
 class DenseEngine {
@@ -305,6 +328,8 @@ class DenseEngine {
   // position a prefill chunk from `from` must stop at so that a recurrent
   // state is taken there (INT64_MAX: none before the prompt's end).
   void ImportPrefix(Sequence& s);
+  // GenerateParams::report_progress: the prompt progress for Take.
+  void ReportProgress(Sequence& s);
   void InsertBlocks(Sequence& s);
   int64_t PrefillStop(const Sequence& s, int64_t from) const;
   bool KeepsState(const Sequence& s, int64_t pos) const;

@@ -321,6 +321,9 @@ class StreamCall : public grpc::ServerWriteReactor<Resp> {
   void Started(const absl::StatusOr<std::shared_ptr<RequestHandle>>& h) {
     if (!h.ok()) return End(h.status());
     handle_ = *h;
+    // The response headers go out now, not with the first token: a client
+    // waiting through a long prefill sees the call accepted.
+    this->StartSendInitialMetadata();
     if (cancelled_) handle_->Cancel();  // OnCancel came first
     // The engine thread only posts: the deltas are taken and converted here.
     handle_->Subscribe([this] { Post([this] { Pump(); }); });
@@ -338,7 +341,18 @@ class StreamCall : public grpc::ServerWriteReactor<Resp> {
     if (finished_) return;
     if (handle_ != nullptr && !ended_) {
       absl::StatusOr<GenerateOutcome> result = GenerateOutcome{};
-      const bool done = handle_->Take(&taken_, &result);
+      std::vector<PromptProgress> progress;
+      const bool done = handle_->Take(&taken_, &result, &progress);
+      for (const PromptProgress& p : progress) {
+        if (cancelled_) break;
+        Resp r;
+        v1::PromptProgress* m = r.mutable_prompt_progress();
+        m->set_total(p.total);
+        m->set_cache(p.cache);
+        m->set_processed(p.processed);
+        m->set_time_ms(p.time_ms);
+        pending_.push_back(std::move(r));
+      }
       if (!cancelled_) {
         for (const GenerateDelta& d : taken_) Deltas(d, &pending_);
       }
@@ -425,6 +439,7 @@ class GenerateCall final : public StreamCall<v1::GenerateResponse> {
     p.max_tokens = r_.max_tokens();
     ASSIGN_OR_RETURN(p.sampling, ToSampling(r_.sampling(), r_.logprobs()));
     p.ignore_eos = r_.sampling().ignore_eos();
+    p.report_progress = r_.return_progress();
     p.stop.assign(r_.stop().begin(), r_.stop().end());
     ASSIGN_OR_RETURN(p.constraint, ToConstraint(r_.response_format()));
     return engine.Submit(std::move(p));
@@ -483,20 +498,21 @@ class ChatCall final : public StreamCall<v1::ChatResponse> {
     p.max_tokens = r_.max_tokens();
     ASSIGN_OR_RETURN(p.sampling, ToSampling(r_.sampling(), r_.logprobs()));
     p.ignore_eos = r_.sampling().ignore_eos();
+    p.report_progress = r_.return_progress();
     p.stop.assign(r_.stop().begin(), r_.stop().end());
     ASSIGN_OR_RETURN(p.constraint, ToConstraint(r_.response_format()));
     constrained_ = p.constraint != nullptr;  // content = the JSON as generated
     // tool_choice required / named: a call is forced (before response_format).
     ASSIGN_OR_RETURN(std::shared_ptr<const grammar::Grammar> call,
                      ToolChoiceConstraint(tools, served_.chat->tool_family(),
-                                          chat::PromptOpensReasoning(prompt),
+                                          chat::PromptOpensReasoning(prompt, served_.chat->output_format()),
                                           VocabIndex::SpecialTokenTest(engine.tokenizer())));
     if (call != nullptr) {
       p.constraint = std::move(call);
       constrained_ = false;
     }
     ASSIGN_OR_RETURN(auto handle, engine.Submit(std::move(p)));
-    reasoning_.emplace(served_.chat->output_format(), chat::PromptOpensReasoning(prompt),
+    reasoning_.emplace(served_.chat->output_format(), chat::PromptOpensReasoning(prompt, served_.chat->output_format()),
                        served_.chat->tool_family(), tools);
     return handle;
   }

@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/status.h"
 #include "common/base/utf8.h"
@@ -14,6 +15,7 @@
 #include "common/sampling/token_constraint.h"
 #include "services/dense/anthropic_api.h"
 #include "services/dense/chat_tools.h"
+#include "services/dense/llama_fields.h"
 #include "services/dense/readiness.h"
 #include "services/dense/request_limits.h"
 #include "services/dense/request_log.h"
@@ -57,7 +59,8 @@ Json ParamOf(const absl::Status& s) {
   for (const char* f : {"temperature", "top_k", "top_p", "min_p", "repetition_penalty",
                         "presence_penalty", "frequency_penalty", "logprobs", "max_tokens",
                         "messages", "stop", "prompt", "seed", "tools", "tool_choice",
-                        "parallel_tool_calls", "response_format", "ignore_eos"}) {
+                        "parallel_tool_calls", "response_format", "ignore_eos", "typical_p",
+                        "top_n_sigma", "xtc_probability", "xtc_threshold", "logit_bias"}) {
     if (m.rfind(f, 0) == 0) return f;
   }
   return nullptr;
@@ -127,6 +130,25 @@ struct Common {
   int n = 1;  // choices
 };
 
+// llama-server's n_probs: the top-n alternatives of every token, reported
+// where the route reports logprobs (chat: logprobs.content with top_logprobs;
+// completions: logprobs.top_logprobs), as llama-server does on these routes.
+// It agrees with logprobs/top_logprobs when both are given.
+absl::Status ParseNProbs(const Json& body, Common* c) {
+  ASSIGN_OR_RETURN(int64_t n, Integer(body, "n_probs", 0));
+  if (n < 0 || n > kMaxTopLogprobs) {
+    return Bad("n_probs", absl::StrCat("n_probs must be in [0, ", kMaxTopLogprobs, "], got ", n));
+  }
+  if (n == 0) return absl::OkStatus();
+  if (c->logprobs && c->top_logprobs != n) {
+    return Bad("n_probs", absl::StrCat("n_probs (", n, ") and ", "top_logprobs/logprobs (",
+                                       c->top_logprobs, ") disagree: give one"));
+  }
+  c->logprobs = true;
+  c->top_logprobs = static_cast<int>(n);
+  return absl::OkStatus();
+}
+
 // Fields shared by both endpoints. `chat`: logprobs is a bool plus
 // top_logprobs (chat) or an integer 0..5 (completions).
 absl::Status ParseCommon(const Json& body, bool chat, const ServedModel& served, Common* c) {
@@ -178,6 +200,9 @@ absl::Status ParseCommon(const Json& body, bool chat, const ServedModel& served,
       return Bad("top_logprobs", absl::StrCat("top_logprobs must be in [0, ", kMaxTopLogprobs,
                                               "], got ", top));
     }
+    if (top > 0 && !c->logprobs) {
+      return Bad("top_logprobs", "top_logprobs requires logprobs: true");
+    }
     c->top_logprobs = static_cast<int>(top);
   } else {
     ASSIGN_OR_RETURN(int64_t lp, Integer(body, "logprobs", 0));
@@ -185,6 +210,7 @@ absl::Status ParseCommon(const Json& body, bool chat, const ServedModel& served,
     c->logprobs = body.contains("logprobs") && !body["logprobs"].is_null();
     c->top_logprobs = static_cast<int>(lp);
   }
+  RETURN_IF_ERROR(ParseNProbs(body, c));
   s.return_logprob = c->logprobs;
   s.logprobs = c->logprobs ? c->top_logprobs : 0;
   if (auto stop = body.find("stop"); stop != body.end() && !stop->is_null()) {
@@ -201,6 +227,10 @@ absl::Status ParseCommon(const Json& body, bool chat, const ServedModel& served,
     }
   }
   ASSIGN_OR_RETURN(c->stream, Bool(body, "stream", false));
+  // llama-server's return_progress: prompt_progress chunks while the prompt
+  // is evaluated (streams only, as llama-server sends them).
+  ASSIGN_OR_RETURN(const bool progress, Bool(body, "return_progress", false));
+  c->params.report_progress = progress && c->stream;
   if (auto so = body.find("stream_options"); so != body.end() && !so->is_null()) {
     if (!so->is_object()) return Bad("stream_options", "stream_options must be an object");
     ASSIGN_OR_RETURN(c->include_usage, Bool(*so, "include_usage", false));
@@ -210,6 +240,15 @@ absl::Status ParseCommon(const Json& body, bool chat, const ServedModel& served,
     if (!g.ok()) return WithParam(g.status(), "response_format");
     c->params.constraint = *std::move(g);
     c->json_output = c->params.constraint != nullptr;
+  }
+  ASSIGN_OR_RETURN(LlamaFields llama, ParseLlamaFields(body, served.engine->tokenizer(),
+                                                       served.engine->max_sequences(), &c->params));
+  if (llama.grammar != nullptr) {
+    if (c->params.constraint != nullptr) {
+      return Bad("grammar", "grammar and response_format constrain the output both: give one");
+    }
+    c->params.constraint = std::move(llama.grammar);
+    c->json_output = true;  // the answer is the constrained text, whole
   }
   return absl::OkStatus();
 }
@@ -325,13 +364,31 @@ absl::StatusOr<std::string> RenderChatPrompt(const Json& body, const ServedModel
     if (co.extra_context.is_null()) co.extra_context = Json::object();
     co.extra_context["reasoning_effort"] = *e;
   }
+  // llama-server's add_generation_prompt and continue_final_message (a
+  // trailing assistant message is continued either way: chat_prompt.h).
+  ASSIGN_OR_RETURN(co.add_generation_prompt, Bool(body, "add_generation_prompt", true));
+  if (auto c = body.find("continue_final_message"); c != body.end() && !c->is_null() && *c != Json(false)) {
+    if (*c == Json(true)) {
+      co.continue_final_message = ContinueFinalMessage::kAuto;
+    } else if (*c == Json("content")) {
+      co.continue_final_message = ContinueFinalMessage::kContent;
+    } else if (*c == Json("reasoning_content")) {
+      co.continue_final_message = ContinueFinalMessage::kReasoning;
+    } else {
+      return Bad("continue_final_message",
+                 "continue_final_message must be true, false, \"content\" or \"reasoning_content\"");
+    }
+  }
   auto field = [&](const char* key) { return body.contains(key) ? body[key] : Json(); };
   ASSIGN_OR_RETURN(job->tools, ParseToolRequest(field("tools"), field("tool_choice"),
                                                 field("parallel_tool_calls")));
   if (job->tools.offered()) co.tools = job->tools.tools;
   absl::StatusOr<std::string> prompt = served.chat->Render(
       served.volatile_system != nullptr ? served.volatile_system->StripMessages(*m) : *m, co);
-  if (!prompt.ok()) return WithParam(prompt.status(), "messages");
+  if (!prompt.ok()) {
+    const bool cont = absl::StartsWith(prompt.status().message(), "continue_final_message");
+    return WithParam(prompt.status(), cont ? "continue_final_message" : "messages");
+  }
   return prompt;
 }
 
@@ -344,10 +401,17 @@ absl::Status PreparePrompt(const Json& body, const ServedModel& served, size_t m
     if (!prompt.ok()) return prompt.status();
     // tool_choice required / named: a call is forced (before response_format).
     absl::StatusOr<std::shared_ptr<const grammar::Grammar>> call = ToolChoiceConstraint(
-        job->tools, served.chat->tool_family(), chat::PromptOpensReasoning(*prompt),
+        job->tools, served.chat->tool_family(), chat::PromptOpensReasoning(*prompt, served.chat->output_format()),
         VocabIndex::SpecialTokenTest(tok));
-    if (!call.ok()) return WithParam(call.status(), "tools");
+    if (!call.ok()) {
+      return WithParam(call.status(), served.chat->tool_family() == chat::ToolCallFamily::kNone ? "tool_choice" : "tools");
+    }
     if (*call != nullptr) {
+      if (auto g = body.find("grammar"); g != body.end() && g->is_string() && !g->empty()) {
+        return Bad("grammar",
+                   "grammar cannot be combined with a forced tool call (tool_choice required or "
+                   "a named function): both constrain the output");
+      }
       job->c.params.constraint = *std::move(call);
       job->c.json_output = false;
     }
@@ -568,7 +632,7 @@ Json WholeChoice(const ServedModel& served, const Job& job, int index, const std
       split.content = text;  // the constrained JSON, whole
     } else {
       split = SplitChatOutput(text, served.chat->output_format(),
-                              chat::PromptOpensReasoning(job.prompt_text),
+                              chat::PromptOpensReasoning(job.prompt_text, served.chat->output_format()),
                               served.chat->tool_family(), job.tools);
     }
     has_calls = !split.tool_calls.empty();
@@ -639,7 +703,7 @@ class Completion : public std::enable_shared_from_this<Completion> {
     choices_.resize(n);
     for (Choice& c : choices_) {
       c.reasoning = std::make_unique<ChatOutputStream>(
-          served_.chat->output_format(), chat::PromptOpensReasoning(job_.prompt_text),
+          served_.chat->output_format(), chat::PromptOpensReasoning(job_.prompt_text, served_.chat->output_format()),
           served_.chat->tool_family(), job_.tools);
     }
     std::weak_ptr<Completion> weak = weak_from_this();
@@ -745,6 +809,17 @@ class Completion : public std::enable_shared_from_this<Completion> {
 
   void Send(const Json& j) { out_->WriteChunk(absl::StrCat("data: ", Dump(j), "\n\n")); }
 
+  // llama-server's progress chunk: an empty delta (chat: role assistant,
+  // content null; completions: text "") with prompt_progress.
+  void SendProgress(int i, const PromptProgress& p) {
+    Json ch = ChoiceDelta(job_, {{"role", "assistant"}, {"content", nullptr}}, "");
+    ch["index"] = i;
+    Json chunk = Chunk(job_, std::move(ch));
+    chunk["prompt_progress"] = {
+        {"total", p.total}, {"cache", p.cache}, {"processed", p.processed}, {"time_ms", p.time_ms}};
+    Send(chunk);
+  }
+
   void Pump() {
     if (!gone_ && out_->ClientGone()) {
       gone_ = true;
@@ -759,7 +834,11 @@ class Completion : public std::enable_shared_from_this<Completion> {
       Choice& c = choices_[i];
       if (c.ended) continue;
       absl::StatusOr<GenerateOutcome> result = GenerateOutcome{};
-      const bool done = hs_[i]->Take(&taken, &result);
+      std::vector<PromptProgress> progress;
+      const bool done = hs_[i]->Take(&taken, &result, &progress);
+      if (streaming_ && !gone_ && !broken_ && !job_.anthropic && !job_.responses) {
+        for (const PromptProgress& p : progress) SendProgress(static_cast<int>(i), p);
+      }
       if (!gone_ && !broken_) {
         for (const GenerateDelta& d : taken) OnDelta(static_cast<int>(i), d);
       }
@@ -956,7 +1035,7 @@ class Completion : public std::enable_shared_from_this<Completion> {
         split.content = c.text;  // the constrained JSON, whole
       } else {
         split = SplitChatOutput(c.text, served_.chat->output_format(),
-                                chat::PromptOpensReasoning(job_.prompt_text),
+                                chat::PromptOpensReasoning(job_.prompt_text, served_.chat->output_format()),
                                 served_.chat->tool_family(), job_.tools);
       }
       HttpReply r;
@@ -989,7 +1068,7 @@ class Completion : public std::enable_shared_from_this<Completion> {
         split.content = c.text;  // the constrained JSON, whole
       } else {
         split = SplitChatOutput(c.text, served_.chat->output_format(),
-                                chat::PromptOpensReasoning(job_.prompt_text),
+                                chat::PromptOpensReasoning(job_.prompt_text, served_.chat->output_format()),
                                 served_.chat->tool_family(), job_.tools);
       }
       Json response = ResponseObject(

@@ -8,9 +8,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
+#include <regex>
 #include <mutex>
 #include <thread>
 
@@ -216,6 +218,247 @@ TEST(OpenAiApiTest, TemplateKwargsAndReasoningEffortAreCheckedNotIgnored) {
   }
 }
 
+// One request through the API, run to its end: the HTTP status and body.
+std::pair<int, Json> Ask(Fixture& f, const std::string& body, OpenAiApi::Endpoint ep) {
+  auto out = std::make_shared<FakeResponder>();
+  int done = 0;
+  f.api->StartCompletion(f.api->PrepareCompletion(body, ep), out, [&] { ++done; });
+  while (done == 0) out->RunPosted(std::chrono::milliseconds(50));
+  EXPECT_EQ(out->replies.size(), 1u) << body;
+  if (out->replies.empty()) return {0, Json()};
+  return {out->replies[0].status, Json::parse(out->replies[0].body)};
+}
+
+// A completion's text ("" and a failure when it is not a 200).
+std::string Text(Fixture& f, const std::string& fields) {
+  auto [status, j] = Ask(f, absl::StrCat(R"({"prompt":"Once upon a time","max_tokens":4,)",
+                                         R"("ignore_eos":true,)", fields, "}"),
+                         OpenAiApi::Endpoint::kCompletions);
+  EXPECT_EQ(status, 200) << fields << ": " << j.dump();
+  return status == 200 ? j["choices"][0]["text"].get<std::string>() : "";
+}
+
+// A token whose piece is a plain ASCII word that encodes back to itself.
+int32_t PlainToken(const Tokenizer& tok, std::string* piece) {
+  for (int32_t id = tok.n_vocab() - 1; id > 0; --id) {
+    const std::string& p = tok.Piece(id);
+    if (p.size() < 3 || !std::all_of(p.begin(), p.end(), [](char c) { return c >= 'a' && c <= 'z'; })) {
+      continue;
+    }
+    auto ids = tok.Encode(p, false, false);
+    if (ids.ok() && ids->size() == 1 && (*ids)[0] == id) {
+      *piece = p;
+      return id;
+    }
+  }
+  return -1;
+}
+
+// logit_bias in its three forms (OpenAI's object, llama.cpp's [id, bias]
+// and ["string", bias] pairs), false banning a token; bad entries are 400s.
+TEST(OpenAiApiTest, LogitBiasInEveryFormTakesEffect) {
+  Fixture f;
+  const Tokenizer& tok = f.engine->tokenizer();
+  std::string word;
+  const int32_t id = PlainToken(tok, &word);
+  ASSERT_GE(id, 0);
+  const std::string greedy = Text(f, R"("temperature":0)");
+  ASSERT_FALSE(greedy.empty());
+  const std::string four = word + word + word + word;
+  for (const std::string& bias :
+       {absl::StrCat(R"({")", id, R"(":100})"), absl::StrCat("[[", id, ",100]]"),
+        absl::StrCat(R"([[")", word, R"(",100]])"), absl::StrCat(R"({")", word, R"(":100})")}) {
+    EXPECT_EQ(Text(f, absl::StrCat(R"("temperature":0,"logit_bias":)", bias)), four) << bias;
+  }
+  // DRY: from the third token on, the forced token would extend a repeat
+  // (allowed length 1) and loses 1000 or more; samplers without dry turn it off.
+  const std::string force = absl::StrCat(R"("temperature":0,"logit_bias":[[)", id, ",100]],");
+  const std::string dry =
+      Text(f, force + R"("dry_multiplier":1000,"dry_allowed_length":1,"dry_base":1.75)");
+  EXPECT_EQ(dry.rfind(word + word, 0), 0u) << dry;
+  EXPECT_NE(dry, four);
+  EXPECT_EQ(Text(f, force + R"("dry_multiplier":1000,"dry_allowed_length":1,)"
+                            R"("samplers":["penalties","top_k","temperature"])"),
+            four);
+  EXPECT_EQ(Text(f, force + R"("dry_multiplier":1000,"dry_allowed_length":1,"dry_penalty_last_n":0)"),
+            four);
+  // Banning the greedy answer's first token changes it, in both forms.
+  auto first = tok.Encode(greedy, false, false);
+  ASSERT_TRUE(first.ok() && !first->empty());
+  const int32_t t0 = (*first)[0];
+  for (const std::string& ban :
+       {absl::StrCat(R"({")", t0, R"(":false})"), absl::StrCat("[[", t0, ",false]]")}) {
+    const std::string text = Text(f, absl::StrCat(R"("temperature":0,"logit_bias":)", ban));
+    EXPECT_NE(text.rfind(tok.Piece(t0), 0), 0u) << ban << ": " << text;
+  }
+  // On chat too.
+  auto [status, chat] = Ask(
+      f,
+      absl::StrCat(R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":3,"temperature":0,)",
+                   R"("ignore_eos":true,"logit_bias":{")", id, R"(":100}})"),
+      OpenAiApi::Endpoint::kChat);
+  ASSERT_EQ(status, 200) << chat.dump();
+  EXPECT_EQ(chat["choices"][0]["message"]["content"], word + word + word);
+  for (const std::string& bad :
+       {std::string(R"("logit_bias":5)"), std::string(R"("logit_bias":{"7":"x"})"),
+        std::string(R"("logit_bias":{"7":true})"), std::string(R"("logit_bias":[[7]])"),
+        absl::StrCat(R"("logit_bias":[[)", tok.n_vocab(), ",1]]"),
+        std::string(R"("logit_bias":{"-1":1})"), std::string(R"("logit_bias":{"":1})"),
+        std::string(R"("logit_bias":[[{},1]])"), std::string(R"("logit_bias":[[1,1e300]])")}) {
+    auto [s, j] = Ask(f, absl::StrCat(R"({"prompt":"x","max_tokens":1,)", bad, "}"),
+                      OpenAiApi::Endpoint::kCompletions);
+    EXPECT_EQ(s, 400) << bad;
+    EXPECT_EQ(j["error"]["param"], "logit_bias") << bad << ": " << j.dump();
+  }
+}
+
+// typical_p, top_n_sigma, XTC, min_p and samplers change what is drawn;
+// n_probs reports alternatives; the samplers this server lacks are a 400
+// unless switched off; cache_prompt and id_slot.
+TEST(OpenAiApiTest, LlamaSamplingFieldsTakeEffectOrAreRefused) {
+  Fixture f;
+  const std::string greedy = Text(f, R"("temperature":0)");
+  const std::string hot = R"("temperature":1.5,"seed":)";
+  // A flat random model: seeded draws at T = 1.5 are not the greedy text.
+  const std::string plain = Text(f, hot + "7");
+  ASSERT_NE(plain, greedy);
+  // Filters that leave only the argmax give the greedy text at any seed.
+  for (const std::string& only_max :
+       {std::string(R"("top_n_sigma":0.000001)"), std::string(R"("min_p":1)")}) {
+    EXPECT_EQ(Text(f, hot + "7," + only_max), greedy) << only_max;
+  }
+  // typical_p 0 keeps one token (the most typical): every seed agrees.
+  EXPECT_EQ(Text(f, hot + R"(1,"typical_p":0)"), Text(f, hot + R"(2,"typical_p":0)"));
+  // XTC at threshold 0 removes all but the least probable token: greedy
+  // then takes the argmin.
+  EXPECT_NE(Text(f, R"("temperature":0,"xtc_probability":1,"xtc_threshold":0)"), greedy);
+  // samplers leaving min_p out switch it off: the seeded plain draws again.
+  EXPECT_EQ(Text(f, hot + R"(7,"min_p":1,"samplers":["top_k","temperature"])"), plain);
+  EXPECT_EQ(Text(f, hot + R"(7,"min_p":1,"samplers":"kt")"), plain);
+  EXPECT_EQ(Text(f, hot + R"(7,"min_p":1,"samplers":["penalties","top-k","min_p","temp"])"),
+            greedy);
+  // Disabled values of the samplers we lack are accepted.
+  EXPECT_EQ(Text(f, R"("temperature":0,"mirostat":0,"dry_multiplier":0,"dry_base":1.75,)"
+                    R"("dynatemp_range":0,"dry_sequence_breakers":["\n"],"id_slot":-1)"),
+            greedy);
+  EXPECT_EQ(Text(f, R"("temperature":0,"id_slot":1,"cache_prompt":true)"), greedy);
+  // llama-server's names of the penalty fields and of max_tokens.
+  EXPECT_EQ(Text(f, R"("temperature":0,"repeat_penalty":1e6,"repeat_last_n":-1)"),
+            Text(f, R"("temperature":0,"repetition_penalty":1e6)"));
+  EXPECT_EQ(Text(f, R"("temperature":0,"repeat_penalty":1e6,"repeat_last_n":0)"), greedy);
+  EXPECT_EQ(Text(f, R"("temperature":0,"repeat_penalty":1.1,"repetition_penalty":1.1)"),
+            Text(f, R"("temperature":0,"repetition_penalty":1.1)"));
+  {
+    auto [s, j] = Ask(f, R"({"prompt":"x","n_predict":2,"ignore_eos":true})",
+                      OpenAiApi::Endpoint::kCompletions);
+    ASSERT_EQ(s, 200) << j.dump();
+    EXPECT_EQ(j["usage"]["completion_tokens"], 2);
+  }
+  for (const auto& [bad, param] : std::vector<std::pair<std::string, std::string>>{
+           {R"("mirostat":2)", "mirostat"},
+           {R"("dry_multiplier":"x")", "dry_multiplier"},
+           {R"("dry_allowed_length":-1)", "dry_allowed_length"},
+           {R"("dry_penalty_last_n":-2)", "dry_penalty_last_n"},
+           {R"("dynatemp_range":0.5)", "dynatemp_range"},
+           {R"("adaptive_target":0.5)", "adaptive_target"},
+           {R"("lora":[{"id":0,"scale":1}])", "lora"},
+           {R"("grammar_lazy":true)", "grammar_lazy"},
+           {R"("n_probs":2,"post_sampling_probs":true)", "post_sampling_probs"},
+           {R"("dry_sequence_breakers":[])", "dry_sequence_breakers"},
+           {R"("typical_p":1.5)", "typical_p"},
+           {R"("top_n_sigma":"x")", "top_n_sigma"},
+           {R"("xtc_threshold":-1)", "xtc_threshold"},
+           {R"("xtc_probability":2)", "xtc_probability"},
+           {R"("samplers":["temperature","top_k"])", "samplers"},
+           {R"("samplers":["top_k"])", "samplers"},
+           {R"("samplers":["mirostat","temperature"])", "samplers"},
+           {R"("samplers":"kqt")", "samplers"},
+           {R"("cache_prompt":"no")", "cache_prompt"},
+           {R"("id_slot":2)", "id_slot"},
+           {R"("id_slot":-2)", "id_slot"},
+           {R"("n_probs":21)", "n_probs"},
+           {R"("n_probs":2,"logprobs":3)", "n_probs"},
+           {R"("repeat_penalty":1.1,"repetition_penalty":1.2)", "repeat_penalty"},
+           {R"("repeat_last_n":-2)", "repeat_last_n"},
+           {R"("n_predict":3,"max_tokens":1)", "n_predict"}}) {
+    auto [s, j] = Ask(f, absl::StrCat(R"({"prompt":"x","max_tokens":1,)", bad, "}"),
+                      OpenAiApi::Endpoint::kCompletions);
+    EXPECT_EQ(s, 400) << bad;
+    EXPECT_EQ(j["error"]["param"], param) << bad << ": " << j.dump();
+  }
+  // n_probs: the top alternatives where each route reports logprobs.
+  auto [s1, cmpl] = Ask(f, R"({"prompt":"x","max_tokens":2,"ignore_eos":true,"n_probs":3})",
+                        OpenAiApi::Endpoint::kCompletions);
+  ASSERT_EQ(s1, 200) << cmpl.dump();
+  ASSERT_EQ(cmpl["choices"][0]["logprobs"]["top_logprobs"].size(), 2u) << cmpl.dump();
+  EXPECT_EQ(cmpl["choices"][0]["logprobs"]["top_logprobs"][0].size(), 3u) << cmpl.dump();
+  auto [s2, chat] = Ask(
+      f, R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":2,"ignore_eos":true,"n_probs":2})",
+      OpenAiApi::Endpoint::kChat);
+  ASSERT_EQ(s2, 200) << chat.dump();
+  ASSERT_EQ(chat["choices"][0]["logprobs"]["content"].size(), 2u) << chat.dump();
+  EXPECT_EQ(chat["choices"][0]["logprobs"]["content"][0]["top_logprobs"].size(), 2u);
+  auto [s3, e] = Ask(f, R"({"messages":[{"role":"user","content":"Hi"}],"top_logprobs":2})",
+                     OpenAiApi::Endpoint::kChat);
+  EXPECT_EQ(s3, 400);
+  EXPECT_EQ(e["error"]["param"], "top_logprobs") << e.dump();
+}
+
+TEST(OpenAiApiTest, CachePromptFalseSkipsThePrefixCache) {
+  Fixture f;
+  std::string prompt;
+  for (int i = 0; i < 12; ++i) absl::StrAppend(&prompt, "Line ", i, " of a long prompt. ");
+  auto cached = [&](const std::string& extra) {
+    auto [s, j] = Ask(f, absl::StrCat(R"({"prompt":")", prompt, R"(","max_tokens":1)", extra, "}"),
+                      OpenAiApi::Endpoint::kCompletions);
+    EXPECT_EQ(s, 200) << j.dump();
+    return j["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>();
+  };
+  EXPECT_EQ(cached(R"(,"cache_prompt":false)"), 0);
+  EXPECT_EQ(cached(""), 0);  // the first request stored nothing
+  EXPECT_GT(cached(""), 0);
+  EXPECT_EQ(cached(R"(,"cache_prompt":false)"), 0);
+}
+
+// GBNF grammar on both routes: the output is a sentence (or, cut by
+// max_tokens, a prefix) of the grammar; a bad grammar is a 400 with its
+// position; grammar with response_format is a 400.
+TEST(OpenAiApiTest, GrammarConstrainsTheOutput) {
+  Fixture f;
+  const std::regex yes_no("(yes|no)(, (yes|no)){0,3}\\.");
+  for (const char* seed : {"1", "2", "3"}) {
+    auto [s, j] = Ask(f,
+                      absl::StrCat(R"({"prompt":"Answer:","max_tokens":40,"seed":)", seed,
+                                   R"(,"grammar":"root ::= (\"yes\" | \"no\") (\", \" (\"yes\" | \"no\")){0,3} \".\""})"),
+                      OpenAiApi::Endpoint::kCompletions);
+    ASSERT_EQ(s, 200) << j.dump();
+    const std::string text = j["choices"][0]["text"];
+    EXPECT_TRUE(std::regex_match(text, yes_no)) << text;
+    EXPECT_EQ(j["choices"][0]["finish_reason"], "stop") << text;
+  }
+  // A list: whatever max_tokens cuts is a prefix of the language.
+  const std::regex list_prefix("(- [^\\n]+\\n)*(- ?[^\\n]*|-)?");
+  auto [s, j] = Ask(f,
+                    R"({"messages":[{"role":"user","content":"List"}],"max_tokens":24,"seed":5,)"
+                    R"("grammar":"root ::= item+\nitem ::= \"- \" [a-z ]+ \"\\n\"\n"})",
+                    OpenAiApi::Endpoint::kChat);
+  ASSERT_EQ(s, 200) << j.dump();
+  const std::string list = j["choices"][0]["message"]["content"];
+  EXPECT_TRUE(std::regex_match(list, list_prefix)) << list;
+  EXPECT_EQ(list.rfind("- ", 0), 0u) << list;
+  for (const auto& [bad, message] : std::vector<std::pair<std::string, std::string>>{
+           {R"("grammar":"root ::= \"a\"\nitem = \"b\"")", "expecting ::= at line 2, column 6"},
+           {R"("grammar":"root ::= x")", "rule 'x' is used but never defined"},
+           {R"("grammar":7)", "grammar must be a string"},
+           {R"("grammar":"root ::= \"a\"","response_format":{"type":"json_object"})",
+            "grammar and response_format"}}) {
+    auto [st, e] = Ask(f, absl::StrCat(R"({"prompt":"x",)", bad, "}"),
+                       OpenAiApi::Endpoint::kCompletions);
+    EXPECT_EQ(st, 400) << bad;
+    EXPECT_EQ(e["error"]["param"], "grammar") << bad;
+    EXPECT_THAT(e["error"]["message"].get<std::string>(), ::testing::HasSubstr(message)) << bad;
+  }
+}
 
 // Anthropic's /v1/messages through the same completion: a stream's events
 // from message_start to message_stop (max_tokens reached), the whole

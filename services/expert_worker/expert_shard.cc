@@ -16,6 +16,7 @@
 #include "common/gguf/gguf.h"
 #include "common/model/model.h"
 #include "common/quant/packed.h"
+#include "services/expert_worker/memory_budget.h"
 
 namespace moesplit::worker {
 
@@ -23,7 +24,9 @@ struct ExpertShard::NodePart {
   int node = -1;
   int expert_begin = 0, expert_end = 0;
   std::unique_ptr<ThreadPool> pool;
-  std::unique_ptr<model::InProcessExperts> experts;
+  std::unique_ptr<model::InProcessExperts> experts;  // the part's copy, or
+  std::unique_ptr<ExpertTier> tier;                   // its tier (tiered())
+  model::ExpertBackend* backend = nullptr;            // whichever it has
   model::ExpertCall routing;  // the part's entries (SubCall)
   std::vector<float> partial;
   absl::Status status;
@@ -86,14 +89,19 @@ absl::StatusOr<std::unique_ptr<ExpertShard>> ExpertShard::Load(const ShardOption
     }
     s->parts_.push_back(std::move(part));
   }
+  s->shard_bytes_ = copy_bytes;
+  const uint64_t budget =
+      options.expert_ram > 0 ? options.expert_ram : DefaultExpertRam(ReadMemoryFacts());
+  const int total_threads = options.threads > 0
+                                ? options.threads
+                                : AvailableCpuCount();
+  if (copy_bytes > budget) return LoadTiered(std::move(s), std::move(m), shard, nodes, budget,
+                                             total_threads, options, start);
   const bool shared = !options.shm_prefix.empty() &&
                       (options.expert_memory == ExpertMemory::kShared ||
                        (options.expert_memory == ExpertMemory::kAuto && SharedMemoryHugePages()));
   ASSIGN_OR_RETURN(s->arena_,
                    ExpertArena::Create(nodes, sizes, shared ? options.shm_prefix : std::string()));
-  const int total_threads = options.threads > 0
-                                ? options.threads
-                                : AvailableCpuCount();
   std::set<std::string> formats;
   // Progress on stderr for shards of 64 MiB or more (common/base/progress.h).
   std::optional<LoadProgress> progress;
@@ -160,11 +168,100 @@ absl::StatusOr<std::unique_ptr<ExpertShard>> ExpertShard::Load(const ShardOption
                              shard.layer_begin, part.expert_begin, hp.n_embd_experts(), hp.n_ff_exp,
                              nullptr, hp.expert_ffn);
     part.experts = std::make_unique<model::InProcessExperts>(std::move(store), part.pool.get());
+    part.backend = part.experts.get();
   }
   if (progress) progress->Finish();
   if (n_nodes > 1) s->drivers_ = std::make_unique<ThreadPool>(n_nodes);
   s->lock_warning_ = s->arena_->LockAll();
-  // Describe.
+  std::vector<uint64_t> resident;
+  for (const auto& r : s->arena_->regions()) resident.push_back(r.size);
+  s->Describe(*m, shard, nodes, resident, formats, options);
+  // The worker computes from its own copy: drop the file's pages it read.
+  const std::string path = options.model_path;
+  m.reset();
+  if (const int fd = open(path.c_str(), O_RDONLY); fd >= 0) {
+    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    close(fd);
+  }
+  s->load_seconds_ =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return s;
+}
+
+absl::StatusOr<std::unique_ptr<ExpertShard>> ExpertShard::LoadTiered(
+    std::unique_ptr<ExpertShard> s, std::shared_ptr<const model::Model> m, const ShardSpec& shard,
+    const std::vector<int>& nodes, uint64_t budget, int total_threads, const ShardOptions& options,
+    std::chrono::steady_clock::time_point start) {
+  const int n_nodes = static_cast<int>(nodes.size());
+  const int n_local = shard.expert_end - shard.expert_begin;
+  std::set<std::string> formats;
+  for (int l = shard.layer_begin; l < shard.layer_end; ++l) {
+    const auto& lw = m->layer(l);
+    if (lw.gate_exps.data == nullptr) continue;
+    for (const auto* v : {&lw.gate_exps, &lw.up_exps, &lw.down_exps}) {
+      formats.insert(std::string(GgmlTypeName(v->type)));
+    }
+  }
+  std::vector<uint64_t> resident;
+  for (int i = 0; i < n_nodes; ++i) {
+    NodePart& part = *s->parts_[i];
+    const std::vector<int> cpus = CpusOfNode(part.node);
+    part.pool = std::make_unique<ThreadPool>(std::max(1, total_threads / n_nodes));
+    if (part.node >= 0 && n_nodes > 1) {
+      part.pool->RunOnAll([&](int t) { if (t > 0) PinCurrentThread(cpus); });
+    }
+    TierOptions to;
+    to.budget_bytes = budget / n_local * (part.expert_end - part.expert_begin);
+    to.io_threads = options.io_threads;
+    to.reader = options.reader;
+    ASSIGN_OR_RETURN(part.tier, ExpertTier::Create(m, shard.layer_begin, shard.layer_end,
+                                                   part.expert_begin, part.expert_end,
+                                                   part.pool.get(), to));
+    part.backend = part.tier.get();
+    resident.push_back(static_cast<uint64_t>(part.tier->n_slots()) * part.tier->slot_bytes());
+  }
+  if (n_nodes > 1) s->drivers_ = std::make_unique<ThreadPool>(n_nodes);
+  s->Describe(*m, shard, nodes, resident, formats, options);
+  s->load_seconds_ =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return s;
+}
+
+void ExpertShard::Hint(int layer, absl::Span<const int32_t> experts) {
+  for (const auto& p : parts_) {
+    if (p->tier != nullptr) p->tier->Hint(layer, experts);
+  }
+}
+
+TierStats ExpertShard::tier_stats() const {
+  TierStats sum;
+  for (const auto& p : parts_) {
+    if (p->tier == nullptr) continue;
+    const TierStats t = p->tier->stats();
+    sum.n_slots += t.n_slots;
+    sum.slot_bytes = std::max(sum.slot_bytes, t.slot_bytes);
+    sum.resident += t.resident;
+    sum.hits += t.hits;
+    sum.misses += t.misses;
+    sum.reads += t.reads;
+    sum.bytes_read += t.bytes_read;
+    sum.read_errors += t.read_errors;
+    sum.read_seconds += t.read_seconds;
+    sum.prefetches += t.prefetches;
+    sum.prefetch_used += t.prefetch_used;
+    sum.prefetch_unused += t.prefetch_unused;
+    for (size_t b = 0; b < sum.read_buckets.size(); ++b) sum.read_buckets[b] += t.read_buckets[b];
+  }
+  return sum;
+}
+
+void ExpertShard::Describe(const model::Model& model, const ShardSpec& shard,
+                           const std::vector<int>& nodes, const std::vector<uint64_t>& resident,
+                           const std::set<std::string>& formats, const ShardOptions& options) {
+  const model::Model* m = &model;
+  const auto& hp = m->hparams();
+  const int n_nodes = static_cast<int>(nodes.size());
+  ExpertShard* s = this;
   transport::WorkerDescription& d = s->description_;
   d.model_identity = m->file().Identity();
   d.model_name = m->file().GetStringOr("general.name", "").value_or("");
@@ -179,24 +276,13 @@ absl::StatusOr<std::unique_ptr<ExpertShard>> ExpertShard::Load(const ShardOption
   d.expert_end = shard.expert_end;
   d.formats.assign(formats.begin(), formats.end());
   for (int i = 0; i < n_nodes; ++i) {
-    d.numa_nodes.push_back({nodes[i], s->arena_->regions()[i].size,
-                            s->parts_[i]->pool->size()});
-    d.resident_bytes += s->arena_->regions()[i].size;
+    d.numa_nodes.push_back({nodes[i], resident[i], s->parts_[i]->pool->size()});
+    d.resident_bytes += resident[i];
     d.threads += s->parts_[i]->pool->size();
   }
   d.worker_id = options.worker_id;
   d.max_tokens = options.max_tokens;
   d.expert_ffn = model::ExpertFfnName(hp.expert_ffn);
-  // The worker computes from its own copy: drop the file's pages it read.
-  const std::string path = options.model_path;
-  m.reset();
-  if (const int fd = open(path.c_str(), O_RDONLY); fd >= 0) {
-    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-    close(fd);
-  }
-  s->load_seconds_ =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return s;
 }
 
 ExpertShard::~ExpertShard() = default;
@@ -211,7 +297,7 @@ absl::Status ExpertShard::ComputeInto(const model::ExpertCallView& call, float* 
         "layer ", call.layer, " is not in this worker's shard (layers ",
         description_.layer_begin, "-", description_.layer_end - 1, ")"));
   }
-  if (parts_.size() == 1) return parts_[0]->experts->ComputeInto(call, partial, nullptr);
+  if (parts_.size() == 1) return parts_[0]->backend->ComputeInto(call, partial, nullptr);
   // The parts' split reads the routing before their stores validate it.
   bool ok = call.n_tokens >= 0 &&
             call.hidden.size() == static_cast<size_t>(call.n_tokens) * call.d &&
@@ -229,7 +315,7 @@ absl::Status ExpertShard::ComputeInto(const model::ExpertCallView& call, float* 
     NodePart& p = *parts_[i];
     const model::ExpertCallView sub = SubCall(call, p.expert_begin, p.expert_end, &p.routing);
     p.partial.resize(call.hidden.size());
-    p.status = p.experts->ComputeInto(sub, p.partial.data(), nullptr);
+    p.status = p.backend->ComputeInto(sub, p.partial.data(), nullptr);
   });
   std::fill(partial, partial + call.hidden.size(), 0.0f);
   for (auto& p : parts_) {

@@ -69,6 +69,8 @@ int Run(int argc, char** argv) {
   opt.shm_prefix = f.listen_shm;
   opt.expert_memory = *memory;
   opt.max_tokens = static_cast<int>(f.max_tokens);
+  opt.expert_ram = *cli::ParseExpertRam(f.expert_ram);  // checked while parsing
+  opt.io_threads = static_cast<int>(f.io_threads);
   opt.worker_id = f.worker_id.empty() ? (f.listen_shm.empty() ? f.listen_grpc : f.listen_shm)
                                       : f.worker_id;
   // Before the shard is loaded: the arena's segments carry NAME too.
@@ -103,6 +105,7 @@ int Run(int argc, char** argv) {
   }
   std::unique_ptr<telemetry::MetricsServer> metrics;
   std::unique_ptr<telemetry::WorkerMetrics> worker_metrics;
+  std::shared_ptr<telemetry::ExpertTierMetrics> tier_metrics;
   if (!f.metrics.empty()) {
     auto m = telemetry::MetricsServer::Start(f.metrics);
     if (!m.ok()) {
@@ -115,6 +118,28 @@ int Run(int argc, char** argv) {
                                                                 d.n_expert);
     metrics->Register(worker_metrics->heat_map());
     for (const auto& n : d.numa_nodes) worker_metrics->SetResidentBytes(n.node, n.resident_bytes);
+    {  // zeros (no slots) for a shard that fits: the dashboards' series exist on every worker
+      const ExpertShard* sh = shard->get();
+      tier_metrics = std::make_shared<telemetry::ExpertTierMetrics>([sh] {
+        const TierStats t = sh->tier_stats();
+        telemetry::ExpertTierSnapshot s;
+        s.slots = t.n_slots;
+        s.resident = t.resident;
+        s.hits = t.hits;
+        s.misses = t.misses;
+        s.bytes_read = t.bytes_read;
+        s.read_errors = t.read_errors;
+        s.reads = t.reads;
+        s.read_seconds = t.read_seconds;
+        s.prefetches = t.prefetches;
+        s.prefetch_used = t.prefetch_used;
+        s.prefetch_unused = t.prefetch_unused;
+        s.read_bounds.assign(kTierReadBuckets.begin(), kTierReadBuckets.end());
+        s.read_buckets.assign(t.read_buckets.begin(), t.read_buckets.end());
+        return s;
+      });
+      metrics->Register(tier_metrics);  // a weak reference: tier_metrics keeps it
+    }
     worker_metrics->SetThreads(d.threads);
   }
   std::vector<std::unique_ptr<transport::ExpertServer>> servers;
@@ -148,15 +173,28 @@ int Run(int argc, char** argv) {
                                               ")").c_str());
   std::vector<std::string> addrs;
   for (const auto& srv : servers) addrs.push_back(srv->address());
-  std::fprintf(stderr,
-               "moesplit-expert-worker: ready on %s: %s, layers %d-%d, experts %d-%d, %.2f GB in %zu "
-               "NUMA region(s) of %s memory (%.2f GB on huge pages), %d threads, loaded in %.1f s%s\n",
-               absl::StrJoin(addrs, " ").c_str(), d.model_name.c_str(), d.layer_begin,
-               d.layer_end - 1, d.expert_begin, d.expert_end - 1, d.resident_bytes / 1e9,
-               d.numa_nodes.size(),
-               (*shard)->arena().regions()[0].shm_name.empty() ? "private" : "shared",
-               (*shard)->arena().HugePageBytes() / 1e9, d.threads, (*shard)->load_seconds(),
-               metrics ? absl::StrCat(", metrics on port ", metrics->port()).c_str() : "");
+  if ((*shard)->tiered()) {
+    const TierStats t = (*shard)->tier_stats();
+    std::fprintf(stderr,
+                 "moesplit-expert-worker: ready on %s: %s, layers %d-%d, experts %d-%d, %.2f GB "
+                 "of experts, %.2f GB in RAM (%d slots of %.1f MB), the rest read from the file "
+                 "(%d I/O threads), %d threads, loaded in %.1f s%s\n",
+                 absl::StrJoin(addrs, " ").c_str(), d.model_name.c_str(), d.layer_begin,
+                 d.layer_end - 1, d.expert_begin, d.expert_end - 1,
+                 (*shard)->shard_bytes() / 1e9, d.resident_bytes / 1e9, t.n_slots,
+                 t.slot_bytes / 1e6, opt.io_threads, d.threads, (*shard)->load_seconds(),
+                 metrics ? absl::StrCat(", metrics on port ", metrics->port()).c_str() : "");
+  } else {
+    std::fprintf(stderr,
+                 "moesplit-expert-worker: ready on %s: %s, layers %d-%d, experts %d-%d, %.2f GB in %zu "
+                 "NUMA region(s) of %s memory (%.2f GB on huge pages), %d threads, loaded in %.1f s%s\n",
+                 absl::StrJoin(addrs, " ").c_str(), d.model_name.c_str(), d.layer_begin,
+                 d.layer_end - 1, d.expert_begin, d.expert_end - 1, d.resident_bytes / 1e9,
+                 d.numa_nodes.size(),
+                 (*shard)->arena().regions()[0].shm_name.empty() ? "private" : "shared",
+                 (*shard)->arena().HugePageBytes() / 1e9, d.threads, (*shard)->load_seconds(),
+                 metrics ? absl::StrCat(", metrics on port ", metrics->port()).c_str() : "");
+  }
   int sig = 0;
   sigwait(&stop_signals, &sig);
   for (auto& srv : servers) srv->Shutdown();

@@ -523,6 +523,46 @@ TEST_F(ApiTest, RepeatedPromptsReportCachedTokens) {
   EXPECT_GE(server_->Metric("moesplit_prefix_cache_reused_tokens_total"), 2 * cached);
 }
 
+// llama-server's request fields through the real server: logit_bias's
+// string form forces a token, a GBNF grammar bounds the answer,
+// cache_prompt false reads nothing from the prefix cache, and a sampler this
+// server lacks is a 400 naming it.
+TEST_F(ApiTest, LlamaServerFieldsTakeEffectOverHttp) {
+  httplib::Client c = server_->Http();
+  auto post = [&](const std::string& path, const Json& body) {
+    auto r = c.Post(path, body.dump(), "application/json");
+    EXPECT_TRUE(r) << body.dump();
+    return r ? std::make_pair(r->status, Json::parse(r->body, nullptr, false))
+             : std::make_pair(0, Json());
+  };
+  auto [s1, forced] = post("/v1/completions", {{"prompt", "Say"},
+                                               {"max_tokens", 3},
+                                               {"temperature", 0},
+                                               {"ignore_eos", true},
+                                               {"logit_bias", {{"x", 100}}}});
+  ASSERT_EQ(s1, 200) << forced.dump();
+  EXPECT_EQ(forced["choices"][0]["text"], "xxx");
+  auto [s2, yes_no] = post("/v1/chat/completions",
+                           {{"messages", {{{"role", "user"}, {"content", "Well?"}}}},
+                            {"max_tokens", 20},
+                            {"seed", 3},
+                            {"grammar", "root ::= (\"yes\" | \"no\") \"!\""}});
+  ASSERT_EQ(s2, 200) << yes_no.dump();
+  const std::string answer = yes_no["choices"][0]["message"]["content"];
+  EXPECT_TRUE(answer == "yes!" || answer == "no!") << answer;
+  std::string prompt;
+  for (int i = 0; i < 40; ++i) absl::StrAppend(&prompt, "uncached line ", i, ". ");
+  for (int round = 0; round < 2; ++round) {
+    auto [s, j] = post("/v1/completions",
+                       {{"prompt", prompt}, {"max_tokens", 1}, {"cache_prompt", false}});
+    ASSERT_EQ(s, 200) << j.dump();
+    EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"], 0) << round;
+  }
+  auto [s3, refused] = post("/completions", {{"prompt", "x"}, {"mirostat", 2}});
+  EXPECT_EQ(s3, 400);
+  EXPECT_EQ(refused["error"]["param"], "mirostat") << refused.dump();
+}
+
 // n > 1: n choices with their index, choice i sampling with seed + i (what a
 // single request with that seed gives, so reproducible), the prompt counted
 // once in usage, streamed chunks carrying the index; n beyond --parallel is
@@ -1058,7 +1098,9 @@ TEST(HarmonyTest, RequiredToolChoiceForcesACallAfterTheAnalysis) {
 // prompt opens), DeepSeek-V3.1's (special-token frames, which this
 // vocabulary lacks, so they are spelled out), GLM-4.6's and GLM-4.7-Flash's
 // (<arg_key>/<arg_value> tags; 4.7 after its opened think block) and
-// MiniMax-M2's (<invoke>/<parameter> tags): constrained decoding makes it
+// MiniMax-M2's (<invoke>/<parameter> tags), Nemotron 3 Nano's (Qwen3-Coder's
+// calls), Llama 3.1's (the bare JSON object) and Gemma 4's (its dictionary
+// syntax, its tags spelled out): constrained decoding makes it
 // call the function with arguments that match the schema, on HTTP
 // (streamed and not) and gRPC. gpt-oss's is HarmonyTest's below (harmony
 // needs a vocabulary with its tokens).
@@ -1070,8 +1112,16 @@ struct ToolChoiceCase {
 
 class ToolChoiceTest : public ::testing::TestWithParam<ToolChoiceCase> {};
 
+// The template's file: the oracle's, or one this repository keeps.
+std::string TemplatePath(const std::string& file) {
+  for (const chat::fixtures::TemplateFixture& t : chat::fixtures::TemplateFixtures()) {
+    if (t.name + ".jinja" == file) return t.template_path;
+  }
+  return std::string(MOESPLIT_FIXTURES_DIR) + "/templates/" + file;
+}
+
 TEST_P(ToolChoiceTest, RequiredAndNamedForceAValidCall) {
-  const std::string tmpl = std::string(MOESPLIT_FIXTURES_DIR) + "/templates/" + GetParam().template_file;
+  const std::string tmpl = TemplatePath(GetParam().template_file);
   if (!std::filesystem::exists(tmpl)) GTEST_SKIP() << tmpl << " not present";
   Server s(2, 2, {"--chat-template-file", tmpl});
   const std::string tools = absl::StrCat(
@@ -1079,13 +1129,24 @@ TEST_P(ToolChoiceTest, RequiredAndNamedForceAValidCall) {
       R"("parameters":{"type":"object","properties":{"city":)", GetParam().city,
       R"(,"days":{"type":"integer"}},"required":["city","days"]}}},)",
       R"({"type":"function","function":{"name":"search","description":"Search the web"}}])");
+  {
+    // A grammar and a forced call both constrain the output: a 400.
+    auto g = s.Http().Post(
+        "/v1/chat/completions",
+        absl::StrCat(R"({"messages":[{"role":"user","content":"Hi"}],"tools":)", tools,
+                     R"(,"tool_choice":"required","grammar":"root ::= \"x\""})"),
+        "application/json");
+    ASSERT_TRUE(g);
+    EXPECT_EQ(g->status, 400) << g->body;
+    EXPECT_EQ(Json::parse(g->body)["error"]["param"], "grammar") << g->body;
+  }
   for (const std::string& choice :
        std::vector<std::string>{R"({"type":"function","function":{"name":"get_weather"}})",
                                 R"("required")"}) {
     SCOPED_TRACE(choice);
     const std::string body = absl::StrCat(
         R"({"messages":[{"role":"user","content":"Weather in Paris?"}],"max_tokens":200,)",
-        R"("temperature":0.8,"seed":3,"tools":)", tools, R"(,"tool_choice":)", choice);
+        R"("temperature":0.8,"seed":3,"parallel_tool_calls":false,"tools":)", tools, R"(,"tool_choice":)", choice);
     auto r = s.Http().Post("/v1/chat/completions", body + "}", "application/json");
     ASSERT_TRUE(r);
     ASSERT_EQ(r->status, 200) << r->body;
@@ -1121,6 +1182,7 @@ TEST_P(ToolChoiceTest, RequiredAndNamedForceAValidCall) {
   req.set_max_tokens(200);
   req.set_tools_json(tools);
   req.set_tool_choice_json(R"({"type":"function","function":{"name":"get_weather"}})");
+  req.set_no_parallel_tool_calls(true);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + 60s);
   auto reader = s.stub->Chat(&ctx, req);
@@ -1150,7 +1212,13 @@ INSTANTIATE_TEST_SUITE_P(
                       ToolChoiceCase{"glm_4_7_flash", "GLM-4.7-Flash.jinja",
                                      R"({"type":"string","enum":["Paris","Oslo","Rome"]})"},
                       ToolChoiceCase{"minimax_m2", "MiniMax-M2.jinja",
-                                     R"({"type":"string","enum":["Paris","Oslo","Rome"]})"}),
+                                     R"({"type":"string","enum":["Paris","Oslo","Rome"]})"},
+                      ToolChoiceCase{"nemotron_3_nano", "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja",
+                                     R"({"type":"string","enum":["Paris","Oslo","Rome"]})"},
+                      ToolChoiceCase{"llama_3_1", "meta-llama-Llama-3.1-8B-Instruct.jinja",
+                                     R"({"type":"string","maxLength":12})"},
+                      ToolChoiceCase{"gemma_4", "google-gemma-4-31B-it.jinja",
+                                     R"({"type":"string","maxLength":12})"}),
     [](const auto& info) { return std::string(info.param.label); });
 
 // Runs a shell command; its stdout in *out, its exit status returned (-1
@@ -1173,6 +1241,8 @@ TEST(RenderTemplateCommandTest, MatchesEveryFixtureByteForByte) {
     // A template without llama.cpp's renderings is one of a family not served yet.
     if (t.expected_path.empty()) continue;
     const Json expected = Json::parse(chat::fixtures::ReadTextFile(t.expected_path));
+    // The day llama.cpp rendered them (Llama 3.x prints it).
+    const std::string date = expected.value("date", std::string("2026-11-29"));
     int i = 0;
     for (const Json& c : expected["cases"]) {
       const std::string messages =
@@ -1183,7 +1253,7 @@ TEST(RenderTemplateCommandTest, MatchesEveryFixtureByteForByte) {
           c["request"].value("chat_template_kwargs", Json::object()).value("enable_thinking", true);
       const std::string cmd =
           absl::StrCat("'", kCli, "' render-template --model '", model, "' --template-file '",
-                       t.template_path, "' --messages-json '", messages, "' --date 2026-11-29",
+                       t.template_path, "' --messages-json '", messages, "' --date ", date,
                        gen ? "" : " --no-generation-prompt", thinking ? "" : " --no-thinking");
       std::string out;
       EXPECT_EQ(ShellOutput(cmd, &out), 0) << cmd;
@@ -1214,8 +1284,12 @@ TEST(RenderTemplateCommandTest, ToolsFixturesWithToolsJson) {
           "' --messages-json '", base, ".messages.json' --tools-json '", base,
           ".tools.json' --date ", expected["date"].get<std::string>());
       std::string out;
-      EXPECT_EQ(ShellOutput(cmd, &out), 0) << cmd;
-      EXPECT_EQ(out, c["prompt"].get<std::string>()) << t.tools_expected_path << " case " << cases;
+      if (c.contains("error")) {  // the template refuses it (Llama 3.x: one call per message)
+        EXPECT_NE(ShellOutput(cmd + " 2>/dev/null", &out), 0) << cmd;
+      } else {
+        EXPECT_EQ(ShellOutput(cmd, &out), 0) << cmd;
+        EXPECT_EQ(out, c["prompt"].get<std::string>()) << t.tools_expected_path << " case " << cases;
+      }
       std::remove((base + ".messages.json").c_str());
       std::remove((base + ".tools.json").c_str());
       ++cases;
@@ -1303,6 +1377,45 @@ TEST(ToolsTest, ToolsReachThePromptAndBadToolsAreRefused) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 400) << r->body;
   EXPECT_EQ(Json::parse(r->body)["error"]["param"], "tool_choice") << r->body;
+}
+
+// A template of no known tool-call family (plain ChatML): tool_choice
+// "required" or a named function cannot be forced or read back, so it is a
+// 400 on tool_choice (gRPC INVALID_ARGUMENT), never a 200 in plain text;
+// "auto" still answers.
+TEST(ToolsTest, RequiredOnATemplateWithoutToolFormatIsRefused) {
+  const std::string tmpl = absl::StrCat(::testing::TempDir(), "/chatml_", getpid(), ".jinja");
+  std::ofstream(tmpl) << "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
+                         "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+  Server s(1, 2, {"--chat-template-file", tmpl});
+  const Json tools = Json::parse(R"([{"type":"function","function":{"name":"get_weather",
+    "parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}])");
+  Json body = {{"messages", Json::parse(R"([{"role":"user","content":"Weather in Oslo?"}])")},
+               {"max_tokens", 2}, {"tools", tools}};
+  for (const Json& choice : {Json("required"), Json::parse(R"({"type":"function","function":{"name":"get_weather"}})")}) {
+    body["tool_choice"] = choice;
+    for (bool stream : {false, true}) {
+      body["stream"] = stream;
+      auto r = s.Http().Post("/v1/chat/completions", body.dump(), "application/json");
+      ASSERT_TRUE(r);
+      EXPECT_EQ(r->status, 400) << r->body;
+      EXPECT_EQ(Json::parse(r->body)["error"]["param"], "tool_choice") << r->body;
+      EXPECT_THAT(r->body, HasSubstr("tool-call format is known")) << r->body;
+    }
+  }
+  body["tool_choice"] = "auto";
+  body["stream"] = false;
+  auto r = s.Http().Post("/v1/chat/completions", body.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  v1::ChatRequest req = ChatFor("user", "Weather in Oslo?");
+  req.set_max_tokens(2);
+  req.set_tools_json(tools.dump());
+  req.set_tool_choice_json("required");
+  Streamed g = Chat(s, req);
+  EXPECT_EQ(g.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << g.status.error_message();
+  EXPECT_THAT(g.status.error_message(), HasSubstr("tool-call format is known"));
+  std::remove(tmpl.c_str());
 }
 
 TEST(ApiQueueTest, FullQueueIsResourceExhaustedAnd429WithRetryAfter) {

@@ -72,6 +72,33 @@ want=$(curl -sf "$URL/v1/chat/completions" -d "$CHAT" | json 'd["usage"]["prompt
 [[ $n == "$want" ]] || fail "/apply-template's prompt has $n tokens, the chat ran $want"
 echo "llama-server routes: ok"
 
+# --- a conversation ending with the assistant's message is continued (no
+# end of turn after it), as llama-server renders it, in /apply-template,
+# render-template and the prompt the chat runs; continue_final_message with
+# add_generation_prompt is a 400.
+PREFILL='[{"role":"user","content":"Hi there"},{"role":"assistant","content":"Sure, the answer is"}]'
+p1=$(curl -sf "$URL/apply-template" -d "{\"messages\":$PREFILL}" | json 'd["prompt"]') || fail "/apply-template prefill"
+[[ $p1 == *"Sure, the answer is" ]] || fail "prefill: the turn is closed: '$p1'"
+p2=$(curl -sf "$URL/apply-template" \
+  -d "{\"messages\":$PREFILL,\"continue_final_message\":true,\"add_generation_prompt\":false}" | json 'd["prompt"]')
+[[ $p2 == "$p1" ]] || fail "continue_final_message true rendered '$p2', the prefill '$p1'"
+echo "$PREFILL" >"$WORK/prefill.json"
+p3=$("$BIN/moesplit" render-template --model "$WORK/model.gguf" --messages-json "$WORK/prefill.json")
+[[ $p3 == "$p1" ]] || fail "render-template rendered '$p3', /apply-template '$p1'"
+code=$(curl -s -o "$WORK/err.json" -w '%{http_code}' "$URL/apply-template" \
+  -d "{\"messages\":$PREFILL,\"continue_final_message\":true}")
+[[ $code == 400 ]] || fail "continue_final_message with add_generation_prompt gave HTTP $code"
+grep -q '"param":"continue_final_message"' "$WORK/err.json" || fail "error: $(cat "$WORK/err.json")"
+grep -q 'cannot set both add_generation_prompt and continue_final_message' "$WORK/err.json" \
+  || fail "error: $(cat "$WORK/err.json")"
+n=$(curl -sf "$URL/tokenize" -d "$(json 'json.dumps({"content": d["prompt"], "add_special": True})' \
+  <<<"{\"prompt\": $(python3 -c 'import json,sys; print(json.dumps(sys.argv[1]))' "$p1")}")" \
+  | json 'len(d["tokens"])')
+want=$(curl -sf "$URL/v1/chat/completions" -d "{\"messages\":$PREFILL,\"max_tokens\":2}" \
+  | json 'd["usage"]["prompt_tokens"]')
+[[ $n == "$want" ]] || fail "the prefill's prompt has $n tokens, the chat ran $want"
+echo "prefill: ok"
+
 # --- openai npm client
 NPM=$WORK/npm
 if [[ ! -d $NPM/node_modules/openai ]]; then

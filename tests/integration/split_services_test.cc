@@ -19,6 +19,7 @@
 #include "common/model/forward.h"
 #include "common/model/model.h"
 #include "common/transport/remote_experts.h"
+#include "services/expert_worker/expert_tier.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "moesplit/v1/inference.grpc.pb.h"
@@ -29,6 +30,7 @@ namespace moesplit {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ChildProcess = ::moesplit::Subprocess;
 using namespace std::chrono_literals;
 
@@ -153,6 +155,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureLogitsTest,
                                            "minimaxm2-tiny-f16", "minimaxm2-tiny-q8_0",
                                            "qwen3next-tiny-f16", "qwen3next-tiny-q8_0",
                                            "qwen3next-ssmin-tiny-f16",
+                                           "gemma4-tiny-f16", "gemma4-tiny-q8_0",
                                            "qwen3moe-tiny-iq1_s", "qwen3moe-tiny-iq2_xxs",
                                            "qwen3moe-tiny-iq3_s",
 
@@ -561,6 +564,44 @@ TEST(SplitServicesTest, BothServicesExportMetricsThatPromtoolAccepts) {
     EXPECT_TRUE(ok) << out << "\n" << *text;
   }
 }
+
+// A worker whose --expert-ram holds two tokens' worth of experts (the rest
+// read from the file on demand, evicting as it goes) gives the all-in-RAM
+// bits over shm and gRPC, and its tier metrics count the misses.
+class TieredWorkerTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TieredWorkerTest, SameBitsOverShmAndGrpcWithMisses) {
+  const std::string name = GetParam();
+  auto m = model::Model::Open(Model(name));
+  ASSERT_TRUE(m.ok()) << m.status();
+  ThreadPool pool(2);
+  model::InProcessExperts local(model::ExpertStore(*m), &pool);
+  const auto want = AllLogits(name, &local, *m, &pool);
+  const uint64_t budget = worker::ExpertTier::SlotBytes(**m, 0, (*m)->n_layer()) *
+                          (2 * (*m)->hparams().n_expert_used);
+  const std::string shm = Name("tier-" + name);
+  const int port = FreePort();
+  auto w = StartWorker({"--model", Model(name), "--listen-shm", shm, "--listen-grpc",
+                        absl::StrCat("127.0.0.1:", port), "--threads", "2", "--expert-ram",
+                        absl::StrCat(budget), "--io-threads", "4", "--metrics", "127.0.0.1:0"});
+  for (const std::string& addr : {"shm://" + shm, absl::StrCat("grpc://127.0.0.1:", port)}) {
+    auto remote = Connect({addr}, **m);
+    ASSERT_TRUE(remote.ok()) << remote.status();
+    EXPECT_TRUE(SameBits(want, AllLogits(name, remote->get(), *m, &pool))) << addr;
+  }
+  const std::string wm = Scrape(MetricsPort(*w));
+  EXPECT_THAT(wm, HasSubstr(absl::StrCat("moesplit_worker_tier_slots ",
+                                         2 * (*m)->hparams().n_expert_used)));
+  EXPECT_THAT(wm, HasSubstr("moesplit_worker_tier_read_duration_seconds_bucket"));
+  EXPECT_THAT(wm, Not(HasSubstr("moesplit_worker_tier_misses_total 0\n")));
+  EXPECT_THAT(wm, HasSubstr("moesplit_worker_tier_read_errors_total 0\n"));
+  auto [ok, out] = Promtool(wm);
+  EXPECT_TRUE(ok) << out << "\n" << wm;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, TieredWorkerTest,
+                         ::testing::Values("qwen3moe-tiny-q4_k_m", "gptoss-tiny-mxfp4_moe",
+                                           "deepseek2-tiny-q8_0", "qwen35moe-tiny-q8_0"));
 
 }  // namespace
 }  // namespace moesplit

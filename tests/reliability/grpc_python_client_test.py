@@ -182,6 +182,65 @@ class TextTest(GrpcTest):
         self.assertIn("text", e.exception.details())
 
 
+class ProgressTest(GrpcTest):
+    """return_progress: progress messages (prompt_progress set, no text)
+    while the prompt is evaluated; the initial metadata comes as soon as the
+    request is accepted, before any token (here: while it waits in the
+    queue behind two long requests)."""
+
+    def test_generate_and_chat_send_progress_messages(self):
+        words = " ".join("w%d" % i for i in range(400))
+        ids = list(self.call(self.stub.Tokenize, pb.TokenizeRequest(text=words.encode())).tokens)
+        self.assertGreater(len(ids), 640)
+        for progress in (True, False):
+            gen = self.stream(self.stub.Generate, pb.GenerateRequest(
+                prompt_tokens=ids, max_tokens=2, return_progress=progress))
+            chat = self.stream(self.stub.Chat, pb.ChatRequest(
+                messages=[pb.ChatMessage(role=b"user", content=words.encode())], max_tokens=2,
+                return_progress=progress))
+            for out in (gen, chat):
+                marks = [r.prompt_progress for r in out if r.HasField("prompt_progress")]
+                if not progress:
+                    self.assertEqual(marks, [])
+                    continue
+                total = out[-1].usage.prompt_tokens
+                self.assertGreaterEqual(len(marks), total // 64, marks)
+                self.assertTrue(all(m.total == total for m in marks))
+                self.assertEqual(marks[0].processed, marks[0].cache)
+                self.assertEqual(marks[-1].processed, total)
+                done = [m.processed for m in marks]
+                self.assertEqual(done, sorted(set(done)))
+                # They come first and carry nothing else.
+                self.assertTrue(all(r.HasField("prompt_progress") for r in out[:len(marks)]))
+                for r in out[:len(marks)]:
+                    self.assertEqual(len(r.token_ids), 0)
+                    self.assertEqual(r.finish_reason, "")
+
+    def test_initial_metadata_comes_before_the_first_token(self):
+        d = self.dense
+        self.assertTrue(d.wait_idle())
+        body = b'{"prompt": "A long story:", "max_tokens": 0, "temperature": 0}'
+        blockers = []
+        for _ in range(2):  # --parallel 2: both slots busy until closed
+            s = d.connect()
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+                      % (len(body), body))
+            blockers.append(s)
+        deadline = time.monotonic() + 10
+        while d.metric("moesplit_running_sequences") != 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertEqual(d.metric("moesplit_running_sequences"), 2)
+        call = self.stub.Generate(pb.GenerateRequest(prompt=b"Hi", max_tokens=2), timeout=60)
+        t0 = time.monotonic()
+        call.initial_metadata()  # blocks until the server sent it
+        self.assertLess(time.monotonic() - t0, 5)
+        self.assertEqual(d.metric("moesplit_queue_depth"), 1)  # still queued: no token yet
+        for s in blockers:
+            s.close()
+        out = list(call)
+        self.assertEqual(out[-1].finish_reason, "length")
+
+
 class LimitsTest(GrpcTest):
     def assertInvalid(self, method, request, *words):
         with self.assertRaises(grpc.RpcError) as e:

@@ -759,6 +759,103 @@ class HeartbeatTest(HttpTest):
         self.assertEqual([e[0] for e in got], [e[0] for e in solo])
 
 
+class PromptProgressTest(HttpTest):
+    """return_progress (llama-server's): a streamed request gets
+    `prompt_progress` chunks while its prompt is evaluated (64-token steps);
+    a client that disconnects during the prefill leaves the evaluated blocks
+    in the prefix cache, so its retry starts where it stopped."""
+    options = {"ctx": 8192, "parallel": 1}
+
+    def progress_events(self, path, body):
+        status, _, out = request(self.dense, "POST", path, json.dumps(body).encode(), timeout=120)
+        self.assertEqual(status, 200, out[:300])
+        events = [e for _, e in sse_events(out.decode()) if e != "[DONE]"]
+        return events, [e["prompt_progress"] for e in events if "prompt_progress" in e]
+
+    def test_stream_reports_prompt_progress_as_llama_server(self):
+        prompt = " ".join("w%d" % i for i in range(600))
+        for path, extra in (("/v1/chat/completions",
+                             {"messages": [{"role": "user", "content": prompt}]}),
+                            ("/v1/completions", {"prompt": prompt})):
+            body = dict(extra, max_tokens=2, temperature=0, stream=True, return_progress=True,
+                        stream_options={"include_usage": True})
+            self.assertTrue(self.dense.wait_idle())
+            events, progress = self.progress_events(path, body)
+            usage = events[-1]["usage"]
+            total = usage["prompt_tokens"]
+            self.assertGreater(total, 600)
+            # Once admitted, then after each 64-token step, up to the whole prompt.
+            self.assertGreaterEqual(len(progress), total // 64, progress)
+            for p in progress:
+                self.assertEqual(set(p), {"total", "cache", "processed", "time_ms"}, p)
+                self.assertEqual(p["total"], total)
+            self.assertEqual(progress[0]["processed"], progress[0]["cache"])
+            self.assertEqual(progress[-1]["processed"], total)
+            done = [p["processed"] for p in progress]
+            self.assertEqual(done, sorted(done))
+            self.assertEqual(len(set(done)), len(done))
+            # The progress chunks come before any output, shaped as llama-server's.
+            first_out = next(i for i, e in enumerate(events) if is_output((None, e)))
+            self.assertTrue(all("prompt_progress" not in e for e in events[first_out:]))
+            for e in events:
+                if "prompt_progress" not in e:
+                    continue
+                choice = e["choices"][0]
+                if path == "/v1/chat/completions":
+                    self.assertEqual(e["object"], "chat.completion.chunk")
+                    self.assertEqual(choice["delta"], {"role": "assistant", "content": None})
+                else:
+                    self.assertEqual(e["object"], "text_completion")
+                    self.assertEqual(choice["text"], "")
+                self.assertIsNone(choice["finish_reason"])
+            # Without return_progress (and without stream) there is none.
+            body["return_progress"] = False
+            _, none = self.progress_events(path, body)
+            self.assertEqual(none, [])
+        status, _, out = request(self.dense, "POST", "/v1/completions", json.dumps(
+            {"prompt": "x", "max_tokens": 1, "return_progress": "yes"}).encode())
+        self.assertEqual(status, 400, out)
+        self.assertIn(b"return_progress must be true or false", out)
+
+    def test_disconnect_during_prefill_keeps_the_evaluated_prefix(self):
+        d = self.dense
+        self.assertTrue(d.wait_idle())
+        # A prompt of ~3000 tokens no request has seen (its first block differs).
+        prompt = "retry%d " % time.monotonic_ns() + " ".join("v%d" % i for i in range(750))
+        body = {"prompt": prompt, "max_tokens": 1, "temperature": 0}
+        reused_before = d.metric("moesplit_prefix_cache_reused_tokens_total") or 0
+        evaluated_before = d.metric("moesplit_prompt_tokens_total") or 0
+        s = d.connect(timeout=60)
+        data = json.dumps(dict(body, stream=True, return_progress=True)).encode()
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+                  % (len(data), data))
+        # Read until the prefill is past 1024 tokens, then hang up.
+        seen, buf = None, b""
+        while seen is None or seen["processed"] < 1024:
+            chunk = s.recv(65536)
+            self.assertTrue(chunk, b"the stream ended before 1024 prompt tokens: " + buf[-300:])
+            buf += chunk
+            for m in re.finditer(rb'"prompt_progress":(\{[^}]*\})', buf):
+                seen = json.loads(m.group(1))
+        self.assertLess(seen["processed"], seen["total"], "the prefill finished before the hang-up")
+        s.close()
+        self.assertTrue(d.wait_idle(timeout=60))
+        # The hang-up stopped the prefill: not every prompt token was evaluated.
+        evaluated = d.metric("moesplit_prompt_tokens_total") - evaluated_before
+        self.assertGreaterEqual(evaluated, seen["processed"])
+        self.assertLess(evaluated, seen["total"])
+        status, _, out = request(d, "POST", "/v1/completions", json.dumps(body).encode(), timeout=120)
+        self.assertEqual(status, 200, out)
+        usage = json.loads(out)["usage"]
+        cached = usage["prompt_tokens_details"]["cached_tokens"]
+        # The retry reuses at least the whole 64-token blocks evaluated before
+        # the hang-up (the prefill may have gone on a step or two).
+        self.assertGreaterEqual(cached, seen["processed"] // 64 * 64, usage)
+        self.assertLess(cached, usage["prompt_tokens"])
+        self.assertGreaterEqual(d.metric("moesplit_prefix_cache_reused_tokens_total") - reused_before,
+                                cached)
+
+
 def sse_events(text):
     """[(event name or None, parsed data)] of an SSE stream as the WHATWG
     parser reads it: lines starting with ':' are comments and skipped."""

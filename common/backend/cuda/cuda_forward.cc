@@ -96,6 +96,16 @@ absl::Status CheckSupported(const model::Model& m) {
           hp.n_expert_groups, " groups, ", hp.n_group_used, " used)"));
     }
   }
+  // Not yet on CUDA: per-layer attention geometry, RoPE frequency divisors,
+  // V norm, GeGLU, the Gemma norms and scales around the FFN.
+  if (hp.per_layer_geometry() || !hp.rope.freq_factors.empty() || hp.v_rms_norm ||
+      hp.expert_ffn.activation == model::ExpertActivation::kGeGlu ||
+      hp.dense_activation != model::ExpertActivation::kSwiGlu || hp.final_logit_softcap != 0 ||
+      hp.embed_scale_sqrt_d) {
+    return absl::UnimplementedError(absl::StrCat(
+        "CUDA forward: ", hp.arch, "'s per-layer attention geometry, RoPE divisors, V norm, "
+        "GeGLU and extra FFN norms are CPU-only for now"));
+  }
   if (HasMla(hp)) {
     raw::AttentionParams a;
     a.kv.type = GgmlType::kF16;

@@ -310,8 +310,9 @@ class CudaForward {
   // 576 values, a latent of a power of two from 32 to 512, NORM RoPE, an F16
   // KV cache; DeltaNet heads of equal key and value size, a multiple of 16
   // up to 256, conv kernel 2..8; n_expert <= 1024, at most 64 expert groups;
-  // every weight in a format the kernels decode; InvalidArgument /
-  // Unimplemented otherwise), checks the plan against the budget, uploads the
+  // every weight in a format the kernels decode; not yet gemma4's per-layer
+  // attention geometry, RoPE divisors, V norm, GeGLU and extra FFN norms;
+  // InvalidArgument / Unimplemented otherwise), checks the plan against the budget, uploads the
   // dense weights. `device` must be a CUDA device; `experts` and `device`
   // must outlive the object.
   static absl::StatusOr<std::unique_ptr<CudaForward>> Create(

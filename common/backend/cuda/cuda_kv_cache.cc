@@ -22,9 +22,9 @@ namespace {
 // K): V 0, as model::SequenceState keeps it.
 int64_t KValues(const HyperParams& hp) { return hp.n_head_kv * hp.head_dim_k; }
 int64_t VValues(const HyperParams& hp) {
-  for (const model::LayerSpec& l : hp.layers) {
-    if (model::IsAttention(l.mixer)) {
-      return model::SequenceState::KvValuesPerPosition(hp, l.mixer) - KValues(hp);
+  for (int l = 0; l < static_cast<int>(hp.layers.size()); ++l) {
+    if (model::IsAttention(hp.layers[l].mixer)) {
+      return model::SequenceState::KvValuesPerPosition(hp, l) - KValues(hp);
     }
   }
   return 0;

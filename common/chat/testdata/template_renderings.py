@@ -2,7 +2,10 @@
 """Regenerates common/chat/testdata/templates/<name>.expected.json and
 <name>.tools.expected.json: the prompts llama.cpp's server renders
 (POST /apply-template: its Jinja engine and chat handling) for the chat
-templates of the oracle fixtures that came without renderings.
+templates of the oracle fixtures that came without renderings, and for the
+templates this repository keeps itself beside them
+(common/chat/testdata/templates/<name>.jinja, copied unchanged from
+llama.cpp's models/templates; see README.md there).
 
 For each template it starts llama-server on a tiny fixture model (the BOS /
 EOS tokens the template sees are the model's: `<|endoftext|>` / `<|im_end|>`
@@ -11,13 +14,15 @@ of the tiny qwen3moe model, as for the fixtures' own renderings), with
 true unless a case's chat_template_kwargs say otherwise), posts every case
 and writes the files in the fixtures' format (fixtures/README.md):
 
-  <name>.expected.json        {"template", "renderer", "cases": [{"request":
+  <name>.expected.json        {"template", "date", "renderer", "cases": [{"request":
                               {"messages", "add_generation_prompt",
                               "chat_template_kwargs"?}, "prompt"}]}
   <name>.tools.expected.json  {"date", "renderer", "cases": [{"request":
                               {"messages", "tools", "add_generation_prompt"},
                               "prompt"}]}
-("renderer": the first line of `llama-server --version`.)
+("renderer": the first line of `llama-server --version`.) A case the
+template refuses (raise_exception: Llama 3.x takes one call per message)
+has "error": llama-server's message instead of "prompt".
 
 Usage:
   python3 common/chat/testdata/template_renderings.py \
@@ -37,7 +42,9 @@ import time
 import urllib.error
 import urllib.request
 
-TEMPLATES = ["GLM-4.6", "GLM-4.7-Flash", "MiniMax-M2", "Qwen3-Coder"]
+TEMPLATES = ["GLM-4.6", "GLM-4.7-Flash", "MiniMax-M2", "Qwen3-Coder", "google-gemma-4-31B-it",
+             "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "meta-llama-Llama-3.1-8B-Instruct",
+             "meta-llama-Llama-3.3-70B-Instruct"]
 
 WEATHER = {
     "type": "function",
@@ -174,7 +181,15 @@ def render_all(server, model, template, cases):
             if proc.poll() is not None or time.time() > deadline:
                 sys.exit(f"llama-server did not start for {template}")
             time.sleep(0.2)
-        return [{"request": c, "prompt": post(port, c)} for c in cases]
+        out = []
+        for c in cases:
+            try:
+                out.append({"request": c, "prompt": post(port, c)})
+            except urllib.error.HTTPError as e:
+                if e.code != 400:
+                    raise
+                out.append({"request": c, "error": json.loads(e.read())["error"]["message"]})
+        return out
     finally:
         proc.terminate()
         proc.wait()
@@ -195,8 +210,10 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     for name in a.names:
         template = os.path.join(a.fixtures, "templates", name + ".jinja")
+        if not os.path.exists(template):  # one this repository keeps
+            template = os.path.join(a.out, name + ".jinja")
         date = datetime.date.today().isoformat()
-        plain = {"template": name + ".jinja", "renderer": renderer,
+        plain = {"template": name + ".jinja", "date": date, "renderer": renderer,
                  "cases": render_all(a.llama_server, model, template, PLAIN_CASES)}
         tools = {"date": date, "renderer": renderer,
                  "cases": render_all(a.llama_server, model, template, TOOLS_CASES)}

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 namespace moesplit::chat::fixtures {
@@ -31,15 +32,20 @@ std::string RepoRenderingsDir() { return MOESPLIT_CHAT_RENDERINGS_DIR; }
 
 std::vector<TemplateFixture> TemplateFixtures() {
   std::vector<TemplateFixture> out;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(FixtureTemplatesDir(), ec)) {
-    if (entry.path().extension() != ".jinja") continue;
-    TemplateFixture f;
-    f.name = entry.path().stem().string();
-    f.template_path = entry.path().string();
-    f.expected_path = Find(f.name, ".expected.json");
-    f.tools_expected_path = Find(f.name, ".tools.expected.json");
-    out.push_back(std::move(f));
+  std::set<std::string> names;
+  // The oracle's first: a name in both places is the oracle's template.
+  for (const std::string& dir : {FixtureTemplatesDir(), RepoRenderingsDir()}) {
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(dir, ec)) {
+      if (entry.path().extension() != ".jinja") continue;
+      TemplateFixture f;
+      f.name = entry.path().stem().string();
+      if (!names.insert(f.name).second) continue;
+      f.template_path = entry.path().string();
+      f.expected_path = Find(f.name, ".expected.json");
+      f.tools_expected_path = Find(f.name, ".tools.expected.json");
+      out.push_back(std::move(f));
+    }
   }
   std::sort(out.begin(), out.end(),
             [](const TemplateFixture& a, const TemplateFixture& b) { return a.name < b.name; });

@@ -1,5 +1,7 @@
 #include "common/model/internal/ops.h"
 
+#include "common/base/fp16.h"
+
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -297,6 +299,23 @@ void SelectExperts(float* logits, int n_expert, int k, bool normalize, int32_t* 
   }
 }
 
+float GeluF16Table(float x) {
+  if (x <= -10.0f) return 0.0f;
+  if (x >= 10.0f) return x;
+  // ggml_gelu_f32 of the f16 value, stored in the table as f16.
+  constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f;
+  constexpr float kCoefA = 0.044715f;
+  const float h = Fp16ToFp32(Fp32ToFp16(x));
+  const float g = 0.5f * h * (1.0f + std::tanh(kSqrt2OverPi * h * (1.0f + kCoefA * h * h)));
+  return Fp16ToFp32(Fp32ToFp16(g));
+}
+
+void GeGlu(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    out[i] = GeluF16Table(gate[i]) * up[i];
+  }
+}
+
 void SelectExpertsSoftmaxOfTopK(const float* logits, int n_expert, int k, int32_t* ids,
                                 float* weights) {
   std::vector<int32_t> order(n_expert);
@@ -351,8 +370,11 @@ void ComputeRopeAngles(const RopeParams& p, int64_t pos, RopeAngles* out) {
   if (p.ext_factor != 0.0f) {
     RopeYarnCorrDims(p.n_rot, p.n_ctx_orig, p.freq_base, p.beta_fast, p.beta_slow, corr);
   }
-  float theta_extrap = static_cast<float>(pos);
+  const bool ff = !p.freq_factors.empty();
+  float theta_base = static_cast<float>(pos);
   for (int64_t i = 0; i < half; ++i) {
+    // ggml_rope_cache_init: theta / freq_factors[i].
+    const float theta_extrap = ff ? theta_base / p.freq_factors[i] : theta_base;
     const float theta_interp = p.freq_scale * theta_extrap;
     float theta = theta_interp;
     float mscale = p.attn_factor;
@@ -371,7 +393,7 @@ void ComputeRopeAngles(const RopeParams& p, int64_t pos, RopeAngles* out) {
     }
     out->cos[i] = std::cos(theta) * mscale;
     out->sin[i] = std::sin(theta) * mscale;
-    theta_extrap *= theta_scale;
+    theta_base *= theta_scale;
   }
 }
 

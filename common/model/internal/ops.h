@@ -48,6 +48,13 @@ void SwiGlu(const float* gate, const float* up, int64_t rows, int64_t cols, floa
 // (LLM_FFN_RELU_SQR).
 void ReluSq(const float* x, int64_t n, float* y);
 
+// ggml's CPU GELU (tanh form) through its f16 table: 0 for x <= -10, x for
+// x >= 10, else f16(gelu(f16(x))) (GGML_GELU_FP16).
+float GeluF16Table(float x);
+// out[i] = GeluF16Table(gate[i]) * up[i] for i < n, as ggml_vec_geglu_f32.
+// out may alias gate or up.
+void GeGlu(const float* gate, const float* up, int64_t n, float* out);
+
 inline float Sigmoid(float x) { return 1.0f / (1.0f + __builtin_expf(-x)); }
 
 // In-place softmax over n values, as ggml's soft_max on AVX-512: blocks of
@@ -94,7 +101,8 @@ void SelectExpertsGeneral(const RouterChoice& rc, float* logits, int32_t* ids, f
 // weights of a scoring other than softmax (deepseek2's router).
 bool UsesGeneralRouter(const HyperParams& hp, bool selection_bias);
 
-// RoPE angles for one position: cos/sin of theta_i for i in [0, n_rot/2),
+// RoPE angles for one position: cos/sin of theta_i for i in [0, n_rot/2)
+// (theta_i divided by freq_factors[i] where RopeParams has them),
 // following ggml's rope_yarn (theta_i = pos * base^(-2i/n_rot), computed by
 // repeated multiplication in float as ggml does; YaRN / linear scaling from
 // RopeParams).

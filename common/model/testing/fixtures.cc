@@ -33,13 +33,14 @@ std::vector<std::string> OracleFixtureModels() {
 
 const std::vector<PendingEntry>& PendingFixtures() {
   static const auto* const kPending = new std::vector<PendingEntry>{
-      {"gemma4-", "gemma4: issue #44"},
   };
   return *kPending;
 }
 
 const std::vector<PendingEntry>& PendingCudaFixtures() {
   static const auto* const kPending = new std::vector<PendingEntry>{
+      {"gemma4-", "gemma4 on CUDA (per-layer attention geometry, RoPE divisors, V norm, GeGLU, "
+                  "the extra FFN norms): issue #44"},
       {"nemotronh-", "nemotron_h_moe: CUDA Mamba-2, relu^2 experts and FFN-only layers (issue #44)"},
   };
   return *kPending;
@@ -56,7 +57,7 @@ std::string_view Find(const std::vector<PendingEntry>& list, std::string_view na
 
 std::string_view PendingFixture(std::string_view name) { return Find(PendingFixtures(), name); }
 
-std::string_view PendingCudaFixture(std::string_view name) {
+std::string_view PendingOnCuda(std::string_view name) {
   return Find(PendingCudaFixtures(), name);
 }
 

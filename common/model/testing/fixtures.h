@@ -38,10 +38,10 @@ struct PendingEntry {
 };
 const std::vector<PendingEntry>& PendingFixtures();
 
-// The same for the CUDA forward (and its host emulation) alone: fixture
-// models the CPU serves whose kernels CUDA does not have yet (the CUDA
-// oracle tests skip them with the reason).
-std::string_view PendingCudaFixture(std::string_view name);
+// Why fixture model `name`, served on the CPU, is not served by the CUDA
+// forward yet (CudaForward::Create refuses it with Unimplemented), or empty.
+// The CUDA oracle tests skip it with that reason.
+std::string_view PendingOnCuda(std::string_view name);
 const std::vector<PendingEntry>& PendingCudaFixtures();
 
 }  // namespace moesplit::model::testing

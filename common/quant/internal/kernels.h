@@ -51,6 +51,16 @@ bool CpuHasAvx512Vnni();
 // True when it also has AMX-TILE and AMX-INT8 and Linux granted this process
 // the tile data state (arch_prctl ARCH_REQ_XCOMP_PERM, asked once).
 bool CpuHasAmxInt8();
+// Where the packed kernels' software prefetches put the weight
+// lines streaming from DRAM at decode (packed_avx512.cc): L1 (prefetcht0)
+// or L2 only (prefetcht1). L2 on AMD family 19h (Zen 3 / Zen 4), where
+// prefetcht0 measured slower than prefetcht1 and than no prefetch at all
+// (tests/bench/README.md, "On an AVX-512 Zen 4 host"); L1 elsewhere, as
+// measured on Zen 5 and the Intel Xeon host. MOESPLIT_PREFETCH=l1 or l2 in
+// the environment overrides the choice (read once).
+enum class PrefetchLevel { kL1, kL2 };
+PrefetchLevel PackedPrefetchLevel();
+
 // Highest level the CPU runs: kAmx, kAvx512, kAvx2 or kScalar.
 KernelLevel CpuBestLevel();
 

@@ -121,4 +121,81 @@ void MinP(CandidateSet& set, float p) {
   }
 }
 
+void TopNSigma(CandidateSet& set, float n) {
+  if (n <= 0.0f || set.size <= 1) return;
+  const float max_logit = MaxLogit(set);
+  double sum = 0.0;
+  size_t count = 0;
+  for (size_t i = 0; i < set.size; ++i) {
+    if (set.data[i].logit == -INFINITY) continue;
+    sum += set.data[i].logit;
+    ++count;
+  }
+  const double mean = count > 0 ? sum / static_cast<double>(count) : 0.0;
+  double acc = 0.0;
+  for (size_t i = 0; i < set.size; ++i) {
+    if (set.data[i].logit == -INFINITY) continue;
+    const double d = set.data[i].logit - mean;
+    acc += d * d;
+  }
+  const double sigma = count > 0 ? std::sqrt(acc / static_cast<double>(count)) : 0.0;
+  const float min_logit = static_cast<float>(max_logit - static_cast<double>(n) * sigma);
+  Candidate* first = set.data.data();
+  // remove_if keeps the relative order: a sorted set stays sorted.
+  set.size = static_cast<size_t>(
+      std::remove_if(first, first + set.size,
+                     [&](const Candidate& c) { return c.logit < min_logit; }) -
+      first);
+}
+
+void Typical(CandidateSet& set, float p) {
+  if (p >= 1.0f || set.size <= 1) return;
+  Candidate* first = set.data.data();
+  const float max_logit = MaxLogit(set);
+  const double log_sum = std::log(ExpSum(set, max_logit));
+  // log p_i = logit_i - max - log_sum; H = -sum p_i log p_i.
+  double entropy = 0.0;
+  for (size_t i = 0; i < set.size; ++i) {
+    const double lp = set.data[i].logit - max_logit - log_sum;
+    if (std::isfinite(lp)) entropy -= std::exp(lp) * lp;
+  }
+  // |-log p_i - H| = |m - logit_i| with m = max + log_sum - H: a function
+  // of the logit alone (-inf logits score +inf: last).
+  const double m = max_logit + log_sum - entropy;
+  auto score = [m](const Candidate& c) { return std::fabs(m - static_cast<double>(c.logit)); };
+  std::sort(first, first + set.size, [&](const Candidate& a, const Candidate& b) {
+    const double sa = score(a), sb = score(b);
+    return sa < sb || (sa == sb && Precedes(a, b));
+  });
+  double cum = 0.0;
+  for (size_t i = 0; i < set.size; ++i) {
+    cum += std::exp(set.data[i].logit - max_logit - log_sum);
+    if (cum > p) {
+      set.size = i + 1;
+      break;
+    }
+  }
+  std::sort(first, first + set.size, Precedes);
+  set.sorted = true;
+}
+
+void Xtc(CandidateSet& set, float threshold) {
+  if (threshold > 0.5f || set.size < 2) return;
+  const float max_logit = MaxLogit(set);
+  const double sum = ExpSum(set, max_logit);
+  size_t above = 0;
+  for (size_t i = 0; i < set.size; ++i) {
+    // A -inf logit (a banned token) never counts, even at threshold 0.
+    above += set.data[i].logit != -INFINITY &&
+             std::exp(set.data[i].logit - max_logit) / sum >= threshold;
+  }
+  if (above < 2) return;
+  Candidate* first = set.data.data();
+  if (!set.sorted) std::sort(first, first + set.size, Precedes);
+  const size_t drop = above - 1;
+  std::move(first + drop, first + set.size, first);
+  set.size -= drop;
+  set.sorted = true;
+}
+
 }  // namespace moesplit::sampling_internal

@@ -21,6 +21,22 @@
 //             flat one costs O(n + kept log kept).
 //   MinP(p)   p <= 0: no-op. Keeps tokens with logit >= max + log(p), i.e.
 //             prob >= p * max prob. Keeps order.
+//   TopNSigma(n)  n <= 0 or size <= 1: no-op. Keeps tokens with logit >=
+//             max - n * sigma, sigma the population standard deviation of
+//             the active logits that are not -inf (llama.cpp's top-n-sigma;
+//             it sets the others to -inf, which never get drawn). Keeps order.
+//   Typical(p)  p >= 1 or size <= 1: no-op. Locally typical sampling
+//             (llama.cpp's typical): softmax over the active set, entropy
+//             H = -sum p log p; candidates ordered by |-log p - H| ascending
+//             (ties: canonical order), the shortest prefix whose mass > p is
+//             kept (at least one; all when rounding never gets there), then
+//             sorted canonically. O(n log n): a full sort of the active set.
+//   Xtc(threshold, tokens)  exclude top choices (llama.cpp's xtc, once its
+//             coin said yes): when c >= 2 candidates have softmax prob >=
+//             threshold (-inf logits never count), the c - 1 most probable
+//             are removed (the least probable of them stays), the rest
+//             sorted. threshold > 0.5 or
+//             size < 2: no-op (only one token can pass a threshold > 0.5).
 // The logits must contain no NaN and no +inf (the sampler rejects them), and
 // the active set must be non-empty with a finite maximum.
 //
@@ -59,5 +75,8 @@ size_t ArgMax(const CandidateSet& set);
 void TopK(CandidateSet& set, int32_t k);
 void TopP(CandidateSet& set, float p);
 void MinP(CandidateSet& set, float p);
+void TopNSigma(CandidateSet& set, float n);
+void Typical(CandidateSet& set, float p);
+void Xtc(CandidateSet& set, float threshold);
 
 }  // namespace moesplit::sampling_internal

@@ -79,8 +79,8 @@ int32_t BpeModel::Rank(std::string_view left, std::string_view right,
   return it == ranks_.end() ? -1 : it->second;
 }
 
-void BpeModel::EncodeWord(std::string_view word,
-                          std::vector<int32_t>* out) const {
+void BpeModel::EncodeWord(std::string_view word, std::vector<int32_t>* out,
+                          bool hex_bytes) const {
   std::vector<Symbol> symbols;
   symbols.reserve(word.size());
   for (size_t off = 0; off < word.size();) {
@@ -131,7 +131,11 @@ void BpeModel::EncodeWord(std::string_view word,
       continue;
     }
     for (char c : piece) {
-      const int32_t byte_id = Find(std::string_view(&c, 1));
+      static constexpr char kHex[] = "0123456789ABCDEF";
+      const auto b = static_cast<uint8_t>(c);
+      const char hex[6] = {'<', '0', 'x', kHex[b >> 4], kHex[b & 15], '>'};
+      const int32_t byte_id =
+          Find(hex_bytes ? std::string_view(hex, 6) : std::string_view(&c, 1));
       if (byte_id >= 0) out->push_back(byte_id);
     }
   }

@@ -8,9 +8,10 @@
 //   2. repeatedly merge the adjacent pair with the lowest rank (ties: the
 //      leftmost pair) until no adjacent pair has a rank;
 //   3. each symbol becomes its token; a symbol that is not a token falls back
-//      to the tokens of its single bytes, and bytes without a token are
-//      dropped (llama.cpp does the same; complete vocabularies never get
-//      here).
+//      to the tokens of its single bytes (byte-level: the byte's own text;
+//      `hex_bytes`, Gemma's raw UTF-8 vocabularies: "<0xAB>"), and bytes
+//      without a token are dropped (llama.cpp does the same; complete
+//      byte-level vocabularies never get here).
 //
 // Thread-safe: immutable after Build; EncodeWord may run concurrently.
 #pragma once
@@ -33,8 +34,9 @@ class BpeModel {
   static absl::StatusOr<BpeModel> Build(const std::vector<std::string>& tokens,
                                         const std::vector<std::string>& merges);
 
-  // Appends the ids of `word` (byte-level text of one pre-token).
-  void EncodeWord(std::string_view word, std::vector<int32_t>* out) const;
+  // Appends the ids of `word` (byte-level text of one pre-token, or raw
+  // UTF-8 with `hex_bytes`).
+  void EncodeWord(std::string_view word, std::vector<int32_t>* out, bool hex_bytes = false) const;
 
   // Id of the token whose text is exactly `text`, or -1.
   int32_t Find(std::string_view text) const;

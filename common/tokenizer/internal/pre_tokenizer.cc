@@ -83,6 +83,9 @@ const std::vector<PreTokenizerSpec>& Table() {
       // LLAMA_VOCAB_PRE_TYPE_LLAMA3 ("pixtral" in Nemotron-3's files; also
       // "llama3", "llama-bpe", ...): the glm4 expression, and ignore_merges.
       {"pixtral", {kGlm4Regex}, /*ignore_merges=*/true},
+      // The `gemma4` tokenizer model (raw UTF-8 with spaces as U+2581): no
+      // split beyond runs of newlines.
+      {"gemma4", {"[^\\n]+|[\\n]+"}},
   };
   return *table;
 }
