@@ -246,6 +246,50 @@ std::vector<TensorSpec> Glm4MoeTensors() {
   return t;
 }
 
+// llama.cpp: llama_model_nemotron_h (load_arch_tensors): one norm per
+// layer (attn_norm, before the mixer or, on the MoE layers, before the FFN:
+// ffn_norm's role there), Mamba-2 mixers, GQA without RoPE, and MoE layers
+// of non-gated relu^2 experts, a sigmoid router with the selection bias,
+// LatentMoE's projections around the routed experts (Super / Ultra), and an
+// ungated relu^2 shared expert.
+std::vector<TensorSpec> NemotronHMoeTensors() {
+  std::vector<TensorSpec> t = GlobalTensors();
+  t.push_back({T::kAttnNorm, "attn_norm.weight", R::kNorm, 1, {D::kEmbd}, true, LayerSel::kMixer});
+  t.push_back(
+      {T::kFfnNorm, "attn_norm.weight", R::kNorm, 1, {D::kEmbd}, true, LayerSel::kFfnOnly});
+  const LayerSel a = LayerSel::kAttention;
+  AddAttention(t, a, D::kQ);
+  t.push_back({T::kAttnOutputBias, "attn_output.bias", R::kDense, 1, {D::kEmbd}, false, a});
+  const LayerSel mb = LayerSel::kMamba2;
+  t.push_back(
+      {T::kSsmIn, "ssm_in.weight", R::kDense, 2, {D::kEmbd, D::kSsmInMamba2}, true, mb});
+  t.push_back(
+      {T::kSsmConv, "ssm_conv1d.weight", R::kDense, 2, {D::kSsmKernel, D::kSsmConvDim}, true, mb});
+  t.push_back({T::kSsmConvBias, "ssm_conv1d.bias", R::kDense, 1, {D::kSsmConvDim}, false, mb});
+  t.push_back({T::kSsmDtBias, "ssm_dt.bias", R::kDense, 1, {D::kSsmVHeads}, true, mb});
+  t.push_back({T::kSsmA, "ssm_a", R::kDense, 2, {D::kOne, D::kSsmVHeads}, true, mb});
+  t.push_back({T::kSsmD, "ssm_d", R::kDense, 2, {D::kOne, D::kSsmVHeads}, true, mb});
+  t.push_back(
+      {T::kSsmNorm, "ssm_norm.weight", R::kNorm, 2, {D::kSsmNormGroup, D::kSsmGroups}, true, mb});
+  t.push_back({T::kSsmOut, "ssm_out.weight", R::kDense, 2, {D::kSsmInner, D::kEmbd}, true, mb});
+  const LayerSel m = LayerSel::kMoe;
+  t.push_back({T::kRouter, "ffn_gate_inp.weight", R::kRouter, 2, {D::kEmbd, D::kExpert}, true, m});
+  t.push_back({T::kRouterSelBias, "exp_probs_b.bias", R::kRouter, 1, {D::kExpert}, true, m});
+  t.push_back({T::kFfnLatentDown, "ffn_latent_down.weight", R::kDense, 2,
+               {D::kEmbd, D::kEmbdExperts}, false, m});
+  t.push_back({T::kFfnLatentUp, "ffn_latent_up.weight", R::kDense, 2,
+               {D::kEmbdExperts, D::kEmbd}, false, m});
+  t.push_back({T::kExpUp, "ffn_up_exps.weight", R::kRoutedExpert, 3,
+               {D::kEmbdExperts, D::kFfExp, D::kExpert}, true, m});
+  t.push_back({T::kExpDown, "ffn_down_exps.weight", R::kRoutedExpert, 3,
+               {D::kFfExp, D::kEmbdExperts, D::kExpert}, true, m});
+  t.push_back({T::kShexpUp, "ffn_up_shexp.weight", R::kSharedExpert, 2,
+               {D::kEmbd, D::kFfShexp}, true, m});
+  t.push_back({T::kShexpDown, "ffn_down_shexp.weight", R::kSharedExpert, 2,
+               {D::kFfShexp, D::kEmbd}, true, m});
+  return t;
+}
+
 // llama.cpp: llama_model_gemma4 (load_arch_tensors), the MoE layers of
 // Gemma-4-26B-A4B: attention with Q/K norms (V from K where attn_v is
 // absent), post-attention norm, a dense GeGLU MLP beside the routed experts
@@ -399,6 +443,26 @@ const std::vector<ArchDescription>& Registry() {
        .leading_dense_layers = true,
        .shared_expert_count = true,
        .tensors = Glm4MoeTensors()},
+      // llama.cpp: llama_model_nemotron_h(_moe) (NVIDIA Nemotron-3 Nano /
+      // Super / Ultra): per-layer kinds from the head_count_kv /
+      // feed_forward_length arrays (Mamba-2, attention without RoPE, MoE),
+      // build_moe_ffn(LLM_FFN_RELU_SQR, sigmoid gating, exp_probs_b,
+      // expert_weights_norm / _scale, expert groups) plus the ungated relu^2
+      // shared expert, LatentMoE when moe_latent_size is set.
+      {.name = "nemotron_h_moe",
+       .key_prefix = "nemotron_h_moe",
+       .router = {.scoring = RouterSpec::Scoring::kSigmoid,
+                  .default_norm_topk = false,
+                  .weights_scale_key = true,
+                  .expert_groups = true},
+       .pattern = LayerPattern::kPerLayerKinds,
+       .attention = MixerKind::kAttention,
+       .recurrent = MixerKind::kMamba2,
+       .expert_ffn = {.activation = ExpertActivation::kReluSq},
+       .ssm_grouped_heads = true,
+       .rope = false,
+       .moe_latent = true,
+       .tensors = NemotronHMoeTensors()},
       // llama.cpp: llama_model_gemma4 (Gemma-4-26B-A4B's MoE layers):
       // sliding-window and full-attention layers from a per-layer pattern
       // with their own head sizes, KV heads and RoPE ("proportional" RoPE
@@ -452,6 +516,27 @@ absl::StatusOr<int64_t> ReadInt(const GgufFile& f, const std::string& key,
         absl::StrCat(f.path(), ": key '", key, "': ", r.status().message()));
   }
   return *r;
+}
+
+// A per-layer integer key whose non-zero entries must be equal: that value
+// (0 when every entry is 0 or the key is absent). InvalidArgument naming the
+// key when two non-zero entries differ or one is negative.
+absl::StatusOr<int64_t> ReadNonZero(const GgufFile& f, const std::string& key) {
+  const GgufValue* v = f.Find(key);
+  if (v == nullptr) return 0;
+  if (v->type() != GgufValueType::kArray) return ReadInt(f, key, std::nullopt);
+  std::vector<int64_t> vals = v->ints();
+  for (uint64_t u : v->uints()) vals.push_back(static_cast<int64_t>(u));
+  int64_t value = 0;
+  for (int64_t x : vals) {
+    if (x < 0 || (x != 0 && value != 0 && x != value)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          f.path(), ": key '", key, "': per-layer values ", value, " and ", x,
+          " (the non-zero entries must be equal)"));
+    }
+    if (x != 0) value = x;
+  }
+  return value;
 }
 
 // Reads an integer (or bool) key as one value per layer: a scalar for every
@@ -559,13 +644,18 @@ absl::Status ParseRope(const GgufFile& f, const std::string& p, HyperParams* hp)
   return absl::OkStatus();
 }
 
-absl::Status ParseAttention(const GgufFile& f, const std::string& p, bool swa_own_geometry,
+absl::Status ParseAttention(const GgufFile& f, const std::string& p, const ArchDescription& arch,
                             HyperParams* hp) {
   ASSIGN_OR_RETURN(hp->n_head, ReadInt(f, p + ".attention.head_count", std::nullopt));
   RETURN_IF_ERROR(Positive(f, "attention.head_count", hp->n_head, 4096));
   const std::string kv_key = p + ".attention.head_count_kv";
   const GgufValue* kv_arr = f.Find(kv_key);
-  if (swa_own_geometry && kv_arr != nullptr && kv_arr->type() == GgufValueType::kArray) {
+  if (arch.pattern == LayerPattern::kPerLayerKinds) {
+    // The attention layers' value; a model without any keeps head_count.
+    ASSIGN_OR_RETURN(hp->n_head_kv, ReadNonZero(f, kv_key));
+    if (hp->n_head_kv == 0) hp->n_head_kv = hp->n_head;
+  } else if (arch.swa_own_geometry && kv_arr != nullptr &&
+             kv_arr->type() == GgufValueType::kArray) {
     // Per-layer values (ParseLayers sets each layer's); the global one is
     // the last layer's until then.
     ASSIGN_OR_RETURN(std::vector<int64_t> kv, ReadIntPerLayer(f, kv_key, hp->n_layer, std::nullopt));
@@ -596,7 +686,12 @@ absl::Status ParseAttention(const GgufFile& f, const std::string& p, bool swa_ow
 
 absl::Status ParseExperts(const GgufFile& f, const std::string& p,
                           const ArchDescription& arch, HyperParams* hp) {
-  ASSIGN_OR_RETURN(hp->n_ff, ReadInt(f, p + ".feed_forward_length", 0));
+  if (arch.pattern == LayerPattern::kPerLayerKinds) {
+    // The MoE layers' value (0 on the others).
+    ASSIGN_OR_RETURN(hp->n_ff, ReadNonZero(f, p + ".feed_forward_length"));
+  } else {
+    ASSIGN_OR_RETURN(hp->n_ff, ReadInt(f, p + ".feed_forward_length", 0));
+  }
   if (hp->n_ff < 0) return Positive(f, "feed_forward_length", hp->n_ff);
   ASSIGN_OR_RETURN(hp->n_expert, ReadInt(f, p + ".expert_count", std::nullopt));
   RETURN_IF_ERROR(Positive(f, "expert_count", hp->n_expert, 65536));
@@ -623,8 +718,11 @@ absl::Status ParseExperts(const GgufFile& f, const std::string& p,
   return absl::OkStatus();
 }
 
-// The gated-DeltaNet hyper-parameters (llama.cpp's ssm_* keys).
-absl::Status ParseDeltaNet(const GgufFile& f, const std::string& p, HyperParams* hp) {
+// The recurrent layers' hyper-parameters (llama.cpp's ssm_* keys): gated
+// DeltaNet (group_count key heads of state_size, time_step_rank value
+// heads) or Mamba-2 (group_count B/C groups of state_size, time_step_rank
+// heads of inner_size / time_step_rank channels).
+absl::Status ParseSsm(const GgufFile& f, const std::string& p, HyperParams* hp) {
   ASSIGN_OR_RETURN(hp->ssm_conv_kernel, ReadInt(f, p + ".ssm.conv_kernel", std::nullopt));
   RETURN_IF_ERROR(Positive(f, "ssm.conv_kernel", hp->ssm_conv_kernel, 64));
   ASSIGN_OR_RETURN(hp->ssm_head_k, ReadInt(f, p + ".ssm.state_size", std::nullopt));
@@ -646,11 +744,40 @@ absl::Status ParseDeltaNet(const GgufFile& f, const std::string& p, HyperParams*
         f.path(), ": ssm.time_step_rank ", hp->ssm_n_v_heads,
         " (value heads) is not a multiple of ssm.group_count ", hp->ssm_n_k_heads));
   }
-  if (hp->ssm_head_v != hp->ssm_head_k) {
+  bool delta_net = false;
+  for (const LayerSpec& l : hp->layers) delta_net |= l.mixer == MixerKind::kGatedDeltaNet;
+  if (delta_net && hp->ssm_head_v != hp->ssm_head_k) {
     // llama.cpp's delta rule (ggml_gated_delta_net) requires square states.
     return absl::InvalidArgumentError(absl::StrCat(
         f.path(), ": gated DeltaNet value head size ", hp->ssm_head_v,
         " (ssm.inner_size / ssm.time_step_rank) differs from ssm.state_size ", hp->ssm_head_k));
+  }
+  return absl::OkStatus();
+}
+
+// LayerPattern::kPerLayerKinds (llama.cpp's nemotron_h: is_recr when both
+// entries are 0, attention when only the FFN length is).
+absl::Status ParseLayerKinds(const GgufFile& f, const std::string& p, const ArchDescription& arch,
+                             HyperParams* hp) {
+  ASSIGN_OR_RETURN(const std::vector<int64_t> kv,
+                   ReadIntPerLayer(f, p + ".attention.head_count_kv", hp->n_layer + hp->n_nextn(),
+                                   std::nullopt));
+  ASSIGN_OR_RETURN(const std::vector<int64_t> ff,
+                   ReadIntPerLayer(f, p + ".feed_forward_length", hp->n_layer + hp->n_nextn(),
+                                   std::nullopt));
+  for (int64_t il = 0; il < hp->n_layer; ++il) {
+    LayerSpec& l = hp->layers[il];
+    if (kv[il] == 0 && ff[il] == 0) {
+      l = LayerSpec{arch.recurrent, FfnKind::kNone};
+    } else if (ff[il] == 0) {
+      l = LayerSpec{arch.attention, FfnKind::kNone};
+    } else if (kv[il] == 0) {
+      l = LayerSpec{MixerKind::kNone, FfnKind::kMoe};
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          f.path(), ": layer ", il, " has both attention.head_count_kv ", kv[il],
+          " and feed_forward_length ", ff[il], " (a layer is one mixer or one FFN)"));
+    }
   }
   return absl::OkStatus();
 }
@@ -672,6 +799,7 @@ absl::Status ParseLayers(const GgufFile& f, const std::string& p, const ArchDesc
     RETURN_IF_ERROR(Positive(f, "full_attention_interval", interval, hp->n_layer + 1));
   }
   hp->layers = LayerSpecs(arch, hp->n_layer, interval);
+  if (arch.pattern == LayerPattern::kPerLayerKinds) RETURN_IF_ERROR(ParseLayerKinds(f, p, arch, hp));
   // A NextN / MTP block is a full-attention block with routed experts
   // (llama.cpp's load_block_mtp), whatever the trunk's pattern says for its
   // index.
@@ -707,7 +835,7 @@ absl::Status ParseLayers(const GgufFile& f, const std::string& p, const ArchDesc
     }
   }
   if (arch.swa_own_geometry) RETURN_IF_ERROR(ParseSwaGeometry(f, p, hp));
-  if (hp->n_recurrent_layers() > 0) RETURN_IF_ERROR(ParseDeltaNet(f, p, hp));
+  if (hp->n_recurrent_layers() > 0) RETURN_IF_ERROR(ParseSsm(f, p, hp));
   return absl::OkStatus();
 }
 
@@ -956,6 +1084,8 @@ std::string_view MixerKindName(MixerKind kind) {
     case MixerKind::kGatedAttention: return "gated_attention";
     case MixerKind::kGatedDeltaNet: return "gated_deltanet";
     case MixerKind::kMla: return "mla";
+    case MixerKind::kMamba2: return "mamba2";
+    case MixerKind::kNone: return "none";
   }
   return "?";
 }
@@ -964,6 +1094,7 @@ std::string_view FfnKindName(FfnKind kind) {
   switch (kind) {
     case FfnKind::kMoe: return "moe";
     case FfnKind::kDense: return "dense";
+    case FfnKind::kNone: return "none";
   }
   return "?";
 }
@@ -987,6 +1118,9 @@ bool LayerSelected(LayerSel sel, const LayerSpec& spec) {
     case LayerSel::kDeltaNet: return spec.mixer == MixerKind::kGatedDeltaNet;
     case LayerSel::kMoe: return spec.ffn == FfnKind::kMoe;
     case LayerSel::kDenseFfn: return spec.ffn == FfnKind::kDense;
+    case LayerSel::kMamba2: return spec.mixer == MixerKind::kMamba2;
+    case LayerSel::kMixer: return spec.mixer != MixerKind::kNone;
+    case LayerSel::kFfnOnly: return spec.mixer == MixerKind::kNone;
   }
   return false;
 }
@@ -998,7 +1132,9 @@ int HyperParams::n_attention_layers() const {
 }
 
 int HyperParams::n_recurrent_layers() const {
-  return static_cast<int>(layers.size()) - n_attention_layers();
+  int n = 0;
+  for (const LayerSpec& l : layers) n += IsRecurrent(l.mixer);
+  return n;
 }
 
 int HyperParams::n_moe_layers() const {
@@ -1032,6 +1168,7 @@ std::string ExpertFfnName(const ExpertFfnSpec& ffn) {
     case ExpertActivation::kSwiGlu: return "swiglu";
     case ExpertActivation::kSwiGluOai:
       return absl::StrCat("swiglu_oai(alpha=", ffn.alpha, ",limit=", ffn.limit, ")");
+    case ExpertActivation::kReluSq: return "relu_sq";
     case ExpertActivation::kGeGlu: return "geglu";
   }
   return "?";
@@ -1098,7 +1235,7 @@ absl::StatusOr<HyperParams> ParseHyperParams(const GgufFile& f,
   hp.n_layer -= nextn;
   ASSIGN_OR_RETURN(hp.n_ctx_train, ReadInt(f, p + ".context_length", std::nullopt));
   RETURN_IF_ERROR(Positive(f, "context_length", hp.n_ctx_train, int64_t{1} << 30));
-  RETURN_IF_ERROR(ParseAttention(f, p, arch.swa_own_geometry, &hp));
+  RETURN_IF_ERROR(ParseAttention(f, p, arch, &hp));
   hp.rope.norm_style = arch.rope_norm;
   if (arch.rope_yarn_log_multiplier) {
     ASSIGN_OR_RETURN(const double log_mul,
@@ -1106,7 +1243,7 @@ absl::StatusOr<HyperParams> ParseHyperParams(const GgufFile& f,
     // llama.cpp cancels the 0.1 its convert script multiplied in.
     hp.rope.yarn_log_mul = static_cast<float>(log_mul) / 0.1f;
   }
-  RETURN_IF_ERROR(ParseRope(f, p, &hp));
+  if (arch.rope) RETURN_IF_ERROR(ParseRope(f, p, &hp));
   if (arch.multi_section_rope) RETURN_IF_ERROR(ParseRopeSections(f, p, &hp));
   RETURN_IF_ERROR(ParseExperts(f, p, arch, &hp));
   hp.router_scoring = arch.router.scoring;
@@ -1114,6 +1251,13 @@ absl::StatusOr<HyperParams> ParseHyperParams(const GgufFile& f,
   if (arch.attention == MixerKind::kMla) RETURN_IF_ERROR(ParseMla(f, p, &hp));
   if (arch.leading_dense_layers) RETURN_IF_ERROR(ParseLeadingDense(f, p, &hp));
   if (arch.shared_expert_count) RETURN_IF_ERROR(ParseSharedExpertCount(f, p, &hp));
+  if (arch.moe_latent) {
+    ASSIGN_OR_RETURN(hp.moe_latent, ReadInt(f, p + ".moe_latent_size", 0));
+    if (hp.moe_latent < 0 || hp.moe_latent > hp.n_embd) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          f.path(), ": moe_latent_size = ", hp.moe_latent, " out of range [0, ", hp.n_embd, "]"));
+    }
+  }
   hp.nextn_layers.resize(nextn);
   RETURN_IF_ERROR(ParseLayers(f, p, arch, &hp));
   hp.expert_ffn = arch.expert_ffn;
@@ -1167,6 +1311,10 @@ int64_t ResolveDim(const HyperParams& hp, Dim dim, int layer) {
     case Dim::kFf: return hp.n_ff;
     case Dim::kSsmBa: return 2 * hp.ssm_n_v_heads;
     case Dim::kSsmQkvz: return hp.ssm_conv_channels() + hp.ssm_inner();
+    case Dim::kSsmInMamba2: return hp.ssm_inner() + hp.ssm_conv_channels() + hp.ssm_n_v_heads;
+    case Dim::kSsmNormGroup: return hp.ssm_inner() / std::max<int64_t>(hp.ssm_n_k_heads, 1);
+    case Dim::kSsmGroups: return hp.ssm_n_k_heads;
+    case Dim::kEmbdExperts: return hp.n_embd_experts();
     case Dim::kFfExp2: return 2 * hp.n_ff_exp;
     case Dim::kRopePairs: return hp.rope.n_rot / 2;
   }

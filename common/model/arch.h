@@ -47,8 +47,12 @@
 //   attention.shared_kv_layers (must be 0), embedding_length_per_layer_input
 //   (must be 0).
 //   nextn_predict_layers (default 0): NextN / MTP blocks counted in
-//   block_count after the trunk (see HyperParams::nextn_layers).
-// Integer keys may also be arrays with one equal value per layer.
+//   block_count after the trunk (see HyperParams::nextn_layers);
+//   LayerPattern::kPerLayerKinds: attention.head_count_kv and
+//   feed_forward_length as per-layer arrays (0 where the layer has no
+//   attention / no FFN; the non-zero entries equal), moe_latent_size
+//   (ArchDescription::moe_latent; default 0).
+// Other integer keys may also be arrays with one equal value per layer.
 //
 // Thread-safe: descriptions are immutable; parsing functions are pure.
 #pragma once
@@ -111,6 +115,11 @@ enum class Dim {
   kFf,         // feed_forward_length (dense FFN)
   kSsmBa,      // 2 * ssm value heads (qwen3next's fused ssm_ba: beta and alpha)
   kSsmQkvz,    // ssm_conv_channels + ssm.inner_size (the legacy fused ssm_in: q, k, v and z)
+  // Mamba-2 (nemotron_h_moe):
+  kSsmInMamba2,   // 2 * ssm.inner_size + 2 * groups * state + heads: [z | xBC | dt]
+  kSsmNormGroup,  // ssm.inner_size / ssm.group_count (one RMSNorm group)
+  kSsmGroups,     // ssm.group_count
+  kEmbdExperts,   // the routed experts' width: moe_latent_size (LatentMoE), else n_embd
   kFfExp2,     // 2 * n_ff_exp (fused gate and up experts)
   kRopePairs,  // rope.n_rot / 2 of the full-attention layers (rope_freqs)
 };
@@ -122,6 +131,9 @@ enum class LayerSel {
   kDeltaNet,   // gated DeltaNet mixers
   kMoe,        // routed-MoE FFNs
   kDenseFfn,   // dense SwiGLU FFNs
+  kMamba2,     // Mamba-2 mixers
+  kMixer,      // layers with a mixer (MixerKind::kNone excluded)
+  kFfnOnly,    // layers without a mixer (an FFN alone)
 };
 
 struct TensorSpec {
@@ -148,16 +160,32 @@ enum class MixerKind {
   // only K (SequenceState). Each query head's nope part is absorbed through
   // attn_k_b, its output through attn_v_b.
   kMla,
+  // Mamba-2 (nemotron_h_moe), llama.cpp's build_mamba2_layer: in-projection
+  // to [z | xBC | dt]; causal depthwise conv (+ bias) and SiLU over xBC;
+  // dt = softplus(dt + dt_bias); per head h a scalar A (ssm_a) and the
+  // selective scan over a head_dim x d_state state, heads sharing a B/C
+  // group consecutively (ssm_key_head); y += D x; y *= SiLU(z); RMSNorm in
+  // groups of d_inner / groups; out-projection. A fixed-size conv +
+  // recurrent state, as kGatedDeltaNet.
+  kMamba2,
+  // No mixer: the layer is its FFN alone (nemotron_h_moe's MoE layers),
+  // normed by its one norm (ffn_norm in the tensor table).
+  kNone,
 };
 std::string_view MixerKindName(MixerKind kind);
 inline bool IsAttention(MixerKind k) {
   return k == MixerKind::kAttention || k == MixerKind::kGatedAttention || k == MixerKind::kMla;
+}
+// A mixer with a fixed-size conv + recurrent state (SequenceState).
+inline bool IsRecurrent(MixerKind k) {
+  return k == MixerKind::kGatedDeltaNet || k == MixerKind::kMamba2;
 }
 
 // A layer's feed-forward block.
 enum class FfnKind {
   kMoe,    // routed experts (computed by the expert backend), plus the shared expert when present
   kDense,  // a dense SwiGLU FFN (ffn_gate/up/down); no routed experts, no expert call
+  kNone,   // no FFN: the layer is its mixer alone (nemotron_h_moe's Mamba-2 / attention layers)
 };
 std::string_view FfnKindName(FfnKind kind);
 
@@ -182,6 +210,11 @@ struct LayerSpec {
 enum class LayerPattern {
   kUniform,                // every layer has ArchDescription::attention
   kFullAttentionInterval,  // layer i is `attention` when (i + 1) % interval == 0, else gated DeltaNet
+  // Per layer from `{prefix}.attention.head_count_kv[i]` and
+  // `{prefix}.feed_forward_length[i]` (llama.cpp's nemotron_h): both 0 =
+  // ArchDescription::recurrent mixer alone, only the FFN length 0 =
+  // `attention` alone, else a routed-MoE FFN alone (MixerKind::kNone).
+  kPerLayerKinds,
 };
 
 // How the router turns its logits (plus ffn_gate_inp.bias when the model has
@@ -221,11 +254,16 @@ struct RouterSpec {
 enum class ExpertActivation {
   kSwiGlu,     // SiLU(g) * u
   kSwiGluOai,  // gpt-oss: min(g, L) * sigmoid(alpha * min(g, L)) * (clamp(u, -L, L) + 1)
+  // Non-gated: relu(u)^2, no gate tensor (nemotron_h_moe's LLM_FFN_RELU_SQR);
+  // the shared expert too.
+  kReluSq,
   // GELU(g) * u, GELU's tanh form as ggml's CPU backend evaluates it: from
   // a table over f16 (g rounded to f16, the result rounded to f16), 0 for
   // g <= -10 and g for g >= 10.
   kGeGlu,
 };
+// Whether the activation reads a gate projection (ffn_gate_exps / _shexp).
+inline bool IsGated(ExpertActivation a) { return a != ExpertActivation::kReluSq; }
 struct ExpertFfnSpec {
   ExpertActivation activation = ExpertActivation::kSwiGlu;
   float alpha = 1.702f;  // kSwiGluOai only
@@ -241,6 +279,8 @@ struct ArchDescription {
   RouterSpec router;
   LayerPattern pattern = LayerPattern::kUniform;
   MixerKind attention = MixerKind::kAttention;  // the kind of the full-attention layers
+  // LayerPattern::kPerLayerKinds: the kind of the recurrent layers.
+  MixerKind recurrent = MixerKind::kGatedDeltaNet;
   // Sliding-window attention on some layers: `{prefix}.attention.sliding_window`
   // positions on layer i when i % period < period - 1, with the period from
   // `{prefix}.attention.sliding_window_pattern` (default 2: the even layers).
@@ -267,6 +307,11 @@ struct ArchDescription {
   // heads), its group's (qwen3next's repeat-interleave), instead of key head
   // h % key heads (qwen35moe's broadcast).
   bool ssm_grouped_heads = false;
+  // Attention applies RoPE (false: none, whatever rope.* keys the file
+  // has; RopeParams::n_rot is then 0).
+  bool rope = true;
+  // `{prefix}.moe_latent_size` is read (LatentMoE: HyperParams::moe_latent).
+  bool moe_latent = false;
   // Sliding-window layers have their own geometry: head sizes
   // `{prefix}.attention.key_length_swa` / `value_length_swa` and RoPE
   // `rope.freq_base_swa` / `rope.dimension_count_swa`
@@ -387,6 +432,12 @@ struct HyperParams {
   int64_t head_dim_k_mla = 0;  // nope + rope per query head
   int64_t head_dim_v_mla = 0;  // value per head after attn_v_b
   int64_t n_dense_lead = 0;    // leading dense-FFN layers
+  // LatentMoE (`{prefix}.moe_latent_size`, 0: none): the routed experts work
+  // on ffn_latent_down h (moe_latent values) and their sum goes back
+  // through ffn_latent_up; the router and the shared expert read h itself.
+  int64_t moe_latent = 0;
+  // The routed experts' input width: moe_latent, or n_embd.
+  int64_t n_embd_experts() const { return moe_latent > 0 ? moe_latent : n_embd; }
   // The attention logit scale: 1/sqrt(head_dim_k), or for MLA llama.cpp's
   // mscale^2 / sqrt(head_dim_k_mla) (YaRN's correction), or 1
   // (unit_attention_scale).
@@ -429,14 +480,17 @@ struct HyperParams {
   int64_t ssm_key_head(int64_t h) const {
     return ssm_grouped_heads ? h / (ssm_n_v_heads / ssm_n_k_heads) : h % ssm_n_k_heads;
   }
-  bool is_recurrent(int il) const { return layers[il].mixer == MixerKind::kGatedDeltaNet; }
+  bool is_recurrent(int il) const { return IsRecurrent(layers[il].mixer); }
   int n_attention_layers() const;
   int n_recurrent_layers() const;
-  // The DeltaNet conv input width: q, k and v channels.
+  // The conv input width: DeltaNet's q, k and v channels; Mamba-2's xBC
+  // (x: inner, B and C: group_count x state_size each, with ssm_n_k_heads
+  // = groups and ssm_head_k = state size).
   int64_t ssm_conv_channels() const { return 2 * ssm_n_k_heads * ssm_head_k + ssm_inner(); }
   int64_t ssm_inner() const { return ssm_n_v_heads * ssm_head_v; }
-  // One DeltaNet layer's state per sequence, in floats: the conv's last
-  // kernel - 1 inputs per channel, and a head_v x head_k matrix per value head.
+  // One recurrent layer's state per sequence, in floats: the conv's last
+  // kernel - 1 inputs per channel, and a head_v x head_k matrix per value
+  // head (Mamba-2: head_dim x d_state per head, as ggml_ssm_scan keeps it).
   int64_t ssm_conv_state_floats() const {
     return (ssm_conv_kernel > 1 ? ssm_conv_kernel - 1 : 0) * ssm_conv_channels();
   }

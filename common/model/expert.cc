@@ -28,7 +28,7 @@ ExpertStore::ExpertStore(std::shared_ptr<const Model> model)
     : n_layer_total_(model->n_layer()),
       n_expert_total_(model->hparams().n_expert),
       expert_end_(static_cast<int>(model->hparams().n_expert)),
-      d_(model->hparams().n_embd),
+      d_(model->hparams().n_embd_experts()),
       n_ff_(model->hparams().n_ff_exp),
       ffn_(model->hparams().expert_ffn) {
   for (int l = 0; l < model->n_layer(); ++l) {
@@ -103,6 +103,7 @@ uint64_t ReadExpertWeights(const LayerExperts& le, absl::Span<const int32_t> exp
     uint64_t sum = 0;
     for (size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < experts.size();) {
       for (const ExpertTensorView* t : {&le.gate, &le.up, &le.down}) {
+        if (t == &le.gate && le.gate.data == le.up.data) continue;  // relu^2: up alone
         sum += SumWords(t->data + experts[i] * t->expert_bytes, t->expert_bytes);
       }
     }
@@ -140,6 +141,7 @@ absl::StatusOr<ExpertStore> PackedExpertStore(std::shared_ptr<const Model> model
     const LayerWeights& lw = model->layer(l);
     if (lw.gate_exps.data == nullptr) continue;  // a dense-FFN layer
     for (const ExpertTensorView* v : {&lw.gate_exps, &lw.up_exps, &lw.down_exps}) {
+      if (v == &lw.gate_exps && lw.gate_exps.data == lw.up_exps.data) continue;  // relu^2: up
       total += (CopiedExpertBytes(*v, 0, n_expert, quant::PackedPreferred(v->type)) + 63) / 64 * 64;
     }
   }
@@ -161,17 +163,21 @@ absl::StatusOr<ExpertStore> PackedExpertStore(std::shared_ptr<const Model> model
     }
     ExpertTensorView* out[3] = {&le.gate, &le.up, &le.down};
     const ExpertTensorView* in[3] = {&lw.gate_exps, &lw.up_exps, &lw.down_exps};
-    for (int k = 0; k < 3; ++k) {
+    // A non-gated activation's gate views up (Model::BindLayer): one copy.
+    const bool gate_is_up = lw.gate_exps.data == lw.up_exps.data;
+    for (int k = gate_is_up ? 1 : 0; k < 3; ++k) {
       const bool pack = quant::PackedPreferred(in[k]->type);
       *out[k] = CopiedExpertView(*in[k], 0, n_expert, pack, dst);
       jobs.push_back({in[k], 0, n_expert, pack, dst});
       dst += (CopiedExpertBytes(*in[k], 0, n_expert, pack) + 63) / 64 * 64;
     }
-    SliceExpertBiases(lw, 0, n_expert, model->hparams().n_ff_exp, model->hparams().n_embd, &le);
+    if (gate_is_up) le.gate = le.up;
+    SliceExpertBiases(lw, 0, n_expert, model->hparams().n_ff_exp, model->hparams().n_embd_experts(),
+                      &le);
     layers.push_back(std::move(le));
   }
   RunExpertCopies(jobs, pool);
-  return ExpertStore(std::move(layers), n_layer, n_expert, 0, 0, model->hparams().n_embd,
+  return ExpertStore(std::move(layers), n_layer, n_expert, 0, 0, model->hparams().n_embd_experts(),
                      model->hparams().n_ff_exp, std::move(buf), model->hparams().expert_ffn);
 }
 
@@ -772,22 +778,28 @@ void FusedExpertCall::GateUp(int64_t item, ThreadScratch* ts) {
   const quant::WeightView up = store_.Up(call_.layer, u.expert);
   float* g = Floats(ts->g);
   float* uu = Floats(ts->u);
+  // A non-gated activation reads up alone (the store's gate views it too).
+  const bool gated = IsGated(store_.ffn().activation);
   if (packed_gu_) {
     const uint8_t** rows = ts->rows.data();
     for (int64_t i = 0; i < n; ++i) rows[i] = xg_.Row(s_.slot_token[u.slot_begin + i]);
-    quant::PackedGemm({gate.type, gate.data, gate.n_rows, gate.n_cols}, r0, nr, rows, n, g, nr);
+    if (gated) {
+      quant::PackedGemm({gate.type, gate.data, gate.n_rows, gate.n_cols}, r0, nr, rows, n, g, nr);
+    }
     if (xu_.base != xg_.base) {
       for (int64_t i = 0; i < n; ++i) rows[i] = xu_.Row(s_.slot_token[u.slot_begin + i]);
     }
     quant::PackedGemm({up.type, up.data, up.n_rows, up.n_cols}, r0, nr, rows, n, uu, nr);
   } else if (u.tiled_gu) {
     const uint8_t* tu = (xu_.type != xg_.type ? s_.tiles_u.data() : s_.tiles_g.data()) + u.tiles_gu;
-    quant::TileGemm(gate, r0, nr, s_.tiles_g.data() + u.tiles_gu, n, g, nr, ts->panel.data());
+    if (gated) {
+      quant::TileGemm(gate, r0, nr, s_.tiles_g.data() + u.tiles_gu, n, g, nr, ts->panel.data());
+    }
     quant::TileGemm(up, r0, nr, tu, n, uu, nr, ts->panel.data());
   } else {
     for (int64_t i = 0; i < n; ++i) {
       const int32_t t = s_.slot_token[u.slot_begin + i];
-      DotRows(gdot_, gdot_rows_, d_, gate, r0, nr, xg_.Row(t), g + i * nr);
+      if (gated) DotRows(gdot_, gdot_rows_, d_, gate, r0, nr, xg_.Row(t), g + i * nr);
       DotRows(udot_, udot_rows_, d_, up, r0, nr, xu_.Row(t), uu + i * nr);
     }
   }
@@ -800,6 +812,8 @@ void FusedExpertCall::GateUp(int64_t item, ThreadScratch* ts) {
     float* h = Floats(s_.h) + (u.slot_begin + i) * ff_ + r0;
     if (ffn.activation == ExpertActivation::kSwiGluOai) {
       SwiGluOaiSpan(g + i * nr, uu + i * nr, nr, ffn.alpha, ffn.limit, h);
+    } else if (ffn.activation == ExpertActivation::kReluSq) {
+      internal::ReluSq(uu + i * nr, nr, h);
     } else if (ffn.activation == ExpertActivation::kGeGlu) {
       internal::GeGlu(g + i * nr, uu + i * nr, nr, h);
     } else {

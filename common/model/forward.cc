@@ -162,8 +162,8 @@ quant::WeightView Forward::MaybePacked(const quant::WeightView& w, bool pack, ui
 Forward::~Forward() = default;
 
 Forward::PartTimes Forward::part_times() const {
-  return {attention_ns_.load() * 1e-9, deltanet_ns_.load() * 1e-9, moe_ns_.load() * 1e-9,
-          head_ns_.load() * 1e-9};
+  return {attention_ns_.load() * 1e-9, deltanet_ns_.load() * 1e-9, mamba2_ns_.load() * 1e-9,
+          moe_ns_.load() * 1e-9, head_ns_.load() * 1e-9};
 }
 
 std::unique_ptr<Forward::Workspace> Forward::AcquireWorkspace() const {
@@ -289,14 +289,18 @@ absl::Status Forward::Step(absl::Span<const SequenceBatch> seqs, Batch& b) const
     } else if (IsAttention(spec.mixer)) {
       RETURN_IF_ERROR(Attention(il, b));
       attention_ns_.fetch_add(since(t), std::memory_order_relaxed);
-    } else {
+    } else if (spec.mixer == MixerKind::kGatedDeltaNet) {
       RETURN_IF_ERROR(DeltaNet(il, b));
       deltanet_ns_.fetch_add(since(t), std::memory_order_relaxed);
+    } else if (spec.mixer == MixerKind::kMamba2) {
+      RETURN_IF_ERROR(Mamba2(il, b));
+      mamba2_ns_.fetch_add(since(t), std::memory_order_relaxed);
     }
     t = Clock::now();
     switch (spec.ffn) {
       case FfnKind::kMoe: RETURN_IF_ERROR(MoeFfn(il, b)); break;
       case FfnKind::kDense: RETURN_IF_ERROR(DenseFfn(il, b)); break;
+      case FfnKind::kNone: break;
     }
     const std::vector<float>& out_scale = model_->layer(il).out_scale;
     if (!out_scale.empty()) {
@@ -703,6 +707,105 @@ absl::Status Forward::DeltaNet(int il, Batch& b) const {
   return absl::OkStatus();
 }
 
+absl::Status Forward::Mamba2(int il, Batch& b) const {
+  const HyperParams& hp = model_->hparams();
+  const LayerWeights& L = model_->layer(il);
+  const DenseWeights& W = dense_[il];
+  Workspace& ws = *b.ws;
+  const int64_t n = b.n, d = hp.n_embd;
+  const int64_t channels = hp.ssm_conv_channels(), inner = hp.ssm_inner();
+  const int64_t heads = hp.ssm_n_v_heads, groups = hp.ssm_n_k_heads;
+  const int64_t head_dim = hp.ssm_head_v, d_state = hp.ssm_head_k;
+  const int64_t taps = hp.ssm_conv_kernel - 1;
+  const int64_t proj = inner + channels + heads;  // [z | xBC | dt]
+  float* h = ws.h.Get(n * d);
+  NormRows(pool_, b.x, L.attn_norm, n, d, hp.rms_eps, h);
+  float* zxbcdt = ws.qkv.Get(n * proj);
+  RETURN_IF_ERROR(quant::MatMul(W.ssm_in, h, n, zxbcdt, pool_));
+  float* z = ws.z.Get(n * inner);
+  float* dt = ws.beta.Get(n * heads);
+  For(pool_, n, MinRows(proj), [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const float* row = zxbcdt + t * proj;
+      std::copy(row, row + inner, z + t * inner);
+      for (int64_t head = 0; head < heads; ++head) {
+        dt[t * heads + head] =
+            internal::Softplus(row[inner + channels + head] + L.ssm_dt_bias[head]);
+      }
+    }
+  });
+  struct Segment {
+    int64_t t0, n;
+    SequenceState* state;
+  };
+  std::vector<Segment> segs;
+  for (int64_t t = 0; t < n;) {
+    int64_t e = t + 1;
+    while (e < n && b.state[e] == b.state[t]) ++e;
+    segs.push_back({t, e - t, b.state[t]});
+    t = e;
+  }
+  const int64_t n_segs = static_cast<int64_t>(segs.size());
+  // Conv (+ bias) + SiLU over xBC per (segment, block of channels).
+  float* conv = ws.conv.Get(n * channels);
+  const float* conv_b = L.ssm_conv_b.empty() ? nullptr : L.ssm_conv_b.data();
+  const int64_t kBlock = 256;
+  const int64_t blocks = (channels + kBlock - 1) / kBlock;
+  For(pool_, n_segs * blocks, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const Segment& sg = segs[i / blocks];
+      const int64_t c0 = (i % blocks) * kBlock, nc = std::min(kBlock, channels - c0);
+      internal::ConvSilu(zxbcdt + sg.t0 * proj + inner + c0, proj, sg.n, nc,
+                         L.ssm_conv.data() + c0 * hp.ssm_conv_kernel, hp.ssm_conv_kernel,
+                         sg.state->conv(il) + c0 * taps, sg.state->next_conv(il) + c0 * taps,
+                         conv + sg.t0 * channels + c0, channels,
+                         conv_b == nullptr ? nullptr : conv_b + c0);
+    }
+  });
+  // The scan per (segment, head), tokens in order; then y += D x.
+  float* y = ws.attn.Get(n * inner);
+  For(pool_, n_segs * heads, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const Segment& sg = segs[i / heads];
+      const int64_t head = i % heads, g = hp.ssm_key_head(head);
+      internal::SsmScanHead sh;
+      sh.x = conv + sg.t0 * channels + head * head_dim;
+      sh.b = conv + sg.t0 * channels + inner + g * d_state;
+      sh.c = conv + sg.t0 * channels + inner + (groups + g) * d_state;
+      sh.x_stride = sh.bc_stride = channels;
+      sh.dt = dt + sg.t0 * heads + head;
+      sh.dt_stride = heads;
+      sh.a = L.ssm_a[head];
+      sh.y = y + sg.t0 * inner + head * head_dim;
+      sh.y_stride = inner;
+      const int64_t state = head * head_dim * d_state;
+      internal::SsmScan(sh, sg.n, head_dim, d_state, sg.state->recurrent(il) + state,
+                        sg.state->next_recurrent(il) + state);
+      for (int64_t t = 0; t < sg.n; ++t) {
+        float* yr = sh.y + t * inner;
+        const float* xr = sh.x + t * channels;
+        for (int64_t c = 0; c < head_dim; ++c) yr[c] += xr[c] * L.ssm_d[head];
+      }
+    }
+  });
+  // y * SiLU(z), then RMSNorm per group of inner / groups channels, W_out.
+  const int64_t gs = inner / groups;
+  For(pool_, n, MinRows(inner), [&](int64_t t0, int64_t t1) {
+    internal::SwiGlu(z + t0 * inner, y + t0 * inner, t1 - t0, inner, y + t0 * inner);
+    for (int64_t g = 0; g < groups; ++g) {
+      float* rows = y + t0 * inner + g * gs;
+      internal::RmsNormRows(rows, inner, L.ssm_norm.data() + g * gs, t1 - t0, gs, hp.rms_eps,
+                            rows, inner);
+    }
+  });
+  float* o = ws.o.Get(n * d);
+  RETURN_IF_ERROR(quant::MatMul(W.ssm_out, y, n, o, pool_));
+  For(pool_, n, MinRows(d), [&](int64_t t0, int64_t t1) {
+    for (int64_t i = t0 * d; i < t1 * d; ++i) b.x[i] += o[i];
+  });
+  return absl::OkStatus();
+}
+
 void Forward::AttendHeads(int il, const Batch& b, int64_t t_begin, int64_t t_end, const float* q,
                           float* out) const {
   const HyperParams& hp = model_->hparams();
@@ -803,18 +906,25 @@ absl::Status Forward::MoeFfn(int il, Batch& b) const {
   const LayerWeights& L = model_->layer(il);
   Workspace& ws = *b.ws;
   const int64_t n = b.n, d = hp.n_embd, k = hp.n_expert_used;
+  const int64_t de = hp.n_embd_experts();
+  const bool latent = hp.moe_latent > 0;
   ExpertCall& call = ws.call;
-  call.hidden.resize(n * d);
+  call.hidden.resize(n * de);
   // A dense MLP beside the experts (ffn_gate/up/down on an MoE layer) reads
   // ffn_norm(x); the experts then read ffn_pre_norm_2(x).
   const bool mlp = L.ffn_down.data != nullptr;
+  // The normed input: the experts' own unless LatentMoE projects it down
+  // for them (the router and the shared expert read it whole).
+  float* hn = latent ? ws.h.Get(n * d) : call.hidden.data();
   NormRows(pool_, b.x, L.ffn_pre_norm_2.empty() ? L.ffn_norm : L.ffn_pre_norm_2, n, d,
-           hp.rms_eps, call.hidden.data());
+           hp.rms_eps, hn);
+  if (latent) RETURN_IF_ERROR(quant::MatMul(dense_[il].ffn_latent_down, hn, n, call.hidden.data(), pool_));
   const bool shared = L.has_shared_expert();
 
-  // The router reads the experts' input, or RMSNorm(x) / sqrt(d) *
-  // router_scale (as llama.cpp's gemma4 graph: norm, then the two products).
-  const float* router_in = call.hidden.data();
+  // The router reads the normed input (before any LatentMoE projection), or
+  // RMSNorm(x) / sqrt(d) * router_scale (as llama.cpp's gemma4 graph: norm,
+  // then the two products).
+  const float* router_in = hn;
   if (!L.router_scale.empty()) {
     float* ri = ws.router_in.Get(n * d);
     const float inv = 1.0f / std::sqrt(static_cast<float>(d));
@@ -834,7 +944,7 @@ absl::Status Forward::MoeFfn(int il, Batch& b) const {
   call.call_id = next_call_id_.fetch_add(1);
   call.layer = il;
   call.n_tokens = static_cast<int32_t>(n);
-  call.d = static_cast<int32_t>(d);
+  call.d = static_cast<int32_t>(de);
   call.token_offsets.resize(n + 1);
   call.expert_ids.resize(n * k);
   call.weights.resize(n * k);
@@ -879,10 +989,9 @@ absl::Status Forward::MoeFfn(int il, Batch& b) const {
   // worker computes them in its own threads between Start and Finish (an
   // in-process backend already has, in Start). Finish runs whatever the
   // shared expert's outcome, so that the backend is ready for the next call.
-  float* partial = ws.partial.Get(n * d);
+  float* partial = ws.partial.Get(n * de);
   RETURN_IF_ERROR(experts_->Start(call, partial, nullptr));
-  absl::Status shared_status =
-      shared ? SharedExpert(il, call.hidden.data(), n, ws) : absl::OkStatus();
+  absl::Status shared_status = shared ? SharedExpert(il, hn, n, ws) : absl::OkStatus();
   float* m = nullptr;
   if (mlp && shared_status.ok()) {
     m = ws.mlp.Get(n * d);
@@ -894,6 +1003,11 @@ absl::Status Forward::MoeFfn(int il, Batch& b) const {
   const absl::Status routed_status = experts_->Finish();
   RETURN_IF_ERROR(routed_status);
   RETURN_IF_ERROR(shared_status);
+  if (latent) {
+    float* up = ws.up.Get(n * d);
+    RETURN_IF_ERROR(quant::MatMul(dense_[il].ffn_latent_up, partial, n, up, pool_));
+    partial = up;
+  }
   const float* sh = shared ? ws.shared.Get(n * d) : nullptr;
   if (m != nullptr) {
     // Gemma's norms: post_ffw_norm_1(mlp) + post_ffw_norm_2(experts), then
@@ -928,6 +1042,14 @@ absl::Status Forward::GatedFfn(ExpertActivation act, const quant::WeightView& ga
                                const float* h, int64_t n, Workspace& ws, float* out) const {
   const int64_t ff = up_w.n_rows;
   float* gate = ws.gate.Get(n * ff);
+  if (!IsGated(act)) {
+    // relu(up . h)^2: no gate projection.
+    RETURN_IF_ERROR(quant::MatMul(up_w, h, n, gate, pool_));
+    For(pool_, n, MinRows(ff, 4096), [&](int64_t t0, int64_t t1) {
+      internal::ReluSq(gate + t0 * ff, (t1 - t0) * ff, gate + t0 * ff);
+    });
+    return quant::MatMul(down_w, gate, n, out, pool_);
+  }
   float* up = ws.up.Get(n * ff);
   const quant::Product gate_up[] = {{gate_w, gate}, {up_w, up}};
   RETURN_IF_ERROR(quant::MatMuls(gate_up, h, n, pool_));
@@ -945,8 +1067,12 @@ absl::Status Forward::SharedExpert(int il, const float* h, int64_t n, Workspace&
   const LayerWeights& L = model_->layer(il);
   const int64_t d = model_->hparams().n_embd;
   float* out = ws.shared.Get(n * d);
-  RETURN_IF_ERROR(GatedFfn(ExpertActivation::kSwiGlu, dense_[il].shexp_gate, dense_[il].shexp_up,
-                           dense_[il].shexp_down, h, n, ws, out));
+  // SwiGLU, or relu^2 (ungated) beside relu^2 experts (nemotron_h_moe).
+  const ExpertActivation act = IsGated(model_->hparams().expert_ffn.activation)
+                                   ? ExpertActivation::kSwiGlu
+                                   : ExpertActivation::kReluSq;
+  RETURN_IF_ERROR(GatedFfn(act, dense_[il].shexp_gate, dense_[il].shexp_up, dense_[il].shexp_down,
+                           h, n, ws, out));
   if (L.shexp_gate_inp.data != nullptr) {
     float* g = ws.shexp_g.Get(n);
     RETURN_IF_ERROR(quant::MatMul(L.shexp_gate_inp, h, n, g, pool_));

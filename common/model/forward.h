@@ -35,6 +35,13 @@
 //     per head: Q = [Wk_b[h] q_nope, q_pe]; a = softmax(Q . K^T * scale) . V
 //               (scale: HyperParams::attn_scale), o_h = Wv_b[h] a
 //     x  += Wo o
+//   Mamba-2 (nemotron_h_moe; llama.cpp's build_mamba2_layer, ggml_ssm_scan):
+//     [z | xBC | dt] = W_in h; xBC = SiLU(causal depthwise conv(xBC) + b);
+//     dt = softplus(dt + dt_bias); per head (B/C group h / (heads / groups)):
+//     S = S * exp(dt * A) + B (x dt), y = S C + D x     token by token
+//     x  += W_out (RMSNorm per group(y * SiLU(z)) * ssm_norm)
+//   (a layer may have no mixer or no FFN: nemotron_h_moe's layers are one or
+//   the other, each with its one norm)
 //   h   = RMSNorm(x) * ffn_norm   (qwen35moe: post_attention_norm)
 //   dense-FFN layers (deepseek2's leading ones): x += W_down (SiLU(W_gate h) * W_up h)
 //   p   = softmax(W_router h); top-k (ties -> lower id); renormalise when
@@ -139,11 +146,11 @@ class Forward {
   absl::Status EvalBatch(absl::Span<const SequenceBatch> seqs) const;
 
   // Wall time spent in each part of the steps so far (all Evals, summed;
-  // for benchmarks): the attention and DeltaNet mixers (their projections
-  // included), the FFNs (MoE: router, shared expert and the wait for the
+  // for benchmarks): the attention, DeltaNet and Mamba-2 mixers (their
+  // projections included), the FFNs (MoE: router, shared expert and the wait for the
   // expert backend) and the output head (final norm and vocabulary product).
   struct PartTimes {
-    double attention_s = 0, deltanet_s = 0, moe_s = 0, head_s = 0;
+    double attention_s = 0, deltanet_s = 0, mamba2_s = 0, moe_s = 0, head_s = 0;
   };
   PartTimes part_times() const;
 
@@ -155,6 +162,7 @@ class Forward {
   absl::Status Step(absl::Span<const SequenceBatch> seqs, Batch& b) const;
   absl::Status Attention(int il, Batch& b) const;
   absl::Status DeltaNet(int il, Batch& b) const;
+  absl::Status Mamba2(int il, Batch& b) const;
   // Attention of the batch's tokens [t_begin, t_end) (their K/V rows written).
   void AttendHeads(int il, const Batch& b, int64_t t_begin, int64_t t_end, const float* q, float* out) const;
   absl::Status MoeFfn(int il, Batch& b) const;
@@ -167,7 +175,9 @@ class Forward {
                             const float* x, int64_t x_head, float* y, int64_t y_head,
                             Workspace& ws) const;
   absl::Status DenseFfn(int il, Batch& b) const;
-  // act(gate . h, up . h) then down (SwiGLU or GeGLU), n rows of h into *out.
+  // act(gate . h, up . h) then down (SwiGLU or GeGLU), or for a non-gated
+  // act (IsGated false: relu^2) act(up . h) then down, gate unread; n rows of
+  // h into *out.
   absl::Status GatedFfn(ExpertActivation act, const quant::WeightView& gate,
                         const quant::WeightView& up, const quant::WeightView& down,
                         const float* h, int64_t n, Workspace& ws, float* out) const;
@@ -208,7 +218,8 @@ class Forward {
   std::shared_ptr<uint8_t[]> packed_arena_;
   std::vector<std::unique_ptr<uint8_t[]>> packed_;
   mutable std::atomic<uint64_t> next_call_id_{1};
-  mutable std::atomic<uint64_t> attention_ns_{0}, deltanet_ns_{0}, moe_ns_{0}, head_ns_{0};
+  mutable std::atomic<uint64_t> attention_ns_{0}, deltanet_ns_{0}, mamba2_ns_{0}, moe_ns_{0},
+      head_ns_{0};
   mutable std::mutex ws_mu_;
   mutable std::vector<std::unique_ptr<Workspace>> ws_free_;  // guarded by ws_mu_
 };

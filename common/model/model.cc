@@ -213,9 +213,23 @@ absl::Status Model::BindLayer(int il, const LayerSpec& spec, LayerWeights* w) {
   auto at = [&](TensorId id) { return t[static_cast<int>(id)]; };
   RETURN_IF_ERROR(CheckGroup(f, il, {{at(TensorId::kAttnQNorm), "attn_q_norm.weight"},
                                      {at(TensorId::kAttnKNorm), "attn_k_norm.weight"}}));
-  RETURN_IF_ERROR(CheckGroup(f, il, {{at(TensorId::kShexpGate), "ffn_gate_shexp.weight"},
-                                     {at(TensorId::kShexpUp), "ffn_up_shexp.weight"},
-                                     {at(TensorId::kShexpDown), "ffn_down_shexp.weight"}}));
+  if (IsGated(hparams_.expert_ffn.activation)) {
+    RETURN_IF_ERROR(CheckGroup(f, il, {{at(TensorId::kShexpGate), "ffn_gate_shexp.weight"},
+                                       {at(TensorId::kShexpUp), "ffn_up_shexp.weight"},
+                                       {at(TensorId::kShexpDown), "ffn_down_shexp.weight"}}));
+  } else {
+    // A non-gated activation: the shared expert is up + down.
+    RETURN_IF_ERROR(CheckGroup(f, il, {{at(TensorId::kShexpUp), "ffn_up_shexp.weight"},
+                                       {at(TensorId::kShexpDown), "ffn_down_shexp.weight"}}));
+  }
+  // LatentMoE: both projections, exactly when moe_latent_size is set.
+  if (spec.ffn == FfnKind::kMoe &&
+      ((at(TensorId::kFfnLatentDown) != nullptr) != (hparams_.moe_latent > 0) ||
+       (at(TensorId::kFfnLatentUp) != nullptr) != (hparams_.moe_latent > 0))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        f.path(), ": layer ", il, " needs ffn_latent_down and ffn_latent_up exactly when ",
+        hparams_.arch, ".moe_latent_size is set (it is ", hparams_.moe_latent, ")"));
+  }
   if (at(TensorId::kShexpGateInp) != nullptr && at(TensorId::kShexpDown) == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
         f.path(), ": tensor 'blk.", il,
@@ -255,8 +269,10 @@ absl::Status Model::BindLayer(int il, const LayerSpec& spec, LayerWeights* w) {
         f.path(), ": layer ", il, " has no attn_v.weight, so V is K, but its K has ",
         ResolveDim(hparams_, Dim::kK, il), " values and its V ", ResolveDim(hparams_, Dim::kV, il)));
   }
-  if (spec.ffn == FfnKind::kMoe && at(TensorId::kExpDown) != nullptr) {
+  if (spec.ffn == FfnKind::kMoe && at(TensorId::kExpDown) != nullptr &&
+      IsGated(hparams_.expert_ffn.activation)) {
     // The routed experts' gate and up: separate, or fused (ffn_gate_up_exps).
+    // (A non-gated activation reads ffn_up_exps alone, required by its table.)
     const bool fused = at(TensorId::kExpGateUp) != nullptr;
     const bool split = at(TensorId::kExpGate) != nullptr && at(TensorId::kExpUp) != nullptr;
     if (fused == split) {
@@ -284,7 +300,7 @@ absl::Status Model::BindLayer(int il, const LayerSpec& spec, LayerWeights* w) {
       },
       *w);
   RETURN_IF_ERROR(st);
-  SplitFusedDeltaNet(w);
+  if (spec.mixer == MixerKind::kGatedDeltaNet) SplitFusedDeltaNet(w);
   if (w->gate_up_exps.data != nullptr) {
     // Per expert the gate rows, then the up rows: views of the two halves.
     const ExpertTensorView fused = w->gate_up_exps;
@@ -294,6 +310,12 @@ absl::Status Model::BindLayer(int il, const LayerSpec& spec, LayerWeights* w) {
     w->up_exps = w->gate_exps;
     w->up_exps.data = fused.data + ff * fused.row_bytes;
     w->gate_up_exps = {};
+  }
+  // A non-gated expert activation (relu^2) has no gate tensor: the routed
+  // experts' gate views up, so that every holder of expert tensors (stores,
+  // shards, caches) keeps its three-tensor shape; the kernels read up alone.
+  if (!IsGated(hparams_.expert_ffn.activation) && w->gate_exps.data == nullptr) {
+    w->gate_exps = w->up_exps;
   }
   return absl::OkStatus();
 }

@@ -100,7 +100,7 @@ absl::StatusOr<std::unique_ptr<SequenceState>> SequenceState::Create(const Hyper
         L.k.reset(new uint16_t[static_cast<size_t>(rows * L.k_row)]);
         L.v.reset(new uint16_t[static_cast<size_t>(rows * L.v_stride)]);
         L.v_base = L.v.get();
-      } else {
+      } else if (IsRecurrent(hp.layers[l].mixer)) {
         for (Recurrent& r : L.buf) {
           r.conv.assign(s->conv_floats_, 0.0f);
           r.ssm.assign(s->ssm_floats_, 0.0f);
@@ -124,7 +124,7 @@ uint64_t SequenceState::bytes() const {
       b += rows * L.k_row * sizeof(uint16_t);
     } else if (IsAttention(kinds_[l])) {
       b += rows * (L.k_row + L.v_stride) * sizeof(uint16_t);
-    } else {
+    } else if (IsRecurrent(kinds_[l])) {
       b += kRecurrentBuffers * static_cast<uint64_t>(conv_floats_ + ssm_floats_) * sizeof(float);
     }
   }
@@ -152,7 +152,7 @@ void SequenceState::Clear() {
   written_end_ = 0;
   checkpoints_.clear();
   for (size_t l = 0; l < layers_.size(); ++l) {
-    if (IsAttention(kinds_[l])) continue;
+    if (!IsRecurrent(kinds_[l])) continue;
     Recurrent& r = layers_[l].buf[layers_[l].cur];
     std::fill(r.conv.begin(), r.conv.end(), 0.0f);
     std::fill(r.ssm.begin(), r.ssm.end(), 0.0f);
@@ -181,7 +181,7 @@ absl::Status SequenceState::Truncate(int64_t n) {
     }
     size_t r = 0;
     for (size_t l = 0; l < layers_.size(); ++l) {
-      if (IsAttention(kinds_[l])) continue;
+      if (!IsRecurrent(kinds_[l])) continue;
       layers_[l].buf[layers_[l].cur] = it->second[r++];
     }
   }
@@ -246,7 +246,7 @@ void SequenceState::Checkpoint() {
   std::vector<Recurrent>& cp = checkpoints_[n_past_];
   cp.clear();
   for (size_t l = 0; l < layers_.size(); ++l) {
-    if (!IsAttention(kinds_[l])) cp.push_back(Cur(static_cast<int>(l)));
+    if (IsRecurrent(kinds_[l])) cp.push_back(Cur(static_cast<int>(l)));
   }
 }
 
@@ -320,7 +320,7 @@ absl::Status SequenceState::ImportKv(int64_t pos, const uint8_t* in, uint64_t by
 
 void SequenceState::ExportRecurrent(uint8_t* out) const {
   for (size_t l = 0; l < layers_.size(); ++l) {
-    if (IsAttention(kinds_[l])) continue;
+    if (!IsRecurrent(kinds_[l])) continue;
     const Recurrent& r = Cur(static_cast<int>(l));
     std::memcpy(out, r.conv.data(), r.conv.size() * sizeof(float));
     out += r.conv.size() * sizeof(float);
@@ -338,7 +338,7 @@ absl::Status SequenceState::Resume(int64_t n, const uint8_t* recurrent, uint64_t
   checkpoints_.clear();
   written_end_ = n;  // the rings hold the imported rows before n
   for (size_t l = 0; l < layers_.size(); ++l) {
-    if (IsAttention(kinds_[l])) continue;
+    if (!IsRecurrent(kinds_[l])) continue;
     Recurrent& r = layers_[l].buf[layers_[l].cur];
     std::memcpy(r.conv.data(), recurrent, r.conv.size() * sizeof(float));
     recurrent += r.conv.size() * sizeof(float);
@@ -353,7 +353,7 @@ void SequenceState::Commit(int64_t n_new) {
   n_past_ += n_new;
   written_end_ = std::max(written_end_, n_past_);
   for (size_t l = 0; l < layers_.size(); ++l) {
-    if (!IsAttention(kinds_[l])) layers_[l].cur = 1 - layers_[l].cur;
+    if (IsRecurrent(kinds_[l])) layers_[l].cur = 1 - layers_[l].cur;
   }
 }
 

@@ -19,11 +19,14 @@
 //     The forward writes one sequence's rows into such a layer at most
 //     max_step() positions at a time before they attend (then MirrorRows),
 //     so a step never overwrites rows its own tokens still read;
-//   - a gated-DeltaNet layer keeps, whatever the context, its conv state
-//     (the last ssm_conv_kernel - 1 conv inputs, channel-major: channel c's
-//     taps at conv(l) + c * (kernel - 1), oldest first) and its recurrent
-//     state (per value head a head_v x head_k matrix, row j = value
-//     dimension j, as llama.cpp's ggml_gated_delta_net stores it), f32.
+//   - a recurrent layer (IsRecurrent: gated DeltaNet, Mamba-2) keeps,
+//     whatever the context, its conv state (the last ssm_conv_kernel - 1
+//     conv inputs, channel-major: channel c's taps at conv(l) + c * (kernel
+//     - 1), oldest first) and its recurrent state (per value head a head_v x
+//     head_k matrix, row j = value dimension j, as llama.cpp's
+//     ggml_gated_delta_net stores it; Mamba-2: per head head_dim x d_state,
+//     as ggml_ssm_scan's), f32;
+//   - a layer without a mixer (MixerKind::kNone) keeps nothing.
 //
 // A step must not change a sequence when it fails, but a recurrent state
 // cannot be recomputed from less than the whole history: every recurrent

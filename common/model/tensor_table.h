@@ -46,7 +46,7 @@ namespace moesplit::model {
   X(kSsmNorm, kVector, ssm_norm, false)                                \
   X(kSsmOut, kMatrix, ssm_out, true)                                   \
   X(kSsmBa, kMatrix, ssm_ba, false)                                    \
-  X(kSsmIn, kMatrix, ssm_in, false)                                    \
+  X(kSsmIn, kMatrix, ssm_in, true)                                     \
   X(kRouter, kMatrix, router, false)                                   \
   X(kExpGate, kExperts, gate_exps, false)                              \
   X(kExpUp, kExperts, up_exps, false)                                  \
@@ -72,6 +72,10 @@ namespace moesplit::model {
   X(kFfnUp, kMatrix, ffn_up, true)                                     \
   X(kFfnDown, kMatrix, ffn_down, true)                                 \
   X(kRouterSelBias, kVector, router_sel_b, false)                     \
+  X(kSsmConvBias, kVector, ssm_conv_b, false)                          \
+  X(kSsmD, kVector, ssm_d, false)                                      \
+  X(kFfnLatentDown, kMatrix, ffn_latent_down, true)                    \
+  X(kFfnLatentUp, kMatrix, ffn_latent_up, true)                        \
   X(kNextnEhProj, kMatrix, nextn_eh_proj, false)                       \
   X(kNextnEnorm, kVector, nextn_enorm, false)                          \
   X(kNextnHnorm, kVector, nextn_hnorm, false)                          \
@@ -100,6 +104,12 @@ namespace moesplit::model {
 //     strength and decay projections; ssm_norm per value head; ssm_out;
 //     ssm_ba and ssm_in: qwen3next's fused file layouts, split at load into
 //     ssm_beta / ssm_alpha and ssm_qkv / ssm_z, then empty: Model::Load);
+//   Mamba-2 reuses ssm_in (its in-projection [z | xBC | dt], kept whole),
+//     ssm_conv (+ its bias ssm_conv_b), ssm_dt_bias, ssm_a (-exp(A_log) per
+//     head), ssm_d (the skip D per head), ssm_norm (d_inner weights, normed
+//     in groups) and ssm_out;
+//   ffn_latent_down / ffn_latent_up: LatentMoE's projections around the
+//     routed experts;
 //   router (+ router_b; router_sel_b: the selection bias exp_probs_b, added
 //     to the scores for choosing only), the routed experts (one row per
 //     expert for their biases), the shared expert and its sigmoid gate;

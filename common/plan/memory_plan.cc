@@ -621,7 +621,17 @@ std::string FormatPlanTable(const MemoryPlan& p) {
                         "expert FFN %d, vocab %d\n",
                         hp.arch, hp.n_layer, hp.n_embd, hp.n_head, hp.n_head_kv, hp.head_dim_k,
                         hp.n_expert, hp.n_expert_used, hp.n_ff_exp, hp.n_vocab);
-  if (hp.n_recurrent_layers() > 0) {
+  const bool mamba2 = std::any_of(hp.layers.begin(), hp.layers.end(), [](const auto& l) {
+    return l.mixer == model::MixerKind::kMamba2;
+  });
+  if (mamba2) {
+    absl::StrAppendFormat(&out,
+                          "layers:   %d Mamba-2 (%d heads x %d, state %d, %d groups, conv %d) + %d "
+                          "attention + %d MoE\n",
+                          hp.n_recurrent_layers(), hp.ssm_n_v_heads, hp.ssm_head_v, hp.ssm_head_k,
+                          hp.ssm_n_k_heads, hp.ssm_conv_kernel, hp.n_attention_layers(),
+                          hp.n_moe_layers());
+  } else if (hp.n_recurrent_layers() > 0) {
     absl::StrAppendFormat(&out,
                           "layers:   %d gated DeltaNet (%d/%d heads x %d, conv %d) + %d "
                           "attention\n",
@@ -635,7 +645,8 @@ std::string FormatPlanTable(const MemoryPlan& p) {
                         FormatBytes(o.budget_bytes));
   absl::StrAppendFormat(&out, "  %-24s %16s  %10s\n", "GPU", "bytes", "");
   Row(&out, "dense weights", p.dense.total());
-  Row(&out, hp.n_recurrent_layers() > 0 ? "  attention + DeltaNet" : "  attention",
+  Row(&out, mamba2 ? "  attention + Mamba-2"
+            : hp.n_recurrent_layers() > 0 ? "  attention + DeltaNet" : "  attention",
       p.dense.attention);
   Row(&out, "  norms", p.dense.norms);
   Row(&out, "  routers", p.dense.routers);
@@ -682,9 +693,9 @@ std::string FormatPlanTable(const MemoryPlan& p) {
   }
   if (p.recurrent_state > 0) {
     Row(&out, "recurrent state", p.recurrent_state,
-        absl::StrFormat("%d bytes/sequence x %d (%d DeltaNet layers, any context)",
+        absl::StrFormat("%d bytes/sequence x %d (%d %s layers, any context)",
                         p.recurrent_bytes_per_sequence, o.n_parallel,
-                        hp.n_recurrent_layers()));
+                        hp.n_recurrent_layers(), mamba2 ? "Mamba-2" : "DeltaNet"));
   }
   Row(&out, "workspace", p.workspace.total());
   Row(&out, "  activations", p.workspace.activations);

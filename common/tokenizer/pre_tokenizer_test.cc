@@ -191,6 +191,25 @@ INSTANTIATE_TEST_SUITE_P(
       return name;
     });
 
+// pixtral (Nemotron-3's files; llama.cpp's LLAMA_VOCAB_PRE_TYPE_LLAMA3):
+// numbers in threes, contractions apart, and ignore_merges.
+INSTANTIATE_TEST_SUITE_P(
+    Pixtral, PreTokenizerSplitTest,
+    ::testing::Values(SplitCase{"pixtral", "12345 I've", {"123", "45", " I", "'ve"}},
+                      SplitCase{"pixtral", "Hello  world!\n\n", {"Hello", " ", " world", "!\n\n"}}),
+    [](const ::testing::TestParamInfo<SplitCase>& info) {
+      return "pixtral_" + std::to_string(info.index);
+    });
+
+TEST(PreTokenizerTest, PixtralIgnoresMerges) {
+  auto pre = PreTokenizer::Create("pixtral");
+  ASSERT_TRUE(pre.ok()) << pre.status();
+  EXPECT_TRUE((*pre)->spec().ignore_merges);
+  auto qwen = PreTokenizer::Create("qwen2");
+  ASSERT_TRUE(qwen.ok()) << qwen.status();
+  EXPECT_FALSE((*qwen)->spec().ignore_merges);
+}
+
 TEST(PreTokenizerTest, UnknownTypeIsInvalidArgument) {
   auto pre = PreTokenizer::Create("llama-bpe");
   EXPECT_EQ(pre.status().code(), absl::StatusCode::kInvalidArgument);

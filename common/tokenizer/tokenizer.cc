@@ -367,7 +367,13 @@ absl::Status Tokenizer::EncodeText(std::string_view text, WordCache* cache,
     } else {
       encoded.clear();
       tokenizer_internal::ByteEncode(word, &encoded);
-      bpe_->EncodeWord(encoded, out);
+      // ignore_merges: a word that is a token is that token.
+      const int32_t whole = pre_->spec().ignore_merges ? bpe_->Find(encoded) : -1;
+      if (whole >= 0) {
+        out->push_back(whole);
+      } else {
+        bpe_->EncodeWord(encoded, out);
+      }
     }
     if (cacheable) {
       cache->ranges.try_emplace(std::string(word), begin, out->size() - begin);

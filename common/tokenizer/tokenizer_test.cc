@@ -444,6 +444,25 @@ TEST(TokenizerTest, MiniMaxM2ControlAndEndOfGenerationTokens) {
   EXPECT_EQ(ids->back(), end);
 }
 
+// ignore_merges (pixtral): a word that is itself a token is that token,
+// although the merges would split it ("abc": "b c" merges first, and no
+// merge joins "a" to "bc").
+TEST(TokenizerTest, IgnoreMergesTakesAWholeWordToken) {
+  VocabSpec spec;
+  spec.tokens = {"a", "b", "c", "bc", "abc"};
+  spec.merges = {"b c"};
+  for (const std::string pre : {"qwen2", "pixtral"}) {
+    spec.pre = pre;
+    auto tok = Tokenizer::FromSpec(spec);
+    ASSERT_TRUE(tok.ok()) << tok.status();
+    auto ids = (*tok)->Encode("abc", /*parse_special=*/false);
+    ASSERT_TRUE(ids.ok()) << ids.status();
+    const std::vector<int32_t> want =
+        pre == "pixtral" ? std::vector<int32_t>{4} : std::vector<int32_t>{0, 3};
+    EXPECT_EQ(*ids, want) << pre;
+  }
+}
+
 TEST(TokenizerTest, RejectsUnknownAndMissingPreTypes) {
   auto spec = MakeTestVocab(300);
   ASSERT_TRUE(spec.ok());

@@ -45,7 +45,7 @@ struct WorkerDescription {
   std::string architecture;
   int n_layer = 0;
   int n_expert = 0;
-  int d = 0;
+  int d = 0;  // the hidden width of its expert calls (the model's n_embd; LatentMoE: the latent)
   int n_ff = 0;
   int layer_begin = 0, layer_end = 0;    // owned layers [begin, end)
   int expert_begin = 0, expert_end = 0;  // owned expert ids [begin, end)

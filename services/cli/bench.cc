@@ -207,7 +207,8 @@ std::vector<int32_t> BenchTokens(int64_t n, int64_t n_vocab, uint64_t seed) {
 model::Forward::PartTimes PartsBetween(const model::Forward::PartTimes& before,
                                        const model::Forward::PartTimes& after, double runs) {
   return {(after.attention_s - before.attention_s) / runs,
-          (after.deltanet_s - before.deltanet_s) / runs, (after.moe_s - before.moe_s) / runs,
+          (after.deltanet_s - before.deltanet_s) / runs,
+          (after.mamba2_s - before.mamba2_s) / runs, (after.moe_s - before.moe_s) / runs,
           (after.head_s - before.head_s) / runs};
 }
 
@@ -463,11 +464,13 @@ absl::Status RunBench(const Args& args, const CommandIo& io) {
     const double decode_s = n_gen / decodes[0].tok_s;
     j["decode_attention_fraction"] = decodes[0].parts.attention_s / decode_s;
     j["decode_deltanet_fraction"] = decodes[0].parts.deltanet_s / decode_s;
+    j["decode_mamba2_fraction"] = decodes[0].parts.mamba2_s / decode_s;
     j["decode_moe_fraction"] = decodes[0].parts.moe_s / decode_s;
     j["decode_head_fraction"] = decodes[0].parts.head_s / decode_s;
     j["prefill_expert_wait_fraction"] = prefill_expert_s / prefill_s;
     j["prefill_attention_fraction"] = prefill_parts.attention_s / prefill_s;
     j["prefill_deltanet_fraction"] = prefill_parts.deltanet_s / prefill_s;
+    j["prefill_mamba2_fraction"] = prefill_parts.mamba2_s / prefill_s;
     j["prefill_moe_fraction"] = prefill_parts.moe_s / prefill_s;
     std::fprintf(io.out, "%s\n", j.dump().c_str());
     return absl::OkStatus();
@@ -475,10 +478,12 @@ absl::Status RunBench(const Args& args, const CommandIo& io) {
   std::fprintf(io.out, "model   %s\nthreads %d, experts %s\n", model_path.c_str(), n_threads,
                experts.experts.c_str());
   std::fprintf(io.out, "prefill (%lld tokens)              %8.1f tok/s  (experts %4.1f%% of it; "
-               "attention %.1f%%, DeltaNet %.1f%%, MoE FFN %.1f%% of it; mean of %lld)\n",
+               "attention %.1f%%, DeltaNet %.1f%%, Mamba-2 %.1f%%, MoE FFN %.1f%% of it; mean of "
+               "%lld)\n",
                static_cast<long long>(n_prompt), n_prompt / prefill_s,
                100 * prefill_expert_s / prefill_s, 100 * prefill_parts.attention_s / prefill_s,
-               100 * prefill_parts.deltanet_s / prefill_s, 100 * prefill_parts.moe_s / prefill_s,
+               100 * prefill_parts.deltanet_s / prefill_s, 100 * prefill_parts.mamba2_s / prefill_s,
+               100 * prefill_parts.moe_s / prefill_s,
                static_cast<long long>(reps));
   std::fprintf(io.out, "first prefill after start          %8.1f tok/s\n",
                n_prompt / first_prefill_s);
@@ -486,10 +491,12 @@ absl::Status RunBench(const Args& args, const CommandIo& io) {
     const double decode_s = n_gen / d.tok_s;
     std::fprintf(io.out,
                  "decode (depth %5lld)               %8.1f tok/s  (experts %4.1f%% of it; "
-                 "attention %.1f%%, DeltaNet %.1f%%, MoE FFN %.1f%%, output head %.1f%% of it)\n",
+                 "attention %.1f%%, DeltaNet %.1f%%, Mamba-2 %.1f%%, MoE FFN %.1f%%, output head "
+                 "%.1f%% of it)\n",
                  static_cast<long long>(d.depth), d.tok_s,
                  100 * d.expert_seconds * d.tok_s / n_gen, 100 * d.parts.attention_s / decode_s,
-                 100 * d.parts.deltanet_s / decode_s, 100 * d.parts.moe_s / decode_s,
+                 100 * d.parts.deltanet_s / decode_s, 100 * d.parts.mamba2_s / decode_s,
+                 100 * d.parts.moe_s / decode_s,
                  100 * d.parts.head_s / decode_s);
   }
   std::fprintf(io.out, "worker alone: decode               %8.1f tok/s\n", worker_decode_tok_s);

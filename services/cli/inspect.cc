@@ -91,9 +91,18 @@ void PrintHyperParams(const model::ModelSummary& s, std::FILE* out) {
     il = end + 1;
   }
   if (runs.size() > 8) runs.resize(8), runs.push_back("...");
+  const bool mamba2 = std::any_of(hp.layers.begin(), hp.layers.end(), [](const auto& l) {
+    return l.mixer == model::MixerKind::kMamba2;
+  });
   row("layers", absl::StrCat(hp.n_attention_layers(), " attention, ", hp.n_recurrent_layers(),
-                             " DeltaNet: ", absl::StrJoin(runs, ", ")));
-  if (hp.n_recurrent_layers() > 0) {
+                             mamba2 ? " Mamba-2, " : " DeltaNet",
+                             mamba2 ? absl::StrCat(hp.n_moe_layers(), " MoE") : "", ": ",
+                             absl::StrJoin(runs, ", ")));
+  if (mamba2) {
+    row("mamba2", absl::StrFormat("%d heads x %d, state %d, %d B/C groups, conv kernel %d",
+                                  hp.ssm_n_v_heads, hp.ssm_head_v, hp.ssm_head_k,
+                                  hp.ssm_n_k_heads, hp.ssm_conv_kernel));
+  } else if (hp.n_recurrent_layers() > 0) {
     row("deltanet", absl::StrFormat("%d key / %d value heads x %d, conv kernel %d",
                                     hp.ssm_n_k_heads, hp.ssm_n_v_heads, hp.ssm_head_k,
                                     hp.ssm_conv_kernel));

@@ -38,6 +38,8 @@ constexpr ShapeFlag kShapeFlags[] = {
     {"ssm-k-heads", &TestModelSpec::ssm_n_k_heads, "qwen35moe: DeltaNet key heads"},
     {"ssm-v-heads", &TestModelSpec::ssm_n_v_heads, "qwen35moe: DeltaNet value heads"},
     {"ssm-head", &TestModelSpec::ssm_head, "qwen35moe: DeltaNet head size"},
+    {"ssm-state", &TestModelSpec::ssm_state, "nemotron_h_moe: Mamba-2 state size"},
+    {"moe-latent", &TestModelSpec::moe_latent, "nemotron_h_moe: LatentMoE width (0: none)"},
     {"window", &TestModelSpec::sliding_window, "gpt-oss: sliding window of the even layers"},
     {"q-lora", &TestModelSpec::q_lora_rank, "deepseek2: q LoRA rank (0: a direct attn_q)"},
     {"kv-lora", &TestModelSpec::kv_lora_rank, "deepseek2: KV latent rank"},
@@ -76,7 +78,7 @@ absl::Status RunMakeTestModel(const Args& args, const CommandIo& io) {
   f.AddString("out|o", &out, "output GGUF path (required)");
   f.AddString("arch", &arch,
               "qwen3moe | qwen2moe | qwen35moe | gpt-oss | deepseek2 | glm4moe | qwen3next | "
-              "minimax-m2")
+              "minimax-m2 | nemotron_h_moe")
       .DefaultText("the preset's");
   f.AddString("preset", &preset, absl::StrJoin(PresetNames(), " | "));
   f.AddString("type", &type,
@@ -86,6 +88,9 @@ absl::Status RunMakeTestModel(const Args& args, const CommandIo& io) {
   for (const ShapeFlag& s : kShapeFlags) {
     f.AddInt(s.name, &(shape.*s.field), s.help).DefaultText("the preset's");
   }
+  f.AddString("layer-kinds", &shape.layer_kinds,
+              "nemotron_h_moe: a letter per layer, M Mamba-2, * attention, E MoE")
+      .DefaultText("the preset's; else MEMEM*EM repeated");
   f.AddString("name", &name, "general.name").DefaultText("from the preset and type");
   f.AddInt("seed", &seed, "weight seed");
   f.AddInt("threads|t", &threads, "fill threads; 0: every CPU the process may use");
@@ -107,6 +112,12 @@ absl::Status RunMakeTestModel(const Args& args, const CommandIo& io) {
   spec.threads = ThreadCount(threads);
   for (const ShapeFlag& s : kShapeFlags) {
     if (f.WasSet(s.name)) spec.*s.field = shape.*s.field;
+  }
+  if (f.WasSet("layer-kinds")) spec.layer_kinds = shape.layer_kinds;
+  // A preset's layer letters no longer fit another --layers.
+  if (f.WasSet("layers") && !f.WasSet("layer-kinds") &&
+      static_cast<int64_t>(spec.layer_kinds.size()) != spec.n_layer) {
+    spec.layer_kinds.clear();
   }
   if (f.WasSet("shared-ffn") && spec.arch == "qwen3moe") {
     return absl::InvalidArgumentError(

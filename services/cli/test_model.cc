@@ -60,6 +60,21 @@ bool HasDenseLeadAndRouterKeys(const TestModelSpec& s) {
   return a != nullptr && a->leading_dense_layers;
 }
 
+// Per-layer kinds from the metadata arrays (nemotron_h_moe).
+bool HasLayerKinds(const TestModelSpec& s) {
+  const model::ArchDescription* a = model::FindArch(s.arch);
+  return a != nullptr && a->pattern == model::LayerPattern::kPerLayerKinds;
+}
+
+// The spec's layer letters (M Mamba-2, * attention, E MoE), n_layer of them.
+std::string LayerKinds(const TestModelSpec& s) {
+  if (!s.layer_kinds.empty()) return s.layer_kinds;
+  const std::string cycle = "MEMEM*EM";  // the oracle fixture's order
+  std::string out;
+  for (int64_t il = 0; il < s.n_layer; ++il) out.push_back(cycle[il % cycle.size()]);
+  return out;
+}
+
 uint64_t Mix64(uint64_t z) {
   z += 0x9e3779b97f4a7c15ULL;
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -149,6 +164,31 @@ absl::Status CheckShape(const TestModelSpec& s) {
     if (pairs > s.head_dim || s.rope_sections.size() != 4) {
       return absl::InvalidArgumentError(absl::StrCat(
           "rope sections sum to ", pairs, " pairs; at most --head-dim ", s.head_dim));
+    }
+  }
+  if (HasLayerKinds(s)) {
+    const std::string kinds = LayerKinds(s);
+    if (static_cast<int64_t>(kinds.size()) != s.n_layer ||
+        kinds.find_first_not_of("ME*") != std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "layer kinds '", kinds, "' must be --layers (", s.n_layer,
+          ") letters M (Mamba-2), * (attention) or E (MoE)"));
+    }
+    const Field ssm[] = {{"ssm-groups", s.ssm_n_k_heads, 4096},
+                         {"ssm-heads", s.ssm_n_v_heads, 4096},
+                         {"ssm-head", s.ssm_head, 4096},
+                         {"ssm-state", s.ssm_state, 4096},
+                         {"ssm-conv", s.ssm_conv_kernel, 64}};
+    for (const Field& f : ssm) {
+      if (f.value < 1 || f.value > f.max) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--", f.name, " = ", f.value, " out of range [1, ", f.max, "]"));
+      }
+    }
+    if (s.ssm_n_v_heads % s.ssm_n_k_heads != 0 || s.moe_latent < 0 || s.moe_latent > s.n_embd) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--ssm-heads ", s.ssm_n_v_heads, " must be a multiple of --ssm-groups ",
+          s.ssm_n_k_heads, " and the MoE latent ", s.moe_latent, " in [0, --d]"));
     }
   }
   if (HasSwaGeometry(s)) {
@@ -334,9 +374,28 @@ model::HyperParams ToHyperParams(const TestModelSpec& s) {
     hp.n_expert_groups = s.n_expert_groups;
     hp.n_group_used = s.n_group_used;
   }
+  if (HasLayerKinds(s)) {
+    // M: Mamba-2 alone, *: attention alone, E: the MoE alone (arch.h).
+    const std::string kinds = LayerKinds(s);
+    for (int64_t il = 0; il < s.n_layer && il < static_cast<int64_t>(kinds.size()); ++il) {
+      model::LayerSpec& l = hp.layers[il];
+      if (kinds[il] == 'M') l = {arch->recurrent, model::FfnKind::kNone};
+      if (kinds[il] == '*') l = {arch->attention, model::FfnKind::kNone};
+      if (kinds[il] == 'E') l = {model::MixerKind::kNone, model::FfnKind::kMoe};
+    }
+    hp.rope.n_rot = arch->rope ? hp.rope.n_rot : 0;
+    hp.router_scoring = arch->router.scoring;
+    hp.norm_topk = s.expert_weights_norm;
+    hp.expert_weights_scale = static_cast<float>(s.expert_weights_scale);
+    hp.n_expert_groups = s.n_expert_groups;
+    hp.n_group_used = s.n_group_used;
+    hp.moe_latent = s.moe_latent;
+    hp.ssm_grouped_heads = arch->ssm_grouped_heads;
+  }
   if (hp.n_recurrent_layers() > 0) {
     hp.ssm_conv_kernel = s.ssm_conv_kernel;
     hp.ssm_head_k = hp.ssm_head_v = s.ssm_head;
+    if (HasLayerKinds(s)) hp.ssm_head_k = s.ssm_state;  // Mamba-2: head x state
     hp.ssm_n_k_heads = s.ssm_n_k_heads;
     hp.ssm_n_v_heads = s.ssm_n_v_heads;
   }
@@ -574,6 +633,38 @@ absl::StatusOr<TestModelSpec> PresetSpec(absl::string_view preset) {
     s.n_ctx = 262144;
     return s;
   }
+  if (p == "nemotron-3-nano-30b-a3b" || p == "nemotron-3-super-120b-a12b") {
+    // nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16's and
+    // NVIDIA-Nemotron-3-Super-120B-A12B's config.json (MTP block left out).
+    const bool super = p == "nemotron-3-super-120b-a12b";
+    s.arch = "nemotron_h_moe";
+    s.layer_kinds = super ? "MEMEMEM*EMEMEMEM*EMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*"
+                            "EMEMEMEMEM*EMEMEMEM*EMEMEMEME"
+                          : "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME";
+    s.n_layer = static_cast<int64_t>(s.layer_kinds.size());
+    s.n_embd = super ? 4096 : 2688;
+    s.n_head = 32;
+    s.n_head_kv = 2;
+    s.head_dim = 128;
+    s.ssm_conv_kernel = 4;
+    s.ssm_n_k_heads = 8;
+    s.ssm_n_v_heads = super ? 128 : 64;
+    s.ssm_head = 64;
+    s.ssm_state = 128;
+    s.n_expert = super ? 512 : 128;
+    s.n_expert_used = super ? 22 : 6;
+    s.n_ff_exp = super ? 2688 : 1856;
+    s.n_ff = s.n_ff_exp;
+    s.n_ff_shexp = super ? 5376 : 3712;
+    s.moe_latent = super ? 1024 : 0;
+    s.expert_weights_scale = super ? 5.0 : 2.5;
+    s.expert_weights_norm = true;
+    s.rope_freq_base = 10000;
+    s.rms_eps = 1e-5;
+    s.n_vocab = 131072;
+    s.n_ctx = 262144;
+    return s;
+  }
   return absl::InvalidArgumentError(absl::StrCat("unknown preset '", preset, "' (supported: ",
                                                  absl::StrJoin(PresetNames(), ", "), ")"));
 }
@@ -583,7 +674,8 @@ const std::vector<std::string>& PresetNames() {
       "qwen3-30b-a3b", "qwen3.5-35b-a3b", "qwen3.6-35b-a3b-mtp", "gpt-oss-20b",
       "gpt-oss-120b",  "deepseek-v3",     "kimi-k2",             "deepseek-v2-lite",
       "glm-4.5-air",   "glm-4.7",         "glm-4.7-flash",       "minimax-m2",
-      "qwen3-next-80b-a3b", "gemma-4-26b-a4b", "tiny"};
+      "qwen3-next-80b-a3b", "nemotron-3-nano-30b-a3b", "nemotron-3-super-120b-a12b",
+      "gemma-4-26b-a4b", "tiny"};
   return *kNames;
 }
 
@@ -650,7 +742,11 @@ absl::StatusOr<std::vector<PlannedTensor>> PlanTensors(
     if (t.id == model::TensorId::kAttnV && !t.required) return l.sliding_window > 0;
     // qwen3next: attn_qkv + attn_gate, as current converters write (not
     // the legacy fused ssm_in, their alternative).
-    if (t.id == model::TensorId::kSsmIn) return false;
+    if (t.id == model::TensorId::kSsmIn && !t.required) return false;
+    if (t.id == model::TensorId::kFfnLatentDown || t.id == model::TensorId::kFfnLatentUp) {
+      return spec.moe_latent > 0;
+    }
+    if (t.id == model::TensorId::kAttnOutputBias && !t.required) return false;
     switch (t.id) {
       case model::TensorId::kAttnQA:
       case model::TensorId::kAttnQANorm:
@@ -794,9 +890,32 @@ absl::Status AddTestModel(const TestModelSpec& spec, GgufWriter* writer,
   u32("embedding_length", spec.n_embd);
   u32("block_count", spec.n_layer + std::max<int64_t>(spec.n_nextn, 0));
   if (spec.n_nextn > 0) u32("nextn_predict_layers", spec.n_nextn);
-  u32("feed_forward_length", spec.n_ff);
-  u32("expert_feed_forward_length", spec.n_ff_exp);
   const model::HyperParams hp = ToHyperParams(spec);
+  if (HasLayerKinds(spec)) {
+    // Per layer (arch.h kPerLayerKinds): attention layers' KV heads, MoE
+    // layers' FFN length, 0 elsewhere.
+    std::vector<int64_t> kv, ff;
+    for (const model::LayerSpec& l : hp.layers) {
+      kv.push_back(model::IsAttention(l.mixer) ? spec.n_head_kv : 0);
+      ff.push_back(l.ffn == model::FfnKind::kMoe ? spec.n_ff : 0);
+    }
+    writer->Set(absl::StrCat(a, ".attention.head_count_kv"),
+                GgufValue::IntArray(GgufValueType::kInt32, kv));
+    writer->Set(absl::StrCat(a, ".feed_forward_length"),
+                GgufValue::IntArray(GgufValueType::kInt32, ff));
+    writer->SetF32(absl::StrCat(a, ".expert_weights_scale"),
+                   static_cast<float>(spec.expert_weights_scale));
+    writer->SetBool(absl::StrCat(a, ".expert_weights_norm"), spec.expert_weights_norm);
+    u32("expert_shared_count", 1);
+    if (spec.n_expert_groups >= 1) {
+      u32("expert_group_count", spec.n_expert_groups);
+      u32("expert_group_used_count", spec.n_group_used);
+    }
+    if (spec.moe_latent > 0) u32("moe_latent_size", spec.moe_latent);
+  } else {
+    u32("feed_forward_length", spec.n_ff);
+  }
+  u32("expert_feed_forward_length", spec.n_ff_exp);
   if (HasSharedExpert(*model::FindArch(a)) && !model::FindArch(a)->shared_expert_count) {
     u32("expert_shared_feed_forward_length", spec.n_ff_shexp);
   }
@@ -823,7 +942,7 @@ absl::Status AddTestModel(const TestModelSpec& spec, GgufWriter* writer,
                    static_cast<float>(spec.final_logit_softcap));
     u32("attention.shared_kv_layers", 0);
     u32("embedding_length_per_layer_input", 0);
-  } else {
+  } else if (!HasLayerKinds(spec)) {  // those write it per layer (above)
     u32("attention.head_count_kv", hp.n_head_kv);
   }
   u32("attention.key_length", hp.head_dim_k);
@@ -873,11 +992,11 @@ absl::Status AddTestModel(const TestModelSpec& spec, GgufWriter* writer,
   }
   if (hp.n_recurrent_layers() > 0) {
     u32("ssm.conv_kernel", spec.ssm_conv_kernel);
-    u32("ssm.state_size", spec.ssm_head);
+    u32("ssm.state_size", hp.ssm_head_k);
     u32("ssm.group_count", spec.ssm_n_k_heads);
     u32("ssm.time_step_rank", spec.ssm_n_v_heads);
     u32("ssm.inner_size", spec.ssm_n_v_heads * spec.ssm_head);
-    u32("full_attention_interval", spec.full_attention_interval);
+    if (!HasLayerKinds(spec)) u32("full_attention_interval", spec.full_attention_interval);
   }
   if (IsGptOss(spec)) {
     u32("attention.sliding_window", spec.sliding_window);

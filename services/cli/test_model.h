@@ -70,6 +70,14 @@ struct TestModelSpec {
   int64_t ssm_n_v_heads = 32;
   int64_t ssm_head = 128;
   int64_t full_attention_interval = 4;
+  // nemotron_h_moe (LayerPattern::kPerLayerKinds): one letter per layer, M
+  // Mamba-2, * attention, E MoE (the published hybrid_override_pattern;
+  // empty: "MEMEM*EM" repeated); the Mamba-2 state size (ssm.state_size;
+  // ssm_head is the head size, ssm_n_k_heads the B/C groups, ssm_n_v_heads
+  // the heads) and LatentMoE's width (0: none).
+  std::string layer_kinds;
+  int64_t ssm_state = 128;
+  int64_t moe_latent = 0;
   // gpt-oss: sliding-window attention on the even layers, YaRN RoPE.
   int64_t sliding_window = 128;
   double rope_scaling_factor = 32;
@@ -143,14 +151,22 @@ struct TestModelSpec {
 // its GGUFs): 47 layers + 1 NextN block, n_embd 2048, 20 MLA heads (q LoRA
 // 768, kv LoRA 512, nope 192 + rope 64, v 256), no YaRN, 1 dense layer (FFN
 // 10240), 64 experts top-4 of FFN 1536 plus 1 shared, no groups, x 1.8,
-// vocabulary 154880, context 202752; "gemma-4-26b-a4b" (gemma4,
+// vocabulary 154880, context 202752; "qwen3.6-35b-a3b-mtp": qwen3.5-35b-a3b
+// plus its MTP block; "nemotron-3-nano-30b-a3b" / "nemotron-3-super-120b-a12b"
+// (nemotron_h_moe, NVIDIA's published configs): 52 / 88 layers in the
+// hybrid_override_pattern (23 / 40 Mamba-2, 6 / 8 attention, 23 / 40 MoE),
+// n_embd 2688 / 4096, attention 32 / 2 heads of 128 without RoPE, Mamba-2
+// 64 / 128 heads of 64 with 8 B/C groups, state 128, conv kernel 4, 128 /
+// 512 experts top-6 / 22 of FFN 1856 / 2688 (relu^2) plus a shared expert of
+// 3712 / 5376, LatentMoE of 1024 (Super only), sigmoid router with
+// selection bias, weights normalised x 2.5 / x 5, vocabulary 131072,
+// context 262144 (Super's MTP block is left out); "gemma-4-26b-a4b" (gemma4,
 // google/gemma-4-26B-A4B's config as llama.cpp's converter writes it): 30
 // layers in the pattern 5 sliding (window 1024, 8 KV heads of 256, RoPE base
 // 1e4 over the whole head) + 1 full (2 KV heads of 512, V = K, base 1e6 on
 // a quarter of the pairs), n_embd 2816, 16 query heads, a GeGLU MLP of 2112
 // beside 128 experts top-8 of FFN 704, tied embeddings, soft-cap 30,
-// vocabulary 262144, context 262144; "qwen3.6-35b-a3b-mtp": qwen3.5-35b-a3b
-// plus its MTP block; "tiny"
+// vocabulary 262144, context 262144; "tiny"
 // (the defaults above, the oracle fixtures' shape). The
 // context is 4096 unless the preset says otherwise. InvalidArgument
 // otherwise.

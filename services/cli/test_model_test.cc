@@ -251,6 +251,144 @@ TEST_F(TestModelTest, MiniMaxM2AndQwen3NextPresetsPlanAndRun) {
   }
 }
 
+// Nemotron-3 Nano / Super as published (NVIDIA's configs): the parameter
+// counts of the model cards (31.6B total, ~3.5B active with the
+// embeddings; 120B / 12B), the layer kinds of the hybrid pattern, relu^2
+// experts without a gate, LatentMoE on Super; a small file of the same kind
+// loads and runs.
+TEST_F(TestModelTest, NemotronPresetsPlanAndRun) {
+  struct Want {
+    const char* preset;
+    double total_b, active_b;  // without the embeddings and the output head
+    int mamba, attention, moe;
+  };
+  for (const Want& w : {Want{"nemotron-3-nano-30b-a3b", 31.6, 2.9, 23, 6, 23},
+                        Want{"nemotron-3-super-120b-a12b", 120.7, 11.7, 40, 8, 40}}) {
+    auto spec = PresetSpec(w.preset);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    EXPECT_EQ(spec->arch, "nemotron_h_moe");
+    EXPECT_TRUE(ValidateSpec(*spec).ok()) << w.preset << ": " << ValidateSpec(*spec);
+    const model::HyperParams hp = ToHyperParams(*spec);
+    int mamba = 0, attention = 0, moe = 0;
+    for (const model::LayerSpec& l : hp.layers) {
+      mamba += l.mixer == model::MixerKind::kMamba2;
+      attention += l.mixer == model::MixerKind::kAttention;
+      moe += l.ffn == model::FfnKind::kMoe;
+    }
+    EXPECT_EQ(mamba, w.mamba) << w.preset;
+    EXPECT_EQ(attention, w.attention) << w.preset;
+    EXPECT_EQ(moe, w.moe) << w.preset;
+    auto plan = PlanTensors(*spec);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    double total = 0, routed = 0, vocab = 0;
+    std::map<std::string, std::vector<int64_t>> ne;
+    for (const PlannedTensor& t : *plan) {
+      double n = 1;
+      for (int64_t x : t.ne) n *= x;
+      total += n;
+      if (t.role == model::TensorRole::kRoutedExpert) routed += n;
+      if (t.role == model::TensorRole::kEmbeddings || t.role == model::TensorRole::kOutput) {
+        vocab += n;
+      }
+      ne[t.name] = t.ne;
+    }
+    const double active = total - vocab - routed +
+                          routed * spec->n_expert_used / static_cast<double>(spec->n_expert);
+    EXPECT_NEAR(total / 1e9, w.total_b, 0.02 * w.total_b) << w.preset;
+    EXPECT_NEAR(active / 1e9, w.active_b, 0.05 * w.active_b) << w.preset;
+    const int64_t d = spec->n_embd, inner = spec->ssm_n_v_heads * spec->ssm_head;
+    const int64_t xbc = inner + 2 * spec->ssm_n_k_heads * spec->ssm_state;
+    EXPECT_EQ(ne["blk.0.ssm_in.weight"], (std::vector<int64_t>{d, inner + xbc + spec->ssm_n_v_heads}));
+    EXPECT_EQ(ne["blk.0.ssm_conv1d.weight"], (std::vector<int64_t>{4, xbc}));
+    EXPECT_EQ(ne["blk.0.ssm_norm.weight"], (std::vector<int64_t>{inner / 8, 8}));
+    const int64_t de = spec->moe_latent > 0 ? spec->moe_latent : d;
+    EXPECT_EQ(ne["blk.1.ffn_up_exps.weight"], (std::vector<int64_t>{de, spec->n_ff_exp, spec->n_expert}));
+    EXPECT_EQ(ne.count("blk.1.ffn_gate_exps.weight"), 0u);
+    EXPECT_EQ(ne.count("blk.1.ffn_gate_shexp.weight"), 0u);
+    EXPECT_EQ(ne.count("blk.1.ffn_latent_down.weight"), spec->moe_latent > 0 ? 1u : 0u);
+    const size_t first_attention = spec->layer_kinds.find('*');
+    EXPECT_EQ(ne.count(absl::StrCat("blk.", first_attention, ".attn_q.weight")), 1u);
+    EXPECT_EQ(ne.count(absl::StrCat("blk.", first_attention, ".attn_norm.weight")), 1u);
+
+    // A small file of the same kind loads and runs.
+    spec->layer_kinds = "MEM*E";
+    spec->n_layer = 5;
+    spec->n_expert = 16;
+    spec->n_expert_used = 4;
+    spec->n_vocab = 512;
+    spec->type = "Q8_0";
+    const std::string path = Path(absl::StrCat(w.preset, ".gguf"));
+    ASSERT_TRUE(WriteTestModel(*spec, path).ok());
+    auto m = model::Model::Open(path);
+    ASSERT_TRUE(m.ok()) << m.status();
+    const model::HyperParams& mh = (*m)->hparams();
+    EXPECT_EQ(mh.rope.n_rot, 0);
+    EXPECT_EQ(mh.n_recurrent_layers(), 2);
+    EXPECT_EQ(mh.moe_latent, spec->moe_latent);
+    EXPECT_EQ(model::ExpertFfnName(mh.expert_ffn), "relu_sq");
+    model::InProcessExperts experts(model::ExpertStore(*m), nullptr);
+    model::Forward forward(*m, &experts, nullptr);
+    auto state = model::SequenceState::Create(mh, 16);
+    ASSERT_TRUE(state.ok());
+    std::vector<float> logits;
+    ASSERT_TRUE(forward.Eval({1, 2, 3, 4}, state->get(), model::LogitsMode::kLast, &logits).ok());
+    for (float x : logits) ASSERT_TRUE(std::isfinite(x));
+  }
+}
+
+// A nemotron_h_moe test model of the oracle fixture's shape has llama.cpp's
+// tensors (names, shapes) and per-layer metadata arrays.
+TEST_F(TestModelTest, NemotronMatchesTheLlamaCppFixture) {
+  const std::string fixture = absl::StrCat(MOESPLIT_FIXTURES_DIR, "/models/nemotronh-tiny-f16.gguf");
+  auto ref = GgufFile::Open(fixture);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  TestModelSpec spec;
+  spec.arch = "nemotron_h_moe";
+  spec.n_layer = 8;
+  spec.n_embd = 128;
+  spec.n_head = 8;
+  spec.n_head_kv = 2;
+  spec.head_dim = 32;
+  spec.n_expert = 16;
+  spec.n_expert_used = 4;
+  spec.n_ff_exp = spec.n_ff = 64;
+  spec.n_ff_shexp = 128;
+  spec.ssm_n_k_heads = 2;
+  spec.ssm_n_v_heads = 8;
+  spec.ssm_head = 32;
+  spec.ssm_state = 32;
+  spec.n_expert_groups = 4;
+  spec.n_group_used = 2;
+  spec.expert_weights_scale = 2.5;
+  spec.n_vocab = 499;
+  spec.type = "F16";
+  spec.threads = 2;
+  const std::string path = Path("nemotronh.gguf");
+  ASSERT_TRUE(WriteTestModel(spec, path).ok());
+  auto ours = GgufFile::Open(path);
+  ASSERT_TRUE(ours.ok()) << ours.status();
+  ASSERT_EQ((*ours)->tensors().size(), (*ref)->tensors().size());
+  for (const GgufTensor& r : (*ref)->tensors()) {
+    const GgufTensor* t = (*ours)->FindTensor(r.name);
+    ASSERT_NE(t, nullptr) << r.name;
+    EXPECT_EQ(t->ne, r.ne) << r.name;
+  }
+  for (const char* key : {"nemotron_h_moe.attention.head_count_kv",
+                          "nemotron_h_moe.feed_forward_length"}) {
+    const GgufValue* a = (*ours)->Find(key);
+    const GgufValue* b = (*ref)->Find(key);
+    ASSERT_NE(a, nullptr) << key;
+    ASSERT_NE(b, nullptr) << key;
+    std::vector<int64_t> va = a->ints(), vb = b->ints();
+    for (uint64_t u : a->uints()) va.push_back(static_cast<int64_t>(u));
+    for (uint64_t u : b->uints()) vb.push_back(static_cast<int64_t>(u));
+    EXPECT_EQ(va, vb) << key;
+  }
+  auto m = model::Model::Open(path);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ((*m)->hparams().n_expert_groups, 4);
+}
+
 // Gemma-4-26B-A4B: the preset's hyper-parameters are those llama.cpp's
 // converter wrote into ggml-vocab-gemma-4.gguf (the real model's metadata),
 // layer by layer; the totals of the model card (25.2B, 3.8B active); the
@@ -946,6 +1084,18 @@ TEST(TestModelSpecTest, RejectsBadSpecs) {
          s.n_expert_shared = 0;
        },
        "--shared-experts = 0 out of range"},
+      {"nemotron layer kinds",
+       [](TestModelSpec& s) {
+         s.arch = "nemotron_h_moe";
+         s.layer_kinds = "MEX*";
+       },
+       "letters M (Mamba-2), * (attention) or E (MoE)"},
+      {"nemotron groups",
+       [](TestModelSpec& s) {
+         s.arch = "nemotron_h_moe";
+         s.ssm_n_k_heads = 3;
+       },
+       "must be a multiple of --ssm-groups 3"},
   };
   for (const BadSpec& c : cases) {
     TestModelSpec spec;

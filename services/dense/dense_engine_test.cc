@@ -52,7 +52,9 @@ const std::string& ModelPath(const std::string& arch = "qwen3moe") {
       absl::StrCat(::testing::TempDir(), "/dense_engine_test_", getpid(), "_", arch, ".gguf");
   cli::TestModelSpec spec;
   spec.arch = arch;
-  spec.n_layer = arch == "qwen35moe" ? 4 : 2;
+  spec.n_layer = arch == "qwen35moe" || arch == "nemotron_h_moe" ? 4 : 2;
+  spec.layer_kinds = "ME*E";  // nemotron_h_moe: Mamba-2, MoE, attention, MoE
+  spec.ssm_state = 16;
   spec.ssm_n_k_heads = 2;
   spec.ssm_n_v_heads = 4;
   spec.ssm_head = 32;
@@ -174,7 +176,12 @@ TEST_P(SchedulerTest, ConcurrentGreedyEqualsDecodingAlone) {
 
 // 1: every prompt token its own step next to the decodes; 5: chunks that
 // cut prompts anywhere; 512: whole prompts. qwen35moe: recurrent state.
+// nemotron_h_moe: Mamba-2 state (CPU only: no CUDA kernels yet).
+#ifdef MOESPLIT_CUDA_EMULATED
 #define MOESPLIT_ENGINE_ARCHS ::testing::Values("qwen3moe", "qwen35moe")
+#else
+#define MOESPLIT_ENGINE_ARCHS ::testing::Values("qwen3moe", "qwen35moe", "nemotron_h_moe")
+#endif
 INSTANTIATE_TEST_SUITE_P(StepTokens, SchedulerTest,
                          ::testing::Combine(MOESPLIT_ENGINE_ARCHS, ::testing::Values(1, 5, 512)),
                          [](const auto& info) {

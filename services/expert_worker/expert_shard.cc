@@ -34,6 +34,10 @@ struct ExpertShard::NodePart {
 
 namespace {
 
+// A non-gated activation's layer: the gate tensor views up (Model::BindLayer),
+// so the shard copies up once and views the copy twice.
+bool GateViewsUp(const model::LayerWeights& lw) { return lw.gate_exps.data == lw.up_exps.data; }
+
 // Bytes of experts [eb, ee) of one 3-D tensor in the worker's memory: in
 // the packed layout where the CPU's kernels read it fastest.
 uint64_t SliceBytes(const model::ExpertTensorView& v, int eb, int ee) {
@@ -78,6 +82,7 @@ absl::StatusOr<std::unique_ptr<ExpertShard>> ExpertShard::Load(const ShardOption
       const auto& lw = m->layer(l);
       if (lw.gate_exps.data == nullptr) continue;  // a dense-FFN layer: no experts
       for (const auto* v : {&lw.gate_exps, &lw.up_exps, &lw.down_exps}) {
+        if (v == &lw.gate_exps && GateViewsUp(lw)) continue;  // copied once, as up
         sizes[i] += SliceBytes(*v, part->expert_begin, part->expert_end) + 64;
         copy_bytes += SliceBytes(*v, part->expert_begin, part->expert_end);
       }
@@ -116,6 +121,7 @@ absl::StatusOr<std::unique_ptr<ExpertShard>> ExpertShard::Load(const ShardOption
     // node, so first touch places the pages there too.
     std::vector<model::LayerExperts> layers;
     std::vector<model::ExpertCopyJob> jobs;
+    std::vector<size_t> layer_jobs;  // where each layer's jobs begin in `jobs`
     uint8_t* dst = s->arena_->region(i).data;
     for (int l = shard.layer_begin; l < shard.layer_end; ++l) {
       const auto& lw = m->layer(l);
@@ -126,20 +132,25 @@ absl::StatusOr<std::unique_ptr<ExpertShard>> ExpertShard::Load(const ShardOption
       }
       model::ExpertTensorView* out[3] = {&le.gate, &le.up, &le.down};
       const model::ExpertTensorView* in[3] = {&lw.gate_exps, &lw.up_exps, &lw.down_exps};
-      for (int k = 0; k < 3; ++k) {
+      layer_jobs.push_back(jobs.size());
+      const bool gate_is_up = GateViewsUp(lw);
+      for (int k = gate_is_up ? 1 : 0; k < 3; ++k) {
         const bool pack = quant::PackedPreferred(in[k]->type);
         *out[k] = model::CopiedExpertView(*in[k], part.expert_begin, part.expert_end, pack, dst);
         jobs.push_back({in[k], part.expert_begin, part.expert_end, pack, dst});
         dst += (SliceBytes(*in[k], part.expert_begin, part.expert_end) + 63) / 64 * 64;
       }
-      model::SliceExpertBiases(lw, part.expert_begin, part.expert_end, hp.n_ff_exp, hp.n_embd, &le);
+      if (gate_is_up) le.gate = le.up;
+      model::SliceExpertBiases(lw, part.expert_begin, part.expert_end, hp.n_ff_exp,
+                               hp.n_embd_experts(), &le);
       layers.push_back(std::move(le));
     }
     std::thread copier([&] {
       if (part.node >= 0) PinCurrentThread(cpus);
-      // A layer (its three tensors) at a time, for the progress line.
-      for (size_t j = 0; j < jobs.size(); j += 3) {
-        const size_t n = std::min<size_t>(3, jobs.size() - j);
+      // A layer (its tensors) at a time, for the progress line.
+      layer_jobs.push_back(jobs.size());
+      for (size_t li = 0; li + 1 < layer_jobs.size(); ++li) {
+        const size_t j = layer_jobs[li], n = layer_jobs[li + 1] - j;
         model::RunExpertCopies(absl::MakeConstSpan(jobs).subspan(j, n), part.pool.get());
         uint64_t bytes = 0;
         for (size_t k = j; k < j + n; ++k) {
@@ -154,7 +165,7 @@ absl::StatusOr<std::unique_ptr<ExpertShard>> ExpertShard::Load(const ShardOption
       for (const auto* v : {&le.gate, &le.up, &le.down}) formats.insert(std::string(GgmlTypeName(v->type)));
     }
     model::ExpertStore store(std::move(layers), m->n_layer(), static_cast<int>(hp.n_expert),
-                             shard.layer_begin, part.expert_begin, hp.n_embd, hp.n_ff_exp,
+                             shard.layer_begin, part.expert_begin, hp.n_embd_experts(), hp.n_ff_exp,
                              nullptr, hp.expert_ffn);
     part.experts = std::make_unique<model::InProcessExperts>(std::move(store), part.pool.get());
     part.backend = part.experts.get();
@@ -257,7 +268,7 @@ void ExpertShard::Describe(const model::Model& model, const ShardSpec& shard,
   d.architecture = m->arch().name;
   d.n_layer = m->n_layer();
   d.n_expert = static_cast<int>(hp.n_expert);
-  d.d = static_cast<int>(hp.n_embd);
+  d.d = static_cast<int>(hp.n_embd_experts());  // the width expert calls carry (LatentMoE)
   d.n_ff = static_cast<int>(hp.n_ff_exp);
   d.layer_begin = shard.layer_begin;
   d.layer_end = shard.layer_end;

@@ -118,7 +118,7 @@ absl::StatusOr<std::unique_ptr<ExpertTier>> ExpertTier::Create(
   t->expert_begin_ = expert_begin;
   t->expert_end_ = expert_end;
   t->n_ff_ = hp.n_ff_exp;
-  t->d_ = hp.n_embd;
+  t->d_ = hp.n_embd_experts();  // LatentMoE: the experts' width
   t->slot_bytes_ = SlotBytes(*model, layer_begin, layer_end);
   if (t->slot_bytes_ == 0) {
     return absl::InvalidArgumentError("expert tier: no layer of the shard has routed experts");
@@ -164,10 +164,9 @@ absl::StatusOr<std::unique_ptr<ExpertTier>> ExpertTier::Create(
     t->layout_.push_back(lay);
     shape.push_back(std::move(le));
   }
-  t->shape_ = std::make_unique<model::ExpertStore>(shape, model->n_layer(),
-                                                   static_cast<int>(hp.n_expert), layer_begin,
-                                                   expert_begin, hp.n_embd, hp.n_ff_exp, nullptr,
-                                                   hp.expert_ffn);
+  t->shape_ = std::make_unique<model::ExpertStore>(
+      shape, model->n_layer(), static_cast<int>(hp.n_expert), layer_begin, expert_begin,
+      hp.n_embd_experts(), hp.n_ff_exp, nullptr, hp.expert_ffn);
   t->compute_ = std::make_unique<model::InProcessExperts>(*t->shape_, pool);
   if (t->biases_) {
     t->gate_b_.assign(static_cast<size_t>(t->n_slots_) * t->n_ff_, 0.0f);

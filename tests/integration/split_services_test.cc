@@ -165,7 +165,50 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureLogitsTest,
                                            "qwen35moe-mtp-tiny-f16", "qwen35moe-mtp-tiny-q8_0",
                                            "glm4moe-tiny-f16", "glm4moe-tiny-q8_0",
                                            "glm47flash-tiny-f16", "glm47flash-tiny-q8_0",
-                                           "qwen3next-mtp-tiny-f16"));
+                                           "qwen3next-mtp-tiny-f16",
+
+                                           // nemotron_h_moe: relu^2 experts, MoE-only layers:
+                                           "nemotronh-tiny-f16", "nemotronh-tiny-q8_0"));
+
+// LatentMoE (nemotron_h_moe, Super's shape in small): expert calls carry
+// the latent rows, whose width the worker describes; shm and gRPC give the
+// in-process bits.
+TEST(LatentMoeTest, IdenticalAcrossLocalShmAndGrpc) {
+  const std::string path = ::testing::TempDir() + "/split_services_latent.gguf";
+  ChildProcess make(kCli, {"make-test-model", "--arch", "nemotron_h_moe", "--layers", "5",
+                           "--layer-kinds", "ME*ME", "--d", "128", "--heads", "4", "--kv-heads",
+                           "2", "--head-dim", "32", "--experts", "16", "--top-k", "4",
+                           "--expert-ffn", "64", "--ffn", "64", "--shared-ffn", "128",
+                           "--ssm-k-heads", "2", "--ssm-v-heads", "4", "--ssm-head", "32",
+                           "--ssm-state", "16", "--moe-latent", "64", "--vocab", "512", "--type",
+                           "Q8_0", "--out", path, "-t", "2"});
+  ASSERT_EQ(make.Wait(60s), 0) << make.stderr_text();
+  auto m = model::Model::Open(path);
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_EQ((*m)->hparams().moe_latent, 64);
+  ThreadPool pool(2);
+  auto logits = [&](model::ExpertBackend* experts) {
+    model::Forward forward(*m, experts, &pool);
+    auto cache = model::SequenceState::Create((*m)->hparams(), 64);
+    EXPECT_TRUE(cache.ok());
+    std::vector<float> out;
+    EXPECT_TRUE(forward.Eval({1, 2, 3, 4, 5, 6, 7, 8}, cache->get(), model::LogitsMode::kAll, &out)
+                    .ok());
+    return out;
+  };
+  model::InProcessExperts local(model::ExpertStore(*m), &pool);
+  const std::vector<float> want = logits(&local);
+  const std::string shm = Name("latent");
+  const int port = FreePort();
+  auto w = StartWorker({"--model", path, "--listen-shm", shm, "--listen-grpc",
+                        absl::StrCat("127.0.0.1:", port), "--threads", "2"});
+  for (const std::string& addr : {"shm://" + shm, absl::StrCat("grpc://127.0.0.1:", port)}) {
+    auto remote = Connect({addr}, **m);
+    ASSERT_TRUE(remote.ok()) << remote.status();
+    EXPECT_EQ(logits(remote->get()), want) << addr;
+  }
+  std::remove(path.c_str());
+}
 
 // Workers splitting the experts by id (each one's partial sums added by the
 // dense side: the same values up to the order of the additions). gpt-oss's

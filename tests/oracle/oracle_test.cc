@@ -231,6 +231,11 @@ TEST(OracleFixturesTest, AreAllPresent) {
     pending += matches;
   }
   EXPECT_GE(OracleModels().size() - pending, 12u);
+  for (const testing::PendingEntry& p : testing::PendingCudaFixtures()) {
+    size_t matches = 0;
+    for (const std::string& m : OracleModels()) matches += m.rfind(p.prefix, 0) == 0;
+    EXPECT_GT(matches, 0u) << "CUDA pending entry '" << p.prefix << "' names no fixture";
+  }
 }
 
 // Prints the whole table when the binary runs all models in one process.

@@ -129,6 +129,20 @@ absl::Status CheckSupported(const model::Model& m) {
   } else if (hp.rope.norm_style || hp.rope.n_rot > hp.head_dim_k) {
     return absl::UnimplementedError("CUDA attention: only NEOX RoPE with n_rot <= head_dim");
   }
+  for (const model::LayerSpec& l : hp.layers) {
+    if (l.mixer == model::MixerKind::kMamba2 || l.mixer == model::MixerKind::kNone ||
+        l.ffn == model::FfnKind::kNone) {
+      return absl::UnimplementedError(absl::StrCat(
+          "CUDA forward: ", std::string(model::MixerKindName(l.mixer)), " / ",
+          std::string(model::FfnKindName(l.ffn)),
+          " layers (Mamba-2, a mixer or an FFN alone: nemotron_h_moe) have no CUDA kernels yet"));
+    }
+  }
+  if (!model::IsGated(hp.expert_ffn.activation) || hp.moe_latent > 0) {
+    return absl::UnimplementedError(absl::StrCat(
+        "CUDA forward: expert activation ", model::ExpertFfnName(hp.expert_ffn),
+        hp.moe_latent > 0 ? " with LatentMoE" : "", " has no CUDA kernels yet"));
+  }
   if (hp.n_recurrent_layers() > 0) {
     const int64_t dim = hp.ssm_head_k;
     if (hp.ssm_head_v != dim || dim % 16 != 0 || dim < 16 || dim > raw::kMaxDeltaDim ||

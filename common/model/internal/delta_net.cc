@@ -41,7 +41,7 @@ void SiluRow(const float* x, int64_t n, float* y) {
 
 void ConvSilu(const float* x, int64_t x_stride, int64_t n, int64_t channels, const float* w,
               int64_t kernel, const float* state_in, float* state_out, float* y,
-              int64_t y_stride) {
+              int64_t y_stride, const float* bias) {
   const int64_t taps = kernel - 1;
   // in(t, c): the window's j-th input for token t is in(t + j, c).
   auto in = [&](int64_t i, int64_t c) {
@@ -52,7 +52,7 @@ void ConvSilu(const float* x, int64_t x_stride, int64_t n, int64_t channels, con
     for (int64_t c = 0; c < channels; ++c) {
       float sum = 0.0f;  // ggml_compute_forward_ssm_conv_f32: float, taps in order
       for (int64_t j = 0; j < kernel; ++j) sum += in(t + j, c) * w[c * kernel + j];
-      row[c] = sum;
+      row[c] = bias == nullptr ? sum : sum + bias[c];
     }
     SiluRow(row, channels, row);
   }
@@ -69,6 +69,49 @@ void L2NormRows(float* x, int64_t rows, int64_t n, int64_t stride, float eps) {
     const float scale = 1.0f / std::max(std::sqrt(static_cast<float>(sum)), eps);
     for (int64_t i = 0; i < n; ++i) v[i] *= scale;
   }
+}
+
+void SsmScan(const SsmScanHead& h, int64_t n, int64_t head_dim, int64_t d_state,
+             const float* state_in, float* state_out) {
+  const float* src = state_in;
+  for (int64_t t = 0; t < n; ++t) {
+    const float dt = h.dt[t * h.dt_stride];
+    const float da = std::exp(dt * h.a);
+    const float* x = h.x + t * h.x_stride;
+    const float* b = h.b + t * h.bc_stride;
+    const float* c = h.c + t * h.bc_stride;
+    float* y = h.y + t * h.y_stride;
+    for (int64_t i = 0; i < head_dim; ++i) {
+      const float x_dt = x[i] * dt;
+      const float* s0 = src + i * d_state;
+      float* s = state_out + i * d_state;
+      // The new state (ggml_compute_forward_ssm_scan_f32's arithmetic), and
+      // state . C summed in DotLanes' fixed order (16 lanes, pairwise, then
+      // the tail): one order for every instruction set, which the compiler
+      // vectorises (ggml's own order depends on its SIMD width).
+      float acc[kLanes] = {};
+      int64_t j = 0;
+      for (; j + kLanes <= d_state; j += kLanes) {
+        for (int64_t l = 0; l < kLanes; ++l) {
+          const float v = s0[j + l] * da + b[j + l] * x_dt;
+          s[j + l] = v;
+          acc[l] += v * c[j + l];
+        }
+      }
+      for (int64_t w = kLanes / 2; w >= 1; w /= 2) {
+        for (int64_t l = 0; l < w; ++l) acc[l] += acc[l + w];
+      }
+      float sum = acc[0];
+      for (; j < d_state; ++j) {
+        const float v = s0[j] * da + b[j] * x_dt;
+        s[j] = v;
+        sum += v * c[j];
+      }
+      y[i] = sum;
+    }
+    src = state_out;
+  }
+  if (n == 0) std::copy(state_in, state_in + head_dim * d_state, state_out);
 }
 
 float Softplus(float x) { return x > 20.0f ? x : std::log(1.0f + std::exp(x)); }

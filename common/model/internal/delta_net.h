@@ -22,9 +22,11 @@ namespace moesplit::model::internal {
 // K-1 inputs go to `state_out` (same layout; may not alias state_in).
 // y[t][c] at y + t * y_stride + c. SiLU as ggml_vec_silu_f32 on AVX-512
 // (ggml's vectorised exp in blocks of 16, expf for the rest of each row).
+// `bias` (channels values, or nullptr) is added to each sum before the SiLU
+// (Mamba-2's conv1d bias: ggml_add after ggml_ssm_conv).
 void ConvSilu(const float* x, int64_t x_stride, int64_t n, int64_t channels, const float* w,
               int64_t kernel, const float* state_in, float* state_out, float* y,
-              int64_t y_stride);
+              int64_t y_stride, const float* bias = nullptr);
 
 // ggml_l2_norm of `rows` rows of n floats in place: x /= max(sqrt(sum x^2), eps),
 // the sum in double. Row r at x + r * stride.
@@ -64,6 +66,31 @@ void DeltaRule(const DeltaRuleHead& h, int64_t n, int64_t dim, const float* stat
 // The plain loops (the order every SIMD path follows); for tests.
 void DeltaRuleReference(const DeltaRuleHead& h, int64_t n, int64_t dim, const float* state_in,
                         float* state_out);
+
+// Mamba-2's selective scan of one head over n tokens of one sequence
+// (ggml_ssm_scan with a scalar A, K = 1). The state is head_dim x d_state
+// (row i = channel i, contiguous over the state). For each token t, with
+// dt' = dt[t * dt_stride] (softplus already applied), x row at
+// x + t * x_stride (head_dim values), B and C rows at b / c + t * bc_stride
+// (d_state values each):
+//   dA = exp(dt' * a); S[i] = S[i] * dA + B * (x[i] * dt'); y[i] = S[i] . C
+// (the dot product in 16 lanes added pairwise, then the d_state % 16 tail
+// in order: the same bits on every CPU)
+// y's row t at y + t * y_stride. Reads `state_in` for the first token and
+// leaves the state after the last one in `state_out` (may not alias).
+struct SsmScanHead {
+  const float* x;
+  const float* b;
+  const float* c;
+  int64_t x_stride, bc_stride;
+  const float* dt;
+  int64_t dt_stride;
+  float a;
+  float* y;
+  int64_t y_stride;
+};
+void SsmScan(const SsmScanHead& h, int64_t n, int64_t head_dim, int64_t d_state,
+             const float* state_in, float* state_out);
 
 // ggml_silu of n values into y (y may alias x): the first n - n % 16 with
 // ggml's vectorised exp, the rest with expf.

@@ -354,6 +354,13 @@ bool MultiSectionPairRotates(const std::array<int, 4>& sec, int64_t pair) {
          (s % 3 == 0 && s < 3 * sec[0]);
 }
 
+void ReluSq(const float* x, int64_t n, float* y) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float r = x[i] > 0.0f ? x[i] : 0.0f;
+    y[i] = r * r;
+  }
+}
+
 void ComputeRopeAngles(const RopeParams& p, int64_t pos, RopeAngles* out) {
   const int64_t half = p.n_rot / 2;
   out->cos.resize(half);

@@ -44,6 +44,9 @@ void SiluVectorLanes(int lanes, const float* x, const float* u, int64_t n, float
 // cols - cols % 16 elements of each row with GgmlVExpf, the rest with expf.
 // out may alias gate or up.
 void SwiGlu(const float* gate, const float* up, int64_t rows, int64_t cols, float* out);
+// relu(x)^2 of n values into y (y may alias x): ggml_relu then ggml_sqr
+// (LLM_FFN_RELU_SQR).
+void ReluSq(const float* x, int64_t n, float* y);
 
 // ggml's CPU GELU (tanh form) through its f16 table: 0 for x <= -10, x for
 // x >= 10, else f16(gelu(f16(x))) (GGML_GELU_FP16).

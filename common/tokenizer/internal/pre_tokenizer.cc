@@ -66,8 +66,9 @@ constexpr char kGlm4Regex[] =
 
 // To support another pre type: add {name, llama.cpp's regex_exprs for it}
 // here, plus fixtures that pin its behaviour down. (Types for which llama.cpp
-// sets clean_spaces, ignore_merges or add_bos also need those implemented;
-// none of the entries below does.)
+// sets clean_spaces or add_bos also need those implemented; none of the
+// entries below does: llama.cpp's add_bos for llama3 is the default the
+// file's tokenizer.ggml.add_bos_token overrides.)
 const std::vector<PreTokenizerSpec>& Table() {
   static const auto* const table = new std::vector<PreTokenizerSpec>{
       {"qwen2", {kQwen2Regex}},
@@ -79,6 +80,9 @@ const std::vector<PreTokenizerSpec>& Table() {
       {"deepseek-v3", {kDeepSeek3Digits, kDeepSeek3Cjk, kDeepSeek3Words}},
       {"glm4", {kGlm4Regex}},
       {"chatglm-bpe", {kGlm4Regex}},
+      // LLAMA_VOCAB_PRE_TYPE_LLAMA3 ("pixtral" in Nemotron-3's files; also
+      // "llama3", "llama-bpe", ...): the glm4 expression, and ignore_merges.
+      {"pixtral", {kGlm4Regex}, /*ignore_merges=*/true},
       // The `gemma4` tokenizer model (raw UTF-8 with spaces as U+2581): no
       // split beyond runs of newlines.
       {"gemma4", {"[^\\n]+|[\\n]+"}},

@@ -39,6 +39,9 @@ inline constexpr std::string_view kLlamaWhitespace =
 struct PreTokenizerSpec {
   std::string name;                  // the tokenizer.ggml.pre string
   std::vector<std::string> regexes;  // llama.cpp's regex_exprs, in order
+  // llama.cpp's ignore_merges: a word that is itself a token becomes that
+  // token without running the merges (which could reach another split).
+  bool ignore_merges = false;
 };
 
 // The table entry for `pre`, or nullptr.
