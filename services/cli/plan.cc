@@ -127,7 +127,8 @@ absl::Status RunPlan(const Args& args, const CommandIo& io) {
   f.AddString("disk-read", &disk_read,
               "with --host-memory: the disk's read rate per second (e.g. 7GB from dd "
               "iflag=direct), for the decode rate it bounds")
-      .Meta("SIZE");
+      .Meta("SIZE")
+      .DefaultText("none: no decode rate");
   f.AddBool("json", &json, "print the plan as JSON");
   ASSIGN_OR_RETURN(bool go, ParseFlags(f, args,
                                        "plan (--model M | --preset P) --gpu-memory SIZE "
