@@ -294,10 +294,14 @@ TEST(JsonSchemaTest, ZodAndPydanticSchemasGenerateValidInstances) {
       EXPECT_GE(v["days"].get<int64_t>(), 1) << text;
       EXPECT_LE(v["days"].get<int64_t>(), 14) << text;
       EXPECT_LE(std::llabs(v["count"].get<int64_t>()), 9007199254740991LL) << text;
-      if (v.contains("units")) EXPECT_TRUE(v["units"] == "metric" || v["units"] == "imperial") << text;
+      if (v.contains("units")) {
+        EXPECT_TRUE(v["units"] == "metric" || v["units"] == "imperial") << text;
+      }
       EXPECT_TRUE(Matches(v["when"], iso_date.c_str())) << text;
       EXPECT_TRUE(Matches(v["id"], "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[1-8][0-9a-fA-F]{3}-[89abAB][0-9a-fA-F]{3}-[0-9a-fA-F]{12}$|^0{8}-0{4}-0{4}-0{4}-0{12}$|^f{8}-f{4}-f{4}-f{4}-f{12}$")) << text;
-      if (v.contains("link")) EXPECT_TRUE(Matches(v["link"], "^[A-Za-z][A-Za-z0-9+.-]*:[^ \"\\\\]*$")) << text;
+      if (v.contains("link")) {
+        EXPECT_TRUE(Matches(v["link"], "^[A-Za-z][A-Za-z0-9+.-]*:[^ \"\\\\]*$")) << text;
+      }
       EXPECT_TRUE(v["ratio"].is_number() && v["ratio"].get<double>() > 0) << text;
       EXPECT_TRUE(v["note"].is_null() || v["note"].is_string()) << text;
       ASSERT_TRUE(v["tags"].is_array()) << text;
@@ -333,7 +337,9 @@ TEST(JsonSchemaTest, ZodAndPydanticSchemasGenerateValidInstances) {
       }
       EXPECT_TRUE(Matches(v["born"], iso_date.c_str())) << text;
       EXPECT_TRUE(Matches(v["seen"], R"(^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$)")) << text;
-      if (v.contains("role")) EXPECT_TRUE(v["role"] == "admin" || v["role"] == "user") << text;
+      if (v.contains("role")) {
+        EXPECT_TRUE(v["role"] == "admin" || v["role"] == "user") << text;
+      }
       EXPECT_EQ(v["kind"], "person") << text;
       const double score = v["score"].get<double>();
       EXPECT_TRUE(score > 0 && score < 1) << text;

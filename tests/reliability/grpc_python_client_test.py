@@ -219,7 +219,9 @@ class ProgressTest(GrpcTest):
     def test_initial_metadata_comes_before_the_first_token(self):
         d = self.dense
         self.assertTrue(d.wait_idle())
-        body = b'{"prompt": "A long story:", "max_tokens": 0, "temperature": 0}'
+        # ignore_eos: the test model's greedy text may end early; these must
+        # run until closed.
+        body = b'{"prompt": "A long story:", "max_tokens": 0, "temperature": 0, "ignore_eos": true}'
         blockers = []
         for _ in range(2):  # --parallel 2: both slots busy until closed
             s = d.connect()
