@@ -35,6 +35,23 @@ class FloatBuffer {
   ScratchBuffer buf_;
 };
 
+// The recurrent mixers' segments: a step lays its tokens out sequence by
+// sequence, one segment each (state[t]: token t's sequence).
+struct Segment {
+  int64_t t0, n;
+  SequenceState* state;
+};
+std::vector<Segment> Segments(SequenceState* const* state, int64_t n) {
+  std::vector<Segment> segs;
+  for (int64_t t = 0; t < n;) {
+    int64_t e = t + 1;
+    while (e < n && state[e] == state[t]) ++e;
+    segs.push_back({t, e - t, state[t]});
+    t = e;
+  }
+  return segs;
+}
+
 // fn(begin, end) over [0, n), split over the pool in chunks of at least
 // min_chunk items (inline without a pool).
 void For(ThreadPool* pool, int64_t n, int64_t min_chunk,
@@ -631,18 +648,7 @@ absl::Status Forward::DeltaNet(int il, Batch& b) const {
     beta[i] = internal::Sigmoid(beta[i]);
     g[i] = internal::Softplus(g[i] + L.ssm_dt_bias[head]) * L.ssm_a[head];
   }
-  // The step lays its tokens out sequence by sequence: one segment each.
-  struct Segment {
-    int64_t t0, n;
-    SequenceState* state;
-  };
-  std::vector<Segment> segs;
-  for (int64_t t = 0; t < n;) {
-    int64_t e = t + 1;
-    while (e < n && b.state[e] == b.state[t]) ++e;
-    segs.push_back({t, e - t, b.state[t]});
-    t = e;
-  }
+  const std::vector<Segment> segs = Segments(b.state.data(), n);
   const int64_t n_segs = static_cast<int64_t>(segs.size());
   // Conv + SiLU, then L2-normalised q and k heads: per (segment, block of
   // channels) for the conv, per token for the norms.
@@ -734,17 +740,7 @@ absl::Status Forward::Mamba2(int il, Batch& b) const {
       }
     }
   });
-  struct Segment {
-    int64_t t0, n;
-    SequenceState* state;
-  };
-  std::vector<Segment> segs;
-  for (int64_t t = 0; t < n;) {
-    int64_t e = t + 1;
-    while (e < n && b.state[e] == b.state[t]) ++e;
-    segs.push_back({t, e - t, b.state[t]});
-    t = e;
-  }
+  const std::vector<Segment> segs = Segments(b.state.data(), n);
   const int64_t n_segs = static_cast<int64_t>(segs.size());
   // Conv (+ bias) + SiLU over xBC per (segment, block of channels).
   float* conv = ws.conv.Get(n * channels);
