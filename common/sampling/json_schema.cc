@@ -89,6 +89,8 @@ class JsonSchemaCompiler {
   void MakeAny();
   uint32_t Literal(const std::string& name, const std::vector<std::string>& texts);
   absl::StatusOr<uint32_t> Ref(const std::string& ref, const std::string& where, int depth);
+  // The schema a local $ref ("#/..." JSON pointer into the root) names.
+  absl::StatusOr<const Json*> Target(const std::string& ref, const std::string& where) const;
   absl::StatusOr<uint32_t> Object(const Json& s, const std::string& where, int depth);
   absl::StatusOr<uint32_t> Array(const Json& s, const std::string& where, int depth);
   absl::StatusOr<uint32_t> MapObject(uint32_t value);
@@ -227,9 +229,7 @@ uint32_t JsonSchemaCompiler::Literal(const std::string& name, const std::vector<
   return b.Rule(name, std::move(alts));
 }
 
-absl::StatusOr<uint32_t> JsonSchemaCompiler::Ref(const std::string& ref, const std::string& where,
-                                       int depth) {
-  if (auto it = refs_.find(ref); it != refs_.end()) return it->second;
+absl::StatusOr<const Json*> JsonSchemaCompiler::Target(const std::string& ref, const std::string& where) const {
   if (ref.empty() || ref[0] != '#') {
     return Bad(where, absl::StrCat("$ref '", ref, "' is not local (only '#...' is supported)"));
   }
@@ -240,6 +240,13 @@ absl::StatusOr<uint32_t> JsonSchemaCompiler::Ref(const std::string& ref, const s
   } catch (const Json::exception&) {
   }
   if (target == nullptr) return Bad(where, absl::StrCat("$ref '", ref, "' points nowhere"));
+  return target;
+}
+
+absl::StatusOr<uint32_t> JsonSchemaCompiler::Ref(const std::string& ref, const std::string& where,
+                                       int depth) {
+  if (auto it = refs_.find(ref); it != refs_.end()) return it->second;
+  ASSIGN_OR_RETURN(const Json* target, Target(ref, where));
   const uint32_t id = b.Reserve(absl::StrCat("ref ", ref));
   refs_[ref] = id;
   ASSIGN_OR_RETURN(const uint32_t value, Value(*target, ref, depth + 1));
@@ -669,16 +676,7 @@ absl::StatusOr<Json> JsonSchemaCompiler::Flatten(const Json& s, const std::strin
   if (auto it = s.find("$ref"); it != s.end()) {
     if (!it->is_string()) return Bad(where, "$ref must be a string");
     const std::string ref = it->get<std::string>();
-    if (ref.empty() || ref[0] != '#') {
-      return Bad(where, absl::StrCat("$ref '", ref, "' is not local (only '#...' is supported)"));
-    }
-    const Json* target = nullptr;
-    try {
-      const Json::json_pointer ptr(ref.substr(1));
-      if (root_.contains(ptr)) target = &root_.at(ptr);
-    } catch (const Json::exception&) {
-    }
-    if (target == nullptr) return Bad(where, absl::StrCat("$ref '", ref, "' points nowhere"));
+    ASSIGN_OR_RETURN(const Json* target, Target(ref, where));
     if (target->is_object()) {
       ASSIGN_OR_RETURN(Json flat, Flatten(*target, ref, depth + 1));
       parts.emplace_back(std::move(flat), ref);
