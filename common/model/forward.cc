@@ -69,6 +69,14 @@ int64_t MinRows(int64_t row_elements, int64_t work = 16384) {
   return std::max<int64_t>(1, work / std::max<int64_t>(1, row_elements));
 }
 
+// x[i] += y[i] over n rows of d (a mixer's or FFN's output added to the
+// residual stream), split over the pool.
+void AddRows(ThreadPool* pool, const float* y, int64_t n, int64_t d, float* x) {
+  For(pool, n, MinRows(d), [&](int64_t t0, int64_t t1) {
+    for (int64_t i = t0 * d; i < t1 * d; ++i) x[i] += y[i];
+  });
+}
+
 }  // namespace
 
 // Activation buffers of one step, reused across layers and calls.
@@ -571,9 +579,7 @@ absl::Status Forward::Mla(int il, Batch& b) const {
   RETURN_IF_ERROR(HeadProducts(W.wv_b, L.wv_b, n, lat, lora, attn, dv, ws));
   float* o = ws.o.Get(n * d);
   RETURN_IF_ERROR(quant::MatMul(W.wo, attn, n, o, pool_));
-  For(pool_, n, MinRows(d), [&](int64_t t0, int64_t t1) {
-    for (int64_t i = t0 * d; i < t1 * d; ++i) b.x[i] += o[i];
-  });
+  AddRows(pool_, o, n, d, b.x);
   return absl::OkStatus();
 }
 
@@ -620,9 +626,7 @@ absl::Status Forward::DenseFfn(int il, Batch& b) const {
   RETURN_IF_ERROR(
       GatedFfn(hp.dense_activation, W.ffn_gate, W.ffn_up, W.ffn_down, h, n, ws, out));
   if (!L.ffn_post_norm.empty()) NormRows(pool_, out, L.ffn_post_norm, n, d, hp.rms_eps, out);
-  For(pool_, n, MinRows(d), [&](int64_t t0, int64_t t1) {
-    for (int64_t i = t0 * d; i < t1 * d; ++i) b.x[i] += out[i];
-  });
+  AddRows(pool_, out, n, d, b.x);
   return absl::OkStatus();
 }
 
@@ -707,9 +711,7 @@ absl::Status Forward::DeltaNet(int il, Batch& b) const {
   });
   float* o = ws.o.Get(n * d);
   RETURN_IF_ERROR(quant::MatMul(W.ssm_out, out, n, o, pool_));
-  For(pool_, n, MinRows(d), [&](int64_t t0, int64_t t1) {
-    for (int64_t i = t0 * d; i < t1 * d; ++i) b.x[i] += o[i];
-  });
+  AddRows(pool_, o, n, d, b.x);
   return absl::OkStatus();
 }
 
@@ -796,9 +798,7 @@ absl::Status Forward::Mamba2(int il, Batch& b) const {
   });
   float* o = ws.o.Get(n * d);
   RETURN_IF_ERROR(quant::MatMul(W.ssm_out, y, n, o, pool_));
-  For(pool_, n, MinRows(d), [&](int64_t t0, int64_t t1) {
-    for (int64_t i = t0 * d; i < t1 * d; ++i) b.x[i] += o[i];
-  });
+  AddRows(pool_, o, n, d, b.x);
   return absl::OkStatus();
 }
 
